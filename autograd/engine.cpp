@@ -1,0 +1,91 @@
+#include "autograd/engine.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "kernels/elementwise.h"
+
+namespace fathom {
+
+namespace {
+
+// All nodes reachable from root, by an explicit stack (deep graphs must not overflow the C++ stack).
+// Owning pointers: edges are cleared as nodes run, and this list keeps the rest alive until then.
+std::vector<std::shared_ptr<Node>> reachable_nodes(const std::shared_ptr<Node>& root) {
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_set<Node*> seen{root.get()};
+  std::vector<std::shared_ptr<Node>> stack{root};
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    for (const Edge& e : n->edges())
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node);
+    order.push_back(std::move(n));
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a->sequence() > b->sequence(); });
+  return order;
+}
+
+// Adds g into the gradient slot; the first gradient is kept by reference, later ones are summed
+// out of place because a node may hand the same tensor to several inputs.
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+    return;
+  }
+  Tensor sum = slot.clone();
+  add_inplace(sum, g);
+  slot = std::move(sum);
+}
+
+}  // namespace
+
+void backward(const Variable& root, const Tensor& seed) {
+  FATHOM_CHECK(root.defined() && root.requires_grad(), "backward() on a value that does not require grad");
+  Tensor root_grad = seed;
+  if (!root_grad.defined()) {
+    FATHOM_CHECK(root.value().numel() == 1, "backward() without a seed needs a one-element root, got ",
+                 describe(root.value()));
+    root_grad = Tensor::full(root.shape(), 1.0, root.dtype()).to(root.device());
+  }
+  FATHOM_CHECK(root_grad.shape() == root.shape(), "backward seed ", describe(root_grad), " does not match root ",
+               describe(root.value()));
+
+  NoGrad no_grad;  // backward kernels never record
+  if (root.is_leaf()) {
+    Tensor& g = root.impl()->grad;
+    if (g.defined()) add_inplace(g, root_grad); else g = root_grad.clone();
+    return;
+  }
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.grad_fn().get()] = root_grad;
+  for (const std::shared_ptr<Node>& owned : reachable_nodes(root.grad_fn())) {
+    Node* node = owned.get();
+    auto it = pending.find(node);
+    if (it == pending.end()) continue;  // no gradient flowed here
+    Tensor grad_output = std::move(it->second);
+    pending.erase(it);
+    std::vector<Tensor> grads = node->backward(grad_output);
+    const auto& edges = node->edges();
+    FATHOM_CHECK(grads.size() == edges.size(), node->name(), " returned ", grads.size(), " gradients for ",
+                 edges.size(), " inputs");
+    for (size_t i = 0; i < edges.size(); ++i) {
+      if (!edges[i].needs_grad() || !grads[i].defined()) continue;
+      if (edges[i].node) {
+        accumulate(pending[edges[i].node.get()], grads[i]);
+      } else {
+        Tensor& slot = edges[i].leaf->grad;
+        FATHOM_CHECK(grads[i].shape() == edges[i].leaf->value.shape(), node->name(), " produced gradient ",
+                     describe(grads[i]), " for input ", describe(edges[i].leaf->value));
+        if (slot.defined()) add_inplace(slot, grads[i]); else slot = grads[i].clone();
+      }
+    }
+    node->release_saved();
+    node->clear_edges();
+  }
+}
+
+}  // namespace fathom

@@ -1,0 +1,47 @@
+// Differentiable ops: each runs its forward kernel and, when a gradient is needed, records a Node
+// whose backward calls the backward kernel. Coarse and fused, one op per model concept.
+#pragma once
+#include <cstdint>
+
+#include "autograd/variable.h"
+
+namespace fathom {
+
+// x [..., in] @ weight[out, in]^T -> [..., out]  (bias-free, as in OLMo2).
+Variable linear(const Variable& x, const Variable& weight);
+
+// ids (I32 or I64) [...] -> table rows [..., d]. An id outside [0, vocab) is an error naming it.
+Variable embedding(const Tensor& ids, const Variable& table);
+
+// y = x / sqrt(mean(x^2 over the last dim) + eps) * weight, weight [last dim], statistics in fp32+.
+// Full-width QK-norm passes x [.., Hq*d] with weight [Hq*d]; per-head norm passes x [.., H, d] with [d].
+Variable rms_norm(const Variable& x, const Variable& weight, double eps);
+
+// Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d).
+// x [B, T, H, d] with d even; positions (I32/I64) [T] shared by the batch, or [B, T].
+Variable rope(const Variable& x, const Tensor& positions, double theta);
+
+// silu(gate) * up, elementwise.
+Variable swiglu(const Variable& gate, const Variable& up);
+
+// Causal grouped-query attention: q [B, T, Hq, d], k and v [B, T, Hk, d], Hq = G * Hk (query head h
+// reads KV head h / G), softmax(q k^T * scale) v over keys j <= t. Returns [B, T, Hq, d].
+Variable attention(const Variable& q, const Variable& k, const Variable& v, double scale);
+
+// Mean over counted rows of cross-entropy + z_loss_weight * logsumexp^2. logits [N, V], targets
+// (I32/I64) [N]; rows whose target equals ignore_index do not count. A target outside [0, V) other
+// than ignore_index is an error. `ce` and `z` are the two terms' means, for logging.
+struct LossParts {
+  Variable loss;  // one element
+  double ce = 0;
+  double z = 0;
+  int64_t counted = 0;
+};
+LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_loss_weight,
+                        int64_t ignore_index = -100);
+
+Variable add(const Variable& a, const Variable& b);
+Variable scale(const Variable& x, double alpha);
+Variable reshape(const Variable& x, const Shape& shape);
+
+}  // namespace fathom

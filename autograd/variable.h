@@ -1,0 +1,46 @@
+// Variable: a tensor in the autograd graph. Leaves (parameters, inputs) carry an accumulated
+// gradient; results of differentiable ops carry the Node that produced them.
+#pragma once
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace fathom {
+
+class Node;
+
+struct VariableImpl {
+  Tensor value;
+  Tensor grad;                    // leaves only; parameters point it into the flat gradient arena
+  std::shared_ptr<Node> grad_fn;  // producer; null for leaves
+  bool requires_grad = false;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor value, bool requires_grad = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& value() const { return impl_->value; }
+  Tensor& value() { return impl_->value; }
+  const Shape& shape() const { return impl_->value.shape(); }
+  int64_t dim(int i) const { return impl_->value.dim(i); }
+  DType dtype() const { return impl_->value.dtype(); }
+  Device device() const { return impl_->value.device(); }
+
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  const Tensor& grad() const { return impl_->grad; }
+  void set_grad(Tensor grad) { impl_->grad = std::move(grad); }
+  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+
+  // Same value, cut from the graph.
+  Variable detach() const { return Variable(impl_->value, false); }
+  const std::shared_ptr<VariableImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<VariableImpl> impl_;
+};
+
+}  // namespace fathom

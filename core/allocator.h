@@ -1,0 +1,45 @@
+// Allocators per device kind. The CPU one is built in; the CUDA backend registers its caching
+// allocator at start-up, so core/ never depends on CUDA headers.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "core/device.h"
+
+namespace fathom {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes, Device device) = 0;
+  virtual void deallocate(void* ptr, size_t bytes, Device device) = 0;
+  // Copies between any two devices this allocator's backend can reach.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
+  virtual void fill_zero(void* ptr, size_t bytes, Device device) = 0;
+};
+
+// The allocator for a device kind; throws a clear error when that backend is not built.
+Allocator& allocator_for(Device device);
+void register_cuda_allocator(Allocator* allocator);
+bool cuda_backend_available();
+
+// Owns one allocation on one device.
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,23 @@
+// Helpers for the per-op dispatch functions in kernels/<op>.cpp: each checks its arguments once,
+// then calls cpu:: or cuda:: by the device of its tensors.
+#pragma once
+#include <initializer_list>
+
+#include "core/tensor.h"
+
+namespace fathom {
+
+// All defined tensors on one device; returns it.
+Device common_device(const char* op, std::initializer_list<const Tensor*> tensors);
+// For ops whose CUDA kernel is not in this build.
+[[noreturn]] void no_cuda_kernel(const char* op);
+
+// Runs f<T>() with T = float or double for a floating CPU tensor.
+template <typename F>
+void dispatch_float(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::f32) return f.template operator()<float>();
+  if (dtype == DType::f64) return f.template operator()<double>();
+  FATHOM_FAIL(op, ": the CPU reference computes in F32 or F64, got ", dtype_name(dtype));
+}
+
+}  // namespace fathom
