@@ -1,0 +1,25 @@
+// OLMo2 self-attention: q/k/v projections, QK-norm over the FULL projected width (not per head),
+// RoPE, causal GQA softmax attention, output projection.
+#pragma once
+#include <memory>
+
+#include "layers/linear.h"
+#include "layers/model_config.h"
+#include "layers/rms_norm.h"
+
+namespace fathom {
+
+class Attention : public Module {
+ public:
+  explicit Attention(const ModelConfig& config);
+  // x [B, T, d_model]; positions (I32) [T] or [B, T].
+  Variable forward(const Variable& x, const Tensor& positions) const;
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  double rope_theta_;
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)
+};
+
+}  // namespace fathom

@@ -1,0 +1,37 @@
+#include "layers/decoder.h"
+
+#include <numeric>
+
+namespace fathom {
+
+Decoder::Body::Body(const ModelConfig& c)
+    : embed_tokens(c.vocab_size, c.d_model, ParameterInit::normal(c.init_std, c.init_cutoff)),
+      norm(c.d_model, c.norm_eps) {
+  add_child("embed_tokens", embed_tokens);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    layers.push_back(std::make_unique<Block>(c));
+    add_child("layers." + std::to_string(i), *layers.back());
+  }
+  add_child("norm", norm);
+}
+
+Decoder::Decoder(const ModelConfig& config)
+    : config_((config.validate(), config)),
+      model_(config_),
+      lm_head_(config_.d_model, config_.vocab_size, ParameterInit::normal(config_.init_std, config_.init_cutoff)) {
+  add_child("model", model_);
+  add_child("lm_head", lm_head_);
+}
+
+Variable Decoder::forward(const Tensor& ids) const {
+  FATHOM_CHECK(ids.rank() == 2, "decoder input ids must be [batch, seq], got ", describe(ids));
+  const int64_t T = ids.dim(1);
+  std::vector<int32_t> pos(size_t(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
+  Variable h = model_.embed_tokens.forward(ids);
+  for (const auto& block : model_.layers) h = block->forward(h, positions);
+  return lm_head_.forward(model_.norm.forward(h));
+}
+
+}  // namespace fathom

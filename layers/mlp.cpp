@@ -1,0 +1,20 @@
+#include "layers/mlp.h"
+
+#include "autograd/ops.h"
+
+namespace fathom {
+
+MLP::MLP(const ModelConfig& c)
+    : gate_proj_(c.d_model, c.ffn_hidden, ParameterInit::normal(c.init_std, c.init_cutoff)),
+      up_proj_(c.d_model, c.ffn_hidden, ParameterInit::normal(c.init_std, c.init_cutoff)),
+      down_proj_(c.ffn_hidden, c.d_model, ParameterInit::normal(c.init_std, c.init_cutoff)) {
+  add_child("gate_proj", gate_proj_);
+  add_child("up_proj", up_proj_);
+  add_child("down_proj", down_proj_);
+}
+
+Variable MLP::forward(const Variable& x) const {
+  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)));
+}
+
+}  // namespace fathom

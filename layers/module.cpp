@@ -1,0 +1,24 @@
+#include "layers/module.h"
+
+namespace fathom {
+
+std::vector<Parameter> Module::parameters() const {
+  std::vector<Parameter> out;
+  collect("", out);
+  return out;
+}
+
+Variable Module::add_parameter(const std::string& name, const Shape& shape, ParameterInit init) {
+  for (const Parameter& p : params_) FATHOM_CHECK(p.name != name, "parameter '", name, "' registered twice");
+  params_.push_back({name, Variable(Tensor::empty(shape, DType::f32), true), init});
+  return params_.back().var;
+}
+
+void Module::add_child(const std::string& name, Module& child) { children_.emplace_back(name, &child); }
+
+void Module::collect(const std::string& prefix, std::vector<Parameter>& out) const {
+  for (const Parameter& p : params_) out.push_back({prefix + p.name, p.var, p.init});
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+}  // namespace fathom

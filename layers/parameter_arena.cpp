@@ -1,0 +1,73 @@
+#include "layers/parameter_arena.h"
+
+#include <map>
+
+#include "core/random.h"
+
+namespace fathom {
+
+ParameterArena::ParameterArena(const Module& model, Device device) {
+  int64_t total = 0;
+  for (const Parameter& p : model.parameters()) {
+    entries_.push_back({p.name, total, p.var.shape(), p.init, p.var});
+    total += p.var.shape().numel();
+  }
+  values_ = Tensor::zeros({total}, DType::f32, device);
+  grads_ = Tensor::zeros({total}, DType::f32, device);
+  for (ArenaEntry& e : entries_) {
+    e.var.value() = values_.narrow(e.offset, e.numel()).view(e.shape);
+    e.var.set_grad(grads_.narrow(e.offset, e.numel()).view(e.shape));
+  }
+}
+
+void ParameterArena::initialise(uint64_t seed) {
+  Tensor host = Tensor::empty({numel()}, DType::f32);
+  for (const ArenaEntry& e : entries_) {
+    Tensor slice = host.narrow(e.offset, e.numel());
+    if (e.init.kind == ParameterInit::Kind::constant) {
+      slice.fill_(e.init.value);
+    } else {
+      Generator gen{seed, uint64_t(e.offset)};
+      fill_truncated_normal(slice, gen, e.init.std, e.init.cutoff);
+    }
+  }
+  values_.copy_from(host);
+}
+
+void ParameterArena::zero_grad() { grads_.zero_(); }
+
+std::vector<ParameterArena::Range> ParameterArena::decay_ranges() const {
+  std::vector<Range> ranges;
+  for (const ArenaEntry& e : entries_) {
+    if (!ranges.empty() && ranges.back().weight_decay == e.init.weight_decay && ranges.back().end == e.offset)
+      ranges.back().end = e.offset + e.numel();
+    else
+      ranges.push_back({e.offset, e.offset + e.numel(), e.init.weight_decay});
+  }
+  return ranges;
+}
+
+TensorMap ParameterArena::named_values() const {
+  TensorMap out;
+  for (const ArenaEntry& e : entries_) out.emplace_back(e.name, e.var.value());
+  return out;
+}
+
+void ParameterArena::load(const TensorMap& tensors, const std::string& source) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : tensors) by_name[name] = &t;
+  for (const ArenaEntry& e : entries_) {
+    auto it = by_name.find(e.name);
+    FATHOM_CHECK(it != by_name.end(), source, ": missing tensor '", e.name, "'");
+    const Tensor& t = *it->second;
+    FATHOM_CHECK(t.shape() == e.shape, source, ": tensor '", e.name, "' has shape ", t.shape().str(),
+                 " but the model expects ", e.shape.str());
+    Tensor dst = e.var.value();
+    dst.copy_from(t.to(DType::f32).to(dst.device()));
+    by_name.erase(it);
+  }
+  FATHOM_CHECK(by_name.empty(), source, ": unexpected tensor '", by_name.begin()->first,
+               "' that this model does not have (", by_name.size(), " unexpected in all)");
+}
+
+}  // namespace fathom

@@ -1,0 +1,55 @@
+// Flat parameter and gradient arenas: every parameter of a model is a view into one F32 buffer and
+// its gradient a view into a second one, with a name -> (offset, shape) table. One optimizer pass,
+// one norm, one all-reduce and one checkpoint write cover the whole model.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "layers/module.h"
+
+namespace fathom {
+
+struct ArenaEntry {
+  std::string name;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  ParameterInit init;
+  Variable var;
+  int64_t numel() const { return shape.numel(); }
+};
+
+class ParameterArena {
+ public:
+  // Moves every parameter of `model` into the arenas on `device` (values uninitialised until
+  // initialise() or load()).
+  ParameterArena(const Module& model, Device device);
+
+  // Deterministic init: each entry draws Philox counters [offset, offset + numel) of `seed`, so a
+  // parameter's values do not depend on the order in which parameters are created.
+  void initialise(uint64_t seed);
+  void zero_grad();
+
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  const std::vector<ArenaEntry>& entries() const { return entries_; }
+  int64_t numel() const { return values_.numel(); }
+  // Contiguous [begin, end) element ranges that share a weight-decay setting, in arena order.
+  struct Range {
+    int64_t begin, end;
+    bool weight_decay;
+  };
+  std::vector<Range> decay_ranges() const;
+
+  // Views of the values by name (checkpoint / export).
+  TensorMap named_values() const;
+  // Copies named tensors into the arena. Every parameter must be present with its exact shape;
+  // a missing, unexpected or mis-shaped tensor is an error naming it and `source`.
+  void load(const TensorMap& tensors, const std::string& source);
+
+ private:
+  std::vector<ArenaEntry> entries_;
+  Tensor values_, grads_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,12 @@
+#include "layers/rms_norm.h"
+
+#include "autograd/ops.h"
+
+namespace fathom {
+
+RMSNorm::RMSNorm(int64_t dim, double eps)
+    : weight_(add_parameter("weight", {dim}, ParameterInit::ones())), eps_(eps) {}
+
+Variable RMSNorm::forward(const Variable& x) const { return rms_norm(x, weight_, eps_); }
+
+}  // namespace fathom

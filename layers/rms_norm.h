@@ -1,0 +1,17 @@
+// RMSNorm over the last dimension with a learned gain (initialised to 1).
+#pragma once
+#include "layers/module.h"
+
+namespace fathom {
+
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps);
+  Variable forward(const Variable& x) const;
+
+ private:
+  Variable weight_;
+  double eps_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,59 @@
+#include "optim/adamw.h"
+
+#include <map>
+
+#include "kernels/adamw.h"
+
+namespace fathom {
+
+AdamW::AdamW(ParameterArena& arena, AdamWConfig config)
+    : arena_(arena),
+      config_(config),
+      m_(Tensor::zeros({arena.numel()}, DType::f32, arena.values().device())),
+      v_(Tensor::zeros({arena.numel()}, DType::f32, arena.values().device())) {}
+
+void AdamW::step(double lr) {
+  ++step_;
+  for (const ParameterArena::Range& r : arena_.decay_ranges()) {
+    const int64_t n = r.end - r.begin;
+    Tensor p = arena_.values().narrow(r.begin, n);
+    Tensor m = m_.narrow(r.begin, n);
+    Tensor v = v_.narrow(r.begin, n);
+    adamw_update(p, arena_.grads().narrow(r.begin, n), m, v,
+                 AdamWStep{lr, config_.beta1, config_.beta2, config_.eps,
+                           r.weight_decay ? config_.weight_decay : 0.0, step_});
+  }
+}
+
+TensorMap AdamW::state() const {
+  TensorMap out;
+  for (const ArenaEntry& e : arena_.entries()) {
+    out.emplace_back("exp_avg." + e.name, m_.narrow(e.offset, e.numel()).view(e.shape));
+    out.emplace_back("exp_avg_sq." + e.name, v_.narrow(e.offset, e.numel()).view(e.shape));
+  }
+  out.emplace_back("step", Tensor::from_vector<int64_t>({step_}, {1}));
+  return out;
+}
+
+void AdamW::load_state(const TensorMap& state, const std::string& source) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : state) by_name[name] = &t;
+  auto take = [&](const std::string& name, const Shape& shape) -> const Tensor& {
+    auto it = by_name.find(name);
+    FATHOM_CHECK(it != by_name.end(), source, ": missing optimizer tensor '", name, "'");
+    FATHOM_CHECK(it->second->shape() == shape, source, ": optimizer tensor '", name, "' has shape ",
+                 it->second->shape().str(), ", expected ", shape.str());
+    return *it->second;
+  };
+  for (const ArenaEntry& e : arena_.entries()) {
+    m_.narrow(e.offset, e.numel()).view(e.shape).copy_from(take("exp_avg." + e.name, e.shape).to(DType::f32));
+    v_.narrow(e.offset, e.numel()).view(e.shape).copy_from(take("exp_avg_sq." + e.name, e.shape).to(DType::f32));
+  }
+  const Tensor& step = take("step", Shape{1});
+  FATHOM_CHECK(step.dtype() == DType::i64, source, ": optimizer 'step' must be I64");
+  step_ = int64_t(step.item());
+  FATHOM_CHECK(by_name.size() == 2 * arena_.entries().size() + 1, source,
+               ": optimizer state holds tensors this model does not have");
+}
+
+}  // namespace fathom

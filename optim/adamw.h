@@ -1,0 +1,35 @@
+// AdamW over the flat parameter arena: fp32 moments in two flat buffers, one kernel call per
+// weight-decay range (embeddings are not decayed), decoupled weight decay.
+#pragma once
+#include "core/safetensors.h"
+#include "layers/parameter_arena.h"
+
+namespace fathom {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(ParameterArena& arena, AdamWConfig config);
+  // One update with learning rate lr from the gradients in the arena.
+  void step(double lr);
+  int64_t steps_taken() const { return step_; }
+
+  // Moments by parameter name ("exp_avg.<name>", "exp_avg_sq.<name>") plus the step count, so a
+  // checkpoint never depends on arena positions.
+  TensorMap state() const;
+  void load_state(const TensorMap& state, const std::string& source);
+
+ private:
+  ParameterArena& arena_;
+  AdamWConfig config_;
+  Tensor m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace fathom

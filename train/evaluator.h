@@ -1,0 +1,28 @@
+// Validation: mean next-token cross-entropy (no z-loss) and perplexity per named domain.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "data/loader.h"
+#include "layers/decoder.h"
+
+namespace fathom {
+
+struct EvalResult {
+  double loss = 0;        // mean CE per predicted token
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;
+};
+
+EvalResult evaluate(const Decoder& model, const TokenSource& source, int64_t batch_size, int64_t seq_len,
+                    int64_t max_batches, Device device);
+
+}  // namespace fathom
+
+namespace fathom {
+struct Recipe;
+// `fathom eval`: loads the checkpoint's weights into the recipe's model and prints loss and
+// perplexity for every validation domain of the recipe.
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out);
+}  // namespace fathom

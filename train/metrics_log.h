@@ -1,0 +1,30 @@
+// Run metrics: one JSON object per line in <run>/metrics.jsonl, and the console progress line.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fathom {
+
+class MetricsLog {
+ public:
+  // Opens <run_dir>/metrics.jsonl for appending. When resuming from `resume_step`, lines of later
+  // steps (written after that checkpoint by the interrupted run) are dropped first.
+  MetricsLog(const std::filesystem::path& run_dir, int64_t resume_step);
+  // Appends {"kind": kind, "step": step, <fields>} and flushes.
+  void write(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& fields);
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct Progress {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, eta_seconds = 0;
+};
+std::string format_progress(const Progress& p);
+std::string format_duration(double seconds);  // "1h02m", "3m07s", "12s"
+
+}  // namespace fathom

@@ -1,0 +1,27 @@
+#include "train/stop_signal.h"
+
+#include <atomic>
+#include <csignal>
+
+namespace fathom {
+
+namespace {
+std::atomic<bool> stop_flag{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_stop_signal(int) { stop_flag.store(true); }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool stop_requested() { return stop_flag.load(); }
+void clear_stop_request() { stop_flag.store(false); }
+void request_stop() { stop_flag.store(true); }
+
+}  // namespace fathom

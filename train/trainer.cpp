@@ -1,0 +1,201 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/atomic_file.h"
+#include "data/text.h"
+#include "data/tokenizer.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/device_select.h"
+#include "train/evaluator.h"
+#include "train/metrics_log.h"
+#include "train/run_state.h"
+#include "train/stop_signal.h"
+
+namespace fathom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Decides what happens to an existing run folder before anything is written.
+void prepare_run_dir(const fs::path& run_dir, const TrainOptions& options) {
+  const bool has_checkpoint = latest_checkpoint(run_dir).has_value();
+  if (options.resume) {
+    FATHOM_CHECK(has_checkpoint, "--resume: no checkpoint to resume from in '", run_dir.string(), "'");
+    return;
+  }
+  if (fs::exists(run_dir) && options.overwrite) {
+    fs::remove_all(run_dir);
+  } else {
+    FATHOM_CHECK(!has_checkpoint, "run folder '", run_dir.string(),
+                 "' already holds checkpoints; pass --resume to continue that run, --overwrite to start it "
+                 "again, or set log.dir to another folder");
+  }
+  fs::create_directories(run_dir);
+}
+
+struct DataSet {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<TokenSource> train;
+  std::vector<std::pair<std::string, std::shared_ptr<TokenSource>>> validation;
+};
+
+DataSet load_data(const Recipe& r) {
+  DataSet d;
+  d.tokenizer = make_tokenizer(r.data.tokenizer);
+  FATHOM_CHECK(d.tokenizer->vocab_size() <= r.model.vocab_size, "tokenizer '", r.data.tokenizer, "' has ",
+               d.tokenizer->vocab_size(), " token ids but model.vocab_size is ", r.model.vocab_size,
+               "; raise model.vocab_size to at least ", d.tokenizer->vocab_size());
+  d.train = load_token_source(r.data.train, *d.tokenizer, r.data.documents, r.model.vocab_size);
+  for (const auto& [domain, paths] : r.data.validation)
+    d.validation.emplace_back(domain, load_token_source(paths, *d.tokenizer, r.data.documents, r.model.vocab_size));
+  return d;
+}
+
+}  // namespace
+
+TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
+  const Device device = resolve_device(recipe.train.device);
+  const int threads = configure_threads(recipe.train.threads);
+  const fs::path run_dir = recipe.log.dir;
+  prepare_run_dir(run_dir, options);
+
+  DataSet data = load_data(recipe);
+  const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
+  TokenLoader loader(data.train, B, T, recipe.train.seed);
+
+  Decoder model(recipe.model);
+  ParameterArena arena(model, device);
+  arena.initialise(recipe.train.seed);
+  AdamW optimizer(arena, AdamWConfig{recipe.train.optimizer.beta1, recipe.train.optimizer.beta2,
+                                     recipe.train.optimizer.eps, recipe.train.optimizer.weight_decay});
+  const int64_t total_steps = recipe.train.steps;
+  const Schedule schedule{recipe.train.schedule.type, recipe.train.optimizer.lr, recipe.train.schedule.warmup_steps,
+                          total_steps, recipe.train.schedule.final_lr_fraction};
+
+  RunState state;
+  state.seed = recipe.train.seed;
+  if (options.resume) {
+    const fs::path ckpt_dir = *latest_checkpoint(run_dir);
+    const CheckpointData ckpt = load_checkpoint(ckpt_dir);
+    arena.load(ckpt.model, (ckpt_dir / "model.safetensors").string());
+    optimizer.load_state(ckpt.optimizer, (ckpt_dir / "optimizer.safetensors").string());
+    state = run_state_from_json(ckpt.state_json, (ckpt_dir / "state.json").string());
+    loader.restore(state.loader);
+  }
+  const std::string recipe_yaml = recipe_to_yaml(recipe);
+  write_file_atomically(run_dir / "recipe.yaml", recipe_yaml);
+  MetricsLog metrics(run_dir, state.step);
+  install_stop_handlers();
+
+  auto log_line = [&](const std::string& line) {
+    if (!options.quiet) std::cout << line << std::endl;
+  };
+  auto save = [&]() {
+    state.loader = loader.state();
+    const fs::path dir = save_checkpoint(
+        run_dir, state.step,
+        CheckpointData{arena.named_values(), optimizer.state(), run_state_to_json(state), recipe_yaml},
+        int(recipe.checkpoint.keep_last));
+    log_line("checkpoint " + dir.string());
+  };
+  TrainResult result;
+  result.run_dir = run_dir;
+  auto run_eval = [&]() {
+    NoGrad no_grad;
+    for (const auto& [domain, source] : data.validation) {
+      const EvalResult e = evaluate(model, *source, B, T, recipe.eval.batches, device);
+      result.validation_loss[domain] = e.loss;
+      metrics.write("eval", state.step, {{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}});
+      char line[256];
+      std::snprintf(line, sizeof line, "eval %s @ step %lld | loss %.4f | ppl %.2f | %lld tokens", domain.c_str(),
+                    (long long)state.step, e.loss, e.perplexity, (long long)e.tokens);
+      log_line(line);
+    }
+  };
+
+  log_line("fathom train '" + recipe.name + "': " + std::to_string(parameter_count(recipe.model)) +
+           " parameters on " + device.str() + " (" + std::to_string(threads) + " threads), " +
+           std::to_string(total_steps) + " steps of " + std::to_string(B * T * accum) + " tokens" +
+           (options.resume ? ", resumed at step " + std::to_string(state.step) : ""));
+
+  auto interval_start = Clock::now();
+  const auto run_start = Clock::now();
+  const int64_t first_step = state.step;
+  int64_t interval_tokens = 0;
+  while (state.step < total_steps) {
+    const double lr = schedule.lr(state.step);
+    arena.zero_grad();
+    double ce_sum = 0, z_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const Batch batch = loader.next_batch();
+      Variable logits = model.forward(batch.inputs.to(device));
+      LossParts loss = cross_entropy(reshape(logits, {B * T, recipe.model.vocab_size}),
+                                     batch.targets.to(device).view({B * T}), recipe.train.z_loss);
+      FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
+                   state.step + 1, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
+                   "); lower train.optimizer.lr or check the data. Last checkpoint: ",
+                   latest_checkpoint(run_dir) ? latest_checkpoint(run_dir)->string() : std::string("none"));
+      backward(accum > 1 ? scale(loss.loss, 1.0 / double(accum)) : loss.loss);
+      ce_sum += loss.ce;
+      z_sum += loss.z;
+    }
+    const double grad_norm = clip_grad_norm(arena.grads(), recipe.train.optimizer.clip);
+    FATHOM_CHECK(std::isfinite(grad_norm), "gradient norm is not finite at step ", state.step + 1,
+                 "; lower train.optimizer.lr");
+    optimizer.step(lr);
+    ++state.step;
+    state.tokens_seen += B * T * accum;
+    interval_tokens += B * T * accum;
+    result.last_loss = ce_sum / double(accum);
+
+    const bool last = state.step == total_steps;
+    if (state.step % recipe.log.every == 0 || last) {
+      const double elapsed = seconds_since(interval_start);
+      Progress p;
+      p.step = state.step;
+      p.total_steps = total_steps;
+      p.loss = result.last_loss;
+      p.lr = lr;
+      p.grad_norm = grad_norm;
+      p.tokens_per_second = double(interval_tokens) / std::max(elapsed, 1e-9);
+      p.eta_seconds = seconds_since(run_start) / double(state.step - first_step) * double(total_steps - state.step);
+      log_line(format_progress(p));
+      metrics.write("train", state.step,
+                    {{"loss", p.loss}, {"z_loss", z_sum / double(accum)}, {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_second", p.tokens_per_second},
+                     {"tokens_seen", double(state.tokens_seen)}});
+      interval_start = Clock::now();
+      interval_tokens = 0;
+    }
+    if ((recipe.eval.every > 0 && state.step % recipe.eval.every == 0) || last) run_eval();
+    const bool stopping = stop_requested() && !last;
+    if (stopping) log_line("stop requested: saving a checkpoint at step " + std::to_string(state.step));
+    if ((recipe.checkpoint.every > 0 && state.step % recipe.checkpoint.every == 0) || last || stopping) save();
+    if (stopping) {
+      result.stopped_by_signal = true;
+      break;
+    }
+  }
+  result.steps_done = state.step;
+  return result;
+}
+
+}  // namespace fathom
