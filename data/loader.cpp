@@ -1,0 +1,37 @@
+#include "data/loader.h"
+
+#include "core/error.h"
+#include "data/permutation.h"
+
+namespace fathom {
+
+TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, int64_t batch_size, int64_t seq_len,
+                         uint64_t seed)
+    : source_(std::move(source)), batch_size_(batch_size), seq_len_(seq_len), seed_(seed) {
+  FATHOM_CHECK(source_ != nullptr, "token loader: no token source given");
+  FATHOM_CHECK(batch_size_ >= 1, "token loader: batch size must be at least 1, got ", batch_size_);
+  samples_per_epoch_ = count_windows(*source_, seq_len_, "token loader");
+  order_ = shuffled_indices(samples_per_epoch_, seed_, state_.epoch);
+}
+
+TokenBatch TokenLoader::next_batch() {
+  std::vector<uint64_t> windows(static_cast<size_t>(batch_size_));
+  for (uint64_t& w : windows) {
+    if (state_.position == samples_per_epoch_) {
+      state_ = LoaderState{state_.epoch + 1, 0};
+      order_ = shuffled_indices(samples_per_epoch_, seed_, state_.epoch);
+    }
+    w = order_[state_.position++];
+  }
+  return gather_windows(*source_, windows, seq_len_);
+}
+
+void TokenLoader::restore(const LoaderState& state) {
+  FATHOM_CHECK(state.position <= samples_per_epoch_, "token loader: cannot restore position ",
+               state.position, " of epoch ", state.epoch, ": an epoch has only ", samples_per_epoch_,
+               " samples (was the state saved for other data or another sequence length?)");
+  if (state.epoch != state_.epoch) order_ = shuffled_indices(samples_per_epoch_, seed_, state.epoch);
+  state_ = state;
+}
+
+}  // namespace fathom
