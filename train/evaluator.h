@@ -1,13 +1,15 @@
 // Validation: mean next-token cross-entropy (no z-loss) and perplexity per named domain.
 #pragma once
-#include <map>
+#include <iosfwd>
 #include <memory>
 #include <string>
 
-#include "data/loader.h"
+#include "data/token_source.h"
 #include "layers/decoder.h"
 
 namespace fathom {
+
+struct Recipe;
 
 struct EvalResult {
   double loss = 0;        // mean CE per predicted token
@@ -15,14 +17,13 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
-EvalResult evaluate(const Decoder& model, const TokenSource& source, int64_t batch_size, int64_t seq_len,
-                    int64_t max_batches, Device device);
+// Runs up to max_batches batches of consecutive windows of `source` through the model, without
+// recording a graph.
+EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
+                    int64_t seq_len, int64_t max_batches, Device device);
 
-}  // namespace fathom
-
-namespace fathom {
-struct Recipe;
-// `fathom eval`: loads the checkpoint's weights into the recipe's model and prints loss and
+// `fathom eval`: loads a checkpoint's weights into the recipe's model and prints loss and
 // perplexity for every validation domain of the recipe.
 void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out);
+
 }  // namespace fathom

@@ -10,8 +10,9 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
-#include "core/atomic_file.h"
-#include "data/text.h"
+#include "core/file_io.h"
+#include "data/loader.h"
+#include "data/open_tokens.h"
 #include "data/tokenizer.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
@@ -54,19 +55,20 @@ void prepare_run_dir(const fs::path& run_dir, const TrainOptions& options) {
 
 struct DataSet {
   std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<TokenSource> train;
-  std::vector<std::pair<std::string, std::shared_ptr<TokenSource>>> validation;
+  std::shared_ptr<const TokenSource> train;
+  std::vector<std::pair<std::string, std::shared_ptr<const TokenSource>>> validation;
 };
 
 DataSet load_data(const Recipe& r) {
   DataSet d;
   d.tokenizer = make_tokenizer(r.data.tokenizer);
-  FATHOM_CHECK(d.tokenizer->vocab_size() <= r.model.vocab_size, "tokenizer '", r.data.tokenizer, "' has ",
+  FATHOM_CHECK(int64_t(d.tokenizer->vocab_size()) <= r.model.vocab_size, "tokenizer '", r.data.tokenizer, "' has ",
                d.tokenizer->vocab_size(), " token ids but model.vocab_size is ", r.model.vocab_size,
                "; raise model.vocab_size to at least ", d.tokenizer->vocab_size());
-  d.train = load_token_source(r.data.train, *d.tokenizer, r.data.documents, r.model.vocab_size);
+  const DocumentSplit split = parse_document_split(r.data.documents);
+  d.train = open_tokens(r.data.train, *d.tokenizer, split, r.model.vocab_size);
   for (const auto& [domain, paths] : r.data.validation)
-    d.validation.emplace_back(domain, load_token_source(paths, *d.tokenizer, r.data.documents, r.model.vocab_size));
+    d.validation.emplace_back(domain, open_tokens(paths, *d.tokenizer, split, r.model.vocab_size));
   return d;
 }
 
@@ -122,7 +124,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   auto run_eval = [&]() {
     NoGrad no_grad;
     for (const auto& [domain, source] : data.validation) {
-      const EvalResult e = evaluate(model, *source, B, T, recipe.eval.batches, device);
+      const EvalResult e = evaluate(model, source, B, T, recipe.eval.batches, device);
       result.validation_loss[domain] = e.loss;
       metrics.write("eval", state.step, {{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}});
       char line[256];
@@ -146,7 +148,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     arena.zero_grad();
     double ce_sum = 0, z_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      const Batch batch = loader.next_batch();
+      const TokenBatch batch = loader.next_batch();
       Variable logits = model.forward(batch.inputs.to(device));
       LossParts loss = cross_entropy(reshape(logits, {B * T, recipe.model.vocab_size}),
                                      batch.targets.to(device).view({B * T}), recipe.train.z_loss);

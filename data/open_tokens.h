@@ -1,0 +1,17 @@
+// Turns a recipe's list of data paths into one token stream. Paths ending in ".bin" are token
+// shards; any other file is text, tokenized on load; a folder stands for every file in it, sorted
+// by name. Shards and text cannot be mixed in one list.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/text.h"
+#include "data/token_source.h"
+
+namespace fathom {
+
+std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer,
+                                               DocumentSplit split, int64_t model_vocab_size);
+
+}  // namespace fathom

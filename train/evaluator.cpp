@@ -1,0 +1,59 @@
+#include "train/evaluator.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "data/eval_iterator.h"
+#include "data/open_tokens.h"
+#include "layers/parameter_arena.h"
+#include "train/checkpoint.h"
+#include "train/device_select.h"
+#include "train/recipe.h"
+
+namespace fathom {
+
+EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
+                    int64_t seq_len, int64_t max_batches, Device device) {
+  NoGrad no_grad;
+  EvalIterator batches(std::move(source), batch_size, seq_len, max_batches);
+  double weighted_loss = 0;
+  EvalResult result;
+  while (std::optional<TokenBatch> batch = batches.next()) {
+    const int64_t rows = batch->inputs.dim(0) * batch->inputs.dim(1);
+    const Variable logits = model.forward(batch->inputs.to(device));
+    const LossParts loss = cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
+                                         batch->targets.to(device).view({rows}), 0.0);
+    weighted_loss += loss.ce * double(loss.counted);
+    result.tokens += loss.counted;
+  }
+  result.loss = result.tokens ? weighted_loss / double(result.tokens) : 0.0;
+  result.perplexity = std::exp(result.loss);
+  return result;
+}
+
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out) {
+  FATHOM_CHECK(!recipe.data.validation.empty(), "the recipe has no data.validation domains to evaluate");
+  const Device device = resolve_device(recipe.train.device);
+  configure_threads(recipe.train.threads);
+  const std::filesystem::path dir = resolve_checkpoint_dir(checkpoint);
+  Decoder model(recipe.model);
+  ParameterArena arena(model, device);
+  arena.load(load_checkpoint(dir).model, (dir / "model.safetensors").string());
+
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(recipe.data.tokenizer);
+  const DocumentSplit split = parse_document_split(recipe.data.documents);
+  out << "checkpoint " << dir.string() << "\n";
+  for (const auto& [domain, paths] : recipe.data.validation) {
+    const EvalResult e = evaluate(model, open_tokens(paths, *tokenizer, split, recipe.model.vocab_size),
+                                  recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device);
+    char line[256];
+    std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
+                  (long long)e.tokens);
+    out << line << "\n";
+  }
+}
+
+}  // namespace fathom

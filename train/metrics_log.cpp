@@ -1,0 +1,85 @@
+#include "train/metrics_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/json.h"
+
+namespace fathom {
+
+namespace {
+// The "step" of a metrics line, or -1 when the line cannot be read.
+int64_t line_step(const std::string& line) {
+  try {
+    int64_t step = -1;
+    const YAML::Node node = parse_json(line, "metrics.jsonl");
+    return node.IsMap() && node["step"] && json_integer(node["step"], step) ? step : -1;
+  } catch (const Error&) {
+    return -1;
+  }
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resume_step) : path_(run_dir / "metrics.jsonl") {
+  if (resume_step == 0) {
+    write_file_atomically(path_, "");
+    return;
+  }
+  if (!std::filesystem::exists(path_)) return;
+  std::ifstream in(path_);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const int64_t step = line_step(line);
+    if (step >= 0 && step <= resume_step) kept += line + "\n";
+  }
+  write_file_atomically(path_, kept);
+}
+
+void MetricsLog::write(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& fields) {
+  JsonWriter w;
+  w.begin_object().key("kind").value(kind).key("step").value(step);
+  for (const auto& [name, value] : fields) {
+    w.key(name);
+    if (std::isfinite(value)) w.value(value); else w.null();
+  }
+  w.end_object();
+  std::ofstream out(path_, std::ios::app);
+  out << w.str() << "\n";
+  FATHOM_CHECK(out.good(), "could not append to ", path_.string());
+}
+
+std::string format_duration(double seconds) {
+  const long long s = std::llround(std::max(seconds, 0.0));
+  char buf[64];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", s);
+  return buf;
+}
+
+namespace {
+// 12345.6 -> "12,346"
+std::string with_thousands(double value) {
+  std::string digits = std::to_string(std::llround(value));
+  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(size_t(i), ",");
+  return digits;
+}
+}  // namespace
+
+std::string format_progress(const Progress& p) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | ETA %s",
+                (long long)p.step, (long long)p.total_steps, p.loss, p.lr, p.grad_norm,
+                with_thousands(p.tokens_per_second).c_str(), format_duration(p.eta_seconds).c_str());
+  return buf;
+}
+
+}  // namespace fathom
