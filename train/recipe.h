@@ -1,0 +1,107 @@
+// Recipes: the YAML file that describes one run (DESIGN.md section 4), parsed and validated into a
+// Recipe with every field resolved.
+//
+// Every key, its type, range or choices, and whether it is required lives in one table,
+// train/recipe_schema.cpp; defaults are the member initializers below. A key path names the member
+// it sets (`train.optimizer.lr` -> Recipe::train.optimizer.lr), except `model.size`, which sets
+// Recipe::model_size.
+//
+// Paths (data.train, data.validation, log.dir) are kept exactly as written. Relative paths are
+// relative to the current working directory of the `fathom` process, NOT to the recipe's folder,
+// so a recipe behaves the same wherever it is stored and whatever copy a run saved.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "layers/model_config.h"
+
+namespace fathom {
+
+struct Recipe {
+  struct Data {
+    std::string tokenizer = "bytes";  // "bytes" or a tokenizer file
+    std::vector<std::string> train;   // required, non-empty
+    std::map<std::string, std::vector<std::string>> validation;  // domain -> files (sorted by domain); may be empty
+    std::string documents = "lines";  // "lines" | "files": how a text file splits into documents
+    bool operator==(const Data&) const = default;
+  };
+  struct Optimizer {  // AdamW
+    double lr = 0;    // required, > 0
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+    double clip = 1.0;  // max global grad norm; 0 disables clipping
+    bool operator==(const Optimizer&) const = default;
+  };
+  struct Schedule {
+    std::string type = "cosine";  // "cosine" | "linear" | "constant"
+    int64_t warmup_steps = 0;
+    double final_lr_fraction = 0.1;  // the lr at the last step, as a fraction of optimizer.lr
+    bool operator==(const Schedule&) const = default;
+  };
+  struct Train {
+    std::string device = "auto";  // "auto" | "cpu" | "cuda"
+    uint64_t seed = 1234;
+    int64_t batch_size = 0;  // sequences per micro-batch; required
+    int64_t grad_accum = 1;  // micro-batches per optimizer step
+    int64_t seq_len = 0;     // required, > 1
+    int64_t steps = 0;       // optimizer steps; always resolved (given, or derived from tokens)
+    int64_t tokens = 0;      // the token budget when the recipe gave `tokens` instead of `steps`; else 0
+    std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
+    int64_t threads = 0;             // CPU threads; 0 = all cores
+    double z_loss = 1e-5;
+    std::string recompute = "none";  // "none" | "block": activation recompute granularity
+    Optimizer optimizer;
+    Schedule schedule;
+
+    int64_t tokens_per_step() const { return batch_size * grad_accum * seq_len; }
+    bool operator==(const Train&) const = default;
+  };
+  struct Eval {
+    int64_t every = 0;    // steps between evaluations; 0 = only at the end
+    int64_t batches = 8;  // batches per validation domain
+    bool operator==(const Eval&) const = default;
+  };
+  struct Checkpoint {
+    int64_t every = 0;  // steps between checkpoints; 0 = only at the end
+    int64_t keep_last = 3;
+    bool operator==(const Checkpoint&) const = default;
+  };
+  struct Log {
+    int64_t every = 10;  // steps between progress lines
+    std::string dir;     // the run folder; defaults to "runs/<name>"
+    bool operator==(const Log&) const = default;
+  };
+
+  std::string name = "run";  // letters, digits, '.', '_', '-', '+'
+  std::string model_size;    // the `model.size` the model started from ("" if none)
+  ModelConfig model;
+  Data data;
+  Train train;
+  Eval eval;
+  Checkpoint checkpoint;
+  Log log;
+
+  bool operator==(const Recipe&) const = default;
+};
+
+// Reads and validates a recipe file. `overrides` are command-line `--set` strings "a.b=value"
+// (value: a YAML scalar, flow list or flow mapping), applied over the file's values before
+// validation; the last one for a key wins, and overriding train.steps drops the file's
+// train.tokens (and the other way round). Every problem throws fathom::Error whose message()
+// names the place ("recipe.yaml:12:3" or "--set a.b=value"), the full key path and what is wrong,
+// with a "did you mean" suggestion for unknown keys.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from YAML text; `source_name` stands for the file in messages.
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// The fully resolved recipe, every field explicit, in schema order; parse_recipe() of it gives back
+// an equal Recipe. Saved with every run.
+std::string recipe_to_yaml(const Recipe& recipe);
+
+}  // namespace fathom
