@@ -29,10 +29,10 @@ std::ifstream open_text_file(const std::string& path) {
 }  // namespace
 
 DocumentSplit parse_document_split(const std::string& name) {
-  if (name == "line") return DocumentSplit::per_line;
-  if (name == "file") return DocumentSplit::whole_file;
+  if (name == "lines") return DocumentSplit::per_line;
+  if (name == "files") return DocumentSplit::whole_file;
   FATHOM_FAIL("unknown document split '", name,
-              "' (known: line = one document per line, file = one document per file)");
+              "' (known: lines = one document per line, files = one document per file)");
 }
 
 void for_each_document(const std::string& path, DocumentSplit split,

@@ -17,7 +17,7 @@ enum class DocumentSplit {
   whole_file,  // the file's full content is one document (unless it is blank)
 };
 
-// "line" or "file"; anything else is an error listing both.
+// "lines" or "files" (recipe key data.documents); anything else is an error listing both.
 DocumentSplit parse_document_split(const std::string& name);
 
 // Calls `visit` for every document of a text file, streaming (a line at a time in per_line mode).

@@ -38,7 +38,7 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   FATHOM_CHECK(!recipe.data.validation.empty(), "the recipe has no data.validation domains to evaluate");
   const Device device = resolve_device(recipe.train.device);
   configure_threads(recipe.train.threads);
-  const std::filesystem::path dir = resolve_checkpoint_dir(checkpoint);
+  const std::filesystem::path dir = resolve_checkpoint(checkpoint);
   Decoder model(recipe.model);
   ParameterArena arena(model, device);
   arena.load(load_checkpoint(dir).model, (dir / "model.safetensors").string());

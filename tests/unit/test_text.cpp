@@ -88,8 +88,8 @@ TEST(TextReading, MissingUnreadableAndEmptyInputsAreErrors) {
 }
 
 TEST(TextReading, ParseDocumentSplit) {
-  EXPECT_EQ(parse_document_split("line"), DocumentSplit::per_line);
-  EXPECT_EQ(parse_document_split("file"), DocumentSplit::whole_file);
+  EXPECT_EQ(parse_document_split("lines"), DocumentSplit::per_line);
+  EXPECT_EQ(parse_document_split("files"), DocumentSplit::whole_file);
   const std::string message = error_of([] { parse_document_split("paragraph"); });
   EXPECT_NE(message.find("paragraph"), std::string::npos) << message;
   EXPECT_NE(message.find("line"), std::string::npos) << message;

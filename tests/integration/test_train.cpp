@@ -1,0 +1,212 @@
+// End-to-end runs of the trainer on the shipped corpus: loss falls, resume is bit-exact, a stop
+// request checkpoints, NaN stops the run, run folders are protected.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/evaluator.h"
+#include "train/recipe.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+#include "../unit/scratch_folder.h"
+
+using namespace fathom;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCorpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart";
+
+std::string tiny_recipe(const fs::path& run_dir, int steps) {
+  return "name: tiny\n"
+         "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
+         "data:\n"
+         "  tokenizer: bytes\n"
+         "  train: [" + kCorpus + "/train/sotu_2009-2019.txt]\n"
+         "  validation: {moby_dick: [" + kCorpus + "/validation/moby_dick.txt]}\n"
+         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " + std::to_string(steps) +
+         ", optimizer: {lr: 3.0e-3}, schedule: {warmup_steps: 2}}\n"
+         "eval: {every: 0, batches: 2}\n"
+         "checkpoint: {every: 3, keep_last: 10}\n"
+         "log: {every: 1, dir: " + run_dir.string() + "}\n";
+}
+
+Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::string>& overrides = {}) {
+  return parse_recipe(tiny_recipe(run_dir, steps), "tiny.yaml", overrides);
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<std::string> lines_of(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void expect_same_weights(const fs::path& a, const fs::path& b) {
+  const TensorMap wa = load_checkpoint(a).model, wb = load_checkpoint(b).model;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    ASSERT_EQ(wa[i].first, wb[i].first);
+    ASSERT_EQ(wa[i].second.to_vector<float>(), wb[i].second.to_vector<float>()) << wa[i].first;
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Train, LossFallsAndRunFolderIsComplete) {
+  testing::ScratchFolder dir;
+  const TrainResult r = run_training(recipe_for(dir / "run", 30, {"checkpoint.keep_last=2"}), quiet());
+  EXPECT_EQ(r.steps_done, 30);
+  EXPECT_FALSE(r.stopped_by_signal);
+  EXPECT_LT(r.last_loss, 4.0);  // from ln(264) = 5.58
+  ASSERT_TRUE(r.validation_loss.count("moby_dick"));
+  EXPECT_LT(r.validation_loss.at("moby_dick"), 4.5);
+  EXPECT_TRUE(fs::exists(dir / "run" / "recipe.yaml"));
+  const std::vector<std::string> metrics = lines_of(dir / "run" / "metrics.jsonl");
+  EXPECT_EQ(metrics.size(), 31u);  // 30 train lines + 1 eval
+  EXPECT_NE(metrics.front().find("\"step\":1"), std::string::npos) << metrics.front();
+  // keep_last = 2 of the checkpoints at 3, 6, ..., 30.
+  int folders = 0;
+  for (const auto& e : fs::directory_iterator(dir / "run" / "checkpoints")) folders += e.is_directory();
+  EXPECT_EQ(folders, 2);
+  EXPECT_EQ(latest_checkpoint(dir / "run")->filename(), "step_00000030");
+}
+
+TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
+  testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "straight", 7), quiet());
+
+  request_stop();  // as SIGINT would: the run finishes step 1, checkpoints and returns
+  const TrainResult stopped = run_training(recipe_for(dir / "resumed", 7), quiet());
+  clear_stop_request();
+  EXPECT_TRUE(stopped.stopped_by_signal);
+  EXPECT_EQ(stopped.steps_done, 1);
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  const TrainResult finished = run_training(recipe_for(dir / "resumed", 7), resume);
+  EXPECT_EQ(finished.steps_done, 7);
+  expect_same_weights(dir / "straight", dir / "resumed");
+  EXPECT_EQ(lines_of(dir / "straight" / "metrics.jsonl").size(), lines_of(dir / "resumed" / "metrics.jsonl").size());
+}
+
+TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
+  testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "a", 9), quiet());
+  // Resume a copy of the run from its step-3 checkpoint (as if it had crashed after step 3).
+  fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
+  fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
+  fs::remove_all(dir / "b" / "checkpoints" / "step_00000009");
+  std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  run_training(recipe_for(dir / "b", 9), resume);
+  expect_same_weights(dir / "a", dir / "b");
+  expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
+}
+
+TEST(Train, NonFiniteLossStopsWithTheStep) {
+  testing::ScratchFolder dir;
+  const std::string message = error_of([&] {
+    run_training(recipe_for(dir / "run", 20, {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0",
+                                              "train.schedule.warmup_steps=0"}),
+                 quiet());
+  });
+  EXPECT_NE(message.find("not finite at step"), std::string::npos) << message;
+}
+
+TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
+  testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "run", 3), quiet());
+  EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "run", 3), quiet()); }).find("--resume"), std::string::npos);
+  TrainOptions overwrite = quiet();
+  overwrite.overwrite = true;
+  EXPECT_EQ(run_training(recipe_for(dir / "run", 3), overwrite).steps_done, 3);
+
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "fresh", 3), resume); }).find("no checkpoint"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "fresh" / "checkpoints"));
+
+  const std::string small_vocab = error_of([&] { run_training(recipe_for(dir / "v", 3, {"model.vocab_size=200"}), quiet()); });
+  EXPECT_NE(small_vocab.find("model.vocab_size"), std::string::npos) << small_vocab;
+
+#ifndef FATHOM_WITH_CUDA
+  const std::string cuda = error_of([&] { run_training(recipe_for(dir / "c", 3, {"train.device=cuda"}), quiet()); });
+  EXPECT_NE(cuda.find("no GPU"), std::string::npos) << cuda;
+#endif
+}
+
+TEST(Train, EvalCommandReadsTheCheckpoint) {
+  testing::ScratchFolder dir;
+  const TrainResult r = run_training(recipe_for(dir / "run", 3), quiet());
+  std::ostringstream out;
+  run_evaluation(recipe_for(dir / "run", 3), (dir / "run").string(), out);
+  EXPECT_NE(out.str().find("moby_dick"), std::string::npos) << out.str();
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "loss %.4f", r.validation_loss.at("moby_dick"));
+  EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();
+}
+
+// The real binary: SIGINT mid-run writes a checkpoint and exits with status 0.
+TEST(TrainCli, SigintCheckpointsAndExitsCleanly) {
+  testing::ScratchFolder dir;
+  const fs::path recipe = dir / "tiny.yaml";
+  std::ofstream(recipe) << tiny_recipe(dir / "run", 100000);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    execl(FATHOM_BINARY, FATHOM_BINARY, "train", recipe.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until it has logged a few steps, then interrupt it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (lines_of(dir / "run" / "metrics.jsonl").size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(child, SIGINT);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const auto latest = latest_checkpoint(dir / "run");
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_GE(load_checkpoint(*latest).model.size(), 10u);
+}
+
+TEST(TrainCli, BadRecipeFailsWithTheKeyAndNoRunFolder) {
+  testing::ScratchFolder dir;
+  const fs::path recipe = dir / "bad.yaml";
+  std::ofstream(recipe) << tiny_recipe(dir / "run", 3) << "trian: {}\n";
+  const std::string command = std::string(FATHOM_BINARY) + " train " + recipe.string() + " 2> " + (dir / "err").string();
+  const int status = std::system(command.c_str());
+  EXPECT_NE(status, 0);
+  std::ifstream err(dir / "err");
+  const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("trian"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}

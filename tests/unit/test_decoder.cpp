@@ -1,0 +1,167 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+#include "kernels/elementwise.h"
+
+using namespace fathom;
+
+namespace {
+
+ModelConfig tiny_config(const std::string& norm = "post") {
+  ModelConfig c;
+  c.d_model = 24;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;  // G = 3
+  c.ffn_hidden = 40;
+  c.vocab_size = 37;
+  c.norm = norm;
+  return c;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(size_t(B * T));
+  uint32_t x = seed;
+  for (int32_t& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = int32_t((x >> 8) % uint32_t(vocab));
+  }
+  return Tensor::from_vector(ids, {B, T});
+}
+
+std::vector<std::string> names_of(const Module& m) {
+  std::vector<std::string> names;
+  for (const Parameter& p : m.parameters()) names.push_back(p.name);
+  return names;
+}
+
+}  // namespace
+
+TEST(Decoder, ParameterNamesAreHuggingFaceOlmo2Names) {
+  Decoder model(tiny_config());
+  const std::vector<std::string> names = names_of(model);
+  const std::set<std::string> got(names.begin(), names.end());
+  std::set<std::string> expected{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+                          "post_attention_layernorm", "post_feedforward_layernorm"})
+      expected.insert(p + n + ".weight");
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(names.size(), got.size()) << "duplicate parameter names";
+}
+
+TEST(Decoder, PreNormUsesLlamaNamesAndNoQkNormWhenOff) {
+  ModelConfig c = tiny_config("pre");
+  c.qk_norm = false;
+  Decoder model(c);
+  const std::vector<std::string> names = names_of(model);
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  EXPECT_TRUE(has("model.layers.1.input_layernorm.weight"));
+  EXPECT_TRUE(has("model.layers.1.post_attention_layernorm.weight"));
+  EXPECT_FALSE(has("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_FALSE(has("model.layers.0.self_attn.q_norm.weight"));
+}
+
+TEST(Decoder, ArenaMatchesParameterCountAndInitIsSeeded) {
+  const ModelConfig c = tiny_config();
+  Decoder model(c);
+  ParameterArena arena(model, Device::cpu());
+  EXPECT_EQ(arena.numel(), parameter_count(c));
+  arena.initialise(7);
+  const std::vector<float> first = arena.values().to_vector<float>();
+  arena.initialise(7);
+  EXPECT_EQ(arena.values().to_vector<float>(), first);
+  arena.initialise(8);
+  EXPECT_NE(arena.values().to_vector<float>(), first);
+
+  for (const ArenaEntry& e : arena.entries()) {
+    const std::vector<float> v = e.var.value().to_vector<float>();
+    if (e.name.find("norm") != std::string::npos) {
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 1.0f; })) << e.name;
+    } else {
+      const float max_abs = std::abs(*std::max_element(v.begin(), v.end(), [](float a, float b) {
+        return std::abs(a) < std::abs(b);
+      }));
+      EXPECT_LE(max_abs, 0.06f + 1e-6f) << e.name;  // truncated at 3 sigma of 0.02
+      EXPECT_GT(max_abs, 0.01f) << e.name;
+    }
+  }
+  // Embeddings form the only range without weight decay.
+  for (const ParameterArena::Range& r : arena.decay_ranges())
+    if (!r.weight_decay) EXPECT_EQ(r.end - r.begin, c.vocab_size * c.d_model);
+}
+
+TEST(Decoder, ForwardShapeAndCausality) {
+  const ModelConfig c = tiny_config();
+  Decoder model(c);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(3);
+  Tensor ids = random_ids(2, 9, c.vocab_size, 11);
+  const Tensor logits = model.forward(ids).value();
+  EXPECT_EQ(logits.shape(), Shape({2, 9, c.vocab_size}));
+  // Changing the last token must not change earlier positions' logits.
+  Tensor changed = ids.clone();
+  changed.data<int32_t>()[8] = (changed.data<int32_t>()[8] + 1) % int32_t(c.vocab_size);
+  const Tensor logits2 = model.forward(changed).value();
+  const float* a = logits.data<float>();
+  const float* b = logits2.data<float>();
+  for (int64_t t = 0; t < 8; ++t)
+    for (int64_t v = 0; v < c.vocab_size; ++v) ASSERT_EQ(a[t * c.vocab_size + v], b[t * c.vocab_size + v]);
+  bool last_differs = false;
+  for (int64_t v = 0; v < c.vocab_size; ++v) last_differs |= a[8 * c.vocab_size + v] != b[8 * c.vocab_size + v];
+  EXPECT_TRUE(last_differs);
+}
+
+TEST(Decoder, BadIdsAreClearErrors) {
+  const ModelConfig c = tiny_config();
+  Decoder model(c);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(3);
+  Tensor ids = random_ids(1, 4, c.vocab_size, 1);
+  ids.data<int32_t>()[2] = int32_t(c.vocab_size);
+  EXPECT_THROW(model.forward(ids), Error);
+  EXPECT_THROW(model.forward(random_ids(1, 4, c.vocab_size, 1).view({4})), Error);
+}
+
+// The smallest end-to-end check that forward, backward and AdamW fit together.
+class Overfit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Overfit, TinyModelMemorisesOneBatch) {
+  const ModelConfig c = tiny_config(GetParam());
+  Decoder model(c);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(5);
+  AdamW opt(arena, AdamWConfig{0.9, 0.95, 1e-8, 0.0});
+  const Tensor batch = random_ids(2, 17, c.vocab_size, 99);
+  const Tensor inputs = batch.view({34}).narrow(0, 33).clone();
+  std::vector<int32_t> in(32), tgt(32);
+  for (int i = 0; i < 32; ++i) {
+    in[size_t(i)] = inputs.data<int32_t>()[i];
+    tgt[size_t(i)] = inputs.data<int32_t>()[i + 1];
+  }
+  const Tensor x = Tensor::from_vector(in, {2, 16});
+  const Tensor y = Tensor::from_vector(tgt, {32});
+  double first = 0, last = 0;
+  for (int step = 0; step < 150; ++step) {
+    arena.zero_grad();
+    LossParts loss = cross_entropy(reshape(model.forward(x), {32, c.vocab_size}), y, 1e-5);
+    if (step == 0) first = loss.ce;
+    last = loss.ce;
+    backward(loss.loss);
+    opt.step(1e-2);
+  }
+  EXPECT_NEAR(first, std::log(double(c.vocab_size)), 0.3);
+  EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
+}
+
+INSTANTIATE_TEST_SUITE_P(Norms, Overfit, ::testing::Values("post", "pre"));
