@@ -20,4 +20,12 @@ void dispatch_float(const char* op, DType dtype, F&& f) {
   FATHOM_FAIL(op, ": the CPU reference computes in F32 or F64, got ", dtype_name(dtype));
 }
 
+// Runs f<I>() with I = int32_t or int64_t for an integer index tensor (token ids, targets, positions).
+template <typename F>
+void dispatch_index(const char* op, const char* what, DType dtype, F&& f) {
+  if (dtype == DType::i32) return f.template operator()<int32_t>();
+  if (dtype == DType::i64) return f.template operator()<int64_t>();
+  FATHOM_FAIL(op, ": ", what, " must be I32 or I64, got ", dtype_name(dtype));
+}
+
 }  // namespace fathom

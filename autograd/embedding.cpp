@@ -1,0 +1,37 @@
+// embedding: gathers table rows by token id; the gradient scatter-adds back into a table-sized tensor.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "kernels/embedding.h"
+
+namespace fathom {
+
+namespace {
+
+class EmbeddingNode final : public Node {
+ public:
+  EmbeddingNode(Tensor ids, Shape table_shape, DType dtype) : ids_(std::move(ids)), table_shape_(table_shape), dtype_(dtype) {}
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    Tensor grad_table = Tensor::zeros(table_shape_, dtype_, grad_output.device());
+    embedding_backward(ids_, grad_output, grad_table);
+    return {grad_table};
+  }
+  void release_saved() override { ids_ = Tensor(); }
+  const char* name() const override { return "embedding"; }
+
+ private:
+  Tensor ids_;
+  Shape table_shape_;
+  DType dtype_;
+};
+
+}  // namespace
+
+Variable embedding(const Tensor& ids, const Variable& table) {
+  FATHOM_CHECK(table.defined(), "embedding: undefined table");
+  Tensor y = embedding_forward(ids, table.value());
+  if (!any_requires_grad({table})) return Variable(std::move(y));
+  return record(std::move(y), std::make_shared<EmbeddingNode>(ids, table.shape(), table.dtype()), {table});
+}
+
+}  // namespace fathom

@@ -1,0 +1,52 @@
+// linear: y = x W^T over the last dim of x; leading dims are flattened into GEMM rows.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "kernels/matmul.h"
+
+namespace fathom {
+
+namespace {
+
+class LinearNode final : public Node {
+ public:
+  LinearNode(Tensor x2d, Tensor weight, Shape x_shape)
+      : x2d_(std::move(x2d)), weight_(std::move(weight)), x_shape_(x_shape) {}
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const Tensor dy = grad_output.view({grad_output.shape().rows(), grad_output.dim(-1)});
+    Tensor dx, dweight;
+    if (needs_input_grad(0)) dx = matmul(dy, false, weight_, false).view(x_shape_);  // dy W
+    if (needs_input_grad(1)) dweight = matmul(dy, true, x2d_, false);                // dy^T x
+    return {dx, dweight};
+  }
+  void release_saved() override {
+    x2d_ = Tensor();
+    weight_ = Tensor();
+  }
+  const char* name() const override { return "linear"; }
+
+ private:
+  Tensor x2d_;     // kept only when the weight needs a gradient
+  Tensor weight_;  // kept only when x needs a gradient
+  Shape x_shape_;
+};
+
+}  // namespace
+
+Variable linear(const Variable& x, const Variable& weight) {
+  FATHOM_CHECK(x.defined() && weight.defined(), "linear: undefined input");
+  FATHOM_CHECK(weight.value().rank() == 2, "linear: weight must be [out, in], got ", describe(weight.value()));
+  FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear: x ", describe(x.value()),
+               " must end in the weight's input width ", weight.dim(1), " (weight ", describe(weight.value()), ")");
+  const Shape& xs = x.shape();
+  const Tensor x2d = x.value().view({xs.rows(), xs.last()});
+  std::vector<int64_t> out_dims = xs.vec();
+  out_dims.back() = weight.dim(0);
+  Tensor y = matmul(x2d, false, weight.value(), true).view(Shape(out_dims));
+  if (!any_requires_grad({x, weight})) return Variable(std::move(y));
+  auto node = std::make_shared<LinearNode>(weight.requires_grad() ? x2d : Tensor(),
+                                           x.requires_grad() ? weight.value() : Tensor(), xs);
+  return record(std::move(y), std::move(node), {x, weight});
+}
+
+}  // namespace fathom

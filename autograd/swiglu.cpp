@@ -1,0 +1,37 @@
+// swiglu: silu(gate) * up, the gated activation of the OLMo2 feed-forward block.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "kernels/swiglu.h"
+
+namespace fathom {
+
+namespace {
+
+class SwigluNode final : public Node {
+ public:
+  SwigluNode(Tensor gate, Tensor up) : gate_(std::move(gate)), up_(std::move(up)) {}
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override {
+    SwigluGrads g = swiglu_backward(grad_output, gate_, up_);
+    return {needs_input_grad(0) ? g.dgate : Tensor(), needs_input_grad(1) ? g.dup : Tensor()};
+  }
+  void release_saved() override {
+    gate_ = Tensor();
+    up_ = Tensor();
+  }
+  const char* name() const override { return "swiglu"; }
+
+ private:
+  Tensor gate_, up_;
+};
+
+}  // namespace
+
+Variable swiglu(const Variable& gate, const Variable& up) {
+  FATHOM_CHECK(gate.defined() && up.defined(), "swiglu: undefined input");
+  Tensor y = swiglu_forward(gate.value(), up.value());
+  if (!any_requires_grad({gate, up})) return Variable(std::move(y));
+  return record(std::move(y), std::make_shared<SwigluNode>(gate.value(), up.value()), {gate, up});
+}
+
+}  // namespace fathom

@@ -1,0 +1,31 @@
+// AdamW update over flat buffers (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments.
+// Parameters without decay (embeddings, norms) are updated by a second call over their sub-range
+// with weight_decay = 0.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace fathom {
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based count of updates including this one, for the bias corrections
+};
+
+// For every element, with g the gradient:
+//   p -= lr * weight_decay * p
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+// param, grad, m, v: same element count and floating dtype (F32 master weights; F64 for tests).
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config);
+
+namespace cpu {
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config);
+}  // namespace cpu
+
+}  // namespace fathom

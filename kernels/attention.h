@@ -1,0 +1,30 @@
+// Causal grouped-query attention with materialised scores (the CPU reference; the MoDA kernels
+// extend it). q [B, T, Hq, d], k and v [B, T, Hk, d], Hq = G * Hk: query head h reads KV head h / G.
+#pragma once
+#include "core/tensor.h"
+
+namespace fathom {
+
+struct AttentionOutput {
+  Tensor o;    // [B, T, Hq, d]
+  Tensor lse;  // [B, Hq, T]: log-sum-exp over keys j <= t of the scaled scores q.k * scale
+};
+struct AttentionGrads {
+  Tensor dq;  // [B, T, Hq, d]
+  Tensor dk;  // [B, T, Hk, d], summed over the G query heads of each KV head
+  Tensor dv;  // [B, T, Hk, d], likewise
+};
+
+// o_t = sum_{j <= t} softmax_j(q_t . k_j * scale) v_j.
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// Recomputes the probabilities from q, k and lse; o is used for the softmax-backward row term.
+AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& o, const Tensor& lse, double scale);
+
+namespace cpu {
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& o, const Tensor& lse, double scale);
+}  // namespace cpu
+
+}  // namespace fathom

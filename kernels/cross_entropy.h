@@ -1,0 +1,35 @@
+// Softmax cross-entropy with z-loss over rows of logits:
+//   loss = mean over counted rows of (lse_i - logit_i[target_i]) + z_loss_weight * lse_i^2,
+// where lse_i = logsumexp(logits_i) and rows whose target equals ignore_index are not counted.
+// With no counted row the loss is 0 and so is its gradient.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace fathom {
+
+struct CrossEntropyOutput {
+  Tensor loss;  // one element (rank 0), logits' dtype
+  Tensor lse;   // [N], logits' dtype, for every row (ignored ones too)
+  double ce = 0;   // mean of lse - logit[target] over counted rows
+  double z = 0;    // z_loss_weight * mean of lse^2 over counted rows; loss = ce + z
+  int64_t counted = 0;
+};
+
+// logits [N, V] floating, targets (I32/I64) [N]. A target outside [0, V) other than ignore_index is
+// an error naming its row and value.
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                         int64_t ignore_index);
+// d loss / d logits [N, V], times grad_loss (one element).
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, double z_loss_weight, int64_t ignore_index);
+
+namespace cpu {
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                         int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, double z_loss_weight, int64_t ignore_index);
+}  // namespace cpu
+
+}  // namespace fathom

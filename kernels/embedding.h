@@ -1,0 +1,19 @@
+// Token embedding lookup: a gather of table rows, and its scatter-add gradient.
+#pragma once
+#include "core/tensor.h"
+
+namespace fathom {
+
+// ids (I32 or I64) [...] -> table [V, d] rows as [..., d]. An id outside [0, V) is an error naming
+// the id, its position and V.
+Tensor embedding_forward(const Tensor& ids, const Tensor& table);
+// grad_table [V, d] += the rows of grad_out [..., d] scattered by ids. Deterministic: every table
+// row sums its contributions in the order of the ids.
+void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
+
+namespace cpu {
+Tensor embedding_forward(const Tensor& ids, const Tensor& table);
+void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
+}  // namespace cpu
+
+}  // namespace fathom

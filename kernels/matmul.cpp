@@ -1,0 +1,39 @@
+#include "kernels/matmul.h"
+
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+namespace {
+int64_t rows_of(const Tensor& t, bool transpose) { return transpose ? t.dim(1) : t.dim(0); }
+int64_t cols_of(const Tensor& t, bool transpose) { return transpose ? t.dim(0) : t.dim(1); }
+}  // namespace
+
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
+            double beta) {
+  FATHOM_CHECK(a.defined() && b.defined() && c.defined(), "matmul: undefined operand");
+  FATHOM_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "matmul: operands must be 2-D, got a ",
+               describe(a), ", b ", describe(b), ", c ", describe(c));
+  FATHOM_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "matmul: dtypes differ: a ", describe(a), ", b ",
+               describe(b), ", c ", describe(c));
+  FATHOM_CHECK(is_floating(a.dtype()), "matmul: needs floating operands, got ", describe(a));
+  const int64_t m = rows_of(a, transpose_a), k = cols_of(a, transpose_a);
+  FATHOM_CHECK(rows_of(b, transpose_b) == k, "matmul: inner dimensions differ: op(a) is [", m, ", ", k, "] but op(b) is [",
+               rows_of(b, transpose_b), ", ", cols_of(b, transpose_b), "]");
+  const int64_t n = cols_of(b, transpose_b);
+  FATHOM_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: output ", describe(c), " should be [", m, ", ", n, "]");
+  FATHOM_CHECK(!c.shares_storage_with(a) && !c.shares_storage_with(b),
+               "matmul: the output must not share storage with an input");
+  if (common_device("matmul", {&a, &b, &c}).is_cpu()) return cpu::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
+  no_cuda_kernel("matmul");
+}
+
+Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
+  FATHOM_CHECK(a.defined() && b.defined() && a.rank() == 2 && b.rank() == 2, "matmul: operands must be 2-D, got a ",
+               describe(a), ", b ", describe(b));
+  Tensor c = Tensor::empty({rows_of(a, transpose_a), cols_of(b, transpose_b)}, a.dtype(), a.device());
+  matmul(a, transpose_a, b, transpose_b, c, 1.0, 0.0);
+  return c;
+}
+
+}  // namespace fathom

@@ -1,0 +1,20 @@
+// Dense 2-D matrix product: the GEMM behind every linear layer (callers flatten leading dims).
+#pragma once
+#include "core/tensor.h"
+
+namespace fathom {
+
+// c [M, N] = alpha * op(a) op(b) + beta * c, where op(x) = x^T when its flag is set. a, b, c are
+// 2-D, of one floating dtype, one device; c must not share storage with a or b. beta = 0
+// overwrites c: its old contents (even NaN) are ignored.
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha = 1.0,
+            double beta = 0.0);
+// op(a) op(b) into a new tensor.
+Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b);
+
+namespace cpu {
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
+            double beta);
+}  // namespace cpu
+
+}  // namespace fathom

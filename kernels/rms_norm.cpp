@@ -1,0 +1,39 @@
+#include "kernels/rms_norm.h"
+
+#include <cmath>
+
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+namespace {
+void check_x_weight(const char* op, const Tensor& x, const Tensor& weight) {
+  FATHOM_CHECK(x.defined() && weight.defined(), op, ": undefined input");
+  FATHOM_CHECK(x.rank() >= 1, op, ": x must have at least one dimension, got ", describe(x));
+  FATHOM_CHECK(weight.rank() == 1 && weight.dim(0) == x.dim(-1), op, ": weight ", describe(weight),
+               " must be [", x.dim(-1), "] to match the last dimension of x ", describe(x));
+  FATHOM_CHECK(x.dtype() == weight.dtype(), op, ": x ", describe(x), " and weight ", describe(weight),
+               " differ in dtype");
+}
+}  // namespace
+
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+  check_x_weight("rms_norm", x, weight);
+  FATHOM_CHECK(eps > 0 && std::isfinite(eps), "rms_norm: eps must be positive and finite, got ", eps);
+  if (common_device("rms_norm", {&x, &weight}).is_cpu()) return cpu::rms_norm_forward(x, weight, eps);
+  no_cuda_kernel("rms_norm");
+}
+
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+  check_x_weight("rms_norm_backward", x, weight);
+  FATHOM_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype(),
+               "rms_norm_backward: grad_y ", describe(grad_y), " does not match x ", describe(x));
+  FATHOM_CHECK(rstd.defined() && rstd.rank() == 1 && rstd.dim(0) == x.shape().rows() && rstd.dtype() == x.dtype(),
+               "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(x.dtype()), "[",
+               x.shape().rows(), "]");
+  if (common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}).is_cpu())
+    return cpu::rms_norm_backward(grad_y, x, weight, rstd);
+  no_cuda_kernel("rms_norm_backward");
+}
+
+}  // namespace fathom

@@ -1,0 +1,28 @@
+#include "kernels/swiglu.h"
+
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+namespace {
+void check_same(const char* op, const char* name, const Tensor& t, const Tensor& gate) {
+  FATHOM_CHECK(t.defined() && gate.defined(), op, ": undefined input");
+  FATHOM_CHECK(t.shape() == gate.shape() && t.dtype() == gate.dtype(), op, ": ", name, " ", describe(t),
+               " does not match gate ", describe(gate));
+}
+}  // namespace
+
+Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
+  check_same("swiglu", "up", up, gate);
+  if (common_device("swiglu", {&gate, &up}).is_cpu()) return cpu::swiglu_forward(gate, up);
+  no_cuda_kernel("swiglu");
+}
+
+SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up) {
+  check_same("swiglu_backward", "up", up, gate);
+  check_same("swiglu_backward", "grad_y", grad_y, gate);
+  if (common_device("swiglu_backward", {&grad_y, &gate, &up}).is_cpu()) return cpu::swiglu_backward(grad_y, gate, up);
+  no_cuda_kernel("swiglu_backward");
+}
+
+}  // namespace fathom

@@ -1,0 +1,94 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "kernels/rms_norm.h"
+#include "tests/unit/op_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+struct NaiveRmsNorm {
+  std::vector<double> y, dx, dw;
+};
+// y = x / sqrt(mean(x^2) + eps) * w; gradients of sum(g * y) written out by the quotient rule.
+NaiveRmsNorm naive_rms_norm(const Tensor& x, const Tensor& w, const Tensor& g, double eps) {
+  const std::vector<double> xv = values(x), wv = values(w), gv = values(g);
+  const int64_t n = w.numel(), rows = x.numel() / n;
+  NaiveRmsNorm out{std::vector<double>(xv.size()), std::vector<double>(xv.size()), std::vector<double>(size_t(n))};
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < n; ++i) ms += xv[r * n + i] * xv[r * n + i] / double(n);
+    const double rms = std::sqrt(ms + eps);
+    double dot = 0;  // sum_i g_i w_i x_i
+    for (int64_t i = 0; i < n; ++i) dot += gv[r * n + i] * wv[i] * xv[r * n + i];
+    for (int64_t i = 0; i < n; ++i) {
+      const double x_i = xv[r * n + i];
+      out.y[r * n + i] = x_i / rms * wv[i];
+      // d y_j / d x_i = w_j (delta_ij / rms - x_j x_i / (n rms^3))
+      out.dx[r * n + i] = gv[r * n + i] * wv[i] / rms - x_i * dot / (double(n) * rms * rms * rms);
+      out.dw[i] += gv[r * n + i] * x_i / rms;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(RmsNorm, MatchesNaiveFormulaAcrossRowBlocks) {
+  // 300 rows span several of the backward's 64-row reduction blocks, with a ragged tail.
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = random_tensor({3, 100, 24}, dt, 1, -2, 2);
+    Tensor w = random_tensor({24}, dt, 2, 0.5, 1.5);
+    Tensor g = random_tensor({3, 100, 24}, dt, 3);
+    const NaiveRmsNorm want = naive_rms_norm(x, w, g, 1e-6);
+    RmsNormOutput out = rms_norm_forward(x, w, 1e-6);
+    RmsNormGrads grads = rms_norm_backward(g, x, w, out.rstd);
+    const double tol = dt == DType::f32 ? 2e-5 : 1e-12;
+    expect_close(out.y, want.y, tol, tol, "y");
+    expect_close(grads.dx, want.dx, tol, tol, "dx");
+    expect_close(grads.dweight, want.dw, 10 * tol, tol, "dweight");
+    EXPECT_EQ(out.rstd.shape(), Shape({300}));
+  }
+}
+
+TEST(RmsNorm, GradcheckFullWidthAndPerHead) {
+  // Full-width (weight over H*d) and per-head (x [.., H, d], weight [d]) as QK-norm uses them.
+  auto f = [](const std::vector<Variable>& in) { return rms_norm(in[0], in[1], 1e-5); };
+  GradcheckResult full = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 4), random_tensor({15}, DType::f64, 5)});
+  EXPECT_TRUE(full.ok) << full.message;
+  GradcheckResult head = gradcheck(f, {random_tensor({2, 3, 5, 3}, DType::f64, 6), random_tensor({3}, DType::f64, 7)});
+  EXPECT_TRUE(head.ok) << head.message;
+}
+
+TEST(RmsNorm, F32AgreesWithF64) {
+  Tensor x = random_tensor({50, 128}, DType::f64, 8), w = random_tensor({128}, DType::f64, 9);
+  Tensor g = random_tensor({50, 128}, DType::f64, 10);
+  Variable x64(x, true), w64(w, true), x32(x.to(DType::f32), true), w32(w.to(DType::f32), true);
+  Variable y64 = rms_norm(x64, w64, 1e-6), y32 = rms_norm(x32, w32, 1e-6);
+  expect_close(y32.value(), y64.value(), 1e-5, 1e-5);
+  backward(y64, g);
+  backward(y32, g.to(DType::f32));
+  expect_close(x32.grad(), x64.grad(), 1e-5, 1e-5);
+  expect_close(w32.grad(), w64.grad(), 1e-4, 1e-5);
+}
+
+TEST(RmsNorm, StatisticsDoNotOverflowInF32) {
+  // Squares of 1e20 overflow float; the double accumulation keeps the row finite and unit-RMS.
+  Tensor x = Tensor::full({1, 8}, 1e20, DType::f32);
+  RmsNormOutput out = rms_norm_forward(x, Tensor::full({8}, 1.0, DType::f32), 1e-6);
+  expect_close(out.y, std::vector<double>(8, 1.0), 1e-6, 1e-6);
+}
+
+TEST(RmsNorm, BadInputsAreErrors) {
+  Variable x(random_tensor({4, 6}, DType::f32, 1));
+  expect_error([&] { rms_norm(x, Variable(random_tensor({5}, DType::f32, 2)), 1e-6); }, {"weight", "[6]"});
+  expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f64, 2)), 1e-6); }, {"dtype"});
+  expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f32, 2)), 0.0); }, {"eps"});
+  RmsNormOutput out = rms_norm_forward(x.value(), random_tensor({6}, DType::f32, 3), 1e-6);
+  expect_error([&] { rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd); },
+               {"grad_y"});
+}
