@@ -6,7 +6,7 @@
 
 namespace fathom {
 
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& c) {
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& c) {
   FATHOM_CHECK(param.defined() && grad.defined() && m.defined() && v.defined(), "adamw: undefined buffer");
   for (const Tensor* t : {&grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)})
     FATHOM_CHECK(t->numel() == param.numel() && t->dtype() == param.dtype(), "adamw: buffer ", describe(*t),

@@ -8,7 +8,7 @@
 
 namespace fathom {
 
-struct AdamWConfig {
+struct AdamWStep {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -22,10 +22,10 @@ struct AdamWConfig {
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
 // param, grad, m, v: same element count and floating dtype (F32 master weights; F64 for tests).
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config);
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
 
 namespace cpu {
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config);
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
 }  // namespace cpu
 
 }  // namespace fathom

@@ -26,7 +26,7 @@ Decoder::Decoder(const ModelConfig& config)
 Variable Decoder::forward(const Tensor& ids) const {
   FATHOM_CHECK(ids.rank() == 2, "decoder input ids must be [batch, seq], got ", describe(ids));
   const int64_t T = ids.dim(1);
-  std::vector<int32_t> pos(size_t(T));
+  std::vector<int32_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), 0);
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   Variable h = model_.embed_tokens.forward(ids);

@@ -6,7 +6,7 @@
 
 namespace fathom::cpu {
 
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& c) {
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& c) {
   dispatch_float("adamw", param.dtype(), [&]<typename T>() {
     T* p = param.data<T>();
     const T* g = grad.data<T>();

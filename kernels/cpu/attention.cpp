@@ -50,7 +50,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     const T sc = T(scale);
 #pragma omp parallel
     {
-      std::vector<T> scores(size_t(kRowBlock * dm.T));
+      ScratchVector<T> scores(size_t(kRowBlock * dm.T));
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < dm.B * dm.Hq; ++bh) {
         const int64_t b = bh / dm.Hq, h = bh % dm.Hq;
@@ -94,7 +94,7 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
     const int64_t qs = dm.Hq * dm.d, ks = dm.Hk * dm.d;
 #pragma omp parallel
     {
-      std::vector<T> probs(size_t(kRowBlock * dm.T)), dprobs(size_t(kRowBlock * dm.T));
+      ScratchVector<T> probs(size_t(kRowBlock * dm.T)), dprobs(size_t(kRowBlock * dm.T));
 #pragma omp for schedule(static)
       for (int64_t bk = 0; bk < dm.B * dm.Hk; ++bk) {
         const int64_t b = bk / dm.Hk, hk = bk % dm.Hk;

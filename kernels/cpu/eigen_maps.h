@@ -2,6 +2,7 @@
 // (GEMMs, and vectorised exp/log/sums over rows).
 #pragma once
 #include <Eigen/Core>
+#include <vector>
 
 namespace fathom::cpu {
 
@@ -17,6 +18,12 @@ template <typename T>
 using ArrayView = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstArrayView = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Scratch memory for data Eigen reduces over. Eigen's vectorised sums start at the first aligned
+// element, so the rounding of a sum depends on the buffer's address; malloc's 16-byte alignment
+// varies from run to run, which broke bit-exact resume. Aligned scratch keeps results reproducible.
+template <typename T>
+using ScratchVector = std::vector<T, Eigen::aligned_allocator<T>>;
 
 template <typename T>
 MatrixView<T> matrix_view(T* data, int64_t rows, int64_t cols, int64_t stride) {

@@ -1,6 +1,7 @@
 // End-to-end runs of the trainer on the shipped corpus: loss falls, resume is bit-exact, a stop
 // request checkpoints, NaN stops the run, run folders are protected.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,7 +78,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Train, LossFallsAndRunFolderIsComplete) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   const TrainResult r = run_training(recipe_for(dir / "run", 30, {"checkpoint.keep_last=2"}), quiet());
   EXPECT_EQ(r.steps_done, 30);
   EXPECT_FALSE(r.stopped_by_signal);
@@ -96,7 +97,7 @@ TEST(Train, LossFallsAndRunFolderIsComplete) {
 }
 
 TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "straight", 7), quiet());
 
   request_stop();  // as SIGINT would: the run finishes step 1, checkpoints and returns
@@ -113,7 +114,7 @@ TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
 }
 
 TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "a", 9), quiet());
   // Resume a copy of the run from its step-3 checkpoint (as if it had crashed after step 3).
   fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
@@ -128,7 +129,7 @@ TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
 }
 
 TEST(Train, NonFiniteLossStopsWithTheStep) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   const std::string message = error_of([&] {
     run_training(recipe_for(dir / "run", 20, {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0",
                                               "train.schedule.warmup_steps=0"}),
@@ -138,7 +139,7 @@ TEST(Train, NonFiniteLossStopsWithTheStep) {
 }
 
 TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "run", 3), quiet());
   EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "run", 3), quiet()); }).find("--resume"), std::string::npos);
   TrainOptions overwrite = quiet();
@@ -161,7 +162,7 @@ TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
 }
 
 TEST(Train, EvalCommandReadsTheCheckpoint) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   const TrainResult r = run_training(recipe_for(dir / "run", 3), quiet());
   std::ostringstream out;
   run_evaluation(recipe_for(dir / "run", 3), (dir / "run").string(), out);
@@ -173,7 +174,7 @@ TEST(Train, EvalCommandReadsTheCheckpoint) {
 
 // The real binary: SIGINT mid-run writes a checkpoint and exits with status 0.
 TEST(TrainCli, SigintCheckpointsAndExitsCleanly) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   const fs::path recipe = dir / "tiny.yaml";
   std::ofstream(recipe) << tiny_recipe(dir / "run", 100000);
   const pid_t child = fork();
@@ -199,7 +200,7 @@ TEST(TrainCli, SigintCheckpointsAndExitsCleanly) {
 }
 
 TEST(TrainCli, BadRecipeFailsWithTheKeyAndNoRunFolder) {
-  testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder dir;
   const fs::path recipe = dir / "bad.yaml";
   std::ofstream(recipe) << tiny_recipe(dir / "run", 3) << "trian: {}\n";
   const std::string command = std::string(FATHOM_BINARY) + " train " + recipe.string() + " 2> " + (dir / "err").string();

@@ -13,7 +13,7 @@ TEST(AdamW, MatchesNaiveOverSeveralSteps) {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor p = random_tensor({n}, dt, 1), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
     std::vector<double> pw = values(p), mw(size_t(n), 0.0), vw(size_t(n), 0.0);
-    AdamWConfig cfg{3e-3, 0.9, 0.95, 1e-8, 0.1, 1};
+    AdamWStep cfg{3e-3, 0.9, 0.95, 1e-8, 0.1, 1};
     for (int64_t step = 1; step <= 3; ++step) {
       cfg.step = step;
       Tensor g = random_tensor({n}, dt, 10 + uint64_t(step));

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "optim/schedule.h"
 
 using namespace fathom;
