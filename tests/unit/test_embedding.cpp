@@ -27,7 +27,7 @@ TEST(Embedding, ForwardGathersRows) {
 
 TEST(Embedding, BackwardScatterAddsRepeatedIds) {
   // Large enough that the backward runs on several threads; many repeats of few ids.
-  const int64_t vocab = 7, dim = 160, n = 600;
+  const int64_t vocab = 7, dim = 160, n = 6600;
   Tensor ids = random_ints({n}, vocab, 3);
   Tensor g = random_tensor({n, dim}, DType::f64, 4);
   Tensor dtable = random_tensor({vocab, dim}, DType::f64, 5);  // accumulates on top of existing values
