@@ -75,3 +75,12 @@ TEST(Embedding, BadShapesAndTypesAreErrors) {
   expect_error([&] { embedding_backward(random_ints({3}, 10, 3), random_tensor({3, 5}, DType::f32, 5), dtable); },
                {"grad_out"});
 }
+
+TEST(Embedding, BackwardUsesTheIdsOfTheForwardEvenIfTheBufferIsRefilled) {
+  Variable table(random_tensor({5, 2}, DType::f64, 1), true);
+  Tensor ids = Tensor::from_vector<int64_t>({1, 3}, {2});
+  Variable y = embedding(ids, table);
+  ids.data<int64_t>()[0] = 4;  // a loader writing the next batch into the same buffer
+  backward(y, Tensor::full({2, 2}, 1.0, DType::f64));
+  expect_close(table.grad(), {0, 0, 1, 1, 0, 0, 1, 1, 0, 0}, 0, 0);
+}
