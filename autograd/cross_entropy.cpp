@@ -38,7 +38,8 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
     parts.loss = Variable(std::move(out.loss));
     return parts;
   }
-  auto node = std::make_shared<CrossEntropyNode>(logits.value(), targets, std::move(out.lse), z_loss_weight,
+  // Targets are copied (they are small): a loader may refill its batch buffer before backward runs.
+  auto node = std::make_shared<CrossEntropyNode>(logits.value(), targets.clone(), std::move(out.lse), z_loss_weight,
                                                  ignore_index);
   parts.loss = record(std::move(out.loss), std::move(node), {logits});
   return parts;

@@ -31,7 +31,8 @@ Variable embedding(const Tensor& ids, const Variable& table) {
   FATHOM_CHECK(table.defined(), "embedding: undefined table");
   Tensor y = embedding_forward(ids, table.value());
   if (!any_requires_grad({table})) return Variable(std::move(y));
-  return record(std::move(y), std::make_shared<EmbeddingNode>(ids, table.shape(), table.dtype()), {table});
+  // The ids are copied (they are small): a loader may refill its batch buffer before backward runs.
+  return record(std::move(y), std::make_shared<EmbeddingNode>(ids.clone(), table.shape(), table.dtype()), {table});
 }
 
 }  // namespace fathom

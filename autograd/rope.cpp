@@ -28,7 +28,8 @@ Variable rope(const Variable& x, const Tensor& positions, double theta) {
   FATHOM_CHECK(x.defined(), "rope: undefined input");
   Tensor y = rope_forward(x.value(), positions, theta);
   if (!any_requires_grad({x})) return Variable(std::move(y));
-  return record(std::move(y), std::make_shared<RopeNode>(positions, theta), {x});
+  // Positions are copied (they are small), so the caller may reuse its buffer before backward runs.
+  return record(std::move(y), std::make_shared<RopeNode>(positions.clone(), theta), {x});
 }
 
 }  // namespace fathom

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/adamw.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 
 namespace fathom::cpu {
@@ -19,7 +20,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
     const T b1 = T(c.beta1), b2 = T(c.beta2), one_b1 = T(1.0 - c.beta1), one_b2 = T(1.0 - c.beta2);
     const T step = T(c.lr / bc1), inv_bc2 = T(1.0 / bc2), eps = T(c.eps);
     const int64_t n = param.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) {
       const T gi = g[i];
       const T mi = b1 * mp[i] + one_b1 * gi;

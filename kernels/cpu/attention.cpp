@@ -7,6 +7,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cpu/eigen_maps.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 
 namespace fathom::cpu {
@@ -34,6 +35,7 @@ struct Dims {
       : B(q.dim(0)), T(q.dim(1)), Hq(q.dim(2)), Hk(k.dim(2)), G(q.dim(2) / k.dim(2)), d(q.dim(3)) {}
   int64_t q_head(int64_t b, int64_t h) const { return (b * T * Hq + h) * d; }
   int64_t kv_head(int64_t b, int64_t h) const { return (b * T * Hk + h) * d; }
+  int64_t score_work() const { return B * Hq * T * T * d; }  // multiply-adds of all q.k products
 };
 
 }  // namespace
@@ -48,7 +50,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     T* op = out.o.data<T>();
     T* lp = out.lse.data<T>();
     const T sc = T(scale);
-#pragma omp parallel
+#pragma omp parallel if (dm.score_work() > kMinParallelWork)
     {
       ScratchVector<T> scores(size_t(kRowBlock * dm.T));
 #pragma omp for schedule(static)
@@ -92,7 +94,7 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
     T* dvp = grads.dv.data<T>();
     const T sc = T(scale);
     const int64_t qs = dm.Hq * dm.d, ks = dm.Hk * dm.d;
-#pragma omp parallel
+#pragma omp parallel if (dm.score_work() > kMinParallelWork)
     {
       ScratchVector<T> probs(size_t(kRowBlock * dm.T)), dprobs(size_t(kRowBlock * dm.T));
 #pragma omp for schedule(static)

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/eigen_maps.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 
 namespace fathom::cpu {
@@ -43,7 +44,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
   dispatch_float("cross_entropy", logits.dtype(), [&]<typename T>() {
     const T* x = logits.data<T>();
     T* lse = out.lse.data<T>();
-#pragma omp parallel for schedule(static) if (N * V > 32768)
+#pragma omp parallel for schedule(static) if (N * V > kMinParallelWork)
     for (int64_t i = 0; i < N; ++i) {
       const ConstArrayView<T> row(x + i * V, V);
       const T max = row.maxCoeff();
@@ -78,7 +79,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     const T* x = logits.data<T>();
     const T* l = lse.data<T>();
     T* d = grad.data<T>();
-#pragma omp parallel for schedule(static) if (N * V > 32768)
+#pragma omp parallel for schedule(static) if (N * V > kMinParallelWork)
     for (int64_t i = 0; i < N; ++i) {
       ArrayView<T> out_row(d + i * V, V);
       if (target[i] == ignore_index) {

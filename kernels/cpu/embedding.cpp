@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/embedding.h"
 
@@ -29,7 +30,7 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   dispatch_index("embedding", "ids", ids.dtype(), [&]<typename I>() {
     const I* id = ids.data<I>();
     check_range(id, n, vocab, "embedding");
-#pragma omp parallel for schedule(static) if (n * dim > 65536)
+#pragma omp parallel for schedule(static) if (n * dim > kMinParallelElements)
     for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row_bytes, src + int64_t(id[i]) * row_bytes, row_bytes);
   });
   return out;
@@ -45,7 +46,7 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
       T* dt = grad_table.data<T>();
       constexpr int64_t kColumns = 32;  // columns per task: a cache-friendly slice of each row
       const int64_t tasks = (dim + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static) if (n * dim > 65536)
+#pragma omp parallel for schedule(static) if (n * dim > kMinParallelElements)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t c0 = task * kColumns, c1 = std::min(dim, c0 + kColumns);
         for (int64_t i = 0; i < n; ++i) {

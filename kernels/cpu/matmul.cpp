@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/eigen_maps.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 
@@ -13,8 +14,6 @@ namespace fathom::cpu {
 
 namespace {
 
-// Below this many multiply-adds a product is not worth a parallel region.
-constexpr int64_t kParallelWork = int64_t(1) << 18;
 // Longest output slab per task: small enough that it stays in L2 while Eigen fills it.
 constexpr int64_t kMaxSlab = 256;
 
@@ -33,7 +32,7 @@ template <typename T, typename OpA, typename OpB>
 void gemm(MatrixView<T>& c, const OpA& a, const OpB& b, T alpha, T beta) {
   const int64_t m = c.rows(), n = c.cols(), k = a.cols();
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads == 1 || m * n * k < kParallelWork) return multiply_into<T>(c, a, b, alpha, beta);
+  if (threads == 1 || m * n * k < kMinParallelWork) return multiply_into<T>(c, a, b, alpha, beta);
   const bool split_rows = m >= n;
   const int64_t extent = split_rows ? m : n;
   // A multiple of the thread count, so the static schedule is balanced; slabs in whole SIMD panels.

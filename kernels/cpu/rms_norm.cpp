@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/rms_norm.h"
 
@@ -17,7 +18,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     const T* w = weight.data<T>();
     T* y = out.y.data<T>();
     T* rs = out.rstd.data<T>();
-#pragma omp parallel for schedule(static) if (rows * n > 32768)
+#pragma omp parallel for schedule(static) if (rows * n > kMinParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * n;
       double sq = 0;
@@ -44,7 +45,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
     constexpr int64_t kBlockRows = 64;
     const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
     std::vector<double> partial(size_t(std::max<int64_t>(blocks, 1) * n), 0.0);
-#pragma omp parallel for schedule(static) if (rows * n > 32768)
+#pragma omp parallel for schedule(static) if (rows * n > kMinParallelElements)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       double* dw = partial.data() + blk * n;
       for (int64_t r = blk * kBlockRows, r1 = std::min(rows, r + kBlockRows); r < r1; ++r) {

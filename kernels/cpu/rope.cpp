@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/rope.h"
 
@@ -27,7 +28,7 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, bool 
     const int64_t n_pos = int64_t(pos.size());
     std::vector<T> cos_table(size_t(n_pos * half)), sin_table(size_t(n_pos * half));
     const double sign = inverse ? -1.0 : 1.0;
-#pragma omp parallel for schedule(static) if (n_pos * half > 8192)
+#pragma omp parallel for schedule(static) if (n_pos * half > kMinParallelWork)
     for (int64_t p = 0; p < n_pos; ++p)
       for (int64_t i = 0; i < half; ++i) {
         const double angle = double(pos[p]) * inv_freq[i];
@@ -36,7 +37,7 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, bool 
       }
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-#pragma omp parallel for schedule(static) if (x.numel() > 32768)
+#pragma omp parallel for schedule(static) if (x.numel() > kMinParallelElements)
     for (int64_t bt = 0; bt < B * seq; ++bt) {
       const int64_t p = per_row ? bt : bt % seq;
       const T* c = cos_table.data() + p * half;

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/eigen_maps.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/swiglu.h"
 
@@ -14,7 +15,7 @@ constexpr int64_t kChunk = 4096;
 template <typename F>
 void for_chunks(int64_t n, F&& f) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 4)
+#pragma omp parallel for schedule(static) if (n > kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 }  // namespace

@@ -9,7 +9,7 @@ using namespace fathom;
 using namespace fathom::test;
 
 TEST(AdamW, MatchesNaiveOverSeveralSteps) {
-  const int64_t n = 100003;  // parallel path plus an odd tail
+  const int64_t n = 300007;  // parallel path plus an odd tail
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor p = random_tensor({n}, dt, 1), m = Tensor::zeros({n}, dt), v = Tensor::zeros({n}, dt);
     std::vector<double> pw = values(p), mw(size_t(n), 0.0), vw(size_t(n), 0.0);

@@ -27,7 +27,7 @@ TEST(Embedding, ForwardGathersRows) {
 
 TEST(Embedding, BackwardScatterAddsRepeatedIds) {
   // Large enough that the backward runs on several threads; many repeats of few ids.
-  const int64_t vocab = 7, dim = 160, n = 600;
+  const int64_t vocab = 7, dim = 160, n = 6600;
   Tensor ids = random_ints({n}, vocab, 3);
   Tensor g = random_tensor({n, dim}, DType::f64, 4);
   Tensor dtable = random_tensor({vocab, dim}, DType::f64, 5);  // accumulates on top of existing values
@@ -74,4 +74,13 @@ TEST(Embedding, BadShapesAndTypesAreErrors) {
   Tensor dtable = Tensor::zeros({10, 4}, DType::f32);
   expect_error([&] { embedding_backward(random_ints({3}, 10, 3), random_tensor({3, 5}, DType::f32, 5), dtable); },
                {"grad_out"});
+}
+
+TEST(Embedding, BackwardUsesTheIdsOfTheForwardEvenIfTheBufferIsRefilled) {
+  Variable table(random_tensor({5, 2}, DType::f64, 1), true);
+  Tensor ids = Tensor::from_vector<int64_t>({1, 3}, {2});
+  Variable y = embedding(ids, table);
+  ids.data<int64_t>()[0] = 4;  // a loader writing the next batch into the same buffer
+  backward(y, Tensor::full({2, 2}, 1.0, DType::f64));
+  expect_close(table.grad(), {0, 0, 1, 1, 0, 0, 1, 1, 0, 0}, 0, 0);
 }

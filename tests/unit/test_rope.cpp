@@ -32,17 +32,19 @@ std::vector<double> naive_rope(const Tensor& x, const std::vector<int64_t>& pos,
 }  // namespace
 
 TEST(Rope, MatchesNaiveFormulaForSharedAndPerRowPositions) {
-  for (DType dt : {DType::f32, DType::f64}) {
-    Tensor x = random_tensor({2, 9, 3, 10}, dt, 1);
-    Tensor shared = random_ints({9}, 4096, 2);
-    Tensor per_row = random_ints({2, 9}, 4096, 3, DType::i32);
-    const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
-    expect_close(rope_forward(x, shared, 500000.0), naive_rope(x, shared.to_vector<int64_t>(), false, 500000.0), tol,
-                 tol, "shared positions");
-    const std::vector<int32_t> p32 = per_row.to_vector<int32_t>();
-    expect_close(rope_forward(x, per_row, 10000.0), naive_rope(x, {p32.begin(), p32.end()}, true, 10000.0), tol, tol,
-                 "per-row positions");
-  }
+  // Small, and large enough (> 1M elements) for the multi-threaded path.
+  for (Shape shape : {Shape{2, 9, 3, 10}, Shape{4, 300, 9, 100}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = random_tensor(shape, dt, 1);
+      Tensor shared = random_ints({shape[1]}, 4096, 2);
+      Tensor per_row = random_ints({shape[0], shape[1]}, 4096, 3, DType::i32);
+      const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+      expect_close(rope_forward(x, shared, 500000.0), naive_rope(x, shared.to_vector<int64_t>(), false, 500000.0),
+                   tol, tol, "shared positions");
+      const std::vector<int32_t> p32 = per_row.to_vector<int32_t>();
+      expect_close(rope_forward(x, per_row, 10000.0), naive_rope(x, {p32.begin(), p32.end()}, true, 10000.0), tol,
+                   tol, "per-row positions");
+    }
 }
 
 TEST(Rope, HeadDimTwoRotatesByThePosition) {
