@@ -26,15 +26,21 @@ class CpuAllocator final : public Allocator {
     const size_t size = block_size(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      stats_.current += size;
+      stats_.peak = std::max(stats_.peak, stats_.current);
       auto it = cache_.find(size);
       if (it != cache_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_bytes_ -= size;
+        stats_.cached -= size;
         return p;
       }
     }
     void* p = std::aligned_alloc(64, size);  // 64 bytes: AVX-512 loads and cache lines
+    if (p == nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.current -= size;
+    }
     FATHOM_CHECK(p != nullptr, "out of host memory: could not allocate ", bytes, " bytes");
     return p;
   }
@@ -42,9 +48,10 @@ class CpuAllocator final : public Allocator {
     const size_t size = block_size(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (size >= kCacheFrom && cached_bytes_ + size <= kCacheLimit) {
+      stats_.current -= size;
+      if (size >= kCacheFrom && stats_.cached + size <= kCacheLimit) {
         cache_[size].push_back(ptr);
-        cached_bytes_ += size;
+        stats_.cached += size;
         return;
       }
     }
@@ -58,6 +65,14 @@ class CpuAllocator final : public Allocator {
   void fill_zero(void* ptr, size_t bytes, Device) override {
     if (bytes) std::memset(ptr, 0, bytes);
   }
+  MemoryStats stats(Device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_peak(Device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak = stats_.current;
+  }
 
  private:
   static constexpr size_t kCacheFrom = size_t(64) << 10;  // malloc serves small blocks well itself
@@ -69,7 +84,7 @@ class CpuAllocator final : public Allocator {
   }
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> cache_;
-  size_t cached_bytes_ = 0;
+  MemoryStats stats_;
 };
 
 CpuAllocator cpu_allocator;

@@ -8,6 +8,14 @@
 
 namespace fathom {
 
+// Bytes held by live tensors on one device (current and its high-water mark), and bytes a caching
+// allocator keeps for reuse.
+struct MemoryStats {
+  size_t current = 0;
+  size_t peak = 0;
+  size_t cached = 0;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -16,6 +24,8 @@ class Allocator {
   // Copies between any two devices this allocator's backend can reach.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes, Device device) = 0;
+  virtual MemoryStats stats(Device device) = 0;
+  virtual void reset_peak(Device device) = 0;
 };
 
 // The allocator for a device kind; throws a clear error when that backend is not built.

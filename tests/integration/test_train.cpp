@@ -128,6 +128,21 @@ TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
   expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
 }
 
+// Two micro-batches of 2 sequences see the same windows as one batch of 4: same update up to rounding.
+TEST(Train, GradientAccumulationMatchesTheLargerBatch) {
+  fathom::testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "big", 3), quiet());
+  run_training(recipe_for(dir / "accum", 3, {"train.batch_size=2", "train.grad_accum=2"}), quiet());
+  const TensorMap big = load_checkpoint(dir / "big").model, accum = load_checkpoint(dir / "accum").model;
+  ASSERT_EQ(big.size(), accum.size());
+  for (size_t i = 0; i < big.size(); ++i) {
+    const std::vector<float> a = big[i].second.to_vector<float>(), b = accum[i].second.to_vector<float>();
+    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-5) << big[i].first << "[" << j << "]";
+  }
+  const std::vector<std::string> a = lines_of(dir / "big" / "metrics.jsonl"), b = lines_of(dir / "accum" / "metrics.jsonl");
+  EXPECT_EQ(a.size(), b.size());
+}
+
 TEST(Train, NonFiniteLossStopsWithTheStep) {
   fathom::testing::ScratchFolder dir;
   const std::string message = error_of([&] {

@@ -1,7 +1,6 @@
 // The backward engine with real ops: gradients of values used more than once add up, and each node
 // frees what it saved as soon as it has run.
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include "autograd/engine.h"
 #include "autograd/node.h"
@@ -75,10 +74,7 @@ class CountingNode final : public Node {
   int* releases_;
 };
 
-size_t live_heap_bytes() {
-  const struct mallinfo2 info = mallinfo2();
-  return info.uordblks + info.hblkhd;
-}
+size_t live_tensor_bytes() { return allocator_for(Device::cpu()).stats(Device::cpu()).current; }
 }  // namespace
 
 TEST(Engine, EveryNodeReleasesItsSavedTensorsOnce) {
@@ -100,9 +96,9 @@ TEST(Engine, BackwardFreesActivationsSavedByOps) {
   Variable w3(random_tensor({8, wide}, DType::f64, 17), true);
   Variable y = linear(swiglu(linear(x, w1), linear(x, w2)), w3);
   const size_t activation_bytes = 3 * size_t(n * wide) * sizeof(double);
-  const size_t before = live_heap_bytes();
+  const size_t before = live_tensor_bytes();
   backward(y, random_tensor({n, 8}, DType::f64, 18));
-  const size_t after = live_heap_bytes();
+  const size_t after = live_tensor_bytes();
   // y still holds the graph, so only release_saved can have freed the activations; the new leaf
   // gradients are small.
   EXPECT_LT(after + activation_bytes * 9 / 10, before) << "before " << before << " after " << after;

@@ -65,3 +65,23 @@ TEST(Random, TruncatedNormalStatistics) {
   fill_truncated_normal(again, gen2, 0.02, 3.0);
   EXPECT_EQ(t.to_vector<float>(), again.to_vector<float>());
 }
+
+TEST(Allocator, CountsLiveBytesAndPeakAndReusesBlocks) {
+  Allocator& host = allocator_for(Device::cpu());
+  host.reset_peak(Device::cpu());
+  const MemoryStats start = host.stats(Device::cpu());
+  const void* first_address = nullptr;
+  {
+    Tensor big = Tensor::empty({1 << 18}, DType::f32);  // 1 MiB
+    first_address = big.raw();
+    const MemoryStats live = host.stats(Device::cpu());
+    EXPECT_EQ(live.current, start.current + (size_t(1) << 20));
+    EXPECT_GE(live.peak, live.current);
+  }
+  const MemoryStats after = host.stats(Device::cpu());
+  EXPECT_EQ(after.current, start.current);
+  EXPECT_GE(after.peak, start.current + (size_t(1) << 20));
+  EXPECT_GE(after.cached, size_t(1) << 20);
+  Tensor again = Tensor::empty({1 << 18}, DType::f32);
+  EXPECT_EQ(again.raw(), first_address) << "a freed block of the same size is reused";
+}
