@@ -1,0 +1,23 @@
+#include <iostream>
+#include <memory>
+
+#include "train/commands.h"
+#include "train/evaluator.h"
+#include "train/recipe.h"
+
+namespace fathom {
+
+void add_eval_command(CLI::App& app) {
+  struct Args {
+    std::string recipe, checkpoint;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a checkpoint on the recipe's validation domains");
+  cmd->add_option("recipe", args->recipe, "Recipe file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint folder, or a run folder (uses its latest)")->required();
+  cmd->add_option("--set", args->overrides, "Override a recipe value (repeatable)");
+  cmd->callback([args] { run_evaluation(load_recipe(args->recipe, args->overrides), args->checkpoint, std::cout); });
+}
+
+}  // namespace fathom

@@ -1,0 +1,29 @@
+#include <iostream>
+#include <memory>
+
+#include "train/commands.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+namespace fathom {
+
+void add_train_command(CLI::App& app) {
+  struct Args {
+    std::string recipe;
+    std::vector<std::string> overrides;
+    TrainOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model from a YAML recipe");
+  cmd->add_option("recipe", args->recipe, "Recipe file (see recipes/)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.steps=100 (repeatable)");
+  cmd->add_flag("--resume", args->options.resume, "Continue from the run folder's latest checkpoint");
+  cmd->add_flag("--overwrite", args->options.overwrite, "Delete an existing run folder and start again");
+  cmd->callback([args] {
+    const TrainResult result = run_training(load_recipe(args->recipe, args->overrides), args->options);
+    std::cout << (result.stopped_by_signal ? "stopped" : "done") << " at step " << result.steps_done
+              << "; run folder " << result.run_dir.string() << "\n";
+  });
+}
+
+}  // namespace fathom
