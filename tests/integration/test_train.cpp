@@ -17,10 +17,11 @@
 #include "train/recipe.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
-#include "../unit/scratch_folder.h"
+#include "../unit/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
+using fathom::testing::error_of;
 
 namespace {
 
@@ -64,15 +65,6 @@ void expect_same_weights(const fs::path& a, const fs::path& b) {
     ASSERT_EQ(wa[i].first, wb[i].first);
     ASSERT_EQ(wa[i].second.to_vector<float>(), wb[i].second.to_vector<float>()) << wa[i].first;
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
 }
 
 }  // namespace

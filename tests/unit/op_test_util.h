@@ -10,6 +10,7 @@
 #include "core/philox.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "tests/unit/test_support.h"
 
 namespace fathom::test {
 
@@ -50,16 +51,6 @@ inline void expect_close(const Tensor& got, const Tensor& want, double atol, dou
   expect_close(got, values(want), atol, rtol, what);
 }
 
-// f() throws fathom::Error whose message contains every one of `fragments`.
-template <typename F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a fathom::Error containing \"" << (fragments.empty() ? "" : fragments[0]) << "\"";
-  } catch (const Error& e) {
-    for (const std::string& s : fragments)
-      EXPECT_NE(e.message().find(s), std::string::npos) << "message \"" << e.message() << "\" lacks \"" << s << "\"";
-  }
-}
+using fathom::testing::expect_error;
 
 }  // namespace fathom::test

@@ -7,10 +7,11 @@
 #include <random>
 
 #include "core/file_io.h"
-#include "scratch_folder.h"
+#include "test_support.h"
 #include "train/checkpoint.h"
 
 using namespace fathom;
+using fathom::testing::expect_error;
 using fathom::testing::read_bytes;
 using fathom::testing::ScratchFolder;
 using fathom::testing::write_bytes;
@@ -78,17 +79,6 @@ pid_t dead_pid() {
   if (child == 0) ::_exit(0);
   ::waitpid(child, nullptr, 0);
   return child;
-}
-
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a fathom::Error";
-  } catch (const Error& e) {
-    for (const auto& fragment : fragments)
-      EXPECT_NE(e.message().find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.message();
-  }
 }
 
 }  // namespace

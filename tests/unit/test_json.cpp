@@ -7,24 +7,10 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "test_support.h"
 
 using namespace fathom;
-
-namespace {
-
-// Runs `fn`, expects a fathom::Error whose message contains every fragment.
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a fathom::Error";
-  } catch (const Error& e) {
-    for (const auto& fragment : fragments)
-      EXPECT_NE(e.message().find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.message();
-  }
-}
-
-}  // namespace
+using fathom::testing::expect_error;
 
 TEST(Json, QuoteEscapesQuotesBackslashesAndControlCharacters) {
   EXPECT_EQ(json_quote("plain"), "\"plain\"");

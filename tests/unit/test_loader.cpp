@@ -17,7 +17,7 @@
 using namespace fathom;
 using fathom::testing::error_of;
 using fathom::testing::random_tokens;
-using fathom::testing::ScratchDir;
+using fathom::testing::ScratchFolder;
 
 namespace {
 
@@ -203,7 +203,7 @@ TEST(TokenLoader, BadArgumentsAreClearErrors) {
 }
 
 TEST(TokenLoader, ShardsReadAsOneStream) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::vector<uint32_t> tokens = random_tokens(2500, 70000, 39);  // uint32 shards
   const std::vector<size_t> cuts = {0, 700, 700, 1900, 2500};           // includes an empty shard
   std::vector<std::string> paths;
@@ -280,7 +280,7 @@ TEST(QuickstartCorpus, TokenizedIntoAShardTheLoaderReads) {
   const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/validation/moby_dick.txt";
   const std::unique_ptr<Tokenizer> tok = make_tokenizer("bytes");
   const std::vector<uint32_t> tokens = tokenize_text_files({corpus}, DocumentSplit::whole_file, *tok);
-  ScratchDir dir;
+  ScratchFolder dir;
   write_shard(dir.file("val.bin"), tokens, tok->vocab_size());
   auto source = std::make_shared<ShardTokenSource>(std::vector<std::string>{dir.file("val.bin")});
   ASSERT_EQ(source->size(), tokens.size());

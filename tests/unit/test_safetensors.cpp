@@ -5,9 +5,10 @@
 
 #include "core/json.h"
 #include "core/safetensors.h"
-#include "scratch_folder.h"
+#include "test_support.h"
 
 using namespace fathom;
+using fathom::testing::expect_error;
 using fathom::testing::read_bytes;
 using fathom::testing::ScratchFolder;
 using fathom::testing::write_bytes;
@@ -36,17 +37,6 @@ std::string le64(uint64_t v) {
 
 // A file from a header text and a data section.
 std::string file_bytes(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
-
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a fathom::Error";
-  } catch (const Error& e) {
-    for (const auto& fragment : fragments)
-      EXPECT_NE(e.message().find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.message();
-  }
-}
 
 }  // namespace
 

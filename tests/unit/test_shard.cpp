@@ -12,7 +12,7 @@ using namespace fathom;
 using fathom::testing::error_of;
 using fathom::testing::random_tokens;
 using fathom::testing::read_bytes;
-using fathom::testing::ScratchDir;
+using fathom::testing::ScratchFolder;
 using fathom::testing::write_bytes;
 
 namespace {
@@ -43,7 +43,7 @@ TEST(Crc32, KnownAnswer) {
 }
 
 TEST(TokenShard, RoundTripUint16) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("small.bin");
   const std::vector<uint32_t> tokens = random_tokens(5001, 50257, 11);
   write_shard(path, tokens, 50257);
@@ -61,7 +61,7 @@ TEST(TokenShard, RoundTripUint16) {
 }
 
 TEST(TokenShard, RoundTripUint32) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("large.bin");
   std::vector<uint32_t> tokens = random_tokens(3000, 100352, 12);
   tokens[17] = 100351;  // the largest valid id, well past uint16
@@ -80,7 +80,7 @@ TEST(TokenShard, WidthBoundaryAt65536) {
   EXPECT_EQ(shard_token_width(257), 2u);
   EXPECT_EQ(shard_token_width(65536), 2u);
   EXPECT_EQ(shard_token_width(65537), 4u);
-  ScratchDir dir;
+  ScratchFolder dir;
   std::vector<uint32_t> tokens = random_tokens(100, 65536, 13);
   tokens[3] = 65535;
   write_shard(dir.file("edge.bin"), tokens, 65536);
@@ -90,7 +90,7 @@ TEST(TokenShard, WidthBoundaryAt65536) {
 }
 
 TEST(TokenShard, EmptyShardAndOverwrite) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("s.bin");
   write_shard(path, std::vector<uint32_t>{}, 257);
   EXPECT_EQ(open_shard(path).size(), 0u);
@@ -100,7 +100,7 @@ TEST(TokenShard, EmptyShardAndOverwrite) {
 }
 
 TEST(TokenShard, MoveKeepsTheMapping) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::vector<uint32_t> tokens = random_tokens(300, 1000, 15);
   write_shard(dir.file("m.bin"), tokens, 1000);
   TokenShard a = open_shard(dir.file("m.bin"));
@@ -112,7 +112,7 @@ TEST(TokenShard, MoveKeepsTheMapping) {
 }
 
 TEST(TokenShard, WritingAnOutOfVocabTokenLeavesNoFile) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("bad.bin");
   std::vector<uint32_t> tokens = random_tokens(50, 257, 16);
   tokens[42] = 257;
@@ -125,7 +125,7 @@ TEST(TokenShard, WritingAnOutOfVocabTokenLeavesNoFile) {
 }
 
 TEST(TokenShard, WritingIntoAMissingFolderFails) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("no/such/folder/x.bin");
   const std::string message = error_of([&] { write_shard(path, random_tokens(5, 257, 17), 257); });
   EXPECT_NE(message.find(path), std::string::npos) << message;
@@ -148,7 +148,7 @@ class CorruptShard : public ::testing::Test {
     return message;
   }
 
-  ScratchDir dir_;
+  ScratchFolder dir_;
   std::string path_;
   std::vector<uint32_t> tokens_;
   std::string bytes_;
@@ -223,7 +223,7 @@ TEST_F(CorruptShard, VocabShrunkBelowAStoredToken) {
 }
 
 TEST(TokenShard, MissingFileAndFolder) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string missing = dir.file("absent.bin");
   const std::string message = error_of([&] { open_shard(missing); });
   EXPECT_NE(message.find(missing), std::string::npos) << message;

@@ -9,7 +9,7 @@
 
 using namespace fathom;
 using fathom::testing::error_of;
-using fathom::testing::ScratchDir;
+using fathom::testing::ScratchFolder;
 using fathom::testing::write_bytes;
 
 namespace {
@@ -31,7 +31,7 @@ size_t count_of(const std::vector<uint32_t>& tokens, uint32_t id) {
 }  // namespace
 
 TEST(TextReading, OneDocumentPerLine) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("docs.txt");
   // CRLF endings, a blank and a whitespace-only line, multibyte text and no final newline.
   write_bytes(path, "first doc\r\n\nsecond \xE2\x80\x94 doc\n   \t\nthird");
@@ -40,7 +40,7 @@ TEST(TextReading, OneDocumentPerLine) {
 }
 
 TEST(TextReading, WholeFileIsOneDocument) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("book.txt");
   const std::string content = "CHAPTER 1.\n\nCall me Ishmael.\r\nSome years ago\n";
   write_bytes(path, content);
@@ -50,7 +50,7 @@ TEST(TextReading, WholeFileIsOneDocument) {
 }
 
 TEST(TextReading, InvalidUtf8PassesThrough) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string path = dir.file("raw.txt");
   const std::string line = std::string("ok \xFF\xFE\xC3 bytes", 12);
   write_bytes(path, line + "\n");
@@ -58,7 +58,7 @@ TEST(TextReading, InvalidUtf8PassesThrough) {
 }
 
 TEST(TextReading, TokenizeJoinsDocumentsWithEos) {
-  ScratchDir dir;
+  ScratchFolder dir;
   write_bytes(dir.file("a.txt"), "ab\ncd\n");
   write_bytes(dir.file("b.txt"), "\xC3\xA9\n");
   ByteTokenizer tok;
@@ -71,7 +71,7 @@ TEST(TextReading, TokenizeJoinsDocumentsWithEos) {
 }
 
 TEST(TextReading, MissingUnreadableAndEmptyInputsAreErrors) {
-  ScratchDir dir;
+  ScratchFolder dir;
   const std::string missing = dir.file("absent.txt");
   std::string message = error_of([&] { read_documents(missing, DocumentSplit::per_line); });
   EXPECT_NE(message.find(missing), std::string::npos) << message;
