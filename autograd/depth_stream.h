@@ -1,0 +1,37 @@
+// The MoDA depth stream (DESIGN.md 3.2): per-forward K/V buffers [B, T, S, Hk, d] that writers fill
+// slot by slot, in place, and that MoDA attention reads. Gradients travel the other way through a
+// side buffer: every reader ADDS its depth gradients into it, and each slot's write node, which
+// runs after all readers of that slot (they were recorded later), hands its slot's gradient to the
+// writer. A one-element "version" variable chains writes and reads so the engine orders them; no
+// buffer is ever copied per reader.
+#pragma once
+#include <memory>
+
+#include "autograd/variable.h"
+
+namespace fathom {
+
+class DepthStream {
+ public:
+  DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim, DType dtype,
+              Device device);
+
+  // Stores k, v [B, T, Hk, d] in `slot` (each slot is written once per forward).
+  void write(int64_t slot, const Variable& k, const Variable& v);
+  // MoDA attention of q [B, T, Hq, d] over its layer's causal k, v and the depth slots [begin, end).
+  Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale);
+
+  int64_t slots() const;
+  int64_t slots_written() const { return written_; }
+  // Bytes of the K and V buffers (the depth cache of one forward).
+  size_t bytes() const;
+
+  struct Buffers;  // K/V values and their gradients, shared with the recorded nodes
+
+ private:
+  std::shared_ptr<Buffers> buffers_;
+  Variable version_;
+  int64_t written_ = 0;
+};
+
+}  // namespace fathom

@@ -1,0 +1,42 @@
+// MoDA attention (DESIGN.md 3.2): every query head reads, in ONE softmax, its layer's causal
+// sequence keys and the depth slots that earlier layers wrote at the same token:
+//   o_t = (sum_{j<=t} e^{a_j} v_j + sum_{i in slots} e^{b_i} vd_{t,i}) / (sum e^{a_j} + sum e^{b_i})
+//   a_j = q_t . k_j * scale,  b_i = q_t . kd_{t,i} * scale.
+// Layouts: q [B, T, Hq, d]; k, v [B, T, Hk, d]; depth_k, depth_v [B, T, S, Hk, d] (token-major,
+// slot-minor); the softmax reads slots [slot_begin, slot_end). Query head h reads KV head h / G.
+#pragma once
+#include "core/tensor.h"
+#include "kernels/attention.h"
+
+namespace fathom {
+
+struct DepthSlots {
+  Tensor k, v;  // [B, T, S, Hk, d]
+  int64_t begin = 0, end = 0;
+};
+
+// Returns o [B, T, Hq, d] and lse [B, Hq, T] over both memories. With an empty slot range this is
+// exactly causal attention.
+AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
+                                       double scale);
+// dq, dk, dv as for attention; the depth gradients of slots [begin, end) are ADDED into d_depth_k
+// and d_depth_v ([B, T, S, Hk, d]), which several readers share.
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v);
+
+// Copies x [B, T, Hk, d] into slot `slot` of a depth buffer [B, T, S, Hk, d], and back out.
+void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+
+namespace cpu {
+void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
+                                       double scale);
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v);
+}  // namespace cpu
+
+}  // namespace fathom

@@ -1,0 +1,170 @@
+// MoDA attention: the joint sequence + depth softmax, its CPU reference kernel, and the depth
+// stream's gradient routing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/depth_stream.h"
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "kernels/attention.h"
+#include "kernels/moda_attention.h"
+#include "tests/unit/op_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+struct Problem {
+  Tensor q, k, v, dk, dv;  // dk/dv: depth buffers [B, T, S, Hk, d]
+};
+
+Problem random_problem(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int64_t S, DType dtype, uint64_t seed) {
+  return {random_tensor({B, T, Hq, d}, dtype, seed), random_tensor({B, T, Hk, d}, dtype, seed + 1),
+          random_tensor({B, T, Hk, d}, dtype, seed + 2), random_tensor({B, T, S, Hk, d}, dtype, seed + 3),
+          random_tensor({B, T, S, Hk, d}, dtype, seed + 4)};
+}
+
+// Depth-only softmax per row, written plainly: returns (o, lse) of attention over the slots alone.
+std::pair<std::vector<double>, std::vector<double>> depth_only(const Problem& p, int64_t begin, int64_t end, double scale) {
+  const int64_t B = p.q.dim(0), T = p.q.dim(1), Hq = p.q.dim(2), d = p.q.dim(3), Hk = p.k.dim(2), S = p.dk.dim(2);
+  const std::vector<double> q = values(p.q), dk = values(p.dk), dv = values(p.dv);
+  std::vector<double> o(q.size(), 0.0), lse(size_t(B * Hq * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t hk = h / (Hq / Hk);
+        std::vector<double> logit;
+        for (int64_t s = begin; s < end; ++s) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i)
+            dot += q[size_t(((b * T + t) * Hq + h) * d + i)] * dk[size_t((((b * T + t) * S + s) * Hk + hk) * d + i)];
+          logit.push_back(dot * scale);
+        }
+        double m = -INFINITY, z = 0;
+        for (double l : logit) m = std::max(m, l);
+        for (double l : logit) z += std::exp(l - m);
+        lse[size_t((b * Hq + h) * T + t)] = m + std::log(z);
+        for (int64_t s = begin; s < end; ++s)
+          for (int64_t i = 0; i < d; ++i)
+            o[size_t(((b * T + t) * Hq + h) * d + i)] += std::exp(logit[size_t(s - begin)] - m) / z *
+                                                           dv[size_t((((b * T + t) * S + s) * Hk + hk) * d + i)];
+      }
+  return {o, lse};
+}
+
+}  // namespace
+
+// The joint softmax equals the two partial softmaxes merged by their log-sum-exps (an identity that
+// uses the independent GEMM-based attention kernel for the sequence part).
+TEST(ModaAttention, JointSoftmaxMatchesLseMergeOfSequenceAndDepth) {
+  for (int64_t G : {1, 3}) {
+    const Problem p = random_problem(2, 7, 2 * G, 2, 8, 5, DType::f64, 10 + G);
+    const double scale = 0.4;
+    const AttentionOutput joint = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 4}, scale);
+    const AttentionOutput seq = attention_forward(p.q, p.k, p.v, scale);
+    const auto [o_dep, lse_dep] = depth_only(p, 1, 4, scale);
+    const std::vector<double> o_seq = values(seq.o), lse_seq = values(seq.lse);
+    std::vector<double> want_o(o_seq.size()), want_lse(lse_seq.size());
+    const int64_t T = 7, Hq = 2 * G, d = 8;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < Hq; ++h) {
+          const size_t l = size_t((b * Hq + h) * T + t);
+          const double m = std::max(lse_seq[l], lse_dep[l]);
+          const double ws = std::exp(lse_seq[l] - m), wd = std::exp(lse_dep[l] - m);
+          want_lse[l] = m + std::log(ws + wd);
+          for (int64_t i = 0; i < d; ++i) {
+            const size_t o = size_t(((b * T + t) * Hq + h) * d + i);
+            want_o[o] = (ws * o_seq[o] + wd * o_dep[o]) / (ws + wd);
+          }
+        }
+    expect_close(joint.o, want_o, 1e-12, 1e-10, "o");
+    expect_close(joint.lse, want_lse, 1e-12, 1e-10, "lse");
+  }
+}
+
+TEST(ModaAttention, NoDepthSlotsIsPlainAttention) {
+  const Problem p = random_problem(1, 9, 4, 4, 8, 3, DType::f64, 3);
+  const AttentionOutput moda = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 2, 2}, 0.3);
+  const AttentionOutput plain = attention_forward(p.q, p.k, p.v, 0.3);
+  expect_close(moda.o, plain.o, 1e-12, 1e-10, "o");
+  expect_close(moda.lse, plain.lse, 1e-12, 1e-10, "lse");
+}
+
+// Two softmaxes added together are another operator; the reference must not compute that.
+TEST(ModaAttention, DiffersFromSeparateSoftmaxesAdded) {
+  const Problem p = random_problem(1, 6, 2, 2, 8, 3, DType::f64, 21);
+  const std::vector<double> joint = values(moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 3}, 0.5).o);
+  const std::vector<double> seq = values(attention_forward(p.q, p.k, p.v, 0.5).o);
+  const std::vector<double> dep = depth_only(p, 0, 3, 0.5).first;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < joint.size(); ++i) {
+    diff += std::pow(joint[i] - (seq[i] + dep[i]), 2);
+    norm += joint[i] * joint[i];
+  }
+  EXPECT_GT(std::sqrt(diff / norm), 0.2);
+}
+
+TEST(ModaAttention, Float32AgreesWithFloat64) {
+  const Problem p = random_problem(2, 11, 6, 2, 16, 4, DType::f64, 5);
+  const AttentionOutput want = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 4}, 0.25);
+  const AttentionOutput got =
+      moda_attention_forward(p.q.to(DType::f32), p.k.to(DType::f32), p.v.to(DType::f32),
+                             DepthSlots{p.dk.to(DType::f32), p.dv.to(DType::f32), 0, 4}, 0.25);
+  expect_close(got.o, want.o, 1e-5, 1e-4, "o");
+  expect_close(got.lse, want.lse, 1e-5, 1e-4, "lse");
+}
+
+// Writers' gradients reach them through the depth stream: slot 0 and 1 are written from (k0, v0)
+// and (k1, v1), then two readers attend over different slot ranges.
+TEST(ModaAttention, DepthStreamGradcheck) {
+  const int64_t B = 2, T = 5, Hq = 3, Hk = 1, d = 4;
+  auto f = [&](const std::vector<Variable>& in) {
+    DepthStream stream(B, T, 2, Hk, d, DType::f64, Device::cpu());
+    stream.write(0, in[3], in[4]);
+    Variable first = stream.attend(in[0], in[1], in[2], 0, 1, 0.5);
+    stream.write(1, scale(in[3], -0.7), in[4]);
+    Variable second = stream.attend(in[0], in[2], in[1], 0, 2, 0.5);
+    return add(first, second);
+  };
+  const GradcheckResult r = gradcheck(
+      f, {random_tensor({B, T, Hq, d}, DType::f64, 1), random_tensor({B, T, Hk, d}, DType::f64, 2),
+          random_tensor({B, T, Hk, d}, DType::f64, 3), random_tensor({B, T, Hk, d}, DType::f64, 4),
+          random_tensor({B, T, Hk, d}, DType::f64, 5)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(ModaAttention, BackwardIsDeterministic) {
+  const Problem p = random_problem(2, 13, 8, 2, 8, 6, DType::f32, 8);
+  const AttentionOutput out = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 6}, 0.3);
+  const Tensor grad_o = random_tensor(p.q.shape(), DType::f32, 99);
+  std::vector<std::vector<float>> runs;
+  for (int i = 0; i < 2; ++i) {
+    Tensor ddk = Tensor::zeros(p.dk.shape(), DType::f32), ddv = Tensor::zeros(p.dv.shape(), DType::f32);
+    const AttentionGrads g =
+        moda_attention_backward(grad_o, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 6}, out.o, out.lse, 0.3, ddk, ddv);
+    std::vector<float> all = g.dq.to_vector<float>();
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&g.dk, &g.dv, &ddk, &ddv}) {
+      const std::vector<float> x = t->to_vector<float>();
+      all.insert(all.end(), x.begin(), x.end());
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(ModaAttention, BadInputsAreClearErrors) {
+  const Problem p = random_problem(1, 4, 4, 2, 8, 3, DType::f32, 1);
+  expect_error([&] { moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 2, 4}, 1.0); }, {"slot range"});
+  expect_error([&] { moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk.narrow(0, 0), p.dv, 0, 1}, 1.0); },
+               {"depth"});
+  Tensor buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::f32);
+  expect_error([&] { write_depth_slot(buffer, 3, p.k); }, {"slot 3"});
+  expect_error([&] { write_depth_slot(buffer, 0, p.q); }, {"does not match"});
+  DepthStream stream(1, 4, 2, 2, 8, DType::f32, Device::cpu());
+  expect_error([&] { stream.attend(Variable(p.q), Variable(p.k), Variable(p.v), 0, 1, 1.0); }, {"only written slots"});
+  expect_error([&] { stream.write(1, Variable(p.k), Variable(p.v)); }, {"in order"});
+}
