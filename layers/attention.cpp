@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/ops.h"
@@ -15,6 +16,7 @@ Attention::Attention(const ModelConfig& c)
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim()),
       rope_theta_(c.rope_theta),
+      max_slots_(c.moda_max_slots),
       q_proj_(c.d_model, c.n_heads * c.head_dim(), linear_init(c)),
       k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
       v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
@@ -31,7 +33,7 @@ Attention::Attention(const ModelConfig& c)
   }
 }
 
-Variable Attention::forward(const Variable& x, const Tensor& positions) const {
+Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStream* depth, bool write_kv) const {
   const int64_t B = x.dim(0), T = x.dim(1);
   Variable q = q_proj_.forward(x);
   Variable k = k_proj_.forward(x);
@@ -43,7 +45,16 @@ Variable Attention::forward(const Variable& x, const Tensor& positions) const {
   q = rope(reshape(q, {B, T, n_heads_, head_dim_}), positions, rope_theta_);
   k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
-  Variable o = attention(q, k, v, 1.0 / std::sqrt(double(head_dim_)));
+  const double scale = 1.0 / std::sqrt(double(head_dim_));
+  Variable o;
+  if (depth) {
+    const int64_t end = depth->slots_written();
+    const int64_t begin = max_slots_ > 0 ? std::max<int64_t>(0, end - max_slots_) : 0;
+    o = depth->attend(q, k, v, begin, end, scale);
+    if (write_kv) depth->write(end, k, v);
+  } else {
+    o = attention(q, k, v, scale);
+  }
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
 }
 

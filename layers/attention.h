@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "autograd/depth_stream.h"
 #include "layers/linear.h"
 #include "layers/model_config.h"
 #include "layers/rms_norm.h"
@@ -12,12 +13,16 @@ namespace fathom {
 class Attention : public Module {
  public:
   explicit Attention(const ModelConfig& config);
-  // x [B, T, d_model]; positions (I32) [T] or [B, T].
-  Variable forward(const Variable& x, const Tensor& positions) const;
+  // x [B, T, d_model]; positions (I32) [T] or [B, T]. With a depth stream (MoDA) the softmax also
+  // reads the most recent written slots (all, or moda.max_slots of them), and when `write_kv` is
+  // set this layer's own K (after QK-norm and RoPE) and V go into the next slot.
+  Variable forward(const Variable& x, const Tensor& positions, DepthStream* depth = nullptr,
+                   bool write_kv = false) const;
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
   double rope_theta_;
+  int64_t max_slots_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)
 };

@@ -4,7 +4,10 @@
 // Norm names follow HF: OLMo2 uses post_attention_layernorm / post_feedforward_layernorm on the
 // sublayer outputs; Llama uses input_layernorm and a post_attention_layernorm that is its PRE-MLP norm.
 #pragma once
+#include <memory>
+
 #include "layers/attention.h"
+#include "layers/depth_kv.h"
 #include "layers/mlp.h"
 
 namespace fathom {
@@ -12,13 +15,18 @@ namespace fathom {
 class Block : public Module {
  public:
   explicit Block(const ModelConfig& config);
-  Variable forward(const Variable& x, const Tensor& positions) const;
+  // With a depth stream (MoDA), attention reads the slots of earlier blocks; when write_depth is
+  // set the block then writes its own slots (the last block's would never be read).
+  Variable forward(const Variable& x, const Tensor& positions, DepthStream* depth = nullptr,
+                   bool write_depth = false) const;
 
  private:
   bool pre_norm_;
+  std::string moda_variant_;
   Attention self_attn_;
   MLP mlp_;
   RMSNorm attn_norm_, ffn_norm_;
+  std::unique_ptr<DepthKVProjection> attn_depth_kv_, ffn_depth_kv_;  // MoDA writers, by variant
 };
 
 }  // namespace fathom

@@ -1,5 +1,6 @@
 #include "layers/decoder.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace fathom {
@@ -30,8 +31,21 @@ Variable Decoder::forward(const Tensor& ids) const {
   std::iota(pos.begin(), pos.end(), 0);
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   Variable h = model_.embed_tokens.forward(ids);
-  for (const auto& block : model_.layers) h = block->forward(h, positions);
+  std::unique_ptr<DepthStream> depth;
+  if (config_.moda())
+    depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
+                                          DType::f32, ids.device());
+  const int64_t L = int64_t(model_.layers.size());
+  for (int64_t i = 0; i < L; ++i) h = model_.layers[size_t(i)]->forward(h, positions, depth.get(), i + 1 < L);
   return lm_head_.forward(model_.norm.forward(h));
+}
+
+// Every block but the last writes its slots: the last block's would have no reader.
+int64_t Decoder::depth_slots() const { return std::max<int64_t>(config_.n_layers - 1, 1) * config_.moda_slots_per_block(); }
+
+size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len) const {
+  if (!config_.moda()) return 0;
+  return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) * sizeof(float);
 }
 
 }  // namespace fathom

@@ -15,6 +15,8 @@ class Decoder : public Module {
   // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1.
   Variable forward(const Tensor& ids) const;
   const ModelConfig& config() const { return config_; }
+  // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] (0 without MoDA).
+  size_t depth_cache_bytes(int64_t batch, int64_t seq_len) const;
 
  private:
   // HF nests everything but lm_head under "model.".
@@ -25,6 +27,8 @@ class Decoder : public Module {
     std::vector<std::unique_ptr<Block>> layers;
     RMSNorm norm;
   };
+  int64_t depth_slots() const;
+
   ModelConfig config_;
   Body model_;
   Linear lm_head_;

@@ -1,5 +1,6 @@
 #include "layers/model_config.h"
 
+#include <algorithm>
 #include <array>
 
 #include "core/error.h"
@@ -42,6 +43,20 @@ void ModelConfig::validate() const {
   const std::pair<const char*, double> positives[] = {
       {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"init_std", init_std}, {"init_cutoff", init_cutoff}};
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
+  const auto& variants = moda_variants();
+  FATHOM_CHECK(std::find(variants.begin(), variants.end(), moda_variant) != variants.end(),
+               "moda.variant must be one of ", join_names(variants), "; got '", moda_variant, "'");
+  FATHOM_CHECK(moda_max_slots >= 0, "moda.max_slots must be >= 0 (0 reads every slot), got ", moda_max_slots);
+}
+
+const std::vector<std::string>& moda_variants() {
+  static const std::vector<std::string> variants{"none", "attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"};
+  return variants;
+}
+
+int64_t ModelConfig::moda_slots_per_block() const {
+  if (!moda()) return 0;
+  return moda_variant == "attn_kv" ? 1 : 2;
 }
 
 std::vector<std::string> model_size_names() {
@@ -74,7 +89,11 @@ int64_t parameter_count(const ModelConfig& c) {
   const int64_t qk_norms = c.qk_norm ? c.d_model + kv_width : 0;
   const int64_t block_norms = 2 * c.d_model;
   const int64_t swiglu = 3 * c.d_model * c.ffn_hidden;
-  const int64_t per_layer = attention + qk_norms + block_norms + swiglu;
+  // A depth K/V projection: k and v (d -> kv_width each) and the k-norm.
+  const int64_t depth_projection = 2 * c.d_model * kv_width + kv_width;
+  const int64_t depth_projections = (c.moda_variant == "attn_kv+ffn_kv" ? 1 : 0) +
+                                    (c.moda_variant == "extra_attn_kv+ffn_kv" ? 2 : 0);
+  const int64_t per_layer = attention + qk_norms + block_norms + swiglu + depth_projections * depth_projection;
   const int64_t embeddings = c.vocab_size * c.d_model;
   return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + c.vocab_size * c.d_model /* lm_head */;
 }

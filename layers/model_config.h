@@ -22,11 +22,21 @@ struct ModelConfig {
   double init_std = 0.02;    // truncated-normal init of every Linear and Embedding ...
   double init_cutoff = 3.0;  // ... cut at +-init_cutoff standard deviations
 
+  // MoDA (DESIGN.md 3.2): which depth KV the blocks write, and how many recent slots a reader sees.
+  //   "none" (plain OLMo2), "attn_kv" (each attention's own K/V), "attn_kv+ffn_kv" (plus a K/V
+  //   projection of each FFN input), "extra_attn_kv+ffn_kv" (a separate attention-side projection).
+  std::string moda_variant = "none";
+  int64_t moda_max_slots = 0;  // 0: every earlier slot; S > 0: only the S most recent (bounded span)
+
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
+  bool moda() const { return moda_variant != "none"; }
+  // Depth slots one block writes: 1 (attn_kv) or 2 (with ffn_kv); 0 without MoDA.
+  int64_t moda_slots_per_block() const;
 
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
-  // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff.
+  // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a known MoDA
+  // variant and moda_max_slots >= 0.
   void validate() const;
 
   bool operator==(const ModelConfig&) const = default;
@@ -39,8 +49,12 @@ ModelConfig named_model_size(const std::string& name);
 // The ladder's names, smallest first.
 std::vector<std::string> model_size_names();
 
+// The MoDA variants, in the order of the paper's Table 3.
+const std::vector<std::string>& moda_variants();
+
 // Trainable parameters: embeddings, per layer q/k/v/o, the q/k norm weights (when qk_norm), two
-// norms and gate/up/down; the final norm and the untied lm_head.
+// norms and gate/up/down, MoDA's depth K/V projections and their k-norms; the final norm and the
+// untied lm_head.
 int64_t parameter_count(const ModelConfig& config);
 
 }  // namespace fathom

@@ -51,6 +51,11 @@ std::vector<RecipeKey> build_schema() {
       {.path = "model.init_cutoff", .field = FIELD(model.init_cutoff), .range = above(0),
        .aliases = {"init_cutoff_factor", "truncation"}},
 
+      {.path = "moda.variant", .field = FIELD(model.moda_variant), .choices = moda_variants(),
+       .aliases = {"depth_kv", "moda_variant"}},
+      {.path = "moda.max_slots", .field = FIELD(model.moda_max_slots), .range = at_least(0),
+       .aliases = {"depth_slots", "slots", "window"}},
+
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
        .aliases = {"train_files", "train_paths", "paths", "files"}},

@@ -138,6 +138,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
            " parameters on " + device.str() + " (" + std::to_string(threads) + " threads), " +
            std::to_string(total_steps) + " steps of " + std::to_string(B * T * accum) + " tokens" +
            (options.resume ? ", resumed at step " + std::to_string(state.step) : ""));
+  if (recipe.model.moda())
+    log_line("MoDA " + recipe.model.moda_variant + ": depth KV cache " +
+             std::to_string(model.depth_cache_bytes(B, T) >> 10) + " KiB per micro-batch");
 
   auto interval_start = Clock::now();
   const auto run_start = Clock::now();

@@ -1,0 +1,25 @@
+// A depth K/V writer for MoDA's FFN side (and the extra attention-side variant): k and v
+// projections of the sublayer input, the k through its own RMSNorm and the same RoPE rotation at
+// position t as attention keys, so all depth keys live in one space (DESIGN.md 3.2, depth_key: writer).
+#pragma once
+#include "autograd/depth_stream.h"
+#include "layers/linear.h"
+#include "layers/model_config.h"
+#include "layers/rms_norm.h"
+
+namespace fathom {
+
+class DepthKVProjection : public Module {
+ public:
+  explicit DepthKVProjection(const ModelConfig& config);
+  // Projects x [B, T, d_model] and writes the next slot of `stream`.
+  void write(DepthStream& stream, const Variable& x, const Tensor& positions) const;
+
+ private:
+  int64_t n_kv_heads_, head_dim_;
+  double rope_theta_;
+  Linear k_proj_, v_proj_;
+  RMSNorm k_norm_;
+};
+
+}  // namespace fathom
