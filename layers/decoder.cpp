@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "autograd/ops.h"
+
 namespace fathom {
 
 Decoder::Body::Body(const ModelConfig& c)
@@ -15,12 +17,13 @@ Decoder::Body::Body(const ModelConfig& c)
   add_child("norm", norm);
 }
 
-Decoder::Decoder(const ModelConfig& config)
-    : config_((config.validate(), config)),
-      model_(config_),
-      lm_head_(config_.d_model, config_.vocab_size, ParameterInit::normal(config_.init_std, config_.init_cutoff)) {
+Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config)), model_(config_) {
   add_child("model", model_);
-  add_child("lm_head", lm_head_);
+  if (!config_.tie_embeddings) {
+    lm_head_ = std::make_unique<Linear>(config_.d_model, config_.vocab_size,
+                                        ParameterInit::normal(config_.init_std, config_.init_cutoff));
+    add_child("lm_head", *lm_head_);
+  }
 }
 
 Variable Decoder::forward(const Tensor& ids) const {
@@ -31,7 +34,16 @@ Variable Decoder::forward(const Tensor& ids) const {
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   Variable h = model_.embed_tokens.forward(ids);
   for (const auto& block : model_.layers) h = block->forward(h, positions);
-  return lm_head_.forward(model_.norm.forward(h));
+  h = model_.norm.forward(h);
+  return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
+}
+
+std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
+  // A Decoder's parameters are unwritten host allocations until an arena fills them, so building
+  // one only to list its names costs address space, not memory.
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const Parameter& p : Decoder(config).parameters()) shapes.emplace_back(p.name, p.var.shape());
+  return shapes;
 }
 
 }  // namespace fathom

@@ -42,6 +42,7 @@ void ModelConfig::validate() const {
   const std::pair<const char*, double> positives[] = {
       {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"init_std", init_std}, {"init_cutoff", init_cutoff}};
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
+  validate_rope_scaling(rope_scaling);
 }
 
 std::vector<std::string> model_size_names() {
@@ -76,7 +77,8 @@ int64_t parameter_count(const ModelConfig& c) {
   const int64_t swiglu = 3 * c.d_model * c.ffn_hidden;
   const int64_t per_layer = attention + qk_norms + block_norms + swiglu;
   const int64_t embeddings = c.vocab_size * c.d_model;
-  return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + c.vocab_size * c.d_model /* lm_head */;
+  const int64_t lm_head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
+  return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + lm_head;
 }
 
 }  // namespace fathom
