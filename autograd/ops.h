@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "autograd/variable.h"
+#include "kernels/rope.h"
 
 namespace fathom {
 
@@ -17,9 +18,10 @@ Variable embedding(const Tensor& ids, const Variable& table);
 // Full-width QK-norm passes x [.., Hq*d] with weight [Hq*d]; per-head norm passes x [.., H, d] with [d].
 Variable rms_norm(const Variable& x, const Variable& weight, double eps);
 
-// Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d).
+// Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
+// frequencies optionally rescaled (kernels/rope.h: Llama 3's rule).
 // x [B, T, H, d] with d even; positions (I32/I64) [T] shared by the batch, or [B, T].
-Variable rope(const Variable& x, const Tensor& positions, double theta);
+Variable rope(const Variable& x, const Tensor& positions, double theta, const RopeScaling& scaling = {});
 
 // silu(gate) * up, elementwise.
 Variable swiglu(const Variable& gate, const Variable& up);

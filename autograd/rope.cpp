@@ -9,10 +9,11 @@ namespace {
 
 class RopeNode final : public Node {
  public:
-  RopeNode(Tensor positions, double theta) : positions_(std::move(positions)), theta_(theta) {}
+  RopeNode(Tensor positions, double theta, RopeScaling scaling)
+      : positions_(std::move(positions)), theta_(theta), scaling_(std::move(scaling)) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    return {rope_backward(grad_output, positions_, theta_)};
+    return {rope_backward(grad_output, positions_, theta_, scaling_)};
   }
   void release_saved() override { positions_ = Tensor(); }
   const char* name() const override { return "rope"; }
@@ -20,16 +21,17 @@ class RopeNode final : public Node {
  private:
   Tensor positions_;
   double theta_;
+  RopeScaling scaling_;
 };
 
 }  // namespace
 
-Variable rope(const Variable& x, const Tensor& positions, double theta) {
+Variable rope(const Variable& x, const Tensor& positions, double theta, const RopeScaling& scaling) {
   FATHOM_CHECK(x.defined(), "rope: undefined input");
-  Tensor y = rope_forward(x.value(), positions, theta);
+  Tensor y = rope_forward(x.value(), positions, theta, scaling);
   if (!any_requires_grad({x})) return Variable(std::move(y));
   // Positions are copied (they are small), so the caller may reuse its buffer before backward runs.
-  return record(std::move(y), std::make_shared<RopeNode>(positions.clone(), theta), {x});
+  return record(std::move(y), std::make_shared<RopeNode>(positions.clone(), theta, scaling), {x});
 }
 
 }  // namespace fathom

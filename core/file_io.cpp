@@ -1,6 +1,7 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -132,6 +133,38 @@ std::string read_file(const std::filesystem::path& path, uint64_t max_bytes) {
   std::string contents(size_t(file.size()), '\0');
   file.read_at(0, contents.data(), contents.size());
   return contents;
+}
+
+void remove_all_or_fail(const std::filesystem::path& path, const char* why) {
+  std::error_code error;
+  std::filesystem::remove_all(path, error);
+  FATHOM_CHECK(!error, "cannot remove ", path, " (", why, "): ", error.message());
+}
+
+TempFolderGuard::~TempFolderGuard() {
+  std::error_code ignored;  // best effort: a leftover ".tmp-" folder is recognisably stale
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+void retire_folder(const std::filesystem::path& folder) {
+  const std::filesystem::path aside = folder.parent_path() / temp_name_for("retired-" + folder.filename().string());
+  FATHOM_CHECK(::rename(folder.c_str(), aside.c_str()) == 0, "cannot move ", folder, " aside to delete it: ",
+               errno_text());
+  remove_all_or_fail(aside, "replaced or retired");
+}
+
+void move_folder_into_place(const std::filesystem::path& temp, const std::filesystem::path& target) {
+  if (::rename(temp.c_str(), target.c_str()) == 0) return;
+  FATHOM_CHECK(errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR, "cannot rename ", temp,
+               " to ", target, ": ", errno_text());
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_all_or_fail(temp, "the replaced folder");
+    return;
+  }
+  // File systems without RENAME_EXCHANGE: move the old folder aside, then rename.
+  retire_folder(target);
+  FATHOM_CHECK(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename ", temp, " to ", target, ": ",
+               errno_text());
 }
 
 }  // namespace fathom

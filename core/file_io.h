@@ -44,6 +44,30 @@ void write_file_atomically(const std::filesystem::path& target, std::string_view
 // Makes renames and creations inside `folder` durable.
 void fsync_directory(const std::filesystem::path& folder);
 
+// Deletes a file or folder tree; a failure is an error naming the path and `why` it was deleted.
+void remove_all_or_fail(const std::filesystem::path& path, const char* why);
+
+// Removes a temporary folder if the save that created it does not finish (release() once it has).
+class TempFolderGuard {
+ public:
+  explicit TempFolderGuard(std::filesystem::path path) : path_(std::move(path)) {}
+  ~TempFolderGuard();
+  TempFolderGuard(const TempFolderGuard&) = delete;
+  TempFolderGuard& operator=(const TempFolderGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Deletes a folder so that no half-deleted folder is ever visible under its name: renames it to a
+// ".tmp-retired-..." sibling first, then deletes that.
+void retire_folder(const std::filesystem::path& folder);
+
+// Renames a finished temporary folder to `target`, a sibling. An existing `target` is exchanged
+// atomically where the file system can (so the name never disappears) and then deleted.
+void move_folder_into_place(const std::filesystem::path& temp, const std::filesystem::path& target);
+
 // A file opened for positioned reads; every short read is an error naming the file.
 class ReadOnlyFile {
  public:

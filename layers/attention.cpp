@@ -16,6 +16,7 @@ Attention::Attention(const ModelConfig& c)
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim()),
       rope_theta_(c.rope_theta),
+      rope_scaling_(c.rope_scaling),
       max_slots_(c.moda_max_slots),
       q_proj_(c.d_model, c.n_heads * c.head_dim(), linear_init(c)),
       k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
@@ -42,8 +43,8 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
-  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), positions, rope_theta_);
-  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_);
+  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
+  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
   Variable o;

@@ -22,6 +22,7 @@ class Attention : public Module {
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
   double rope_theta_;
+  RopeScaling rope_scaling_;
   int64_t max_slots_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)

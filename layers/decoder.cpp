@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "autograd/ops.h"
+
 namespace fathom {
 
 Decoder::Body::Body(const ModelConfig& c)
@@ -16,12 +18,13 @@ Decoder::Body::Body(const ModelConfig& c)
   add_child("norm", norm);
 }
 
-Decoder::Decoder(const ModelConfig& config)
-    : config_((config.validate(), config)),
-      model_(config_),
-      lm_head_(config_.d_model, config_.vocab_size, ParameterInit::normal(config_.init_std, config_.init_cutoff)) {
+Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config)), model_(config_) {
   add_child("model", model_);
-  add_child("lm_head", lm_head_);
+  if (!config_.tie_embeddings) {
+    lm_head_ = std::make_unique<Linear>(config_.d_model, config_.vocab_size,
+                                        ParameterInit::normal(config_.init_std, config_.init_cutoff));
+    add_child("lm_head", *lm_head_);
+  }
 }
 
 Variable Decoder::forward(const Tensor& ids) const {
@@ -37,7 +40,16 @@ Variable Decoder::forward(const Tensor& ids) const {
                                           DType::f32, ids.device());
   const int64_t L = int64_t(model_.layers.size());
   for (int64_t i = 0; i < L; ++i) h = model_.layers[size_t(i)]->forward(h, positions, depth.get(), i + 1 < L);
-  return lm_head_.forward(model_.norm.forward(h));
+  h = model_.norm.forward(h);
+  return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
+}
+
+std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
+  // A Decoder's parameters are unwritten host allocations until an arena fills them, so building
+  // one only to list its names costs address space, not memory.
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const Parameter& p : Decoder(config).parameters()) shapes.emplace_back(p.name, p.var.shape());
+  return shapes;
 }
 
 // Every block but the last writes its slots: the last block's would have no reader.

@@ -1,7 +1,10 @@
-// The OLMo2 decoder: embeddings, blocks, final RMSNorm, untied lm_head. Parameter names are HF's
-// (model.embed_tokens.weight, model.layers.{i}..., model.norm.weight, lm_head.weight).
+// The OLMo2 decoder: embeddings, blocks, final RMSNorm, lm_head. Parameter names are HF's
+// (model.embed_tokens.weight, model.layers.{i}..., model.norm.weight, lm_head.weight). With
+// tie_embeddings the lm_head multiplies by model.embed_tokens.weight and has no parameter of its own.
 #pragma once
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/block.h"
@@ -31,7 +34,11 @@ class Decoder : public Module {
 
   ModelConfig config_;
   Body model_;
-  Linear lm_head_;
+  std::unique_ptr<Linear> lm_head_;  // absent when the embeddings are tied
 };
+
+// Every parameter's name and shape for `config`, in the Decoder's order (what a checkpoint of that
+// model holds). Validates the config.
+std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config);
 
 }  // namespace fathom

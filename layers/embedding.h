@@ -8,6 +8,7 @@ class Embedding : public Module {
  public:
   Embedding(int64_t vocab_size, int64_t dim, ParameterInit init);
   Variable forward(const Tensor& ids) const;  // [...] -> [..., dim]
+  const Variable& weight() const { return weight_; }
 
  private:
   Variable weight_;  // [vocab, dim]

@@ -43,6 +43,7 @@ void ModelConfig::validate() const {
   const std::pair<const char*, double> positives[] = {
       {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"init_std", init_std}, {"init_cutoff", init_cutoff}};
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
+  validate_rope_scaling(rope_scaling);
   const auto& variants = moda_variants();
   FATHOM_CHECK(std::find(variants.begin(), variants.end(), moda_variant) != variants.end(),
                "moda.variant must be one of ", join_names(variants), "; got '", moda_variant, "'");
@@ -95,7 +96,8 @@ int64_t parameter_count(const ModelConfig& c) {
                                     (c.moda_variant == "extra_attn_kv+ffn_kv" ? 2 : 0);
   const int64_t per_layer = attention + qk_norms + block_norms + swiglu + depth_projections * depth_projection;
   const int64_t embeddings = c.vocab_size * c.d_model;
-  return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + c.vocab_size * c.d_model /* lm_head */;
+  const int64_t lm_head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
+  return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + lm_head;
 }
 
 }  // namespace fathom

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rope.h"
+
 namespace fathom {
 
 struct ModelConfig {
@@ -18,6 +20,8 @@ struct ModelConfig {
   std::string norm = "post";
   bool qk_norm = true;  // RMSNorm on q and k over the full projected width
   double rope_theta = 500000;
+  RopeScaling rope_scaling;     // frequency scaling of RoPE (Llama 3.1+ checkpoints); none by default
+  bool tie_embeddings = false;  // lm_head reuses model.embed_tokens.weight (one parameter)
   double norm_eps = 1e-6;
   double init_std = 0.02;    // truncated-normal init of every Linear and Embedding ...
   double init_cutoff = 3.0;  // ... cut at +-init_cutoff standard deviations
@@ -35,8 +39,8 @@ struct ModelConfig {
 
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
-  // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a known MoDA
-  // variant and moda_max_slots >= 0.
+  // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a valid
+  // rope_scaling, a known MoDA variant and moda_max_slots >= 0.
   void validate() const;
 
   bool operator==(const ModelConfig&) const = default;
@@ -54,7 +58,7 @@ const std::vector<std::string>& moda_variants();
 
 // Trainable parameters: embeddings, per layer q/k/v/o, the q/k norm weights (when qk_norm), two
 // norms and gate/up/down, MoDA's depth K/V projections and their k-norms; the final norm and the
-// untied lm_head.
+// lm_head (none of its own when tie_embeddings).
 int64_t parameter_count(const ModelConfig& config);
 
 }  // namespace fathom

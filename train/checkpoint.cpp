@@ -1,7 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE
-
 #include <fcntl.h>
 
 #include <algorithm>
@@ -40,12 +38,6 @@ std::string printable_excerpt(std::string_view text) {
   return text.size() > 64 ? out + "..." : out;
 }
 
-void remove_all_or_fail(const fs::path& path, const char* why) {
-  std::error_code error;
-  fs::remove_all(path, error);
-  FATHOM_CHECK(!error, "cannot remove ", path, " (", why, "): ", error.message());
-}
-
 fs::directory_iterator open_folder(const fs::path& folder) {
   std::error_code error;
   fs::directory_iterator it(folder, error);
@@ -53,51 +45,12 @@ fs::directory_iterator open_folder(const fs::path& folder) {
   return it;
 }
 
-// Removes a folder if the save that created it does not finish.
-class TempFolderGuard {
- public:
-  explicit TempFolderGuard(fs::path path) : path_(std::move(path)) {}
-  ~TempFolderGuard() {
-    std::error_code ignored;  // best effort: a leftover is cleaned by the next save
-    if (!path_.empty()) fs::remove_all(path_, ignored);
-  }
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
-
 // Deletes ".tmp-*" entries that no running save owns (a crash, or a failed save, left them).
 void remove_stale_temp_entries(const fs::path& checkpoints) {
   for (const auto& entry : open_folder(checkpoints)) {
     const std::string name = entry.path().filename().string();
     if (temp_entry_is_stale(name)) remove_all_or_fail(entry.path(), "a leftover of an interrupted save");
   }
-}
-
-// Deletes a folder so that no half-deleted step folder is ever visible: rename it to a temporary
-// name first, then delete.
-void retire_folder(const fs::path& folder, const fs::path& checkpoints) {
-  const fs::path aside = checkpoints / temp_name_for("retired-" + folder.filename().string());
-  FATHOM_CHECK(::rename(folder.c_str(), aside.c_str()) == 0, "cannot move ", folder, " aside to delete it: ",
-               std::strerror(errno));
-  remove_all_or_fail(aside, "an old checkpoint");
-}
-
-// Renames the finished temporary folder to its final name. If a checkpoint of the same step exists,
-// the two are exchanged atomically (so the name never disappears), then the old one is deleted.
-void move_into_place(const fs::path& temp, const fs::path& final_folder, const fs::path& checkpoints) {
-  if (::rename(temp.c_str(), final_folder.c_str()) == 0) return;
-  FATHOM_CHECK(errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR, "cannot rename ",
-               temp, " to ", final_folder, ": ", std::strerror(errno));
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_folder.c_str(), RENAME_EXCHANGE) == 0) {
-    remove_all_or_fail(temp, "the replaced checkpoint");
-    return;
-  }
-  // File systems without RENAME_EXCHANGE: move the old folder aside, then rename.
-  retire_folder(final_folder, checkpoints);
-  FATHOM_CHECK(::rename(temp.c_str(), final_folder.c_str()) == 0, "cannot rename ", temp, " to ", final_folder,
-               ": ", std::strerror(errno));
 }
 
 void check_state_json(const std::string& text, const std::string& source) {
@@ -154,7 +107,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   fsync_directory(temp);
 
   const fs::path folder = checkpoints / name;
-  move_into_place(temp, folder, checkpoints);
+  move_folder_into_place(temp, folder);
   guard.release();
   fsync_directory(checkpoints);
   write_file_atomically(checkpoints / kLatestFile, name + "\n");
@@ -164,7 +117,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
     for (size_t i = 0; i + size_t(keep_last) < all.size(); ++i) {
       if (all[i].first == step) continue;
       try {
-        retire_folder(all[i].second, checkpoints);
+        retire_folder(all[i].second);
       } catch (const Error& e) {
         FATHOM_FAIL("checkpoint ", folder, " was saved, but deleting the old checkpoint ", all[i].second,
                     " failed: ", e.message());

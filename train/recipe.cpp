@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "train/model_source.h"
 #include "train/recipe_schema.h"
 
 namespace fathom {
@@ -93,7 +94,9 @@ struct GivenValue {
 
 class RecipeReader {
  public:
-  explicit RecipeReader(std::string source) : source_(std::move(source)) {}
+  // follow_init_from: read model.init_from's source for the model config (false for saved recipes).
+  RecipeReader(std::string source, bool follow_init_from)
+      : source_(std::move(source)), follow_init_from_(follow_init_from) {}
 
   void read_document(const std::string& text);
   void apply_override(const std::string& assignment);
@@ -111,10 +114,13 @@ class RecipeReader {
   void read_key(const RecipeKey& key, const GivenValue& given, Recipe& recipe) const;
   StringList read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path) const;
   void check_steps_or_tokens(Recipe& recipe) const;
+  std::optional<ModelConfig> read_init_source(Recipe& recipe) const;
+  void check_agrees_with_source(const Recipe& recipe, const ModelConfig& source_model) const;
 
   friend struct ValueReader;
 
   std::string source_;
+  bool follow_init_from_;
   std::map<std::string, GivenValue> given_;            // key path -> value
   std::map<std::string, std::string, std::less<>> sections_;  // section path -> where it was written
 };
@@ -342,6 +348,60 @@ void RecipeReader::check_steps_or_tokens(Recipe& recipe) const {
   if (tokens) train.steps = train.tokens / tokens_per_step + (train.tokens % tokens_per_step != 0);
 }
 
+// The model config of model.init_from's source, which the recipe's model starts from; nullopt
+// when the recipe has no init_from or is a saved one (whose model keys are all explicit).
+std::optional<ModelConfig> RecipeReader::read_init_source(Recipe& recipe) const {
+  const GivenValue* init_from = find("model.init_from");
+  if (!init_from) return std::nullopt;
+  read_key(*find_recipe_key("model.init_from"), *init_from, recipe);
+  if (const GivenValue* size = find("model.size")) {
+    fail_at(init_from->where,
+            "model.init_from and model.size (at " + size->where + ") both give the model; give only one of them");
+  }
+  try {
+    const ModelSource source = parse_model_source(recipe.model_init_from);
+    if (!follow_init_from_) return std::nullopt;
+    return read_model_source_config(source);
+  } catch (const Error& e) {
+    fail_at(init_from->where, "model.init_from: " + e.message());
+  }
+}
+
+// Explicit model keys may restate the source's values, never change them.
+void RecipeReader::check_agrees_with_source(const Recipe& recipe, const ModelConfig& source_model) const {
+  Recipe given = recipe, from_source = recipe;
+  from_source.model = source_model;
+  for (const RecipeKey& key : recipe_keys()) {
+    const bool describes_network = key.path.starts_with("model.") && key.path != "model.size" &&
+                                   key.path != "model.init_from" && key.path != "model.init_std" &&
+                                   key.path != "model.init_cutoff";
+    const GivenValue* value = find(key.path);
+    if (!describes_network || !value) continue;
+    std::visit(
+        [&](auto field) {
+          if (field(given) == field(from_source)) return;
+          auto text = [](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, bool>) {
+              return std::string(v ? "true" : "false");
+            } else if constexpr (std::is_same_v<T, double>) {
+              return format_number(v);
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              return "'" + v + "'";
+            } else if constexpr (std::is_integral_v<T>) {
+              return std::to_string(v);
+            } else {
+              return std::string("another value");  // lists are no model keys
+            }
+          };
+          fail_at(value->where, key.path + " is " + text(field(given)) + ", but model.init_from " +
+                                    recipe.model_init_from + " gives " + text(field(from_source)) +
+                                    "; drop the key or make it agree");
+        },
+        key.field);
+  }
+}
+
 Recipe RecipeReader::resolve() const {
   Recipe recipe;
   // The ladder rung is the base that explicit model keys override, wherever they are written.
@@ -349,13 +409,17 @@ Recipe RecipeReader::resolve() const {
     read_key(*find_recipe_key("model.size"), *size, recipe);
     recipe.model = named_model_size(recipe.model_size);
   }
+  // Or the model of existing weights, which explicit keys may only restate.
+  const std::optional<ModelConfig> source_model = read_init_source(recipe);
+  if (source_model) recipe.model = *source_model;
+  const bool model_given = !recipe.model_size.empty() || source_model;
 
   std::vector<std::string> missing;
   for (const RecipeKey& key : recipe_keys()) {
     if (const GivenValue* given = find(key.path)) {
       read_key(key, *given, recipe);
     } else if (key.presence == Presence::required ||
-               (key.presence == Presence::required_without_size && recipe.model_size.empty())) {
+               (key.presence == Presence::required_without_size && !model_given)) {
       missing.push_back(key.path);
     }
   }
@@ -363,14 +427,15 @@ Recipe RecipeReader::resolve() const {
     const std::string& first = missing.front();
     std::string message = "missing required key '" + first + "'";
     if (find_recipe_key(first)->presence == Presence::required_without_size) {
-      message += " (or give model.size, one of " + join_names(model_size_names()) + ")";
+      message += " (or give model.size, one of " + join_names(model_size_names()) + ", or model.init_from)";
     }
     if (missing.size() > 1) message += "; also missing: " + join_names({missing.begin() + 1, missing.end()});
     fail_at(where_section(parent_key_path(first)), message);
   }
 
   // Defaults that follow other keys.
-  if (!find("model.n_kv_heads")) recipe.model.n_kv_heads = recipe.model.n_heads;
+  if (!find("model.n_kv_heads") && !source_model) recipe.model.n_kv_heads = recipe.model.n_heads;
+  if (source_model) check_agrees_with_source(recipe, *source_model);
   if (!find("log.dir")) recipe.log.dir = "runs/" + recipe.name;
 
   check_steps_or_tokens(recipe);
@@ -393,9 +458,15 @@ Recipe RecipeReader::resolve() const {
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides) {
-  RecipeReader reader(source_name);
+  RecipeReader reader(source_name, /*follow_init_from=*/true);
   reader.read_document(yaml_text);
   for (const std::string& assignment : overrides) reader.apply_override(assignment);
+  return reader.resolve();
+}
+
+Recipe parse_saved_recipe(const std::string& yaml_text, const std::string& source_name) {
+  RecipeReader reader(source_name, /*follow_init_from=*/false);
+  reader.read_document(yaml_text);
   return reader.resolve();
 }
 

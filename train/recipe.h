@@ -4,7 +4,12 @@
 // Every key, its type, range or choices, and whether it is required lives in one table,
 // train/recipe_schema.cpp; defaults are the member initializers below. A key path names the member
 // it sets (`train.optimizer.lr` -> Recipe::train.optimizer.lr), except `model.size`, which sets
-// Recipe::model_size.
+// Recipe::model_size, and `model.init_from`, which sets Recipe::model_init_from.
+//
+// `model.init_from: hf:DIR | checkpoint:DIR` (train/model_source.h) starts the model from existing
+// weights: the model config comes from the source (explicit model.* keys must agree with it; a
+// disagreement is an error naming both values) and the trainer loads the source's weights instead
+// of a random init.
 //
 // Paths (data.train, data.validation, log.dir) are kept exactly as written. Relative paths are
 // relative to the current working directory of the `fathom` process, NOT to the recipe's folder,
@@ -78,6 +83,7 @@ struct Recipe {
 
   std::string name = "run";  // letters, digits, '.', '_', '-', '+'
   std::string model_size;    // the `model.size` the model started from ("" if none)
+  std::string model_init_from;  // `model.init_from`: "hf:DIR" or "checkpoint:DIR" ("" for a random init)
   ModelConfig model;
   Data data;
   Train train;
@@ -99,6 +105,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 // The same from YAML text; `source_name` stands for the file in messages.
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
+
+// A saved, fully resolved recipe (a run's or a checkpoint's recipe.yaml). It already spells every
+// model key, so its model.init_from is kept as written but not followed: the source may be gone.
+Recipe parse_saved_recipe(const std::string& yaml_text, const std::string& source_name);
 
 // The fully resolved recipe, every field explicit, in schema order; parse_recipe() of it gives back
 // an equal Recipe. Saved with every run.

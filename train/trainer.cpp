@@ -23,6 +23,7 @@
 #include "train/device_select.h"
 #include "train/evaluator.h"
 #include "train/metrics_log.h"
+#include "train/model_source.h"
 #include "train/run_state.h"
 #include "train/stop_signal.h"
 
@@ -86,7 +87,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
 
   Decoder model(recipe.model);
   ParameterArena arena(model, device);
-  arena.initialise(recipe.train.seed);
+  if (!recipe.model_init_from.empty() && !options.resume) {
+    // Existing weights instead of a random init; a resumed run gets its own from the checkpoint.
+    const ModelSource source = parse_model_source(recipe.model_init_from);
+    arena.load(read_model_source_weights(source, recipe.model), "model.init_from " + recipe.model_init_from);
+  } else {
+    arena.initialise(recipe.train.seed);
+  }
   AdamW optimizer(arena, AdamWConfig{recipe.train.optimizer.beta1, recipe.train.optimizer.beta2,
                                      recipe.train.optimizer.eps, recipe.train.optimizer.weight_decay});
   const int64_t total_steps = recipe.train.steps;

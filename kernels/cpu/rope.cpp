@@ -8,7 +8,7 @@
 
 namespace fathom::cpu {
 
-Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
+Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse) {
   const int64_t B = x.dim(0), seq = x.dim(1), H = x.dim(2), d = x.dim(3), half = d / 2;
   const bool per_row = positions.rank() == 2;
   // Read positions as int64 and validate them before any thread starts.
@@ -20,8 +20,7 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, bool 
       pos[i] = int64_t(p[i]);
     }
   });
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(d));
+  const std::vector<double> inv_freq = rope_inverse_frequencies(d, theta, scaling);
 
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   dispatch_float("rope", x.dtype(), [&]<typename T>() {

@@ -166,3 +166,64 @@ TEST_P(Overfit, TinyModelMemorisesOneBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Norms, Overfit, ::testing::Values("post", "pre"));
+
+// ---- tied embeddings ----
+
+TEST(Decoder, TiedEmbeddingsShareOneParameter) {
+  ModelConfig c = tiny_config("pre");
+  c.tie_embeddings = true;
+  Decoder model(c);
+  const std::vector<std::string> names = names_of(model);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0);
+  ParameterArena arena(model, Device::cpu());
+  EXPECT_EQ(arena.numel(), parameter_count(c));
+  ModelConfig untied = c;
+  untied.tie_embeddings = false;
+  EXPECT_EQ(parameter_count(untied) - parameter_count(c), c.vocab_size * c.d_model);
+}
+
+TEST(Decoder, TiedEqualsUntiedWithACopiedHeadAndSumsBothGradients) {
+  ModelConfig tied_config = tiny_config();
+  tied_config.tie_embeddings = true;
+  ModelConfig untied_config = tied_config;
+  untied_config.tie_embeddings = false;
+  Decoder tied(tied_config), untied(untied_config);
+  ParameterArena tied_arena(tied, Device::cpu()), untied_arena(untied, Device::cpu());
+  untied_arena.initialise(17);
+  // The untied model's head is a copy of its embeddings; every other tensor is shared by name.
+  TensorMap values = untied_arena.named_values();
+  Tensor embed, head;
+  for (auto& [name, t] : values) {
+    if (name == "model.embed_tokens.weight") embed = t;
+    if (name == "lm_head.weight") head = t;
+  }
+  head.copy_from(embed);
+  TensorMap tied_values;
+  for (const auto& [name, t] : values)
+    if (name != "lm_head.weight") tied_values.emplace_back(name, t);
+  tied_arena.load(tied_values, "test");
+
+  const Tensor ids = random_ids(2, 7, tied_config.vocab_size, 5);
+  const std::vector<int32_t> targets_v = random_ids(1, 14, tied_config.vocab_size, 6).to_vector<int32_t>();
+  const Tensor targets = Tensor::from_vector(targets_v, {14});
+  auto loss_of = [&](const Decoder& m) {
+    return cross_entropy(reshape(m.forward(ids), {14, tied_config.vocab_size}), targets, 0.0).loss;
+  };
+  tied_arena.zero_grad();
+  untied_arena.zero_grad();
+  Variable tied_loss = loss_of(tied), untied_loss = loss_of(untied);
+  EXPECT_EQ(tied_loss.value().item(), untied_loss.value().item());
+  backward(tied_loss);
+  backward(untied_loss);
+
+  auto grad_of = [](const ParameterArena& arena, const std::string& name) {
+    for (const ArenaEntry& e : arena.entries())
+      if (e.name == name) return e.var.grad().to_vector<float>();
+    throw std::runtime_error(name);
+  };
+  const std::vector<float> tied_grad = grad_of(tied_arena, "model.embed_tokens.weight");
+  const std::vector<float> embed_grad = grad_of(untied_arena, "model.embed_tokens.weight");
+  const std::vector<float> head_grad = grad_of(untied_arena, "lm_head.weight");
+  for (size_t i = 0; i < tied_grad.size(); ++i)
+    ASSERT_NEAR(tied_grad[i], embed_grad[i] + head_grad[i], 1e-6f * (1 + std::abs(tied_grad[i]))) << i;
+}

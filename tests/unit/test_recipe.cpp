@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/unit/hf_test_helpers.h"
+#include "tests/unit/test_support.h"
+#include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/recipe_schema.h"
 
@@ -286,8 +289,9 @@ TEST(RecipeErrors, UnknownKeySuggestsTheClosestValidKey) {
             "recipe.yaml:9:3: unknown key 'train.gradient_accumulation_steps'; did you mean 'train.grad_accum'?");
   // Nothing close: the valid keys of that section.
   EXPECT_EQ(error_of(minimal_with("  size: olmo2_14M", "  size: olmo2_14M\n  zzzzzzzzzz: 1")),
-            "recipe.yaml:4:3: unknown key 'model.zzzzzzzzzz'; valid keys in 'model': size, d_model, n_layers, "
-            "n_heads, n_kv_heads, ffn_hidden, vocab_size, norm, qk_norm, rope_theta, norm_eps, init_std, init_cutoff");
+            "recipe.yaml:4:3: unknown key 'model.zzzzzzzzzz'; valid keys in 'model': size, init_from, d_model, "
+            "n_layers, n_heads, n_kv_heads, ffn_hidden, vocab_size, norm, qk_norm, rope_theta, tie_embeddings, "
+            "norm_eps, init_std, init_cutoff, rope_scaling");
 }
 
 TEST(RecipeErrors, SuggestionsOverTheWholeSchema) {
@@ -363,7 +367,7 @@ TEST(RecipeErrors, MissingRequiredKeys) {
   EXPECT_EQ(error_of(minimal_with("data:\n  train: [data/a.txt]\n", "")), "recipe.yaml: missing required key 'data.train'");
   EXPECT_EQ(error_of(minimal_with("  size: olmo2_14M", "  d_model: 64\n  n_heads: 4")),
             "recipe.yaml:2:1: missing required key 'model.n_layers' (or give model.size, one of olmo2_14M, olmo2_30M, "
-            "olmo2_60M, olmo2_100M, olmo2_190M, olmo2_370M, olmo2_1B); also missing: model.ffn_hidden, model.vocab_size");
+            "olmo2_60M, olmo2_100M, olmo2_190M, olmo2_370M, olmo2_1B, or model.init_from); also missing: model.ffn_hidden, model.vocab_size");
   EXPECT_EQ(error_of(minimal_with("train: [data/a.txt]", "train: []")), "recipe.yaml:5:10: data.train must list at least one path");
 }
 
@@ -382,9 +386,9 @@ TEST(RecipeErrors, InvalidDocuments) {
   EXPECT_EQ(error_of(""), "recipe.yaml: the recipe is empty");
   EXPECT_EQ(error_of("# nothing but a comment\n\n"), "recipe.yaml: the recipe is empty");
   EXPECT_EQ(error_of("- model\n- train\n"),
-            "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, data, train, eval, checkpoint, log), got a list");
+            "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, log), got a list");
   EXPECT_EQ(error_of("just some words\n"),
-            "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, data, train, eval, checkpoint, log), got 'just some words'");
+            "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, log), got 'just some words'");
   EXPECT_EQ(error_of(kMinimal + "---\nname: second\n"), "recipe.yaml:13:1: a recipe is one YAML document, this file has 2 (separated by '---')");
   EXPECT_EQ(error_of(minimal_with("  optimizer:\n    lr: 3.0e-4", "  optimizer: adamw")),
             "recipe.yaml:10:14: 'train.optimizer' is a section, a mapping of its keys (lr, beta1, beta2, eps, "
@@ -487,6 +491,8 @@ Recipe random_recipe(std::mt19937_64& rng) {
   r.model.norm_eps = real(1e-8, 1e-4);
   r.model.init_std = real(1e-3, 0.1);
   r.model.init_cutoff = real(1, 4);
+  r.model.tie_embeddings = integer(0, 1);
+  r.model.rope_scaling = {pick({"none", "llama3"}), real(1, 16), real(0.5, 2), real(2.5, 8), integer(1, 1 << 17)};
   r.data.tokenizer = pick({"bytes", "tok/gpt2.json", "null", "true", "123"});
   for (int64_t i = integer(1, 4); i > 0; --i) r.data.train.push_back("data/shard " + std::to_string(integer(0, 999)) + ".bin");
   for (int64_t i = integer(0, 3); i > 0; --i) {
@@ -537,7 +543,8 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
   const Recipe r = parse_recipe(minimal_with("steps: 100", "tokens: 25601"), "recipe.yaml");
   const std::string text = recipe_to_yaml(r);
   for (const RecipeKey& key : recipe_keys()) {
-    if (key.path == "train.steps") continue;  // this recipe spells its length in tokens
+    if (key.path == "train.steps") continue;      // this recipe spells its length in tokens
+    if (key.path == "model.init_from") continue;  // this recipe starts from a random init
     EXPECT_CONTAINS(text, std::string(last_key_name(key.path)) + ":");
   }
   EXPECT_CONTAINS(text, "tokens: 25601  # 101 steps of 256 tokens");
@@ -552,4 +559,97 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
   EXPECT_CONTAINS(quoted, "tokenizer: \"2\"\n");
   EXPECT_CONTAINS(quoted, "name: \"yes\"\n");
   EXPECT_CONTAINS(quoted, "- null.bin\n    - \"1\"\n");
+}
+
+// ---- model.init_from ----
+
+namespace {
+
+// A recipe whose model section is `model` (YAML flow mapping text).
+std::string with_model(const std::string& model) { return minimal_with("model:\n  size: olmo2_14M", "model: " + model); }
+
+}  // namespace
+
+TEST(RecipeInitFrom, HfFolderGivesTheModel) {
+  fathom::testing::ScratchFolder dir;
+  write_file_atomically(dir / "config.json", fathom::test::tiny_hf_config("LlamaForCausalLM").text());
+  const std::string spec = "hf:" + dir.path().string();
+  const Recipe r = parse_recipe(with_model("{init_from: '" + spec + "'}"), "recipe.yaml");
+  EXPECT_EQ(r.model_init_from, spec);
+  EXPECT_EQ(r.model, read_hf_config(dir.path().string()).config);
+  EXPECT_EQ(r.model.n_kv_heads, 2);  // the source's, not n_heads
+  // Keys that restate the source are fine; init_std is not part of the network.
+  EXPECT_EQ(parse_recipe(with_model("{init_from: '" + spec + "', d_model: 24, norm: pre, qk_norm: false, init_std: 0.5}"),
+                         "recipe.yaml")
+                .model.init_std,
+            0.5);
+  // The resolved recipe names the source and parses back to itself.
+  const std::string text = recipe_to_yaml(r);
+  EXPECT_CONTAINS(text, "init_from: " + spec + "\n");
+  EXPECT_TRUE(parse_recipe(text, "resolved.yaml") == r) << text;
+  EXPECT_TRUE(parse_saved_recipe(text, "resolved.yaml") == r) << text;
+}
+
+TEST(RecipeInitFrom, DisagreeingKeysNameBothValues) {
+  fathom::testing::ScratchFolder dir;
+  write_file_atomically(dir / "config.json", fathom::test::tiny_hf_config("Olmo2ForCausalLM").text());
+  const std::string spec = "hf:" + dir.path().string();
+  const std::string wrong_width = error_of(with_model("{init_from: '" + spec + "', d_model: 64}"));
+  EXPECT_CONTAINS(wrong_width, "recipe.yaml:2:");
+  EXPECT_CONTAINS(wrong_width, ": model.d_model is 64, but model.init_from " + spec + " gives 24; drop the key or make it agree");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "', norm: pre}")), "model.norm is 'pre', but model.init_from");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "'}"), {"model.rope_theta=500000"}),
+                  "--set model.rope_theta=500000: model.rope_theta is 500000, but model.init_from " + spec + " gives 10000");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "', tie_embeddings: true}")),
+                  "model.tie_embeddings is true, but model.init_from " + spec + " gives false");
+}
+
+TEST(RecipeInitFrom, CheckpointGivesItsRecipesModel) {
+  fathom::testing::ScratchFolder dir;
+  Recipe source = parse_recipe(kMinimal, "source.yaml", {"model.n_kv_heads=2", "model.tie_embeddings=true"});
+  save_checkpoint(dir / "run", 3, CheckpointData{{}, {}, "{}", recipe_to_yaml(source)}, 0);
+  const Recipe r = parse_recipe(with_model("{init_from: 'checkpoint:" + (dir / "run").string() + "'}"), "recipe.yaml");
+  EXPECT_EQ(r.model, source.model);
+  EXPECT_EQ(r.model_size, "");
+}
+
+TEST(RecipeInitFrom, Errors) {
+  EXPECT_EQ(error_of(with_model("{init_from: 'models/x'}")),
+            "recipe.yaml:2:20: model.init_from: 'models/x' must be hf:DIR (a HuggingFace checkpoint folder) or "
+            "checkpoint:DIR (a fathom checkpoint or run folder)");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:'}")), "'hf:' names no folder after 'hf:'");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:/no/such/folder'}")),
+                  "recipe.yaml:2:20: model.init_from: HF checkpoint folder '/no/such/folder' does not exist");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: 'checkpoint:/no/such/run'}")), "model.init_from: ");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:/x', size: olmo2_14M}")),
+                  "model.init_from and model.size (at recipe.yaml:2:");
+  fathom::testing::ScratchFolder dir;
+  write_file_atomically(dir / "config.json", fathom::test::tiny_hf_config("Olmo2ForCausalLM").set("architectures", "[\"GPT2LMHeadModel\"]").text());
+  EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:" + dir.path().string() + "'}")),
+                  "architecture 'GPT2LMHeadModel' is not supported");
+  // Without init_from or size, the shape keys are required, and the message names both ways out.
+  EXPECT_CONTAINS(error_of(with_model("{norm: pre}")), "(or give model.size, one of olmo2_14M");
+  EXPECT_CONTAINS(error_of(with_model("{norm: pre}")), ", or model.init_from)");
+}
+
+TEST(RecipeInitFrom, SavedRecipesDoNotNeedTheSource) {
+  fathom::testing::ScratchFolder dir;
+  write_file_atomically(dir / "config.json", fathom::test::tiny_hf_config("Olmo2ForCausalLM").text());
+  const Recipe r = parse_recipe(with_model("{init_from: 'hf:" + dir.path().string() + "'}"), "recipe.yaml");
+  const std::string saved = recipe_to_yaml(r);
+  std::filesystem::remove(dir / "config.json");
+  EXPECT_TRUE(parse_saved_recipe(saved, "saved.yaml") == r);
+  EXPECT_CONTAINS(error_of(saved), "has no config.json");
+}
+
+TEST(Recipe, RopeScalingAndTiedEmbeddingKeys) {
+  const Recipe r = parse_recipe(kMinimal, "recipe.yaml",
+                                {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=32",
+                                 "model.rope_scaling.original_max_position=4096", "model.tie_embeddings=true"});
+  EXPECT_EQ(r.model.rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 4096}));
+  EXPECT_TRUE(r.model.tie_embeddings);
+  EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.type=yarn"}), "model.rope_scaling.type must be one of none, llama3");
+  EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.type=llama3", "model.rope_scaling.high_freq_factor=0.5"}),
+                  "inconsistent model: rope_scaling.high_freq_factor (0.5) must be greater than low_freq_factor (1)");
+  EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.factor=0"}), "model.rope_scaling.factor must be > 0");
 }

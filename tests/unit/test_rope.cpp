@@ -86,3 +86,58 @@ TEST(Rope, BadInputsAreErrors) {
   Tensor negative = Tensor::from_vector<int64_t>({0, 1, -2, 3, 4}, {5});
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), negative, 1e4); }, {"position -2"});
 }
+
+// ---- frequency scaling (Llama 3.1's rule) ----
+
+TEST(RopeScaling, NoneKeepsThePlainFrequencies) {
+  const std::vector<double> f = rope_inverse_frequencies(10, 500000.0);
+  ASSERT_EQ(f.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(f[size_t(i)], std::pow(500000.0, -2.0 * i / 10.0));
+}
+
+TEST(RopeScaling, Llama3FrequenciesByHand) {
+  // d 8, theta 1e4: inv_freq 1, 0.1, 0.01, 0.001 with wavelengths 6.28, 62.8, 628, 6283. With
+  // original context L = 1024, low 1, high 4: wavelengths < 256 are kept, > 1024 divided by the
+  // factor 4, and 628 is interpolated with s = (1024 / 628.3 - 1) / (4 - 1) = 0.2099155,
+  // f = (1 - s) * 0.01 / 4 + s * 0.01 = 0.0040743665.
+  const std::vector<double> f = rope_inverse_frequencies(8, 10000.0, {"llama3", 4.0, 1.0, 4.0, 1024});
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  EXPECT_DOUBLE_EQ(f[1], 0.1);
+  EXPECT_NEAR(f[2], 0.004074366543152521, 1e-15);
+  EXPECT_DOUBLE_EQ(f[3], 0.00025);
+  // Llama 3.1 8B's own settings (theta 500000, d 128, factor 8, L 8192): the highest frequency is
+  // kept, the lowest divided by 8.
+  const std::vector<double> big = rope_inverse_frequencies(128, 500000.0, {"llama3", 8.0, 1.0, 4.0, 8192});
+  EXPECT_EQ(big.front(), 1.0);
+  EXPECT_DOUBLE_EQ(big.back(), std::pow(500000.0, -126.0 / 128.0) / 8.0);
+}
+
+TEST(RopeScaling, ForwardRotatesByTheScaledFrequencies) {
+  // d 2 has one frequency: theta^0 = 1, wavelength 2 pi, which L = 4, low 1, high 1.5 puts above
+  // L / low = 4 (fully scaled): the angle is pos / factor.
+  const RopeScaling scaling{"llama3", 2.0, 1.0, 1.5, 4};
+  Tensor x = Tensor::from_vector<double>({1, 0, 1, 0}, {1, 2, 1, 2});
+  Tensor pos = Tensor::from_vector<int64_t>({0, 3}, {2});
+  expect_close(rope_forward(x, pos, 10000.0, scaling), {1, 0, std::cos(1.5), std::sin(1.5)}, 1e-15, 0);
+  expect_close(rope_backward(rope_forward(x, pos, 10000.0, scaling), pos, 10000.0, scaling), x, 1e-15, 0);
+}
+
+TEST(RopeScaling, GradcheckWithLlama3Scaling) {
+  const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 16};
+  auto f = [&](const std::vector<Variable>& in) { return rope(in[0], in[1].value(), 10000.0, scaling); };
+  GradcheckResult r = gradcheck(f, {random_tensor({2, 7, 3, 8}, DType::f64, 12), random_ints({2, 7}, 50, 13, DType::i32)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(RopeScaling, BadSpecsAreErrors) {
+  Tensor x = random_tensor({1, 3, 1, 4}, DType::f32, 1);
+  Tensor pos = random_ints({3}, 10, 2);
+  expect_error([&] { rope_forward(x, pos, 1e4, {"yarn"}); }, {"rope_scaling.type", "none, llama3", "'yarn'"});
+  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 0.0}); }, {"rope_scaling.factor must be positive"});
+  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 0.0}); }, {"low_freq_factor must be positive"});
+  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 4.0, 4.0}); },
+               {"high_freq_factor (4) must be greater than low_freq_factor (4)"});
+  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 1.0, 4.0, 0}); },
+               {"original_max_position must be at least 1"});
+}

@@ -1,0 +1,140 @@
+#include "layers/hf_export.h"
+
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/json.h"
+#include "layers/decoder.h"
+#include "layers/hf_import.h"
+
+namespace fathom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The model's parameters from `weights`, in Decoder order and converted to `dtype`; every name and
+// shape is checked first, so nothing is written for weights that do not fit the config.
+TensorMap ordered_weights(const ModelConfig& config, const TensorMap& weights, DType dtype) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : weights) by_name[name] = &tensor;
+  TensorMap out;
+  for (const auto& [name, shape] : decoder_parameter_shapes(config)) {
+    const auto it = by_name.find(name);
+    FATHOM_CHECK(it != by_name.end(), "export: the weights lack '", name, "', which the model config needs");
+    const Tensor& t = *it->second;
+    FATHOM_CHECK(t.shape() == shape, "export: '", name, "' has shape ", t.shape().str(),
+                 " but the model config implies ", shape.str());
+    FATHOM_CHECK(is_floating(t.dtype()), "export: '", name, "' is ", dtype_name(t.dtype()), ", not a float tensor");
+    out.emplace_back(name, t.to(Device::cpu()).to(dtype));
+    by_name.erase(it);
+  }
+  FATHOM_CHECK(by_name.empty(), "export: unexpected tensor '", by_name.begin()->first,
+               "' that the model config does not have (", by_name.size(), " unexpected in all)");
+  return out;
+}
+
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "float32";
+    case DType::bf16:
+      return "bfloat16";
+    default:
+      FATHOM_FAIL("export: dtype ", dtype_name(dtype), " is not offered; choose F32 or BF16");
+  }
+}
+
+bool folder_is_empty(const fs::path& dir) {
+  return fs::is_directory(dir) && fs::directory_iterator(dir) == fs::directory_iterator();
+}
+
+}  // namespace
+
+std::string hf_architecture_for(const ModelConfig& c) {
+  if (c.norm == "post" && c.qk_norm) return "Olmo2ForCausalLM";
+  if (c.norm == "pre" && !c.qk_norm) return "LlamaForCausalLM";
+  FATHOM_FAIL("export: no transformers class has norm: ", c.norm, " with qk_norm: ", c.qk_norm ? "true" : "false",
+              " (Olmo2ForCausalLM is norm post with qk_norm, LlamaForCausalLM norm pre without)");
+}
+
+std::string hf_config_json(const ModelConfig& c, const HfExportOptions& options) {
+  c.validate();
+  const std::string architecture = hf_architecture_for(c);
+  const bool llama = architecture == "LlamaForCausalLM";
+  FATHOM_CHECK(options.max_position_embeddings >= 1, "export: max_position_embeddings must be positive, got ",
+               options.max_position_embeddings);
+  JsonWriter w;
+  w.begin_object();
+  w.key("architectures").begin_array().value(architecture).end_array();
+  w.key("model_type").value(llama ? "llama" : "olmo2");
+  w.key("hidden_size").value(c.d_model);
+  w.key("intermediate_size").value(c.ffn_hidden);
+  w.key("num_hidden_layers").value(c.n_layers);
+  w.key("num_attention_heads").value(c.n_heads);
+  w.key("num_key_value_heads").value(c.n_kv_heads);
+  if (llama) w.key("head_dim").value(c.head_dim());
+  w.key("vocab_size").value(c.vocab_size);
+  w.key("hidden_act").value("silu");
+  w.key("rms_norm_eps").value(c.norm_eps);
+  w.key("max_position_embeddings").value(options.max_position_embeddings);
+  w.key("rope_parameters").begin_object();
+  w.key("rope_theta").value(c.rope_theta);
+  if (c.rope_scaling.type == "llama3") {
+    w.key("rope_type").value("llama3");
+    w.key("factor").value(c.rope_scaling.factor);
+    w.key("low_freq_factor").value(c.rope_scaling.low_freq_factor);
+    w.key("high_freq_factor").value(c.rope_scaling.high_freq_factor);
+    w.key("original_max_position_embeddings").value(c.rope_scaling.original_max_position);
+  } else {
+    w.key("rope_type").value("default");
+  }
+  w.end_object();
+  w.key("attention_bias").value(false);
+  w.key("attention_dropout").value(0.0);
+  if (llama) w.key("mlp_bias").value(false).key("pretraining_tp").value(1);
+  w.key("tie_word_embeddings").value(c.tie_embeddings);
+  w.key("initializer_range").value(c.init_std);
+  w.key("bos_token_id").null();
+  if (options.eos_token_id)
+    w.key("eos_token_id").value(*options.eos_token_id);
+  else
+    w.key("eos_token_id").null();
+  w.key("pad_token_id").null();
+  w.key("use_cache").value(true);
+  w.key("dtype").value(torch_dtype_name(options.dtype));
+  w.end_object();
+  return w.str() + "\n";
+}
+
+void export_hf_model(const ModelConfig& config, const TensorMap& weights, const std::string& out_dir,
+                     const HfExportOptions& options) {
+  FATHOM_CHECK(!out_dir.empty(), "export: the output folder is empty");
+  const fs::path target = fs::absolute(out_dir).lexically_normal();
+  const fs::path folder = target.has_filename() ? target : target.parent_path();
+  FATHOM_CHECK(!fs::exists(folder) || fs::is_directory(folder), "export: '", out_dir, "' exists and is not a folder");
+  FATHOM_CHECK(!fs::exists(folder) || folder_is_empty(folder) || options.overwrite, "export: '", out_dir,
+               "' already exists and is not empty; choose another folder or pass --overwrite");
+  FATHOM_CHECK(fs::is_directory(folder.parent_path()), "export: the parent folder of '", out_dir, "' does not exist");
+
+  // Everything that can fail on bad input fails here, before anything is written.
+  const std::string config_json = hf_config_json(config, options);
+  const TensorMap ordered = ordered_weights(config, weights, options.dtype);
+
+  const fs::path temp = folder.parent_path() / temp_name_for(folder.filename().string());
+  remove_all_or_fail(temp, "a leftover of an earlier export");
+  std::error_code error;
+  FATHOM_CHECK(fs::create_directory(temp, error), "export: cannot create ", temp, ": ",
+               error ? error.message() : "it already exists");
+  TempFolderGuard guard(temp);
+  write_file_atomically(temp / kHfConfigFile, config_json);
+  write_safetensors((temp / kHfWeightsFile).string(), ordered, {{"format", "pt"}});
+  fsync_directory(temp);
+  move_folder_into_place(temp, folder);
+  guard.release();
+  fsync_directory(folder.parent_path());
+}
+
+}  // namespace fathom

@@ -1,0 +1,40 @@
+#include <iostream>
+#include <memory>
+
+#include "data/tokenizer.h"
+#include "layers/hf_export.h"
+#include "train/checkpoint.h"
+#include "train/commands.h"
+#include "train/recipe.h"
+
+namespace fathom {
+
+void add_export_command(CLI::App& app) {
+  struct Args {
+    std::string format, checkpoint, out, dtype = "f32";
+    bool overwrite = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("export", "Export a checkpoint in another framework's format");
+  cmd->add_option("--format", args->format, "Output format")->required()->check(CLI::IsMember({"hf"}));
+  cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint folder, or a run folder (uses its latest)")->required();
+  cmd->add_option("--out", args->out, "Output folder (written atomically)")->required();
+  cmd->add_option("--dtype", args->dtype, "Weight dtype: f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_flag("--overwrite", args->overwrite, "Replace an existing output folder");
+  cmd->callback([args] {
+    const std::filesystem::path folder = resolve_checkpoint(args->checkpoint);
+    const CheckpointData checkpoint = load_checkpoint(folder);
+    // The checkpoint's own recipe describes its model; an init_from source it names may be gone.
+    const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
+    HfExportOptions options;
+    options.dtype = args->dtype == "bf16" ? DType::bf16 : DType::f32;
+    options.max_position_embeddings = recipe.train.seq_len;
+    options.eos_token_id = make_tokenizer(recipe.data.tokenizer)->eos_id();
+    options.overwrite = args->overwrite;
+    export_hf_model(recipe.model, checkpoint.model, args->out, options);
+    std::cout << "exported " << folder.string() << " as " << hf_architecture_for(recipe.model) << " to " << args->out
+              << "\n";
+  });
+}
+
+}  // namespace fathom
