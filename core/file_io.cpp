@@ -1,5 +1,7 @@
 #include "core/file_io.h"
 
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -89,6 +91,29 @@ void fsync_directory(const std::filesystem::path& folder) {
   const std::string error = rc == 0 ? "" : errno_text();
   ::close(fd);
   FATHOM_CHECK(rc == 0, "fsync of folder ", path, " failed: ", error);
+}
+
+void move_folder_into_place(const std::filesystem::path& temp, const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  auto remove_or_fail = [](const fs::path& path, const char* what) {
+    std::error_code error;
+    fs::remove_all(path, error);
+    FATHOM_CHECK(!error, "cannot remove ", path, " (", what, "): ", error.message());
+  };
+  if (::rename(temp.c_str(), target.c_str()) == 0) return;
+  FATHOM_CHECK(errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR, "cannot rename ",
+               temp, " to ", target, ": ", errno_text());
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_or_fail(temp, "the replaced folder");
+    return;
+  }
+  // File systems without RENAME_EXCHANGE: move the old folder aside, then rename.
+  const fs::path aside = target.parent_path() / temp_name_for("retired-" + target.filename().string());
+  FATHOM_CHECK(::rename(target.c_str(), aside.c_str()) == 0, "cannot move ", target, " aside to replace it: ",
+               errno_text());
+  remove_or_fail(aside, "the replaced folder");
+  FATHOM_CHECK(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename ", temp, " to ", target, ": ",
+               errno_text());
 }
 
 ReadOnlyFile::ReadOnlyFile(std::filesystem::path path) : path_(std::move(path)) {

@@ -44,6 +44,11 @@ void write_file_atomically(const std::filesystem::path& target, std::string_view
 // Makes renames and creations inside `folder` durable.
 void fsync_directory(const std::filesystem::path& folder);
 
+// Renames the finished folder `temp` to `target` (a sibling). An existing `target` folder is
+// exchanged with it atomically where the file system allows, so the name never disappears, and
+// the old contents are then deleted; elsewhere the old folder is first moved aside.
+void move_folder_into_place(const std::filesystem::path& temp, const std::filesystem::path& target);
+
 // A file opened for positioned reads; every short read is an error naming the file.
 class ReadOnlyFile {
  public:

@@ -1,7 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE
-
 #include <fcntl.h>
 
 #include <algorithm>
@@ -84,22 +82,6 @@ void retire_folder(const fs::path& folder, const fs::path& checkpoints) {
   remove_all_or_fail(aside, "an old checkpoint");
 }
 
-// Renames the finished temporary folder to its final name. If a checkpoint of the same step exists,
-// the two are exchanged atomically (so the name never disappears), then the old one is deleted.
-void move_into_place(const fs::path& temp, const fs::path& final_folder, const fs::path& checkpoints) {
-  if (::rename(temp.c_str(), final_folder.c_str()) == 0) return;
-  FATHOM_CHECK(errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR, "cannot rename ",
-               temp, " to ", final_folder, ": ", std::strerror(errno));
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_folder.c_str(), RENAME_EXCHANGE) == 0) {
-    remove_all_or_fail(temp, "the replaced checkpoint");
-    return;
-  }
-  // File systems without RENAME_EXCHANGE: move the old folder aside, then rename.
-  retire_folder(final_folder, checkpoints);
-  FATHOM_CHECK(::rename(temp.c_str(), final_folder.c_str()) == 0, "cannot rename ", temp, " to ", final_folder,
-               ": ", std::strerror(errno));
-}
-
 void check_state_json(const std::string& text, const std::string& source) {
   const YAML::Node state = parse_json(text, source);
   FATHOM_CHECK(state.IsMap(), source, " is not a JSON object");
@@ -154,7 +136,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   fsync_directory(temp);
 
   const fs::path folder = checkpoints / name;
-  move_into_place(temp, folder, checkpoints);
+  move_folder_into_place(temp, folder);
   guard.release();
   fsync_directory(checkpoints);
   write_file_atomically(checkpoints / kLatestFile, name + "\n");

@@ -148,7 +148,8 @@ def _named(vector):
 
 def read_lazy_load_db(stem):
     """Every object of the database `stem`.rdx/.rdb, as {name: value}."""
-    index = _named(unserialize(gzip.decompress(open(stem + ".rdx", "rb").read()), stem + ".rdx"))
+    with open(stem + ".rdx", "rb") as f:
+        index = _named(unserialize(gzip.decompress(f.read()), stem + ".rdx"))
     compressed = index.get("compressed")
     compressed = compressed[0] if isinstance(compressed, list) and compressed else compressed
     if compressed not in (True, 1):

@@ -32,11 +32,16 @@ def read_conf(conf_path):
     return conf
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _testament_entries(folder, testament):
     paths = {ext: os.path.join(folder, f"{testament}.{ext}") for ext in ("bzs", "bzv", "bzz")}
     if not all(os.path.exists(p) for p in paths.values()):
         return []
-    blocks_index, verses, compressed = (open(paths[e], "rb").read() for e in ("bzs", "bzv", "bzz"))
+    blocks_index, verses, compressed = (_read(paths[e]) for e in ("bzs", "bzv", "bzz"))
     if len(blocks_index) % 12 or len(verses) % 10:
         raise SwordError(f"{folder}: {testament}.bzs/.bzv sizes are not multiples of their 12/10-byte records")
     blocks = []
@@ -86,16 +91,21 @@ _SKIPPED = {"note"}
 # word ("God<note>...</note>created"), so one is put back between two word characters.
 _GAP = "\x00"
 _GAP_BETWEEN_WORDS = re.compile(r"(?<=\w)\x00+(?=\w)")
+# Marks a milestone (line, paragraph, verse boundaries): a space, except before punctuation.
+_BREAK = "\x01"
+_BREAK_BEFORE_PUNCTUATION = re.compile(r"\x01+(?=[.,;:!?’”)\]])")
 
 
 def _plain(parts):
     text = _GAP_BETWEEN_WORDS.sub(" ", "".join(parts)).replace(_GAP, "")
+    text = _BREAK_BEFORE_PUNCTUATION.sub("", text).replace(_BREAK, " ")
     return _SPACE.sub(" ", html.unescape(text)).strip()
 
 
 def osis_chapters(osis):
     """[(osisID, plain text)] for every chapter, in order. Markup is dropped; footnotes, cross
-    references and non-canonical headings are dropped with their content; milestones become spaces."""
+    references and non-canonical headings are dropped with their content; milestones become spaces
+    (none before punctuation)."""
     chapters, current, parts, skip = [], None, [], []
     position = 0
     for match in _TOKEN.finditer(osis):
@@ -118,7 +128,7 @@ def osis_chapters(osis):
             continue
         if self_closing:
             if current is not None and not skip:
-                parts.append(" ")
+                parts.append(_BREAK)
             continue
         skipped = name in _SKIPPED or (name == "title" and attributes.get("canonical") != "true")
         if closing:
