@@ -9,7 +9,8 @@
 // tokenizer's EOS between consecutive documents (not after the last), exactly what
 // tokenize_text_files() gives; it is cut into shards of shard_tokens tokens (the last may be
 // shorter). Pieces of text are tokenized in parallel but joined in order, so the output is
-// byte-identical for any thread count.
+// byte-identical for any thread count. Tokenizer::encode() is called from several threads at once
+// (it is const; a tokenizer must not mutate shared state in it).
 //
 // Writing is all-or-nothing: everything goes to a temporary sibling folder that replaces <out>
 // only once complete. An existing <out> must be empty or an earlier data prep output (it has a

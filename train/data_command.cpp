@@ -44,7 +44,8 @@ void add_data_command(CLI::App& app) {
   prep->add_option("--tokenizer", args->options.tokenizer, "Tokenizer name (e.g. bytes) or file")->required();
   prep->add_option("--out", args->options.out, "Output folder (replaced as a whole when done)")->required();
   prep->add_option("--documents", args->documents, "How a file splits into documents: lines (one per line) or files")
-      ->check(CLI::IsMember({"lines", "files"}));
+      ->check(CLI::IsMember({"lines", "files"}))
+      ->capture_default_str();
   prep->add_option("--train", args->options.train, "Training text files")->required()->expected(1, -1);
   prep->add_option("--validation", args->validation,
                    "Validation domains, each NAME=FILE[,FILE...], e.g. moby_dick=data/moby_dick.txt")
