@@ -1,5 +1,7 @@
 #include "core/file_io.h"
 
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <signal.h>

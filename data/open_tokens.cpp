@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/prep.h"
 
 namespace fathom {
 
@@ -19,6 +20,9 @@ std::vector<std::string> expand_folders(const std::vector<std::string>& paths) {
       files.push_back(p);
       continue;
     }
+    FATHOM_CHECK(!fs::exists(fs::path(p) / kPrepManifestFile), "data path '", p,
+                 "' is a data prep output folder: name its shard folders instead, '", (fs::path(p) / "train").string(),
+                 "' for data.train and '", (fs::path(p) / "validation" / "<domain>").string(), "' for a validation domain");
     std::vector<std::string> inside;
     for (const auto& entry : fs::directory_iterator(p))
       if (entry.is_regular_file() && entry.path().filename().string().front() != '.') inside.push_back(entry.path().string());
@@ -42,10 +46,15 @@ std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& p
                *std::find_if(files.begin(), files.end(), is_shard), "' and '",
                *std::find_if_not(files.begin(), files.end(), is_shard), "'");
   std::shared_ptr<const TokenSource> source;
-  if (shards)
+  if (shards) {
     source = std::make_shared<ShardTokenSource>(files);
-  else
+    // Shards record their tokenizer's vocabulary size; a different one means another tokenizer.
+    FATHOM_CHECK(source->vocab_size() == tokenizer.vocab_size(), source->describe(), " were written for a vocabulary of ",
+                 source->vocab_size(), " ids, but tokenizer '", tokenizer.name(), "' has ", tokenizer.vocab_size(),
+                 ": prepare the data with the recipe's tokenizer (fathom data prep --tokenizer ...)");
+  } else {
     source = std::make_shared<VectorTokenSource>(tokenize_text_files(files, split, tokenizer), tokenizer.vocab_size());
+  }
   FATHOM_CHECK(int64_t(source->vocab_size()) <= model_vocab_size, source->describe(), " has token ids up to ",
                source->vocab_size() - 1, " but model.vocab_size is ", model_vocab_size);
   return source;

@@ -1,6 +1,8 @@
 // Turns a recipe's list of data paths into one token stream. Paths ending in ".bin" are token
 // shards; any other file is text, tokenized on load; a folder stands for every file in it, sorted
-// by name. Shards and text cannot be mixed in one list.
+// by name. Shards and text cannot be mixed in one list. Shards must have been written for the
+// tokenizer's vocabulary (as `fathom data prep` does); a data prep output folder itself is refused
+// with a pointer to its train/ and validation/<domain>/ shard folders.
 #pragma once
 #include <memory>
 #include <string>

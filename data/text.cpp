@@ -35,20 +35,54 @@ DocumentSplit parse_document_split(const std::string& name) {
               "' (known: lines = one document per line, files = one document per file)");
 }
 
+void for_each_document_in(std::string_view text, DocumentSplit split,
+                          const std::function<void(std::string_view)>& visit) {
+  if (split == DocumentSplit::whole_file) {
+    if (!is_blank(text)) visit(text);
+    return;
+  }
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!is_blank(line)) visit(line);
+  }
+}
+
+TextPieceReader::TextPieceReader(const std::string& path, DocumentSplit split, size_t piece_bytes)
+    : path_(path), split_(split), piece_bytes_(piece_bytes), in_(open_text_file(path)) {
+  FATHOM_CHECK(piece_bytes > 0, "text piece size must be positive");
+}
+
+bool TextPieceReader::next(std::string& piece) {
+  piece = std::move(carry_);
+  carry_.clear();
+  while (!at_end_) {
+    const size_t old_size = piece.size();
+    const size_t want = split_ == DocumentSplit::whole_file ? size_t(1) << 24 : piece_bytes_;
+    piece.resize(old_size + want);
+    in_.read(piece.data() + old_size, std::streamsize(want));
+    const size_t got = size_t(in_.gcount());
+    piece.resize(old_size + got);
+    FATHOM_CHECK(!in_.bad(), "error while reading text file ", path_);
+    if (got < want) at_end_ = true;
+    if (split_ == DocumentSplit::whole_file) continue;  // read on to the end of the file
+    // Cut after the last line end of the new bytes; earlier bytes hold none.
+    const size_t cut = std::string_view(piece).substr(old_size).rfind('\n');
+    if (cut != std::string_view::npos) {
+      carry_.assign(piece, old_size + cut + 1);
+      piece.resize(old_size + cut + 1);
+      return true;
+    }
+  }
+  return !piece.empty();
+}
+
 void for_each_document(const std::string& path, DocumentSplit split,
                        const std::function<void(std::string_view)>& visit) {
-  std::ifstream in = open_text_file(path);
-  if (split == DocumentSplit::per_line) {
-    std::string line;
-    while (std::getline(in, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!is_blank(line)) visit(line);
-    }
-  } else {
-    const std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    if (!is_blank(content)) visit(content);
-  }
-  FATHOM_CHECK(!in.bad(), "error while reading text file ", path);
+  TextPieceReader reader(path, split, size_t(1) << 20);
+  for (std::string piece; reader.next(piece);) for_each_document_in(piece, split, visit);
 }
 
 std::vector<std::string> read_documents(const std::string& path, DocumentSplit split) {

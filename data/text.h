@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fstream>
+
 #include "data/tokenizer.h"
 
 namespace fathom {
@@ -25,6 +27,30 @@ DocumentSplit parse_document_split(const std::string& name);
 // file is an error naming it.
 void for_each_document(const std::string& path, DocumentSplit split,
                        const std::function<void(std::string_view)>& visit);
+
+// Calls `visit` for every document of `text` by the same rules, where `text` holds whole lines
+// (per_line) or a whole file (whole_file), such as a piece from TextPieceReader.
+void for_each_document_in(std::string_view text, DocumentSplit split,
+                          const std::function<void(std::string_view)>& visit);
+
+// Reads a text file in pieces that each hold whole documents, so pieces can be split into
+// documents independently (and in parallel): per_line pieces are about `piece_bytes` long and end
+// at a line end (a longer line makes a longer piece); a whole_file piece is the whole file.
+// The pieces depend only on the file and piece_bytes. A missing or unreadable file is an error.
+class TextPieceReader {
+ public:
+  TextPieceReader(const std::string& path, DocumentSplit split, size_t piece_bytes);
+  // The next piece into `piece`; false (and `piece` empty) once the file is used up.
+  bool next(std::string& piece);
+
+ private:
+  std::string path_;
+  DocumentSplit split_;
+  size_t piece_bytes_;
+  std::ifstream in_;
+  std::string carry_;  // the start of a line that the previous read cut
+  bool at_end_ = false;
+};
 
 std::vector<std::string> read_documents(const std::string& path, DocumentSplit split);
 
