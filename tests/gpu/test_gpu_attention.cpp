@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,9 +39,10 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 }
 
 // ||got - want|| / ||want||, infinite if anything is not finite (unwritten outputs are NaN-poisoned).
-// ||want|| is floored at an RMS of 1e-5 per element: at T = 1 the only key is the query's own, so
+// ||want|| is floored at an RMS of 1e-4 per element: at T = 1 the only key is the query's own, so
 // dS = P (dP - rowsum(dO * O)) vanishes and dq, dk are exactly 0; both sides are then rounding noise
-// (the GPU's about 1e-8 per element) and a plain ratio would be meaningless.
+// (the GPU's up to about 2e-7 per element at d = 128, G = 8) and a plain ratio would be meaningless.
+// Every gradient that does not vanish here has an RMS far above the floor (at least 4e-2 in this suite).
 double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return INFINITY;
   double num = 0, den = 0;
@@ -49,7 +51,7 @@ double relative_l2(const std::vector<double>& got, const std::vector<double>& wa
     num += (got[i] - want[i]) * (got[i] - want[i]);
     den += want[i] * want[i];
   }
-  return std::sqrt(num / std::max(den, 1e-10 * double(got.size())));
+  return std::sqrt(num / std::max(den, 1e-8 * double(got.size())));
 }
 
 bool gpu_available() {
@@ -203,7 +205,9 @@ TEST_P(GpuAttentionMatchesCpu, OutputLseAndGradients) {
   for (const auto& check : checks) {
     const double err = relative_l2(values(check.got), values(check.want));
     EXPECT_LE(err, tol) << check.name << " relative L2 error " << err;
-    RecordProperty(std::string("rel_l2_") + check.name, std::to_string(err));
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3e", err);
+    RecordProperty(std::string("rel_l2_") + check.name, text);
   }
 }
 
