@@ -49,8 +49,26 @@ bf16_t* dev(T* p) {
 
 }  // namespace
 
+namespace {
+
+// Key-block size of the dK/dV pass for head dim d.
+int dkdv_block(int64_t d) {
+  int bk = 0;
+  flash::dispatch_width(int(d), [&]<int D>() { bk = flash::Configs<D>::DkDv::BK; });
+  return bk;
+}
+
+int dkdv_splits(const FlashShape& s) { return flash::dkdv_splits(s.B, s.T, s.Hk, s.Hq / s.Hk, dkdv_block(s.d)); }
+
+// Per-row statistics (lse2, delta) of the padded rows.
+size_t stats_floats(const FlashShape& s) { return size_t(2) * size_t(s.B) * size_t(s.Hq) * size_t(padded_rows(s.T)); }
+
+}  // namespace
+
 size_t flash_backward_workspace_bytes(const FlashShape& s) {
-  return size_t(2) * size_t(s.B) * size_t(s.Hq) * size_t(padded_rows(s.T)) * sizeof(float);
+  const int splits = dkdv_splits(s);
+  const size_t partials = splits > 1 ? size_t(2) * splits * size_t(s.B * s.T * s.Hk * s.d) : 0;
+  return (stats_floats(s) + partials) * sizeof(float);
 }
 
 void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
@@ -88,14 +106,17 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   const int64_t Tpad = padded_rows(s.T);
   float* lse2 = static_cast<float*>(p.workspace);
   float* delta = lse2 + s.B * s.Hq * Tpad;
+  const int splits = dkdv_splits(s);
+  float* dk_part = lse2 + stats_floats(s);
+  float* dv_part = dk_part + size_t(splits) * size_t(s.B * s.T * s.Hk * s.d);
   const BackwardArgs a{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
                        p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  lse2,
                        delta,     int(s.B),  int(s.T),  int(Tpad),  int(s.Hq),
                        int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
-                       float(s.scale * double(flash::kLog2e))};
+                       float(s.scale * double(flash::kLog2e)),   dk_part,  dv_part};
   flash::launch_backward_prepare(a, stream);
   flash::dispatch_width(a.d, [&]<int D>() {
-    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream);
+    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, splits);
     flash::launch_backward_dq<typename flash::Configs<D>::Dq>(a, stream);
   });
 }

@@ -51,7 +51,8 @@ struct FlashBackwardParams {
   size_t workspace_bytes = 0;
 };
 
-// Device scratch the backward pass needs (per-row softmax statistics, padded).
+// Device scratch the backward pass needs: per-row softmax statistics and, where the dK/dV grid is
+// too small to fill the GPU (short sequences), fp32 dK/dV partial sums.
 size_t flash_backward_workspace_bytes(const FlashShape& shape);
 
 // Enqueue the kernels on `stream`; argument errors throw fathom::Error before anything is launched.

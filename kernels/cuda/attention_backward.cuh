@@ -4,7 +4,9 @@
 //            scratch padded with lse2 = +inf (probabilities of rows past T vanish) and delta = 0.
 //   dK/dV:   one CTA per (key block, batch, KV head); each warp owns 16 keys and loops over the G query
 //            heads of its KV head and every query block that sees its keys, accumulating dK and dV
-//            in registers (the group sum needs neither atomics nor a G-times scratch).
+//            in registers (the group sum needs neither atomics nor a G-times scratch). When that grid
+//            is too small to fill the GPU (short sequences, few KV heads) the G heads are split over
+//            S CTAs whose fp32 partials are summed afterwards in a fixed order.
 //   dQ:      one CTA per (query tile, batch, query head), walking the same causal KV blocks as the
 //            forward pass and accumulating dQ in registers.
 // With P = exp(S - lse), dP = dO V^T: dS = P * (dP - delta), dQ = scale dS K, dK = scale dS^T Q,
@@ -30,6 +32,10 @@ struct BackwardArgs {
   float* delta;  // [B, Hq, Tpad] scratch
   int B, T, Tpad, Hq, Hk, G, d;
   float scale, scale_log2;
+  // With the G query heads of a KV head split over S CTAs (gridDim.z = S > 1), each split writes its
+  // fp32 dK and dV partial sums here, [S, B, T, Hk, d], and a reduction adds them in split order.
+  float* dk_part = nullptr;
+  float* dv_part = nullptr;
 };
 
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
@@ -113,10 +119,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   auto sRows = [&](int s) { return sDO(s) + Cfg::kTileQ; };  // lse2[BQ] then delta[BQ]
   const float* rows_base = reinterpret_cast<const float*>(smem + (2 * Cfg::kTileKV));
 
-  // Work items: (query head g of this KV head, query block i), i from the block holding key k0.
-  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = a.G * per_head;
+  // Work items: (query head g of this split's share of the KV head's G, query block i), i from the
+  // block holding key k0.
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
+  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
+  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
   auto load_item = [&](int item, int s) {
-    const int h = hk * a.G + item / per_head, q0 = (i0 + item % per_head) * BQ;
+    const int h = hk * a.G + g0 + item / per_head, q0 = (i0 + item % per_head) * BQ;
     const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
     load_tile_async<D, BQ, Cfg::THREADS>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
     load_tile_async<D, BQ, Cfg::THREADS>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
@@ -262,6 +271,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     __syncthreads();  // the next prefetch overwrites this stage
   }
 
+  if (splits > 1) {  // fp32 partials, reduced by flash_backward_reduce_kernel
+    const int64_t part = (int64_t(split) * a.B * a.T + int64_t(b) * a.T) * a.Hk * a.d;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = k0 + wkey + g + 8 * half;
+      if (key >= a.T) continue;
+      const int64_t row = part + (int64_t(key) * a.Hk + hk) * a.d;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        const int col = nt * 8 + 2 * t;
+        if (col >= a.d) continue;
+        *reinterpret_cast<float2*>(a.dk_part + row + col) =
+            make_float2(dk[0][nt][2 * half] * a.scale, dk[0][nt][2 * half + 1] * a.scale);
+        *reinterpret_cast<float2*>(a.dv_part + row + col) = make_float2(dv[0][nt][2 * half], dv[0][nt][2 * half + 1]);
+      }
+    }
+    return;
+  }
   // K and V tiles are free: stage dK and dV there for 16-byte stores.
   const float kscale[1][2] = {{a.scale, a.scale}}, one[1][2] = {{1.f, 1.f}};
   stage_accumulator<D, 1>(smem, dk, kscale, wkey, lane);
@@ -269,6 +296,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   __syncthreads();
   store_tile<D, BK, Cfg::THREADS>(a.dk + kv_off, kv_stride, k0, a.T, a.d, smem, tid);
   store_tile<D, BK, Cfg::THREADS>(a.dv + kv_off, kv_stride, k0, a.T, a.d, smem + Cfg::kTileKV, tid);
+}
+
+// dK, dV = the sum of the S split partials, in split order; 4 elements per thread (d % 8 == 0).
+__global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const BackwardArgs a, int splits) {
+  const int64_t n = int64_t(a.B) * a.T * a.Hk * a.d;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i >= n) return;
+  float4 k = *reinterpret_cast<const float4*>(a.dk_part + i), v = *reinterpret_cast<const float4*>(a.dv_part + i);
+  for (int s = 1; s < splits; ++s) {
+    const float4 ks = *reinterpret_cast<const float4*>(a.dk_part + s * n + i);
+    const float4 vs = *reinterpret_cast<const float4*>(a.dv_part + s * n + i);
+    k = make_float4(k.x + ks.x, k.y + ks.y, k.z + ks.z, k.w + ks.w);
+    v = make_float4(v.x + vs.x, v.y + vs.y, v.z + vs.z, v.w + vs.w);
+  }
+  *reinterpret_cast<uint2*>(a.dk + i) = make_uint2(pack_bf16(k.x, k.y), pack_bf16(k.z, k.w));
+  *reinterpret_cast<uint2*>(a.dv + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
 }
 
 // ---------------------------------------------------------------------------------------------
