@@ -2,9 +2,7 @@
 // configurations at the benchmark sizes and checks every variant against the shipped configuration
 // (relative L2 of its output). Used to choose kernels/cuda/attention_launch.cuh's Configs; not part of
 // the CMake build (each configuration is a separate kernel instantiation, slow to compile). Build it
-// against a CUDA build of the library (cmake -B build-cuda -DFATHOM_CUDA=ON && ninja -C build-cuda fathom_lib):
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -I. '-DFATHOM_SOURCE_DIR="."' \
-//        bench/tune_attention.cu build-cuda/libfathom_lib.a -Xcompiler -fopenmp -o tune_attention
+// with scripts/build_attention_device.sh OUT_DIR --tune.
 // Usage: tune_attention [T for the d = 64 sweep, default 16384]
 #include <algorithm>
 #include <cmath>

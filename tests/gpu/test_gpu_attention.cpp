@@ -32,11 +32,14 @@ struct Case {
   int64_t B, T, G, d;
 };
 
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  return "T" + std::to_string(c.T) + "_G" + std::to_string(c.G) + "_d" + std::to_string(c.d) + "_B" +
-         std::to_string(c.B);
+std::string describe_case(const Case& c, const char* separator) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "T%lld%sG%lld%sd%lld%sB%lld", (long long)c.T, separator, (long long)c.G,
+                separator, (long long)c.d, separator, (long long)c.B);
+  return text;
 }
+
+std::string case_name(const testing::TestParamInfo<Case>& info) { return describe_case(info.param, "_"); }
 
 // ||got - want|| / ||want||, infinite if anything is not finite (unwritten outputs are NaN-poisoned).
 // ||want|| is floored at an RMS of 1e-4 per element: at T = 1 the only key is the query's own, so
@@ -243,7 +246,7 @@ TEST(GpuAttention, BackwardIsBitIdenticalAcrossRuns) {
     const Tensor dq = gpu.dq.download(in.q_shape, DType::bf16), dk = gpu.dk.download(in.kv_shape, DType::bf16),
                  dv = gpu.dv.download(in.kv_shape, DType::bf16);
     gpu.backward();
-    const std::string what = "T" + std::to_string(c.T) + " G" + std::to_string(c.G) + " d" + std::to_string(c.d);
+    const std::string what = describe_case(c, " ");
     EXPECT_EQ(0, std::memcmp(dq.raw(), gpu.dq.download(in.q_shape, DType::bf16).raw(), dq.nbytes())) << what << " dq";
     EXPECT_EQ(0, std::memcmp(dk.raw(), gpu.dk.download(in.kv_shape, DType::bf16).raw(), dk.nbytes())) << what << " dk";
     EXPECT_EQ(0, std::memcmp(dv.raw(), gpu.dv.download(in.kv_shape, DType::bf16).raw(), dv.nbytes())) << what << " dv";
