@@ -1,0 +1,207 @@
+// Flash attention entry points: argument checks, scratch sizing, width dispatch and the Tensor
+// wrappers. The kernels are in attention_forward.cuh and attention_backward.cuh.
+#include "kernels/cuda/attention.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_launch.cuh"
+
+namespace fathom::cuda {
+
+namespace {
+
+using flash::BackwardArgs;
+using flash::bf16_t;
+using flash::ForwardArgs;
+
+constexpr int64_t kMaxGridRows = 65535;  // B * H rides on gridDim.y
+
+void check_shape(const char* op, const FlashShape& s) {
+  FATHOM_CHECK(s.B > 0 && s.T > 0 && s.Hq > 0 && s.Hk > 0 && s.d > 0, op,
+               ": sizes must be positive, got B = ", s.B, ", T = ", s.T, ", Hq = ", s.Hq, ", Hk = ", s.Hk,
+               ", d = ", s.d);
+  FATHOM_CHECK(s.Hq % s.Hk == 0, op, ": query heads Hq = ", s.Hq, " must be a multiple of KV heads Hk = ", s.Hk);
+  FATHOM_CHECK(s.d % 8 == 0 && s.d <= 128, op, ": head dim d = ", s.d,
+               " is not supported by the CUDA kernels (a multiple of 8, at most 128)");
+  FATHOM_CHECK(std::isfinite(s.scale) && s.scale != 0, op, ": scale must be finite and non-zero, got ", s.scale);
+  FATHOM_CHECK(s.B * s.Hq <= kMaxGridRows, op, ": B * Hq = ", s.B * s.Hq, " exceeds ", kMaxGridRows);
+  FATHOM_CHECK(s.T <= (int64_t(1) << 30), op, ": sequence length T = ", s.T, " exceeds 2^30");
+}
+
+// bf16 tiles move in 16-byte copies.
+void check_pointer(const char* op, const char* name, const void* p, size_t alignment) {
+  FATHOM_CHECK(p != nullptr, op, ": ", name, " is null");
+  FATHOM_CHECK(reinterpret_cast<uintptr_t>(p) % alignment == 0, op, ": ", name, " must be ", alignment,
+               "-byte aligned");
+}
+
+int64_t padded_rows(int64_t T) { return (T + flash::kRowPad - 1) / flash::kRowPad * flash::kRowPad; }
+
+template <class T>
+const bf16_t* dev(const T* p) {
+  return reinterpret_cast<const bf16_t*>(p);
+}
+template <class T>
+bf16_t* dev(T* p) {
+  return reinterpret_cast<bf16_t*>(p);
+}
+
+}  // namespace
+
+namespace {
+
+// Key-block size of the dK/dV pass for head dim d.
+int dkdv_block(int64_t d) {
+  int bk = 0;
+  flash::dispatch_width(int(d), [&]<int D>() { bk = flash::Configs<D>::DkDv::BK; });
+  return bk;
+}
+
+int dkdv_splits(const FlashShape& s) { return flash::dkdv_splits(s.B, s.T, s.Hk, s.Hq / s.Hk, dkdv_block(s.d)); }
+
+// Per-row statistics (lse2, delta) of the padded rows.
+size_t stats_floats(const FlashShape& s) { return size_t(2) * size_t(s.B) * size_t(s.Hq) * size_t(padded_rows(s.T)); }
+
+}  // namespace
+
+size_t flash_backward_workspace_bytes(const FlashShape& s) {
+  const int splits = dkdv_splits(s);
+  const size_t partials = splits > 1 ? size_t(2) * splits * size_t(s.B * s.T * s.Hk * s.d) : 0;
+  return (stats_floats(s) + partials) * sizeof(float);
+}
+
+void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
+  const char* op = "flash_attention_forward";
+  const FlashShape& s = p.shape;
+  check_shape(op, s);
+  check_pointer(op, "q", p.q, 16);
+  check_pointer(op, "k", p.k, 16);
+  check_pointer(op, "v", p.v, 16);
+  check_pointer(op, "o", p.o, 16);
+  check_pointer(op, "lse", p.lse, 4);
+  const ForwardArgs a{dev(p.q),     dev(p.k),     dev(p.v),      dev(p.o),     p.lse,         int(s.B),
+                      int(s.T),     int(s.Hq),    int(s.Hk),     int(s.Hq / s.Hk), int(s.d),
+                      float(s.scale * double(flash::kLog2e))};
+  flash::dispatch_width(a.d, [&]<int D>() { flash::launch_forward<typename flash::Configs<D>::Forward>(a, stream); });
+}
+
+void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream) {
+  const char* op = "flash_attention_backward";
+  const FlashShape& s = p.shape;
+  check_shape(op, s);
+  check_pointer(op, "q", p.q, 16);
+  check_pointer(op, "k", p.k, 16);
+  check_pointer(op, "v", p.v, 16);
+  check_pointer(op, "o", p.o, 16);
+  check_pointer(op, "grad_o", p.grad_o, 16);
+  check_pointer(op, "lse", p.lse, 4);
+  check_pointer(op, "dq", p.dq, 16);
+  check_pointer(op, "dk", p.dk, 16);
+  check_pointer(op, "dv", p.dv, 16);
+  check_pointer(op, "workspace", p.workspace, 16);
+  const size_t need = flash_backward_workspace_bytes(s);
+  FATHOM_CHECK(p.workspace_bytes >= need, op, ": workspace of ", p.workspace_bytes, " bytes is too small, need ",
+               need);
+  const int64_t Tpad = padded_rows(s.T);
+  float* lse2 = static_cast<float*>(p.workspace);
+  float* delta = lse2 + s.B * s.Hq * Tpad;
+  const int splits = dkdv_splits(s);
+  float* dk_part = lse2 + stats_floats(s);
+  float* dv_part = dk_part + size_t(splits) * size_t(s.B * s.T * s.Hk * s.d);
+  const BackwardArgs a{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
+                       p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  lse2,
+                       delta,     int(s.B),  int(s.T),  int(Tpad),  int(s.Hq),
+                       int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
+                       float(s.scale * double(flash::kLog2e)),   dk_part,  dv_part};
+  flash::launch_backward_prepare(a, stream);
+  flash::dispatch_width(a.d, [&]<int D>() {
+    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, splits);
+    flash::launch_backward_dq<typename flash::Configs<D>::Dq>(a, stream);
+  });
+}
+
+// ---- Tensor wrappers ----
+
+namespace {
+
+void check_device_tensor(const char* op, const char* name, const Tensor& t, DType dtype, Device device) {
+  FATHOM_CHECK(t.defined(), op, ": ", name, " is undefined");
+  FATHOM_CHECK(t.device().is_cuda() && t.device() == device, op, ": ", name, " ", describe(t), " must be on ",
+               device.str());
+  FATHOM_CHECK(t.dtype() == dtype, op, ": ", name, " ", describe(t), " must be ", dtype_name(dtype),
+               " (the CUDA kernels compute bf16 attention with fp32 statistics)");
+}
+
+FlashShape shape_of(const Tensor& q, const Tensor& k, double scale) {
+  FATHOM_CHECK(q.rank() == 4 && k.rank() == 4, "attention: q ", describe(q), " and k ", describe(k),
+               " must be [B, T, H, d]");
+  return FlashShape{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), scale};
+}
+
+void check_current_device(const char* op, Device device) {
+  int current = -1;
+  flash::check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  FATHOM_CHECK(current == device.index, op, ": tensors are on ", device.str(), " but the current device is cuda:",
+               current);
+}
+
+}  // namespace
+
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  const char* op = "attention (cuda)";
+  const Device device = q.device();
+  check_device_tensor(op, "q", q, DType::bf16, device);
+  check_device_tensor(op, "k", k, DType::bf16, device);
+  check_device_tensor(op, "v", v, DType::bf16, device);
+  check_current_device(op, device);
+  const FlashShape s = shape_of(q, k, scale);
+  AttentionOutput out{Tensor::empty(q.shape(), DType::bf16, device), Tensor::empty({s.B, s.Hq, s.T}, DType::f32, device)};
+  FlashParams p;
+  p.shape = s;
+  p.q = q.data<bf16>();
+  p.k = k.data<bf16>();
+  p.v = v.data<bf16>();
+  p.o = out.o.data<bf16>();
+  p.lse = out.lse.data<float>();
+  flash_attention_forward(p, nullptr);  // TODO(runtime): fathom's current stream
+  return out;
+}
+
+AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& o, const Tensor& lse, double scale) {
+  const char* op = "attention_backward (cuda)";
+  const Device device = q.device();
+  check_device_tensor(op, "q", q, DType::bf16, device);
+  check_device_tensor(op, "k", k, DType::bf16, device);
+  check_device_tensor(op, "v", v, DType::bf16, device);
+  check_device_tensor(op, "o", o, DType::bf16, device);
+  check_device_tensor(op, "grad_o", grad_o, DType::bf16, device);
+  check_device_tensor(op, "lse", lse, DType::f32, device);
+  check_current_device(op, device);
+  const FlashShape s = shape_of(q, k, scale);
+  AttentionGrads grads{Tensor::empty(q.shape(), DType::bf16, device), Tensor::empty(k.shape(), DType::bf16, device),
+                       Tensor::empty(v.shape(), DType::bf16, device)};
+  const size_t scratch_bytes = flash_backward_workspace_bytes(s);
+  Tensor scratch = Tensor::empty({int64_t(scratch_bytes)}, DType::u8, device);
+  FlashBackwardParams p;
+  p.shape = s;
+  p.q = q.data<bf16>();
+  p.k = k.data<bf16>();
+  p.v = v.data<bf16>();
+  p.o = o.data<bf16>();
+  p.grad_o = grad_o.data<bf16>();
+  p.lse = lse.data<float>();
+  p.dq = grads.dq.data<bf16>();
+  p.dk = grads.dk.data<bf16>();
+  p.dv = grads.dv.data<bf16>();
+  p.workspace = scratch.raw();
+  p.workspace_bytes = scratch_bytes;
+  // TODO(runtime): fathom's current stream. The scratch returns to the allocator when this function
+  // exits, before the kernels have run; that is safe only with a stream-ordered allocator on the
+  // same stream (the shared caching allocator is specified that way).
+  flash_attention_backward(p, nullptr);
+  return grads;
+}
+
+}  // namespace fathom::cuda

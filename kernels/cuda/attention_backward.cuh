@@ -1,0 +1,448 @@
+// Flash-attention backward, deterministic: no atomics anywhere, every sum in a fixed order.
+//
+//   prepare: per query row, lse2 = lse * log2(e) and delta = rowsum(dO * O), into [B, Hq, Tpad]
+//            scratch padded with lse2 = +inf (probabilities of rows past T vanish) and delta = 0.
+//   dK/dV:   one CTA per (key block, batch, KV head); each warp owns 16 keys and loops over the G query
+//            heads of its KV head and every query block that sees its keys, accumulating dK and dV
+//            in registers (the group sum needs neither atomics nor a G-times scratch). When that grid
+//            is too small to fill the GPU (short sequences, few KV heads) the G heads are split over
+//            S CTAs whose fp32 partials are summed afterwards in a fixed order.
+//   dQ:      one CTA per (query tile, batch, query head), walking the same causal KV blocks as the
+//            forward pass and accumulating dQ in registers.
+// With P = exp(S - lse), dP = dO V^T: dS = P * (dP - delta), dQ = scale dS K, dK = scale dS^T Q,
+// dV = P^T dO. Both passes recompute P; dQ thereby costs three products more than an atomic
+// accumulation would, the price of bit-identical gradients.
+#pragma once
+#include "kernels/cuda/attention_forward.cuh"
+
+namespace fathom::cuda::flash {
+
+// Device-side arguments of one backward call; shapes as in ForwardArgs.
+struct BackwardArgs {
+  const bf16_t* q;
+  const bf16_t* k;
+  const bf16_t* v;
+  const bf16_t* o;
+  const bf16_t* dout;
+  const float* lse;
+  bf16_t* dq;
+  bf16_t* dk;
+  bf16_t* dv;
+  float* lse2;   // [B, Hq, Tpad] scratch
+  float* delta;  // [B, Hq, Tpad] scratch
+  int B, T, Tpad, Hq, Hk, G, d;
+  float scale, scale_log2;
+  // With the G query heads of a KV head split over S CTAs (gridDim.z = S > 1), each split writes its
+  // fp32 dK and dV partial sums here, [S, B, T, Hk, d], and a reduction adds them in split order.
+  float* dk_part = nullptr;
+  float* dv_part = nullptr;
+};
+
+// Scratch rows are padded to a multiple of this, which every query-tile size divides.
+constexpr int kRowPad = 128;
+
+// LANES (a power of two up to 32) lanes per (b, t, h) row; rows t in [T, Tpad) write the padding.
+template <int LANES>
+__global__ void __launch_bounds__(256) flash_backward_prepare_kernel(const BackwardArgs a) {
+  static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "lanes per row: a power of two");
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / LANES;
+  const int sub = threadIdx.x % LANES;
+  const bool in_range = row < int64_t(a.B) * a.Tpad * a.Hq;
+  const int h = int(row % a.Hq), t = int((row / a.Hq) % a.Tpad), b = int(row / (int64_t(a.Hq) * a.Tpad));
+  const bool real = in_range && t < a.T;
+  float acc = 0.f;
+  if (real) {
+    const int64_t base = ((int64_t(b) * a.T + t) * a.Hq + h) * a.d;
+    for (int c = sub * 8; c < a.d; c += 8 * LANES) {
+      const uint4 ov = *reinterpret_cast<const uint4*>(a.o + base + c);
+      const uint4 gv = *reinterpret_cast<const uint4*>(a.dout + base + c);
+      const __nv_bfloat162* op = reinterpret_cast<const __nv_bfloat162*>(&ov);
+      const __nv_bfloat162* gp = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 of = __bfloat1622float2(op[i]), gf = __bfloat1622float2(gp[i]);
+        acc = fmaf(of.x, gf.x, acc);
+        acc = fmaf(of.y, gf.y, acc);
+      }
+    }
+  }
+  // Every lane takes part in the shuffles; the lanes of a row sum in a fixed tree.
+#pragma unroll
+  for (int off = LANES / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (in_range && sub == 0) {
+    const int64_t i = (int64_t(b) * a.Hq + h) * a.Tpad + t;
+    a.delta[i] = real ? acc : 0.f;
+    a.lse2[i] = real ? a.lse[(int64_t(b) * a.Hq + h) * a.T + t] * kLog2e : INFINITY;
+  }
+}
+
+// Copies n floats (n a multiple of 4, 16-byte aligned source) into shared memory.
+template <int N, int THREADS>
+__device__ __forceinline__ void load_row_vector_async(uint32_t dst, const float* src, int tid) {
+  static_assert(N % 4 == 0, "whole 16-byte chunks");
+#pragma unroll
+  for (int it = 0; it < (N / 4 + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + tid;
+    if (i < N / 4) cp_async_16(dst + uint32_t(i) * 16u, src + i * 4, true);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dK / dV. WARPS warps of 16 keys make a key block of BK; query blocks of BQ rows (Q, dO, lse2, delta)
+// are double-buffered. KV_IN_REGS keeps the warp's K and V fragments in registers (small D).
+template <int D_, int WARPS_, int BQ_, bool KV_IN_REGS_, int MIN_BLOCKS_>
+struct DkDvConfig {
+  static constexpr int D = D_, WARPS = WARPS_, BQ = BQ_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr bool KV_IN_REGS = KV_IN_REGS_;
+  static constexpr int THREADS = WARPS * 32, BK = WARPS * 16;
+  static constexpr int kTileKV = BK * D * 2, kTileQ = BQ * D * 2;
+  static constexpr int kStageBytes = 2 * kTileQ + 2 * BQ * 4;  // Q, dO, lse2, delta
+  static constexpr int kSmemBytes = 2 * kTileKV + 2 * kStageBytes;
+  static_assert(BQ % 16 == 0 && kRowPad % BQ == 0, "query blocks must tile the padded rows");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dkdv_kernel(const BackwardArgs a) {
+  constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
+  using Tile = SwizzledTile<D>;
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int k0 = int(blockIdx.x) * BK;  // low key blocks see the most queries: they start first
+  const int b = int(blockIdx.y) / a.Hk, hk = int(blockIdx.y) % a.Hk;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+
+  const uint32_t sK = smem_addr(smem), sV = sK + Cfg::kTileKV, stages = sV + Cfg::kTileKV;
+  auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
+  auto sDO = [&](int s) { return sQ(s) + Cfg::kTileQ; };
+  auto sRows = [&](int s) { return sDO(s) + Cfg::kTileQ; };  // lse2[BQ] then delta[BQ]
+  const float* rows_base = reinterpret_cast<const float*>(smem + (2 * Cfg::kTileKV));
+
+  // Work items: (query head g of this split's share of the KV head's G, query block i), i from the
+  // block holding key k0.
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
+  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
+  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
+  auto load_item = [&](int item, int s) {
+    const int h = hk * a.G + g0 + item / per_head, q0 = (i0 + item % per_head) * BQ;
+    const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
+    load_tile_async<D, BQ, Cfg::THREADS>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
+    load_tile_async<D, BQ, Cfg::THREADS>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s), a.lse2 + r_off, tid);
+    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s) + BQ * 4, a.delta + r_off, tid);
+  };
+
+  load_tile_async<D, BK, Cfg::THREADS>(sK, a.k + kv_off, kv_stride, k0, a.T, a.d, tid);
+  load_tile_async<D, BK, Cfg::THREADS>(sV, a.v + kv_off, kv_stride, k0, a.T, a.d, tid);
+  load_item(0, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int wkey = warp * 16;  // this warp's first key within the block
+  uint32_t kf[Cfg::KV_IN_REGS ? D / 16 : 1][4], vf[Cfg::KV_IN_REGS ? D / 16 : 1][4];
+  if constexpr (Cfg::KV_IN_REGS) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      Tile::load_a(kf[ks], sK, wkey, ks * 16, lane);
+      Tile::load_a(vf[ks], sV, wkey, ks * 16, lane);
+    }
+  }
+  // The warp's K (or V) fragment of k-step ks, from registers or shared memory.
+  auto frag = [&](uint32_t (&f)[4], const uint32_t (&held)[Cfg::KV_IN_REGS ? D / 16 : 1][4], uint32_t tile, int ks) {
+    if constexpr (Cfg::KV_IN_REGS) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[e] = held[ks][e];
+    } else {
+      Tile::load_a(f, tile, wkey, ks * 16, lane);
+    }
+  };
+
+  float dk[1][D / 8][4], dv[1][D / 8][4];  // one m-tile: the warp's 16 keys
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[0][nt][e] = dv[0][nt][e] = 0.f;
+
+  const int key_lo = k0 + wkey + g;  // this thread's keys: key_lo and key_lo + 8
+  for (int item = 0; item < items; ++item) {
+    if (item + 1 < items) {
+      load_item(item + 1, (item + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int s = item & 1, q0 = (i0 + item % per_head) * BQ;
+    const uint32_t tq = sQ(s), tdo = sDO(s);
+    const float* lse2 = rows_base + (s * Cfg::kStageBytes + 2 * Cfg::kTileQ) / 4;
+    const float* delta = lse2 + BQ;
+
+    // S^T = K Q^T for the warp's 16 keys x BQ queries.
+    float p[BQ / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t ka[4];
+      frag(ka, kf, sK, ks);
+#pragma unroll
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t bq[4];
+        Tile::load_b(bq, tq, np * 16, ks * 16, lane);
+        mma_16816(p[2 * np], ka, bq[0], bq[1]);
+        mma_16816(p[2 * np + 1], ka, bq[2], bq[3]);
+      }
+    }
+    // P^T; the causal mask matters only where some key of the warp exceeds the block's first query.
+    const bool masked = k0 + wkey + 15 > q0;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = nt * 8 + 2 * t + e;
+        const float l2 = lse2[col];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float x = exp2_approx(p[nt][2 * half + e] * a.scale_log2 - l2);
+          if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
+          p[nt][2 * half + e] = x;
+        }
+      }
+    // dV += P^T dO.
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) {
+      const uint32_t pa[4] = {pack_bf16(p[2 * ks][0], p[2 * ks][1]), pack_bf16(p[2 * ks][2], p[2 * ks][3]),
+                              pack_bf16(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                              pack_bf16(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bd[4];
+        Tile::load_b_trans(bd, tdo, ks * 16, np * 16, lane);
+        mma_16816(dv[0][2 * np], pa, bd[0], bd[1]);
+        mma_16816(dv[0][2 * np + 1], pa, bd[2], bd[3]);
+      }
+    }
+    // dP^T = V dO^T.
+    float ds[BQ / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t va[4];
+      frag(va, vf, sV, ks);
+#pragma unroll
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t bd[4];
+        Tile::load_b(bd, tdo, np * 16, ks * 16, lane);
+        mma_16816(ds[2 * np], va, bd[0], bd[1]);
+        mma_16816(ds[2 * np + 1], va, bd[2], bd[3]);
+      }
+    }
+    // dS^T = P^T * (dP^T - delta).
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dl = delta[nt * 8 + 2 * t + e];
+        ds[nt][e] = p[nt][e] * (ds[nt][e] - dl);
+        ds[nt][2 + e] = p[nt][2 + e] * (ds[nt][2 + e] - dl);
+      }
+    // dK += dS^T Q (scaled at the end).
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) {
+      const uint32_t da[4] = {pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
+                              pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
+                              pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bq[4];
+        Tile::load_b_trans(bq, tq, ks * 16, np * 16, lane);
+        mma_16816(dk[0][2 * np], da, bq[0], bq[1]);
+        mma_16816(dk[0][2 * np + 1], da, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // the next prefetch overwrites this stage
+  }
+
+  if (splits > 1) {  // fp32 partials, reduced by flash_backward_reduce_kernel
+    const int64_t part = (int64_t(split) * a.B * a.T + int64_t(b) * a.T) * a.Hk * a.d;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = k0 + wkey + g + 8 * half;
+      if (key >= a.T) continue;
+      const int64_t row = part + (int64_t(key) * a.Hk + hk) * a.d;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        const int col = nt * 8 + 2 * t;
+        if (col >= a.d) continue;
+        *reinterpret_cast<float2*>(a.dk_part + row + col) =
+            make_float2(dk[0][nt][2 * half] * a.scale, dk[0][nt][2 * half + 1] * a.scale);
+        *reinterpret_cast<float2*>(a.dv_part + row + col) = make_float2(dv[0][nt][2 * half], dv[0][nt][2 * half + 1]);
+      }
+    }
+    return;
+  }
+  // K and V tiles are free: stage dK and dV there for 16-byte stores.
+  const float kscale[1][2] = {{a.scale, a.scale}}, one[1][2] = {{1.f, 1.f}};
+  stage_accumulator<D, 1>(smem, dk, kscale, wkey, lane);
+  stage_accumulator<D, 1>(smem + Cfg::kTileKV, dv, one, wkey, lane);
+  __syncthreads();
+  store_tile<D, BK, Cfg::THREADS>(a.dk + kv_off, kv_stride, k0, a.T, a.d, smem, tid);
+  store_tile<D, BK, Cfg::THREADS>(a.dv + kv_off, kv_stride, k0, a.T, a.d, smem + Cfg::kTileKV, tid);
+}
+
+// dK, dV = the sum of the S split partials, in split order; 4 elements per thread (d % 8 == 0).
+__global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const BackwardArgs a, int splits) {
+  const int64_t n = int64_t(a.B) * a.T * a.Hk * a.d;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i >= n) return;
+  float4 k = *reinterpret_cast<const float4*>(a.dk_part + i), v = *reinterpret_cast<const float4*>(a.dv_part + i);
+  for (int s = 1; s < splits; ++s) {
+    const float4 ks = *reinterpret_cast<const float4*>(a.dk_part + s * n + i);
+    const float4 vs = *reinterpret_cast<const float4*>(a.dv_part + s * n + i);
+    k = make_float4(k.x + ks.x, k.y + ks.y, k.z + ks.z, k.w + ks.w);
+    v = make_float4(v.x + vs.x, v.y + vs.y, v.z + vs.z, v.w + vs.w);
+  }
+  *reinterpret_cast<uint2*>(a.dk + i) = make_uint2(pack_bf16(k.x, k.y), pack_bf16(k.z, k.w));
+  *reinterpret_cast<uint2*>(a.dv + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
+// ---------------------------------------------------------------------------------------------
+// dQ. Same tiling and KV walk as the forward pass (ForwardConfig); Q and dO fragments stay in
+// registers, with each row's lse2 and delta.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_kernel(const BackwardArgs a) {
+  static_assert(kRowPad % Cfg::BQ == 0, "dQ tiles must not pass the padded statistics rows");
+  constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
+  using Tile = SwizzledTile<D>;
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Cfg::BQ;  // the longest KV walks start first
+  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+
+  // Q and dO tiles, then the double-buffered KV stages (the layout ForwardConfig counts holds only
+  // one Q-sized tile before the stages, so dO goes after them).
+  const uint32_t sQ = smem_addr(smem), stages = sQ + Cfg::kTileQ, sDO = stages + 2 * Cfg::kStageBytes;
+  load_tile_async<D, Cfg::BQ, Cfg::THREADS>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
+  load_tile_async<D, Cfg::BQ, Cfg::THREADS>(sDO, a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+  cp_async_commit();
+  const SequenceKv<Cfg> seq{a.k + kv_off, a.v + kv_off, kv_stride, a.T, a.d, q0};
+  start_source<Cfg>(seq, stages, tid);
+  cp_async_wait<1>();
+  __syncthreads();
+
+  const int wrow = warp * MT * 16;
+  uint32_t qf[MT][D / 16][4], df[MT][D / 16][4];
+  load_row_fragments<D, MT>(qf, sQ, wrow, lane);
+  load_row_fragments<D, MT>(df, sDO, wrow, lane);
+  float lse2[MT][2], delta[MT][2];
+  const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = q0 + wrow + mt * 16 + g + 8 * half;  // < Tpad: tiles never pass the padding
+      lse2[mt][half] = a.lse2[r_off + row];
+      delta[mt][half] = a.delta[r_off + row];
+    }
+
+  float dq[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
+
+  const int row0 = q0 + wrow;
+  for_each_block<Cfg>(seq, stages, tid, [&](int n, uint32_t sK, uint32_t sV) {
+    const int key0 = seq.key0(n);
+    const bool masked = seq.masked(n);
+    float p[MT][BK / 8][4], ds[MT][BK / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[mt][nt][e] = ds[mt][nt][e] = 0.f;
+    // S = Q K^T and dP = dO V^T.
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < BK / 16; ++np) {
+        uint32_t bk[4], bv[4];
+        Tile::load_b(bk, sK, np * 16, ks * 16, lane);
+        Tile::load_b(bv, sV, np * 16, ks * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816(p[mt][2 * np], qf[mt][ks], bk[0], bk[1]);
+          mma_16816(p[mt][2 * np + 1], qf[mt][ks], bk[2], bk[3]);
+          mma_16816(ds[mt][2 * np], df[mt][ks], bv[0], bv[1]);
+          mma_16816(ds[mt][2 * np + 1], df[mt][ks], bv[2], bv[3]);
+        }
+      }
+    // dS = P * (dP - delta).
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + mt * 16 + g + 8 * half;
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 2 * half + e;
+            float x = exp2_approx(p[mt][nt][i] * a.scale_log2 - lse2[mt][half]);
+            if (masked && key0 + nt * 8 + 2 * t + e > row) x = 0.f;
+            ds[mt][nt][i] = x * (ds[mt][nt][i] - delta[mt][half]);
+          }
+      }
+    // dQ += dS K (scaled at the end).
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      uint32_t da[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        da[mt][0] = pack_bf16(ds[mt][2 * ks][0], ds[mt][2 * ks][1]);
+        da[mt][1] = pack_bf16(ds[mt][2 * ks][2], ds[mt][2 * ks][3]);
+        da[mt][2] = pack_bf16(ds[mt][2 * ks + 1][0], ds[mt][2 * ks + 1][1]);
+        da[mt][3] = pack_bf16(ds[mt][2 * ks + 1][2], ds[mt][2 * ks + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bk[4];
+        Tile::load_b_trans(bk, sK, ks * 16, np * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816(dq[mt][2 * np], da[mt], bk[0], bk[1]);
+          mma_16816(dq[mt][2 * np + 1], da[mt], bk[2], bk[3]);
+        }
+      }
+    }
+  });
+
+  float qscale[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) qscale[mt][0] = qscale[mt][1] = a.scale;
+  stage_accumulator<D, MT>(smem, dq, qscale, wrow, lane);
+  __syncthreads();
+  store_tile<D, Cfg::BQ, Cfg::THREADS>(a.dq + q_off, q_stride, q0, a.T, a.d, smem, tid);
+}
+
+// Shared memory of the dQ kernel: ForwardConfig's layout plus the dO tile.
+template <class Cfg>
+constexpr int dq_smem_bytes() {
+  return Cfg::kSmemBytes + Cfg::kTileQ;
+}
+
+}  // namespace fathom::cuda::flash

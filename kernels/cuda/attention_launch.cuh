@@ -1,0 +1,111 @@
+// Kernel configurations per head-dim width and the launchers that size grids and shared memory for
+// them. Kept apart from attention.cu so a tuning program can instantiate other configurations.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+#include "kernels/cuda/attention_backward.cuh"
+
+namespace fathom::cuda::flash {
+
+// TODO(runtime): replace with the shared CUDA_CHECK once the CUDA runtime lands.
+inline void check_cuda(cudaError_t err, const char* what) {
+  FATHOM_CHECK(err == cudaSuccess, "flash attention: ", what, " failed: ", cudaGetErrorString(err));
+}
+
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+             "raising the shared-memory limit");
+}
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+template <class Cfg>
+void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
+  auto kernel = flash_forward_kernel<Cfg>;
+  allow_smem(kernel, Cfg::kSmemBytes);
+  const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
+  kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
+  check_cuda(cudaGetLastError(), "the forward kernel launch");
+}
+
+inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) {
+  constexpr int kLanes = 8;  // 16 bytes each: a row of d <= 128 in one pass
+  const int64_t threads = int64_t(a.B) * a.Tpad * a.Hq * kLanes;
+  flash_backward_prepare_kernel<kLanes><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);
+  check_cuda(cudaGetLastError(), "the backward prepare kernel launch");
+}
+
+// The dK/dV pass with the G query heads of each KV head split over `splits` CTAs (1: no split; more
+// needs a.dk_part and a.dv_part and adds the reduction).
+template <class Cfg>
+void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
+  auto kernel = flash_backward_dkdv_kernel<Cfg>;
+  allow_smem(kernel, Cfg::kSmemBytes);
+  const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
+  kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
+  check_cuda(cudaGetLastError(), "the dK/dV kernel launch");
+  if (splits > 1) {
+    const int64_t threads = int64_t(a.B) * a.T * a.Hk * a.d / 4;
+    flash_backward_reduce_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a, splits);
+    check_cuda(cudaGetLastError(), "the dK/dV reduction launch");
+  }
+}
+
+// How many CTAs share the G query heads of a KV head in the dK/dV pass: doubled while the grid has
+// fewer CTAs than about four waves of two per SM on an H200 and there are heads left to split. At
+// T = 4096 with 8 KV heads this halves the longest CTA, whose G * T / BQ work items otherwise set
+// the pass's time (measured 1.36 ms for 0.95 ms of average work per SM).
+inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK) {
+  constexpr int64_t kFillCtas = 1024;
+  const int64_t ctas = (T + BK - 1) / BK * B * Hk;
+  int splits = 1;
+  while (2 * splits <= G && ctas * splits < kFillCtas) splits *= 2;
+  return splits;
+}
+
+template <class Cfg>
+void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
+  auto kernel = flash_backward_dq_kernel<Cfg>;
+  constexpr int smem = dq_smem_bytes<Cfg>();
+  allow_smem(kernel, smem);
+  const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
+  kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
+  check_cuda(cudaGetLastError(), "the dQ kernel launch");
+}
+
+// The configurations fathom runs, by head-dim width D (d <= D), chosen by bench/tune_attention.cu
+// on an H200 (bench/results/2026-11-29_attention.md):
+//   ForwardConfig<D, WARPS, MT, BK, MIN_BLOCKS>, DkDvConfig<D, WARPS, BQ, KV_IN_REGS, MIN_BLOCKS>.
+// The dQ pass reuses ForwardConfig's tiling (query tile of WARPS * MT * 16 rows, KV blocks of BK).
+template <int D>
+struct Configs;
+template <>
+struct Configs<32> {
+  using Forward = ForwardConfig<32, 4, 2, 64, 2>;
+  using DkDv = DkDvConfig<32, 4, 64, true, 2>;
+  using Dq = ForwardConfig<32, 4, 2, 32, 2>;
+};
+template <>
+struct Configs<64> {
+  using Forward = ForwardConfig<64, 4, 2, 64, 1>;
+  using DkDv = DkDvConfig<64, 4, 64, true, 2>;
+  using Dq = ForwardConfig<64, 4, 2, 32, 2>;
+};
+template <>
+struct Configs<128> {
+  using Forward = ForwardConfig<128, 8, 1, 64, 1>;
+  using DkDv = DkDvConfig<128, 4, 64, false, 2>;
+  using Dq = ForwardConfig<128, 8, 1, 64, 1>;
+};
+
+// Runs f.template operator()<D>() for the narrowest width that holds head dim d (d <= 128).
+template <class F>
+void dispatch_width(int d, F&& f) {
+  if (d <= 32) return f.template operator()<32>();
+  if (d <= 64) return f.template operator()<64>();
+  return f.template operator()<128>();
+}
+
+}  // namespace fathom::cuda::flash

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the flash-attention GPU test and benchmark (and optionally the tile sweep) as self-contained
+# x86-64 binaries, without the CMake build: cudart, libstdc++ and libgomp are linked statically, so the
+# binaries run on a GPU machine that has only the NVIDIA driver (no Eigen, yaml-cpp or GoogleTest).
+# Needs nvcc (CUDA 13), g++ with C++20, Eigen3 and GoogleTest (static) where it runs.
+# Usage: scripts/build_attention_device.sh OUT_DIR [--tune]
+set -euo pipefail
+out=${1:?usage: scripts/build_attention_device.sh OUT_DIR [--tune]}
+tune=${2:-}
+cd "$(dirname "$0")/.."
+src=$(pwd)
+mkdir -p "$out" build-device
+obj=$src/build-device
+defs=(-DFATHOM_SOURCE_DIR="\"$src\"" -DFATHOM_WITH_CUDA=1)
+cxx=(g++ -std=c++20 -O2 -fopenmp -Wall -Wextra -Wno-unused-parameter -I"$src" -I/usr/include/eigen3
+     -I/usr/local/cuda/include "${defs[@]}")
+nvcc=(nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -I"$src" "${defs[@]}")
+link=(-L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -static-libstdc++ -static-libgcc
+      -Wl,-Bstatic -lgomp -Wl,-Bdynamic)
+
+# The CPU reference and the parts of core/ it needs.
+cpu_objs=()
+for f in core/tensor.cpp core/shape.cpp core/dtype.cpp core/allocator.cpp core/error.cpp core/random.cpp \
+         kernels/cpu/attention.cpp kernels/dispatch.cpp; do
+  o=$obj/$(echo "$f" | tr / _).o
+  "${cxx[@]}" -c "$f" -o "$o"
+  cpu_objs+=("$o")
+done
+"${nvcc[@]}" -Xptxas -v -c kernels/cuda/attention.cu -o "$obj/attention.o" 2> "$obj/ptxas.log" || { cat "$obj/ptxas.log"; exit 1; }
+"${cxx[@]}" -c tests/gpu/test_gpu_attention.cpp -o "$obj/test_gpu_attention.o"
+g++ -fopenmp "$obj/test_gpu_attention.o" "$obj/attention.o" "${cpu_objs[@]}" -lgtest_main -lgtest "${link[@]}" \
+    -o "$out/gpu_attention_tests"
+"${cxx[@]}" -c bench/bench_attention.cpp -o "$obj/bench_attention.o"
+g++ -fopenmp "$obj/bench_attention.o" "$obj/attention.o" "${cpu_objs[@]}" "${link[@]}" -o "$out/bench_attention"
+if [ "$tune" = --tune ]; then
+  "${nvcc[@]}" -c bench/tune_attention.cu -o "$obj/tune_attention.o"
+  g++ -fopenmp "$obj/tune_attention.o" "$obj/attention.o" "${cpu_objs[@]}" "${link[@]}" -o "$out/tune_attention"
+fi
+cp bench/attention_reference.py "$out/"
+echo "built into $out (register/spill report: build-device/ptxas.log)"
