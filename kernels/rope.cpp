@@ -25,14 +25,22 @@ void check_rope(const char* op, const Tensor& x, const Tensor& positions, double
 Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta) {
   check_rope("rope", x, positions, theta);
   if (common_device("rope", {&x, &positions}).is_cpu()) return cpu::rope_rotate(x, positions, theta, false);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::rope_rotate(x, positions, theta, false);
+#else
   no_cuda_kernel("rope");
+#endif
 }
 
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double theta) {
   check_rope("rope_backward", grad_y, positions, theta);
   if (common_device("rope_backward", {&grad_y, &positions}).is_cpu())
     return cpu::rope_rotate(grad_y, positions, theta, true);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::rope_rotate(grad_y, positions, theta, true);
+#else
   no_cuda_kernel("rope_backward");
+#endif
 }
 
 }  // namespace fathom
