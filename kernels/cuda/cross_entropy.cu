@@ -36,13 +36,22 @@ __device__ __forceinline__ int64_t checked_target(const I* targets, int64_t row,
 struct RunningSum {  // sum of 2^(y - m), y = x log2(e)
   float m = -INFINITY;
   float s = 0;
-  __device__ void add(float y) {
-    if (y > m) {
-      s = s * exp2f(m - y) + 1.0f;
-      m = y;
-    } else {
-      s += exp2f(y - m);
+  // A pack at a time: one rescale at most, then one exp2 per value, no per-element branch.
+  template <int N>
+  __device__ void add(const float (&x)[N]) {
+    float y[N];
+    float top = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      y[k] = x[k] * kLog2e;
+      top = fmaxf(top, y[k]);
     }
+    if (top > m) {
+      s *= exp2f(m - top);
+      m = top;
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) s += exp2f(y[k] - m);
   }
   __device__ void merge(float m2, float s2) {
     const float mm = fmaxf(m, m2);
@@ -59,7 +68,7 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const I* targets, int
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
   RunningSum acc;
-  for_each_in_row(x, vocab, [&](float v, int64_t) { acc.add(v * kLog2e); });
+  for_each_pack_in_row(x, vocab, [&](const auto& values, int64_t) { acc.add(values); });
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)
     acc.merge(__shfl_xor_sync(0xffffffffu, acc.m, offset), __shfl_xor_sync(0xffffffffu, acc.s, offset));

@@ -103,26 +103,35 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 8192) {
 
 namespace fathom::cuda {
 
-// Calls f(value, index) for every element of a row [0, n) read by the block's threads (strided), with
-// the part between the row's first and last 16-byte boundaries read in 16-byte packs, so rows of any
-// length and alignment (a vocabulary of 50257) still stream at full width.
+// Calls f(values, first_index) over a row [0, n) read by the block's threads (strided): the part
+// between the row's first and last 16-byte boundaries in 16-byte packs (values is float[16 /
+// sizeof(T)]), the ragged ends one element at a time (float[1]); so rows of any length and alignment
+// (a vocabulary of 50257) still stream at full width.
 template <typename T, typename F>
-__device__ __forceinline__ void for_each_in_row(const T* row, int64_t n, F&& f) {
+__device__ __forceinline__ void for_each_pack_in_row(const T* row, int64_t n, F&& f) {
   constexpr int N = 16 / sizeof(T);
   const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(row) % 16) / int64_t(sizeof(T));
   const int64_t head = min(n, misalign == 0 ? int64_t(0) : N - misalign);
   const int64_t packs = (n - head) / N;
-  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) f(to_float(row[i]), i);
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
+    const float v[1] = {to_float(row[i])};
+    f(v, i);
+  }
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     const int64_t i = head + p * N;
-    const Pack<T, N> v = load_pack<N>(row + i);
+    const Pack<T, N> pack = load_pack<N>(row + i);
+    float v[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) f(to_float(v.v[k]), i + k);
+    for (int k = 0; k < N; ++k) v[k] = to_float(pack.v[k]);
+    f(v, i);
   }
-  for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x) f(to_float(row[i]), i);
+  for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x) {
+    const float v[1] = {to_float(row[i])};
+    f(v, i);
+  }
 }
 
-// out[i] = f(in[i], i) over a row, packed like for_each_in_row when both rows share their offset
+// out[i] = f(in[i], i) over a row, packed like for_each_pack_in_row when both rows share their offset
 // within 16 bytes (always true in place, and for same-dtype rows of fresh allocations).
 template <typename T, typename F>
 __device__ __forceinline__ void transform_row(const T* in, T* out, int64_t n, F&& f) {

@@ -102,8 +102,9 @@ double reduce(const char* op, const Tensor& t) {
   double* p = partials.data<double>();
   dispatch_device_float(op, t.dtype(), [&]<typename T>() {
     const T* x = static_cast<const T*>(t.raw());
-    if (aligned_to(kPack * sizeof(T), x))
-      reduce_partials_kernel<R, kPack><<<blocks, kReduceThreads, 0, stream>>>(x, n, p);
+    constexpr int N = 16 / sizeof(T);  // 16-byte loads
+    if (aligned_to(16, x))
+      reduce_partials_kernel<R, N><<<blocks, kReduceThreads, 0, stream>>>(x, n, p);
     else
       reduce_partials_kernel<R, 1><<<blocks, kReduceThreads, 0, stream>>>(x, n, p);
     CUDA_CHECK_LAUNCH();

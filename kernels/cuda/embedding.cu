@@ -144,7 +144,7 @@ __global__ void radix_scatter_kernel(const uint32_t* keys_in, const int32_t* val
 
 // ---- backward, step 2: segmented sums over the sorted order ----
 
-constexpr int kSumThreads = 128;
+constexpr int kSumThreads = 256;  // at most; one column each, blockIdx.y picks the slice of columns
 
 template <typename G, typename D>
 __global__ void embedding_chunk_sum_kernel(const uint32_t* keys, const int32_t* positions, const G* grad_out,
@@ -162,7 +162,8 @@ __global__ void embedding_chunk_sum_kernel(const uint32_t* keys, const int32_t* 
   __syncthreads();
   const bool first_run_starts_segment = begin == 0 || keys[begin - 1] != skey[0];
   const bool last_run_ends_segment = begin + len == n || keys[begin + len] != skey[len - 1];
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c < dim) {
     float acc = 0;
     int run_start = 0;
     for (int e = 0; e < len; ++e) {
@@ -199,7 +200,8 @@ __global__ void embedding_boundary_sum_kernel(const uint32_t* keys, const float*
     if (begin > 0 && keys[begin - 1] == key) return;
     slot = 0;
   }
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c < dim) {
     float total = partial[(chunk * 2 + slot) * dim + c];
     for (int64_t next = chunk + 1;; ++next) {
       total += partial[(next * 2) * dim + c];
@@ -290,11 +292,13 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
     dispatch_device_float("embedding_backward", grad_table.dtype(), [&]<typename D>() {
       if constexpr (std::is_same_v<G, D> || std::is_same_v<D, float>) {
         D* dt = static_cast<D*>(grad_table.raw());
-        embedding_chunk_sum_kernel<G, D><<<unsigned(sum_chunks), kSumThreads, smem, stream>>>(
+        const int threads = int(std::min<int64_t>(kSumThreads, (dim + 31) / 32 * 32));
+        const dim3 grid(unsigned(sum_chunks), unsigned((dim + threads - 1) / threads));
+        embedding_chunk_sum_kernel<G, D><<<grid, threads, smem, stream>>>(
             key_ptr(current), pos_ptr(current), static_cast<const G*>(grad_out.raw()), dt, pp, n, dim,
             uint32_t(vocab), chunk_len);
         CUDA_CHECK_LAUNCH();
-        embedding_boundary_sum_kernel<D><<<unsigned(sum_chunks), kSumThreads, 0, stream>>>(
+        embedding_boundary_sum_kernel<D><<<grid, threads, 0, stream>>>(
             key_ptr(current), pp, dt, n, dim, uint32_t(vocab), chunk_len);
         CUDA_CHECK_LAUNCH();
       } else {

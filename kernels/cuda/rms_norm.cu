@@ -2,6 +2,8 @@
 // get one warp each; wide rows (full-width norms) one block of 256 threads. The weight gradient is
 // deterministic: each block sums its fixed range of rows per column in shared memory (every column
 // owned by one thread), writes one partial row, and a second kernel sums the partials in order.
+#include <initializer_list>
+
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/float_dispatch.h"
 #include "kernels/cuda/runtime.h"
@@ -14,7 +16,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxWarpRow = 1024;      // widest row a single warp handles
 constexpr int64_t kMaxWidth = 32768;       // shared-memory bound of the wide backward
-constexpr int kMaxBackwardBlocks = 256;    // partial rows of the weight gradient
+constexpr int kMaxBackwardBlocks = 1024;   // partial rows of the weight gradient: enough blocks to fill the device
 
 // Sum over the TPR threads of one row: a warp, or the whole block.
 template <int TPR>
@@ -97,21 +99,40 @@ __global__ void rms_norm_backward_kernel(const T* dy, const T* x, const T* w, co
   }
 }
 
+// dweight[c] = sum over blocks of partial[b][c]: a 32 x 32 thread tile per 32 columns, each thread
+// summing every 32nd partial row, then a fixed-order sum of the 32 lane totals.
 template <typename T>
 __global__ void sum_partial_rows_kernel(const float* partial, int blocks, int64_t n, T* out) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n; c += int64_t(gridDim.x) * blockDim.x) {
-    float total = 0;
-    for (int b = 0; b < blocks; ++b) total += partial[int64_t(b) * n + c];
-    out[c] = from_float<T>(total);
+  __shared__ float lanes[32][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float total = 0;
+  if (c < n)
+    for (int b = threadIdx.y; b < blocks; b += 32) total += partial[int64_t(b) * n + c];
+  lanes[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+    float sum = 0;
+    for (int y = 0; y < 32; ++y) sum += lanes[y][threadIdx.x];
+    out[c] = from_float<T>(sum);
   }
 }
 
-template <typename F>
-void dispatch_layout(int64_t n, bool packed, F&& f) {
-  const bool wide = n > kMaxWarpRow;
-  if (wide && packed) return f.template operator()<kThreads, 4>();
-  if (wide) return f.template operator()<kThreads, 1>();
-  if (packed) return f.template operator()<32, 4>();
+// One warp per row up to kMaxWarpRow wide (packs of 4), else one block per row (16-byte packs);
+// element-wise where the width or the addresses do not allow packs.
+template <typename T, typename F>
+void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&& f) {
+  constexpr int kWidePack = 16 / sizeof(T);
+  auto packed = [&](int pack) {
+    if (n % pack != 0) return false;
+    for (const void* p : pointers)
+      if (!aligned_to(size_t(pack) * sizeof(T), p)) return false;
+    return true;
+  };
+  if (n > kMaxWarpRow) {
+    if (packed(kWidePack)) return f.template operator()<kThreads, kWidePack>();
+    return f.template operator()<kThreads, 1>();
+  }
+  if (packed(4)) return f.template operator()<32, 4>();
   return f.template operator()<32, 1>();
 }
 
@@ -126,8 +147,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     const T* xp = static_cast<const T*>(x.raw());
     const T* wp = static_cast<const T*>(weight.raw());
     T* yp = static_cast<T*>(out.y.raw());
-    const bool packed = n % 4 == 0 && all_aligned(4 * sizeof(T), xp, wp, yp);
-    dispatch_layout(n, packed, [&]<int TPR, int N>() {
+    dispatch_layout<T>(n, {xp, wp, yp}, [&]<int TPR, int N>() {
       const int64_t groups = kThreads / TPR;
       rms_norm_forward_kernel<TPR, N, T><<<grid_for(rows, int(groups), 65535), kThreads, 0, stream>>>(
           xp, wp, yp, static_cast<float*>(out.rstd.raw()), rows, n, float(eps));
@@ -153,8 +173,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
     const T* xp = static_cast<const T*>(x.raw());
     const T* wp = static_cast<const T*>(weight.raw());
     T* dxp = static_cast<T*>(grads.dx.raw());
-    const bool packed = n % 4 == 0 && all_aligned(4 * sizeof(T), dyp, xp, wp, dxp);
-    dispatch_layout(n, packed, [&]<int TPR, int N>() {
+    dispatch_layout<T>(n, {dyp, xp, wp, dxp}, [&]<int TPR, int N>() {
       const int64_t groups = kThreads / TPR;
       // The row split depends on the shape alone, so the weight gradient's summation order repeats.
       const int blocks = int(std::min<int64_t>(kMaxBackwardBlocks, (rows + groups - 1) / groups));
@@ -166,8 +185,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
       kernel<<<blocks, kThreads, smem, stream>>>(dyp, xp, wp, static_cast<const float*>(rstd.raw()), dxp,
                                                  static_cast<float*>(partial.raw()), rows, n, rows_per_block);
       CUDA_CHECK_LAUNCH();
-      sum_partial_rows_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(partial.raw()),
-                                                                      blocks, n, static_cast<T*>(grads.dweight.raw()));
+      sum_partial_rows_kernel<T><<<unsigned((n + 31) / 32), dim3(32, 32), 0, stream>>>(
+          static_cast<const float*>(partial.raw()), blocks, n, static_cast<T*>(grads.dweight.raw()));
       CUDA_CHECK_LAUNCH();
     });
   });

@@ -27,29 +27,32 @@ __global__ void rope_table_kernel(const I* positions, int64_t n_pos, int64_t hal
   }
 }
 
+// One thread per (token, pack of N frequencies): its cos/sin stay in registers across the H heads.
 template <int N, typename T>
-__global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t rows, int64_t seq, int64_t heads,
+__global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t tokens, int64_t seq, int64_t heads,
                                   int64_t half, bool per_row) {
-  const int64_t packs_per_row = half / N;
-  const int64_t total = rows * packs_per_row;
+  const int64_t packs_per_token = half / N;
+  const int64_t total = tokens * packs_per_token;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t row = idx / packs_per_row, i = (idx % packs_per_row) * N;
-    const int64_t bt = row / heads;  // row = (b * T + t) * H + h
+    const int64_t bt = idx / packs_per_token, i = (idx % packs_per_token) * N;  // bt = b * T + t
     const int64_t p = per_row ? bt : bt % seq;
-    const T* xr = x + row * 2 * half;
-    T* yr = y + row * 2 * half;
-    const Pack<T, N> x1 = load_pack<N>(xr + i), x2 = load_pack<N>(xr + half + i);
-    Pack<T, N> y1, y2;
+    float2 cs[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float2 cs = table[p * half + i + k];
-      const float a = to_float(x1.v[k]), b = to_float(x2.v[k]);
-      y1.v[k] = from_float<T>(a * cs.x - b * cs.y);
-      y2.v[k] = from_float<T>(b * cs.x + a * cs.y);
+    for (int k = 0; k < N; ++k) cs[k] = table[p * half + i + k];
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t offset = (bt * heads + h) * 2 * half;
+      const Pack<T, N> x1 = load_pack<N>(x + offset + i), x2 = load_pack<N>(x + offset + half + i);
+      Pack<T, N> y1, y2;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float a = to_float(x1.v[k]), b = to_float(x2.v[k]);
+        y1.v[k] = from_float<T>(a * cs[k].x - b * cs[k].y);
+        y2.v[k] = from_float<T>(b * cs[k].x + a * cs[k].y);
+      }
+      store_pack<N>(y + offset + i, y1);
+      store_pack<N>(y + offset + half + i, y2);
     }
-    store_pack<N>(yr + i, y1);
-    store_pack<N>(yr + half + i, y2);
   }
 }
 
@@ -73,11 +76,12 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, bool 
     const T* xp = static_cast<const T*>(x.raw());
     T* yp = static_cast<T*>(y.raw());
     constexpr int N = 4;
-    const int64_t rows = B * seq * H;
+    const int64_t tokens = B * seq;
     if (half % N == 0 && all_aligned(N * sizeof(T), xp, yp))
-      rope_apply_kernel<N, T><<<grid_for(rows * half / N, 256), 256, 0, stream>>>(xp, yp, t, rows, seq, H, half, per_row);
+      rope_apply_kernel<N, T><<<grid_for(tokens * half / N, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half,
+                                                                                  per_row);
     else
-      rope_apply_kernel<1, T><<<grid_for(rows * half, 256), 256, 0, stream>>>(xp, yp, t, rows, seq, H, half, per_row);
+      rope_apply_kernel<1, T><<<grid_for(tokens * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half, per_row);
     CUDA_CHECK_LAUNCH();
   });
   return y;
