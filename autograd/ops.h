@@ -43,6 +43,8 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
                         int64_t ignore_index = -100);
 
 Variable add(const Variable& a, const Variable& b);
+// The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.
+Variable cast(const Variable& x, DType dtype);
 Variable scale(const Variable& x, double alpha);
 Variable reshape(const Variable& x, const Shape& shape);
 

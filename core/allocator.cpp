@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/error.h"
 
 namespace fathom {
@@ -88,20 +89,13 @@ class CpuAllocator final : public Allocator {
 };
 
 CpuAllocator cpu_allocator;
-Allocator* cuda_allocator = nullptr;
 
 }  // namespace
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator;
-  FATHOM_CHECK(cuda_allocator != nullptr, "a tensor on ", device.str(),
-               " was requested, but this build of fathom has no usable CUDA backend "
-               "(built without CUDA, or no GPU present); use train.device: cpu");
-  return *cuda_allocator;
+  return *cuda_backend().allocator;
 }
-
-void register_cuda_allocator(Allocator* allocator) { cuda_allocator = allocator; }
-bool cuda_backend_available() { return cuda_allocator != nullptr; }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device).allocate(bytes, device);

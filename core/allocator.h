@@ -1,5 +1,5 @@
 // Allocators per device kind. The CPU one is built in; the CUDA backend registers its caching
-// allocator at start-up, so core/ never depends on CUDA headers.
+// allocator through core/backend.h, so core/ never depends on CUDA headers.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -28,10 +28,8 @@ class Allocator {
   virtual void reset_peak(Device device) = 0;
 };
 
-// The allocator for a device kind; throws a clear error when that backend is not built.
+// The allocator for a device kind; throws a clear error when that backend is not available.
 Allocator& allocator_for(Device device);
-void register_cuda_allocator(Allocator* allocator);
-bool cuda_backend_available();
 
 // Owns one allocation on one device.
 class Storage {

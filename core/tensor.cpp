@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/backend.h"
+
 namespace fathom {
 
 namespace {
@@ -92,7 +94,11 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  FATHOM_CHECK(is_cpu(), "dtype conversion of a ", device().str(), " tensor needs the device cast kernel");
+  if (!is_cpu()) {
+    Tensor t = empty(shape_, dtype, device());
+    cuda_backend().cast(*this, t);
+    return t;
+  }
   Tensor t = empty(shape_, dtype);
   const void* src = raw();
   void* dst = t.raw();
@@ -122,7 +128,7 @@ void Tensor::zero_() { allocator_for(device()).fill_zero(raw(), nbytes(), device
 
 void Tensor::fill_(double value) {
   if (value == 0.0) return zero_();
-  FATHOM_CHECK(is_cpu(), "fill_ of a ", device().str(), " tensor needs the device fill kernel");
+  if (!is_cpu()) return cuda_backend().fill(*this, value);
   for (int64_t i = 0, n = numel(); i < n; ++i) store(raw(), dtype_, i, value);
 }
 

@@ -57,7 +57,7 @@ class Tensor {
 
   // Copies.
   Tensor clone() const;
-  Tensor to(DType dtype) const;    // converts on the host; returns *this if already that dtype
+  Tensor to(DType dtype) const;    // converts on the tensor's device; returns *this if already that dtype
   Tensor to(Device device) const;  // returns *this if already there
   void copy_from(const Tensor& src);  // same shape and dtype, any devices
   void zero_();

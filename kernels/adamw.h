@@ -3,6 +3,7 @@
 // with weight_decay = 0.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -24,8 +25,28 @@ struct AdamWStep {
 // param, grad, m, v: same element count and floating dtype (F32 master weights; F64 for tests).
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
 
+// Elements [begin, end) of the flat buffers, updated with this weight decay.
+struct AdamWRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  double weight_decay = 0.0;
+};
+// The whole arena in one fused pass (one launch on CUDA): every range is updated as adamw_update
+// would with config.weight_decay replaced by the range's; ranges ascend and do not overlap, and
+// elements outside them are left alone. When compute_copy is given (F32, BF16 or F16, param's element
+// count), it receives the updated parameters of the ranges converted to its dtype in the same pass:
+// the bf16 compute weights of mixed-precision training.
+void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
+                         const AdamWStep& config, Tensor* compute_copy = nullptr);
+
 namespace cpu {
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
 }  // namespace cpu
+
+namespace cuda {
+// F32 buffers.
+void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
+                         const AdamWStep& config, Tensor* compute_copy);
+}  // namespace cuda
 
 }  // namespace fathom

@@ -3,6 +3,9 @@
 #include <cmath>
 
 #include "kernels/dispatch.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/attention.h"
+#endif
 
 namespace fathom {
 
@@ -26,7 +29,11 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   check_qkv("attention", q, k, v, scale);
   if (common_device("attention", {&q, &k, &v}).is_cpu()) return cpu::attention_forward(q, k, v, scale);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::attention_forward(q, k, v, scale);
+#else
   no_cuda_kernel("attention");
+#endif
 }
 
 AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -37,11 +44,15 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
   FATHOM_CHECK(o.defined() && o.shape() == q.shape() && o.dtype() == q.dtype(), "attention_backward: o ",
                describe(o), " does not match q ", describe(q));
   const Shape lse_shape{q.dim(0), q.dim(2), q.dim(1)};
-  FATHOM_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == q.dtype(), "attention_backward: lse ",
+  FATHOM_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), "attention_backward: lse ",
                describe(lse), " should be ", dtype_name(q.dtype()), lse_shape.str());
   if (common_device("attention_backward", {&grad_o, &q, &k, &v, &o, &lse}).is_cpu())
     return cpu::attention_backward(grad_o, q, k, v, o, lse, scale);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::attention_backward(grad_o, q, k, v, o, lse, scale);
+#else
   no_cuda_kernel("attention_backward");
+#endif
 }
 
 }  // namespace fathom

@@ -24,20 +24,44 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
   check_logits_targets("cross_entropy", logits, targets, z_loss_weight);
   if (common_device("cross_entropy", {&logits, &targets}).is_cpu())
     return cpu::cross_entropy_forward(logits, targets, z_loss_weight, ignore_index);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::cross_entropy_forward(logits, targets, z_loss_weight, ignore_index);
+#else
   no_cuda_kernel("cross_entropy");
+#endif
+}
+
+void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits) {
+  check_logits_targets("cross_entropy_backward", logits, targets, z_loss_weight);
+  FATHOM_CHECK(grad_loss.defined() && grad_loss.numel() == 1, "cross_entropy_backward: grad_loss must hold one element, got ",
+               describe(grad_loss));
+  const DType stats = stats_dtype(logits.dtype());
+  FATHOM_CHECK(lse.defined() && lse.shape() == Shape{logits.dim(0)} && lse.dtype() == stats,
+               "cross_entropy_backward: lse ", describe(lse), " should be ", dtype_name(stats), "[", logits.dim(0), "]");
+  FATHOM_CHECK(grad_logits.defined() && grad_logits.shape() == logits.shape() && grad_logits.dtype() == logits.dtype(),
+               "cross_entropy_backward: grad_logits ", describe(grad_logits), " should match logits ", describe(logits));
+  // Either exactly the logits (in place) or a separate buffer: a partial overlap would read
+  // gradients where logits should be.
+  FATHOM_CHECK(!grad_logits.shares_storage_with(logits) || grad_logits.raw() == logits.raw(),
+               "cross_entropy_backward: grad_logits overlaps the logits without being them");
+  FATHOM_CHECK(!grad_logits.shares_storage_with(lse) && !grad_logits.shares_storage_with(targets),
+               "cross_entropy_backward: grad_logits must not share storage with lse or targets");
+  if (common_device("cross_entropy_backward", {&grad_loss, &logits, &targets, &lse, &grad_logits}).is_cpu())
+    return cpu::cross_entropy_backward_into(grad_loss, logits, targets, lse, z_loss_weight, ignore_index, grad_logits);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::cross_entropy_backward_into(grad_loss, logits, targets, lse, z_loss_weight, ignore_index, grad_logits);
+#else
+  no_cuda_kernel("cross_entropy_backward");
+#endif
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, double z_loss_weight, int64_t ignore_index) {
-  check_logits_targets("cross_entropy_backward", logits, targets, z_loss_weight);
-  FATHOM_CHECK(grad_loss.defined() && grad_loss.numel() == 1, "cross_entropy_backward: grad_loss must hold one element, got ",
-               describe(grad_loss));
-  FATHOM_CHECK(lse.defined() && lse.shape() == Shape{logits.dim(0)} && lse.dtype() == logits.dtype(),
-               "cross_entropy_backward: lse ", describe(lse), " should be ", dtype_name(logits.dtype()), "[",
-               logits.dim(0), "]");
-  if (common_device("cross_entropy_backward", {&grad_loss, &logits, &targets, &lse}).is_cpu())
-    return cpu::cross_entropy_backward(grad_loss, logits, targets, lse, z_loss_weight, ignore_index);
-  no_cuda_kernel("cross_entropy_backward");
+  FATHOM_CHECK(logits.defined(), "cross_entropy_backward: logits are undefined");
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  cross_entropy_backward_into(grad_loss, logits, targets, lse, z_loss_weight, ignore_index, grad);
+  return grad;
 }
 
 }  // namespace fathom

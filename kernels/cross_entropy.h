@@ -10,8 +10,8 @@
 namespace fathom {
 
 struct CrossEntropyOutput {
-  Tensor loss;  // one element (rank 0), logits' dtype
-  Tensor lse;   // [N], logits' dtype, for every row (ignored ones too)
+  Tensor loss;  // one element (rank 0), stats_dtype(logits): F32 for F32/BF16 logits, F64 for F64
+  Tensor lse;   // [N], stats_dtype(logits), for every row (ignored ones too)
   double ce = 0;   // mean of lse - logit[target] over counted rows
   double z = 0;    // z_loss_weight * mean of lse^2 over counted rows; loss = ce + z
   int64_t counted = 0;
@@ -24,12 +24,24 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 // d loss / d logits [N, V], times grad_loss (one element).
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, double z_loss_weight, int64_t ignore_index);
+// The same into grad_logits (logits' shape and dtype), which may be the logits tensor itself: a
+// 100K-vocabulary batch then needs no second logits-sized buffer.
+void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
 
 namespace cpu {
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index);
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, double z_loss_weight, int64_t ignore_index);
+void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
 }  // namespace cpu
+
+namespace cuda {
+// F32 or BF16 logits; forward synchronises once (the loss parts are returned as numbers).
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                         int64_t ignore_index);
+void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
+}  // namespace cuda
 
 }  // namespace fathom

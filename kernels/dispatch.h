@@ -9,6 +9,9 @@ namespace fathom {
 
 // All defined tensors on one device; returns it.
 Device common_device(const char* op, std::initializer_list<const Tensor*> tensors);
+// The dtype per-row statistics (RMSNorm's rstd, cross-entropy's lse) and losses are kept in for
+// inputs of dtype t: F64 for F64, else F32 (BF16 activations keep F32 statistics).
+inline DType stats_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 // For ops whose CUDA kernel is not in this build.
 [[noreturn]] void no_cuda_kernel(const char* op);
 

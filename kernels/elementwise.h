@@ -1,5 +1,7 @@
 // Elementwise ops and reductions the engine, optimizer and model need. Floating tensors of one
-// dtype and shape; CPU now, CUDA dispatched here once the backend exists.
+// dtype and shape, except that on CUDA an F32 destination may accumulate a BF16 source (bf16
+// gradients into the f32 gradient arena). Reductions return f64-accumulated numbers to the host;
+// on CUDA they are deterministic (fixed two-level reduction) and synchronise the current stream.
 #pragma once
 #include "core/tensor.h"
 
@@ -22,5 +24,15 @@ double sum_squares(const Tensor& t);
 double sum(const Tensor& t);
 bool all_finite(const Tensor& t);
 }  // namespace cpu
+
+namespace cuda {
+void add_inplace(Tensor& dst, const Tensor& src);
+Tensor add(const Tensor& a, const Tensor& b);
+void axpy_inplace(Tensor& dst, double alpha, const Tensor& src);
+void scale_inplace(Tensor& dst, double alpha);
+double sum_squares(const Tensor& t);
+double sum(const Tensor& t);
+bool all_finite(const Tensor& t);
+}  // namespace cuda
 
 }  // namespace fathom

@@ -25,7 +25,11 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   FATHOM_CHECK(!c.shares_storage_with(a) && !c.shares_storage_with(b),
                "matmul: the output must not share storage with an input");
   if (common_device("matmul", {&a, &b, &c}).is_cpu()) return cpu::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
+#else
   no_cuda_kernel("matmul");
+#endif
 }
 
 Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {

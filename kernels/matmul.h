@@ -17,4 +17,10 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
             double beta);
 }  // namespace cpu
 
+namespace cuda {
+// cuBLASLt: F32 (strict f32), BF16/F16 (f32 accumulation) or F64.
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
+            double beta);
+}  // namespace cuda
+
 }  // namespace fathom

@@ -21,19 +21,28 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
   check_x_weight("rms_norm", x, weight);
   FATHOM_CHECK(eps > 0 && std::isfinite(eps), "rms_norm: eps must be positive and finite, got ", eps);
   if (common_device("rms_norm", {&x, &weight}).is_cpu()) return cpu::rms_norm_forward(x, weight, eps);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::rms_norm_forward(x, weight, eps);
+#else
   no_cuda_kernel("rms_norm");
+#endif
 }
 
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
   check_x_weight("rms_norm_backward", x, weight);
   FATHOM_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype(),
                "rms_norm_backward: grad_y ", describe(grad_y), " does not match x ", describe(x));
-  FATHOM_CHECK(rstd.defined() && rstd.rank() == 1 && rstd.dim(0) == x.shape().rows() && rstd.dtype() == x.dtype(),
-               "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(x.dtype()), "[",
+  const DType stats = stats_dtype(x.dtype());
+  FATHOM_CHECK(rstd.defined() && rstd.rank() == 1 && rstd.dim(0) == x.shape().rows() && rstd.dtype() == stats,
+               "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(stats), "[",
                x.shape().rows(), "]");
   if (common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}).is_cpu())
     return cpu::rms_norm_backward(grad_y, x, weight, rstd);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::rms_norm_backward(grad_y, x, weight, rstd);
+#else
   no_cuda_kernel("rms_norm_backward");
+#endif
 }
 
 }  // namespace fathom

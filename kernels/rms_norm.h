@@ -6,14 +6,15 @@ namespace fathom {
 
 struct RmsNormOutput {
   Tensor y;     // like x
-  Tensor rstd;  // [rows] (rows = numel / last dim), x's dtype, computed from a double accumulation
+  Tensor rstd;  // [rows] (rows = numel / last dim), stats_dtype(x): F32 for F32/BF16 x, F64 for F64
 };
 struct RmsNormGrads {
   Tensor dx;       // like x
   Tensor dweight;  // like weight
 };
 
-// x [..., n], weight [n], eps > 0.
+// x [..., n], weight [n] of x's dtype, eps > 0. The CPU accumulates in double; CUDA takes F32 or BF16
+// with f32 statistics. Full-width and per-head norms are the same call (per-head: x [..., H, d], weight [d]).
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
 
@@ -21,5 +22,10 @@ namespace cpu {
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
 }  // namespace cpu
+
+namespace cuda {
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+}  // namespace cuda
 
 }  // namespace fathom

@@ -42,4 +42,9 @@ namespace cpu {
 Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse);
 }  // namespace cpu
 
+namespace cuda {
+// As cpu::rope_rotate; a negative position is reported at the next synchronisation (runtime.h).
+Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse);
+}  // namespace cuda
+
 }  // namespace fathom

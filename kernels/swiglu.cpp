@@ -15,14 +15,22 @@ void check_same(const char* op, const char* name, const Tensor& t, const Tensor&
 Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   check_same("swiglu", "up", up, gate);
   if (common_device("swiglu", {&gate, &up}).is_cpu()) return cpu::swiglu_forward(gate, up);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::swiglu_forward(gate, up);
+#else
   no_cuda_kernel("swiglu");
+#endif
 }
 
 SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up) {
   check_same("swiglu_backward", "up", up, gate);
   check_same("swiglu_backward", "grad_y", grad_y, gate);
   if (common_device("swiglu_backward", {&grad_y, &gate, &up}).is_cpu()) return cpu::swiglu_backward(grad_y, gate, up);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::swiglu_backward(grad_y, gate, up);
+#else
   no_cuda_kernel("swiglu_backward");
+#endif
 }
 
 }  // namespace fathom

@@ -18,4 +18,9 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
 SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up);
 }  // namespace cpu
 
+namespace cuda {
+Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
+SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up);
+}  // namespace cuda
+
 }  // namespace fathom

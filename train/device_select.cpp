@@ -4,21 +4,35 @@
 
 #include <Eigen/Core>
 
-#include "core/allocator.h"
+#include "core/backend.h"
 #include "core/error.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#endif
 
 namespace fathom {
+
+namespace {
+// Starts the CUDA backend where it is built (registering it with core); false without a device.
+bool cuda_usable() {
+#ifdef FATHOM_WITH_CUDA
+  return cuda::init();
+#else
+  return cuda_backend_available();
+#endif
+}
+}  // namespace
 
 Device resolve_device(const std::string& requested) {
   if (requested == "cpu") return Device::cpu();
   if (requested == "cuda") {
-    FATHOM_CHECK(cuda_backend_available(),
+    FATHOM_CHECK(cuda_usable(),
                  "the recipe asks for train.device: cuda, but no GPU is usable here (this build has no CUDA "
                  "backend or no device was found); set train.device: cpu or auto");
     return Device::cuda(0);
   }
   FATHOM_CHECK(requested == "auto", "train.device must be auto, cpu or cuda; got '", requested, "'");
-  return cuda_backend_available() ? Device::cuda(0) : Device::cpu();
+  return cuda_usable() ? Device::cuda(0) : Device::cpu();
 }
 
 int configure_threads(int64_t threads) {

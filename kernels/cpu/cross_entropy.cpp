@@ -68,12 +68,12 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 }
 
 // d/dx_j of (lse - x_t + w lse^2) = p_j (1 + 2 w lse) - [j = t], with p = softmax(x) = exp(x - lse).
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, double z_loss_weight, int64_t ignore_index) {
+// grad may be logits itself: each element is read before it is written.
+void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<int64_t> target;
   const int64_t counted = read_targets(targets, V, ignore_index, target);
-  Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
   const double g = counted > 0 ? grad_loss.item() / double(counted) : 0.0;
   dispatch_float("cross_entropy_backward", logits.dtype(), [&]<typename T>() {
     const T* x = logits.data<T>();
@@ -92,7 +92,6 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
       out_row[target[i]] -= T(g);
     }
   });
-  return grad;
 }
 
 }  // namespace fathom::cpu

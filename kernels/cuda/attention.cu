@@ -1,6 +1,7 @@
 // Flash attention entry points: argument checks, scratch sizing, width dispatch and the Tensor
 // wrappers. The kernels are in attention_forward.cuh and attention_backward.cuh.
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/runtime.h"
 
 #include <cmath>
 #include <cstdint>
@@ -164,7 +165,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   p.v = v.data<bf16>();
   p.o = out.o.data<bf16>();
   p.lse = out.lse.data<float>();
-  flash_attention_forward(p, nullptr);  // TODO(runtime): fathom's current stream
+  flash_attention_forward(p, stream_for(device));
   return out;
 }
 
@@ -197,10 +198,9 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
   p.dv = grads.dv.data<bf16>();
   p.workspace = scratch.raw();
   p.workspace_bytes = scratch_bytes;
-  // TODO(runtime): fathom's current stream. The scratch returns to the allocator when this function
-  // exits, before the kernels have run; that is safe only with a stream-ordered allocator on the
-  // same stream (the shared caching allocator is specified that way).
-  flash_attention_backward(p, nullptr);
+  // The scratch returns to the allocator when this function exits, before the kernels have run:
+  // safe, since the caching allocator hands a block out again only in this stream's order.
+  flash_attention_backward(p, stream_for(device));
   return grads;
 }
 

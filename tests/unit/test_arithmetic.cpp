@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "tests/unit/op_test_util.h"
@@ -38,4 +39,14 @@ TEST(Arithmetic, MismatchedShapesAreErrors) {
                {"differ in shape or dtype"});
   expect_error([] { add(Variable(random_tensor({3}, DType::f32, 1)), Variable(random_tensor({3}, DType::f64, 2))); },
                {"differ in shape or dtype"});
+}
+
+TEST(Cast, RoundsForwardAndCastsTheGradientBack) {
+  Variable x(Tensor::from_vector<float>({1.0f, 1.00390625f, -2.5f, 3.14159f}, {4}), true);
+  Variable y = cast(x, DType::bf16);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_EQ(y.value().to(DType::f32).to_vector<float>()[3], bf16_to_float(float_to_bf16(3.14159f)));
+  fathom::backward(cast(y, DType::f32), Tensor::from_vector<float>({1, 2, 3, 4}, {4}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
 }

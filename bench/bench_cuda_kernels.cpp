@@ -1,0 +1,238 @@
+// CUDA kernel benchmark: median time of each non-attention kernel at training-sized shapes, as
+// achieved bandwidth (bytes that must move: each input read once, each output written once) against
+// the device-to-device copy measured in the same run, and the cuBLASLt bf16 8192^3 GEMM as the
+// matrix ceiling. CUDA events around each launch, warm-up first, median of many runs; inputs are
+// random and several times larger than L2.
+// Usage: bench_cuda_kernels [reps]   (default 30)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/random.h"
+#include "kernels/adamw.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+#ifdef FATHOM_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/backend.h"
+
+using namespace fathom;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+int reps = 30;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median milliseconds of f on the current stream, after warm-up runs.
+double median_ms(const std::function<void()>& f, int warmup = 3) {
+  cudaStream_t s = cuda::current_stream(0);
+  for (int i = 0; i < warmup; ++i) f();
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    check(cudaEventRecord(start, s), "record");
+    f();
+    check(cudaEventRecord(stop, s), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+uint64_t next_seed = 1;
+
+// Random values in [low, high) of `dtype` on the GPU: 4M random values from the host, repeated
+// across the tensor and cast on the device (so even multi-GB inputs are quick to make).
+Tensor random_gpu(const Shape& shape, DType dtype, double low = -1.0, double high = 1.0) {
+  const int64_t n = shape.numel(), block = std::min<int64_t>(n, int64_t(1) << 22);
+  Tensor host = Tensor::empty({block}, DType::f32);
+  Generator gen{next_seed++, 0};
+  fill_uniform(host, gen, low, high);
+  Tensor block_gpu = host.to(kGpu);
+  Tensor f32 = Tensor::empty({n}, DType::f32, kGpu);
+  for (int64_t at = 0; at < n; at += block) {
+    const int64_t len = std::min(block, n - at);
+    f32.narrow(at, len).copy_from(block_gpu.narrow(0, len));
+  }
+  return f32.to(dtype).view(shape);
+}
+
+Tensor random_ids_gpu(int64_t n, int64_t bound) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  uint64_t x = next_seed++ * 0x9E3779B97F4A7C15ull;
+  for (auto& id : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    id = int32_t(x % uint64_t(bound));
+  }
+  return Tensor::from_vector(v, {n}).to(kGpu);
+}
+
+double copy_gbps = 0;  // measured ceiling
+
+void row(const std::string& op, const std::string& shape, double ms, double bytes) {
+  const double gbps = bytes / ms / 1e6;
+  std::printf("| %s | %s | %.3f | %.0f | %.0f%% |\n", op.c_str(), shape.c_str(), ms, gbps, 100.0 * gbps / copy_gbps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) reps = std::max(1, std::atoi(argv[1]));
+  if (!cuda::init()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device: %s, %d SMs, %.0f MiB L2, reps %d (median)\n\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1048576.0, reps);
+
+  // ---- ceilings ----
+  {
+    const int64_t n = int64_t(1) << 30;  // 1 GiB
+    Tensor a = random_gpu({n / 4}, DType::f32), b = Tensor::empty({n / 4}, DType::f32, kGpu);
+    const double ms = median_ms([&] { b.copy_from(a); });
+    copy_gbps = 2.0 * double(n) / ms / 1e6;
+  }
+  double gemm_tflops = 0;
+  {
+    const int64_t n = 8192;
+    Tensor a = random_gpu({n, n}, DType::bf16), b = random_gpu({n, n}, DType::bf16), c = Tensor::empty({n, n}, DType::bf16, kGpu);
+    const double ms = median_ms([&] { matmul(a, false, b, false, c); });
+    gemm_tflops = 2.0 * double(n) * n * n / ms / 1e9;
+  }
+  std::printf("ceilings: device-to-device copy %.0f GB/s (read + write); cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n\n",
+              copy_gbps, gemm_tflops);
+
+  std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");
+  auto gemm = [&](const char* name, int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {
+    Tensor a = random_gpu(ta ? Shape{k, m} : Shape{m, k}, dt), b = random_gpu(tb ? Shape{n, k} : Shape{k, n}, dt);
+    Tensor c = Tensor::empty({m, n}, dt, kGpu);
+    const double ms = median_ms([&] { matmul(a, ta, b, tb, c); });
+    const double tf = 2.0 * double(m) * k * n / ms / 1e9;
+    std::printf("| %s | %ld x %ld x %ld | %.3f | %.1f | %.0f%% |\n", name, long(m), long(k), long(n), ms, tf,
+                100.0 * tf / gemm_tflops);
+  };
+  gemm("bf16 NN (8192^3)", 8192, 8192, 8192, false, false, DType::bf16);
+  gemm("bf16 x W^T (fwd)", 16384, 2048, 8192, false, true, DType::bf16);
+  gemm("bf16 dY W (dX)", 16384, 8192, 2048, false, false, DType::bf16);
+  gemm("bf16 dY^T X (dW)", 8192, 16384, 2048, true, false, DType::bf16);
+  gemm("f32 NN", 4096, 4096, 4096, false, false, DType::f32);
+
+  std::printf("\n| kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
+  const double B2 = 2, B4 = 4;  // bytes of bf16 / f32
+  {  // casts
+    const int64_t n = int64_t(1) << 28;
+    Tensor x = random_gpu({n}, DType::f32);
+    row("cast f32 -> bf16", "256M", median_ms([&] { x.to(DType::bf16); }), n * (B4 + B2));
+    Tensor y = x.to(DType::bf16);
+    row("cast bf16 -> f32", "256M", median_ms([&] { y.to(DType::f32); }), n * (B4 + B2));
+    row("fill bf16", "256M", median_ms([&] { y.fill_(0.5); }), n * B2);
+  }
+  {  // elementwise and grad norm over a 256M-parameter arena
+    const int64_t n = int64_t(1) << 28;
+    Tensor acc = random_gpu({n}, DType::f32), g = random_gpu({n}, DType::bf16), g32 = random_gpu({n}, DType::f32);
+    row("add_inplace f32 += bf16", "256M", median_ms([&] { add_inplace(acc, g); }), n * (B4 + B2 + B4));
+    row("axpy_inplace f32", "256M", median_ms([&] { axpy_inplace(acc, 0.5, g32); }), n * 3 * B4);
+    row("scale_inplace f32", "256M", median_ms([&] { scale_inplace(acc, 0.999); }), n * 2 * B4);
+    row("sum_squares f32 (grad norm)", "256M", median_ms([&] { sum_squares(g32); }), n * B4);
+    row("all_finite bf16", "256M", median_ms([&] { all_finite(g); }), n * B2);
+    Tensor p = random_gpu({n}, DType::f32), m = random_gpu({n}, DType::f32, -1e-3, 1e-3),
+           v = random_gpu({n}, DType::f32, 0, 1e-4), copy = Tensor::empty({n}, DType::bf16, kGpu);
+    const std::vector<AdamWRange> ranges = {{0, n / 2, 0.1}, {n / 2, n, 0.0}};
+    int64_t step = 1;
+    row("adamw + bf16 copy", "256M", median_ms([&] {
+          adamw_update_ranges(p, g32, m, v, ranges, AdamWStep{1e-4, 0.9, 0.95, 1e-8, 0.1, step++}, &copy);
+        }),
+        n * (2 * B4 + B4 + 2 * B4 + 2 * B4 + B2));
+  }
+  {  // RMSNorm, full width and per head
+    const int64_t tokens = 16384, d = 2048, heads = 16, hd = 128;
+    Tensor x = random_gpu({tokens, d}, DType::bf16), w = random_gpu({d}, DType::bf16, 0.5, 1.5),
+           dy = random_gpu({tokens, d}, DType::bf16);
+    RmsNormOutput out = rms_norm_forward(x, w, 1e-6);
+    row("rms_norm fwd bf16", "16384 x 2048", median_ms([&] { rms_norm_forward(x, w, 1e-6); }), tokens * d * 2 * B2);
+    row("rms_norm bwd bf16", "16384 x 2048", median_ms([&] { rms_norm_backward(dy, x, w, out.rstd); }),
+        tokens * d * 3 * B2);
+    Tensor xh = x.view({tokens * heads, hd}), dyh = dy.view({tokens * heads, hd});
+    Tensor wh = random_gpu({hd}, DType::bf16, 0.5, 1.5);
+    RmsNormOutput outh = rms_norm_forward(xh, wh, 1e-6);
+    row("rms_norm fwd bf16 per-head", "262144 x 128", median_ms([&] { rms_norm_forward(xh, wh, 1e-6); }),
+        tokens * d * 2 * B2);
+    row("rms_norm bwd bf16 per-head", "262144 x 128", median_ms([&] { rms_norm_backward(dyh, xh, wh, outh.rstd); }),
+        tokens * d * 3 * B2);
+  }
+  {  // RoPE and SwiGLU
+    Tensor q = random_gpu({8, 2048, 16, 128}, DType::bf16);
+    Tensor pos = Tensor::empty({2048}, DType::i64);
+    for (int64_t i = 0; i < 2048; ++i) pos.data<int64_t>()[i] = i;
+    Tensor pos_gpu = pos.to(kGpu);
+    row("rope fwd bf16", "8 x 2048 x 16 x 128", median_ms([&] { rope_forward(q, pos_gpu, 500000.0); }),
+        q.numel() * 2 * B2);
+    const int64_t tokens = 16384, ffn = 5632;
+    Tensor gate = random_gpu({tokens, ffn}, DType::bf16, -4, 4), up = random_gpu({tokens, ffn}, DType::bf16),
+           dy = random_gpu({tokens, ffn}, DType::bf16);
+    row("swiglu fwd bf16", "16384 x 5632", median_ms([&] { swiglu_forward(gate, up); }), tokens * ffn * 3 * B2);
+    row("swiglu bwd bf16", "16384 x 5632", median_ms([&] { swiglu_backward(dy, gate, up); }), tokens * ffn * 5 * B2);
+  }
+  {  // embedding: 16384 tokens of a 100K vocabulary, d 2048
+    const int64_t tokens = 16384, vocab = 100352, d = 2048;
+    Tensor table = random_gpu({vocab, d}, DType::bf16), ids = random_ids_gpu(tokens, vocab);
+    row("embedding fwd bf16", "16384 ids, 100352 x 2048", median_ms([&] { embedding_forward(ids, table); }),
+        tokens * d * 2 * B2);
+    Tensor gout = random_gpu({tokens, d}, DType::bf16), gtable = Tensor::zeros({vocab, d}, DType::f32, kGpu);
+    // Bytes: grad_out read once, each touched f32 table row read and written (~all ids distinct here).
+    row("embedding bwd bf16 -> f32", "16384 ids, 100352 x 2048", median_ms([&] { embedding_backward(ids, gout, gtable); }),
+        tokens * d * (B2 + 2 * B4));
+  }
+  {  // cross-entropy over a 100K vocabulary
+    const int64_t rows = 8192, vocab = 100352 + 5;
+    Tensor logits = random_gpu({rows, vocab}, DType::bf16, -8, 8), targets = random_ids_gpu(rows, vocab);
+    CrossEntropyOutput out = cross_entropy_forward(logits, targets, 1e-4, -100);
+    row("cross_entropy fwd bf16", "8192 x 100357", median_ms([&] { cross_entropy_forward(logits, targets, 1e-4, -100); }),
+        double(rows) * vocab * B2);
+    const Tensor one = Tensor::full({}, 1.0, DType::f32, kGpu);
+    Tensor grad = Tensor::empty({rows, vocab}, DType::bf16, kGpu);
+    row("cross_entropy bwd bf16", "8192 x 100357", median_ms([&] {
+          cross_entropy_backward_into(one, logits, targets, out.lse, 1e-4, -100, grad);
+        }),
+        double(rows) * vocab * 2 * B2);
+  }
+  const MemoryStats s = allocator_for(kGpu).stats(kGpu);
+  std::printf("\nallocator: current %.2f GiB, peak %.2f GiB, cached %.2f GiB\n", s.current / 1073741824.0,
+              s.peak / 1073741824.0, s.cached / 1073741824.0);
+  return 0;
+}
+
+#else
+#include <cstdio>
+int main() {
+  std::printf("bench_cuda_kernels: this build of fathom has no CUDA backend\n");
+  return 0;
+}
+#endif
