@@ -1,5 +1,5 @@
 // Byte-level tokenizer: every byte is its own id (0..255) and 256 is <|endoftext|>. Needs no vocab
-// file, round-trips any byte string (valid UTF-8 or not), so it drives the quickstart and tests.
+// file, round-trips any byte string (valid UTF-8 or not), so it drives tests and tiny experiments.
 #pragma once
 #include "data/tokenizer.h"
 
@@ -11,12 +11,15 @@ class ByteTokenizer final : public Tokenizer {
   static constexpr uint32_t kVocabSize = 257;
   static constexpr std::string_view kEosText = "<|endoftext|>";
 
-  std::vector<uint32_t> encode(std::string_view text) const override;
   // EOS decodes to "<|endoftext|>".
   std::string decode(std::span<const uint32_t> ids) const override;
   uint32_t vocab_size() const override { return kVocabSize; }
   uint32_t eos_id() const override { return kEos; }
   std::string name() const override { return "bytes"; }
+  const std::vector<AddedToken>& added_tokens() const override;
+
+ protected:
+  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const override;
 };
 
 }  // namespace fathom

@@ -7,5 +7,6 @@ namespace fathom {
 
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
 
 }  // namespace fathom
