@@ -11,6 +11,10 @@
 
 namespace fathom {
 
+// The largest token id a file may give: far above any real vocabulary (they are dense, up to ~1M
+// ids), low enough that a corrupt id cannot make the id tables exhaust memory.
+inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
 // What a tiktoken rank file does not say itself: the regex and the special tokens.
 struct TiktokenSpec {
   std::string name;

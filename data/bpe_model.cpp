@@ -119,8 +119,9 @@ BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& me
     const uint32_t n = size();
     FATHOM_CHECK(m.left < n && m.right < n && m.merged < n, source, ": merge of ids ", m.left, " and ", m.right,
                  " into ", m.merged, " names an id outside the vocabulary of ", n);
-    FATHOM_CHECK(!tokens_[m.left].empty() && !tokens_[m.right].empty() &&
-                     tokens_[m.merged] == tokens_[m.left] + tokens_[m.right],
+    const std::string_view left = tokens_[m.left], right = tokens_[m.right], merged = tokens_[m.merged];
+    FATHOM_CHECK(!left.empty() && !right.empty() && merged.size() == left.size() + right.size() &&
+                     merged.starts_with(left) && merged.ends_with(right),
                  source, ": merge ", quote_bytes(tokens_[m.left]), " + ", quote_bytes(tokens_[m.right]), " gives ",
                  quote_bytes(tokens_[m.left] + tokens_[m.right]), ", not token ", m.merged, " ",
                  quote_bytes(tokens_[m.merged]));

@@ -8,6 +8,7 @@
 #include "data/byte_level.h"
 #include "data/pretokenizer.h"
 #include "data/text.h"
+#include "data/tokenizer.h"
 
 namespace fathom {
 
@@ -194,7 +195,7 @@ BpeTrainingReport train_bpe_tokenizer(const std::vector<std::string>& files, uin
   report.merges = bpe.merges.size();
   report.vocab_size = uint32_t(bpe.tokens.size() + 1);
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
-  write_file_atomically(out, trained_bpe_json(bpe, kGpt2Pattern, "<|endoftext|>"));
+  write_file_atomically(out, trained_bpe_json(bpe, kGpt2Pattern, kEndOfText));
   return report;
 }
 

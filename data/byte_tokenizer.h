@@ -9,7 +9,7 @@ class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr uint32_t kEos = 256;
   static constexpr uint32_t kVocabSize = 257;
-  static constexpr std::string_view kEosText = "<|endoftext|>";
+  static constexpr std::string_view kEosText = kEndOfText;
 
   // EOS decodes to "<|endoftext|>".
   std::string decode(std::span<const uint32_t> ids) const override;

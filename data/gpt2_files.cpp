@@ -9,15 +9,6 @@
 
 namespace fathom {
 
-namespace {
-
-constexpr std::string_view kEndOfText = "<|endoftext|>";
-
-// Ids must fit the 31-bit range every tokenizer file format and the shards use.
-constexpr int64_t kMaxId = int64_t(INT32_MAX) - 1;
-
-}  // namespace
-
 std::unique_ptr<BpeTokenizer> load_gpt2_folder(const std::filesystem::path& folder, const std::string& name) {
   const std::filesystem::path encoder_path = folder / "encoder.json";
   const std::filesystem::path merges_path = folder / "vocab.bpe";
@@ -35,8 +26,8 @@ std::unique_ptr<BpeTokenizer> load_gpt2_folder(const std::filesystem::path& fold
   for (size_t i = 0; i < encoder.keys().size(); ++i) {
     const std::string& text = encoder.keys()[i];
     const std::optional<int64_t> id = encoder.items()[i].integer();
-    FATHOM_CHECK(id && *id >= 0 && *id <= kMaxId, encoder_source, ": the id of token \"", text,
-                 "\" must be a non-negative integer, not ", encoder.items()[i].kind_name(), " ",
+    FATHOM_CHECK(id && *id >= 0 && *id <= kMaxTokenId, encoder_source, ": the id of token \"", text,
+                 "\" must be an integer from 0 to ", kMaxTokenId, ", not ", encoder.items()[i].kind_name(), " ",
                  encoder.items()[i].text());
     const uint32_t u = uint32_t(*id);
     id_of_text.emplace(text, u);

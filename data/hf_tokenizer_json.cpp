@@ -11,8 +11,6 @@ namespace fathom {
 
 namespace {
 
-constexpr int64_t kMaxId = int64_t(INT32_MAX) - 1;
-
 // Reads one tokenizer.json, every error naming the file and the key path.
 class HfReader {
  public:
@@ -49,9 +47,9 @@ class HfReader {
   }
   uint32_t id(const JsonValue& value, const std::string& path) const {
     const std::optional<int64_t> id = value.integer();
-    if (!id || *id < 0 || *id > kMaxId)
-      fail(path, "expected a token id (a non-negative integer), found " + std::string(value.kind_name()) + " " +
-                     value.text());
+    if (!id || *id < 0 || *id > kMaxTokenId)
+      fail(path, "expected a token id (an integer from 0 to " + std::to_string(kMaxTokenId) + "), found " +
+                     std::string(value.kind_name()) + " " + value.text());
     return uint32_t(*id);
   }
   // A pre-tokenizer, decoder or normalizer "type".
@@ -242,7 +240,7 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer_json(const std::filesystem::path
   }
 
   const std::optional<std::string> config_eos = config_token(file, "eos_token");
-  const std::string eos = config_eos.value_or("<|endoftext|>");
+  const std::string eos = config_eos.value_or(std::string(kEndOfText));
   const auto is_added = [&](const std::string& text) {
     for (const AddedToken& t : added)
       if (t.text == text) return true;

@@ -54,8 +54,6 @@ std::optional<uint32_t> Tokenizer::token_to_id(std::string_view added_token_text
 
 namespace {
 
-constexpr const char* kEndOfText = "<|endoftext|>";
-
 std::filesystem::path tokenizers_folder() {
   const char* override_folder = std::getenv("FATHOM_TOKENIZERS");
   if (override_folder != nullptr && *override_folder != '\0') return override_folder;
@@ -65,12 +63,12 @@ std::filesystem::path tokenizers_folder() {
 TiktokenSpec cl100k_spec(std::string name) {
   return {.name = std::move(name),
           .pattern = std::string(kCl100kPattern),
-          .added = {{kEndOfText, 100257, true},
+          .added = {{std::string(kEndOfText), 100257, true},
                     {"<|fim_prefix|>", 100258, true},
                     {"<|fim_middle|>", 100259, true},
                     {"<|fim_suffix|>", 100260, true},
                     {"<|endofprompt|>", 100276, true}},
-          .eos_text = kEndOfText,
+          .eos_text = std::string(kEndOfText),
           .pad_text = std::nullopt};
 }
 
@@ -79,8 +77,8 @@ TiktokenSpec cl100k_spec(std::string name) {
 TiktokenSpec dolma2_spec() {
   return {.name = "dolma2",
           .pattern = std::string(kCl100kPattern),
-          .added = {{kEndOfText, 100257, true}, {"<|pad|>", 100277, true}},
-          .eos_text = kEndOfText,
+          .added = {{std::string(kEndOfText), 100257, true}, {"<|pad|>", 100277, true}},
+          .eos_text = std::string(kEndOfText),
           .pad_text = "<|pad|>",
           .vocab_size = 100278};
 }
@@ -94,7 +92,7 @@ TiktokenSpec spec_for_rank_file(const std::filesystem::path& path, const std::st
   return {.name = name,
           .pattern = std::string(gpt2_era ? kGpt2Pattern : kCl100kPattern),
           .added = {},
-          .eos_text = kEndOfText,
+          .eos_text = std::string(kEndOfText),
           .pad_text = std::nullopt};
 }
 

@@ -12,6 +12,9 @@
 
 namespace fathom {
 
+// The end-of-text token of GPT-2, cl100k_base, dolma2 and the tokenizers fathom trains.
+inline constexpr std::string_view kEndOfText = "<|endoftext|>";
+
 // A token with fixed text outside the BPE merges: "<|endoftext|>", "<|pad|>", ...
 struct AddedToken {
   std::string text;

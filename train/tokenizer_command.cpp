@@ -61,7 +61,10 @@ void add_encode(CLI::App& parent) {
     const std::string text = args->text == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : args->text;
     const std::vector<uint32_t> ids = tok->encode(text, args->allow_special);
     std::string line;
-    for (const uint32_t id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+    for (const uint32_t id : ids) {
+      if (!line.empty()) line += ' ';
+      line += std::to_string(id);
+    }
     std::cout << line << "\n";
   });
 }

@@ -159,10 +159,10 @@ TEST(TokenizerFiles, MalformedEncoderJson) {
   EXPECT_TRUE(contains(message, path) && contains(message, "invalid JSON at line 1")) << message;
   message = gpt2_error(dir, "[1, 2]", kMerges);
   EXPECT_TRUE(contains(message, path) && contains(message, "expected an object")) << message;
-  message = gpt2_error(dir, encoder_json("\"xy\": \"300\", "), kMerges);
-  EXPECT_TRUE(contains(message, "\"xy\"") && contains(message, "non-negative integer")) << message;
-  message = gpt2_error(dir, encoder_json("\"xy\": -3, "), kMerges);
-  EXPECT_TRUE(contains(message, "\"xy\"") && contains(message, "non-negative integer")) << message;
+  for (const std::string bad_id : {"\"300\"", "-3", "1.5", "4000000000"}) {
+    message = gpt2_error(dir, encoder_json("\"xy\": " + bad_id + ", "), kMerges);
+    EXPECT_TRUE(contains(message, "\"xy\"") && contains(message, "must be an integer from 0 to 16777215")) << message;
+  }
   message = gpt2_error(dir, encoder_json("\"日本\": 300, "), kMerges);
   EXPECT_TRUE(contains(message, "日本") && contains(message, "byte-level alphabet")) << message;
   message = gpt2_error(dir, encoder_json("\"xy\": 5, "), kMerges);
@@ -228,6 +228,17 @@ TEST(TokenizerFiles, ValidSmallTokenizerJsonLoads) {
   EXPECT_EQ(tok->vocab_size(), 263u);
   EXPECT_EQ(tok->eos_id(), 262u);
   EXPECT_EQ(tok->encode("hello").size(), 1u);  // 6 merges learned "hello" whole
+  // A non-special added token is recognised even in plain encode (as HF does); special ones only
+  // when allowed.
+  write_bytes(dir.file("tokenizer.json"),
+              replaced(small_tokenizer_json(), "\"added_tokens\": [", "\"added_tokens\": [{\"id\": 263, \"content\": \"<|user|>\", \"special\": false}, "));
+  const auto with_user = load_hf_tokenizer_json(dir.file("tokenizer.json"), "small");
+  EXPECT_EQ(with_user->vocab_size(), 264u);
+  const std::vector<uint32_t> ids = with_user->encode("hello<|user|>hello<|endoftext|>");
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(std::vector<uint32_t>(ids.begin(), ids.begin() + 3), (std::vector<uint32_t>{259, 263, 259}));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 262u), 0);
+  EXPECT_EQ(with_user->encode("hello<|user|>hello<|endoftext|>", true), (std::vector<uint32_t>{259, 263, 259, 262}));
   // tokenizer_config.json beside it may name the EOS and PAD tokens.
   write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token": {"content": "<|endoftext|>"}, "pad_token": "<|endoftext|>"})");
   const auto with_config = load_hf_tokenizer_json(dir.file("tokenizer.json"), "small");
@@ -281,6 +292,7 @@ TEST(TokenizerFiles, TokenizerJsonWithBadAddedTokens) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {replaced(json, "{\"id\": 262,", "{\"id\": -1,"), "added_tokens[0].id"},
       {replaced(json, "{\"id\": 262,", "{\"id\": \"262\","), "added_tokens[0].id"},
+      {replaced(json, "{\"id\": 262,", "{\"id\": 99999999999,"), "added_tokens[0].id: expected a token id"},
       {replaced(json, "\"content\": \"<|endoftext|>\"", "\"text\": \"<|endoftext|>\""), "added_tokens[0].content: missing"},
       {replaced(json, "\"content\": \"<|endoftext|>\"", "\"content\": 5"), "added_tokens[0].content"},
       {replaced(json, "\"lstrip\": false", "\"lstrip\": true"), "added_tokens[0].lstrip"},

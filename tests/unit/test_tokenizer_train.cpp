@@ -210,7 +210,10 @@ TEST(TokenizerCli, TrainEncodeDecode) {
   std::tie(status, text) = run(fathom + " tokenizer encode --tokenizer " + out + " --allow-special '" + sample + "'", dir);
   ASSERT_EQ(status, 0) << text;
   std::string expected;
-  for (uint32_t id : tok->encode(sample, true)) expected += (expected.empty() ? "" : " ") + std::to_string(id);
+  for (uint32_t id : tok->encode(sample, true)) {
+    if (!expected.empty()) expected += ' ';
+    expected += std::to_string(id);
+  }
   EXPECT_EQ(text, expected + "\n");
   EXPECT_TRUE(contains(text, " 599 ")) << text;
 
