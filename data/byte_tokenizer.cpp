@@ -4,10 +4,13 @@
 
 namespace fathom {
 
-std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) const {
-  std::vector<uint32_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
-  return ids;
+void ByteTokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const {
+  for (const char c : text) out.push_back(static_cast<unsigned char>(c));
+}
+
+const std::vector<AddedToken>& ByteTokenizer::added_tokens() const {
+  static const std::vector<AddedToken> tokens = {{std::string(kEosText), kEos, true}};
+  return tokens;
 }
 
 std::string ByteTokenizer::decode(std::span<const uint32_t> ids) const {

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   fathom::add_eval_command(app);
   fathom::add_export_command(app);
   fathom::add_data_command(app);
+  fathom::add_tokenizer_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
