@@ -75,10 +75,14 @@ std::string with_thousands(double value) {
 }  // namespace
 
 std::string format_progress(const Progress& p) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | ETA %s",
-                (long long)p.step, (long long)p.total_steps, p.loss, p.lr, p.grad_norm,
-                with_thousands(p.tokens_per_second).c_str(), format_duration(p.eta_seconds).c_str());
+  char buf[320];
+  int n = std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s",
+                        (long long)p.step, (long long)p.total_steps, p.loss, p.lr, p.grad_norm,
+                        with_thousands(p.tokens_per_second).c_str());
+  if (p.mfu >= 0) n += std::snprintf(buf + n, sizeof buf - size_t(n), " | MFU %.1f%%", 100.0 * p.mfu);
+  if (p.memory_gib >= 0)
+    n += std::snprintf(buf + n, sizeof buf - size_t(n), " | mem %.1f/%.1f GiB", p.memory_gib, p.peak_memory_gib);
+  std::snprintf(buf + n, sizeof buf - size_t(n), " | ETA %s", format_duration(p.eta_seconds).c_str());
   return buf;
 }
 

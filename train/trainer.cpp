@@ -26,6 +26,10 @@
 #include "train/model_source.h"
 #include "train/run_state.h"
 #include "train/stop_signal.h"
+#include "train/throughput.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#endif
 
 namespace fathom {
 
@@ -149,6 +153,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     log_line("MoDA " + recipe.model.moda_variant + ": depth KV cache " +
              std::to_string(model.depth_cache_bytes(B, T) >> 10) + " KiB per micro-batch");
 
+  // MFU needs the device's peak; the CPU has no entry and shows none.
+  double peak_flops = 0;
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) peak_flops = dense_bf16_peak_flops(cuda::device_name(device.index));
+#endif
+  const double flops_per_token = training_flops_per_token(recipe.model, T);
+
   auto interval_start = Clock::now();
   const auto run_start = Clock::now();
   const int64_t first_step = state.step;
@@ -190,10 +201,21 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
       p.grad_norm = grad_norm;
       p.tokens_per_second = double(interval_tokens) / std::max(elapsed, 1e-9);
       p.eta_seconds = seconds_since(run_start) / double(state.step - first_step) * double(total_steps - state.step);
+      std::vector<std::pair<std::string, double>> fields{
+          {"loss", p.loss}, {"z_loss", z_sum / double(accum)}, {"lr", lr}, {"grad_norm", grad_norm},
+          {"tokens_per_second", p.tokens_per_second}, {"tokens_seen", double(state.tokens_seen)}};
+      if (peak_flops > 0) {
+        p.mfu = p.tokens_per_second * flops_per_token / peak_flops;
+        fields.emplace_back("mfu", p.mfu);
+      }
+      if (device.is_cuda()) {
+        const MemoryStats memory = allocator_for(device).stats(device);
+        p.memory_gib = double(memory.current) / double(1 << 30);
+        p.peak_memory_gib = double(memory.peak) / double(1 << 30);
+        fields.emplace_back("memory_peak_bytes", double(memory.peak));
+      }
       log_line(format_progress(p));
-      metrics.write("train", state.step,
-                    {{"loss", p.loss}, {"z_loss", z_sum / double(accum)}, {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_second", p.tokens_per_second},
-                     {"tokens_seen", double(state.tokens_seen)}});
+      metrics.write("train", state.step, fields);
       interval_start = Clock::now();
       interval_tokens = 0;
     }

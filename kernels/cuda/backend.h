@@ -7,6 +7,8 @@
 // for a scope. Host-visible results (copies to the host, reductions returned as numbers) synchronise
 // the current stream only.
 #pragma once
+#include <string>
+
 #include "core/tensor.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
@@ -20,6 +22,8 @@ using StreamHandle = CUstream_st*;
 // (core/backend.h). Returns false, without throwing, when the CUDA runtime finds no usable device.
 bool init();
 int device_count();
+// The device's marketing name as the driver reports it ("NVIDIA H200").
+std::string device_name(int device = 0);
 
 // Waits for every stream of `device`, then reports any error a kernel recorded (see runtime.h).
 void synchronize(int device = 0);

@@ -81,6 +81,12 @@ bool init() {
 
 int device_count() { return init() ? runtime->devices : 0; }
 
+std::string device_name(int device) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
 const cudaDeviceProp& device_properties(int device) {
   check_device_index(device);
   return rt().properties[size_t(device)];
