@@ -68,9 +68,13 @@ std::string format_duration(double seconds) {
 namespace {
 // 12345.6 -> "12,346"
 std::string with_thousands(double value) {
-  std::string digits = std::to_string(std::llround(value));
-  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(size_t(i), ",");
-  return digits;
+  const std::string digits = std::to_string(std::llround(value));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 }  // namespace
 
