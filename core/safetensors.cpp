@@ -166,6 +166,13 @@ SafetensorsFile read_safetensors(const std::string& path) {
   file->read_at(8, header.data(), header.size());
   FATHOM_CHECK(!header.empty() && header.front() == '{', where,
                ": the header does not start with '{' (it must be a JSON object)");
+  // JSON allows no raw control characters; rejecting them first also keeps malformed headers away
+  // from yaml-cpp's slow paths (a fuzzed 196-byte header with a form feed took seconds and GBs).
+  for (size_t i = 0; i < header.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(header[i]);
+    FATHOM_CHECK(c >= 0x20 || c == '\t' || c == '\n' || c == '\r', where, ": the header holds control byte 0x",
+                 "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15], " at offset ", i, " (not valid JSON)");
+  }
   const YAML::Node root = parse_json(header, where + " header");
   FATHOM_CHECK(root.IsMap(), where, ": the header is not a JSON object");
 

@@ -206,6 +206,9 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
       {"invalid JSON", file_bytes("{\"a\": {\"dtype\": ", ""), {"invalid JSON", "line 1"}},
       {"array header", file_bytes("[1, 2]", ""), {"does not start with '{'"}},
       {"not a map after all", file_bytes("{} {}", ""), {"invalid JSON"}},
+      // Found by fuzzing (tests/fuzz/findings): a form feed where '{' belongs made yaml-cpp spin.
+      {"raw control byte", file_bytes("{\"s\":{\"dtype\":\"F16\"},\"e\":\x0c\"dtype\":\"F16\"}", ""),
+       {"control byte 0x0c at offset 25"}},
       {"entry not an object", file_bytes("{\"w\": 3}", data), {"tensor 'w'", "expected an object"}},
       {"unknown dtype", file_bytes("{\"w\":" + entry("\"F8_E4M3\"", "[1]", "[0,1]") + "}", data),
        {"tensor 'w'", "unsupported dtype 'F8_E4M3'"}},
@@ -321,4 +324,10 @@ TEST(Safetensors, ReadsAFileWrittenByTheSafetensorsLibrary) {
       ++j;
     }
   }
+}
+
+// The header that hung yaml-cpp for minutes under the fuzzer is now refused at once.
+TEST(Safetensors, FuzzedControlByteHeaderIsRefusedQuickly) {
+  const std::string path = std::string(FATHOM_SOURCE_DIR) + "/tests/fuzz/findings/safetensors_timeout.safetensors";
+  expect_error([&] { read_safetensors(path); }, {"control byte"});
 }
