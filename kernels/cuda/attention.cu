@@ -37,8 +37,6 @@ void check_pointer(const char* op, const char* name, const void* p, size_t align
                "-byte aligned");
 }
 
-int64_t padded_rows(int64_t T) { return (T + flash::kRowPad - 1) / flash::kRowPad * flash::kRowPad; }
-
 template <class T>
 const bf16_t* dev(const T* p) {
   return reinterpret_cast<const bf16_t*>(p);
@@ -52,25 +50,11 @@ bf16_t* dev(T* p) {
 
 namespace {
 
-// Key-block size of the dK/dV pass for head dim d.
-int dkdv_block(int64_t d) {
-  int bk = 0;
-  flash::dispatch_width(int(d), [&]<int D>() { bk = flash::Configs<D>::DkDv::BK; });
-  return bk;
-}
-
-int dkdv_splits(const FlashShape& s) { return flash::dkdv_splits(s.B, s.T, s.Hk, s.Hq / s.Hk, dkdv_block(s.d)); }
-
-// Per-row statistics (lse2, delta) of the padded rows.
-size_t stats_floats(const FlashShape& s) { return size_t(2) * size_t(s.B) * size_t(s.Hq) * size_t(padded_rows(s.T)); }
+flash::BackwardScratch scratch_of(const FlashShape& s) { return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d); }
 
 }  // namespace
 
-size_t flash_backward_workspace_bytes(const FlashShape& s) {
-  const int splits = dkdv_splits(s);
-  const size_t partials = splits > 1 ? size_t(2) * splits * size_t(s.B * s.T * s.Hk * s.d) : 0;
-  return (stats_floats(s) + partials) * sizeof(float);
-}
+size_t flash_backward_workspace_bytes(const FlashShape& s) { return scratch_of(s).bytes(); }
 
 void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
   const char* op = "flash_attention_forward";
@@ -104,20 +88,16 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   const size_t need = flash_backward_workspace_bytes(s);
   FATHOM_CHECK(p.workspace_bytes >= need, op, ": workspace of ", p.workspace_bytes, " bytes is too small, need ",
                need);
-  const int64_t Tpad = padded_rows(s.T);
-  float* lse2 = static_cast<float*>(p.workspace);
-  float* delta = lse2 + s.B * s.Hq * Tpad;
-  const int splits = dkdv_splits(s);
-  float* dk_part = lse2 + stats_floats(s);
-  float* dv_part = dk_part + size_t(splits) * size_t(s.B * s.T * s.Hk * s.d);
-  const BackwardArgs a{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
-                       p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  lse2,
-                       delta,     int(s.B),  int(s.T),  int(Tpad),  int(s.Hq),
-                       int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
-                       float(s.scale * double(flash::kLog2e)),   dk_part,  dv_part};
+  const flash::BackwardScratch scratch = scratch_of(s);
+  BackwardArgs a{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
+                 p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  nullptr,
+                 nullptr,   int(s.B),  int(s.T),  0,          int(s.Hq),
+                 int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
+                 float(s.scale * double(flash::kLog2e))};
+  scratch.place(a, p.workspace);
   flash::launch_backward_prepare(a, stream);
   flash::dispatch_width(a.d, [&]<int D>() {
-    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, splits);
+    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, scratch.splits);
     flash::launch_backward_dq<typename flash::Configs<D>::Dq>(a, stream);
   });
 }

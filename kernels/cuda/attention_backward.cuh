@@ -315,16 +315,100 @@ __global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const Backwa
 }
 
 // ---------------------------------------------------------------------------------------------
+// One KV block of a dQ walk (warps own query rows, as in the forward pass), in two steps so that the
+// MoDA kernels can also use P and dS. dq_block_scores: P = exp2(S - lse2) with S = Q K^T (0 where
+// `masked` and the mask hides the key) and dS = P * (dP - delta) with dP = dO V^T, for the warp's rows
+// (the first is row0) against the block's keys (the first is key0).
+template <class Cfg, class Mask>
+__device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8][4], float (&ds)[Cfg::MT][Cfg::BK / 8][4],
+                                                const uint32_t (&qf)[Cfg::MT][Cfg::D / 16][4],
+                                                const uint32_t (&df)[Cfg::MT][Cfg::D / 16][4],
+                                                const float (&lse2)[Cfg::MT][2], const float (&delta)[Cfg::MT][2],
+                                                uint32_t sK, uint32_t sV, int row0, int key0, bool masked,
+                                                const Mask& mask, float scale_log2, int lane) {
+  constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
+  using Tile = SwizzledTile<D>;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[mt][nt][e] = ds[mt][nt][e] = 0.f;
+  // S = Q K^T and dP = dO V^T.
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+    for (int np = 0; np < BK / 16; ++np) {
+      uint32_t bk[4], bv[4];
+      Tile::load_b(bk, sK, np * 16, ks * 16, lane);
+      Tile::load_b(bv, sV, np * 16, ks * 16, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816(p[mt][2 * np], qf[mt][ks], bk[0], bk[1]);
+        mma_16816(p[mt][2 * np + 1], qf[mt][ks], bk[2], bk[3]);
+        mma_16816(ds[mt][2 * np], df[mt][ks], bv[0], bv[1]);
+        mma_16816(ds[mt][2 * np + 1], df[mt][ks], bv[2], bv[3]);
+      }
+    }
+  // dS = P * (dP - delta).
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + mt * 16 + g + 8 * half;
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 2 * half + e;
+          float x = exp2_approx(p[mt][nt][i] * scale_log2 - lse2[mt][half]);
+          if (masked && !mask.visible(row, key0 + nt * 8 + 2 * t + e)) x = 0.f;
+          p[mt][nt][i] = x;
+          ds[mt][nt][i] = x * (ds[mt][nt][i] - delta[mt][half]);
+        }
+    }
+}
+
+// dQ += dS K for one KV block (unscaled; the caller scales once at the end).
+template <class Cfg>
+__device__ __forceinline__ void dq_block_accumulate(float (&dq)[Cfg::MT][Cfg::D / 8][4],
+                                                    const float (&ds)[Cfg::MT][Cfg::BK / 8][4], uint32_t sK, int lane) {
+  constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
+  using Tile = SwizzledTile<D>;
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ++ks) {
+    uint32_t da[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      da[mt][0] = pack_bf16(ds[mt][2 * ks][0], ds[mt][2 * ks][1]);
+      da[mt][1] = pack_bf16(ds[mt][2 * ks][2], ds[mt][2 * ks][3]);
+      da[mt][2] = pack_bf16(ds[mt][2 * ks + 1][0], ds[mt][2 * ks + 1][1]);
+      da[mt][3] = pack_bf16(ds[mt][2 * ks + 1][2], ds[mt][2 * ks + 1][3]);
+    }
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t bk[4];
+      Tile::load_b_trans(bk, sK, ks * 16, np * 16, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816(dq[mt][2 * np], da[mt], bk[0], bk[1]);
+        mma_16816(dq[mt][2 * np + 1], da[mt], bk[2], bk[3]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // dQ. Same tiling and KV walk as the forward pass (ForwardConfig); Q and dO fragments stay in
 // registers, with each row's lse2 and delta.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_kernel(const BackwardArgs a) {
   static_assert(kRowPad % Cfg::BQ == 0, "dQ tiles must not pass the padded statistics rows");
   constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
-  using Tile = SwizzledTile<D>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * Cfg::BQ;  // the longest KV walks start first
   const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
   const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
@@ -366,69 +450,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 
   const int row0 = q0 + wrow;
   for_each_block<Cfg>(seq, stages, tid, [&](int n, uint32_t sK, uint32_t sV) {
-    const int key0 = seq.key0(n);
-    const bool masked = seq.masked(n);
     float p[MT][BK / 8][4], ds[MT][BK / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) p[mt][nt][e] = ds[mt][nt][e] = 0.f;
-    // S = Q K^T and dP = dO V^T.
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-#pragma unroll
-      for (int np = 0; np < BK / 16; ++np) {
-        uint32_t bk[4], bv[4];
-        Tile::load_b(bk, sK, np * 16, ks * 16, lane);
-        Tile::load_b(bv, sV, np * 16, ks * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816(p[mt][2 * np], qf[mt][ks], bk[0], bk[1]);
-          mma_16816(p[mt][2 * np + 1], qf[mt][ks], bk[2], bk[3]);
-          mma_16816(ds[mt][2 * np], df[mt][ks], bv[0], bv[1]);
-          mma_16816(ds[mt][2 * np + 1], df[mt][ks], bv[2], bv[3]);
-        }
-      }
-    // dS = P * (dP - delta).
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + mt * 16 + g + 8 * half;
-#pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 2 * half + e;
-            float x = exp2_approx(p[mt][nt][i] * a.scale_log2 - lse2[mt][half]);
-            if (masked && key0 + nt * 8 + 2 * t + e > row) x = 0.f;
-            ds[mt][nt][i] = x * (ds[mt][nt][i] - delta[mt][half]);
-          }
-      }
-    // dQ += dS K (scaled at the end).
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) {
-      uint32_t da[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        da[mt][0] = pack_bf16(ds[mt][2 * ks][0], ds[mt][2 * ks][1]);
-        da[mt][1] = pack_bf16(ds[mt][2 * ks][2], ds[mt][2 * ks][3]);
-        da[mt][2] = pack_bf16(ds[mt][2 * ks + 1][0], ds[mt][2 * ks + 1][1]);
-        da[mt][3] = pack_bf16(ds[mt][2 * ks + 1][2], ds[mt][2 * ks + 1][3]);
-      }
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t bk[4];
-        Tile::load_b_trans(bk, sK, ks * 16, np * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816(dq[mt][2 * np], da[mt], bk[0], bk[1]);
-          mma_16816(dq[mt][2 * np + 1], da[mt], bk[2], bk[3]);
-        }
-      }
-    }
+    dq_block_scores<Cfg>(p, ds, qf, df, lse2, delta, sK, sV, row0, seq.key0(n), seq.masked(n), seq.mask(),
+                         a.scale_log2, lane);
+    dq_block_accumulate<Cfg>(dq, ds, sK, lane);
   });
 
   float qscale[MT][2];
@@ -441,7 +466,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 
 // Shared memory of the dQ kernel: ForwardConfig's layout plus the dO tile.
 template <class Cfg>
-constexpr int dq_smem_bytes() {
+__host__ __device__ constexpr int dq_smem_bytes() {
   return Cfg::kSmemBytes + Cfg::kTileQ;
 }
 

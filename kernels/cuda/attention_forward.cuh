@@ -3,9 +3,9 @@
 // across every KV block it attends to; the output is normalised once at the end, and the log-sum-exp
 // is written next to it.
 //
-// KV blocks come from a *source*. The causal sequence is the only source here; the MoDA kernel adds a
-// second one (the depth KV of the tile's tokens) walked after it with the same state:
-//     start_source(seq); attend_source(state, seq); start_source(depth); attend_source(state, depth);
+// KV blocks come from a *source*. The causal sequence is the only source here; the MoDA kernels
+// (moda_flash.cuh) add a second one (the depth KV of the tile's tokens) walked after it with the same
+// state:  start_source(seq); attend_source(state, seq); start_source(depth); attend_source(state, depth);
 #pragma once
 #include <cmath>
 
@@ -239,6 +239,20 @@ __device__ __forceinline__ void load_row_fragments(uint32_t (&f)[MT][D / 16][4],
     for (int ks = 0; ks < D / 16; ++ks) SwizzledTile<D>::load_a(f[mt][ks], tile, row0 + mt * 16, ks * 16, lane);
 }
 
+// The end of a row's walk: per row half, the reciprocal of the denominator (0 for a row that saw no key)
+// and the natural-log log-sum-exp (-inf for such a row).
+template <int D, int MT>
+__device__ __forceinline__ void finish_rows(const SoftmaxState<D, MT>& st, float (&inv)[MT][2], float (&lse)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = quad_sum(st.l[mt][half]), m = st.m[mt][half];
+      inv[mt][half] = l > 0.f ? 1.f / l : 0.f;
+      lse[mt][half] = m == -INFINITY ? -INFINITY : (m + __log2f(l)) * kLn2;
+    }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_kernel(const ForwardArgs a) {
   constexpr int D = Cfg::D, MT = Cfg::MT;
@@ -268,18 +282,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_k
 
   // Normalise once; the log-sum-exp goes back to natural log.
   const int g = lane >> 2, t = lane & 3;
-  float inv[MT][2];
+  float inv[MT][2], lse[MT][2];
+  finish_rows(st, inv, lse);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float l = quad_sum(st.l[mt][half]);
-      inv[mt][half] = l > 0.f ? 1.f / l : 0.f;
       const int row = q0 + wrow + mt * 16 + g + 8 * half;
-      if (t == 0 && row < a.T) {
-        const float m = st.m[mt][half];
-        a.lse[(int64_t(b) * a.Hq + h) * a.T + row] = m == -INFINITY ? -INFINITY : (m + __log2f(l)) * kLn2;
-      }
+      if (t == 0 && row < a.T) a.lse[(int64_t(b) * a.Hq + h) * a.T + row] = lse[mt][half];
     }
   // The Q tile is free (its fragments are in registers): stage O there for 16-byte stores.
   stage_accumulator<D, MT>(smem, st.o, inv, wrow, lane);

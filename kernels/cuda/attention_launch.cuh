@@ -65,6 +65,30 @@ inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK) {
   return splits;
 }
 
+// Where the backward pass's device scratch lives inside one workspace: per-row statistics (lse2, delta)
+// of [B, Hq, Tpad] each, then, when the dK/dV pass splits the G heads over `splits` CTAs, fp32 dK and
+// dV partials of [splits, B, T, Hk, d] each. `dkdv_block` is the dK/dV configuration's key block.
+struct BackwardScratch {
+  int64_t B, T, Tpad, Hq, Hk, d;
+  int splits;
+  size_t stats_floats() const { return size_t(2) * size_t(B) * size_t(Hq) * size_t(Tpad); }
+  size_t part_floats() const { return splits > 1 ? size_t(splits) * size_t(B * T * Hk * d) : 0; }
+  size_t bytes() const { return (stats_floats() + 2 * part_floats()) * sizeof(float); }
+  // Points a's lse2, delta, dk_part and dv_part into `workspace` and sets its Tpad.
+  void place(BackwardArgs& a, void* workspace) const {
+    a.Tpad = int(Tpad);
+    a.lse2 = static_cast<float*>(workspace);
+    a.delta = a.lse2 + B * Hq * Tpad;
+    a.dk_part = a.lse2 + stats_floats();
+    a.dv_part = a.dk_part + part_floats();
+  }
+};
+
+inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block) {
+  const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
+  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block)};
+}
+
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
   auto kernel = flash_backward_dq_kernel<Cfg>;
@@ -106,6 +130,13 @@ void dispatch_width(int d, F&& f) {
   if (d <= 32) return f.template operator()<32>();
   if (d <= 64) return f.template operator()<64>();
   return f.template operator()<128>();
+}
+
+// The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width.
+inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
+  int bk = 0;
+  dispatch_width(int(d), [&]<int D>() { bk = Configs<D>::DkDv::BK; });
+  return backward_scratch(B, T, Hq, Hk, d, bk);
 }
 
 }  // namespace fathom::cuda::flash

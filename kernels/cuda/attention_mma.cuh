@@ -108,6 +108,11 @@ struct SwizzledTile {
   __device__ __forceinline__ static void load_b(uint32_t (&b)[4], uint32_t base, int n0, int k0, int lane) {
     ldmatrix_x4(b, base + offset(n0 + (lane & 7) + ((lane >> 4) << 3), (k0 >> 3) + ((lane >> 3) & 1)));
   }
+  // An A fragment (16 x 16) of the TRANSPOSE of this tile: A[m][k] = tile[k0 + k][m0 + m] (e.g. P^T from a
+  // tile of P whose rows are queries, for dV = P^T dO).
+  __device__ __forceinline__ static void load_a_trans(uint32_t (&a)[4], uint32_t base, int m0, int k0, int lane) {
+    ldmatrix_x4_trans(a, base + offset(k0 + (lane & 7) + ((lane >> 4) << 3), (m0 >> 3) + ((lane >> 3) & 1)));
+  }
   // Same, from a tile whose rows are K and columns N (e.g. V rows for P V): transposed on load.
   __device__ __forceinline__ static void load_b_trans(uint32_t (&b)[4], uint32_t base, int k0, int n0, int lane) {
     ldmatrix_x4_trans(b, base + offset(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
@@ -129,6 +134,25 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16_t* src
     const bool valid = (row0 + r < T) && (c * 8 < d);
     const bf16_t* g = valid ? src + int64_t(row0 + r) * stride + c * 8 : src;
     cp_async_16(tile + Tile::offset(r, c), g, valid);
+  }
+}
+
+// Same as load_tile_async for rows that lie anywhere: row_ptr(r) is the address of tile row r, or null
+// for a row to zero-fill (gathered layouts such as MoDA's folded query heads and depth slots);
+// `anywhere` is any valid global address, named by the zero-byte copies of such rows.
+template <int D, int ROWS, int THREADS, class RowPtr>
+__device__ __forceinline__ void load_rows_async(uint32_t tile, const RowPtr& row_ptr, const bf16_t* anywhere, int d,
+                                                int tid) {
+  using Tile = SwizzledTile<D>;
+  constexpr int kTotal = ROWS * Tile::kChunks;
+#pragma unroll
+  for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + tid;
+    if (kTotal % THREADS != 0 && i >= kTotal) break;
+    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    const bf16_t* row = row_ptr(r);
+    const bool valid = row != nullptr && c * 8 < d;
+    cp_async_16(tile + Tile::offset(r, c), valid ? row + c * 8 : anywhere, valid);
   }
 }
 
@@ -167,6 +191,22 @@ __device__ __forceinline__ void stage_accumulator(char* tile, const float (&acc)
       *reinterpret_cast<uint32_t*>(tile + Tile::element(r + 8, c)) =
           pack_bf16(acc[mt][nt][2] * factor[mt][1], acc[mt][nt][3] * factor[mt][1]);
     }
+}
+
+// store_tile for rows that lie anywhere: row_ptr(r) is the destination of tile row r, or null to skip it.
+template <int D, int ROWS, int THREADS, class RowPtr>
+__device__ __forceinline__ void store_rows(const RowPtr& row_ptr, int d, const char* tile, int tid) {
+  using Tile = SwizzledTile<D>;
+  constexpr int kTotal = ROWS * Tile::kChunks;
+#pragma unroll
+  for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + tid;
+    if (kTotal % THREADS != 0 && i >= kTotal) break;
+    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    bf16_t* row = row_ptr(r);
+    if (row != nullptr && c * 8 < d)
+      *reinterpret_cast<uint4*>(row + c * 8) = *reinterpret_cast<const uint4*>(tile + Tile::offset(r, c));
+  }
 }
 
 }  // namespace fathom::cuda::flash

@@ -1,0 +1,115 @@
+// Launchers of the flash-style MoDA kernels (flat, chunk, group); the kernels are in moda_flash.cuh.
+#include <algorithm>
+
+#include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/moda_flash.cuh"
+#include "kernels/cuda/moda_kernels.cuh"
+
+namespace fathom::cuda::moda {
+
+namespace {
+
+using flash::Configs;
+
+template <class T>
+const bf16_t* dev(const T* p) {
+  return reinterpret_cast<const bf16_t*>(p);
+}
+template <class T>
+bf16_t* dev(T* p) {
+  return reinterpret_cast<bf16_t*>(p);
+}
+
+// The MoDA kernels run the full-width configurations only: d = 64 or 128 (checked by the caller).
+template <class F>
+void dispatch_head_dim(int64_t d, F&& f) {
+  if (d == 64) return f.template operator()<64>();
+  return f.template operator()<128>();
+}
+
+// Geometry of a call for query tiles of BQ rows (pointers are filled in by the caller).
+ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
+  const FlashShape& s = m.seq;
+  ModaArgs a{};
+  a.B = int(s.B), a.T = int(s.T), a.Hq = int(s.Hq), a.Hk = int(s.Hk), a.G = int(s.Hq / s.Hk), a.d = int(s.d);
+  a.S = int(m.slots), a.begin = int(m.slot_begin), a.L = int(m.slot_end - m.slot_begin);
+  a.fold = kernel == ModaKernel::group ? a.G : 1;
+  a.tokens = bq / a.fold;
+  a.all_depth = kernel == ModaKernel::flat;
+  a.scale = float(s.scale);
+  a.scale_log2 = float(s.scale * double(flash::kLog2e));
+  return a;
+}
+
+dim3 grid_of(const ModaArgs& a) { return dim3(unsigned((a.T + a.tokens - 1) / a.tokens), unsigned(a.B * (a.Hq / a.fold))); }
+
+flash::BackwardScratch scratch_of(const ModaShape& m) {
+  const FlashShape& s = m.seq;
+  return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d);
+}
+
+}  // namespace
+
+int group_max_heads(int64_t d) {
+  int bq = 0;
+  dispatch_head_dim(d, [&]<int D>() { bq = std::min(Configs<D>::Forward::BQ, Configs<D>::Dq::BQ); });
+  return bq;
+}
+
+size_t flash_backward_workspace_bytes(const ModaShape& m) { return scratch_of(m).bytes(); }
+
+void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {
+  dispatch_head_dim(p.shape.seq.d, [&]<int D>() {
+    using Cfg = typename Configs<D>::Forward;
+    ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
+    a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
+    a.o = dev(p.o), a.lse = p.lse;
+    auto k = moda_forward_kernel<Cfg>;
+    flash::allow_smem(k, Cfg::kSmemBytes);
+    k<<<grid_of(a), Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
+    flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
+  });
+}
+
+void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t stream) {
+  const ModaShape& m = p.shape;
+  const FlashShape& s = m.seq;
+  // Flash attention's prepare (lse2, delta) and sequence dK/dV passes, unchanged: with the joint
+  // log-sum-exp their probabilities are the sequence columns of the joint softmax.
+  flash::BackwardArgs fa{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
+                         p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  nullptr,
+                         nullptr,   int(s.B),  int(s.T),  0,          int(s.Hq),
+                         int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
+                         float(s.scale * double(flash::kLog2e))};
+  const flash::BackwardScratch scratch = scratch_of(m);
+  scratch.place(fa, p.workspace);
+  flash::launch_backward_prepare(fa, stream);
+  dispatch_head_dim(s.d, [&]<int D>() {
+    flash::launch_backward_dkdv<typename Configs<D>::DkDv>(fa, stream, scratch.splits);
+
+    using Cfg = typename Configs<D>::Dq;
+    ModaArgs a = geometry(kernel, m, Cfg::BQ);
+    a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
+    a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
+    a.ddk = p.d_depth_k, a.ddv = p.d_depth_v;
+    if (kernel == ModaKernel::group) {
+      auto k = moda_backward_dq_kernel<Cfg, true>;
+      constexpr int smem = dq_smem_bytes<Cfg, true>();
+      flash::allow_smem(k, smem);
+      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      flash::check_cuda(cudaGetLastError(), "the MoDA dQ + depth dK/dV kernel launch");
+      return;
+    }
+    auto k = moda_backward_dq_kernel<Cfg, false>;
+    constexpr int smem = dq_smem_bytes<Cfg, false>();
+    flash::allow_smem(k, smem);
+    k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+    flash::check_cuda(cudaGetLastError(), "the MoDA dQ kernel launch");
+    if (a.L == 0) return;
+    const int64_t threads = int64_t(a.B) * a.T * a.L * a.Hk * 32;
+    moda_depth_grads_kernel<D><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);
+    flash::check_cuda(cudaGetLastError(), "the MoDA depth dK/dV kernel launch");
+  });
+}
+
+}  // namespace fathom::cuda::moda

@@ -1,0 +1,375 @@
+// The four CUDA MoDA kernels (naive, flat, chunk, group) against the CPU reference (kernels/cpu, in f32
+// on the same bf16-rounded inputs): O, the joint log-sum-exp, dq, dk, dv and the depth gradients
+// within 1e-2 relative L2, over sequence lengths that hit every tile tail, group sizes including 3,
+// slot counts from none to a full tile of columns, and head dims 64 and 128. Every case reads a slot
+// range that starts past slot 0 and ends before the buffers' last slot, with depth-gradient buffers
+// that already hold values: the range's gradients must be added to them and the other slots left
+// bit-for-bit alone. The backward passes are bit-identical across runs. Argument errors are raised
+// before any launch, so those tests run without a GPU too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/moda_attention.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/unit/op_test_util.h"
+
+#if FATHOM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/moda_attention.h"
+#endif
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+#if FATHOM_WITH_CUDA
+
+using cuda::ModaKernel;
+
+constexpr ModaKernel kKernels[] = {ModaKernel::naive, ModaKernel::flat, ModaKernel::chunk, ModaKernel::group};
+
+// One shape: Hq = G * Hk; the slot range is [1, 1 + L) of S = L + 2 slots.
+struct Case {
+  int64_t B, T, G, L, d, Hk = 2;
+  int64_t slots() const { return L + 2; }
+  int64_t begin() const { return 1; }
+  int64_t end() const { return 1 + L; }
+};
+
+std::string describe_case(const Case& c, const char* separator) {
+  char text[128];
+  std::snprintf(text, sizeof(text), "T%lld%sG%lld%sL%lld%sd%lld%sB%lld%sHk%lld", (long long)c.T, separator,
+                (long long)c.G, separator, (long long)c.L, separator, (long long)c.d, separator, (long long)c.B,
+                separator, (long long)c.Hk);
+  return text;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return describe_case(info.param, "_"); }
+
+// ||got - want|| / ||want||, infinite if anything is not finite (unwritten outputs are NaN-poisoned).
+// ||want|| is floored at an RMS of 1e-4 per element: with no depth slots and T = 1 the only key is the
+// query's own, so dq and dk are exactly 0 and both sides are rounding noise.
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-8 * double(got.size())));
+}
+
+Tensor nan_filled(const Shape& shape, DType dtype) { return Tensor::full(shape, NAN, dtype).to(kGpu); }
+
+// Inputs of one case and the CPU reference's outputs on them.
+struct Problem {
+  Case c;
+  Shape q_shape, kv_shape, depth_shape, lse_shape;
+  double scale;
+  GpuInput q, k, v, depth_k, depth_v, dout;
+  GpuInput d_depth_k0, d_depth_v0;  // what the depth-gradient buffers hold before the backward pass
+  AttentionOutput ref;
+  AttentionGrads ref_grads;
+  Tensor ref_ddk, ref_ddv;  // the reference's depth gradients alone (added to zeros)
+
+  Problem(const Case& cs, uint64_t seed) : c(cs) {
+    const int64_t Hq = c.G * c.Hk;
+    q_shape = Shape{c.B, c.T, Hq, c.d};
+    kv_shape = Shape{c.B, c.T, c.Hk, c.d};
+    depth_shape = Shape{c.B, c.T, c.slots(), c.Hk, c.d};
+    lse_shape = Shape{c.B, Hq, c.T};
+    scale = 1.0 / std::sqrt(double(c.d));
+    // Scores of standard deviation about 1.3: softmax rows far from uniform.
+    q = random_input(q_shape, DType::bf16, seed, -2, 2);
+    k = random_input(kv_shape, DType::bf16, seed + 1, -2, 2);
+    v = random_input(kv_shape, DType::bf16, seed + 2);
+    depth_k = random_input(depth_shape, DType::bf16, seed + 3, -2, 2);
+    depth_v = random_input(depth_shape, DType::bf16, seed + 4);
+    dout = random_input(q_shape, DType::bf16, seed + 5);
+    d_depth_k0 = random_input(depth_shape, DType::f32, seed + 6);
+    d_depth_v0 = random_input(depth_shape, DType::f32, seed + 7);
+
+    const DepthSlots depth{depth_k.cpu, depth_v.cpu, c.begin(), c.end()};
+    ref = cpu::moda_attention_forward(q.cpu, k.cpu, v.cpu, depth, scale);
+    ref_ddk = Tensor::zeros(depth_shape, DType::f32);
+    ref_ddv = Tensor::zeros(depth_shape, DType::f32);
+    ref_grads = cpu::moda_attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, depth, ref.o, ref.lse, scale, ref_ddk,
+                                             ref_ddv);
+  }
+
+  cuda::ModaShape shape() const {
+    cuda::ModaShape s;
+    s.seq = cuda::FlashShape{c.B, c.T, c.G * c.Hk, c.Hk, c.d, scale};
+    s.slots = c.slots();
+    s.slot_begin = c.begin();
+    s.slot_end = c.end();
+    return s;
+  }
+};
+
+// Device outputs of one kernel on one problem, and its launches.
+struct Run {
+  const Problem& pb;
+  ModaKernel kernel;
+  Tensor o, lse, dq, dk, dv, ddk, ddv, workspace;
+
+  Run(const Problem& problem, ModaKernel k) : pb(problem), kernel(k) {}
+
+  void* scratch(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    workspace = Tensor::full({int64_t(bytes)}, 255, DType::u8).to(kGpu);  // NaN-poisoned
+    return workspace.raw();
+  }
+
+  void forward() {
+    o = nan_filled(pb.q_shape, DType::bf16);
+    lse = nan_filled(pb.lse_shape, DType::f32);
+    cuda::ModaParams p;
+    p.shape = pb.shape();
+    p.q = pb.q.gpu.data<bf16>();
+    p.k = pb.k.gpu.data<bf16>();
+    p.v = pb.v.gpu.data<bf16>();
+    p.depth_k = pb.depth_k.gpu.data<bf16>();
+    p.depth_v = pb.depth_v.gpu.data<bf16>();
+    p.o = o.data<bf16>();
+    p.lse = lse.data<float>();
+    p.workspace_bytes = cuda::moda_forward_workspace_bytes(kernel, p.shape);
+    p.workspace = scratch(p.workspace_bytes);
+    cuda::moda_attention_forward(kernel, p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cuda::moda_kernel_name(kernel) << " forward";
+  }
+
+  // Runs on the forward's own o and lse, with the depth-gradient buffers reset to their initial values.
+  void backward() {
+    dq = nan_filled(pb.q_shape, DType::bf16);
+    dk = nan_filled(pb.kv_shape, DType::bf16);
+    dv = nan_filled(pb.kv_shape, DType::bf16);
+    ddk = pb.d_depth_k0.cpu.to(kGpu);
+    ddv = pb.d_depth_v0.cpu.to(kGpu);
+    cuda::ModaBackwardParams p;
+    p.shape = pb.shape();
+    p.q = pb.q.gpu.data<bf16>();
+    p.k = pb.k.gpu.data<bf16>();
+    p.v = pb.v.gpu.data<bf16>();
+    p.depth_k = pb.depth_k.gpu.data<bf16>();
+    p.depth_v = pb.depth_v.gpu.data<bf16>();
+    p.o = o.data<bf16>();
+    p.grad_o = pb.dout.gpu.data<bf16>();
+    p.lse = lse.data<float>();
+    p.dq = dq.data<bf16>();
+    p.dk = dk.data<bf16>();
+    p.dv = dv.data<bf16>();
+    p.d_depth_k = ddk.data<float>();
+    p.d_depth_v = ddv.data<float>();
+    p.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, p.shape);
+    p.workspace = scratch(p.workspace_bytes);
+    cuda::moda_attention_backward(kernel, p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cuda::moda_kernel_name(kernel) << " backward";
+  }
+};
+
+// Splits a depth-gradient buffer into what the pass added to the slot range (got - initial there, 0
+// elsewhere) and whether every slot outside the range kept its initial bits.
+struct DepthGradient {
+  std::vector<double> added;
+  bool others_untouched = true;
+};
+DepthGradient depth_gradient(const Tensor& got_gpu, const Tensor& initial, const Case& c) {
+  const Tensor got = got_gpu.to(Device::cpu());
+  const float* g = got.data<float>();
+  const float* i0 = initial.data<float>();
+  DepthGradient out;
+  out.added.resize(size_t(got.numel()));
+  const int64_t slot_size = c.Hk * c.d;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const int64_t slot = i / slot_size % c.slots();
+    if (slot >= c.begin() && slot < c.end()) {
+      out.added[size_t(i)] = double(g[i]) - double(i0[i]);
+    } else {
+      out.added[size_t(i)] = 0;
+      if (std::memcmp(&g[i], &i0[i], sizeof(float)) != 0) out.others_untouched = false;
+    }
+  }
+  return out;
+}
+
+class GpuModaMatchesCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuModaMatchesCpu, EveryKernel) {
+  FATHOM_REQUIRE_GPU();
+  const Case c = GetParam();
+  const Problem pb(c, 5000 + uint64_t(c.T * 131 + c.G * 17 + c.L * 7 + c.d + c.B));
+  for (ModaKernel kernel : kKernels) {
+    const std::string name = cuda::moda_kernel_name(kernel);
+    Run run(pb, kernel);
+    run.forward();
+    run.backward();
+    const DepthGradient gk = depth_gradient(run.ddk, pb.d_depth_k0.cpu, c);
+    const DepthGradient gv = depth_gradient(run.ddv, pb.d_depth_v0.cpu, c);
+    EXPECT_TRUE(gk.others_untouched) << name << ": d_depth_k changed outside the slot range";
+    EXPECT_TRUE(gv.others_untouched) << name << ": d_depth_v changed outside the slot range";
+    const struct {
+      const char* what;
+      std::vector<double> got, want;
+    } checks[] = {
+        {"o", values(run.o), values(pb.ref.o)},
+        {"lse", values(run.lse), values(pb.ref.lse)},
+        {"dq", values(run.dq), values(pb.ref_grads.dq)},
+        {"dk", values(run.dk), values(pb.ref_grads.dk)},
+        {"dv", values(run.dv), values(pb.ref_grads.dv)},
+        {"d_depth_k", gk.added, values(pb.ref_ddk)},
+        {"d_depth_v", gv.added, values(pb.ref_ddv)},
+    };
+    for (const auto& check : checks) {
+      const double err = relative_error(check.got, check.want);
+      EXPECT_LE(err, 1e-2) << name << " " << check.what << " relative L2 error " << err;
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.3e", err);
+      RecordProperty(name + "_rel_l2_" + check.what, text);
+    }
+  }
+}
+
+// Every combination of T, G, L and d (batch 1, two KV heads), plus batch 2 and other KV-head counts.
+std::vector<Case> main_cases() {
+  std::vector<Case> cases;
+  for (int64_t T : {1, 7, 63, 65, 300})
+    for (int64_t G : {1, 2, 3, 4, 8})
+      for (int64_t L : {0, 1, 5, 64})
+        for (int64_t d : {64, 128}) cases.push_back({1, T, G, L, d});
+  return cases;
+}
+std::vector<Case> batch_cases() {
+  return {{2, 65, 3, 5, 64, 3}, {2, 129, 4, 3, 128, 1}, {3, 40, 16, 2, 64, 1}, {1, 70, 32, 4, 128, 2},
+          {2, 257, 2, 9, 128, 2}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Main, GpuModaMatchesCpu, ::testing::ValuesIn(main_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Batches, GpuModaMatchesCpu, ::testing::ValuesIn(batch_cases()), case_name);
+
+TEST(GpuModa, BackwardIsBitIdenticalAcrossRuns) {
+  FATHOM_REQUIRE_GPU();
+  for (const Case c : {Case{2, 300, 3, 5, 128}, Case{1, 200, 8, 64, 64}}) {
+    const Problem pb(c, 91);
+    for (ModaKernel kernel : kKernels) {
+      Run run(pb, kernel);
+      run.forward();
+      run.backward();
+      const Tensor dq = run.dq, dk = run.dk, dv = run.dv, ddk = run.ddk, ddv = run.ddv;
+      run.backward();
+      const std::string what = std::string(cuda::moda_kernel_name(kernel)) + " " + describe_case(c, " ");
+      EXPECT_TRUE(bitwise_equal(dq, run.dq)) << what << " dq";
+      EXPECT_TRUE(bitwise_equal(dk, run.dk)) << what << " dk";
+      EXPECT_TRUE(bitwise_equal(dv, run.dv)) << what << " dv";
+      EXPECT_TRUE(bitwise_equal(ddk, run.ddk)) << what << " d_depth_k";
+      EXPECT_TRUE(bitwise_equal(ddv, run.ddv)) << what << " d_depth_v";
+    }
+  }
+}
+
+// With an empty slot range MoDA is causal attention: the group kernel's outputs match flash attention's.
+TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
+  FATHOM_REQUIRE_GPU();
+  const Case c{2, 130, 4, 0, 64};
+  const Problem pb(c, 17);
+  Run run(pb, ModaKernel::group);
+  run.forward();
+  Tensor o = nan_filled(pb.q_shape, DType::bf16), lse = nan_filled(pb.lse_shape, DType::f32);
+  cuda::FlashParams p;
+  p.shape = pb.shape().seq;
+  p.q = pb.q.gpu.data<bf16>();
+  p.k = pb.k.gpu.data<bf16>();
+  p.v = pb.v.gpu.data<bf16>();
+  p.o = o.data<bf16>();
+  p.lse = lse.data<float>();
+  cuda::flash_attention_forward(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LE(relative_error(values(run.o), values(o)), 1e-6);
+  EXPECT_LE(relative_error(values(run.lse), values(lse)), 1e-6);
+}
+
+// Argument errors are raised before anything touches the device, so these run without a GPU.
+TEST(GpuModa, BadArgumentsAreErrors) {
+  alignas(16) static bf16 buffer[64];
+  alignas(16) static float stats[64];
+  auto shape = [](int64_t Hq, int64_t Hk, int64_t d, int64_t S, int64_t begin, int64_t end) {
+    cuda::ModaShape s;
+    s.seq = cuda::FlashShape{1, 4, Hq, Hk, d, 0.125};
+    s.slots = S;
+    s.slot_begin = begin;
+    s.slot_end = end;
+    return s;
+  };
+  auto params = [&](cuda::ModaShape s) {
+    cuda::ModaParams p;
+    p.shape = s;
+    p.q = p.k = p.v = p.depth_k = p.depth_v = buffer;
+    p.o = buffer;
+    p.lse = stats;
+    return p;
+  };
+  for (ModaKernel kernel : kKernels) {
+    auto forward = [&](cuda::ModaParams p) { cuda::moda_attention_forward(kernel, p, nullptr); };
+    expect_error([&] { forward(params(shape(6, 4, 64, 2, 0, 1))); }, {"Hq = 6", "multiple of KV heads Hk = 4"});
+    expect_error([&] { forward(params(shape(2, 2, 4, 2, 0, 1))); }, {"head dim d = 4", "64 or 128"});
+    expect_error([&] { forward(params(shape(2, 2, 96, 2, 0, 1))); }, {"head dim d = 96"});
+    expect_error([&] { forward(params(shape(2, 2, 64, 4, 2, 5))); }, {"slot range [2, 5)", "S = 4 slots"});
+    expect_error([&] { forward(params(shape(2, 2, 64, 4, 3, 2))); }, {"slot range [3, 2)"});
+    expect_error([&] { forward(params(shape(2, 2, 64, 4, -1, 2))); }, {"slot range [-1, 2)"});
+    cuda::ModaParams no_q = params(shape(2, 2, 64, 4, 0, 2));
+    no_q.q = nullptr;
+    expect_error([&] { forward(no_q); }, {"moda_attention_forward", "q is null"});
+    cuda::ModaParams no_depth = params(shape(2, 2, 64, 4, 0, 2));
+    no_depth.depth_v = nullptr;
+    expect_error([&] { forward(no_depth); }, {"depth_v is null"});
+    cuda::ModaParams misaligned = params(shape(2, 2, 64, 4, 0, 2));
+    misaligned.depth_k = buffer + 1;
+    expect_error([&] { forward(misaligned); }, {"depth_k must be 16-byte aligned"});
+
+    cuda::ModaBackwardParams b;
+    b.shape = shape(4, 2, 64, 3, 1, 2);
+    b.q = b.k = b.v = b.o = b.grad_o = b.depth_k = b.depth_v = buffer;
+    b.dq = b.dk = b.dv = buffer;
+    b.lse = stats;
+    b.d_depth_k = b.d_depth_v = stats;
+    b.workspace = stats;
+    b.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, b.shape) - 4;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"workspace of", "too small"});
+    b.d_depth_v = nullptr;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"moda_attention_backward", "d_depth_v is null"});
+  }
+  // An empty slot range reads no depth buffers: they may be null.
+  // (The launch itself is not reached here: q is null.)
+  cuda::ModaParams empty = params(shape(2, 2, 64, 0, 0, 0));
+  empty.depth_k = empty.depth_v = nullptr;
+  empty.q = nullptr;
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, empty, nullptr); }, {"q is null"});
+  // The group kernel folds a KV head's G query heads into one 128-row tile.
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, params(shape(256, 1, 64, 2, 0, 1)), nullptr); },
+               {"G = 256", "128 rows"});
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel(9), params(shape(2, 2, 64, 2, 0, 1)), nullptr); },
+               {"unknown MoDA kernel 9"});
+  // The naive kernel's scratch: the gathered depth slots plus one chunk of scores.
+  cuda::ModaParams naive = params(shape(2, 2, 64, 2, 0, 1));
+  naive.workspace_bytes = cuda::moda_forward_workspace_bytes(ModaKernel::naive, naive.shape) - 1;
+  naive.workspace = stats;
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::naive, naive, nullptr); }, {"workspace of", "too small"});
+  EXPECT_EQ(cuda::moda_forward_workspace_bytes(ModaKernel::group, naive.shape), 0u);
+  EXPECT_STREQ(cuda::moda_kernel_name(ModaKernel::chunk), "chunk");
+}
+
+#else  // built without CUDA
+
+TEST(GpuModa, NeedsCudaBuild) { GTEST_SKIP() << "fathom was built without CUDA"; }
+
+#endif
+
+}  // namespace
