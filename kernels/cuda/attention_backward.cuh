@@ -299,7 +299,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 }
 
 // dK, dV = the sum of the S split partials, in split order; 4 elements per thread (d % 8 == 0).
-__global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const BackwardArgs a, int splits) {
+// static: a non-template kernel in a header included by several translation units.
+static __global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const BackwardArgs a, int splits) {
   const int64_t n = int64_t(a.B) * a.T * a.Hk * a.d;
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (i >= n) return;

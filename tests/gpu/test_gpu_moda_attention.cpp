@@ -69,6 +69,8 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
 
 Tensor nan_filled(const Shape& shape, DType dtype) { return Tensor::full(shape, NAN, dtype).to(kGpu); }
 
+std::vector<double> host_values(const Tensor& t) { return values(t.to(Device::cpu())); }
+
 // Inputs of one case and the CPU reference's outputs on them.
 struct Problem {
   Case c;
@@ -116,12 +118,12 @@ struct Problem {
 };
 
 // Device outputs of one kernel on one problem, and its launches.
-struct Run {
+struct KernelRun {
   const Problem& pb;
   ModaKernel kernel;
   Tensor o, lse, dq, dk, dv, ddk, ddv, workspace;
 
-  Run(const Problem& problem, ModaKernel k) : pb(problem), kernel(k) {}
+  KernelRun(const Problem& problem, ModaKernel k) : pb(problem), kernel(k) {}
 
   void* scratch(size_t bytes) {
     if (bytes == 0) return nullptr;
@@ -209,7 +211,7 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
   const Problem pb(c, 5000 + uint64_t(c.T * 131 + c.G * 17 + c.L * 7 + c.d + c.B));
   for (ModaKernel kernel : kKernels) {
     const std::string name = cuda::moda_kernel_name(kernel);
-    Run run(pb, kernel);
+    KernelRun run(pb, kernel);
     run.forward();
     run.backward();
     const DepthGradient gk = depth_gradient(run.ddk, pb.d_depth_k0.cpu, c);
@@ -220,11 +222,11 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
       const char* what;
       std::vector<double> got, want;
     } checks[] = {
-        {"o", values(run.o), values(pb.ref.o)},
-        {"lse", values(run.lse), values(pb.ref.lse)},
-        {"dq", values(run.dq), values(pb.ref_grads.dq)},
-        {"dk", values(run.dk), values(pb.ref_grads.dk)},
-        {"dv", values(run.dv), values(pb.ref_grads.dv)},
+        {"o", host_values(run.o), values(pb.ref.o)},
+        {"lse", host_values(run.lse), values(pb.ref.lse)},
+        {"dq", host_values(run.dq), values(pb.ref_grads.dq)},
+        {"dk", host_values(run.dk), values(pb.ref_grads.dk)},
+        {"dv", host_values(run.dv), values(pb.ref_grads.dv)},
         {"d_depth_k", gk.added, values(pb.ref_ddk)},
         {"d_depth_v", gv.added, values(pb.ref_ddv)},
     };
@@ -260,7 +262,7 @@ TEST(GpuModa, BackwardIsBitIdenticalAcrossRuns) {
   for (const Case c : {Case{2, 300, 3, 5, 128}, Case{1, 200, 8, 64, 64}}) {
     const Problem pb(c, 91);
     for (ModaKernel kernel : kKernels) {
-      Run run(pb, kernel);
+      KernelRun run(pb, kernel);
       run.forward();
       run.backward();
       const Tensor dq = run.dq, dk = run.dk, dv = run.dv, ddk = run.ddk, ddv = run.ddv;
@@ -280,7 +282,7 @@ TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
   FATHOM_REQUIRE_GPU();
   const Case c{2, 130, 4, 0, 64};
   const Problem pb(c, 17);
-  Run run(pb, ModaKernel::group);
+  KernelRun run(pb, ModaKernel::group);
   run.forward();
   Tensor o = nan_filled(pb.q_shape, DType::bf16), lse = nan_filled(pb.lse_shape, DType::f32);
   cuda::FlashParams p;
@@ -292,8 +294,8 @@ TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
   p.lse = lse.data<float>();
   cuda::flash_attention_forward(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_LE(relative_error(values(run.o), values(o)), 1e-6);
-  EXPECT_LE(relative_error(values(run.lse), values(lse)), 1e-6);
+  EXPECT_LE(relative_error(host_values(run.o), host_values(o)), 1e-6);
+  EXPECT_LE(relative_error(host_values(run.lse), host_values(lse)), 1e-6);
 }
 
 // Argument errors are raised before anything touches the device, so these run without a GPU.
