@@ -15,6 +15,7 @@
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
 #include "layers/parameter_arena.h"
+#include "tests/gpu/gpu_test_util.h"  // relative_l2 (any dtype and device)
 #include "tests/unit/op_test_util.h"
 #include "train/train_step.h"
 
@@ -64,18 +65,6 @@ inline FathomGradients fathom_loss_and_gradients(const HfGradientFixture& f, con
   return out;
 }
 
-// Relative L2 difference ||got - want|| / ||want|| in f64; infinite when anything is not finite.
-inline double gradient_relative_l2(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = values(got), w = values(want);
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(g[i])) return INFINITY;
-    diff += (g[i] - w[i]) * (g[i] - w[i]);
-    norm += w[i] * w[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 // The loss and every parameter's gradient within `tolerance` (relative); prints the loss difference and
 // the worst gradient so the log records how close the match is.
 inline void expect_gradients_match(const FathomGradients& got, const HfGradientFixture& want, double tolerance) {
@@ -89,7 +78,7 @@ inline void expect_gradients_match(const FathomGradients& got, const HfGradientF
     const auto it = std::find_if(want.grads.begin(), want.grads.end(), [&](const auto& kv) { return kv.first == name; });
     ASSERT_NE(it, want.grads.end()) << name << " has no gradient in the fixture";
     ASSERT_EQ(grad.shape(), it->second.shape()) << name;
-    const double rel = gradient_relative_l2(grad, it->second);
+    const double rel = relative_l2(grad, it->second);
     EXPECT_LE(rel, tolerance) << "gradient of " << name;
     if (rel >= worst) worst = rel, worst_name = name;
   }
