@@ -8,6 +8,9 @@
       (GQA 6 query / 2 KV heads, intermediate 80, vocab 97). Stored dtypes differ per model, so the
       fixtures also cover fathom's BF16 and F16 import: the weights are rounded to the stored dtype
       first and the logits computed in fp32 from the rounded values.
+      The F32 olmo2 fixture also holds the training side: io.safetensors gets `loss` (F32 [1], HF's
+      mean next-token cross-entropy with labels = input_ids, shifted inside the model, no z-loss) and
+      grads.safetensors the fp32 gradient of that loss for every parameter, under its HF name.
         olmo2         Olmo2ForCausalLM, hidden 48, 3 layers, theta 10000, F32
         llama3_rope   LlamaForCausalLM, hidden 48, 2 layers, llama3 rope scaling, BF16
         llama_tied    LlamaForCausalLM, hidden 32, 2 layers, tied embeddings, F16
@@ -29,6 +32,21 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Ol
 
 SEQ = 16
 BATCH = 2
+
+
+# Fixtures that also store the loss and the gradients of every parameter (fp32 ones only, so the
+# gradients are those of exactly the stored weights).
+WITH_GRADIENTS = {"olmo2"}
+
+
+def loss_and_gradients(model, ids):
+    """HF's training loss for labels = input_ids and d loss / d parameter by HF name, all fp32."""
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    grads = {name: p.grad.float().contiguous() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return loss.detach().float().reshape(1), grads
 
 
 def fixture_specs():
@@ -70,9 +88,16 @@ def generate(out_dir):
         ids = torch.randint(0, config.vocab_size, (BATCH, SEQ), generator=torch.Generator().manual_seed(7))
         with torch.no_grad():
             logits = model(input_ids=ids).logits.float()
+        io = {"input_ids": ids.contiguous(), "logits": logits.contiguous()}
         folder = os.path.join(out_dir, name)
+        if name in WITH_GRADIENTS:
+            assert stored_dtype == torch.float32, "gradients are stored only for F32 fixtures"
+            io["loss"], grads = loss_and_gradients(model, ids)  # draws no random numbers
+            os.makedirs(folder, exist_ok=True)
+            save_file(grads, os.path.join(folder, "grads.safetensors"))
+            print(f"== {name}: loss {io['loss'].item():.6f}, {len(grads)} gradients")
         model.to(stored_dtype).save_pretrained(folder)
-        save_file({"input_ids": ids.contiguous(), "logits": logits.contiguous()}, os.path.join(folder, "io.safetensors"))
+        save_file(io, os.path.join(folder, "io.safetensors"))
         for extra in ("generation_config.json",):  # not needed by fathom; keeps the fixtures small
             path = os.path.join(folder, extra)
             if os.path.exists(path):

@@ -7,9 +7,7 @@
 #include <iostream>
 #include <memory>
 
-#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "autograd/ops.h"
 #include "core/file_io.h"
 #include "data/loader.h"
 #include "data/open_tokens.h"
@@ -17,7 +15,6 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/device_select.h"
@@ -27,6 +24,7 @@
 #include "train/run_state.h"
 #include "train/stop_signal.h"
 #include "train/throughput.h"
+#include "train/train_step.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
 #endif
@@ -166,29 +164,18 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   int64_t interval_tokens = 0;
   while (state.step < total_steps) {
     const double lr = schedule.lr(state.step);
-    arena.zero_grad();
-    double ce_sum = 0, z_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      const TokenBatch batch = loader.next_batch();
-      Variable logits = model.forward(batch.inputs.to(device));
-      LossParts loss = cross_entropy(reshape(logits, {B * T, recipe.model.vocab_size}),
-                                     batch.targets.to(device).view({B * T}), recipe.train.z_loss);
-      FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
-                   state.step + 1, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
-                   "); lower train.optimizer.lr or check the data. Last checkpoint: ",
-                   latest_checkpoint(run_dir) ? latest_checkpoint(run_dir)->string() : std::string("none"));
-      backward(accum > 1 ? scale(loss.loss, 1.0 / double(accum)) : loss.loss);
-      ce_sum += loss.ce;
-      z_sum += loss.z;
-    }
-    const double grad_norm = clip_grad_norm(arena.grads(), recipe.train.optimizer.clip);
-    FATHOM_CHECK(std::isfinite(grad_norm), "gradient norm is not finite at step ", state.step + 1,
-                 "; lower train.optimizer.lr");
-    optimizer.step(lr);
+    StepSettings settings{.step = state.step + 1, .lr = lr, .clip = recipe.train.optimizer.clip,
+                          .z_loss_weight = recipe.train.z_loss, .grad_accum = accum};
+    settings.failure_note = [&] {
+      const auto last = latest_checkpoint(run_dir);
+      return "Last checkpoint: " + (last ? last->string() : std::string("none"));
+    };
+    const StepResult step = train_step(model, arena, optimizer, [&] { return loader.next_batch(); }, device, settings);
+    const double grad_norm = step.grad_norm;
     ++state.step;
     state.tokens_seen += B * T * accum;
     interval_tokens += B * T * accum;
-    result.last_loss = ce_sum / double(accum);
+    result.last_loss = step.loss;
 
     const bool last = state.step == total_steps;
     if (state.step % recipe.log.every == 0 || last) {
@@ -202,7 +189,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
       p.tokens_per_second = double(interval_tokens) / std::max(elapsed, 1e-9);
       p.eta_seconds = seconds_since(run_start) / double(state.step - first_step) * double(total_steps - state.step);
       std::vector<std::pair<std::string, double>> fields{
-          {"loss", p.loss}, {"z_loss", z_sum / double(accum)}, {"lr", lr}, {"grad_norm", grad_norm},
+          {"loss", p.loss}, {"z_loss", step.z_loss}, {"lr", lr}, {"grad_norm", grad_norm},
           {"tokens_per_second", p.tokens_per_second}, {"tokens_seen", double(state.tokens_seen)}};
       if (peak_flops > 0) {
         p.mfu = p.tokens_per_second * flops_per_token / peak_flops;

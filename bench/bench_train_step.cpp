@@ -1,0 +1,180 @@
+// fathom's training step, timed: the trainer's own step (train/train_step.h: forward, loss with z-loss,
+// backward, clipping, AdamW) on a model of one of OLMo-core's named sizes, fed fresh random tokens each
+// step, at the shapes bench/hf_train_reference.py times for HF transformers + torch.compile.
+// Prints one markdown row per config in that script's columns: median step time -> tokens/s, MFU
+// (train/throughput.h: 6 N + 6 L d T FLOPs per token over the device's dense bf16 peak; none on the
+// CPU) and the allocator's peak of live tensor bytes over the whole run of a config (weights,
+// gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated.
+//
+// Usage: bench_train_step [--device cuda|cpu|auto] [--warmup N] [--steps N] [--threads N]
+//                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
+// Without CONFIG: olmo2_190M:16x2048 and olmo2_1B:4x4096. scripts/bench_train_device.sh runs this and
+// the HF reference side by side.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "layers/decoder.h"
+#include "layers/model_config.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+#include "train/device_select.h"
+#include "train/recipe.h"
+#include "train/throughput.h"
+#include "train/train_step.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#endif
+
+using namespace fathom;
+
+namespace {
+
+struct BenchConfig {
+  std::string size;
+  int64_t batch = 0, seq = 0;
+};
+
+constexpr double kLearningRate = 3e-4;  // bench/hf_train_reference.py's default
+
+const std::vector<BenchConfig> kDefaultConfigs = {{"olmo2_190M", 16, 2048}, {"olmo2_1B", 4, 4096}};
+
+struct Options {
+  std::string device = "cuda";
+  int warmup = 5;
+  int steps = 20;
+  int64_t threads = 0;
+  std::vector<BenchConfig> configs;
+};
+
+int64_t positive_int(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  FATHOM_CHECK(!text.empty() && *end == '\0' && v > 0, what, " must be a positive integer, got '", text, "'");
+  return v;
+}
+
+// "SIZE" (the default shape of that size, if it has one) or "SIZE:BATCHxSEQ".
+BenchConfig parse_config(const std::string& text) {
+  const size_t colon = text.find(':');
+  BenchConfig c{text.substr(0, colon)};
+  named_model_size(c.size);  // an unknown size fails here, listing the known ones
+  if (colon == std::string::npos) {
+    for (const BenchConfig& d : kDefaultConfigs)
+      if (d.size == c.size) return d;
+    FATHOM_FAIL("config '", text, "' needs a shape: write ", c.size, ":BATCHxSEQ (e.g. ", c.size, ":8x1024)");
+  }
+  const std::string shape = text.substr(colon + 1);
+  const size_t x = shape.find('x');
+  FATHOM_CHECK(x != std::string::npos, "config '", text, "': the shape must be BATCHxSEQ, got '", shape, "'");
+  c.batch = positive_int(shape.substr(0, x), "batch size in '" + text + "'");
+  c.seq = positive_int(shape.substr(x + 1), "sequence length in '" + text + "'");
+  return c;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      FATHOM_CHECK(i + 1 < argc, arg, " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--device") o.device = value();
+    else if (arg == "--warmup") o.warmup = int(positive_int(value(), "--warmup"));
+    else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
+    else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
+    else if (arg.rfind("--", 0) == 0) FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
+    else o.configs.push_back(parse_config(arg));
+  }
+  if (o.configs.empty()) o.configs = kDefaultConfigs;
+  return o;
+}
+
+// Fresh uniform token ids in [0, vocab) for step `step`, as the loader hands them out (I32 on the host).
+TokenBatch random_batch(int64_t batch, int64_t seq, int64_t vocab, uint64_t step) {
+  std::vector<int32_t> inputs(size_t(batch * seq)), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const philox::U32x4 r = philox::draw(step, i, 0);
+    inputs[i] = int32_t(r.v[0] % uint32_t(vocab));
+    targets[i] = int32_t(r.v[1] % uint32_t(vocab));
+  }
+  return {Tensor::from_vector(inputs, {batch, seq}), Tensor::from_vector(targets, {batch, seq})};
+}
+
+void synchronize(Device device) {
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize(device.index);
+#endif
+}
+
+double peak_flops_of(Device device) {
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) return dense_bf16_peak_flops(cuda::device_name(device.index));
+#endif
+  return 0.0;
+}
+
+void run_config(const BenchConfig& c, const Options& o, Device device) {
+  const ModelConfig config = named_model_size(c.size);
+  const Recipe defaults;  // the trainer's default clip, z-loss and AdamW betas, eps and weight decay
+  Allocator& allocator = allocator_for(device);
+  allocator.reset_peak(device);
+  {
+    Decoder model(config);
+    ParameterArena arena(model, device);
+    arena.initialise(1);
+    const auto& opt = defaults.train.optimizer;
+    AdamW optimizer(arena, AdamWConfig{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
+    std::vector<double> step_ms;
+    uint64_t step = 0;
+    for (int i = 0; i < o.warmup + o.steps; ++i) {
+      const TokenBatch batch = random_batch(c.batch, c.seq, config.vocab_size, ++step);
+      const StepSettings settings{.step = int64_t(step), .lr = kLearningRate, .clip = opt.clip,
+                                  .z_loss_weight = defaults.train.z_loss};
+      synchronize(device);
+      const auto start = std::chrono::steady_clock::now();
+      train_step(model, arena, optimizer, [&] { return batch; }, device, settings);
+      synchronize(device);
+      if (i >= o.warmup)
+        step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(step_ms.begin(), step_ms.end());
+    const double median_ms = step_ms[step_ms.size() / 2];
+    const double tokens_per_s = double(c.batch * c.seq) / (median_ms / 1e3);
+    const double peak = peak_flops_of(device);
+    char mfu[32] = "-";
+    if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
+    const double peak_gib = double(allocator.stats(device).peak) / double(1 << 30);
+    std::printf("| fathom (%s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), c.size.c_str(),
+                (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib);
+    std::fflush(stdout);
+  }
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) cuda::empty_cache(device.index);  // the next config starts from a clean device
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse_options(argc, argv);
+    const Device device = resolve_device(o.device);
+    configure_threads(o.threads);
+    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for (const BenchConfig& c : o.configs) run_config(c, o, device);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    return 2;
+  }
+}

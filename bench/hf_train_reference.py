@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The PyTorch reference for fathom's training step: HF transformers' Olmo2ForCausalLM at fathom's named
+sizes, bf16 autocast over fp32 weights, torch.compile, fused torch AdamW, gradient clipping.
+
+  hf_train_reference.py [--steps N] [--warmup N] [--loss compiled|eager] [CONFIG...]
+
+CONFIG is one of fathom's size names with its benchmark shape (default: all):
+  olmo2_190M   d 768,  12 layers, 12 heads, FFN 3072, batch 16 x 2048 tokens
+  olmo2_1B     d 2048, 16 layers, 16 heads, FFN 8192, batch  4 x 4096 tokens
+(vocab 100352, untied, RoPE theta 500000, RMSNorm eps 1e-6, as layers/model_config.cpp names them).
+
+Each step draws fresh random tokens; the loss is HF's (labels = input_ids, shifted inside the model).
+--loss compiled (default) computes it inside the compiled model, so Inductor fuses the fp32 upcast of the
+logits into the cross-entropy; --loss eager has the compiled model return the bf16 logits and calls HF's
+loss function on them outside the graph, which materialises fp32 copies of the logits (a far higher
+peak memory at a 100k vocabulary; measured on the H200 for the default only).
+After the warm-up steps (the first one compiles), every step is timed with CUDA events; the median step
+time gives tokens/s. MFU counts 6 N + 6 L d T FLOPs per token (N: parameters without the embedding
+table, as train/throughput.cpp counts them) over the H200's dense bf16 peak, 989 TFLOP/s. Peak memory
+is torch.cuda.max_memory_allocated over the whole run of a config (weights, gradients, AdamW moments,
+activations). Prints one markdown row per config, in the columns bench/bench_train_step prints.
+Needs a CUDA GPU, torch and transformers (5.x).
+"""
+import argparse
+import gc
+import statistics
+
+import torch
+from transformers import Olmo2Config, Olmo2ForCausalLM
+
+PEAK_FLOPS = 989e12
+VOCAB = 100352
+
+# name: (d_model, n_layers, n_heads, ffn_hidden, batch, seq_len)
+CONFIGS = {
+    "olmo2_190M": (768, 12, 12, 3072, 16, 2048),
+    "olmo2_1B": (2048, 16, 16, 8192, 4, 4096),
+}
+
+HEADER = ("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def build_model(d, layers, heads, ffn, seq):
+    config = Olmo2Config(vocab_size=VOCAB, hidden_size=d, intermediate_size=ffn, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=seq,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-6,
+                         tie_word_embeddings=False, attention_bias=False, initializer_range=0.02,
+                         pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    return Olmo2ForCausalLM(config).to("cuda", dtype=torch.float32).train()
+
+
+def run_config(name, steps, warmup, lr, clip, loss_mode):
+    d, layers, heads, ffn, batch, seq = CONFIGS[name]
+    torch.cuda.reset_peak_memory_stats()
+    model = build_model(d, layers, heads, ffn, seq)
+    weights = sum(p.numel() for p in model.parameters()) - VOCAB * d  # the lookup table does no FLOPs
+    flops_per_token = 6.0 * weights + 6.0 * layers * d * seq
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    compiled = torch.compile(model)
+
+    def step():
+        ids = torch.randint(0, VOCAB, (batch, seq), device="cuda")
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if loss_mode == "compiled":
+                loss = compiled(input_ids=ids, labels=ids).loss
+            else:
+                logits = compiled(input_ids=ids).logits
+                loss = model.loss_function(logits=logits, labels=ids, vocab_size=VOCAB)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
+        optimizer.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times_ms = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = step()
+        end.record()
+        end.synchronize()
+        times_ms.append(start.elapsed_time(end))
+    assert torch.isfinite(loss).item(), f"{name}: loss is not finite"
+    median_ms = statistics.median(times_ms)
+    tokens_per_s = batch * seq / (median_ms / 1e3)
+    mfu = tokens_per_s * flops_per_token / PEAK_FLOPS
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30
+    system = "HF+torch.compile" + (" (eager loss)" if loss_mode == "eager" else "")
+    print(f"| {system} | {name} | {batch} x {seq} | {median_ms:.1f} | {tokens_per_s:,.0f} | "
+          f"{100 * mfu:.1f}% | {peak_gib:.1f} |", flush=True)
+
+    del compiled, model, optimizer
+    gc.collect()
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("configs", nargs="*", choices=list(CONFIGS), metavar="CONFIG")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps first, compile included (default 8)")
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--loss", choices=["compiled", "eager"], default="compiled",
+                        help="HF's loss inside the compiled graph (default) or eagerly on its logits")
+    parser.add_argument("--clip", type=float, default=1.0, help="max gradient norm (fathom's default 1.0)")
+    args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 1:
+        parser.error("--steps and --warmup must be at least 1")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    torch.manual_seed(0)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(HEADER, flush=True)
+    for name in args.configs or list(CONFIGS):
+        run_config(name, args.steps, args.warmup, args.lr, args.clip, args.loss)
+
+
+if __name__ == "__main__":
+    main()

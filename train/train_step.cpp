@@ -1,0 +1,65 @@
+#include "train/train_step.h"
+
+#include <cmath>
+#include <ostream>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "optim/grad_clip.h"
+
+namespace fathom {
+
+namespace {
+
+// The caller's note, led by a space when there is one.
+struct Note {
+  std::string text;
+  explicit Note(const StepSettings& settings) : text(settings.failure_note ? settings.failure_note() : "") {}
+};
+std::ostream& operator<<(std::ostream& out, const Note& note) {
+  return note.text.empty() ? out : out << ' ' << note.text;
+}
+
+}  // namespace
+
+MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
+                                    double z_loss_weight, double grad_scale) {
+  FATHOM_CHECK(batch.inputs.rank() == 2 && batch.targets.shape() == batch.inputs.shape(),
+               "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
+               describe(batch.targets));
+  const int64_t tokens = batch.inputs.numel(), vocab = model.config().vocab_size;
+  Variable logits = model.forward(batch.inputs.to(device));
+  LossParts loss = cross_entropy(reshape(logits, {tokens, vocab}), batch.targets.to(device).view({tokens}),
+                                 z_loss_weight);
+  // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
+  backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);
+  return {loss.ce, loss.z};
+}
+
+StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimizer,
+                      const std::function<TokenBatch()>& next_micro_batch, Device device,
+                      const StepSettings& settings) {
+  FATHOM_CHECK(settings.grad_accum >= 1, "train_step: grad_accum must be at least 1, got ", settings.grad_accum);
+  const double accum = double(settings.grad_accum);
+  arena.zero_grad();
+  StepResult result;
+  for (int64_t micro = 0; micro < settings.grad_accum; ++micro) {
+    const MicroBatchLoss loss =
+        accumulate_gradients(model, next_micro_batch(), device, settings.z_loss_weight, 1.0 / accum);
+    FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
+                 settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
+                 "); lower train.optimizer.lr or check the data.", Note(settings));
+    result.loss += loss.ce;
+    result.z_loss += loss.z;
+  }
+  result.loss /= accum;
+  result.z_loss /= accum;
+  result.grad_norm = clip_grad_norm(arena.grads(), settings.clip);
+  FATHOM_CHECK(std::isfinite(result.grad_norm), "gradient norm is not finite at step ", settings.step,
+               "; lower train.optimizer.lr.", Note(settings));
+  optimizer.step(settings.lr);
+  return result;
+}
+
+}  // namespace fathom

@@ -1,0 +1,50 @@
+// One optimizer step of the trainer, as a function the trainer, the training-step benchmark
+// (bench/bench_train_step.cpp) and the HF gradient-parity tests share, so all of them time and check the
+// very code that trains.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/windows.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+
+namespace fathom {
+
+struct MicroBatchLoss {
+  double ce = 0;  // mean cross-entropy over the counted targets
+  double z = 0;   // z-loss term (already weighted)
+};
+
+// Forward, loss (mean cross-entropy + z_loss_weight * z-loss over the targets that are not -100) and
+// backward of one micro-batch on `device`: adds d(grad_scale * loss)/d(parameter) to the gradients.
+// batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position has none).
+MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
+                                    double z_loss_weight, double grad_scale);
+
+struct StepSettings {
+  int64_t step = 0;          // the number of this step (1-based), for error messages
+  double lr = 0;             // learning rate of this step
+  double clip = 0;           // max global gradient norm; 0 disables clipping
+  double z_loss_weight = 0;
+  int64_t grad_accum = 1;    // micro-batches per step
+  // Called only when the step fails: a sentence appended to the error (e.g. where the last checkpoint is).
+  std::function<std::string()> failure_note = nullptr;
+};
+
+struct StepResult {
+  double loss = 0;       // mean cross-entropy over the micro-batches
+  double z_loss = 0;     // mean z-loss term over the micro-batches
+  double grad_norm = 0;  // global gradient norm before clipping
+};
+
+// zero_grad, grad_accum micro-batches from next_micro_batch (each scaled by 1 / grad_accum), clipping
+// and the AdamW update. A non-finite loss or gradient norm throws fathom::Error naming the step before
+// the parameters are updated.
+StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimizer,
+                      const std::function<TokenBatch()>& next_micro_batch, Device device,
+                      const StepSettings& settings);
+
+}  // namespace fathom
