@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "core/yaml_documents.h"
 #include "train/model_source.h"
 #include "train/recipe_schema.h"
 
@@ -149,7 +150,7 @@ const GivenValue* RecipeReader::find(const std::string& path) const {
 void RecipeReader::read_document(const std::string& text) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(text);
+    documents = load_yaml_documents(text);
   } catch (const YAML::Exception& e) {
     fail_at(where(e.mark), "YAML syntax error: " + e.msg);
   }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -389,6 +390,8 @@ TEST(RecipeErrors, InvalidDocuments) {
             "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, log), got a list");
   EXPECT_EQ(error_of("just some words\n"),
             "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, log), got 'just some words'");
+  EXPECT_EQ(error_of("# a comment\n, name: tiny\n"),
+            "recipe.yaml:2:1: YAML syntax error: ',' outside [...] or {...} (quote a value that holds a comma)");
   EXPECT_EQ(error_of(kMinimal + "---\nname: second\n"), "recipe.yaml:13:1: a recipe is one YAML document, this file has 2 (separated by '---')");
   EXPECT_EQ(error_of(minimal_with("  optimizer:\n    lr: 3.0e-4", "  optimizer: adamw")),
             "recipe.yaml:10:14: 'train.optimizer' is a section, a mapping of its keys (lr, beta1, beta2, eps, "
@@ -399,6 +402,16 @@ TEST(RecipeErrors, InvalidDocuments) {
             "recipe.yaml:10:3: keys in 'train' must be names, got a list");
   EXPECT_EQ(error_of(minimal_with("name: tiny", "name: my run")),
             "recipe.yaml:1:7: name 'my run' may hold only letters, digits, '.', '_', '-' and '+' (it names the run folder)");
+}
+
+// Found by fuzzing (tests/fuzz/findings): a ',' starting line 2 made yaml-cpp 0.7's LoadAll append
+// empty documents forever (minutes, gigabytes); it is now refused at once.
+TEST(RecipeErrors, FuzzedStrayCommaRecipeIsRefusedQuickly) {
+  const std::string path = std::string(FATHOM_SOURCE_DIR) + "/tests/fuzz/findings/recipe_timeout.yaml";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = fathom::testing::error_of([&] { load_recipe(path); });
+  EXPECT_EQ(message, path + ":2:1: YAML syntax error: ',' outside [...] or {...} (quote a value that holds a comma)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
 TEST(RecipeErrors, ValidationDomains) {
