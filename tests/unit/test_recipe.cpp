@@ -719,6 +719,45 @@ TEST(RecipeInitFrom, SavedRecipesDoNotNeedTheSource) {
   EXPECT_CONTAINS(error_of(saved), "has no config.json");
 }
 
+// A run that already has weights (--resume, eval of a checkpoint) takes its model from the
+// checkpoint, so model.init_from's source may be gone by then.
+TEST(RecipeInitFrom, RunsWithWeightsTakeTheModelFromTheirCheckpoint) {
+  fathom::testing::ScratchFolder dir;
+  fathom::testing::ScratchFolder hf;
+  write_file_atomically(hf / "config.json", fathom::test::tiny_hf_config("Olmo2ForCausalLM").text());
+  const std::string spec = "hf:" + hf.path().string();
+  const std::string run = (dir / "run").string();
+  const std::string text = with_model("{init_from: '" + spec + "'}");
+  const std::vector<std::string> overrides = {"log.dir=" + run};
+  const Recipe started = parse_recipe(text, "recipe.yaml", overrides);
+  save_checkpoint(run, 2, CheckpointData{{}, {}, "{}", recipe_to_yaml(started)}, 0);
+  std::filesystem::remove(hf / "config.json");
+
+  const ModelOrigin own_run{ModelOrigin::Kind::own_run, ""};
+  const ModelOrigin evaluated{ModelOrigin::Kind::checkpoint, run};
+  EXPECT_TRUE(parse_recipe(text, "recipe.yaml", overrides, own_run) == started);
+  EXPECT_TRUE(parse_recipe(text, "recipe.yaml", overrides, evaluated) == started);
+  // A new run still needs the source.
+  EXPECT_CONTAINS(error_of(text, overrides), "has no config.json");
+  // The run folder follows log.dir as resolve() sets it, including the runs/<name> default.
+  EXPECT_CONTAINS(fathom::testing::error_of([&] { parse_recipe(text, "recipe.yaml", {}, own_run); }),
+                  "recipe.yaml:2:20: model.init_from: the model comes from the run's latest checkpoint, not from " +
+                      spec + ": ");
+  EXPECT_CONTAINS(fathom::testing::error_of([&] { parse_recipe(text, "recipe.yaml", {}, own_run); }), "runs/tiny");
+  EXPECT_CONTAINS(fathom::testing::error_of([&] {
+                    parse_recipe(text, "recipe.yaml", {}, {ModelOrigin::Kind::checkpoint, (dir / "none").string()});
+                  }),
+                  "model.init_from: the model comes from the checkpoint, not from " + spec);
+  // Explicit model keys must agree with the checkpoint's model, which the message names.
+  EXPECT_CONTAINS(fathom::testing::error_of([&] {
+                    parse_recipe(with_model("{init_from: '" + spec + "', d_model: 64}"), "recipe.yaml", overrides, own_run);
+                  }),
+                  "model.d_model is 64, but the checkpoint in '" + run + "' gives 24; drop the key or make it agree");
+  // Recipes without init_from keep their own model whatever the origin.
+  const ModelOrigin elsewhere{ModelOrigin::Kind::checkpoint, (dir / "none").string()};
+  EXPECT_TRUE(parse_recipe(kMinimal, "recipe.yaml", {}, elsewhere) == parse_recipe(kMinimal, "recipe.yaml"));
+}
+
 TEST(Recipe, RopeScalingAndTiedEmbeddingKeys) {
   const Recipe r = parse_recipe(kMinimal, "recipe.yaml",
                                 {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=32",
