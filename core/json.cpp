@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 
 namespace fathom {
 
@@ -180,20 +181,42 @@ const std::string& JsonWriter::str() const {
   return out_;
 }
 
-YAML::Node parse_json(const std::string& text, const std::string& source_name) {
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(text);
-  } catch (const YAML::Exception& e) {
-    if (e.mark.line >= 0)
-      FATHOM_FAIL(source_name, ": invalid JSON at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ",
-                  e.msg);
-    FATHOM_FAIL(source_name, ": invalid JSON: ", e.msg);
+namespace {
+
+// The strict reader's tree as yaml-cpp nodes, tagged as yaml-cpp's own parser would tag them.
+YAML::Node to_yaml_node(const JsonValue& value) {
+  switch (value.kind()) {
+    case JsonValue::Kind::null: return YAML::Node(YAML::NodeType::Null);
+    case JsonValue::Kind::boolean:
+    case JsonValue::Kind::number: {
+      YAML::Node node(value.kind() == JsonValue::Kind::number ? value.text() : value.boolean() ? "true" : "false");
+      node.SetTag("?");
+      return node;
+    }
+    case JsonValue::Kind::string: {
+      YAML::Node node(value.text());
+      node.SetTag("!");
+      return node;
+    }
+    case JsonValue::Kind::array: {
+      YAML::Node node(YAML::NodeType::Sequence);
+      for (const JsonValue& item : value.items()) node.push_back(to_yaml_node(item));
+      return node;
+    }
+    case JsonValue::Kind::object: {
+      YAML::Node node(YAML::NodeType::Map);
+      // The reader already refused duplicate keys, so appending keeps file order without a lookup per key.
+      for (size_t i = 0; i < value.keys().size(); ++i) node.force_insert(value.keys()[i], to_yaml_node(value.items()[i]));
+      return node;
+    }
   }
-  FATHOM_CHECK(!documents.empty(), source_name, ": invalid JSON: the text is empty");
-  FATHOM_CHECK(documents.size() == 1, source_name,
-               ": invalid JSON: unexpected content after the first value (truncated or concatenated file?)");
-  return documents.front();
+  FATHOM_FAIL("unknown JSON value kind");
+}
+
+}  // namespace
+
+YAML::Node parse_json(const std::string& text, const std::string& source_name) {
+  return to_yaml_node(read_json(text, source_name));
 }
 
 bool json_integer(const YAML::Node& node, int64_t& out) {

@@ -1,5 +1,5 @@
 // JSON: a small streaming writer (safetensors headers, checkpoint state.json, metrics.jsonl lines)
-// and a reader built on yaml-cpp, which parses JSON as a subset of YAML.
+// and parse_json, the strict reader's result as yaml-cpp nodes.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -62,9 +62,10 @@ class JsonWriter {
   bool done_ = false;
 };
 
-// Parses JSON text (exactly one document). Failures become fathom::Error naming source_name and
-// the line and column. Note yaml-cpp keeps every scalar as text: Tag() is "!" for quoted strings
-// and "?" for plain scalars (numbers, true/false), which lets callers tell "1" from 1.
+// Parses JSON text (exactly one document) with the strict reader of core/json_reader.h and hands it
+// over as yaml-cpp nodes, for callers written against YAML::Node. Failures become fathom::Error
+// naming source_name and the line and column. Every scalar is kept as text: Tag() is "!" for
+// strings and "?" for numbers and true/false (null is a Null node), which lets callers tell "1" from 1.
 YAML::Node parse_json(const std::string& text, const std::string& source_name);
 
 // A parsed scalar as a strict integer: plain (not quoted), decimal digits with an optional '-'.

@@ -5,7 +5,7 @@
 #include "core/file_io.h"
 #include "data/bpe_files.h"
 #include "data/byte_level.h"
-#include "data/json_reader.h"
+#include "core/json_reader.h"
 
 namespace fathom {
 

@@ -17,7 +17,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("recipe", args->recipe, "Recipe file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint folder, or a run folder (uses its latest)")->required();
   cmd->add_option("--set", args->overrides, "Override a recipe value (repeatable)");
-  cmd->callback([args] { run_evaluation(load_recipe(args->recipe, args->overrides), args->checkpoint, std::cout); });
+  cmd->callback([args] {
+    // The evaluated checkpoint gives the model, so model.init_from's source need not exist any more.
+    const ModelOrigin origin{ModelOrigin::Kind::checkpoint, args->checkpoint};
+    run_evaluation(load_recipe(args->recipe, args->overrides, origin), args->checkpoint, std::cout);
+  });
 }
 
 }  // namespace fathom

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "core/yaml_documents.h"
 #include "train/model_source.h"
 #include "train/recipe_schema.h"
 
@@ -92,11 +93,20 @@ struct GivenValue {
   bool from_override = false;
 };
 
+// The model that model.init_from stands for, and what gave it (for messages).
+struct InitModel {
+  ModelConfig model;
+  std::string origin;  // "model.init_from hf:DIR" or "the checkpoint in 'DIR'"
+};
+
+std::string default_log_dir(const std::string& name) { return "runs/" + name; }
+
 class RecipeReader {
  public:
-  // follow_init_from: read model.init_from's source for the model config (false for saved recipes).
-  RecipeReader(std::string source, bool follow_init_from)
-      : source_(std::move(source)), follow_init_from_(follow_init_from) {}
+  // follow_init_from: look up the model of model.init_from where `origin` says (false for saved
+  // recipes, which spell the model out).
+  RecipeReader(std::string source, bool follow_init_from, ModelOrigin origin = {})
+      : source_(std::move(source)), follow_init_from_(follow_init_from), origin_(std::move(origin)) {}
 
   void read_document(const std::string& text);
   void apply_override(const std::string& assignment);
@@ -114,13 +124,15 @@ class RecipeReader {
   void read_key(const RecipeKey& key, const GivenValue& given, Recipe& recipe) const;
   StringList read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path) const;
   void check_steps_or_tokens(Recipe& recipe) const;
-  std::optional<ModelConfig> read_init_source(Recipe& recipe) const;
-  void check_agrees_with_source(const Recipe& recipe, const ModelConfig& source_model) const;
+  std::optional<InitModel> read_init_source(Recipe& recipe) const;
+  std::optional<std::string> given_run_folder() const;
+  void check_agrees_with_source(const Recipe& recipe, const InitModel& source) const;
 
   friend struct ValueReader;
 
   std::string source_;
   bool follow_init_from_;
+  ModelOrigin origin_;
   std::map<std::string, GivenValue> given_;            // key path -> value
   std::map<std::string, std::string, std::less<>> sections_;  // section path -> where it was written
 };
@@ -149,7 +161,7 @@ const GivenValue* RecipeReader::find(const std::string& path) const {
 void RecipeReader::read_document(const std::string& text) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(text);
+    documents = load_yaml_documents(text);
   } catch (const YAML::Exception& e) {
     fail_at(where(e.mark), "YAML syntax error: " + e.msg);
   }
@@ -348,9 +360,23 @@ void RecipeReader::check_steps_or_tokens(Recipe& recipe) const {
   if (tokens) train.steps = train.tokens / tokens_per_step + (train.tokens % tokens_per_step != 0);
 }
 
-// The model config of model.init_from's source, which the recipe's model starts from; nullopt
+// The run folder that resolve() will set: log.dir, or runs/<name>; nullopt if neither is given
+// (resolve() then reports the missing name).
+std::optional<std::string> RecipeReader::given_run_folder() const {
+  Recipe scratch;
+  if (const GivenValue* dir = find("log.dir")) {
+    read_key(*find_recipe_key("log.dir"), *dir, scratch);
+    return scratch.log.dir;
+  }
+  const GivenValue* name = find("name");
+  if (!name) return std::nullopt;
+  read_key(*find_recipe_key("name"), *name, scratch);
+  return default_log_dir(scratch.name);
+}
+
+// The model config that model.init_from stands for, which the recipe's model starts from; nullopt
 // when the recipe has no init_from or is a saved one (whose model keys are all explicit).
-std::optional<ModelConfig> RecipeReader::read_init_source(Recipe& recipe) const {
+std::optional<InitModel> RecipeReader::read_init_source(Recipe& recipe) const {
   const GivenValue* init_from = find("model.init_from");
   if (!init_from) return std::nullopt;
   read_key(*find_recipe_key("model.init_from"), *init_from, recipe);
@@ -361,16 +387,33 @@ std::optional<ModelConfig> RecipeReader::read_init_source(Recipe& recipe) const 
   try {
     const ModelSource source = parse_model_source(recipe.model_init_from);
     if (!follow_init_from_) return std::nullopt;
-    return read_model_source_config(source);
+    if (origin_.kind == ModelOrigin::Kind::init_source) {
+      return InitModel{read_model_source_config(source), "model.init_from " + recipe.model_init_from};
+    }
   } catch (const Error& e) {
     fail_at(init_from->where, "model.init_from: " + e.message());
+  }
+  // The run already has weights: its checkpoint says what model they belong to.
+  std::string folder = origin_.checkpoint;
+  if (origin_.kind == ModelOrigin::Kind::own_run) {
+    const std::optional<std::string> run_folder = given_run_folder();
+    if (!run_folder) return std::nullopt;
+    folder = *run_folder;
+  }
+  try {
+    return InitModel{read_model_source_config({ModelSource::Kind::checkpoint, folder}),
+                     "the checkpoint in '" + folder + "'"};
+  } catch (const Error& e) {
+    const char* which = origin_.kind == ModelOrigin::Kind::own_run ? "the run's latest checkpoint" : "the checkpoint";
+    fail_at(init_from->where, std::string("model.init_from: the model comes from ") + which + ", not from " +
+                                  recipe.model_init_from + ": " + e.message());
   }
 }
 
 // Explicit model keys may restate the source's values, never change them.
-void RecipeReader::check_agrees_with_source(const Recipe& recipe, const ModelConfig& source_model) const {
+void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitModel& source) const {
   Recipe given = recipe, from_source = recipe;
-  from_source.model = source_model;
+  from_source.model = source.model;
   for (const RecipeKey& key : recipe_keys()) {
     const bool describes_network = key.path.starts_with("model.") && key.path != "model.size" &&
                                    key.path != "model.init_from" && key.path != "model.init_std" &&
@@ -394,9 +437,8 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const ModelCon
               return std::string("another value");  // lists are no model keys
             }
           };
-          fail_at(value->where, key.path + " is " + text(field(given)) + ", but model.init_from " +
-                                    recipe.model_init_from + " gives " + text(field(from_source)) +
-                                    "; drop the key or make it agree");
+          fail_at(value->where, key.path + " is " + text(field(given)) + ", but " + source.origin + " gives " +
+                                    text(field(from_source)) + "; drop the key or make it agree");
         },
         key.field);
   }
@@ -410,8 +452,8 @@ Recipe RecipeReader::resolve() const {
     recipe.model = named_model_size(recipe.model_size);
   }
   // Or the model of existing weights, which explicit keys may only restate.
-  const std::optional<ModelConfig> source_model = read_init_source(recipe);
-  if (source_model) recipe.model = *source_model;
+  const std::optional<InitModel> source_model = read_init_source(recipe);
+  if (source_model) recipe.model = source_model->model;
   const bool model_given = !recipe.model_size.empty() || source_model;
 
   std::vector<std::string> missing;
@@ -436,7 +478,7 @@ Recipe RecipeReader::resolve() const {
   // Defaults that follow other keys.
   if (!find("model.n_kv_heads") && !source_model) recipe.model.n_kv_heads = recipe.model.n_heads;
   if (source_model) check_agrees_with_source(recipe, *source_model);
-  if (!find("log.dir")) recipe.log.dir = "runs/" + recipe.name;
+  if (!find("log.dir")) recipe.log.dir = default_log_dir(recipe.name);
 
   check_steps_or_tokens(recipe);
   const bool plain_name = recipe.name != "." && recipe.name != ".." &&
@@ -457,8 +499,8 @@ Recipe RecipeReader::resolve() const {
 }  // namespace
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides) {
-  RecipeReader reader(source_name, /*follow_init_from=*/true);
+                    const std::vector<std::string>& overrides, const ModelOrigin& origin) {
+  RecipeReader reader(source_name, /*follow_init_from=*/true, origin);
   reader.read_document(yaml_text);
   for (const std::string& assignment : overrides) reader.apply_override(assignment);
   return reader.resolve();
@@ -470,7 +512,7 @@ Recipe parse_saved_recipe(const std::string& yaml_text, const std::string& sourc
   return reader.resolve();
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const ModelOrigin& origin) {
   std::error_code error;
   FATHOM_CHECK(std::filesystem::exists(path, error), "recipe file '", path, "' does not exist");
   FATHOM_CHECK(std::filesystem::is_regular_file(path, error), "recipe '", path, "' is not a regular file");
@@ -479,7 +521,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   std::ostringstream text;
   text << in.rdbuf();
   FATHOM_CHECK(!in.bad(), "cannot read recipe '", path, "'");
-  return parse_recipe(text.str(), path, overrides);
+  return parse_recipe(text.str(), path, overrides, origin);
 }
 
 }  // namespace fathom

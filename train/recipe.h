@@ -94,17 +94,29 @@ struct Recipe {
   bool operator==(const Recipe&) const = default;
 };
 
+// Where the model config of a recipe with model.init_from comes from. A new run reads init_from's
+// source. A run that already has weights takes the model they were saved with, so the source may
+// be gone by then: `train --resume` reads the latest checkpoint of the recipe's own run folder
+// (log.dir), `eval --checkpoint` the checkpoint it evaluates. Explicit model keys must agree with
+// whichever gives the model. Recipes without init_from ignore this.
+struct ModelOrigin {
+  enum class Kind { init_source, own_run, checkpoint };
+  Kind kind = Kind::init_source;
+  std::string checkpoint;  // Kind::checkpoint: a checkpoint folder, or a run folder (its latest)
+};
+
 // Reads and validates a recipe file. `overrides` are command-line `--set` strings "a.b=value"
 // (value: a YAML scalar, flow list or flow mapping), applied over the file's values before
 // validation; the last one for a key wins, and overriding train.steps drops the file's
 // train.tokens (and the other way round). Every problem throws fathom::Error whose message()
 // names the place ("recipe.yaml:12:3" or "--set a.b=value"), the full key path and what is wrong,
 // with a "did you mean" suggestion for unknown keys.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const ModelOrigin& origin = {});
 
 // The same from YAML text; `source_name` stands for the file in messages.
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, const ModelOrigin& origin = {});
 
 // A saved, fully resolved recipe (a run's or a checkpoint's recipe.yaml). It already spells every
 // model key, so its model.init_from is kept as written but not followed: the source may be gone.

@@ -20,7 +20,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", args->options.resume, "Continue from the run folder's latest checkpoint");
   cmd->add_flag("--overwrite", args->options.overwrite, "Delete an existing run folder and start again");
   cmd->callback([args] {
-    const TrainResult result = run_training(load_recipe(args->recipe, args->overrides), args->options);
+    // A resumed run has its weights, and so its model, in its checkpoint: model.init_from's source
+    // is not read again (it may be gone).
+    const ModelOrigin origin{args->options.resume ? ModelOrigin::Kind::own_run : ModelOrigin::Kind::init_source, ""};
+    const TrainResult result = run_training(load_recipe(args->recipe, args->overrides, origin), args->options);
     std::cout << (result.stopped_by_signal ? "stopped" : "done") << " at step " << result.steps_done
               << "; run folder " << result.run_dir.string() << "\n";
   });

@@ -218,3 +218,34 @@ TEST(TrainCli, BadRecipeFailsWithTheKeyAndNoRunFolder) {
   EXPECT_NE(text.find("trian"), std::string::npos) << text;
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
+
+// model.init_from is read when a run starts. `train --resume` and `eval` take the model from the
+// run's checkpoint instead, so they work after the source is gone.
+TEST(TrainCli, ResumeAndEvalDoNotNeedTheInitSourceAnyMore) {
+  fathom::testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "source", 2), quiet());
+  std::string text = tiny_recipe(dir / "run", 4);
+  const size_t model_line = text.find("model: ");
+  text.replace(model_line, text.find('\n', model_line) - model_line,
+               "model: {init_from: 'checkpoint:" + (dir / "source").string() + "'}");
+  const fs::path recipe = dir / "from_source.yaml";
+  std::ofstream(recipe) << text;
+  const auto run_fathom = [&](const std::string& args) {
+    const std::string command = std::string(FATHOM_BINARY) + " " + args + " > /dev/null 2> " + (dir / "err").string();
+    return std::system(command.c_str());
+  };
+  const auto errors = [&] {
+    std::ifstream in(dir / "err");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  ASSERT_EQ(run_fathom("train " + recipe.string() + " --set train.steps=2"), 0) << errors();
+  fs::remove_all(dir / "source");
+
+  ASSERT_EQ(run_fathom("train " + recipe.string() + " --resume"), 0) << errors();
+  EXPECT_EQ(latest_checkpoint(dir / "run")->filename(), "step_00000004");
+  EXPECT_EQ(run_fathom("eval " + recipe.string() + " --checkpoint " + (dir / "run").string()), 0) << errors();
+  // Starting the run again does need the source.
+  EXPECT_NE(run_fathom("train " + recipe.string() + " --overwrite"), 0);
+  EXPECT_NE(errors().find("model.init_from: "), std::string::npos) << errors();
+  EXPECT_TRUE(fs::exists(dir / "run" / "checkpoints"));  // a refused start leaves the run as it was
+}

@@ -8,8 +8,8 @@
 #include "autograd/ops.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
-#include "optim/adamw.h"
 #include "kernels/elementwise.h"
+#include "tests/unit/model_test_helpers.h"
 
 using namespace fathom;
 
@@ -98,15 +98,17 @@ TEST(Decoder, ArenaMatchesParameterCountAndInitIsSeeded) {
     }
   }
   // Embeddings form the only range without weight decay.
-  for (const ParameterArena::Range& r : arena.decay_ranges())
-    if (!r.weight_decay) EXPECT_EQ(r.end - r.begin, c.vocab_size * c.d_model);
+  for (const ParameterArena::Range& r : arena.decay_ranges()) {
+    if (!r.weight_decay) {
+      EXPECT_EQ(r.end - r.begin, c.vocab_size * c.d_model);
+    }
+  }
 }
 
 TEST(Decoder, ForwardShapeAndCausality) {
   const ModelConfig c = tiny_config();
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(3);
+  fathom::testing::SeededModel seeded(c, 3);
+  const Decoder& model = seeded.model;
   Tensor ids = random_ids(2, 9, c.vocab_size, 11);
   const Tensor logits = model.forward(ids).value();
   EXPECT_EQ(logits.shape(), Shape({2, 9, c.vocab_size}));
@@ -125,9 +127,8 @@ TEST(Decoder, ForwardShapeAndCausality) {
 
 TEST(Decoder, BadIdsAreClearErrors) {
   const ModelConfig c = tiny_config();
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(3);
+  fathom::testing::SeededModel seeded(c, 3);
+  const Decoder& model = seeded.model;
   Tensor ids = random_ids(1, 4, c.vocab_size, 1);
   ids.data<int32_t>()[2] = int32_t(c.vocab_size);
   EXPECT_THROW(model.forward(ids), Error);
@@ -139,10 +140,7 @@ class Overfit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Overfit, TinyModelMemorisesOneBatch) {
   const ModelConfig c = tiny_config(GetParam());
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(5);
-  AdamW opt(arena, AdamWConfig{0.9, 0.95, 1e-8, 0.0});
+  fathom::testing::SeededModel seeded(c, 5);
   const Tensor batch = random_ids(2, 17, c.vocab_size, 99);
   const Tensor inputs = batch.view({34}).narrow(0, 33).clone();
   std::vector<int32_t> in(32), tgt(32);
@@ -152,17 +150,9 @@ TEST_P(Overfit, TinyModelMemorisesOneBatch) {
   }
   const Tensor x = Tensor::from_vector(in, {2, 16});
   const Tensor y = Tensor::from_vector(tgt, {32});
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
-    arena.zero_grad();
-    LossParts loss = cross_entropy(reshape(model.forward(x), {32, c.vocab_size}), y, 1e-5);
-    if (step == 0) first = loss.ce;
-    last = loss.ce;
-    backward(loss.loss);
-    opt.step(1e-2);
-  }
-  EXPECT_NEAR(first, std::log(double(c.vocab_size)), 0.3);
-  EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
+  const fathom::testing::OverfitLosses loss = fathom::testing::overfit_one_batch(seeded, x, y, 150);
+  EXPECT_NEAR(loss.first, std::log(double(c.vocab_size)), 0.3);
+  EXPECT_LT(loss.last, 0.1 * loss.first) << "first " << loss.first << " last " << loss.last;
 }
 
 INSTANTIATE_TEST_SUITE_P(Norms, Overfit, ::testing::Values("post", "pre"));

@@ -4,12 +4,16 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/json_reader.h"
 #include "test_support.h"
 
 using namespace fathom;
+using fathom::testing::error_of;
 using fathom::testing::expect_error;
 
 TEST(Json, QuoteEscapesQuotesBackslashesAndControlCharacters) {
@@ -152,11 +156,35 @@ TEST(Json, ParseErrorsNameTheSourceAndLine) {
                {"run/state.json", "invalid JSON", "line 4"});
   expect_error([] { parse_json("", "empty.json"); }, {"empty.json", "empty"});
   expect_error([] { parse_json("  \n ", "blank.json"); }, {"blank.json", "empty"});
-  expect_error([] { parse_json("{\"a\":1}\n{\"b\":2}", "two.json"); }, {"two.json", "after the first value"});
+  expect_error([] { parse_json("{\"a\":1}\n{\"b\":2}", "two.json"); }, {"two.json", "unexpected content after the JSON value"});
   expect_error([] { parse_json(std::string(100000, '['), "deep.json"); }, {"deep.json", "invalid JSON"});
   const YAML::Node node = parse_json("{\"a\": [1, \"x\\u00e9\\n\"], \"b\": {\"c\": true}}", "ok.json");
   EXPECT_EQ(node["a"][1].Scalar(), "x\xc3\xa9\n");
   EXPECT_TRUE(node["b"]["c"].as<bool>());
+}
+
+// parse_json reads with the strict reader: YAML-only syntax that yaml-cpp let through is refused.
+TEST(Json, ParseJsonIsStrict) {
+  for (const std::string text : {"{'a': 1}", "{\"a\": 1,}", "[1, 2] # note", "{a: 1}", "[.inf]", "---\n{}", "[1]\n[2]"}) {
+    expect_error([&] { parse_json(text, "cfg.json"); }, {"cfg.json: invalid JSON at line"});
+  }
+}
+
+TEST(Json, ParseJsonTagsScalarsAndKeepsKeyOrder) {
+  const YAML::Node node = parse_json(R"({"z": "7", "a": 7, "m": null, "t": true, "f": false, "l": [], "o": {}})", "t");
+  ASSERT_TRUE(node.IsMap());
+  std::vector<std::string> keys;
+  for (const auto& item : node) keys.push_back(item.first.Scalar());
+  EXPECT_EQ(keys, (std::vector<std::string>{"z", "a", "m", "t", "f", "l", "o"}));
+  EXPECT_EQ(node["z"].Tag(), "!");
+  EXPECT_EQ(node["a"].Tag(), "?");
+  EXPECT_EQ(node["a"].as<int>(), 7);
+  EXPECT_TRUE(node["m"].IsNull());
+  EXPECT_TRUE(node["t"].as<bool>());
+  EXPECT_FALSE(node["f"].as<bool>());
+  EXPECT_TRUE(node["l"].IsSequence() && node["l"].size() == 0);
+  EXPECT_TRUE(node["o"].IsMap() && node["o"].size() == 0);
+  EXPECT_FALSE(node["absent"]);
 }
 
 TEST(Json, StrictIntegers) {
@@ -167,4 +195,34 @@ TEST(Json, StrictIntegers) {
   EXPECT_TRUE(json_integer(node[1], v));
   EXPECT_EQ(v, -3);
   for (size_t i = 2; i < node.size(); ++i) EXPECT_FALSE(json_integer(node[i], v)) << i;
+}
+
+TEST(JsonReader, ParsesStrictJson) {
+  const JsonValue v = read_json(R"( {"a": [1, -2.5e3, true, false, null], "b\u00e9": "x\"\\\/\n\ud83d\udc0b", "c": {}} )", "t");
+  ASSERT_TRUE(v.is_object());
+  ASSERT_EQ(v.keys().size(), 3u);
+  const JsonValue& a = *v.find("a");
+  EXPECT_EQ(a.items()[0].integer(), std::optional<int64_t>(1));
+  EXPECT_FALSE(a.items()[1].integer().has_value());
+  EXPECT_EQ(a.items()[1].text(), "-2.5e3");
+  EXPECT_TRUE(a.items()[2].boolean());
+  EXPECT_TRUE(a.items()[4].is_null());
+  EXPECT_EQ(v.find("b\xC3\xA9")->text(), "x\"\\/\n\xF0\x9F\x90\x8B");  // surrogate pair -> one 4-byte character
+  for (const std::string bad : {"{", "{\"a\" 1}", "[1,]", "01", "\"\\ud83d\"", "\"a\nb\"", "{\"a\":1,\"a\":2}", "1 2",
+                                "nul", "\"\\x\""}) {
+    const std::string message = error_of([&] { read_json(bad, "bad.json"); });
+    EXPECT_TRUE(message.find("bad.json: invalid JSON at line") != std::string::npos) << bad << ": " << message;
+  }
+  const std::string deep = std::string(1000, '[') + std::string(1000, ']');
+  expect_error([&] { read_json(deep, "deep.json"); }, {"nested deeper"});
+}
+
+// Raw control bytes are named in the message, wherever they sit (the fuzzed safetensors header
+// had a form feed where a value belongs).
+TEST(JsonReader, NamesRawControlBytes) {
+  expect_error([] { read_json("{\"a\":\x0c" "1}", "h.json"); },
+               {"h.json: invalid JSON at line 1, column 6: expected a value (found control byte 0x0c)"});
+  expect_error([] { read_json("[\"x\x01\"]", "s.json"); }, {"line 1, column 4", "found control byte 0x01"});
+  expect_error([] { read_json("[1,\x7f" "2]", "d.json"); }, {"found control byte 0x7f"});
+  expect_error([] { read_json(" \n ", "blank.json"); }, {"blank.json: invalid JSON at line 2, column 2: the text is empty"});
 }

@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
-#include "optim/adamw.h"
+#include "tests/unit/model_test_helpers.h"
 
 using namespace fathom;
 
@@ -34,10 +33,7 @@ Tensor ids_for(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
 }
 
 std::vector<float> logits_of(const ModelConfig& c, const Tensor& ids, uint64_t seed) {
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(seed);
-  return model.forward(ids).value().to_vector<float>();
+  return fathom::testing::SeededModel(c, seed).model.forward(ids).value().to_vector<float>();
 }
 
 }  // namespace
@@ -69,13 +65,15 @@ TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
 }
 
 TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
-  for (const std::string& variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
+  for (const std::string variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
     const ModelConfig c = moda_config(variant);
     const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
     const std::vector<float> with_depth = logits_of(c, ids, 9);
     ModelConfig without = c;
     without.moda_variant = "none";
-    if (variant == std::string("attn_kv")) EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+    if (variant == "attn_kv") {
+      EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+    }
     Tensor changed = ids.clone();
     changed.data<int32_t>()[9] = (changed.data<int32_t>()[9] + 1) % int32_t(c.vocab_size);
     const std::vector<float> after = logits_of(c, changed, 9);
@@ -107,27 +105,18 @@ class ModaOverfit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModaOverfit, MemorisesOneBatch) {
   const ModelConfig c = moda_config(GetParam());
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(5);
-  AdamW opt(arena, AdamWConfig{0.9, 0.95, 1e-8, 0.0});
+  fathom::testing::SeededModel seeded(c, 5);
   const Tensor x = ids_for(2, 12, c.vocab_size, 11);
   const Tensor y = ids_for(2, 12, c.vocab_size, 12).view({24});
-  double first = 0, last = 0;
-  for (int step = 0; step < 120; ++step) {
-    arena.zero_grad();
-    LossParts loss = cross_entropy(reshape(model.forward(x), {24, c.vocab_size}), y, 1e-5);
-    if (step == 0) first = loss.ce;
-    last = loss.ce;
-    backward(loss.loss);
-    opt.step(1e-2);
-  }
-  EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
+  const fathom::testing::OverfitLosses loss = fathom::testing::overfit_one_batch(seeded, x, y, 120);
+  EXPECT_LT(loss.last, 0.1 * loss.first) << "first " << loss.first << " last " << loss.last;
   // Every depth projection received gradient (the depth stream routed it back to its writers).
-  for (const ArenaEntry& e : arena.entries())
-    if (e.name.find("depth_kv") != std::string::npos && e.name.find("layers.0.") != std::string::npos)
+  for (const ArenaEntry& e : seeded.arena.entries()) {
+    if (e.name.find("depth_kv") != std::string::npos && e.name.find("layers.0.") != std::string::npos) {
       EXPECT_GT(std::abs(e.var.grad().to_vector<float>()[0]) + std::abs(e.var.grad().to_vector<float>()[1]), 0.0f)
           << e.name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModaOverfit,

@@ -6,7 +6,6 @@
 #include "data/bpe_files.h"
 #include "data/bpe_trainer.h"
 #include "data/byte_level.h"
-#include "data/json_reader.h"
 #include "data_test_helpers.h"
 #include "tokenizer_test_helpers.h"
 
@@ -320,24 +319,4 @@ TEST(TokenizerFiles, TokenizerJsonTruncatedOrMissing) {
   EXPECT_TRUE(contains(message, "expected an object")) << message;
   message = error_of([&] { make_tokenizer(dir.file("absent.json")); });
   EXPECT_TRUE(contains(message, dir.file("absent.json"))) << message;
-}
-
-TEST(JsonReader, ParsesStrictJson) {
-  const JsonValue v = read_json(R"( {"a": [1, -2.5e3, true, false, null], "b\u00e9": "x\"\\\/\n\ud83d\udc0b", "c": {}} )", "t");
-  ASSERT_TRUE(v.is_object());
-  ASSERT_EQ(v.keys().size(), 3u);
-  const JsonValue& a = *v.find("a");
-  EXPECT_EQ(a.items()[0].integer(), std::optional<int64_t>(1));
-  EXPECT_FALSE(a.items()[1].integer().has_value());
-  EXPECT_EQ(a.items()[1].text(), "-2.5e3");
-  EXPECT_TRUE(a.items()[2].boolean());
-  EXPECT_TRUE(a.items()[4].is_null());
-  EXPECT_EQ(v.find("b\xC3\xA9")->text(), "x\"\\/\n\xF0\x9F\x90\x8B");  // surrogate pair -> one 4-byte character
-  for (const std::string bad : {"{", "{\"a\" 1}", "[1,]", "01", "\"\\ud83d\"", "\"a\nb\"", "{\"a\":1,\"a\":2}", "1 2",
-                                "nul", "\"\\x\""}) {
-    const std::string message = error_of([&] { read_json(bad, "bad.json"); });
-    EXPECT_TRUE(contains(message, "bad.json: invalid JSON at line")) << bad << ": " << message;
-  }
-  const std::string deep = std::string(1000, '[') + std::string(1000, ']');
-  EXPECT_TRUE(contains(error_of([&] { read_json(deep, "deep.json"); }), "nested deeper"));
 }

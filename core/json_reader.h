@@ -1,6 +1,8 @@
-// A strict, fast JSON reader for tokenizer files (encoder.json, tokenizer.json: up to ~10 MB with
-// ~200k strings). core/json.h's parse_json goes through yaml-cpp, which takes seconds on such files
-// and does not join UTF-16 surrogate pairs; this one reads them in tens of milliseconds.
+// The one JSON reader: strict (RFC 8259: no comments, trailing commas, raw control characters or
+// duplicate keys) and fast (a 10 MB tokenizer.json in tens of milliseconds, UTF-16 surrogate pairs
+// joined). Tokenizer files, safetensors headers and, through core/json.h's parse_json, config.json,
+// state.json and metrics lines all go through it; yaml-cpp's parser, slow and prone to hangs on
+// malformed input, reads no JSON.
 #pragma once
 #include <cstdint>
 #include <optional>

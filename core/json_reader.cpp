@@ -1,4 +1,4 @@
-#include "data/json_reader.h"
+#include "core/json_reader.h"
 
 #include <charconv>
 #include <unordered_set>
@@ -42,6 +42,7 @@ class JsonParser {
   JsonValue document() {
     JsonValue value;
     skip_space();
+    if (at_end()) fail("the text is empty");
     parse_value(value, 0);
     skip_space();
     if (pos_ != text_.size()) fail("unexpected content after the JSON value (truncated or concatenated file?)");
@@ -61,6 +62,12 @@ class JsonParser {
       } else {
         ++column;
       }
+    }
+    // A raw control byte is never valid outside a string either; naming it explains the failure.
+    const unsigned char found = pos_ < text_.size() ? static_cast<unsigned char>(text_[pos_]) : 0x20;
+    if (found < 0x20 || found == 0x7f) {
+      FATHOM_FAIL(source_, ": invalid JSON at line ", line, ", column ", column, ": ", what, " (found control byte 0x",
+                  "0123456789abcdef"[found >> 4], "0123456789abcdef"[found & 15], ")");
     }
     FATHOM_FAIL(source_, ": invalid JSON at line ", line, ", column ", column, ": ", what);
   }
@@ -111,62 +118,48 @@ class JsonParser {
     return true;
   }
 
-  void parse_object(JsonValue& out, int depth) {
-    out.kind_ = JsonValue::Kind::object;
-    expect('{');
+  // The elements between `open` and `close`, separated by commas; read_item reads one (for an
+  // object, a key, ':' and a value).
+  template <typename ReadItem>
+  void parse_items(char open, char close, ReadItem&& read_item) {
+    expect(open);
     skip_space();
-    if (peek() == '}') {
+    if (peek() == close) {
       ++pos_;
       return;
     }
     while (true) {
       skip_space();
+      read_item();
+      skip_space();
+      if (peek() != ',') break;
+      ++pos_;
+    }
+    expect(close);
+  }
+
+  void parse_object(JsonValue& out, int depth) {
+    out.kind_ = JsonValue::Kind::object;
+    std::unordered_set<std::string> seen;
+    parse_items('{', '}', [&] {
       if (peek() != '"') fail("expected a string key");
-      out.keys_.emplace_back();
-      parse_string(out.keys_.back());
+      const size_t key_start = pos_;
+      std::string& key = out.keys_.emplace_back();
+      parse_string(key);
+      if (!seen.insert(key).second) {
+        pos_ = key_start;  // the error points at the repeated key
+        fail("duplicate object key \"" + key + "\"");
+      }
       skip_space();
       expect(':');
       skip_space();
-      out.items_.emplace_back();
-      parse_value(out.items_.back(), depth + 1);
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      break;
-    }
-    check_unique_keys(out.keys_);
-  }
-
-  void check_unique_keys(const std::vector<std::string>& keys) const {
-    std::unordered_set<std::string_view> seen;
-    seen.reserve(keys.size());
-    for (const std::string& key : keys)
-      if (!seen.insert(key).second) fail("duplicate object key \"" + key + "\"");
+      parse_value(out.items_.emplace_back(), depth + 1);
+    });
   }
 
   void parse_array(JsonValue& out, int depth) {
     out.kind_ = JsonValue::Kind::array;
-    expect('[');
-    skip_space();
-    if (peek() == ']') {
-      ++pos_;
-      return;
-    }
-    while (true) {
-      skip_space();
-      out.items_.emplace_back();
-      parse_value(out.items_.back(), depth + 1);
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      break;
-    }
+    parse_items('[', ']', [&] { parse_value(out.items_.emplace_back(), depth + 1); });
   }
 
   void parse_number(JsonValue& out) {

@@ -1,0 +1,52 @@
+// Helpers for the decoder model tests: a model with seeded parameters on the CPU, and training it
+// on one fixed batch until it memorises it, the smallest end-to-end check that forward, backward
+// and AdamW fit together.
+#pragma once
+#include <cstdint>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+
+namespace fathom::testing {
+
+// A Decoder and the arena of its parameters, initialised from `seed`.
+struct SeededModel {
+  SeededModel(const ModelConfig& config, uint64_t seed) : model(config), arena(model, Device::cpu()) {
+    arena.initialise(seed);
+  }
+  SeededModel(const SeededModel&) = delete;  // the arena refers to the model
+  SeededModel& operator=(const SeededModel&) = delete;
+
+  Decoder model;
+  ParameterArena arena;
+};
+
+// The cross-entropy at the first and at the last step of an overfit run.
+struct OverfitLosses {
+  double first = 0;
+  double last = 0;
+};
+
+// `steps` AdamW steps (lr 1e-2, no weight decay) of `m` on the one batch inputs [B, T] ->
+// targets [B * T]. The gradients of the last step stay in the arena.
+inline OverfitLosses overfit_one_batch(SeededModel& m, const Tensor& inputs, const Tensor& targets, int steps) {
+  const Decoder& model = m.model;
+  ParameterArena& arena = m.arena;
+  AdamW optimizer(arena, AdamWConfig{0.9, 0.95, 1e-8, 0.0});
+  const int64_t tokens = targets.numel();
+  OverfitLosses losses;
+  for (int step = 0; step < steps; ++step) {
+    arena.zero_grad();
+    LossParts loss = cross_entropy(reshape(model.forward(inputs), {tokens, model.config().vocab_size}), targets, 1e-5);
+    if (step == 0) losses.first = loss.ce;
+    losses.last = loss.ce;
+    backward(loss.loss);
+    optimizer.step(1e-2);
+  }
+  return losses;
+}
+
+}  // namespace fathom::testing
