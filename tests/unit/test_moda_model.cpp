@@ -86,7 +86,9 @@ TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
     const std::vector<float> with_depth = logits_of(c, ids, 9);
     ModelConfig without = c;
     without.moda_variant = "none";
-    if (variant == std::string("attn_kv")) EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+    if (variant == std::string("attn_kv")) {
+      EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+    }
     Tensor changed = ids.clone();
     changed.data<int32_t>()[9] = (changed.data<int32_t>()[9] + 1) % int32_t(c.vocab_size);
     const std::vector<float> after = logits_of(c, changed, 9);
@@ -260,10 +262,12 @@ TEST_P(ModaOverfit, MemorisesOneBatch) {
   }
   EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
   // Every depth projection received gradient (the depth stream routed it back to its writers).
-  for (const ArenaEntry& e : arena.entries())
-    if (e.name.find("depth_kv") != std::string::npos && e.name.find("layers.0.") != std::string::npos)
+  for (const ArenaEntry& e : arena.entries()) {
+    if (e.name.find("depth_kv") != std::string::npos && e.name.find("layers.0.") != std::string::npos) {
       EXPECT_GT(std::abs(e.var.grad().to_vector<float>()[0]) + std::abs(e.var.grad().to_vector<float>()[1]), 0.0f)
           << e.name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModaOverfit,
