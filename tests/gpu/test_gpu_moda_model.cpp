@@ -101,6 +101,69 @@ TEST(GpuModaModel, DepthSlotWriteAndReadMatchTheCpu) {
       {"write_depth_slot", "F16"});
 }
 
+// The Tensor-level dispatch (kernels/moda_attention.cpp -> kernels/cuda/moda_tensor.cpp, group
+// kernel) against the CPU reference: o, lse, dq, dk, dv, and the depth gradients ADDED into
+// pre-filled f32 buffers, with slots outside the read range left exactly as they were.
+TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t B = 2, T = 45, Hq = 6, Hk = 2, d = 64, S = 5, begin = 1, end = 4;
+  const double scale = 0.125;
+  const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, 1), k = random_input({B, T, Hk, d}, DType::bf16, 2),
+                 v = random_input({B, T, Hk, d}, DType::bf16, 3), dk = random_input({B, T, S, Hk, d}, DType::bf16, 4),
+                 dv = random_input({B, T, S, Hk, d}, DType::bf16, 5), grad_o = random_input({B, T, Hq, d}, DType::bf16, 6);
+  const AttentionOutput cpu = moda_attention_forward(q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end}, scale);
+  const AttentionOutput gpu = moda_attention_forward(q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, scale);
+  EXPECT_EQ(gpu.o.dtype(), DType::bf16);
+  EXPECT_EQ(gpu.lse.dtype(), DType::f32);
+  EXPECT_GPU_CLOSE(gpu.o, cpu.o, DType::bf16, "o");
+  EXPECT_LE(relative_l2(gpu.lse, cpu.lse), 1e-3) << "lse";
+
+  const Tensor prefill_k = random_tensor({B, T, S, Hk, d}, DType::f32, 7), prefill_v = random_tensor({B, T, S, Hk, d}, DType::f32, 8);
+  Tensor cpu_ddk = prefill_k.clone(), cpu_ddv = prefill_v.clone();
+  Tensor gpu_ddk = prefill_k.to(kGpu), gpu_ddv = prefill_v.to(kGpu);
+  const AttentionGrads cg = moda_attention_backward(grad_o.cpu, q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end},
+                                                    cpu.o, cpu.lse, scale, cpu_ddk, cpu_ddv);
+  const AttentionGrads gg = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end},
+                                                    gpu.o, gpu.lse, scale, gpu_ddk, gpu_ddv);
+  EXPECT_GPU_CLOSE(gg.dq, cg.dq, DType::bf16, "dq");
+  EXPECT_GPU_CLOSE(gg.dk, cg.dk, DType::bf16, "dk");
+  EXPECT_GPU_CLOSE(gg.dv, cg.dv, DType::bf16, "dv");
+  for (int64_t slot = 0; slot < S; ++slot) {
+    const std::string what = "slot " + std::to_string(slot);
+    if (slot >= begin && slot < end) {
+      // Compare the added gradients alone, so the prefill does not hide an error.
+      Tensor want_k = read_depth_slot(cpu_ddk, slot), want_v = read_depth_slot(cpu_ddv, slot);
+      Tensor got_k = read_depth_slot(gpu_ddk, slot).to(Device::cpu()), got_v = read_depth_slot(gpu_ddv, slot).to(Device::cpu());
+      const std::vector<double> base_k = values(read_depth_slot(prefill_k, slot)), base_v = values(read_depth_slot(prefill_v, slot));
+      std::vector<double> wk = values(want_k), wv = values(want_v), gk = values(got_k), gv = values(got_v);
+      for (size_t i = 0; i < wk.size(); ++i) {
+        wk[i] -= base_k[i];
+        gk[i] -= base_k[i];
+        wv[i] -= base_v[i];
+        gv[i] -= base_v[i];
+      }
+      const Shape shape = want_k.shape();
+      EXPECT_GPU_CLOSE(Tensor::from_vector(gk, shape), Tensor::from_vector(wk, shape), DType::bf16, what + " depth dk");
+      EXPECT_GPU_CLOSE(Tensor::from_vector(gv, shape), Tensor::from_vector(wv, shape), DType::bf16, what + " depth dv");
+    } else {
+      EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu_ddk, slot), read_depth_slot(prefill_k, slot))) << what;
+      EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu_ddv, slot), read_depth_slot(prefill_v, slot))) << what;
+    }
+  }
+  // The CUDA kernels take bf16 values and f32 depth gradients; anything else is a clear error.
+  const Tensor q32 = q.cpu.to(kGpu), k32 = k.cpu.to(kGpu), v32 = v.cpu.to(kGpu), dk32 = dk.cpu.to(kGpu),
+               dv32 = dv.cpu.to(kGpu);
+  fathom::testing::expect_error(
+      [&] { moda_attention_forward(q32, k32, v32, DepthSlots{dk32, dv32, begin, end}, scale); }, {"q", "must be BF16"});
+  Tensor bf16_ddk = gpu_ddk.to(DType::bf16), bf16_ddv = gpu_ddv.to(DType::bf16);
+  fathom::testing::expect_error(
+      [&] {
+        moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, gpu.o, gpu.lse,
+                                scale, bf16_ddk, bf16_ddv);
+      },
+      {"depth gradient buffers", "must be F32"});
+}
+
 // Forward and backward of a tiny MoDA decoder on the GPU against the CPU, for every variant, both
 // norm placements and both depth keys: logits, loss, and each parameter's gradient (the depth
 // projections' gradients arrive only through the depth stream's side buffers and write nodes).
