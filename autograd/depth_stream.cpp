@@ -1,18 +1,21 @@
 #include "autograd/depth_stream.h"
 
 #include "autograd/node.h"
+#include "autograd/ops.h"
+#include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
 #include "kernels/moda_attention.h"
 
 namespace fathom {
 
 struct DepthStream::Buffers {
   Tensor k, v;
-  Tensor grad_k, grad_v;  // allocated (zeroed) by the first reader's backward
+  Tensor grad_k, grad_v;  // stats_dtype(k), allocated (zeroed) by the first reader's backward
 
   void ensure_grads() {
     if (grad_k.defined()) return;
-    grad_k = Tensor::zeros(k.shape(), k.dtype(), k.device());
-    grad_v = Tensor::zeros(v.shape(), v.dtype(), v.device());
+    grad_k = Tensor::zeros(k.shape(), stats_dtype(k.dtype()), k.device());
+    grad_v = Tensor::zeros(v.shape(), stats_dtype(v.dtype()), v.device());
   }
 };
 
@@ -21,14 +24,15 @@ namespace {
 Tensor version_token(Device device) { return Tensor::zeros({1}, DType::f32, device); }
 
 // Inputs (previous version, k, v); output the next version. Backward passes the version gradient
-// on and returns the slot's accumulated depth gradients to the writer.
+// on and returns the slot's accumulated depth gradients to the writer, in the writer's dtypes.
 class DepthWriteNode final : public Node {
  public:
-  DepthWriteNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t slot)
-      : buffers_(std::move(buffers)), slot_(slot) {}
+  DepthWriteNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t slot, DType k_dtype, DType v_dtype)
+      : buffers_(std::move(buffers)), slot_(slot), k_dtype_(k_dtype), v_dtype_(v_dtype) {}
   std::vector<Tensor> backward(const Tensor& grad_version) override {
     if (!buffers_->grad_k.defined()) return {grad_version, Tensor(), Tensor()};
-    return {grad_version, read_depth_slot(buffers_->grad_k, slot_), read_depth_slot(buffers_->grad_v, slot_)};
+    return {grad_version, read_depth_slot(buffers_->grad_k, slot_).to(k_dtype_),
+            read_depth_slot(buffers_->grad_v, slot_).to(v_dtype_)};
   }
   void release_saved() override { buffers_.reset(); }
   const char* name() const override { return "depth_write"; }
@@ -36,30 +40,59 @@ class DepthWriteNode final : public Node {
  private:
   std::shared_ptr<DepthStream::Buffers> buffers_;
   int64_t slot_;
+  DType k_dtype_, v_dtype_;
 };
 
-// Inputs (q, k, v, version); output o.
+// Reader keys: input (version); output the whole K buffer (an alias, so later writes show in it;
+// only slots already written are ever read through it). Backward adds the gradient a reader's
+// key norm produced into the side buffer, whence the write nodes hand it to the writers.
+class DepthKeysNode final : public Node {
+ public:
+  explicit DepthKeysNode(std::shared_ptr<DepthStream::Buffers> buffers) : buffers_(std::move(buffers)) {}
+  std::vector<Tensor> backward(const Tensor& grad_keys) override {
+    buffers_->ensure_grads();
+    add_inplace(buffers_->grad_k, grad_keys.to(buffers_->grad_k.dtype()));
+    return {version_token(grad_keys.device())};
+  }
+  void release_saved() override { buffers_.reset(); }
+  const char* name() const override { return "depth_keys"; }
+
+ private:
+  std::shared_ptr<DepthStream::Buffers> buffers_;
+};
+
+// Inputs (q, k, v, version) and, with reader keys, the normalised key buffer; output o. The depth
+// value gradients always go to the shared side buffer; the depth key gradients too, except with
+// reader keys, where they are this node's gradient for its key input (they flow through the
+// reader's norm first).
 class ModaAttentionNode final : public Node {
  public:
-  ModaAttentionNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t begin, int64_t end, Tensor q, Tensor k,
-                    Tensor v, Tensor o, Tensor lse, double scale)
-      : buffers_(std::move(buffers)), begin_(begin), end_(end), q_(std::move(q)), k_(std::move(k)), v_(std::move(v)),
-        o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
+  ModaAttentionNode(std::shared_ptr<DepthStream::Buffers> buffers, Tensor depth_keys, int64_t begin, int64_t end,
+                    Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, double scale)
+      : buffers_(std::move(buffers)), depth_keys_(std::move(depth_keys)), begin_(begin), end_(end), q_(std::move(q)),
+        k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
   std::vector<Tensor> backward(const Tensor& grad_o) override {
     buffers_->ensure_grads();
-    AttentionGrads g = moda_attention_backward(grad_o, q_, k_, v_, DepthSlots{buffers_->k, buffers_->v, begin_, end_},
-                                               o_, lse_, scale_, buffers_->grad_k, buffers_->grad_v);
+    const bool own_keys = depth_keys_.defined();
+    Tensor grad_keys = own_keys ? Tensor::zeros(depth_keys_.shape(), buffers_->grad_k.dtype(), depth_keys_.device())
+                                : buffers_->grad_k;
+    AttentionGrads g = moda_attention_backward(
+        grad_o, q_, k_, v_, DepthSlots{own_keys ? depth_keys_ : buffers_->k, buffers_->v, begin_, end_}, o_, lse_,
+        scale_, grad_keys, buffers_->grad_v);
     // A defined version gradient makes the engine run the write nodes of the slots read here.
-    return {g.dq, g.dk, g.dv, version_token(q_.device())};
+    std::vector<Tensor> grads{g.dq, g.dk, g.dv, version_token(q_.device())};
+    if (own_keys) grads.push_back(grad_keys.to(depth_keys_.dtype()));
+    return grads;
   }
   void release_saved() override {
     buffers_.reset();
-    q_ = k_ = v_ = o_ = lse_ = Tensor();
+    depth_keys_ = q_ = k_ = v_ = o_ = lse_ = Tensor();
   }
   const char* name() const override { return "moda_attention"; }
 
  private:
   std::shared_ptr<DepthStream::Buffers> buffers_;
+  Tensor depth_keys_;  // reader keys only
   int64_t begin_, end_;
   Tensor q_, k_, v_, o_, lse_;
   double scale_;
@@ -71,12 +104,16 @@ DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t 
                          DType dtype, Device device)
     : buffers_(std::make_shared<Buffers>()), version_(version_token(device), true) {
   FATHOM_CHECK(slots >= 1, "a depth stream needs at least one slot");
+  FATHOM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
+               "a depth stream holds F32, F64 or BF16 values, got ", dtype_name(dtype));
   // Zeroed so a slot read before it is written (a bug) shows as zeros, never as garbage.
   buffers_->k = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
   buffers_->v = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
 }
 
 int64_t DepthStream::slots() const { return buffers_->k.dim(2); }
+
+DType DepthStream::dtype() const { return buffers_->k.dtype(); }
 
 size_t DepthStream::bytes() const { return buffers_->k.nbytes() + buffers_->v.nbytes(); }
 
@@ -86,19 +123,39 @@ void DepthStream::write(int64_t slot, const Variable& k, const Variable& v) {
   write_depth_slot(buffers_->v, slot, v.value());
   ++written_;
   if (any_requires_grad({k, v}))
-    version_ = record(version_token(k.device()), std::make_shared<DepthWriteNode>(buffers_, slot), {version_, k, v});
+    version_ = record(version_token(k.device()),
+                      std::make_shared<DepthWriteNode>(buffers_, slot, k.dtype(), v.dtype()), {version_, k, v});
 }
 
 Variable DepthStream::attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end,
-                             double scale) {
+                             double scale, const DepthKeyNorm& key_norm) {
   FATHOM_CHECK(0 <= begin && begin <= end && end <= written_, "MoDA attention may read only written slots: asked [",
                begin, ", ", end, ") with ", written_, " written");
+  FATHOM_CHECK(q.dtype() == dtype(), "MoDA attention: q ", describe(q.value()), " must have the depth stream's dtype ",
+               dtype_name(dtype()));
+  if (!key_norm.weight.defined()) {
+    AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
+                                                 DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);
+    if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
+    auto node = std::make_shared<ModaAttentionNode>(buffers_, Tensor(), begin, end, q.value(), k.value(), v.value(),
+                                                    out.o, std::move(out.lse), scale);
+    return record(std::move(out.o), std::move(node), {q, k, v, version_});
+  }
+  // Reader keys: normalise every slot of every token with the reader's weight (slots outside
+  // [begin, end) get no gradient from the softmax, so none flows back to them), then attend.
+  const Shape& s = buffers_->k.shape();
+  const bool grad = any_requires_grad({q, k, v, key_norm.weight});
+  const Variable raw = grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_})
+                            : Variable(buffers_->k);
+  const Variable keys = reshape(rms_norm(reshape(raw, {s[0] * s[1] * s[2], s[3] * s[4]}),
+                                         cast(key_norm.weight, dtype()), key_norm.eps),
+                                s);
   AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
-                                               DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);
-  if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
-  auto node = std::make_shared<ModaAttentionNode>(buffers_, begin, end, q.value(), k.value(), v.value(), out.o,
-                                                  std::move(out.lse), scale);
-  return record(std::move(out.o), std::move(node), {q, k, v, version_});
+                                               DepthSlots{keys.value(), buffers_->v, begin, end}, scale);
+  if (!grad) return Variable(std::move(out.o));
+  auto node = std::make_shared<ModaAttentionNode>(buffers_, keys.value(), begin, end, q.value(), k.value(), v.value(),
+                                                  out.o, std::move(out.lse), scale);
+  return record(std::move(out.o), std::move(node), {q, k, v, version_, keys});
 }
 
 }  // namespace fathom

@@ -4,6 +4,11 @@
 // runs after all readers of that slot (they were recorded later), hands its slot's gradient to the
 // writer. A one-element "version" variable chains writes and reads so the engine orders them; no
 // buffer is ever copied per reader.
+//
+// Precision: the value buffers have the stream's dtype (BF16 on the GPU, where the MoDA kernels
+// compute in bf16; F32 or F64 on the CPU); the gradient side buffers are kept in stats_dtype of it
+// (F32 for BF16 values), since several readers accumulate into them. A writer gets its slot's
+// gradient back in its own dtype.
 #pragma once
 #include <memory>
 
@@ -11,18 +16,30 @@
 
 namespace fathom {
 
+// Reader depth keys (moda.depth_key: reader): the slots hold raw keys and the reader normalises
+// them with its own RMSNorm weight [Hk * d] (over each token's full KV width, like the attention
+// k-norm) before the softmax. An undefined weight reads the keys as stored.
+struct DepthKeyNorm {
+  Variable weight;
+  double eps = 0;
+};
+
 class DepthStream {
  public:
   DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim, DType dtype,
               Device device);
 
-  // Stores k, v [B, T, Hk, d] in `slot` (each slot is written once per forward).
+  // Stores k, v [B, T, Hk, d] in `slot` (each slot is written once per forward), converted to the
+  // stream's dtype where they differ (F32 activations into a BF16 stream).
   void write(int64_t slot, const Variable& k, const Variable& v);
   // MoDA attention of q [B, T, Hq, d] over its layer's causal k, v and the depth slots [begin, end).
-  Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale);
+  // q, k, v must have the stream's dtype.
+  Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale,
+                  const DepthKeyNorm& key_norm = {});
 
   int64_t slots() const;
   int64_t slots_written() const { return written_; }
+  DType dtype() const;
   // Bytes of the K and V buffers (the depth cache of one forward).
   size_t bytes() const;
 

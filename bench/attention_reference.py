@@ -6,7 +6,12 @@ warm-up). With --fathom PATH (bench_attention's --json output) it prints the com
 Each backend gets its own best layout: contiguous [B, H, T, d] tensors; grouped KV heads through
 enable_gqa=True where the backend accepts it, else K/V expanded to Hq heads before timing (noted).
 
-Usage: python3 bench/attention_reference.py [--fathom fathom.json] [--json out.json] [--max-t T]
+With --table2 it times instead the shapes of the MoDA paper's Table 2 (no depth: the flash-attention
+side of bench_moda_attention's table2, B = 1, d = 64): T in 4K..64K at G = 8 (Hq = 64, Hk = 8); G in
+2..32 at T = 16K with Hk = 8 and Hq = 8 G; the L sweep at T = 16K, G = 8 has this one shape (no depth
+here), so it is not repeated.
+
+Usage: python3 bench/attention_reference.py [--fathom fathom.json] [--json out.json] [--max-t T] [--table2]
 """
 import argparse
 import json
@@ -23,6 +28,9 @@ SIZES = [
     ("gqa8-d64-T64K", 1, 65536, 64, 8, 64),
     ("mha-d128-B8-T2K", 8, 2048, 32, 32, 128),
 ]
+# MoDA paper Table 2 sizes without depth: (name, B, T, Hq, Hk, d).
+TABLE2_SIZES = [(f"T{T // 1024}K-G8", 1, T, 64, 8, 64) for T in (4096, 8192, 16384, 32768, 65536)] + [
+    (f"T16K-G{G}", 1, 16384, 8 * G, 8, 64) for G in (2, 4, 16, 32)]
 BACKENDS = [("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
@@ -96,14 +104,16 @@ def main():
     ap.add_argument("--json", help="write the reference timings here")
     ap.add_argument("--max-t", type=int, default=1 << 40)
     ap.add_argument("--min-reps", type=int, default=5)
+    ap.add_argument("--table2", action="store_true", help="time the MoDA paper's Table 2 shapes (no depth)")
     args = ap.parse_args()
+    sizes = TABLE2_SIZES if args.table2 else SIZES
 
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}\n")
     results = {}
     print("| size | backend | fwd ms | bwd ms | fwd+bwd ms | fwd+bwd TFLOP/s | reps | note |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
-    for name, B, T, Hq, Hk, d in SIZES:
+    for name, B, T, Hq, Hk, d in sizes:
         if T > args.max_t:
             continue
         flops = 3.5 * forward_flops(B, T, Hq, d)
@@ -127,7 +137,7 @@ def main():
         print("| size | fathom fwd+bwd ms | TFLOP/s | sdpa-flash ms | ratio | cudnn ms | ratio | "
               "fwd ratio flash / cudnn | bwd ratio flash / cudnn |")
         print("|---|---:|---:|---:|---:|---:|---:|---|---|")
-        for name, B, T, Hq, Hk, d in SIZES:
+        for name, B, T, Hq, Hk, d in sizes:
             if name not in ours:
                 continue
             r = ours[name]

@@ -15,14 +15,19 @@
 #include "core/dtype.h"
 
 #if FATHOM_WITH_CUDA
-#include <cuda_runtime.h>
-
+#include "bench/cuda_bench_util.h"
 #include "kernels/cuda/attention.h"
 #endif
 
 namespace {
 
 #if FATHOM_WITH_CUDA
+
+using fathom::bench::check;
+using fathom::bench::device_alloc;
+using fathom::bench::median;
+using fathom::bench::random_bf16;
+using fathom::bench::upload;
 
 struct Size {
   const char* name;
@@ -39,57 +44,10 @@ const Size kSizes[] = {
 
 double forward_flops(const Size& s) { return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0; }
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "bench_attention: %s failed: %s\n", what, cudaGetErrorString(err));
-    std::exit(1);
-  }
-}
-
-// Uniform bf16 values in [-amplitude, amplitude) from a per-call seeded xorshift.
-std::vector<fathom::bf16> random_bf16(size_t n, uint64_t seed, float amplitude) {
-  std::vector<fathom::bf16> out(n);
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (int64_t chunk = 0; chunk < int64_t((n + 65535) / 65536); ++chunk) {
-      uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t(chunk) * 0xBF58476D1CE4E5B9ull + 1);
-      const size_t end = std::min(n, size_t(chunk + 1) * 65536);
-      for (size_t i = size_t(chunk) * 65536; i < end; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const float u = float(x >> 40) / float(1 << 24);  // [0, 1)
-        out[i] = fathom::float_to_bf16(amplitude * (2.f * u - 1.f));
-      }
-    }
-  }
-  return out;
-}
-
-template <class T>
-T* upload(const std::vector<T>& host) {
-  T* dev = nullptr;
-  check(cudaMalloc(&dev, host.size() * sizeof(T)), "cudaMalloc");
-  check(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  return dev;
-}
-template <class T>
-T* device_alloc(size_t n) {
-  T* dev = nullptr;
-  check(cudaMalloc(&dev, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-  return dev;
-}
-
 struct Timing {
   double fwd_ms, bwd_ms, total_ms;
   int reps;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 Timing run(const Size& s, int min_reps) {
   const size_t nq = size_t(s.B * s.T * s.Hq * s.d), nkv = size_t(s.B * s.T * s.Hk * s.d);

@@ -1,6 +1,9 @@
 #include "kernels/moda_attention.h"
 
 #include "kernels/dispatch.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/moda_tensor.h"
+#endif
 
 namespace fathom {
 
@@ -36,17 +39,28 @@ void check_slot(const char* op, const Tensor& buffer, int64_t slot, const Shape&
 
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
   check_slot("write_depth_slot", buffer, slot, x.shape());
-  FATHOM_CHECK(x.dtype() == buffer.dtype(), "write_depth_slot: ", describe(x), " into a ", dtype_name(buffer.dtype()),
-               " depth buffer");
-  if (common_device("write_depth_slot", {&buffer, &x}).is_cpu()) return cpu::write_depth_slot(buffer, slot, x);
+  // The one conversion a write makes: F32 activations into a BF16 depth buffer (the GPU's).
+  FATHOM_CHECK(x.dtype() == buffer.dtype() || (x.dtype() == DType::f32 && buffer.dtype() == DType::bf16),
+               "write_depth_slot: ", describe(x), " into a ", dtype_name(buffer.dtype()),
+               " depth buffer (the values must have its dtype, or be F32 into BF16)");
+  if (common_device("write_depth_slot", {&buffer, &x}).is_cpu())
+    return cpu::write_depth_slot(buffer, slot, x.to(buffer.dtype()));
+#ifdef FATHOM_WITH_CUDA
+  cuda::write_depth_slot(buffer, slot, x);
+#else
   no_cuda_kernel("write_depth_slot");
+#endif
 }
 
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot) {
   const Shape& b = buffer.shape();
   check_slot("read_depth_slot", buffer, slot, buffer.rank() == 5 ? Shape({b[0], b[1], b[3], b[4]}) : Shape());
   if (buffer.is_cpu()) return cpu::read_depth_slot(buffer, slot);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::read_depth_slot(buffer, slot);
+#else
   no_cuda_kernel("read_depth_slot");
+#endif
 }
 
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
@@ -54,7 +68,11 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
   check_shapes("moda_attention", q, k, v, depth);
   if (common_device("moda_attention", {&q, &k, &v, &depth.k, &depth.v}).is_cpu())
     return cpu::moda_attention_forward(q, k, v, depth, scale);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::moda_attention_forward(q, k, v, depth, scale);
+#else
   no_cuda_kernel("moda_attention");
+#endif
 }
 
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -63,11 +81,27 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   check_shapes("moda_attention_backward", q, k, v, depth);
   FATHOM_CHECK(grad_o.shape() == q.shape() && o.shape() == q.shape(),
                "moda_attention_backward: grad_o and o must have q's shape ", q.shape().str());
+  FATHOM_CHECK(grad_o.dtype() == q.dtype() && o.dtype() == q.dtype(), "moda_attention_backward: grad_o ",
+               describe(grad_o), " and o ", describe(o), " must have q's dtype ", dtype_name(q.dtype()));
+  const Shape lse_shape{q.dim(0), q.dim(2), q.dim(1)};
+  FATHOM_CHECK(lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), "moda_attention_backward: lse ",
+               describe(lse), " should be ", dtype_name(stats_dtype(q.dtype())), lse_shape.str());
   FATHOM_CHECK(d_depth_k.shape() == depth.k.shape() && d_depth_v.shape() == depth.v.shape(),
                "moda_attention_backward: depth gradient buffers must match the depth buffers ", depth.k.shape().str());
-  if (common_device("moda_attention_backward", {&grad_o, &q, &depth.k, &d_depth_k}).is_cpu())
+  // Several readers accumulate into the depth gradients: they are kept in the statistics dtype
+  // (F32 for BF16 values, the values' own dtype otherwise).
+  FATHOM_CHECK(d_depth_k.dtype() == stats_dtype(q.dtype()) && d_depth_v.dtype() == stats_dtype(q.dtype()),
+               "moda_attention_backward: depth gradient buffers ", describe(d_depth_k), ", ", describe(d_depth_v),
+               " must be ", dtype_name(stats_dtype(q.dtype())), " for ", dtype_name(q.dtype()), " inputs");
+  if (common_device("moda_attention_backward",
+                    {&grad_o, &q, &k, &v, &depth.k, &depth.v, &o, &lse, &d_depth_k, &d_depth_v})
+          .is_cpu())
     return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v);
+#else
   no_cuda_kernel("moda_attention_backward");
+#endif
 }
 
 }  // namespace fathom

@@ -4,6 +4,9 @@
 //   a_j = q_t . k_j * scale,  b_i = q_t . kd_{t,i} * scale.
 // Layouts: q [B, T, Hq, d]; k, v [B, T, Hk, d]; depth_k, depth_v [B, T, S, Hk, d] (token-major,
 // slot-minor); the softmax reads slots [slot_begin, slot_end). Query head h reads KV head h / G.
+// DTypes: q, k, v and the depth buffers share one dtype (F32/F64 on the CPU, BF16 on CUDA); lse and
+// the depth gradient buffers are in stats_dtype of it (F32 for BF16), as several readers add into them.
+// On CUDA the production kernel (group) runs; kernels/cuda/moda_tensor.h can pick another.
 #pragma once
 #include "core/tensor.h"
 #include "kernels/attention.h"
@@ -25,7 +28,8 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
                                        Tensor& d_depth_k, Tensor& d_depth_v);
 
-// Copies x [B, T, Hk, d] into slot `slot` of a depth buffer [B, T, S, Hk, d], and back out.
+// Copies x [B, T, Hk, d] into slot `slot` of a depth buffer [B, T, S, Hk, d], and back out. x has the
+// buffer's dtype, or is F32 into a BF16 buffer (converted, rounding to nearest even).
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
 

@@ -18,6 +18,7 @@ Attention::Attention(const ModelConfig& c)
       rope_theta_(c.rope_theta),
       rope_scaling_(c.rope_scaling),
       max_slots_(c.moda_max_slots),
+      reader_depth_keys_(c.moda_depth_key == "reader"),
       q_proj_(c.d_model, c.n_heads * c.head_dim(), linear_init(c)),
       k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
       v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
@@ -39,6 +40,8 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   Variable q = q_proj_.forward(x);
   Variable k = k_proj_.forward(x);
   Variable v = v_proj_.forward(x);
+  // With reader depth keys this layer's slot holds its raw K, before the k-norm and RoPE.
+  const Variable raw_k = reshape(k, {B, T, n_kv_heads_, head_dim_});
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
@@ -47,18 +50,26 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
+  // The CUDA attention kernels compute in bf16 with fp32 accumulation: F32 activations are cast
+  // for them and the output cast back (no-ops once activations are bf16).
+  const DType activations = q.dtype();
+  if (x.device().is_cuda()) {
+    q = cast(q, DType::bf16);
+    k = cast(k, DType::bf16);
+    v = cast(v, DType::bf16);
+  }
   Variable o;
   if (depth) {
     const int64_t end = depth->slots_written();
     const int64_t begin = max_slots_ > 0 ? std::max<int64_t>(0, end - max_slots_) : 0;
-    o = depth->attend(q, k, v, begin, end, scale);
-    if (write_kv) depth->write(end, k, v);
-  } else if (x.device().is_cuda() && q.dtype() == DType::f32) {
-    // The CUDA flash kernel computes in bf16 with fp32 accumulation.
-    o = cast(attention(cast(q, DType::bf16), cast(k, DType::bf16), cast(v, DType::bf16), scale), DType::f32);
+    DepthKeyNorm key_norm;
+    if (reader_depth_keys_ && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
+    o = depth->attend(q, k, v, begin, end, scale, key_norm);
+    if (write_kv) depth->write(end, reader_depth_keys_ ? raw_k : k, v);
   } else {
     o = attention(q, k, v, scale);
   }
+  o = cast(o, activations);
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
 }
 

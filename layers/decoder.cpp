@@ -37,7 +37,7 @@ Variable Decoder::forward(const Tensor& ids) const {
   std::unique_ptr<DepthStream> depth;
   if (config_.moda())
     depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
-                                          DType::f32, ids.device());
+                                          depth_dtype(ids.device()), ids.device());
   const int64_t L = int64_t(model_.layers.size());
   for (int64_t i = 0; i < L; ++i) h = model_.layers[size_t(i)]->forward(h, positions, depth.get(), i + 1 < L);
   h = model_.norm.forward(h);
@@ -55,9 +55,13 @@ std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelC
 // Every block but the last writes its slots: the last block's would have no reader.
 int64_t Decoder::depth_slots() const { return std::max<int64_t>(config_.n_layers - 1, 1) * config_.moda_slots_per_block(); }
 
-size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len) const {
+// The GPU's MoDA kernels read bf16 depth KV; the CPU reference computes in f32.
+DType Decoder::depth_dtype(Device device) { return device.is_cuda() ? DType::bf16 : DType::f32; }
+
+size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len, Device device) const {
   if (!config_.moda()) return 0;
-  return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) * sizeof(float);
+  return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) *
+         dtype_size(depth_dtype(device));
 }
 
 }  // namespace fathom

@@ -18,8 +18,10 @@ class Decoder : public Module {
   // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1.
   Variable forward(const Tensor& ids) const;
   const ModelConfig& config() const { return config_; }
-  // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] (0 without MoDA).
-  size_t depth_cache_bytes(int64_t batch, int64_t seq_len) const;
+  // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] on `device` (0 without MoDA).
+  size_t depth_cache_bytes(int64_t batch, int64_t seq_len, Device device = Device::cpu()) const;
+  // The dtype of the depth K/V values on `device`: BF16 on CUDA (the MoDA kernels' input), else F32.
+  static DType depth_dtype(Device device);
 
  private:
   // HF nests everything but lm_head under "model.".

@@ -9,17 +9,21 @@ DepthKVProjection::DepthKVProjection(const ModelConfig& c)
       head_dim_(c.head_dim()),
       rope_theta_(c.rope_theta),
       k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), ParameterInit::normal(c.init_std, c.init_cutoff)),
-      v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), ParameterInit::normal(c.init_std, c.init_cutoff)),
-      k_norm_(c.n_kv_heads * c.head_dim(), c.norm_eps) {
+      v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), ParameterInit::normal(c.init_std, c.init_cutoff)) {
   add_child("k_proj", k_proj_);
   add_child("v_proj", v_proj_);
-  add_child("k_norm", k_norm_);
+  if (c.moda_depth_key == "writer") {
+    k_norm_ = std::make_unique<RMSNorm>(c.n_kv_heads * c.head_dim(), c.norm_eps);
+    add_child("k_norm", *k_norm_);
+  }
 }
 
 void DepthKVProjection::write(DepthStream& stream, const Variable& x, const Tensor& positions) const {
   const int64_t B = x.dim(0), T = x.dim(1);
-  const Variable k = rope(reshape(k_norm_.forward(k_proj_.forward(x)), {B, T, n_kv_heads_, head_dim_}), positions,
-                          rope_theta_);
+  const Variable raw_k = k_proj_.forward(x);
+  const Variable k = k_norm_ ? rope(reshape(k_norm_->forward(raw_k), {B, T, n_kv_heads_, head_dim_}), positions,
+                                    rope_theta_)
+                             : reshape(raw_k, {B, T, n_kv_heads_, head_dim_});
   const Variable v = reshape(v_proj_.forward(x), {B, T, n_kv_heads_, head_dim_});
   stream.write(stream.slots_written(), k, v);
 }

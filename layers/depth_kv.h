@@ -1,7 +1,10 @@
 // A depth K/V writer for MoDA's FFN side (and the extra attention-side variant): k and v
-// projections of the sublayer input, the k through its own RMSNorm and the same RoPE rotation at
-// position t as attention keys, so all depth keys live in one space (DESIGN.md 3.2, depth_key: writer).
+// projections of the sublayer input. With moda.depth_key: writer the k goes through its own RMSNorm
+// and the same RoPE rotation at position t as attention keys, so all depth keys live in one space
+// (DESIGN.md 3.2); with reader it is written raw (the readers normalise) and there is no k-norm.
 #pragma once
+#include <memory>
+
 #include "autograd/depth_stream.h"
 #include "layers/linear.h"
 #include "layers/model_config.h"
@@ -19,7 +22,7 @@ class DepthKVProjection : public Module {
   int64_t n_kv_heads_, head_dim_;
   double rope_theta_;
   Linear k_proj_, v_proj_;
-  RMSNorm k_norm_;
+  std::unique_ptr<RMSNorm> k_norm_;  // writer keys only
 };
 
 }  // namespace fathom

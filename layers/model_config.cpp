@@ -47,12 +47,20 @@ void ModelConfig::validate() const {
   const auto& variants = moda_variants();
   FATHOM_CHECK(std::find(variants.begin(), variants.end(), moda_variant) != variants.end(),
                "moda.variant must be one of ", join_names(variants), "; got '", moda_variant, "'");
+  const auto& keys = moda_depth_keys();
+  FATHOM_CHECK(std::find(keys.begin(), keys.end(), moda_depth_key) != keys.end(), "moda.depth_key must be one of ",
+               join_names(keys), "; got '", moda_depth_key, "'");
   FATHOM_CHECK(moda_max_slots >= 0, "moda.max_slots must be >= 0 (0 reads every slot), got ", moda_max_slots);
 }
 
 const std::vector<std::string>& moda_variants() {
   static const std::vector<std::string> variants{"none", "attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"};
   return variants;
+}
+
+const std::vector<std::string>& moda_depth_keys() {
+  static const std::vector<std::string> keys{"writer", "reader"};
+  return keys;
 }
 
 int64_t ModelConfig::moda_slots_per_block() const {
@@ -90,8 +98,8 @@ int64_t parameter_count(const ModelConfig& c) {
   const int64_t qk_norms = c.qk_norm ? c.d_model + kv_width : 0;
   const int64_t block_norms = 2 * c.d_model;
   const int64_t swiglu = 3 * c.d_model * c.ffn_hidden;
-  // A depth K/V projection: k and v (d -> kv_width each) and the k-norm.
-  const int64_t depth_projection = 2 * c.d_model * kv_width + kv_width;
+  // A depth K/V projection: k and v (d -> kv_width each) and, with writer keys, the k-norm.
+  const int64_t depth_projection = 2 * c.d_model * kv_width + (c.moda_depth_key == "writer" ? kv_width : 0);
   const int64_t depth_projections = (c.moda_variant == "attn_kv+ffn_kv" ? 1 : 0) +
                                     (c.moda_variant == "extra_attn_kv+ffn_kv" ? 2 : 0);
   const int64_t per_layer = attention + qk_norms + block_norms + swiglu + depth_projections * depth_projection;

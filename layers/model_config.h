@@ -31,6 +31,10 @@ struct ModelConfig {
   //   projection of each FFN input), "extra_attn_kv+ffn_kv" (a separate attention-side projection).
   std::string moda_variant = "none";
   int64_t moda_max_slots = 0;  // 0: every earlier slot; S > 0: only the S most recent (bounded span)
+  // Which key a depth slot holds: "writer" (the K its writer used, after the writer's k-norm and
+  // RoPE at the slot's token) or "reader" (the raw projected K; every reader applies its own k-norm
+  // and no RoPE, as the MoDA authors' LM code does).
+  std::string moda_depth_key = "writer";
 
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
   bool moda() const { return moda_variant != "none"; }
@@ -40,7 +44,7 @@ struct ModelConfig {
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
   // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a valid
-  // rope_scaling, a known MoDA variant and moda_max_slots >= 0.
+  // rope_scaling, a known MoDA variant and depth key, and moda_max_slots >= 0.
   void validate() const;
 
   bool operator==(const ModelConfig&) const = default;
@@ -55,10 +59,13 @@ std::vector<std::string> model_size_names();
 
 // The MoDA variants, in the order of the paper's Table 3.
 const std::vector<std::string>& moda_variants();
+// The values of moda.depth_key: "writer", "reader".
+const std::vector<std::string>& moda_depth_keys();
 
 // Trainable parameters: embeddings, per layer q/k/v/o, the q/k norm weights (when qk_norm), two
 // norms and gate/up/down, MoDA's depth K/V projections and their k-norms; the final norm and the
-// lm_head (none of its own when tie_embeddings).
+// lm_head (none of its own when tie_embeddings). With reader depth keys the depth projections have
+// no k-norm (the readers normalise).
 int64_t parameter_count(const ModelConfig& config);
 
 }  // namespace fathom

@@ -8,6 +8,8 @@ class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps);
   Variable forward(const Variable& x) const;
+  const Variable& weight() const { return weight_; }
+  double eps() const { return eps_; }
 
  private:
   Variable weight_;

@@ -69,6 +69,8 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"depth_kv", "moda_variant"}},
       {.path = "moda.max_slots", .field = FIELD(model.moda_max_slots), .range = at_least(0),
        .aliases = {"depth_slots", "slots", "window"}},
+      {.path = "moda.depth_key", .field = FIELD(model.moda_depth_key), .choices = moda_depth_keys(),
+       .aliases = {"depth_keys", "key_source", "depth_key_source"}},
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,

@@ -149,7 +149,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
            (options.resume ? ", resumed at step " + std::to_string(state.step) : ""));
   if (recipe.model.moda())
     log_line("MoDA " + recipe.model.moda_variant + ": depth KV cache " +
-             std::to_string(model.depth_cache_bytes(B, T) >> 10) + " KiB per micro-batch");
+             std::to_string(model.depth_cache_bytes(B, T, device) >> 10) + " KiB per micro-batch");
 
   // MFU needs the device's peak; the CPU has no entry and shows none.
   double peak_flops = 0;

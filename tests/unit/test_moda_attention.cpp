@@ -137,6 +137,53 @@ TEST(ModaAttention, DepthStreamGradcheck) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Reader depth keys: the slots hold raw keys and each reader normalises them with its own weight;
+// the gradients reach the writers through the side buffer and the reader's weight as a normal input.
+TEST(ModaAttention, DepthStreamReaderKeysGradcheck) {
+  const int64_t B = 2, T = 4, Hq = 4, Hk = 2, d = 4;
+  auto f = [&](const std::vector<Variable>& in) {
+    DepthStream stream(B, T, 3, Hk, d, DType::f64, Device::cpu());
+    stream.write(0, in[3], in[4]);
+    Variable first = stream.attend(in[0], in[1], in[2], 0, 1, 0.5, DepthKeyNorm{in[5], 1e-6});
+    stream.write(1, scale(in[4], 0.6), in[3]);
+    // A reader that normalises with another weight, and one that reads the raw keys as stored.
+    Variable second = stream.attend(in[0], in[2], in[1], 0, 2, 0.5, DepthKeyNorm{scale(in[5], -1.3), 1e-6});
+    Variable third = stream.attend(in[0], in[1], in[2], 1, 2, 0.5);
+    return add(add(first, second), third);
+  };
+  const GradcheckResult r = gradcheck(
+      f, {random_tensor({B, T, Hq, d}, DType::f64, 1), random_tensor({B, T, Hk, d}, DType::f64, 2),
+          random_tensor({B, T, Hk, d}, DType::f64, 3), random_tensor({B, T, Hk, d}, DType::f64, 4),
+          random_tensor({B, T, Hk, d}, DType::f64, 5), random_tensor({Hk * d}, DType::f64, 6, 0.5, 1.5)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// The reader's norm is an RMSNorm over each token's full KV width of every slot.
+TEST(ModaAttention, ReaderKeysAreTheNormalisedRawKeys) {
+  const int64_t B = 1, T = 5, Hq = 2, Hk = 2, d = 4;
+  const Tensor q = random_tensor({B, T, Hq, d}, DType::f64, 1), k = random_tensor({B, T, Hk, d}, DType::f64, 2),
+               v = random_tensor({B, T, Hk, d}, DType::f64, 3), raw = random_tensor({B, T, Hk, d}, DType::f64, 4),
+               dv = random_tensor({B, T, Hk, d}, DType::f64, 5),
+               weight = random_tensor({Hk * d}, DType::f64, 6, 0.5, 1.5);
+  DepthStream reader(B, T, 1, Hk, d, DType::f64, Device::cpu());
+  reader.write(0, Variable(raw), Variable(dv));
+  const Tensor got = reader.attend(Variable(q), Variable(k), Variable(v), 0, 1, 0.5, DepthKeyNorm{Variable(weight), 1e-6})
+                         .value();
+  // The same keys normalised by hand and written as writer keys.
+  const std::vector<double> r = values(raw), w = values(weight);
+  std::vector<double> normed(r.size());
+  for (int64_t t = 0; t < T; ++t) {
+    double ms = 0;
+    for (int64_t i = 0; i < Hk * d; ++i) ms += r[size_t(t * Hk * d + i)] * r[size_t(t * Hk * d + i)];
+    const double rstd = 1 / std::sqrt(ms / double(Hk * d) + 1e-6);
+    for (int64_t i = 0; i < Hk * d; ++i) normed[size_t(t * Hk * d + i)] = r[size_t(t * Hk * d + i)] * rstd * w[size_t(i)];
+  }
+  DepthStream writer(B, T, 1, Hk, d, DType::f64, Device::cpu());
+  writer.write(0, Variable(Tensor::from_vector(normed, {B, T, Hk, d})), Variable(dv));
+  const Tensor want = writer.attend(Variable(q), Variable(k), Variable(v), 0, 1, 0.5).value();
+  expect_close(got, want, 1e-12, 1e-10, "o");
+}
+
 TEST(ModaAttention, BackwardIsDeterministic) {
   const Problem p = random_problem(2, 13, 8, 2, 8, 6, DType::f32, 8);
   const AttentionOutput out = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 6}, 0.3);
@@ -164,6 +211,17 @@ TEST(ModaAttention, BadInputsAreClearErrors) {
   Tensor buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::f32);
   expect_error([&] { write_depth_slot(buffer, 3, p.k); }, {"slot 3"});
   expect_error([&] { write_depth_slot(buffer, 0, p.q); }, {"does not match"});
+  expect_error([&] { write_depth_slot(buffer, 0, p.k.to(DType::f64)); }, {"write_depth_slot", "into a F32 depth buffer", "F32 into BF16"});
+  // F32 into a BF16 buffer converts; the slot reads back rounded to bf16.
+  Tensor bf16_buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::bf16);
+  write_depth_slot(bf16_buffer, 1, p.k);
+  EXPECT_EQ(read_depth_slot(bf16_buffer, 1).to(DType::f32).to_vector<float>(), p.k.to(DType::bf16).to(DType::f32).to_vector<float>());
+  // Depth gradients accumulate in the statistics dtype: F64 buffers for F64 inputs.
+  const AttentionOutput out = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 2}, 1.0);
+  Tensor ddk = Tensor::zeros(p.dk.shape(), DType::f64), ddv = Tensor::zeros(p.dv.shape(), DType::f64);
+  expect_error([&] { moda_attention_backward(p.q, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 2}, out.o, out.lse, 1.0, ddk, ddv); },
+               {"depth gradient buffers", "must be F32"});
+  expect_error([&] { DepthStream(1, 4, 2, 2, 8, DType::i32, Device::cpu()); }, {"depth stream", "I32"});
   DepthStream stream(1, 4, 2, 2, 8, DType::f32, Device::cpu());
   expect_error([&] { stream.attend(Variable(p.q), Variable(p.k), Variable(p.v), 0, 1, 1.0); }, {"only written slots"});
   expect_error([&] { stream.write(1, Variable(p.k), Variable(p.v)); }, {"in order"});

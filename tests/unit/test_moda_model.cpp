@@ -4,16 +4,24 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
+#include "optim/adamw.h"
 #include "tests/unit/model_test_helpers.h"
+#include "tests/unit/op_test_util.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
 
 using namespace fathom;
 
 namespace {
 
-ModelConfig moda_config(const std::string& variant, const std::string& norm = "post") {
+ModelConfig moda_config(const std::string& variant, const std::string& norm = "post",
+                        const std::string& depth_key = "writer") {
   ModelConfig c;
   c.d_model = 24;
   c.n_layers = 3;
@@ -23,6 +31,7 @@ ModelConfig moda_config(const std::string& variant, const std::string& norm = "p
   c.vocab_size = 31;
   c.norm = norm;
   c.moda_variant = variant;
+  c.moda_depth_key = depth_key;
   return c;
 }
 
@@ -49,7 +58,8 @@ TEST(ModaModel, VariantNoneIsPlainOlmo2BitForBit) {
 TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
   for (const std::string& variant : moda_variants()) {
     for (const char* norm : {"post", "pre"}) {
-      const ModelConfig c = moda_config(variant, norm);
+     for (const std::string& key : moda_depth_keys()) {
+      const ModelConfig c = moda_config(variant, norm, key);
       Decoder model(c);
       ParameterArena arena(model, Device::cpu());
       EXPECT_EQ(arena.numel(), parameter_count(c)) << variant << " " << norm;
@@ -58,15 +68,18 @@ TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
       auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
       const bool ffn = variant == "attn_kv+ffn_kv" || variant == "extra_attn_kv+ffn_kv";
       EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_proj.weight"), ffn) << variant;
-      EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_norm.weight"), ffn) << variant;
+      // Reader keys are normalised by each reader, so the writers have no k-norm of their own.
+      EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_norm.weight"), ffn && key == "writer") << variant << " " << key;
       EXPECT_EQ(has("model.layers.1.self_attn.depth_kv.v_proj.weight"), variant == "extra_attn_kv+ffn_kv") << variant;
+     }
     }
   }
 }
 
 TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
   for (const std::string variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
-    const ModelConfig c = moda_config(variant);
+   for (const std::string& key : moda_depth_keys()) {
+    const ModelConfig c = moda_config(variant, "post", key);
     const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
     const std::vector<float> with_depth = logits_of(c, ids, 9);
     ModelConfig without = c;
@@ -78,7 +91,132 @@ TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
     changed.data<int32_t>()[9] = (changed.data<int32_t>()[9] + 1) % int32_t(c.vocab_size);
     const std::vector<float> after = logits_of(c, changed, 9);
     for (int64_t i = 0; i < 9 * c.vocab_size; ++i) ASSERT_EQ(with_depth[size_t(i)], after[size_t(i)]) << variant;
+   }
   }
+}
+
+// attn_kv has the same parameters with either depth key: same weights, different operator.
+TEST(ModaModel, ReaderKeysDifferFromWriterKeys) {
+  for (const char* norm : {"post", "pre"}) {
+    const ModelConfig writer = moda_config("attn_kv", norm, "writer");
+    const ModelConfig reader = moda_config("attn_kv", norm, "reader");
+    const Tensor ids = ids_for(2, 8, writer.vocab_size, 4);
+    const std::vector<float> w = logits_of(writer, ids, 6), r = logits_of(reader, ids, 6);
+    ASSERT_EQ(w.size(), r.size());
+    double diff = 0, norm2 = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      diff += (double(w[i]) - r[i]) * (double(w[i]) - r[i]);
+      norm2 += double(w[i]) * w[i];
+    }
+    EXPECT_GT(std::sqrt(diff / norm2), 1e-4) << norm;
+  }
+}
+
+TEST(ModaModel, BadDepthKeyIsAClearError) {
+  ModelConfig c = moda_config("attn_kv");
+  c.moda_depth_key = "both";
+  fathom::testing::expect_error([&] { c.validate(); }, {"moda.depth_key", "writer, reader", "'both'"});
+  fathom::testing::expect_error([&] { Decoder model(c); }, {"moda.depth_key"});
+  const std::string recipe =
+      "model: {d_model: 24, n_layers: 3, n_heads: 6, vocab_size: 31, ffn_hidden: 40}\n"
+      "moda: {variant: attn_kv, depth_key: readers}\n"
+      "data: {train: [x.txt]}\ntrain: {batch_size: 1, seq_len: 8, steps: 1, optimizer: {lr: 1.0e-3}}\n";
+  fathom::testing::expect_error([&] { parse_recipe(recipe, "r.yaml"); }, {"moda.depth_key", "readers", "reader"});
+}
+
+// Gradients through a stack of MoDA blocks in f64 with reader keys: d/dx by gradcheck; the readers'
+// k-norm weight (it also normalises their own keys) and an FFN writer's k projection (its raw K is
+// what the readers normalise) by central differences against backward().
+TEST(ModaModel, ReaderKeysGradcheckThroughTheBlocks) {
+  using fathom::test::random_tensor;
+  for (const char* norm : {"post", "pre"}) {
+    ModelConfig c = moda_config("attn_kv+ffn_kv", norm, "reader");
+    c.d_model = 12;  // 6 query heads, 2 KV heads (G = 3) of dim 2
+    c.ffn_hidden = 16;
+    const int64_t B = 2, T = 5, L = 3;
+    std::vector<std::unique_ptr<Block>> blocks;
+    uint64_t seed = 100;
+    std::vector<Parameter> params;
+    for (int64_t i = 0; i < L; ++i) {
+      blocks.push_back(std::make_unique<Block>(c));
+      for (Parameter& p : blocks.back()->parameters()) {
+        const bool gain = p.init.kind == ParameterInit::Kind::constant;
+        p.var.value() = random_tensor(p.var.shape(), DType::f64, seed++, gain ? 0.5 : -0.6, gain ? 1.5 : 0.6);
+        p.name = "layers." + std::to_string(i) + "." + p.name;
+        params.push_back(p);
+      }
+    }
+    const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
+    auto run = [&](const Variable& x) {
+      DepthStream stream(B, T, (L - 1) * c.moda_slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
+                         Device::cpu());
+      Variable h = x;
+      for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, positions, &stream, i + 1 < L);
+      return h;
+    };
+    const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
+    const GradcheckResult r = gradcheck([&](const std::vector<Variable>& in) { return run(in[0]); }, {x});
+    EXPECT_TRUE(r.ok) << norm << ": " << r.message;
+
+    const Tensor w = random_tensor({B, T, c.d_model}, DType::f64, 8);
+    auto loss = [&]() {
+      NoGrad no_grad;
+      const std::vector<double> y = fathom::test::values(run(Variable(x)).value()), wv = fathom::test::values(w);
+      double l = 0;
+      for (size_t i = 0; i < y.size(); ++i) l += y[i] * wv[i];
+      return l;
+    };
+    for (Parameter& p : params) p.var.set_grad(Tensor());
+    backward(run(Variable(x)), w);
+    for (const char* name : {"layers.2.self_attn.k_norm.weight", "layers.0.mlp.depth_kv.k_proj.weight"}) {
+      const auto it = std::find_if(params.begin(), params.end(), [&](const Parameter& p) { return p.name == name; });
+      ASSERT_NE(it, params.end()) << name;
+      const std::vector<double> analytic = fathom::test::values(it->var.grad());
+      double* values = it->var.value().data<double>();
+      for (int64_t e : {int64_t(0), it->var.shape().numel() / 2, it->var.shape().numel() - 1}) {
+        const double saved = values[e], eps = 1e-6;
+        values[e] = saved + eps;
+        const double up = loss();
+        values[e] = saved - eps;
+        const double down = loss();
+        values[e] = saved;
+        const double numeric = (up - down) / (2 * eps);
+        EXPECT_NEAR(analytic[size_t(e)], numeric, 1e-6 + 1e-4 * std::abs(numeric)) << norm << " " << name << "[" << e << "]";
+      }
+    }
+  }
+}
+
+// A reader-key model through a checkpoint: the recipe keeps moda.depth_key, the weights load into a
+// model built from the saved recipe, and its logits are the original's bit for bit.
+TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
+  fathom::testing::ScratchFolder dir;
+  const Recipe recipe = parse_recipe(
+      "model: {d_model: 24, n_layers: 3, n_heads: 6, n_kv_heads: 2, vocab_size: 31, ffn_hidden: 40}\n"
+      "moda: {variant: attn_kv+ffn_kv, depth_key: reader}\n"
+      "data: {train: [x.txt]}\ntrain: {batch_size: 1, seq_len: 8, steps: 1, optimizer: {lr: 1.0e-3}}\n",
+      "reader.yaml");
+  ASSERT_EQ(recipe.model.moda_depth_key, "reader");
+  Decoder model(recipe.model);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(21);
+  const Tensor ids = ids_for(2, 7, recipe.model.vocab_size, 5);
+  const std::vector<float> before = model.forward(ids).value().to_vector<float>();
+  save_checkpoint(dir.path(), 1, CheckpointData{arena.named_values(), {}, "{}", recipe_to_yaml(recipe)}, 1);
+
+  const CheckpointData loaded = load_checkpoint(dir.path());
+  const Recipe again = parse_recipe(loaded.recipe_yaml, "checkpoint recipe.yaml");
+  EXPECT_EQ(again.model, recipe.model);
+  Decoder restored(again.model);
+  ParameterArena restored_arena(restored, Device::cpu());
+  restored_arena.load(loaded.model, "checkpoint");
+  EXPECT_EQ(restored.forward(ids).value().to_vector<float>(), before);
+  // A writer-key model has the FFN writers' k-norms: the reader checkpoint does not fit it.
+  ModelConfig writer = again.model;
+  writer.moda_depth_key = "writer";
+  Decoder other(writer);
+  ParameterArena other_arena(other, Device::cpu());
+  fathom::testing::expect_error([&] { other_arena.load(loaded.model, "checkpoint"); }, {"missing tensor", "k_norm"});
 }
 
 TEST(ModaModel, MaxSlotsCoveringEverySlotEqualsUnbounded) {

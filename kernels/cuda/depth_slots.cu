@@ -1,0 +1,67 @@
+// MoDA depth-slot copies on CUDA: a slot of a depth buffer [B, T, S, Hk, d] is B*T rows of Hk*d
+// elements strided by S*Hk*d. A write converts F32 activations into a BF16 buffer on the way (the
+// GPU's depth stream holds bf16 values); a read returns the slot in the buffer's dtype.
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/moda_tensor.h"
+#include "kernels/cuda/runtime.h"
+
+namespace fathom::cuda {
+
+namespace {
+
+// dst[row, col] = src[row, col] over rows * width elements, the two sides with their own row
+// strides (in elements).
+template <typename From, typename To>
+__global__ void strided_rows_kernel(const From* src, int64_t src_stride, To* dst, int64_t dst_stride, int64_t rows,
+                                    int64_t width) {
+  const int64_t n = rows * width;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / width, col = i - row * width;
+    dst[row * dst_stride + col] = from_float<To>(to_float(src[row * src_stride + col]));
+  }
+}
+
+template <typename From, typename To>
+void copy_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, int64_t rows, int64_t width,
+               cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  strided_rows_kernel<From, To><<<grid_for(rows * width, kThreads), kThreads, 0, stream>>>(
+      static_cast<const From*>(src), src_stride, static_cast<To*>(dst), dst_stride, rows, width);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Runs f<T>() for the element type of an F32 or BF16 tensor.
+template <typename F>
+void dispatch_slot_dtype(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::f32) return f.template operator()<float>();
+  if (dtype == DType::bf16) return f.template operator()<__nv_bfloat16>();
+  FATHOM_FAIL(op, ": CUDA depth buffers are F32 or BF16, got ", dtype_name(dtype));
+}
+
+}  // namespace
+
+void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
+  const int64_t rows = x.dim(0) * x.dim(1), width = x.dim(2) * x.dim(3), S = buffer.dim(2);
+  if (rows * width == 0) return;
+  char* dst = static_cast<char*>(buffer.raw()) + size_t(slot * width) * dtype_size(buffer.dtype());
+  dispatch_slot_dtype("write_depth_slot", x.dtype(), [&]<typename From>() {
+    dispatch_slot_dtype("write_depth_slot", buffer.dtype(), [&]<typename To>() {
+      copy_rows<From, To>(x.raw(), width, dst, S * width, rows, width, stream_for(buffer.device()));
+    });
+  });
+}
+
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot) {
+  const int64_t S = buffer.dim(2);
+  Tensor x = Tensor::empty({buffer.dim(0), buffer.dim(1), buffer.dim(3), buffer.dim(4)}, buffer.dtype(),
+                           buffer.device());
+  const int64_t rows = x.dim(0) * x.dim(1), width = x.dim(2) * x.dim(3);
+  if (rows * width == 0) return x;
+  const char* src = static_cast<const char*>(buffer.raw()) + size_t(slot * width) * dtype_size(buffer.dtype());
+  dispatch_slot_dtype("read_depth_slot", buffer.dtype(), [&]<typename T>() {
+    copy_rows<T, T>(src, S * width, x.raw(), width, rows, width, stream_for(buffer.device()));
+  });
+  return x;
+}
+
+}  // namespace fathom::cuda

@@ -1,0 +1,23 @@
+// MoDA on CUDA at the Tensor level (what kernels/moda_attention.cpp dispatches to): argument checks,
+// output and workspace allocation from the device's allocator, and the launch on the device's
+// current stream. The attention kernels are the launchers of kernels/cuda/moda_attention.h.
+//   q, k, v, o, grad_o, dq, dk, dv, depth k/v: BF16; lse and the depth gradient buffers: F32.
+#pragma once
+#include "kernels/cuda/moda_attention.h"
+#include "kernels/moda_attention.h"
+
+namespace fathom::cuda {
+
+AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
+                                       double scale, ModaKernel kernel = ModaKernel::group);
+// Adds the depth gradients of slots [depth.begin, depth.end) into d_depth_k and d_depth_v.
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v, ModaKernel kernel = ModaKernel::group);
+
+// Slot copies (kernels/cuda/depth_slots.cu). write: x of the buffer's dtype, or F32 into BF16
+// (rounded to nearest even); buffers F32 or BF16. read: returns the slot in the buffer's dtype.
+void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+
+}  // namespace fathom::cuda

@@ -1,0 +1,218 @@
+// MoDA models on the GPU against the CPU reference: depth-slot copies, a tiny model's forward and
+// backward for every variant, norm placement and depth key, and a 20-step loss curve. The GPU
+// computes attention (sequence and depth) in bf16 with fp32 accumulation and keeps the depth
+// values in bf16, so results agree within bf16 tolerance (DESIGN.md section 7).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "kernels/moda_attention.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/training_losses.h"
+#include "tests/unit/test_support.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+// Head dim 64 (what the MoDA CUDA kernels support: 64 and 128) and G = 3 (the paper's small models).
+ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
+  ModelConfig c;
+  c.d_model = 384;
+  c.n_layers = 3;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.ffn_hidden = 256;
+  c.vocab_size = 96;
+  c.norm = norm;
+  c.moda_variant = variant;
+  c.moda_depth_key = depth_key;
+  return c;
+}
+
+Tensor token_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
+  return random_ints({B, T}, vocab, seed, DType::i32);
+}
+
+struct StepResult {
+  Tensor logits;  // on the host
+  double loss = 0;
+  TensorMap grads;  // per parameter, on the host
+};
+
+// One forward and backward of `config` with the arena initialised from `seed` on `device`.
+StepResult forward_backward(const ModelConfig& config, const Tensor& ids, const Tensor& targets, Device device) {
+  Decoder model(config);
+  ParameterArena arena(model, device);
+  arena.initialise(17);
+  arena.zero_grad();
+  const Variable logits = model.forward(ids.to(device));
+  const int64_t rows = ids.numel();
+  LossParts loss = cross_entropy(reshape(logits, {rows, config.vocab_size}), targets.to(device).view({rows}), 1e-5);
+  backward(loss.loss);
+  StepResult r{logits.value().to(DType::f32).to(Device::cpu()), loss.ce, {}};
+  for (const ArenaEntry& e : arena.entries()) r.grads.emplace_back(e.name, e.var.grad().to(Device::cpu()));
+  return r;
+}
+
+std::string test_name(std::string s) {
+  std::replace(s.begin(), s.end(), '+', '_');
+  return s;
+}
+
+}  // namespace
+
+// Slot copies on the GPU equal the CPU's bit for bit: a bf16 buffer filled from f32 activations
+// (rounded on the way) and from bf16 ones, an f32 buffer (the gradient side buffers), and slots
+// that were not written stay zero. Odd sizes, so no row is a multiple of a pack.
+TEST(GpuModaModel, DepthSlotWriteAndReadMatchTheCpu) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t B = 2, T = 37, S = 5, Hk = 3, d = 6;
+  for (DType buffer_dtype : {DType::bf16, DType::f32}) {
+    Tensor cpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype);
+    Tensor gpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype, kGpu);
+    const Tensor f32_slot = random_tensor({B, T, Hk, d}, DType::f32, 3);
+    const Tensor own_slot = random_tensor({B, T, Hk, d}, buffer_dtype, 4);
+    write_depth_slot(cpu, 1, f32_slot);
+    write_depth_slot(gpu, 1, f32_slot.to(kGpu));
+    write_depth_slot(cpu, 4, own_slot);
+    write_depth_slot(gpu, 4, own_slot.to(kGpu));
+    EXPECT_TRUE(bitwise_equal(gpu, cpu)) << dtype_name(buffer_dtype) << " buffer";
+    for (int64_t slot = 0; slot < S; ++slot) {
+      const Tensor got = read_depth_slot(gpu, slot);
+      EXPECT_EQ(got.dtype(), buffer_dtype);
+      EXPECT_TRUE(got.device() == kGpu);
+      EXPECT_TRUE(bitwise_equal(got, read_depth_slot(cpu, slot))) << dtype_name(buffer_dtype) << " slot " << slot;
+    }
+    EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu, 1), f32_slot.to(buffer_dtype)));
+    EXPECT_EQ(values(read_depth_slot(gpu, 2)), std::vector<double>(size_t(B * T * Hk * d), 0.0));
+  }
+  // Only F32 converts, and only into BF16.
+  Tensor bf16_buffer = Tensor::zeros({B, T, S, Hk, d}, DType::bf16, kGpu);
+  fathom::testing::expect_error(
+      [&] { write_depth_slot(bf16_buffer, 0, random_tensor({B, T, Hk, d}, DType::f16, 5).to(kGpu)); },
+      {"write_depth_slot", "F16"});
+}
+
+// The Tensor-level dispatch (kernels/moda_attention.cpp -> kernels/cuda/moda_tensor.cpp, group
+// kernel) against the CPU reference: o, lse, dq, dk, dv, and the depth gradients ADDED into
+// pre-filled f32 buffers, with slots outside the read range left exactly as they were.
+TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t B = 2, T = 45, Hq = 6, Hk = 2, d = 64, S = 5, begin = 1, end = 4;
+  const double scale = 0.125;
+  const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, 1), k = random_input({B, T, Hk, d}, DType::bf16, 2),
+                 v = random_input({B, T, Hk, d}, DType::bf16, 3), dk = random_input({B, T, S, Hk, d}, DType::bf16, 4),
+                 dv = random_input({B, T, S, Hk, d}, DType::bf16, 5), grad_o = random_input({B, T, Hq, d}, DType::bf16, 6);
+  const AttentionOutput cpu = moda_attention_forward(q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end}, scale);
+  const AttentionOutput gpu = moda_attention_forward(q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, scale);
+  EXPECT_EQ(gpu.o.dtype(), DType::bf16);
+  EXPECT_EQ(gpu.lse.dtype(), DType::f32);
+  EXPECT_GPU_CLOSE(gpu.o, cpu.o, DType::bf16, "o");
+  EXPECT_LE(relative_l2(gpu.lse, cpu.lse), 1e-3) << "lse";
+
+  const Tensor prefill_k = random_tensor({B, T, S, Hk, d}, DType::f32, 7), prefill_v = random_tensor({B, T, S, Hk, d}, DType::f32, 8);
+  Tensor cpu_ddk = prefill_k.clone(), cpu_ddv = prefill_v.clone();
+  Tensor gpu_ddk = prefill_k.to(kGpu), gpu_ddv = prefill_v.to(kGpu);
+  const AttentionGrads cg = moda_attention_backward(grad_o.cpu, q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end},
+                                                    cpu.o, cpu.lse, scale, cpu_ddk, cpu_ddv);
+  const AttentionGrads gg = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end},
+                                                    gpu.o, gpu.lse, scale, gpu_ddk, gpu_ddv);
+  EXPECT_GPU_CLOSE(gg.dq, cg.dq, DType::bf16, "dq");
+  EXPECT_GPU_CLOSE(gg.dk, cg.dk, DType::bf16, "dk");
+  EXPECT_GPU_CLOSE(gg.dv, cg.dv, DType::bf16, "dv");
+  for (int64_t slot = 0; slot < S; ++slot) {
+    const std::string what = "slot " + std::to_string(slot);
+    if (slot >= begin && slot < end) {
+      // Compare the added gradients alone, so the prefill does not hide an error.
+      Tensor want_k = read_depth_slot(cpu_ddk, slot), want_v = read_depth_slot(cpu_ddv, slot);
+      Tensor got_k = read_depth_slot(gpu_ddk, slot).to(Device::cpu()), got_v = read_depth_slot(gpu_ddv, slot).to(Device::cpu());
+      const std::vector<double> base_k = values(read_depth_slot(prefill_k, slot)), base_v = values(read_depth_slot(prefill_v, slot));
+      std::vector<double> wk = values(want_k), wv = values(want_v), gk = values(got_k), gv = values(got_v);
+      for (size_t i = 0; i < wk.size(); ++i) {
+        wk[i] -= base_k[i];
+        gk[i] -= base_k[i];
+        wv[i] -= base_v[i];
+        gv[i] -= base_v[i];
+      }
+      const Shape shape = want_k.shape();
+      EXPECT_GPU_CLOSE(Tensor::from_vector(gk, shape), Tensor::from_vector(wk, shape), DType::bf16, what + " depth dk");
+      EXPECT_GPU_CLOSE(Tensor::from_vector(gv, shape), Tensor::from_vector(wv, shape), DType::bf16, what + " depth dv");
+    } else {
+      EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu_ddk, slot), read_depth_slot(prefill_k, slot))) << what;
+      EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu_ddv, slot), read_depth_slot(prefill_v, slot))) << what;
+    }
+  }
+  // The CUDA kernels take bf16 values and f32 depth gradients; anything else is a clear error.
+  const Tensor q32 = q.cpu.to(kGpu), k32 = k.cpu.to(kGpu), v32 = v.cpu.to(kGpu), dk32 = dk.cpu.to(kGpu),
+               dv32 = dv.cpu.to(kGpu);
+  fathom::testing::expect_error(
+      [&] { moda_attention_forward(q32, k32, v32, DepthSlots{dk32, dv32, begin, end}, scale); }, {"q", "must be BF16"});
+  Tensor bf16_ddk = gpu_ddk.to(DType::bf16), bf16_ddv = gpu_ddv.to(DType::bf16);
+  fathom::testing::expect_error(
+      [&] {
+        moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, gpu.o, gpu.lse,
+                                scale, bf16_ddk, bf16_ddv);
+      },
+      {"depth gradient buffers", "must be F32"});
+}
+
+// Forward and backward of a tiny MoDA decoder on the GPU against the CPU, for every variant, both
+// norm placements and both depth keys: logits, loss, and each parameter's gradient (the depth
+// projections' gradients arrive only through the depth stream's side buffers and write nodes).
+TEST(GpuModaModel, TinyModelForwardBackwardMatchesTheCpu) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t B = 2, T = 45;  // T not a multiple of any tile
+  for (const char* variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
+    for (const char* norm : {"post", "pre"}) {
+      for (const std::string& key : moda_depth_keys()) {
+        const ModelConfig c = tiny_moda(variant, norm, key);
+        const std::string what = test_name(variant) + "/" + norm + "/" + key;
+        const Tensor ids = token_ids(B, T, c.vocab_size, 1), targets = token_ids(B, T, c.vocab_size, 2);
+        const StepResult cpu = forward_backward(c, ids, targets, Device::cpu());
+        const StepResult gpu = forward_backward(c, ids, targets, kGpu);
+        EXPECT_GPU_CLOSE(gpu.logits, cpu.logits, DType::bf16, what + " logits");
+        EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * cpu.loss) << what << " loss";
+        ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+        for (size_t i = 0; i < cpu.grads.size(); ++i) {
+          // Per parameter, a little looser than one op's bf16 tolerance: the gradients pass through
+          // every layer's bf16 attention backward.
+          const double err = relative_l2(gpu.grads[i].second, cpu.grads[i].second);
+          EXPECT_LE(err, 3e-2) << what << " gradient of " << cpu.grads[i].first;
+        }
+      }
+    }
+  }
+}
+
+// The depth stream on the GPU holds bf16 values (half the bytes of the CPU's f32).
+TEST(GpuModaModel, DepthCacheIsBf16OnTheGpu) {
+  FATHOM_REQUIRE_GPU();
+  const ModelConfig c = tiny_moda("attn_kv+ffn_kv", "post", "writer");
+  Decoder model(c);
+  EXPECT_EQ(Decoder::depth_dtype(kGpu), DType::bf16);
+  EXPECT_EQ(2 * model.depth_cache_bytes(4, 64, kGpu), model.depth_cache_bytes(4, 64, Device::cpu()));
+}
+
+// The default variant trained 20 steps on the GPU and on the CPU from the same init and data: the
+// loss curves agree within bf16 tolerance, and the loss falls.
+TEST(GpuModaModel, TwentyStepsMatchTheCpuLossCurve) {
+  FATHOM_REQUIRE_GPU();
+  fathom::testing::ScratchFolder dir;
+  const std::string model =
+      "model: {d_model: 192, n_layers: 3, n_heads: 3, n_kv_heads: 1, ffn_hidden: 256, vocab_size: 264}\n"
+      "moda: {variant: attn_kv+ffn_kv}\n";
+  const std::vector<double> cpu = tiny_training_losses(dir / "cpu", "cpu", model);
+  const std::vector<double> gpu = tiny_training_losses(dir / "gpu", "cuda", model);
+  ASSERT_EQ(cpu.size(), 20u);
+  ASSERT_EQ(gpu.size(), 20u);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 2e-2 * cpu[i]) << "step " << i + 1;
+  EXPECT_LT(gpu.back(), gpu.front() - 0.5);
+}
