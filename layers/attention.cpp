@@ -53,9 +53,6 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
     const int64_t begin = max_slots_ > 0 ? std::max<int64_t>(0, end - max_slots_) : 0;
     o = depth->attend(q, k, v, begin, end, scale);
     if (write_kv) depth->write(end, k, v);
-  } else if (x.device().is_cuda() && q.dtype() == DType::f32) {
-    // The CUDA flash kernel computes in bf16 with fp32 accumulation.
-    o = cast(attention(cast(q, DType::bf16), cast(k, DType::bf16), cast(v, DType::bf16), scale), DType::f32);
   } else {
     o = attention(q, k, v, scale);
   }

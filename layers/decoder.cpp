@@ -35,13 +35,25 @@ Variable Decoder::forward(const Tensor& ids) const {
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   Variable h = model_.embed_tokens.forward(ids);
   std::unique_ptr<DepthStream> depth;
-  if (config_.moda())
+  if (config_.moda())  // the depth K/V live in the activations' dtype
     depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
-                                          DType::f32, ids.device());
+                                          h.dtype(), ids.device());
   const int64_t L = int64_t(model_.layers.size());
-  for (int64_t i = 0; i < L; ++i) h = model_.layers[size_t(i)]->forward(h, positions, depth.get(), i + 1 < L);
+  for (int64_t i = 0; i < L; ++i) {
+    const Block* block = model_.layers[size_t(i)].get();
+    if (block_recompute_)
+      h = checkpoint([block, positions](const Variable& x) { return block->forward(x, positions); }, h);
+    else
+      h = block->forward(h, positions, depth.get(), i + 1 < L);
+  }
   h = model_.norm.forward(h);
   return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
+}
+
+void Decoder::set_block_recompute(bool on) {
+  FATHOM_CHECK(!on || !config_.moda(), "block recompute is not supported with MoDA (moda.variant ",
+               config_.moda_variant, "): a block's depth K/V writes outlive its forward; use train.recompute: none");
+  block_recompute_ = on;
 }
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
@@ -55,9 +67,9 @@ std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelC
 // Every block but the last writes its slots: the last block's would have no reader.
 int64_t Decoder::depth_slots() const { return std::max<int64_t>(config_.n_layers - 1, 1) * config_.moda_slots_per_block(); }
 
-size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len) const {
+size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len, size_t element_bytes) const {
   if (!config_.moda()) return 0;
-  return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) * sizeof(float);
+  return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) * element_bytes;
 }
 
 }  // namespace fathom
