@@ -84,8 +84,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const Device device = resolve_device(recipe.train.device);
   const int threads = configure_threads(recipe.train.threads);
   const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
-  // Mixed precision is a GPU mode; the CPU always computes in fp32 (its kernels are the reference).
-  const bool mixed = device.is_cuda() && recipe.train.precision == "bf16";
+  const bool mixed = uses_mixed_precision(recipe.train.precision, device);
   const bool recompute = recipe.train.recompute == "block";
   const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute};
   const MemoryPlan memory_plan = plan_training_memory(plan_input);

@@ -9,6 +9,7 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
+#include "train/device_select.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
 
@@ -113,4 +114,10 @@ TEST(AdamWComputeCopy, CpuReferenceWritesRoundedRangesOnly) {
     const bool inside = (i >= 10 && i < 700) || i >= 900;
     ASSERT_EQ(got[size_t(i)], inside ? want[size_t(i)] : 7.0f) << "element " << i;
   }
+}
+
+TEST(MixedPrecisionArena, OnlyBf16OnAGpuIsMixed) {
+  EXPECT_TRUE(uses_mixed_precision("bf16", Device::cuda(0)));
+  EXPECT_FALSE(uses_mixed_precision("fp32", Device::cuda(0)));
+  EXPECT_FALSE(uses_mixed_precision("bf16", Device::cpu())) << "the CPU always computes in fp32";
 }
