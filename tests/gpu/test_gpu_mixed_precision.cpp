@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
@@ -12,7 +13,10 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
+#include "train/checkpoint.h"
+#include "train/evaluator.h"
 #include "train/recipe.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/test_support.h"
@@ -191,4 +195,43 @@ TEST(GpuMixedPrecision, TrainerRefusesARunThatCannotFitBeforeAllocating) {
                                 {"training needs about", "on cuda:0 but only", "lower train.batch_size (now 256",
                                  "set train.recompute: block"});
   EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+TEST(GpuMixedPrecision, ResumeAndEvalRebuildTheBf16CopyFromTheSavedMasters) {
+  // Checkpoints hold the fp32 masters only: a resumed run and `fathom eval` rebuild the bf16 copy
+  // from them and must get exactly what the uninterrupted run had.
+  FATHOM_REQUIRE_GPU();
+  fathom::testing::ScratchFolder dir;
+  const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart";
+  auto recipe = [&](const std::string& run) {
+    return parse_recipe(
+        "name: resume\n"
+        "model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 96, vocab_size: 264}\n"
+        "data: {tokenizer: bytes, train: [" + corpus + "/train/sotu_2009-2019.txt], validation: {moby: [" + corpus +
+            "/validation/moby_dick.txt]}}\n"
+        "train: {device: cuda, batch_size: 4, seq_len: 64, steps: 6, optimizer: {lr: 3.0e-3}}\n"
+        "eval: {every: 0, batches: 2}\n"
+        "log: {every: 1, dir: " + (dir / run).string() + "}\n",
+        "resume.yaml");
+  };
+  TrainOptions options;
+  options.quiet = true;
+  const TrainResult straight = run_training(recipe("straight"), options);
+  request_stop();  // as SIGINT would: step 1, a checkpoint, return
+  const TrainResult stopped = run_training(recipe("resumed"), options);
+  clear_stop_request();
+  ASSERT_EQ(stopped.steps_done, 1);
+  options.resume = true;
+  const TrainResult resumed = run_training(recipe("resumed"), options);
+  EXPECT_EQ(resumed.last_loss, straight.last_loss);
+  const TensorMap a = load_checkpoint(*latest_checkpoint(dir / "straight")).model;
+  const TensorMap b = load_checkpoint(*latest_checkpoint(dir / "resumed")).model;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bitwise_equal(a[i].second, b[i].second)) << a[i].first;
+
+  std::ostringstream out;
+  run_evaluation(recipe("straight"), (dir / "straight").string(), out);
+  char want[64];
+  std::snprintf(want, sizeof want, "loss %.4f", straight.validation_loss.at("moby"));
+  EXPECT_NE(out.str().find(want), std::string::npos) << out.str() << " vs the trainer's " << want;
 }
