@@ -20,4 +20,16 @@ class NoGrad {
   bool previous_;
 };
 
+// Turns recording on for a scope, e.g. inside a node's backward that re-runs a forward (checkpoint).
+class EnableGrad {
+ public:
+  EnableGrad() : previous_(GradMode::enabled()) { GradMode::set_enabled(true); }
+  ~EnableGrad() { GradMode::set_enabled(previous_); }
+  EnableGrad(const EnableGrad&) = delete;
+  EnableGrad& operator=(const EnableGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace fathom

@@ -9,19 +9,25 @@ namespace {
 
 class LinearNode final : public Node {
  public:
-  LinearNode(Tensor x2d, Tensor weight, Shape x_shape)
-      : x2d_(std::move(x2d)), weight_(std::move(weight)), x_shape_(x_shape) {}
+  LinearNode(Tensor x2d, Tensor weight, Shape x_shape, Tensor weight_grad)
+      : x2d_(std::move(x2d)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     const Tensor dy = grad_output.view({grad_output.shape().rows(), grad_output.dim(-1)});
     Tensor dx, dweight;
     if (needs_input_grad(0)) dx = matmul(dy, false, weight_, false).view(x_shape_);  // dy W
-    if (needs_input_grad(1)) dweight = matmul(dy, true, x2d_, false);                // dy^T x
+    if (needs_input_grad(1)) {
+      if (weight_grad_.defined())
+        matmul(dy, true, x2d_, false, weight_grad_, 1.0, 1.0);  // dy^T x added into the fp32 arena
+      else
+        dweight = matmul(dy, true, x2d_, false);  // dy^T x
+    }
     return {dx, dweight};
   }
   void release_saved() override {
     x2d_ = Tensor();
     weight_ = Tensor();
+    weight_grad_ = Tensor();
   }
   const char* name() const override { return "linear"; }
 
@@ -29,6 +35,9 @@ class LinearNode final : public Node {
   Tensor x2d_;     // kept only when the weight needs a gradient
   Tensor weight_;  // kept only when x needs a gradient
   Shape x_shape_;
+  // Mixed precision: the weight's F32 gradient, which the bf16 GEMM accumulates into directly (no
+  // weight-sized temporary, and fp32 accumulation across micro-batches and tied uses).
+  Tensor weight_grad_;
 };
 
 }  // namespace
@@ -38,14 +47,18 @@ Variable linear(const Variable& x, const Variable& weight) {
   FATHOM_CHECK(weight.value().rank() == 2, "linear: weight must be [out, in], got ", describe(weight.value()));
   FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear: x ", describe(x.value()),
                " must end in the weight's input width ", weight.dim(1), " (weight ", describe(weight.value()), ")");
+  const Tensor& w = weight.compute_value();
   const Shape& xs = x.shape();
   const Tensor x2d = x.value().view({xs.rows(), xs.last()});
   std::vector<int64_t> out_dims = xs.vec();
   out_dims.back() = weight.dim(0);
-  Tensor y = matmul(x2d, false, weight.value(), true).view(Shape(out_dims));
+  Tensor y = matmul(x2d, false, w, true).view(Shape(out_dims));
   if (!any_requires_grad({x, weight})) return Variable(std::move(y));
+  const bool into_arena = weight.requires_grad() && weight.is_leaf() && weight.has_compute_copy() &&
+                          weight.grad().defined() && weight.grad().dtype() == DType::f32;
   auto node = std::make_shared<LinearNode>(weight.requires_grad() ? x2d : Tensor(),
-                                           x.requires_grad() ? weight.value() : Tensor(), xs);
+                                           x.requires_grad() ? w : Tensor(), xs,
+                                           into_arena ? weight.grad().view(weight.shape()) : Tensor());
   return record(std::move(y), std::move(node), {x, weight});
 }
 

@@ -2,11 +2,15 @@
 // whose backward calls the backward kernel. Coarse and fused, one op per model concept.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "autograd/variable.h"
 #include "kernels/rope.h"
 
 namespace fathom {
+
+// Parameters with a compute copy (Variable::compute_value, mixed precision) are read through it; their
+// F32 gradients then accumulate straight into the parameter's gradient (the arena) where the op can.
 
 // x [..., in] @ weight[out, in]^T -> [..., out]  (bias-free, as in OLMo2).
 Variable linear(const Variable& x, const Variable& weight);
@@ -47,5 +51,11 @@ Variable add(const Variable& a, const Variable& b);
 Variable cast(const Variable& x, DType dtype);
 Variable scale(const Variable& x, double alpha);
 Variable reshape(const Variable& x, const Shape& shape);
+
+// Activation recompute: segment(x) whose intermediate tensors are not kept. The forward runs the
+// segment without recording; backward runs it again from the saved input and backpropagates through
+// that local graph, so parameter gradients equal the ordinary ones bit for bit. The segment must be
+// deterministic and must not write state that outlives it (MoDA's depth stream does: no checkpoint there).
+Variable checkpoint(std::function<Variable(const Variable&)> segment, const Variable& x);
 
 }  // namespace fathom

@@ -12,6 +12,9 @@ class Node;
 struct VariableImpl {
   Tensor value;
   Tensor grad;                    // leaves only; parameters point it into the flat gradient arena
+  // Mixed precision: a parameter's low-precision (BF16) copy of `value` that the ops compute with,
+  // a view into the arena's compute copy; undefined otherwise. Gradients still go to `grad` (F32).
+  Tensor compute;
   std::shared_ptr<Node> grad_fn;  // producer; null for leaves
   bool requires_grad = false;
 };
@@ -28,6 +31,10 @@ class Variable {
   int64_t dim(int i) const { return impl_->value.dim(i); }
   DType dtype() const { return impl_->value.dtype(); }
   Device device() const { return impl_->value.device(); }
+
+  // What ops read: the compute copy when there is one (mixed precision), else the value.
+  const Tensor& compute_value() const { return impl_->compute.defined() ? impl_->compute : impl_->value; }
+  bool has_compute_copy() const { return impl_->compute.defined(); }
 
   bool requires_grad() const { return impl_ && impl_->requires_grad; }
   const Tensor& grad() const { return impl_->grad; }

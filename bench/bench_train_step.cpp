@@ -6,7 +6,8 @@
 // CPU) and the allocator's peak of live tensor bytes over the whole run of a config (weights,
 // gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated.
 //
-// Usage: bench_train_step [--device cuda|cpu|auto] [--warmup N] [--steps N] [--threads N]
+// Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|block]
+//                         [--warmup N] [--steps N] [--threads N]
 //                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
 // Without CONFIG: olmo2_190M:16x2048 and olmo2_1B:4x4096. scripts/bench_train_device.sh runs this and
 // the HF reference side by side.
@@ -48,6 +49,8 @@ const std::vector<BenchConfig> kDefaultConfigs = {{"olmo2_190M", 16, 2048}, {"ol
 
 struct Options {
   std::string device = "cuda";
+  std::string precision = "bf16";  // train.precision
+  std::string recompute = "none";  // train.recompute
   int warmup = 5;
   int steps = 20;
   int64_t threads = 0;
@@ -88,12 +91,16 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--device") o.device = value();
+    else if (arg == "--precision") o.precision = value();
+    else if (arg == "--recompute") o.recompute = value();
     else if (arg == "--warmup") o.warmup = int(positive_int(value(), "--warmup"));
     else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
     else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
     else if (arg.rfind("--", 0) == 0) FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
     else o.configs.push_back(parse_config(arg));
   }
+  FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp32", "--precision must be bf16 or fp32, got '", o.precision, "'");
+  FATHOM_CHECK(o.recompute == "none" || o.recompute == "block", "--recompute must be none or block, got '", o.recompute, "'");
   if (o.configs.empty()) o.configs = kDefaultConfigs;
   return o;
 }
@@ -129,7 +136,9 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
   allocator.reset_peak(device);
   {
     Decoder model(config);
+    model.set_block_recompute(o.recompute == "block");
     ParameterArena arena(model, device);
+    if (uses_mixed_precision(o.precision, device)) arena.enable_compute_copy(DType::bf16);
     arena.initialise(1);
     const auto& opt = defaults.train.optimizer;
     AdamW optimizer(arena, AdamWConfig{opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
@@ -153,7 +162,7 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     char mfu[32] = "-";
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
     const double peak_gib = double(allocator.stats(device).peak) / double(1 << 30);
-    std::printf("| fathom (%s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), c.size.c_str(),
+    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), o.precision.c_str(), o.recompute.c_str(), c.size.c_str(),
                 (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib);
     std::fflush(stdout);
   }

@@ -28,8 +28,13 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 #endif
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               std::optional<DType> dweight_dtype) {
   check_x_weight("rms_norm_backward", x, weight);
+  const DType dw = dweight_dtype.value_or(weight.dtype());
+  FATHOM_CHECK(dw == weight.dtype() || (dw == DType::f32 && weight.dtype() == DType::bf16),
+               "rms_norm_backward: the weight gradient can be ", dtype_name(weight.dtype()),
+               " (the weight's dtype) or, for a BF16 weight, F32; asked for ", dtype_name(dw));
   FATHOM_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype(),
                "rms_norm_backward: grad_y ", describe(grad_y), " does not match x ", describe(x));
   const DType stats = stats_dtype(x.dtype());
@@ -37,9 +42,9 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
                "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(stats), "[",
                x.shape().rows(), "]");
   if (common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}).is_cpu())
-    return cpu::rms_norm_backward(grad_y, x, weight, rstd);
+    return cpu::rms_norm_backward(grad_y, x, weight, rstd);  // the CPU takes no BF16: dw is the weight's dtype
 #ifdef FATHOM_WITH_CUDA
-  return cuda::rms_norm_backward(grad_y, x, weight, rstd);
+  return cuda::rms_norm_backward(grad_y, x, weight, rstd, dw);
 #else
   no_cuda_kernel("rms_norm_backward");
 #endif

@@ -1,5 +1,7 @@
 // RMSNorm over the last dimension: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
 #pragma once
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace fathom {
@@ -10,13 +12,16 @@ struct RmsNormOutput {
 };
 struct RmsNormGrads {
   Tensor dx;       // like x
-  Tensor dweight;  // like weight
+  Tensor dweight;  // like weight, or of the dtype rms_norm_backward was asked for
 };
 
 // x [..., n], weight [n] of x's dtype, eps > 0. The CPU accumulates in double; CUDA takes F32 or BF16
 // with f32 statistics. Full-width and per-head norms are the same call (per-head: x [..., H, d], weight [d]).
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+// dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
+// precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               std::optional<DType> dweight_dtype = std::nullopt);
 
 namespace cpu {
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
@@ -25,7 +30,9 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
 
 namespace cuda {
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+// dweight of weight's dtype or F32.
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               DType dweight_dtype);
 }  // namespace cuda
 
 }  // namespace fathom

@@ -39,9 +39,21 @@ Variable Decoder::forward(const Tensor& ids) const {
     depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
                                           depth_dtype(ids.device()), ids.device());
   const int64_t L = int64_t(model_.layers.size());
-  for (int64_t i = 0; i < L; ++i) h = model_.layers[size_t(i)]->forward(h, positions, depth.get(), i + 1 < L);
+  for (int64_t i = 0; i < L; ++i) {
+    const Block* block = model_.layers[size_t(i)].get();
+    if (block_recompute_)
+      h = checkpoint([block, positions](const Variable& x) { return block->forward(x, positions); }, h);
+    else
+      h = block->forward(h, positions, depth.get(), i + 1 < L);
+  }
   h = model_.norm.forward(h);
   return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
+}
+
+void Decoder::set_block_recompute(bool on) {
+  FATHOM_CHECK(!on || !config_.moda(), "block recompute is not supported with MoDA (moda.variant ",
+               config_.moda_variant, "): a block's depth K/V writes outlive its forward; use train.recompute: none");
+  block_recompute_ = on;
 }
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {

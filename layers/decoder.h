@@ -15,8 +15,13 @@ namespace fathom {
 class Decoder : public Module {
  public:
   explicit Decoder(const ModelConfig& config);
-  // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1.
+  // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1. Activations take the dtype of
+  // the embedding table's compute value: BF16 under mixed precision, else the weights' F32.
   Variable forward(const Tensor& ids) const;
+  // train.recompute: block. Each block's forward keeps only its input and is re-run during backward
+  // (autograd checkpoint). Refused for MoDA, whose depth stream outlives a block.
+  void set_block_recompute(bool on);
+  bool block_recompute() const { return block_recompute_; }
   const ModelConfig& config() const { return config_; }
   // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] on `device` (0 without MoDA).
   size_t depth_cache_bytes(int64_t batch, int64_t seq_len, Device device = Device::cpu()) const;
@@ -35,6 +40,7 @@ class Decoder : public Module {
   int64_t depth_slots() const;
 
   ModelConfig config_;
+  bool block_recompute_ = false;
   Body model_;
   std::unique_ptr<Linear> lm_head_;  // absent when the embeddings are tied
 };

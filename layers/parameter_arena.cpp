@@ -32,9 +32,24 @@ void ParameterArena::initialise(uint64_t seed) {
     }
   }
   values_.copy_from(host);
+  refresh_compute_copy();
 }
 
 void ParameterArena::zero_grad() { grads_.zero_(); }
+
+void ParameterArena::enable_compute_copy(DType dtype) {
+  FATHOM_CHECK(!compute_.defined(), "the parameter arena already has a compute copy (",
+               dtype_name(compute_.dtype()), ")");
+  FATHOM_CHECK(dtype == DType::bf16 || dtype == DType::f16, "a compute copy is BF16 or F16 (mixed precision), got ",
+               dtype_name(dtype));
+  compute_ = Tensor::empty({numel()}, dtype, values_.device());
+  for (ArenaEntry& e : entries_) e.var.impl()->compute = compute_.narrow(e.offset, e.numel()).view(e.shape);
+  refresh_compute_copy();
+}
+
+void ParameterArena::refresh_compute_copy() {
+  if (compute_.defined()) compute_.copy_from(values_.to(compute_.dtype()));
+}
 
 std::vector<ParameterArena::Range> ParameterArena::decay_ranges() const {
   std::vector<Range> ranges;
@@ -68,6 +83,7 @@ void ParameterArena::load(const TensorMap& tensors, const std::string& source) {
   }
   FATHOM_CHECK(by_name.empty(), source, ": unexpected tensor '", by_name.begin()->first,
                "' that this model does not have (", by_name.size(), " unexpected in all)");
+  refresh_compute_copy();
 }
 
 }  // namespace fathom

@@ -1,6 +1,11 @@
 // Flat parameter and gradient arenas: every parameter of a model is a view into one F32 buffer and
 // its gradient a view into a second one, with a name -> (offset, shape) table. One optimizer pass,
 // one norm, one all-reduce and one checkpoint write cover the whole model.
+//
+// Mixed precision adds a third arena: a BF16 compute copy of the values, which every parameter
+// exposes as VariableImpl::compute (the ops read it; gradients still go to the F32 arena). It is
+// written whenever the F32 values change: by initialise() and load(), and after each optimizer step
+// by the fused AdamW kernel in the same pass (optim/adamw.cpp).
 #pragma once
 #include <string>
 #include <vector>
@@ -30,6 +35,14 @@ class ParameterArena {
   void initialise(uint64_t seed);
   void zero_grad();
 
+  // Adds the compute copy in `dtype` (BF16, or F16), filled from the current values. Once only.
+  void enable_compute_copy(DType dtype);
+  bool has_compute_copy() const { return compute_.defined(); }
+  // The copy (undefined without one); refresh_compute_copy() rewrites it from the F32 values, for
+  // code that changes the values other than through initialise, load or the optimizer.
+  Tensor& compute_values() { return compute_; }
+  void refresh_compute_copy();
+
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
   const std::vector<ArenaEntry>& entries() const { return entries_; }
@@ -50,6 +63,7 @@ class ParameterArena {
  private:
   std::vector<ArenaEntry> entries_;
   Tensor values_, grads_;
+  Tensor compute_;  // mixed precision only
 };
 
 }  // namespace fathom

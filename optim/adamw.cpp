@@ -14,15 +14,13 @@ AdamW::AdamW(ParameterArena& arena, AdamWConfig config)
 
 void AdamW::step(double lr) {
   ++step_;
-  for (const ParameterArena::Range& r : arena_.decay_ranges()) {
-    const int64_t n = r.end - r.begin;
-    Tensor p = arena_.values().narrow(r.begin, n);
-    Tensor m = m_.narrow(r.begin, n);
-    Tensor v = v_.narrow(r.begin, n);
-    adamw_update(p, arena_.grads().narrow(r.begin, n), m, v,
-                 AdamWStep{lr, config_.beta1, config_.beta2, config_.eps,
-                           r.weight_decay ? config_.weight_decay : 0.0, step_});
-  }
+  std::vector<AdamWRange> ranges;
+  for (const ParameterArena::Range& r : arena_.decay_ranges())
+    ranges.push_back({r.begin, r.end, r.weight_decay ? config_.weight_decay : 0.0});
+  // One fused pass over the arena; under mixed precision it also rewrites the bf16 compute copy.
+  adamw_update_ranges(arena_.values(), arena_.grads(), m_, v_, ranges,
+                      AdamWStep{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, step_},
+                      arena_.has_compute_copy() ? &arena_.compute_values() : nullptr);
 }
 
 TensorMap AdamW::state() const {

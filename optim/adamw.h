@@ -1,5 +1,6 @@
-// AdamW over the flat parameter arena: fp32 moments in two flat buffers, one kernel call per
-// weight-decay range (embeddings are not decayed), decoupled weight decay.
+// AdamW over the flat parameter arena: fp32 moments in two flat buffers, one fused update over every
+// weight-decay range (embeddings are not decayed; one launch on CUDA), decoupled weight decay. When
+// the arena has a compute copy (mixed precision) the same pass writes the updated bf16 weights.
 #pragma once
 #include "core/safetensors.h"
 #include "layers/parameter_arena.h"

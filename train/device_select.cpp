@@ -42,4 +42,8 @@ int configure_threads(int64_t threads) {
   return n;
 }
 
+bool uses_mixed_precision(const std::string& precision, Device device) {
+  return device.is_cuda() && precision == "bf16";
+}
+
 }  // namespace fathom

@@ -1,4 +1,4 @@
-// Resolves `train.device` (auto | cpu | cuda) and the CPU thread count.
+// Resolves `train.device` (auto | cpu | cuda), the CPU thread count and the compute precision.
 #pragma once
 #include <string>
 
@@ -10,5 +10,8 @@ namespace fathom {
 Device resolve_device(const std::string& requested);
 // threads = 0 uses every core. Applies to OpenMP kernels and Eigen GEMMs.
 int configure_threads(int64_t threads);
+// train.precision on `device`: true for bf16 on a GPU (mixed precision: the arena's bf16 compute
+// copy, bf16 activations). The CPU always computes in fp32, whatever the recipe says.
+bool uses_mixed_precision(const std::string& precision, Device device);
 
 }  // namespace fathom

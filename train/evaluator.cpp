@@ -41,6 +41,8 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   const std::filesystem::path dir = resolve_checkpoint(checkpoint);
   Decoder model(recipe.model);
   ParameterArena arena(model, device);
+  // Evaluated as it was trained: bf16 weights and activations on a GPU under train.precision: bf16.
+  if (uses_mixed_precision(recipe.train.precision, device)) arena.enable_compute_copy(DType::bf16);
   arena.load(load_checkpoint(dir).model, (dir / "model.safetensors").string());
 
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(recipe.data.tokenizer);

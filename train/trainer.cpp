@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/device_select.h"
 #include "train/evaluator.h"
+#include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/model_source.h"
 #include "train/run_state.h"
@@ -80,15 +81,27 @@ DataSet load_data(const Recipe& r) {
 TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const Device device = resolve_device(recipe.train.device);
   const int threads = configure_threads(recipe.train.threads);
+  const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
+  const bool mixed = uses_mixed_precision(recipe.train.precision, device);
+  const bool recompute = recipe.train.recompute == "block";
+  const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute};
+  const MemoryPlan memory_plan = plan_training_memory(plan_input);
+#ifdef FATHOM_WITH_CUDA
+  // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
+  if (device.is_cuda())
+    check_memory_plan_fits(memory_plan, cuda::device_memory(device.index).free, plan_input, device.str());
+#endif
   const fs::path run_dir = recipe.log.dir;
   prepare_run_dir(run_dir, options);
 
   DataSet data = load_data(recipe);
-  const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
   TokenLoader loader(data.train, B, T, recipe.train.seed);
 
   Decoder model(recipe.model);
+  model.set_block_recompute(recompute);
   ParameterArena arena(model, device);
+  // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
+  if (mixed) arena.enable_compute_copy(DType::bf16);
   if (!recipe.model_init_from.empty() && !options.resume) {
     // Existing weights instead of a random init; a resumed run gets its own from the checkpoint.
     const ModelSource source = parse_model_source(recipe.model_init_from);
@@ -147,6 +160,12 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
            " parameters on " + device.str() + " (" + std::to_string(threads) + " threads), " +
            std::to_string(total_steps) + " steps of " + std::to_string(B * T * accum) + " tokens" +
            (options.resume ? ", resumed at step " + std::to_string(state.step) : ""));
+  std::string precision = mixed ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
+  if (device.is_cpu() && recipe.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
+  std::string plan_text = memory_plan.describe();
+  plan_text.pop_back();  // log_line ends the line
+  log_line("precision " + precision + ", recompute " + recipe.train.recompute + "; memory plan (estimate):\n" +
+           plan_text);
   if (recipe.model.moda())
     log_line("MoDA " + recipe.model.moda_variant + ": depth KV cache " +
              std::to_string(model.depth_cache_bytes(B, T, device) >> 10) + " KiB per micro-batch");
@@ -215,6 +234,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
       break;
     }
   }
+  if (device.is_cuda())
+    log_line("device memory: peak " + gib(allocator_for(device).stats(device).peak) + " allocated, " +
+             gib(memory_plan.total()) + " planned");
   result.steps_done = state.step;
   return result;
 }

@@ -25,6 +25,13 @@ int device_count();
 // The device's marketing name as the driver reports it ("NVIDIA H200").
 std::string device_name(int device = 0);
 
+// The device's free and total memory as the driver reports them (free excludes this process's cache).
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+DeviceMemory device_memory(int device = 0);
+
 // Waits for every stream of `device`, then reports any error a kernel recorded (see runtime.h).
 void synchronize(int device = 0);
 

@@ -1,6 +1,7 @@
 // GEMMs through cuBLASLt. Row-major C = op(A) op(B) is computed as the column-major product
 // C^T = op(B)^T op(A)^T, which reads the row-major buffers as they are, so transposes are only
-// cuBLAS flags. BF16/F16 operands accumulate in f32, F32 in strict f32 (no TF32), F64 in f64. Each
+// cuBLAS flags. BF16/F16 operands accumulate in f32, F32 in strict f32 (no TF32), F64 in f64; BF16
+// operands may write an F32 C (mixed precision's weight gradients, accumulated with beta = 1). Each
 // (shape, transposes, dtype, pointer alignment, device) gets its descriptors and the heuristic's
 // algorithm once; the workspace comes from the caching allocator, one per stream.
 #include <cublasLt.h>
@@ -47,10 +48,11 @@ struct PlanKey {
   int device;
   int64_t m, n, k;  // of the column-major product
   bool transpose_a, transpose_b;
-  DType dtype;
+  DType dtype;      // of A and B
+  DType out_dtype;  // of C: dtype, or F32 for BF16 operands
   int align_a, align_b, align_c;
   auto tie() const {
-    return std::tie(device, m, n, k, transpose_a, transpose_b, dtype, align_a, align_b, align_c);
+    return std::tie(device, m, n, k, transpose_a, transpose_b, dtype, out_dtype, align_a, align_b, align_c);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -117,7 +119,8 @@ class GemmEngine {
     const uint64_t b_rows = uint64_t(key.transpose_b ? key.n : key.k), b_cols = uint64_t(key.transpose_b ? key.k : key.n);
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t.data, a_rows, a_cols, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t.data, b_rows, b_cols, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, t.data, uint64_t(key.m), uint64_t(key.n), key.m));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, types_for(key.out_dtype).data, uint64_t(key.m), uint64_t(key.n),
+                                            key.m));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -132,7 +135,8 @@ class GemmEngine {
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    FATHOM_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(key.dtype), " [", key.n, " x ", key.k,
+    FATHOM_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(key.dtype), " -> ",
+                 dtype_name(key.out_dtype), " [", key.n, " x ", key.k,
                  "] x [", key.k, " x ", key.m, "] (row-major)");
     p.algo = result.algo;
     return plans_.emplace(key, p).first->second;
@@ -157,7 +161,7 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   }
   cudaStream_t stream = stream_for(c.device());
   // Column-major C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m]: cuBLASLt's A is our B and its B our A.
-  const PlanKey key{c.device().index, n, m, k, transpose_b, transpose_a, c.dtype(),
+  const PlanKey key{c.device().index, n, m, k, transpose_b, transpose_a, a.dtype(), c.dtype(),
                     alignment_of(b.raw()), alignment_of(a.raw()), alignment_of(c.raw())};
   GemmEngine::get().run(key, b.dim(1), a.dim(1), b.raw(), a.raw(), c.raw(), alpha, beta, stream);
 }

@@ -157,12 +157,13 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
   return out;
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               DType dweight_dtype) {
   const int64_t n = x.dim(-1), rows = x.shape().rows();
   FATHOM_CHECK(n <= kMaxWidth, "rms_norm_backward: the CUDA kernel handles rows up to ", kMaxWidth,
                " wide, got ", n);
   RmsNormGrads grads{Tensor::empty(x.shape(), x.dtype(), x.device()),
-                     Tensor::empty(weight.shape(), weight.dtype(), weight.device())};
+                     Tensor::empty(weight.shape(), dweight_dtype, weight.device())};
   if (rows == 0 || n == 0) {
     if (n > 0) grads.dweight.zero_();
     return grads;
@@ -185,8 +186,13 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
       kernel<<<blocks, kThreads, smem, stream>>>(dyp, xp, wp, static_cast<const float*>(rstd.raw()), dxp,
                                                  static_cast<float*>(partial.raw()), rows, n, rows_per_block);
       CUDA_CHECK_LAUNCH();
-      sum_partial_rows_kernel<T><<<unsigned((n + 31) / 32), dim3(32, 32), 0, stream>>>(
-          static_cast<const float*>(partial.raw()), blocks, n, static_cast<T*>(grads.dweight.raw()));
+      const dim3 grid(unsigned((n + 31) / 32)), tile(32, 32);
+      if (dweight_dtype == DType::f32)  // mixed precision: the fp32 sum goes out unrounded
+        sum_partial_rows_kernel<float><<<grid, tile, 0, stream>>>(static_cast<const float*>(partial.raw()), blocks, n,
+                                                                  static_cast<float*>(grads.dweight.raw()));
+      else
+        sum_partial_rows_kernel<T><<<grid, tile, 0, stream>>>(static_cast<const float*>(partial.raw()), blocks, n,
+                                                              static_cast<T*>(grads.dweight.raw()));
       CUDA_CHECK_LAUNCH();
     });
   });

@@ -87,6 +87,17 @@ std::string device_name(int device) {
   return properties.name;
 }
 
+DeviceMemory device_memory(int device) {
+  check_device_index(device);
+  int previous = 0;
+  CUDA_CHECK(cudaGetDevice(&previous));
+  CUDA_CHECK(cudaSetDevice(device));
+  DeviceMemory memory;
+  CUDA_CHECK(cudaMemGetInfo(&memory.free, &memory.total));
+  CUDA_CHECK(cudaSetDevice(previous));
+  return memory;
+}
+
 const cudaDeviceProp& device_properties(int device) {
   check_device_index(device);
   return rt().properties[size_t(device)];

@@ -135,6 +135,26 @@ TEST(Train, GradientAccumulationMatchesTheLargerBatch) {
   EXPECT_EQ(a.size(), b.size());
 }
 
+TEST(Train, CpuComputesInFp32WhateverThePrecisionKey) {
+  // train.precision is a GPU setting: on the CPU bf16 and fp32 recipes train the same bits.
+  fathom::testing::ScratchFolder dir;
+  const TrainResult bf16 = run_training(recipe_for(dir / "bf16", 4, {"train.precision=bf16"}), quiet());
+  const TrainResult fp32 = run_training(recipe_for(dir / "fp32", 4, {"train.precision=fp32"}), quiet());
+  EXPECT_EQ(bf16.last_loss, fp32.last_loss);
+  expect_same_weights(dir / "bf16" / "checkpoints" / "step_00000004", dir / "fp32" / "checkpoints" / "step_00000004");
+}
+
+TEST(Train, BlockRecomputeTrainsTheSameBits) {
+  // Recompute changes what is kept between forward and backward, never the numbers.
+  fathom::testing::ScratchFolder dir;
+  const TrainResult plain = run_training(recipe_for(dir / "plain", 4, {"train.grad_accum=2"}), quiet());
+  const TrainResult recomputed =
+      run_training(recipe_for(dir / "recompute", 4, {"train.grad_accum=2", "train.recompute=block"}), quiet());
+  EXPECT_EQ(plain.last_loss, recomputed.last_loss);
+  expect_same_weights(dir / "plain" / "checkpoints" / "step_00000004",
+                      dir / "recompute" / "checkpoints" / "step_00000004");
+}
+
 TEST(Train, NonFiniteLossStopsWithTheStep) {
   fathom::testing::ScratchFolder dir;
   const std::string message = error_of([&] {

@@ -1,0 +1,82 @@
+// The training memory estimate (train/memory_plan.h): its arithmetic for a named size, and the
+// start-up check that refuses a run which cannot fit.
+#include <gtest/gtest.h>
+
+#include "layers/model_config.h"
+#include "tests/unit/test_support.h"
+#include "train/memory_plan.h"
+
+using namespace fathom;
+
+namespace {
+MemoryPlanInput olmo2_190m(bool bf16, bool recompute) {
+  return MemoryPlanInput{named_model_size("olmo2_190M"), 16, 2048, bf16, recompute};
+}
+}  // namespace
+
+TEST(MemoryPlan, Olmo2_190MInBf16) {
+  // d 768, 12 layers, 12 heads (= KV heads), FFN 3072, vocab 100352, QK-norm; 16 x 2048 tokens.
+  const MemoryPlan p = plan_training_memory(olmo2_190m(true, false));
+  const size_t n = size_t(parameter_count(named_model_size("olmo2_190M")));
+  EXPECT_EQ(p.parameters, int64_t(n));
+  EXPECT_EQ(p.master_weights, 4 * n);
+  EXPECT_EQ(p.compute_weights, 2 * n);
+  EXPECT_EQ(p.gradients, 4 * n);
+  EXPECT_EQ(p.optimizer_state, 8 * n);
+  const size_t tokens = 16 * 2048;
+  // Per token and block: 4 residual-width tensors (4 * 768), q and k before and after RoPE and v, o
+  // (6 * 768), SwiGLU gate, up and output (3 * 3072): 16896 bf16 values; 4 norm rstd + 12 lse in fp32.
+  const size_t block = tokens * (16896 * 2 + 16 * 4);
+  const size_t head = tokens * (2 * 768 * 2 + 4);  // final norm input and rstd, head input
+  EXPECT_EQ(p.activations, 12 * block + block + head);
+  EXPECT_EQ(p.activations, size_t(14522908672));
+  EXPECT_EQ(p.logits, 2 * tokens * 100352 * 2 + tokens * 4);  // logits and their gradient, fp32 lse
+  EXPECT_EQ(p.workspace, size_t(32) << 20);
+  EXPECT_EQ(p.total(), 18 * n + p.activations + p.logits + p.workspace);
+  EXPECT_NE(p.describe().find("activations"), std::string::npos);
+  EXPECT_NE(p.describe().find("13.53 GiB"), std::string::npos) << p.describe();  // 14522908672 bytes
+}
+
+TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
+  const MemoryPlan bf16 = plan_training_memory(olmo2_190m(true, false));
+  const MemoryPlan recompute = plan_training_memory(olmo2_190m(true, true));
+  const MemoryPlan fp32 = plan_training_memory(olmo2_190m(false, false));
+  const size_t tokens = 16 * 2048, block = tokens * (16896 * 2 + 16 * 4), head = tokens * (2 * 768 * 2 + 4);
+  // Recompute: each block keeps its [B, T, d] input; the block being backpropagated is re-run.
+  EXPECT_EQ(recompute.activations, 12 * tokens * 768 * 2 + 2 * block + head);
+  EXPECT_EQ(recompute.logits, bf16.logits);
+  EXPECT_EQ(recompute.master_weights, bf16.master_weights);
+  // fp32: no bf16 copy, 4-byte activations and logits, the head's weight gradient as a temporary.
+  EXPECT_EQ(fp32.compute_weights, 0u);
+  EXPECT_EQ(fp32.activations, 13 * tokens * (16896 * 4 + 16 * 4) + tokens * (2 * 768 * 4 + 4));
+  EXPECT_EQ(fp32.logits, 2 * tokens * 100352 * 4 + tokens * 4);
+  EXPECT_EQ(fp32.workspace, (size_t(32) << 20) + 4 * size_t(100352) * 768);
+}
+
+TEST(MemoryPlan, MoDAAddsTheDepthCacheAndItsGradient) {
+  MemoryPlanInput in = olmo2_190m(true, false);
+  const MemoryPlan plain = plan_training_memory(in);
+  in.model.moda_variant = "attn_kv+ffn_kv";  // 2 slots per block, 11 writing blocks
+  const MemoryPlan moda = plan_training_memory(in);
+  EXPECT_EQ(moda.activations - plain.activations, 2 * 2 * size_t(16 * 2048) * (22 * 12 * 64) * 2);
+}
+
+TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {
+  const MemoryPlanInput in = olmo2_190m(true, false);
+  const MemoryPlan p = plan_training_memory(in);
+  check_memory_plan_fits(p, p.total(), in, "cuda:0");  // exactly enough
+  fathom::testing::expect_error([&] { check_memory_plan_fits(p, size_t(20) << 30, in, "cuda:0"); },
+                                {"training needs about 30.", "on cuda:0 but only 20.00 GiB are free",
+                                 "lower train.batch_size (now 16", "set train.recompute: block", "activations"});
+  const MemoryPlanInput fp32 = olmo2_190m(false, true);
+  const std::string message =
+      fathom::testing::error_of([&] { check_memory_plan_fits(plan_training_memory(fp32), 1 << 30, fp32, "cuda:0"); });
+  EXPECT_EQ(message.find("set train.recompute"), std::string::npos) << "recompute is already on: " << message;
+  EXPECT_NE(message.find("train.precision: bf16"), std::string::npos) << message;
+}
+
+TEST(MemoryPlan, BadInputsAreErrors) {
+  MemoryPlanInput in = olmo2_190m(true, false);
+  in.batch_size = 0;
+  fathom::testing::expect_error([&] { plan_training_memory(in); }, {"batch size", "must be >= 1"});
+}

@@ -1,0 +1,120 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace fathom {
+
+namespace {
+
+constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream workspace (kernels/cuda/matmul.cpp)
+
+// Elements and fp32 statistics one block keeps per token for its backward, read off the autograd
+// nodes: linears keep their input, RMSNorm its input and rstd, attention q, k, v, o and the lse,
+// SwiGLU gate and up; RoPE, reshapes and adds keep nothing.
+struct BlockSaved {
+  int64_t elements = 0;
+  int64_t stats = 0;  // fp32 values
+};
+
+BlockSaved block_saved_per_token(const ModelConfig& c) {
+  const int64_t d = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), f = c.ffn_hidden;
+  const int64_t qk = c.qk_norm ? 1 : 0;
+  BlockSaved s;
+  // Residual-width tensors: the block input and the sublayer outputs (post-norm) or the normalised
+  // inputs (pre-norm): four either way.
+  s.elements += 4 * d;
+  // q and k after projection (kept by QK-norm) and after RoPE (kept by attention), v, and o.
+  s.elements += (1 + qk) * q + q + (1 + qk) * kv + kv;
+  // SwiGLU's gate and up, and its output (the down projection's input).
+  s.elements += 3 * f;
+  s.stats += 2 + 2 * qk + c.n_heads;  // rstd of each norm, the attention lse per query head
+  return s;
+}
+
+}  // namespace
+
+size_t MemoryPlan::total() const {
+  return master_weights + compute_weights + gradients + optimizer_state + activations + logits + workspace;
+}
+
+std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(size_t(1) << 30));
+  return text;
+}
+
+std::string MemoryPlan::describe() const {
+  std::string out;
+  auto line = [&](const char* what, size_t bytes) {
+    if (bytes == 0) return;
+    char text[96];
+    std::snprintf(text, sizeof text, "  %-16s %12s\n", what, gib(bytes).c_str());
+    out += text;
+  };
+  line("weights (fp32)", master_weights);
+  line("weights (bf16)", compute_weights);
+  line("gradients", gradients);
+  line("optimizer", optimizer_state);
+  line("activations", activations);
+  line("logits", logits);
+  line("workspace", workspace);
+  line("total", total());
+  return out;
+}
+
+MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
+  in.model.validate();
+  FATHOM_CHECK(in.batch_size >= 1 && in.seq_len >= 1, "memory plan: batch size and sequence length must be >= 1, got ",
+               in.batch_size, " and ", in.seq_len);
+  const ModelConfig& c = in.model;
+  const size_t act = in.bf16 ? 2 : 4;  // bytes of an activation element
+  const size_t tokens = size_t(in.batch_size) * size_t(in.seq_len);
+
+  MemoryPlan p;
+  p.parameters = parameter_count(c);
+  const size_t n = size_t(p.parameters);
+  p.master_weights = 4 * n;
+  p.compute_weights = in.bf16 ? 2 * n : 0;
+  p.gradients = 4 * n;
+  p.optimizer_state = 8 * n;
+
+  const BlockSaved saved = block_saved_per_token(c);
+  const size_t block = tokens * (size_t(saved.elements) * act + size_t(saved.stats) * 4);
+  // Saved across the whole forward: every block's tensors, or with recompute only each block's input.
+  const size_t kept_per_block = in.recompute ? tokens * size_t(c.d_model) * act : block;
+  // While one block is backpropagated: its gradients in flight (about its activations' size), plus,
+  // with recompute, its re-run activations.
+  const size_t working = block + (in.recompute ? block : 0);
+  // After the blocks: the final norm's input and rstd, the head's input.
+  const size_t head = tokens * (2 * size_t(c.d_model) * act + 4);
+  size_t depth = 0;
+  if (c.moda()) {
+    // The depth K/V cache of a forward and the gradient buffers of the same size its readers fill.
+    const int64_t slots = std::max<int64_t>(c.n_layers - 1, 1) * c.moda_slots_per_block();
+    depth = 2 * 2 * tokens * size_t(slots * c.n_kv_heads * c.head_dim()) * act;
+  }
+  p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
+  // The logits (kept by the loss), their gradient, and the loss's fp32 lse per row.
+  p.logits = 2 * tokens * size_t(c.vocab_size) * act + tokens * 4;
+  // In fp32 the largest weight gradient (the head's or the embeddings') is a temporary before it is
+  // added into the arena; mixed precision accumulates into the arena directly.
+  p.workspace = kGemmWorkspace + (in.bf16 ? 0 : 4 * size_t(c.vocab_size) * size_t(c.d_model));
+  return p;
+}
+
+void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
+                            const std::string& device) {
+  if (plan.total() <= free_bytes) return;
+  std::string hints = "lower train.batch_size (now " + std::to_string(input.batch_size) +
+                      "; activations and logits scale with it, raise train.grad_accum to keep the tokens per step)";
+  if (!input.recompute) hints += ", set train.recompute: block (activations " + gib(plan.activations) + ")";
+  if (!input.bf16) hints += ", use train.precision: bf16";
+  FATHOM_FAIL("training needs about ", gib(plan.total()), " on ", device, " but only ", gib(free_bytes),
+              " are free (", plan.total(), " > ", free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ",
+              hints, ".");
+}
+
+}  // namespace fathom

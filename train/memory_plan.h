@@ -1,0 +1,47 @@
+// Device memory a training run needs, estimated from the recipe before anything is allocated, so a
+// run that cannot fit fails at start with the numbers and the knobs to turn, not with an OOM
+// mid-step. The estimate counts what fathom's autograd actually keeps (DESIGN.md 9, "Memory plan").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "layers/model_config.h"
+
+namespace fathom {
+
+struct MemoryPlanInput {
+  ModelConfig model;
+  int64_t batch_size = 0;  // sequences per micro-batch
+  int64_t seq_len = 0;
+  bool bf16 = false;       // mixed precision: bf16 weight copy and activations
+  bool recompute = false;  // train.recompute: block
+};
+
+struct MemoryPlan {
+  int64_t parameters = 0;
+  size_t master_weights = 0;   // fp32 parameter arena
+  size_t compute_weights = 0;  // bf16 copy of the arena (mixed precision only)
+  size_t gradients = 0;        // fp32 gradient arena
+  size_t optimizer_state = 0;  // AdamW's two fp32 moments
+  size_t activations = 0;      // tensors saved for backward at the end of the forward, plus the
+                               // working set of the block being backpropagated
+  size_t logits = 0;           // the logits (saved by the loss) and their gradient
+  size_t workspace = 0;        // GEMM workspace and the fp32 path's weight-gradient temporaries
+
+  size_t total() const;
+  // A few lines: one per part, in GiB, and the total.
+  std::string describe() const;
+};
+
+MemoryPlan plan_training_memory(const MemoryPlanInput& input);
+
+// Throws, naming the requested and the available bytes and what to change (a smaller
+// train.batch_size, train.recompute: block, train.precision: bf16), when the plan exceeds free_bytes.
+void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
+                            const std::string& device);
+
+// Bytes as "12.34 GiB".
+std::string gib(size_t bytes);
+
+}  // namespace fathom
