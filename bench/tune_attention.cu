@@ -162,23 +162,24 @@ void backward_variant(Problem& p, const char* name) {
 // The fused dK/dV + dQ pass (what fathom runs), with its own scratch; `splits` 0 takes the launcher's
 // choice. The prepare pass runs once before timing (not timed).
 template <class Cfg>
-void fused_variant(Problem& p, const char* name, int splits = 0) {
+void fused_variant(Problem& p, const char* name, int splits = 0, int diag = 0) {
   BackwardScratch scratch = fused_backward_scratch<Cfg>(p.B, p.T, p.Hq, p.Hk, p.d);
   if (splits > 0) scratch.splits = splits;
   void* ws = nullptr;
   check(cudaMalloc(&ws, scratch.bytes()), "malloc");
   BackwardArgs ba = p.ba;
   scratch.place(ba, ws);
+  ba.fused_diag = diag;
   launch_backward_prepare(ba, nullptr);
   const double ms = median_ms([&] { launch_backward_fused<Cfg>(ba, nullptr, scratch.splits); });
   char label[160];
-  std::snprintf(label, sizeof label, "%s, splits %d", name, scratch.splits);
+  std::snprintf(label, sizeof label, "%s, splits %d, diag %d", name, scratch.splits, diag);
   report("fused", label, ms, 2.5 * p.forward_flops(),
          std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
   check(cudaFree(ws), "free");
 }
 
-#define FUSED(S, ...) fused_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__, S)
+#define FUSED(S, X, ...) fused_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__, S, X)
 #define FWD(...) forward_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DKDV(...) dkdv_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DQ(...) dq_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
@@ -188,13 +189,10 @@ void sweep_d64(int T) {
   Problem p(1, T, 64, 8, 64);
   launch_backward_prepare(p.ba, nullptr);
   backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "separate dK/dV + dQ passes");
-  FUSED(0, 64, 4, 64, true, 2);
-  FUSED(1, 64, 4, 64, true, 2);
-  FUSED(2, 64, 4, 64, true, 2);
-  FUSED(8, 64, 4, 64, true, 2);
-  FUSED(0, 64, 8, 64, true, 1);
-  FUSED(0, 64, 8, 64, false, 1);
-  FUSED(0, 64, 4, 64, false, 2);
+  for (int x : {0, 1, 2, 3, 4, 7}) FUSED(0, x, 64, 4, 64, true, 2);
+  FUSED(8, 3, 64, 4, 64, true, 2);
+  FUSED(0, 0, 64, 8, 64, true, 1);
+  FUSED(0, 3, 64, 8, 64, true, 1);
 }
 
 void sweep_d128(int B, int T) {
@@ -202,9 +200,8 @@ void sweep_d128(int B, int T) {
   Problem p(B, T, 32, 32, 128);
   launch_backward_prepare(p.ba, nullptr);
   backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "separate dK/dV + dQ passes");
-  FUSED(0, 128, 4, 64, false, 2);
-  FUSED(0, 128, 8, 64, false, 1);
-  FUSED(0, 128, 4, 64, false, 1);
+  for (int x : {0, 1, 2, 3, 7}) FUSED(0, x, 128, 4, 64, false, 2);
+  FUSED(0, 3, 128, 8, 64, false, 1);
 }
 
 }  // namespace

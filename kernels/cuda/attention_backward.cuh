@@ -42,6 +42,10 @@ struct BackwardArgs {
   float* dq_accum = nullptr;
   unsigned* dq_sem = nullptr;
   unsigned* ticket = nullptr;
+  // Timing diagnostics of the fused dQ (bench/tune_attention.cu): bits 0-1: 0 full, 1 no counters
+  // (wrong results), 2 no global dQ traffic (wrong results), 3 relaxed polling with one acquire fence
+  // and a release add; bit 2: chain-major tickets.
+  int fused_diag = 0;
 };
 
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
@@ -113,6 +117,15 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
@@ -159,11 +172,24 @@ __device__ __forceinline__ void fused_dq_contribution(const BackwardArgs& a, uin
         mma_16816(acc[2 * np + 1], af, bf[2], bf[3]);
       }
     }
+    const int mode = a.fused_diag & 3;
     if (!waited) {  // the earlier key blocks' sums of this warp's part must be in place
-      if (lane == 0)
-        while (load_acquire(sem) != order) __nanosleep(32);
+      if (lane == 0) {
+        if (mode == 0) {
+          while (load_acquire(sem) != order) __nanosleep(32);
+        } else if (mode == 3) {
+          while (load_relaxed(sem) != order) __nanosleep(32);
+          fence_acq_rel_gpu();
+        }
+      }
       __syncwarp();
       waited = true;
+    }
+    if (mode == 2) {
+#pragma unroll
+      for (int nt = 0; nt < DC / 8; ++nt)
+        if (acc[nt][0] == -1.2345e-30f && acc[nt][3] == 1.5e-30f) accum[nt] = acc[nt][1] + acc[nt][2];
+      continue;
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -190,8 +216,13 @@ __device__ __forceinline__ void fused_dq_contribution(const BackwardArgs& a, uin
   // Hand this warp's part on to the next key block (the same warp there covers the same part).
   __syncwarp();
   if (lane == 0) {
-    __threadfence();
-    store_release(sem, order + 1);
+    const int mode = a.fused_diag & 3;
+    if (mode == 0) {
+      __threadfence();
+      store_release(sem, order + 1);
+    } else if (mode == 3) {
+      add_release(sem, 1u);
+    }
   }
 }
 
@@ -221,8 +252,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     if (tid == 0) ticket = atomicAdd(a.ticket, 1u);
     __syncthreads();
     const unsigned chains = gridDim.y * gridDim.z;
-    const int chain = int(ticket % chains);
-    kb = n_kb - 1 - int(ticket / chains);
+    const bool chain_major = (a.fused_diag & 4) != 0;
+    const int chain = int(chain_major ? ticket / unsigned(n_kb) : ticket % chains);
+    kb = n_kb - 1 - int(chain_major ? ticket % unsigned(n_kb) : ticket / chains);
     bh = chain % int(gridDim.y);
     split = chain / int(gridDim.y);
   }
