@@ -1,10 +1,9 @@
-// Tile-size sweep for the flash-attention kernels: times the backward pass (the separate dK/dV and dQ
-// passes that MoDA runs, and the fused dK/dV + dQ pass of flash attention in several configurations
-// and G splits) at the benchmark sizes and checks every variant against the shipped configuration
+// Tile-size sweep for the flash-attention kernels: times each kernel (forward, dK/dV, dQ) in several
+// configurations at the benchmark sizes and checks every variant against the shipped configuration
 // (relative L2 of its output). Used to choose kernels/cuda/attention_launch.cuh's Configs; not part of
 // the CMake build (each configuration is a separate kernel instantiation, slow to compile). Build it
 // with scripts/build_attention_device.sh OUT_DIR --tune.
-// Usage: tune_attention [T for the d = 64 sweep, default 16384] [a second T]
+// Usage: tune_attention [T for the d = 64 sweep, default 16384]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -159,27 +158,6 @@ void backward_variant(Problem& p, const char* name) {
          std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
 }
 
-// The fused dK/dV + dQ pass (what fathom runs), with its own scratch; `splits` 0 takes the launcher's
-// choice. The prepare pass runs once before timing (not timed).
-template <class Cfg>
-void fused_variant(Problem& p, const char* name, int splits = 0, int diag = 0) {
-  BackwardScratch scratch = fused_backward_scratch<Cfg>(p.B, p.T, p.Hq, p.Hk, p.d);
-  if (splits > 0) scratch.splits = splits;
-  void* ws = nullptr;
-  check(cudaMalloc(&ws, scratch.bytes()), "malloc");
-  BackwardArgs ba = p.ba;
-  scratch.place(ba, ws);
-  ba.fused_diag = diag;
-  launch_backward_prepare(ba, nullptr);
-  const double ms = median_ms([&] { launch_backward_fused<Cfg>(ba, nullptr, scratch.splits); });
-  char label[160];
-  std::snprintf(label, sizeof label, "%s, splits %d, diag %d", name, scratch.splits, diag);
-  report("fused", label, ms, 2.5 * p.forward_flops(),
-         std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
-  check(cudaFree(ws), "free");
-}
-
-#define FUSED(S, X, ...) fused_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__, S, X)
 #define FWD(...) forward_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DKDV(...) dkdv_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DQ(...) dq_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
@@ -188,20 +166,41 @@ void sweep_d64(int T) {
   std::printf("\n### B=1 T=%d Hq=64 Hk=8 d=64\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped |\n|---|---|---:|---:|---:|\n", T);
   Problem p(1, T, 64, 8, 64);
   launch_backward_prepare(p.ba, nullptr);
-  backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "separate dK/dV + dQ passes");
-  for (int x : {0, 1, 2, 3, 4, 7}) FUSED(0, x, 64, 4, 64, true, 2);
-  FUSED(8, 3, 64, 4, 64, true, 2);
-  FUSED(0, 0, 64, 8, 64, true, 1);
-  FUSED(0, 3, 64, 8, 64, true, 1);
+  FWD(64, 4, 2, 64, 2);
+  FWD(64, 4, 2, 64, 1);
+  FWD(64, 8, 1, 64, 1);
+  FWD(64, 4, 2, 32, 2);
+  FWD(64, 8, 1, 128, 1);
+  FWD(64, 4, 1, 64, 3);
+  DKDV(64, 8, 64, true, 1);
+  DKDV(64, 8, 64, false, 1);
+  DKDV(64, 4, 64, true, 2);
+  DKDV(64, 8, 32, true, 1);
+  DKDV(64, 8, 128, false, 1);
+  DQ(64, 8, 1, 64, 1);
+  DQ(64, 4, 1, 64, 2);
+  DQ(64, 4, 2, 32, 2);
+  DQ(64, 8, 1, 32, 1);
+  DQ(64, 4, 2, 64, 1);
+  backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "shipped");
 }
 
 void sweep_d128(int B, int T) {
   std::printf("\n### B=%d T=%d Hq=32 Hk=32 d=128\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped |\n|---|---|---:|---:|---:|\n", B, T);
   Problem p(B, T, 32, 32, 128);
   launch_backward_prepare(p.ba, nullptr);
-  backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "separate dK/dV + dQ passes");
-  for (int x : {0, 1, 2, 3, 7}) FUSED(0, x, 128, 4, 64, false, 2);
-  FUSED(0, 3, 128, 8, 64, false, 1);
+  FWD(128, 8, 1, 64, 1);
+  FWD(128, 4, 1, 64, 2);
+  FWD(128, 8, 1, 32, 1);
+  FWD(128, 4, 1, 32, 2);
+  DKDV(128, 8, 64, false, 1);
+  DKDV(128, 4, 64, false, 2);
+  DKDV(128, 8, 32, false, 1);
+  DKDV(128, 4, 32, false, 2);
+  DQ(128, 8, 1, 64, 1);
+  DQ(128, 4, 1, 64, 2);
+  DQ(128, 8, 1, 32, 1);
+  backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "shipped");
 }
 
 }  // namespace
@@ -209,7 +208,6 @@ void sweep_d128(int B, int T) {
 int main(int argc, char** argv) {
   const int T = argc > 1 ? std::atoi(argv[1]) : 16384;
   sweep_d64(T);
-  if (argc > 2) sweep_d64(std::atoi(argv[2]));
   sweep_d128(8, 2048);
   return 0;
 }

@@ -50,9 +50,7 @@ bf16_t* dev(T* p) {
 
 namespace {
 
-flash::BackwardScratch scratch_of(const FlashShape& s) {
-  return flash::fused_backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d);
-}
+flash::BackwardScratch scratch_of(const FlashShape& s) { return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d); }
 
 }  // namespace
 
@@ -99,7 +97,8 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   scratch.place(a, p.workspace);
   flash::launch_backward_prepare(a, stream);
   flash::dispatch_width(a.d, [&]<int D>() {
-    flash::launch_backward_fused<typename flash::Configs<D>::DkDv>(a, stream, scratch.splits);
+    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, scratch.splits);
+    flash::launch_backward_dq<typename flash::Configs<D>::Dq>(a, stream);
   });
 }
 

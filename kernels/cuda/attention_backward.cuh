@@ -36,16 +36,6 @@ struct BackwardArgs {
   // fp32 dK and dV partial sums here, [S, B, T, Hk, d], and a reduction adds them in split order.
   float* dk_part = nullptr;
   float* dv_part = nullptr;
-  // The fused dQ of flash_backward_dkdv_kernel<Cfg, true>: fp32 running sums [B, Hq, Tpad, D] (D the
-  // configuration's width), one counter per (b, h, query tile, warp) of how many key blocks have added
-  // their part, and the ticket counter that orders the CTAs; the counters start at zero.
-  float* dq_accum = nullptr;
-  unsigned* dq_sem = nullptr;
-  unsigned* ticket = nullptr;
-  // Timing diagnostics of the fused dQ (bench/tune_attention.cu): bits 0-1: 0 full, 1 no counters
-  // (wrong results), 2 no global dQ traffic (wrong results), 3 relaxed polling with one acquire fence
-  // and a release add; bit 2: chain-major tickets.
-  int fused_diag = 0;
 };
 
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
@@ -111,155 +101,15 @@ struct DkDvConfig {
   static_assert(BQ % 16 == 0 && kRowPad % BQ == 0, "query blocks must tile the padded rows");
 };
 
-// Acquire load / release store of a counter at GPU scope (the fused dQ's per-tile order).
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
-__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
-// Extra shared memory of the fused dQ: the block's dS^T, [BK keys x BQ queries] bf16.
-template <class Cfg, bool FUSED_DQ>
-__host__ __device__ constexpr int dkdv_smem_bytes() {
-  return Cfg::kSmemBytes + (FUSED_DQ ? Cfg::BK * Cfg::BQ * 2 : 0);
-}
-
-// One key block's dQ contribution to a query tile (rows q0..q0+BQ of head h): dS K from the dS^T
-// block and the K tile in shared memory, then, once `order` earlier key blocks have added theirs
-// (the warp's counter `sem` says so), stored (the first), added to the fp32 running sum, or (the last,
-// `last`) added and written as scaled bf16 dQ; the counter then moves on. The warps split the tile into BQ / 16 row groups of 16 queries times
-// WARPS / (BQ / 16) column groups, each done in chunks of up to 64 columns.
 template <class Cfg>
-__device__ __forceinline__ void fused_dq_contribution(const BackwardArgs& a, uint32_t sK, const char* sds_ptr,
-                                                      unsigned* sem, unsigned order, bool last, int b, int h,
-                                                      int q0, int warp, int lane) {
-  constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK, RG = BQ / 16, CG = Cfg::WARPS / RG, DW = D / CG;
-  static_assert(Cfg::WARPS % RG == 0 && D % CG == 0 && DW % 16 == 0, "fused dQ: warps must tile the dQ block");
-  constexpr int DC = DW < 64 ? DW : 64;
-  const int g = lane >> 2, t = lane & 3, m0 = (warp % RG) * 16, cw = CG == 1 ? 0 : (warp / RG) * DW;
-  const uint32_t sds = smem_addr(sds_ptr);
-  float* accum = a.dq_accum + ((int64_t(b) * a.Hq + h) * a.Tpad + q0) * D;
-  bool waited = false;
-#pragma unroll
-  for (int ci = 0; ci < DW / DC; ++ci) {
-    const int c0 = cw + ci * DC;
-    float acc[DC / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < DC / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) {
-      uint32_t af[4];
-      SwizzledTile<BQ>::load_a_trans(af, sds, m0, ks * 16, lane);
-#pragma unroll
-      for (int np = 0; np < DC / 16; ++np) {
-        uint32_t bf[4];
-        SwizzledTile<D>::load_b_trans(bf, sK, ks * 16, c0 + np * 16, lane);
-        mma_16816(acc[2 * np], af, bf[0], bf[1]);
-        mma_16816(acc[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
-    const int mode = a.fused_diag & 3;
-    if (!waited) {  // the earlier key blocks' sums of this warp's part must be in place
-      if (lane == 0) {
-        if (mode == 0) {
-          while (load_acquire(sem) != order) __nanosleep(32);
-        } else if (mode == 3) {
-          while (load_relaxed(sem) != order) __nanosleep(32);
-          fence_acq_rel_gpu();
-        }
-      }
-      __syncwarp();
-      waited = true;
-    }
-    if (mode == 2) {
-#pragma unroll
-      for (int nt = 0; nt < DC / 8; ++nt)
-        if (acc[nt][0] == -1.2345e-30f && acc[nt][3] == 1.5e-30f) accum[nt] = acc[nt][1] + acc[nt][2];
-      continue;
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = m0 + g + 8 * half;
-      float* dst = accum + int64_t(row) * D + c0;
-#pragma unroll
-      for (int nt = 0; nt < DC / 8; ++nt) {
-        const int col = nt * 8 + 2 * t;
-        float2 v = make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
-        if (order > 0) {
-          const float2 prev = __ldcg(reinterpret_cast<const float2*>(dst + col));
-          v.x += prev.x;  // fixed order: (sum of higher key blocks) + this block
-          v.y += prev.y;
-        }
-        if (!last) {
-          __stcg(reinterpret_cast<float2*>(dst + col), v);
-        } else if (q0 + row < a.T && c0 + col < a.d) {
-          *reinterpret_cast<uint32_t*>(a.dq + (int64_t(b) * a.T + q0 + row) * a.Hq * a.d + int64_t(h) * a.d + c0 + col) =
-              pack_bf16(v.x * a.scale, v.y * a.scale);
-        }
-      }
-    }
-  }
-  // Hand this warp's part on to the next key block (the same warp there covers the same part).
-  __syncwarp();
-  if (lane == 0) {
-    const int mode = a.fused_diag & 3;
-    if (mode == 0) {
-      __threadfence();
-      store_release(sem, order + 1);
-    } else if (mode == 3) {
-      add_release(sem, 1u);
-    }
-  }
-}
-
-// FUSED_DQ: the pass also produces dQ = scale * sum over key blocks of dS K, without atomics and in a
-// fixed order. Each query tile's contributions are added to an fp32 running sum in DESCENDING key-block
-// order: a key block walks its query tiles upwards from the diagonal, so the higher key block reaches a
-// tile first and the order costs no waiting once the CTAs run. A per-tile counter says how many have
-// been added; the first stores, the last (key block 0) writes bf16 dQ. CTAs take their work from a
-// ticket counter: the chains (b, KV head, split) interleaved, each from its highest key block down, so
-// a CTA only ever waits on CTAs that already run or have finished (no deadlock whatever the hardware's
-// CTA dispatch order), and a chain's next key block starts about (chains / resident CTAs) CTA lifetimes
-// after the one before it, which hides the hand-over latency (a few microseconds, more than one work
-// item) that would otherwise serialise each tile's contributors. Short CTAs thus run first; the
-// launcher splits the heads to keep CTAs short.
-template <class Cfg, bool FUSED_DQ = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dkdv_kernel(const BackwardArgs a) {
   constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
   using Tile = SwizzledTile<D>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  int kb = int(blockIdx.x), bh = int(blockIdx.y), split = int(blockIdx.z);  // low key blocks (most queries) first
-  const int splits = int(gridDim.z), n_kb = int(gridDim.x);
-  if constexpr (FUSED_DQ) {
-    static_assert(BQ == 32 || BQ == 64 || BQ == 128, "fused dQ: dS^T tiles are 32, 64 or 128 wide");
-    __shared__ unsigned ticket;
-    if (tid == 0) ticket = atomicAdd(a.ticket, 1u);
-    __syncthreads();
-    const unsigned chains = gridDim.y * gridDim.z;
-    const bool chain_major = (a.fused_diag & 4) != 0;
-    const int chain = int(chain_major ? ticket / unsigned(n_kb) : ticket % chains);
-    kb = n_kb - 1 - int(chain_major ? ticket % unsigned(n_kb) : ticket / chains);
-    bh = chain % int(gridDim.y);
-    split = chain / int(gridDim.y);
-  }
-  const int k0 = kb * BK;
-  const int b = bh / a.Hk, hk = bh % a.Hk;
+  const int k0 = int(blockIdx.x) * BK;  // low key blocks see the most queries: they start first
+  const int b = int(blockIdx.y) / a.Hk, hk = int(blockIdx.y) % a.Hk;
   const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
   const int64_t kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
 
@@ -271,6 +121,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 
   // Work items: (query head g of this split's share of the KV head's G, query block i), i from the
   // block holding key k0.
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
   const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
   const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
   auto load_item = [&](int item, int s) {
@@ -409,15 +260,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
       const uint32_t da[4] = {pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
                               pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
                               pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
-      if constexpr (FUSED_DQ) {  // dS^T into shared memory for dQ = dS K
-        using DsTile = SwizzledTile<BQ>;
-        char* sds = smem + Cfg::kSmemBytes;
-        const int r = wkey + g, c = ks * 16 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sds + DsTile::element(r, c)) = da[0];
-        *reinterpret_cast<uint32_t*>(sds + DsTile::element(r + 8, c)) = da[1];
-        *reinterpret_cast<uint32_t*>(sds + DsTile::element(r, c + 8)) = da[2];
-        *reinterpret_cast<uint32_t*>(sds + DsTile::element(r + 8, c + 8)) = da[3];
-      }
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t bq[4];
@@ -425,15 +267,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
         mma_16816(dk[0][2 * np], da, bq[0], bq[1]);
         mma_16816(dk[0][2 * np + 1], da, bq[2], bq[3]);
       }
-    }
-    if constexpr (FUSED_DQ) {
-      __syncthreads();  // the whole dS^T block is in shared memory
-      const int h = hk * a.G + g0 + item / per_head, tile = q0 / BQ;
-      // Contributors to this tile: key blocks kb_hi down to 0; this block adds the order-th.
-      const int kb_hi = min(n_kb - 1, (q0 + BQ - 1) / BK);
-      unsigned* sem = a.dq_sem + ((int64_t(b) * a.Hq + h) * (a.Tpad / BQ) + tile) * Cfg::WARPS + warp;
-      fused_dq_contribution<Cfg>(a, smem_addr(smem), smem + Cfg::kSmemBytes, sem, unsigned(kb_hi - kb), kb == 0, b, h,
-                                 q0, warp, lane);
     }
     __syncthreads();  // the next prefetch overwrites this stage
   }

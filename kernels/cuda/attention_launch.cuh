@@ -53,78 +53,40 @@ void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits
   }
 }
 
-// The fused dK/dV + dQ pass (FUSED_DQ), with the G query heads of a KV head split over `splits` CTAs.
-// The dQ counters and the ticket must be zero when it starts: they are cleared first, on the stream.
-template <class Cfg>
-void launch_backward_fused(const BackwardArgs& a, cudaStream_t stream, int splits) {
-  const int64_t counters = int64_t(a.B) * a.Hq * (a.Tpad / Cfg::BQ) * Cfg::WARPS + 1;
-  check_cuda(cudaMemsetAsync(a.dq_sem, 0, size_t(counters) * sizeof(unsigned), stream), "clearing the dQ counters");
-  auto kernel = flash_backward_dkdv_kernel<Cfg, true>;
-  constexpr int smem = dkdv_smem_bytes<Cfg, true>();
-  allow_smem(kernel, smem);
-  const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
-  kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
-  check_cuda(cudaGetLastError(), "the fused dK/dV/dQ kernel launch");
-  if (splits > 1) {
-    const int64_t threads = int64_t(a.B) * a.T * a.Hk * a.d / 4;
-    flash_backward_reduce_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a, splits);
-    check_cuda(cudaGetLastError(), "the dK/dV reduction launch");
-  }
-}
-
 // How many CTAs share the G query heads of a KV head in the dK/dV pass: doubled while the grid has
-// fewer CTAs than `fill` and there are heads left to split. Unfused (fill 1024, about four waves of
-// two per SM on an H200): at T = 4096 with 8 KV heads this halves the longest CTA, whose G * T / BQ
-// work items otherwise set the pass's time (measured 1.36 ms for 0.95 ms of average work per SM).
-// Fused (fill 8192): its CTAs start shortest first, so the longest must be a small part of the
-// average work per SM (at most ~1/16 with fill 8192) for the tail to stay short.
-inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK, int64_t fill = 1024) {
+// fewer CTAs than about four waves of two per SM on an H200 and there are heads left to split. At
+// T = 4096 with 8 KV heads this halves the longest CTA, whose G * T / BQ work items otherwise set
+// the pass's time (measured 1.36 ms for 0.95 ms of average work per SM).
+inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK) {
+  constexpr int64_t kFillCtas = 1024;
   const int64_t ctas = (T + BK - 1) / BK * B * Hk;
   int splits = 1;
-  while (2 * splits <= G && ctas * splits < fill) splits *= 2;
+  while (2 * splits <= G && ctas * splits < kFillCtas) splits *= 2;
   return splits;
 }
-constexpr int64_t kFusedFillCtas = 8192;
 
 // Where the backward pass's device scratch lives inside one workspace: per-row statistics (lse2, delta)
 // of [B, Hq, Tpad] each, then, when the dK/dV pass splits the G heads over `splits` CTAs, fp32 dK and
 // dV partials of [splits, B, T, Hk, d] each. `dkdv_block` is the dK/dV configuration's key block.
-// With the fused dQ (dq_cols > 0, the configuration's width D, query tiles of dq_tile rows shared by
-// dq_warps warps), then the fp32 dQ running sums [B, Hq, Tpad, dq_cols], the counters
-// [B, Hq, Tpad / dq_tile, dq_warps] and the ticket counter.
 struct BackwardScratch {
   int64_t B, T, Tpad, Hq, Hk, d;
   int splits;
-  int64_t dq_cols = 0, dq_tile = 0, dq_warps = 0;
   size_t stats_floats() const { return size_t(2) * size_t(B) * size_t(Hq) * size_t(Tpad); }
   size_t part_floats() const { return splits > 1 ? size_t(splits) * size_t(B * T * Hk * d) : 0; }
-  size_t accum_floats() const { return size_t(B * Hq * Tpad * dq_cols); }
-  size_t counters() const { return dq_cols > 0 ? size_t(B * Hq * (Tpad / dq_tile) * dq_warps + 1) : 0; }
-  size_t bytes() const { return (stats_floats() + 2 * part_floats() + accum_floats() + counters()) * sizeof(float); }
-  // Points a's scratch pointers into `workspace` and sets its Tpad.
+  size_t bytes() const { return (stats_floats() + 2 * part_floats()) * sizeof(float); }
+  // Points a's lse2, delta, dk_part and dv_part into `workspace` and sets its Tpad.
   void place(BackwardArgs& a, void* workspace) const {
     a.Tpad = int(Tpad);
     a.lse2 = static_cast<float*>(workspace);
     a.delta = a.lse2 + B * Hq * Tpad;
     a.dk_part = a.lse2 + stats_floats();
     a.dv_part = a.dk_part + part_floats();
-    a.dq_accum = a.dv_part + part_floats();
-    a.dq_sem = reinterpret_cast<unsigned*>(a.dq_accum + accum_floats());
-    a.ticket = a.dq_sem + (counters() > 0 ? counters() - 1 : 0);
   }
 };
 
 inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
   return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block)};
-}
-
-// The scratch of the fused dK/dV + dQ pass with configuration Cfg.
-template <class Cfg>
-BackwardScratch fused_backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
-  const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
-  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, Cfg::BK, kFusedFillCtas), Cfg::D, Cfg::BQ,
-                         Cfg::WARPS};
 }
 
 template <class Cfg>
@@ -170,15 +132,7 @@ void dispatch_width(int d, F&& f) {
   return f.template operator()<128>();
 }
 
-// The scratch of flash attention's backward pass (the fused dK/dV + dQ pass) with head dim d.
-inline BackwardScratch fused_backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
-  BackwardScratch s{};
-  dispatch_width(int(d), [&]<int D>() { s = fused_backward_scratch<typename Configs<D>::DkDv>(B, T, Hq, Hk, d); });
-  return s;
-}
-
-// The backward scratch of a call with head dim d for the separate dK/dV and dQ passes (MoDA's), for
-// the dK/dV configuration fathom runs at that width.
+// The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width.
 inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
   int bk = 0;
   dispatch_width(int(d), [&]<int D>() { bk = Configs<D>::DkDv::BK; });
