@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the flash-attention GPU test and benchmark (and optionally the tile sweep) as self-contained
 # x86-64 binaries, without the CMake build: cudart, libstdc++ and libgomp are linked statically, so the
-# binaries run on a GPU machine that has only the NVIDIA driver (no Eigen, yaml-cpp or GoogleTest).
+# binaries run on a GPU machine that has the NVIDIA driver and the CUDA toolkit's cuBLAS (no Eigen, yaml-cpp
+# or GoogleTest; the runtime links cuBLAS for its error names).
 # Needs nvcc (CUDA 13), g++ with C++20, Eigen3 and GoogleTest (static) where it runs.
 # Usage: scripts/build_attention_device.sh OUT_DIR [--tune]
 set -euo pipefail
@@ -15,17 +16,21 @@ defs=(-DFATHOM_SOURCE_DIR="\"$src\"" -DFATHOM_WITH_CUDA=1)
 cxx=(g++ -std=c++20 -O2 -fopenmp -Wall -Wextra -Wno-unused-parameter -I"$src" -I/usr/include/eigen3
      -I/usr/local/cuda/include "${defs[@]}")
 nvcc=(nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -I"$src" "${defs[@]}")
-link=(-L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -static-libstdc++ -static-libgcc
+link=(-L/usr/local/cuda/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt -lpthread -static-libstdc++ -static-libgcc
       -Wl,-Bstatic -lgomp -Wl,-Bdynamic)
 
 # The CPU reference and the parts of core/ it needs.
 cpu_objs=()
+# The CUDA runtime (device allocator and stream registry) that Tensor's device paths call.
 for f in core/tensor.cpp core/shape.cpp core/dtype.cpp core/allocator.cpp core/error.cpp core/random.cpp \
-         kernels/cpu/attention.cpp kernels/dispatch.cpp; do
+         core/backend.cpp kernels/cpu/attention.cpp kernels/dispatch.cpp kernels/cuda/runtime.cpp \
+         kernels/cuda/caching_allocator.cpp; do
   o=$obj/$(echo "$f" | tr / _).o
-  "${cxx[@]}" -c "$f" -o "$o"
+  [ "$o" -nt "$f" ] || "${cxx[@]}" -c "$f" -o "$o"
   cpu_objs+=("$o")
 done
+[ "$obj/tensor_ops.o" -nt kernels/cuda/tensor_ops.cu ] || "${nvcc[@]}" -c kernels/cuda/tensor_ops.cu -o "$obj/tensor_ops.o"
+cpu_objs+=("$obj/tensor_ops.o")
 "${nvcc[@]}" -Xptxas -v -c kernels/cuda/attention.cu -o "$obj/attention.o" 2> "$obj/ptxas.log" || { cat "$obj/ptxas.log"; exit 1; }
 "${cxx[@]}" -c tests/gpu/test_gpu_attention.cpp -o "$obj/test_gpu_attention.o"
 g++ -fopenmp "$obj/test_gpu_attention.o" "$obj/attention.o" "${cpu_objs[@]}" -lgtest_main -lgtest "${link[@]}" \
