@@ -13,8 +13,14 @@ class CrossEntropyNode final : public Node {
       : logits_(std::move(logits)), targets_(std::move(targets)), lse_(std::move(lse)),
         z_loss_weight_(z_loss_weight), ignore_index_(ignore_index) {}
 
+  // When nothing else holds the logits (the caller dropped its handle, as the trainer does), their
+  // gradient overwrites them: a 100K-vocabulary batch then needs one logits-sized buffer, not two.
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    return {cross_entropy_backward(grad_output, logits_, targets_, lse_, z_loss_weight_, ignore_index_)};
+    if (!logits_.sole_owner_of_storage())
+      return {cross_entropy_backward(grad_output, logits_, targets_, lse_, z_loss_weight_, ignore_index_)};
+    Tensor grad = logits_;
+    cross_entropy_backward_into(grad_output, logits_, targets_, lse_, z_loss_weight_, ignore_index_, grad);
+    return {grad};
   }
   void release_saved() override { logits_ = targets_ = lse_ = Tensor(); }
   const char* name() const override { return "cross_entropy"; }

@@ -69,6 +69,8 @@ class Tensor {
   double item() const;
 
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // True when no other tensor (or view) refers to this storage: it may then be overwritten in place.
+  bool sole_owner_of_storage() const { return storage_ && storage_.use_count() == 1; }
   size_t storage_offset() const { return offset_; }
 
  private:

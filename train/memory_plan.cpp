@@ -97,8 +97,8 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     depth = 2 * 2 * tokens * size_t(slots * c.n_kv_heads * c.head_dim()) * act;
   }
   p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
-  // The logits (kept by the loss), their gradient, and the loss's fp32 lse per row.
-  p.logits = 2 * tokens * size_t(c.vocab_size) * act + tokens * 4;
+  // The logits (kept by the loss, which overwrites them with their gradient) and the fp32 lse per row.
+  p.logits = tokens * size_t(c.vocab_size) * act + tokens * 4;
   // In fp32 the largest weight gradient (the head's or the embeddings') is a temporary before it is
   // added into the arena; mixed precision accumulates into the arena directly.
   p.workspace = kGemmWorkspace + (in.bf16 ? 0 : 4 * size_t(c.vocab_size) * size_t(c.d_model));

@@ -29,9 +29,9 @@ MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batc
                "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
                describe(batch.targets));
   const int64_t tokens = batch.inputs.numel(), vocab = model.config().vocab_size;
-  Variable logits = model.forward(batch.inputs.to(device));
-  LossParts loss = cross_entropy(reshape(logits, {tokens, vocab}), batch.targets.to(device).view({tokens}),
-                                 z_loss_weight);
+  // The logits are not kept here: the loss then holds them alone and overwrites them with their gradient.
+  LossParts loss = cross_entropy(reshape(model.forward(batch.inputs.to(device)), {tokens, vocab}),
+                                 batch.targets.to(device).view({tokens}), z_loss_weight);
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
   backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);
   return {loss.ce, loss.z};

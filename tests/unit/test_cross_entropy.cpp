@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "core/allocator.h"
 #include "kernels/cross_entropy.h"
 #include "tests/unit/op_test_util.h"
 
@@ -133,4 +134,36 @@ TEST(CrossEntropy, BadTargetsAreErrorsNamingRowAndValue) {
   expect_error([&] { cross_entropy(Variable(random_tensor({2, 2, 10}, DType::f32, 4)), random_ints({4}, 10, 5), 0.0); },
                {"[N, V]"});
   expect_error([&] { cross_entropy(logits, random_ints({4}, 10, 6), -1.0); }, {"z_loss_weight"});
+}
+
+// When the loss holds the logits alone, their gradient overwrites them: the same gradient, one
+// logits-sized buffer less at the peak.
+TEST(CrossEntropy, GradientOverwritesLogitsNothingElseHolds) {
+  const int64_t N = 64, V = 1000;
+  const Tensor x0 = random_tensor({N, V}, DType::f32, 31, -3, 3);
+  const Tensor targets = Tensor::from_vector(std::vector<int32_t>(size_t(N), 7), {N});
+  Allocator& allocator = allocator_for(Device::cpu());
+  auto run = [&](bool keep_logits, size_t& peak) {
+    Variable x(x0.clone(), /*requires_grad=*/true);
+    allocator.reset_peak(Device::cpu());
+    const size_t base = allocator.stats(Device::cpu()).current;
+    {
+      Variable kept;
+      LossParts loss;
+      if (keep_logits) {
+        kept = scale(x, 2.0);
+        loss = cross_entropy(kept, targets, 1e-4);
+      } else {
+        loss = cross_entropy(scale(x, 2.0), targets, 1e-4);
+      }
+      backward(loss.loss);
+    }
+    peak = allocator.stats(Device::cpu()).peak - base;
+    return x.grad().clone();
+  };
+  size_t peak_kept = 0, peak_dropped = 0;
+  const Tensor kept = run(true, peak_kept);
+  const Tensor dropped = run(false, peak_dropped);
+  EXPECT_EQ(values(kept), values(dropped));
+  EXPECT_LE(peak_dropped + size_t(N * V) * sizeof(float), peak_kept);
 }
