@@ -37,16 +37,6 @@ ModelConfig tiny_model() {
   return c;
 }
 
-Tensor random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint32_t x = seed;
-  for (int32_t& id : ids) {
-    x = x * 1664525u + 1013904223u;
-    id = int32_t((x >> 8) % uint32_t(vocab));
-  }
-  return Tensor::from_vector(ids, {n});
-}
-
 struct StepResult {
   double loss = 0;
   Tensor grads;  // F32 arena after backward, on the host
@@ -58,8 +48,8 @@ StepResult forward_backward(const Decoder& model, ParameterArena& arena, Device 
   const ModelConfig& c = model.config();
   const int64_t B = 2, T = 48;
   arena.zero_grad();
-  const Tensor ids = random_ids(B * T, c.vocab_size, seed).view({B, T}).to(device);
-  const Tensor targets = random_ids(B * T, c.vocab_size, seed + 1000).to(device);
+  const Tensor ids = test::lcg_token_ids({B * T}, c.vocab_size, seed).view({B, T}).to(device);
+  const Tensor targets = test::lcg_token_ids({B * T}, c.vocab_size, seed + 1000).to(device);
   const Variable logits = model.forward(ids);
   LossParts loss = cross_entropy(reshape(logits, {B * T, c.vocab_size}), targets, 1e-4);
   backward(loss.loss);

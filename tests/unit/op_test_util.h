@@ -22,6 +22,17 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, doub
   return t.to(dtype);
 }
 
+// Token ids (I32) in [0, vocab) from a 32-bit LCG seeded with `seed`: the inputs the model tests use.
+inline Tensor lcg_token_ids(const Shape& shape, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(size_t(shape.numel()));
+  uint32_t x = seed;
+  for (int32_t& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = int32_t((x >> 8) % uint32_t(vocab));
+  }
+  return Tensor::from_vector(ids, shape);
+}
+
 // Integers uniform in [0, bound).
 inline Tensor random_ints(const Shape& shape, int64_t bound, uint64_t seed, DType dtype = DType::i64) {
   std::vector<int64_t> v(size_t(shape.numel()));

@@ -10,6 +10,7 @@
 #include "layers/parameter_arena.h"
 #include "kernels/elementwise.h"
 #include "tests/unit/model_test_helpers.h"
+#include "tests/unit/op_test_util.h"
 
 using namespace fathom;
 
@@ -27,15 +28,7 @@ ModelConfig tiny_config(const std::string& norm = "post") {
   return c;
 }
 
-Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids(size_t(B * T));
-  uint32_t x = seed;
-  for (int32_t& id : ids) {
-    x = x * 1664525u + 1013904223u;
-    id = int32_t((x >> 8) % uint32_t(vocab));
-  }
-  return Tensor::from_vector(ids, {B, T});
-}
+Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) { return test::lcg_token_ids({B, T}, vocab, seed); }
 
 std::vector<std::string> names_of(const Module& m) {
   std::vector<std::string> names;

@@ -30,16 +30,6 @@ ModelConfig small_config(const std::string& norm, bool tied) {
   return c;
 }
 
-Tensor random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint32_t x = seed;
-  for (int32_t& id : ids) {
-    x = x * 1664525u + 1013904223u;
-    id = int32_t((x >> 8) % uint32_t(vocab));
-  }
-  return Tensor::from_vector(ids, {n});
-}
-
 // The gradient arena after two micro-batches of forward + backward (so accumulation is covered too).
 std::vector<float> arena_gradients(const ModelConfig& c, bool recompute) {
   Decoder model(c);
@@ -49,8 +39,8 @@ std::vector<float> arena_gradients(const ModelConfig& c, bool recompute) {
   arena.zero_grad();
   const int64_t B = 2, T = 12;
   for (uint32_t micro = 0; micro < 2; ++micro) {
-    const Tensor ids = random_ids(B * T, c.vocab_size, 5 + micro).view({B, T});
-    const Tensor targets = random_ids(B * T, c.vocab_size, 50 + micro);
+    const Tensor ids = test::lcg_token_ids({B * T}, c.vocab_size, 5 + micro).view({B, T});
+    const Tensor targets = test::lcg_token_ids({B * T}, c.vocab_size, 50 + micro);
     LossParts loss = cross_entropy(reshape(model.forward(ids), {B * T, c.vocab_size}), targets, 1e-4);
     backward(scale(loss.loss, 0.5));
   }
@@ -95,7 +85,7 @@ TEST(BlockRecompute, KeepsOnlyTheBlockInputsThroughTheForward) {
     arena.initialise(3);
     Allocator& host = allocator_for(Device::cpu());
     const size_t before = host.stats(Device::cpu()).current;
-    const Variable logits = model.forward(random_ids(4 * 64, c.vocab_size, 9).view({4, 64}));
+    const Variable logits = model.forward(test::lcg_token_ids({4 * 64}, c.vocab_size, 9).view({4, 64}));
     return host.stats(Device::cpu()).current - before;
   };
   const size_t plain = live_after_forward(false), recomputed = live_after_forward(true);
