@@ -154,14 +154,7 @@ int main(int argc, char** argv) {
   std::printf("bench_attention: fathom was built without CUDA; nothing to measure\n");
   return 0;
 #else
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("bench_attention: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs\n\n", prop.name, prop.multiProcessorCount);
+  if (!fathom::bench::describe_device("bench_attention", "")) return 0;
   std::printf("| size | B | T | Hq | Hk | d | fwd ms | bwd ms | fwd+bwd ms | fwd TFLOP/s | bwd TFLOP/s | fwd+bwd TFLOP/s | reps |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::string json = "[\n";

@@ -364,15 +364,8 @@ int main(int argc, char** argv) {
   std::printf("bench_moda_attention: fathom was built without CUDA; nothing to measure\n");
   return 0;
 #else
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("bench_moda_attention: no CUDA device; nothing to measure\n");
+  if (!fathom::bench::describe_device("bench_moda_attention", "; medians of CUDA-event timings after 2 warm-up runs"))
     return 0;
-  }
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs; medians of CUDA-event timings after 2 warm-up runs\n\n", prop.name,
-              prop.multiProcessorCount);
   if (mode == "table7" || mode == "all") table7(min_reps);
   if (mode == "table2" || mode == "all") table2(min_reps, max_t);
   return 0;

@@ -20,6 +20,20 @@ inline void check(cudaError_t err, const char* what) {
   }
 }
 
+// Prints device 0's name and SM count after `program`'s header line; false (after saying so) where
+// there is no CUDA device, so the program can exit cleanly with nothing to measure.
+inline bool describe_device(const char* program, const char* timing_note) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("%s: no CUDA device; nothing to measure\n", program);
+    return false;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs%s\n\n", prop.name, prop.multiProcessorCount, timing_note);
+  return true;
+}
+
 // Uniform bf16 values in [-amplitude, amplitude) from a per-call seeded xorshift.
 inline std::vector<bf16> random_bf16(size_t n, uint64_t seed, float amplitude) {
   std::vector<bf16> out(n);
