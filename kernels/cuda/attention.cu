@@ -2,6 +2,7 @@
 // wrappers. The kernels are in attention_forward.cuh and attention_backward.cuh.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/argument_checks.h"
 
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@ namespace {
 
 using flash::BackwardArgs;
 using flash::bf16_t;
+using flash::dev;
 using flash::ForwardArgs;
 
 constexpr int64_t kMaxGridRows = 65535;  // B * H rides on gridDim.y
@@ -30,21 +32,6 @@ void check_shape(const char* op, const FlashShape& s) {
   FATHOM_CHECK(s.T <= (int64_t(1) << 30), op, ": sequence length T = ", s.T, " exceeds 2^30");
 }
 
-// bf16 tiles move in 16-byte copies.
-void check_pointer(const char* op, const char* name, const void* p, size_t alignment) {
-  FATHOM_CHECK(p != nullptr, op, ": ", name, " is null");
-  FATHOM_CHECK(reinterpret_cast<uintptr_t>(p) % alignment == 0, op, ": ", name, " must be ", alignment,
-               "-byte aligned");
-}
-
-template <class T>
-const bf16_t* dev(const T* p) {
-  return reinterpret_cast<const bf16_t*>(p);
-}
-template <class T>
-bf16_t* dev(T* p) {
-  return reinterpret_cast<bf16_t*>(p);
-}
 
 }  // namespace
 
@@ -107,11 +94,7 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
 namespace {
 
 void check_device_tensor(const char* op, const char* name, const Tensor& t, DType dtype, Device device) {
-  FATHOM_CHECK(t.defined(), op, ": ", name, " is undefined");
-  FATHOM_CHECK(t.device().is_cuda() && t.device() == device, op, ": ", name, " ", describe(t), " must be on ",
-               device.str());
-  FATHOM_CHECK(t.dtype() == dtype, op, ": ", name, " ", describe(t), " must be ", dtype_name(dtype),
-               " (the CUDA kernels compute bf16 attention with fp32 statistics)");
+  cuda::check_device_tensor(op, name, t, dtype, device, "the CUDA kernels compute bf16 attention with fp32 statistics");
 }
 
 FlashShape shape_of(const Tensor& q, const Tensor& k, double scale) {

@@ -16,6 +16,17 @@ namespace fathom::cuda::flash {
 
 using bf16_t = __nv_bfloat16;
 
+// fathom's bf16 (core/dtype.h) and CUDA's __nv_bfloat16 share one bit layout; launchers hand the
+// kernels their pointers through this cast.
+template <class T>
+const bf16_t* dev(const T* p) {
+  return reinterpret_cast<const bf16_t*>(p);
+}
+template <class T>
+bf16_t* dev(T* p) {
+  return reinterpret_cast<bf16_t*>(p);
+}
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 

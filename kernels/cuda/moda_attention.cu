@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/cuda/argument_checks.h"
 #include "kernels/cuda/moda_kernels.cuh"
 
 namespace fathom::cuda {
@@ -55,12 +56,6 @@ void check_shape(const char* op, ModaKernel kernel, const ModaShape& m) {
   } else {
     FATHOM_CHECK(s.B * s.Hq <= kMaxGridRows, op, " (", name, "): B * Hq = ", s.B * s.Hq, " exceeds ", kMaxGridRows);
   }
-}
-
-void check_pointer(const char* op, const char* name, const void* p, size_t alignment) {
-  FATHOM_CHECK(p != nullptr, op, ": ", name, " is null");
-  FATHOM_CHECK(reinterpret_cast<uintptr_t>(p) % alignment == 0, op, ": ", name, " must be ", alignment,
-               "-byte aligned");
 }
 
 void check_workspace(const char* op, const void* workspace, size_t bytes, size_t need) {

@@ -10,15 +10,7 @@ namespace fathom::cuda::moda {
 namespace {
 
 using flash::Configs;
-
-template <class T>
-const bf16_t* dev(const T* p) {
-  return reinterpret_cast<const bf16_t*>(p);
-}
-template <class T>
-bf16_t* dev(T* p) {
-  return reinterpret_cast<bf16_t*>(p);
-}
+using flash::dev;
 
 // The MoDA kernels run the full-width configurations only: d = 64 or 128 (checked by the caller).
 template <class F>

@@ -21,6 +21,7 @@ namespace fathom::cuda::moda {
 namespace {
 
 using flash::bf16_t;
+using flash::dev;
 
 // Score matrices of one row chunk stay under this many bytes (at least one row).
 constexpr size_t kScoreBudget = size_t(256) << 20;
@@ -249,15 +250,6 @@ void gather(const NaivePlan& n, const bf16_t* depth, bf16_t* flat, int64_t b, in
   gather_slots_kernel<<<blocks_for(n.T * n.L * n.d / 8), kThreads, 0, stream>>>(depth, flat, n.T, n.S, n.begin, n.L,
                                                                                 n.Hk, n.d, b, hk);
   check_launch("the depth gather");
-}
-
-template <class T>
-const bf16_t* dev(const T* p) {
-  return reinterpret_cast<const bf16_t*>(p);
-}
-template <class T>
-bf16_t* dev(T* p) {
-  return reinterpret_cast<bf16_t*>(p);
 }
 
 int current_device() {

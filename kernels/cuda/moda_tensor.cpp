@@ -2,6 +2,7 @@
 // dispatch in kernels/moda_attention.cpp; here: devices, dtypes, outputs and scratch.
 #include "kernels/cuda/moda_tensor.h"
 
+#include "kernels/cuda/argument_checks.h"
 #include "kernels/cuda/runtime.h"
 
 namespace fathom::cuda {
@@ -9,11 +10,8 @@ namespace fathom::cuda {
 namespace {
 
 void check_device_tensor(const char* op, const char* name, const Tensor& t, DType dtype, Device device) {
-  FATHOM_CHECK(t.defined(), op, ": ", name, " is undefined");
-  FATHOM_CHECK(t.device() == device, op, ": ", name, " ", describe(t), " must be on ", device.str(),
-               " with the other inputs");
-  FATHOM_CHECK(t.dtype() == dtype, op, ": ", name, " ", describe(t), " must be ", dtype_name(dtype),
-               " (the CUDA MoDA kernels compute bf16 attention with fp32 statistics and depth gradients)");
+  cuda::check_device_tensor(op, name, t, dtype, device,
+                            "the CUDA MoDA kernels compute bf16 attention with fp32 statistics and depth gradients");
 }
 
 void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth) {
