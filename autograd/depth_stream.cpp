@@ -31,8 +31,8 @@ class DepthWriteNode final : public Node {
       : buffers_(std::move(buffers)), slot_(slot), k_dtype_(k_dtype), v_dtype_(v_dtype) {}
   std::vector<Tensor> backward(const Tensor& grad_version) override {
     if (!buffers_->grad_k.defined()) return {grad_version, Tensor(), Tensor()};
-    return {grad_version, read_depth_slot(buffers_->grad_k, slot_).to(k_dtype_),
-            read_depth_slot(buffers_->grad_v, slot_).to(v_dtype_)};
+    return {grad_version, read_depth_slot(buffers_->grad_k, slot_, k_dtype_),
+            read_depth_slot(buffers_->grad_v, slot_, v_dtype_)};
   }
   void release_saved() override { buffers_.reset(); }
   const char* name() const override { return "depth_write"; }
@@ -131,8 +131,13 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
                              double scale, const DepthKeyNorm& key_norm) {
   FATHOM_CHECK(0 <= begin && begin <= end && end <= written_, "MoDA attention may read only written slots: asked [",
                begin, ", ", end, ") with ", written_, " written");
-  FATHOM_CHECK(q.dtype() == dtype(), "MoDA attention: q ", describe(q.value()), " must have the depth stream's dtype ",
-               dtype_name(dtype()));
+  // F32 activations on the GPU (train.precision: fp32) meet a BF16 stream: the kernels compute in
+  // bf16 with fp32 accumulation, so q, k, v are cast for them and o cast back.
+  if (q.dtype() != dtype()) {
+    FATHOM_CHECK(q.dtype() == DType::f32 && dtype() == DType::bf16, "MoDA attention: q ", describe(q.value()),
+                 " must have the depth stream's dtype ", dtype_name(dtype()), " (or be F32 for a BF16 stream)");
+    return cast(attend(cast(q, dtype()), cast(k, dtype()), cast(v, dtype()), begin, end, scale, key_norm), q.dtype());
+  }
   if (!key_norm.weight.defined()) {
     AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
                                                  DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);

@@ -33,7 +33,7 @@ class DepthStream {
   // stream's dtype where they differ (F32 activations into a BF16 stream).
   void write(int64_t slot, const Variable& k, const Variable& v);
   // MoDA attention of q [B, T, Hq, d] over its layer's causal k, v and the depth slots [begin, end).
-  // q, k, v must have the stream's dtype.
+  // q, k, v have the stream's dtype, or are F32 for a BF16 stream (cast for the kernels, o cast back).
   Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale,
                   const DepthKeyNorm& key_norm = {});
 

@@ -52,12 +52,14 @@ void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
 #endif
 }
 
-Tensor read_depth_slot(const Tensor& buffer, int64_t slot) {
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot) { return read_depth_slot(buffer, slot, buffer.dtype()); }
+
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {
   const Shape& b = buffer.shape();
   check_slot("read_depth_slot", buffer, slot, buffer.rank() == 5 ? Shape({b[0], b[1], b[3], b[4]}) : Shape());
-  if (buffer.is_cpu()) return cpu::read_depth_slot(buffer, slot);
+  if (buffer.is_cpu()) return cpu::read_depth_slot(buffer, slot).to(dtype);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::read_depth_slot(buffer, slot);
+  return cuda::read_depth_slot(buffer, slot, dtype);
 #else
   no_cuda_kernel("read_depth_slot");
 #endif

@@ -29,9 +29,12 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
                                        Tensor& d_depth_k, Tensor& d_depth_v);
 
 // Copies x [B, T, Hk, d] into slot `slot` of a depth buffer [B, T, S, Hk, d], and back out. x has the
-// buffer's dtype, or is F32 into a BF16 buffer (converted, rounding to nearest even).
+// buffer's dtype, or is F32 into a BF16 buffer (converted, rounding to nearest even). A read returns
+// the slot in the buffer's dtype, or converted to `dtype` on the way (an F32 gradient buffer read out
+// for a BF16 writer takes one pass, not a copy and a cast).
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype);
 
 namespace cpu {
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);

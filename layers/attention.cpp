@@ -50,14 +50,6 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
-  // The CUDA attention kernels compute in bf16 with fp32 accumulation: F32 activations are cast
-  // for them and the output cast back (no-ops once activations are bf16).
-  const DType activations = q.dtype();
-  if (x.device().is_cuda()) {
-    q = cast(q, DType::bf16);
-    k = cast(k, DType::bf16);
-    v = cast(v, DType::bf16);
-  }
   Variable o;
   if (depth) {
     const int64_t end = depth->slots_written();
@@ -69,7 +61,6 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   } else {
     o = attention(q, k, v, scale);
   }
-  o = cast(o, activations);
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
 }
 

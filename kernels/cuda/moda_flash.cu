@@ -26,7 +26,14 @@ ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
   a.B = int(s.B), a.T = int(s.T), a.Hq = int(s.Hq), a.Hk = int(s.Hk), a.G = int(s.Hq / s.Hk), a.d = int(s.d);
   a.S = int(m.slots), a.begin = int(m.slot_begin), a.L = int(m.slot_end - m.slot_begin);
   a.fold = kernel == ModaKernel::group ? a.G : 1;
-  a.tokens = bq / a.fold;
+  // Units of whole tokens (moda_flash.cuh): one m-tile of 16 / fold tokens, or one token per
+  // multiple of 16 rows.
+  a.unit = a.fold <= 16 ? 16 : (a.fold + 15) / 16 * 16;
+  a.per_unit = a.fold <= 16 ? 16 / a.fold : 1;
+  a.tokens = bq / a.unit * a.per_unit;
+  a.by_L = make_fast_div(std::max(a.L, 1));
+  a.by_fold = make_fast_div(a.fold);
+  a.by_unit = make_fast_div(a.unit);
   a.all_depth = kernel == ModaKernel::flat;
   a.scale = float(s.scale);
   a.scale_log2 = float(s.scale * double(flash::kLog2e));
@@ -56,10 +63,17 @@ void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) 
     ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.o = dev(p.o), a.lse = p.lse;
-    auto k = moda_forward_kernel<Cfg>;
-    flash::allow_smem(k, Cfg::kSmemBytes);
-    k<<<grid_of(a), Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
-    flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
+    auto launch = [&]<bool WARP_DEPTH>() {
+      auto k = moda_forward_kernel<Cfg, WARP_DEPTH>;
+      constexpr int smem = forward_smem_bytes<Cfg, WARP_DEPTH>();
+      flash::allow_smem(k, smem);
+      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
+    };
+    if (kernel == ModaKernel::group)
+      launch.template operator()<true>();
+    else
+      launch.template operator()<false>();
   });
 }
 
@@ -84,19 +98,22 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v;
-    if (kernel == ModaKernel::group) {
-      auto k = moda_backward_dq_kernel<Cfg, true>;
-      constexpr int smem = dq_smem_bytes<Cfg, true>();
+    auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
+      auto k = moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>;
+      constexpr int smem = dq_smem_bytes<Cfg, WARP_DEPTH>();
       flash::allow_smem(k, smem);
       k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
-      flash::check_cuda(cudaGetLastError(), "the MoDA dQ + depth dK/dV kernel launch");
+      flash::check_cuda(cudaGetLastError(), what);
+    };
+    // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.
+    if (kernel == ModaKernel::group && a.G <= 16) {
+      launch.template operator()<true, true>("the MoDA dQ + depth dK/dV kernel launch");
       return;
     }
-    auto k = moda_backward_dq_kernel<Cfg, false>;
-    constexpr int smem = dq_smem_bytes<Cfg, false>();
-    flash::allow_smem(k, smem);
-    k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
-    flash::check_cuda(cudaGetLastError(), "the MoDA dQ kernel launch");
+    if (kernel == ModaKernel::group)
+      launch.template operator()<true, false>("the MoDA dQ kernel launch");
+    else
+      launch.template operator()<false, false>("the MoDA dQ kernel launch");
     if (a.L == 0) return;
     const int64_t threads = int64_t(a.B) * a.T * a.L * a.Hk * 32;
     moda_depth_grads_kernel<D><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);

@@ -2,27 +2,50 @@
 // tiles, MMA fragments, online-softmax state and block walks (attention_forward.cuh,
 // attention_backward.cuh), with a second KV source, the depth slots, walked after the causal sequence.
 //
-// A CTA owns the rows of `tokens` consecutive tokens times `fold` query heads, row r -> token
-// t0 + r / fold, head hbase + r % fold:
-//   flat, chunk: fold = 1 (one head, BQ tokens per tile);
-//   group:       fold = G (the G query heads of one KV head, BQ / G whole tokens per tile, so every
-//                K/V tile load serves all G heads and a token's rows never straddle two tiles).
-// Depth columns: column c of the tile's (b, KV head) is slot begin + c % L of token c / L. flat walks
-// all T * L of them (the paper's "flash-compatible" layout: dense utilisation 1 / T); chunk and group
-// walk only their own tokens' columns [t0 * L, t_end * L). A row sees column c iff c / L is its token.
+// A CTA owns the rows of `tokens` consecutive tokens times `fold` query heads, grouped in units of
+// `unit` rows that hold `per_unit` whole tokens (RowMap):
+//   flat, chunk: fold = 1 (one head, BQ tokens per tile, row r -> token t0 + r);
+//   group:       fold = G (the G query heads of one KV head, so every K/V tile load serves all G
+//                heads). A unit is one 16-row MMA m-tile holding 16 / G whole tokens (G <= 16; G = 3
+//                leaves one padding row per m-tile), or, for G > 16, one token padded to a multiple
+//                of 16 rows. A token's rows therefore never straddle two m-tiles (G <= 16).
+// Depth columns: column c of the tile's (b, KV head) is slot begin + c % L of token c / L. A row sees
+// column c iff c / L is its token. flat walks all T * L of them per tile (the paper's
+// "flash-compatible" layout: dense utilisation 1 / T); chunk walks the tile's own tokens' columns
+// [t0 * L, t_end * L) as CTA-wide blocks. group goes one step further: after the shared sequence walk
+// each warp walks, for each of its m-tiles, only that m-tile's tokens' columns, in 16-column chunks
+// staged in the warp's own slice of shared memory (dense utilisation G / 16 instead of G / BQ).
 //
 // Backward: the sequence dK/dV pass of flash attention runs unchanged (it needs only the joint lse);
-// the dQ kernel here walks sequence then depth blocks. For group it also computes the depth dK/dV of
-// each depth block: the tile holds every row that sees those columns, so P and dS go through shared
-// memory and warps switch from owning rows to owning columns (dVd = P^T dO, dKd = dS^T Q); each
-// gradient element is added by one thread, no atomics. flat and chunk tiles hold one head only, so
-// their depth gradients come from a small kernel that sums a token's G heads in a fixed order.
+// the dQ kernel here walks sequence then depth columns. For group (G <= 16) it also computes the
+// depth dK/dV of each chunk: the m-tile holds every row that sees those columns, so P^T and dS^T
+// come from the chunk's own registers (movmatrix) and dVd = P^T dO, dKd = dS^T Q are added into the
+// fp32 depth gradients by one thread per element, no atomics. flat, chunk and group with G > 16 get
+// their depth gradients from a small kernel that sums a token's G heads in a fixed order.
 #pragma once
 #include "kernels/cuda/attention_backward.cuh"
 
 namespace fathom::cuda::moda {
 
 using flash::bf16_t;
+
+// n / d and n % d for 0 <= n < 2^31 by a multiply-high, an add and a shift (Granlund and
+// Montgomery's division by an invariant integer): every depth column and folded row divides by L,
+// unit or fold, and a hardware integer division costs some twenty instructions.
+struct FastDiv {
+  uint32_t mul, shift;
+  int d;
+  __device__ __forceinline__ int div(int n) const {
+    return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shift);
+  }
+  __device__ __forceinline__ int mod(int n) const { return n - div(n) * d; }
+};
+inline FastDiv make_fast_div(int d) {  // d >= 1
+  uint32_t s = 0;
+  while ((uint64_t(1) << s) < uint64_t(d)) ++s;
+  const uint64_t mul = (uint64_t(1) << 32) * ((uint64_t(1) << s) - uint64_t(d)) / uint64_t(d) + 1;
+  return {uint32_t(mul), s, d};
+}
 
 struct ModaArgs {
   const bf16_t* q;   // [B, T, Hq, d]
@@ -41,17 +64,31 @@ struct ModaArgs {
   float* ddv;
   int B, T, Tpad, Hq, Hk, G, d, S, begin, L;
   int fold;        // query heads folded into a tile's rows
+  int unit;        // rows per unit of whole tokens (a multiple of 16)
+  int per_unit;    // tokens per unit
   int tokens;      // tokens per tile
+  FastDiv by_L, by_fold, by_unit;  // L = 0 divides by 1 (no column is ever divided then)
   bool all_depth;  // flat: every tile walks all T * L depth columns
   float scale, scale_log2;
 };
 
-// The rows a CTA owns (see the file comment). Rows at or past `rows` are padding: zero Q and dO.
+// Row r of a tile -> token t0 + (r / unit) * per_unit + (r % unit) / fold, head (r % unit) % fold.
+struct RowMap {
+  int t0, per_unit;
+  FastDiv unit, fold;
+  __device__ __forceinline__ int token(int r) const { return t0 + unit.div(r) * per_unit + fold.div(unit.mod(r)); }
+  __device__ __forceinline__ int head_in_fold(int r) const { return fold.mod(unit.mod(r)); }
+  __device__ __forceinline__ bool in_unit(int r) const { return unit.mod(r) < per_unit * fold.d; }
+};
+
+// The rows a CTA owns (see the file comment). Padding rows (past a unit's tokens or the sequence)
+// load zero Q and dO.
 struct TileRows {
-  int b, hk, hbase, t0, t_end, fold, rows;
-  __device__ __forceinline__ int token(int r) const { return t0 + r / fold; }
-  __device__ __forceinline__ int head(int r) const { return hbase + r % fold; }
-  __device__ __forceinline__ bool valid(int r) const { return r < rows; }
+  int b, hk, hbase, t0, t_end;
+  RowMap map;
+  __device__ __forceinline__ int token(int r) const { return map.token(r); }
+  __device__ __forceinline__ int head(int r) const { return hbase + map.head_in_fold(r); }
+  __device__ __forceinline__ bool valid(int r) const { return map.in_unit(r) && map.token(r) < t_end; }
 };
 
 // Heaviest (last) tiles first, so the short ones fill the tail of the grid.
@@ -61,10 +98,9 @@ __device__ __forceinline__ TileRows tile_rows(const ModaArgs& a) {
   tr.b = int(blockIdx.y) / groups;
   tr.hbase = int(blockIdx.y) % groups * a.fold;
   tr.hk = tr.hbase / a.G;
-  tr.fold = a.fold;
   tr.t0 = int(gridDim.x - 1 - blockIdx.x) * a.tokens;
   tr.t_end = min(tr.t0 + a.tokens, a.T);
-  tr.rows = (tr.t_end - tr.t0) * a.fold;
+  tr.map = RowMap{tr.t0, a.per_unit, a.by_unit, a.by_fold};
   return tr;
 }
 
@@ -88,15 +124,16 @@ __device__ __forceinline__ void load_query_rows(uint32_t tile, const bf16_t* x, 
 
 // Key j is visible to row r iff j <= token(r).
 struct FoldedCausalMask {
-  int t0, fold;
-  __device__ __forceinline__ bool visible(int row, int key) const { return key <= t0 + row / fold; }
+  RowMap map;
+  __device__ __forceinline__ bool visible(int row, int key) const { return key <= map.token(row); }
 };
 
-// Depth column c is visible to row r iff it is one of token(r)'s columns and the tile walks it.
+// Depth column c is visible to row r iff it is one of token(r)'s columns and the walk reaches it.
 struct SameTokenMask {
-  int t0, fold, L, c_end;
+  RowMap map;
+  int L, c_end;
   __device__ __forceinline__ bool visible(int row, int c) const {
-    const int lo = (t0 + row / fold) * L;
+    const int lo = map.token(row) * L;
     return c >= lo && c < lo + L && c < c_end;
   }
 };
@@ -108,12 +145,13 @@ struct FoldedSequenceKv {
   const bf16_t* k;
   const bf16_t* v;
   int64_t stride;
-  int T, d, t0, t_end, fold;
+  int T, d, t0, t_end;
+  RowMap map;
 
   __device__ __forceinline__ int num_blocks() const { return (t_end + Cfg::BK - 1) / Cfg::BK; }
   __device__ __forceinline__ int key0(int n) const { return n * Cfg::BK; }
   __device__ __forceinline__ bool masked(int n) const { return n >= (t0 + 1) / Cfg::BK; }
-  __device__ __forceinline__ FoldedCausalMask mask() const { return {t0, fold}; }
+  __device__ __forceinline__ FoldedCausalMask mask() const { return {map}; }
   __device__ __forceinline__ void load(int n, uint32_t sK, uint32_t sV, int tid) const {
     flash::load_tile_async<Cfg::D, Cfg::BK, Cfg::THREADS>(sK, k, stride, n * Cfg::BK, T, d, tid);
     flash::load_tile_async<Cfg::D, Cfg::BK, Cfg::THREADS>(sV, v, stride, n * Cfg::BK, T, d, tid);
@@ -123,7 +161,7 @@ struct FoldedSequenceKv {
 template <class Cfg>
 __device__ __forceinline__ FoldedSequenceKv<Cfg> sequence_source(const ModaArgs& a, const TileRows& tr) {
   const int64_t off = (int64_t(tr.b) * a.T * a.Hk + tr.hk) * a.d;
-  return {a.k + off, a.v + off, int64_t(a.Hk) * a.d, a.T, a.d, tr.t0, tr.t_end, tr.fold};
+  return {a.k + off, a.v + off, int64_t(a.Hk) * a.d, a.T, a.d, tr.t0, tr.t_end, tr.map};
 }
 
 // Depth columns [c0, c_end) of one (batch, KV head), in blocks of BK from c0; every block is masked.
@@ -132,7 +170,8 @@ struct DepthKv {
   const bf16_t* kd;  // at (b, token 0, slot `begin`, hk)
   const bf16_t* vd;
   int64_t token_stride, slot_stride;
-  int L, d, c0, c_end;
+  FastDiv L;
+  int d, c0, c_end;
   SameTokenMask m;
 
   __device__ __forceinline__ int num_blocks() const { return (c_end - c0 + Cfg::BK - 1) / Cfg::BK; }
@@ -140,16 +179,21 @@ struct DepthKv {
   __device__ __forceinline__ bool masked(int) const { return true; }
   __device__ __forceinline__ SameTokenMask mask() const { return m; }
   __device__ __forceinline__ int64_t column_offset(int c) const {
-    return int64_t(c / L) * token_stride + int64_t(c % L) * slot_stride;
+    const int token = L.div(c);
+    return int64_t(token) * token_stride + int64_t(c - token * L.d) * slot_stride;
   }
   __device__ __forceinline__ void load(int n, uint32_t sK, uint32_t sV, int tid) const {
-    const int first = key0(n);
-    flash::load_rows_async<Cfg::D, Cfg::BK, Cfg::THREADS>(
-        sK, [&](int r) -> const bf16_t* { return first + r < c_end ? kd + column_offset(first + r) : nullptr; }, kd,
-        d, tid);
-    flash::load_rows_async<Cfg::D, Cfg::BK, Cfg::THREADS>(
-        sV, [&](int r) -> const bf16_t* { return first + r < c_end ? vd + column_offset(first + r) : nullptr; }, vd,
-        d, tid);
+    load_columns<Cfg::BK, Cfg::THREADS>(key0(n), c_end, sK, sV, tid);
+  }
+  // Copies columns [first, first + ROWS) into swizzled K and V tiles; columns at or past `end` are zeros.
+  template <int ROWS, int THREADS>
+  __device__ __forceinline__ void load_columns(int first, int end, uint32_t sK, uint32_t sV, int tid) const {
+    flash::load_rows_async<Cfg::D, ROWS, THREADS>(
+        sK, [&](int r) -> const bf16_t* { return first + r < end ? kd + column_offset(first + r) : nullptr; }, kd, d,
+        tid);
+    flash::load_rows_async<Cfg::D, ROWS, THREADS>(
+        sV, [&](int r) -> const bf16_t* { return first + r < end ? vd + column_offset(first + r) : nullptr; }, vd, d,
+        tid);
   }
 };
 
@@ -158,13 +202,194 @@ __device__ __forceinline__ DepthKv<Cfg> depth_source(const ModaArgs& a, const Ti
   const int64_t slot_stride = int64_t(a.Hk) * a.d, token_stride = int64_t(a.S) * slot_stride;
   const int64_t off = int64_t(tr.b) * a.T * token_stride + int64_t(a.begin) * slot_stride + int64_t(tr.hk) * a.d;
   const int c0 = a.all_depth ? 0 : tr.t0 * a.L, c_end = a.all_depth ? a.T * a.L : tr.t_end * a.L;
-  return {a.kd + off, a.vd + off, token_stride, slot_stride, a.L, a.d, c0, c_end,
-          SameTokenMask{tr.t0, tr.fold, a.L, c_end}};
+  return {a.kd + off, a.vd + off, token_stride, slot_stride, a.by_L, a.d, c0, c_end,
+          SameTokenMask{tr.map, a.L, c_end}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// group's per-warp depth walk (see the file comment): one m-tile against chunks of depth columns.
+
+// A warp's chunk stages: K and V of kColumns columns each. D = 64: chunks of 32 columns in two
+// stages (the next chunk loads while one is used); D = 128 (eight warps): 16 columns, one stage.
+template <class Cfg>
+struct WarpChunks {
+  static constexpr int kColumns = Cfg::D <= 64 ? 32 : 16;
+  static constexpr int kTile = kColumns * Cfg::D * 2, kStage = 2 * kTile;
+  static constexpr int kStages = Cfg::D <= 64 ? 2 : 1;
+  static constexpr int kWarpBytes = kStages * kStage, kBytes = Cfg::WARPS * kWarpBytes;
+};
+
+// The shape the flash block functions (attend_block, dq_block_scores, ...) run at in the walk.
+template <class Cfg>
+struct ChunkShape {
+  static constexpr int D = Cfg::D, MT = 1, BK = WarpChunks<Cfg>::kColumns;
+};
+
+// Shared memory after the Q (and dO) tiles: the sequence walk's KV stages, reused by the depth walk.
+template <class Cfg, bool WARP_DEPTH>
+constexpr int kv_region_bytes() {
+  return WARP_DEPTH && WarpChunks<Cfg>::kBytes > 2 * Cfg::kStageBytes ? WarpChunks<Cfg>::kBytes : 2 * Cfg::kStageBytes;
+}
+
+// The depth columns [lo, hi) of the tokens of the m-tile starting at tile row r0.
+struct ColumnRange {
+  int lo, hi;
+};
+__device__ __forceinline__ ColumnRange mtile_columns(const TileRows& tr, int r0, int L) {
+  const int first = tr.token(r0), end = min(first + tr.map.per_unit, tr.t_end);
+  return first < end ? ColumnRange{first * L, end * L} : ColumnRange{0, 0};
+}
+
+// SameTokenMask for one m-tile, with the first column of each of the thread's two rows (r0 + g and
+// r0 + g + 8) worked out once: the walk calls it for every element of every chunk.
+struct MtileMask {
+  int row_g, L, hi;
+  int lo0, lo8;
+  __device__ __forceinline__ bool visible(int row, int c) const {
+    const int lo = row - row_g >= 8 ? lo8 : lo0;
+    return c >= lo && c < lo + L && c < hi;
+  }
+};
+__device__ __forceinline__ MtileMask mtile_mask(const TileRows& tr, int r0, int L, int hi, int lane) {
+  const int row_g = r0 + (lane >> 2);
+  return {row_g, L, hi, tr.token(row_g) * L, tr.token(row_g + 8) * L};
+}
+
+// Walks the chunks of `cols` through the warp's stages at `slice`: body(c, sK, sV) runs with columns
+// [c, c + kColumns) resident (zeros past cols.hi). The caller's previous walk, if any, has fully landed.
+template <class Cfg, class Body>
+__device__ __forceinline__ void for_each_chunk(const DepthKv<Cfg>& depth, ColumnRange cols, uint32_t slice, int lane,
+                                               Body&& body) {
+  using W = WarpChunks<Cfg>;
+  constexpr int C = W::kColumns;
+  auto load = [&](int c, int stage) {
+    const uint32_t sK = slice + uint32_t(stage * W::kStage);
+    depth.template load_columns<C, 32>(c, cols.hi, sK, sK + W::kTile, lane);
+    flash::cp_async_commit();
+  };
+  if (cols.lo >= cols.hi) return;
+  load(cols.lo, 0);
+  int stage = 0;
+  for (int c = cols.lo; c < cols.hi; c += C) {
+    const bool more = c + C < cols.hi;
+    if constexpr (W::kStages == 2) {
+      if (more) {
+        load(c + C, stage ^ 1);  // that stage's last reader passed the __syncwarp below
+        flash::cp_async_wait<1>();
+      } else {
+        flash::cp_async_wait<0>();
+      }
+    } else {
+      flash::cp_async_wait<0>();
+    }
+    __syncwarp();  // every lane's copies of this chunk are visible
+    const uint32_t sK = slice + uint32_t(stage * W::kStage);
+    body(c, sK, sK + W::kTile);
+    __syncwarp();  // the stage is free again
+    if constexpr (W::kStages == 2) {
+      stage ^= 1;
+    } else if (more) {
+      load(c + C, 0);
+    }
+  }
+}
+
+// movmatrix: the transpose of an 8 x 8 bf16 fragment (lane 4g + t holds row g, columns 2t, 2t + 1).
+__device__ __forceinline__ uint32_t transpose_8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Address of column c's gradient vector in an fp32 depth gradient [B, T, S, Hk, d].
+__device__ __forceinline__ float* depth_grad_row(float* dst, const ModaArgs& a, const TileRows& tr, int c) {
+  const int token = a.by_L.div(c), slot = c - token * a.L;
+  return dst + (((int64_t(tr.b) * a.T + token) * a.S + a.begin + slot) * a.Hk + tr.hk) * a.d;
+}
+
+// Starts pulling the depth gradients of columns [c0, c0 + C) below `hi` into L2, so that their
+// read-add-write at the end of the chunk waits on L2 rather than HBM.
+template <int D, int C>
+__device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const TileRows& tr, int c0, int hi,
+                                                     int lane) {
+  constexpr int kLines = D * 4 / 128;  // 128-byte lines per column vector
+#pragma unroll
+  for (int i = lane; i < 2 * C * kLines; i += 32) {
+    const int c = c0 + i / kLines % C;
+    if (c >= hi) continue;
+    const float* row = depth_grad_row(i / kLines < C ? a.ddk : a.ddv, a, tr, c);
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + i % kLines * 32));
+  }
+}
+
+// dst[column c] += factor * (X^T Y)[c] for the chunk's columns [c0, c0 + C) below `hi`: X holds one
+// m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q, whose
+// m-tile rows (from r0) are in the swizzled tile sY. dst is the fp32 depth gradient [B, T, S, Hk, d].
+// Each element has one owner (this thread), so the reads and writes need no atomics; they are issued
+// in batches of four 16-column products, all reads before any write, so one batch costs one memory
+// round trip instead of one per element pair.
+template <int D, int C>
+__device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs& a, const TileRows& tr,
+                                                      const float (&x)[1][C / 8][4], uint32_t sY, int r0, int c0,
+                                                      int hi, float factor, int lane) {
+  constexpr int kBatch = 4;  // 16-column products of Y per batch
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int cb = 0; cb < C / 16; ++cb) {
+    // X^T as an A fragment: its 8 x 8 block (m, k) is block (k, m) of X's columns cb*16.., transposed.
+    const uint32_t xt[4] = {transpose_8x8(flash::pack_bf16(x[0][2 * cb][0], x[0][2 * cb][1])),
+                            transpose_8x8(flash::pack_bf16(x[0][2 * cb + 1][0], x[0][2 * cb + 1][1])),
+                            transpose_8x8(flash::pack_bf16(x[0][2 * cb][2], x[0][2 * cb][3])),
+                            transpose_8x8(flash::pack_bf16(x[0][2 * cb + 1][2], x[0][2 * cb + 1][3]))};
+    float* rows[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c = c0 + cb * 16 + g + 8 * half;
+      rows[half] = c < hi ? depth_grad_row(dst, a, tr, c) + 2 * t : nullptr;
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 16; nb += kBatch) {
+      float acc[kBatch][2][4] = {};
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        uint32_t y[4];
+        flash::SwizzledTile<D>::load_b_trans(y, sY, r0, (nb + i) * 16, lane);
+        flash::mma_16816(acc[i][0], xt, y[0], y[1]);
+        flash::mma_16816(acc[i][1], xt, y[2], y[3]);
+      }
+      float2 old[2][kBatch][2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if (rows[half] != nullptr)
+              old[half][i][j] = *reinterpret_cast<const float2*>(rows[half] + (nb + i) * 16 + j * 8);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if (rows[half] != nullptr)
+              *reinterpret_cast<float2*>(rows[half] + (nb + i) * 16 + j * 8) =
+                  make_float2(old[half][i][j].x + acc[i][j][2 * half] * factor,
+                              old[half][i][j].y + acc[i][j][2 * half + 1] * factor);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Forward: flash attention's forward with folded rows and the depth source after the sequence.
-template <class Cfg>
+// WARP_DEPTH (group): each warp walks its own m-tiles' depth columns; otherwise the CTA walks the
+// tile's (chunk) or all (flat) depth columns in BK blocks.
+template <class Cfg, bool WARP_DEPTH>
+constexpr int forward_smem_bytes() {
+  return Cfg::kTileQ + kv_region_bytes<Cfg, WARP_DEPTH>();
+}
+
+template <class Cfg, bool WARP_DEPTH>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_kernel(const ModaArgs a) {
   constexpr int D = Cfg::D, MT = Cfg::MT;
   extern __shared__ __align__(128) char smem[];
@@ -186,9 +411,37 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
   flash::SoftmaxState<D, MT> st;
   st.init();
   flash::attend_source<Cfg>(st, qf, seq, stages, wrow, a.scale_log2, tid);
+  // The sequence walk ended with a barrier: the KV stages are free.
   const DepthKv<Cfg> depth = depth_source<Cfg>(a, tr);
-  flash::start_source<Cfg>(depth, stages, tid);  // the sequence walk ended with a barrier: stage 0 is free
-  flash::attend_source<Cfg>(st, qf, depth, stages, wrow, a.scale_log2, tid);
+  if constexpr (WARP_DEPTH) {
+    const uint32_t slice = stages + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r0 = wrow + mt * 16;
+      const ColumnRange cols = mtile_columns(tr, r0, a.L);
+      flash::SoftmaxState<D, 1> one;
+      one.m[0][0] = st.m[mt][0], one.m[0][1] = st.m[mt][1];
+      one.l[0][0] = st.l[mt][0], one.l[0][1] = st.l[mt][1];
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) one.o[0][nt][e] = st.o[mt][nt][e];
+      const auto& q1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&qf[mt]);
+      const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
+      for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
+        flash::attend_block<ChunkShape<Cfg>, true>(one, q1, sK, sV, r0, c, mask, a.scale_log2, lane);
+      });
+      st.m[mt][0] = one.m[0][0], st.m[mt][1] = one.m[0][1];
+      st.l[mt][0] = one.l[0][0], st.l[mt][1] = one.l[0][1];
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[mt][nt][e] = one.o[0][nt][e];
+    }
+  } else {
+    flash::start_source<Cfg>(depth, stages, tid);
+    flash::attend_source<Cfg>(st, qf, depth, stages, wrow, a.scale_log2, tid);
+  }
 
   const int g = lane >> 2, t = lane & 3;
   float inv[MT][2], lse[MT][2];
@@ -200,6 +453,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
       const int r = wrow + mt * 16 + g + 8 * half;
       if (t == 0 && tr.valid(r)) a.lse[stat_index(tr, a.Hq, a.T, r)] = lse[mt][half];
     }
+  // Each warp stages only its own rows of the Q tile, which only it has read.
   flash::stage_accumulator<D, MT>(smem, st.o, inv, wrow, lane);
   __syncthreads();
   flash::store_rows<D, Cfg::BQ, Cfg::THREADS>(
@@ -207,81 +461,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward dQ (and, with DEPTH_GRADS, the depth dK/dV of the tile's tokens).
-
-// Shared memory: Q and dO tiles and the KV stages as in flash's dQ kernel, then (DEPTH_GRADS) the
-// bf16 P and dS of one depth block, [BQ x BK] each.
-template <class Cfg, bool DEPTH_GRADS>
+// Backward dQ; with WARP_DEPTH the per-warp depth walk, and with DEPTH_GRADS (group, G <= 16) also
+// the depth dK/dV of each chunk. Shared memory: Q and dO tiles, then the KV region.
+template <class Cfg, bool WARP_DEPTH>
 constexpr int dq_smem_bytes() {
-  return flash::dq_smem_bytes<Cfg>() + (DEPTH_GRADS ? 2 * Cfg::BQ * Cfg::BK * 2 : 0);
+  return 2 * Cfg::kTileQ + kv_region_bytes<Cfg, WARP_DEPTH>();
 }
 
-// Depth dK/dV of the columns [key0, key0 + BK) ∩ [.., c_end) of a block whose P and dS (bf16, rows =
-// the tile's rows) are in sP and sDS. Warp w owns 16 columns, (w % (BK / 16)), and one of dV = P^T dO
-// (the first BK / 16 warps) or dK = scale dS^T Q; only the 16-row steps holding rows of the columns'
-// tokens are multiplied. Results are added into ddk / ddv, one thread per element.
-template <class Cfg>
-__device__ __forceinline__ void depth_block_grads(const ModaArgs& a, const TileRows& tr, int key0, int c_end,
-                                                  uint32_t sP, uint32_t sDS, uint32_t sQ, uint32_t sDO, int warp,
-                                                  int lane) {
-  constexpr int D = Cfg::D, BK = Cfg::BK, kGroups = BK / 16;
-  static_assert(Cfg::WARPS == 2 * kGroups, "one warp per (16 depth columns, dK or dV)");
-  const int cg = warp % kGroups;
-  const bool is_k = warp >= kGroups;
-  const int c_first = key0 + cg * 16;
-  if (c_first >= c_end) return;
-  const int c_last = min(c_first + 16, c_end) - 1;
-  const int r_lo = (c_first / a.L - tr.t0) * tr.fold, r_hi = (c_last / a.L - tr.t0 + 1) * tr.fold;
-
-  float acc[D / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-  const uint32_t sA = is_k ? sDS : sP, sB = is_k ? sQ : sDO;
-  for (int ks = r_lo / 16; ks < (r_hi + 15) / 16; ++ks) {
-    uint32_t af[4];
-    flash::SwizzledTile<BK>::load_a_trans(af, sA, cg * 16, ks * 16, lane);
-#pragma unroll
-    for (int np = 0; np < D / 16; ++np) {
-      uint32_t bf[4];
-      flash::SwizzledTile<D>::load_b_trans(bf, sB, ks * 16, np * 16, lane);
-      flash::mma_16816(acc[2 * np], af, bf[0], bf[1]);
-      flash::mma_16816(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
-
-  const int g = lane >> 2, t = lane & 3;
-  const float factor = is_k ? a.scale : 1.f;
-  float* dst = is_k ? a.ddk : a.ddv;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int c = c_first + g + 8 * half;
-    if (c > c_last) continue;
-    const int64_t row = (((int64_t(tr.b) * a.T + c / a.L) * a.S + a.begin + c % a.L) * a.Hk + tr.hk) * a.d;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const int col = nt * 8 + 2 * t;
-      if (col >= a.d) continue;
-      float2* p = reinterpret_cast<float2*>(dst + row + col);
-      float2 x = *p;
-      x.x += acc[nt][2 * half] * factor;
-      x.y += acc[nt][2 * half + 1] * factor;
-      *p = x;
-    }
-  }
-}
-
-template <class Cfg, bool DEPTH_GRADS>
+template <class Cfg, bool WARP_DEPTH, bool DEPTH_GRADS>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_dq_kernel(const ModaArgs a) {
+  static_assert(WARP_DEPTH || !DEPTH_GRADS, "depth gradients come from the per-warp walk");
   constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2;
   const TileRows tr = tile_rows(a);
 
-  const uint32_t sQ = flash::smem_addr(smem), stages = sQ + Cfg::kTileQ, sDO = stages + 2 * Cfg::kStageBytes;
-  constexpr int p_offset = flash::dq_smem_bytes<Cfg>(), ds_offset = p_offset + Cfg::BQ * BK * 2;
+  const uint32_t sQ = flash::smem_addr(smem), sDO = sQ + Cfg::kTileQ, stages = sDO + Cfg::kTileQ;
   load_query_rows<Cfg>(sQ, a.q, a, tr, tid);
   load_query_rows<Cfg>(sDO, a.dout, a, tr, tid);
   flash::cp_async_commit();
@@ -322,28 +518,45 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
   });
 
   const DepthKv<Cfg> depth = depth_source<Cfg>(a, tr);
-  flash::start_source<Cfg>(depth, stages, tid);
-  flash::for_each_block<Cfg>(depth, stages, tid, [&](int n, uint32_t sK, uint32_t sV) {
-    float p[MT][BK / 8][4], ds[MT][BK / 8][4];
-    flash::dq_block_scores<Cfg>(p, ds, qf, df, lse2, delta, sK, sV, wrow, depth.key0(n), true, depth.mask(),
-                                a.scale_log2, lane);
-    if constexpr (DEPTH_GRADS) {
-      float ones[MT][2];
+  if constexpr (WARP_DEPTH) {
+    using One = ChunkShape<Cfg>;
+    constexpr int C = One::BK;
+    const uint32_t slice = stages + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ones[mt][0] = ones[mt][1] = 1.f;
-      flash::stage_accumulator<BK, MT>(smem + p_offset, p, ones, wrow, lane);
-      flash::stage_accumulator<BK, MT>(smem + ds_offset, ds, ones, wrow, lane);
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r0 = wrow + mt * 16;
+      const ColumnRange cols = mtile_columns(tr, r0, a.L);
+      const auto& q1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&qf[mt]);
+      const auto& d1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&df[mt]);
+      const auto& lse2_1 = *reinterpret_cast<const float(*)[1][2]>(&lse2[mt]);
+      const auto& delta_1 = *reinterpret_cast<const float(*)[1][2]>(&delta[mt]);
+      auto& dq1 = *reinterpret_cast<float(*)[1][D / 8][4]>(&dq[mt]);
+      const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
+      for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
+        if constexpr (DEPTH_GRADS) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
+        float p[1][C / 8][4], ds[1][C / 8][4];
+        flash::dq_block_scores<One>(p, ds, q1, d1, lse2_1, delta_1, sK, sV, r0, c, true, mask, a.scale_log2, lane);
+        flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
+        if constexpr (DEPTH_GRADS) {
+          add_chunk_depth_grads<D, C>(a.ddv, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
+          add_chunk_depth_grads<D, C>(a.ddk, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);
+        }
+      });
     }
-    flash::dq_block_accumulate<Cfg>(dq, ds, sK, lane);
-    if constexpr (DEPTH_GRADS) {
-      __syncthreads();  // every warp's P and dS rows are staged
-      depth_block_grads<Cfg>(a, tr, depth.key0(n), depth.c_end, sQ + p_offset, sQ + ds_offset, sQ, sDO, warp, lane);
-    }
-  });
+  } else {
+    flash::start_source<Cfg>(depth, stages, tid);
+    flash::for_each_block<Cfg>(depth, stages, tid, [&](int n, uint32_t sK, uint32_t sV) {
+      float p[MT][BK / 8][4], ds[MT][BK / 8][4];
+      flash::dq_block_scores<Cfg>(p, ds, qf, df, lse2, delta, sK, sV, wrow, depth.key0(n), true, depth.mask(),
+                                  a.scale_log2, lane);
+      flash::dq_block_accumulate<Cfg>(dq, ds, sK, lane);
+    });
+  }
 
   float qscale[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) qscale[mt][0] = qscale[mt][1] = a.scale;
+  // Each warp overwrites only its own rows of the Q tile; the depth walk read only those too.
   flash::stage_accumulator<D, MT>(smem, dq, qscale, wrow, lane);
   __syncthreads();
   flash::store_rows<D, Cfg::BQ, Cfg::THREADS>(

@@ -16,8 +16,9 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
                                        Tensor& d_depth_k, Tensor& d_depth_v, ModaKernel kernel = ModaKernel::group);
 
 // Slot copies (kernels/cuda/depth_slots.cu). write: x of the buffer's dtype, or F32 into BF16
-// (rounded to nearest even); buffers F32 or BF16. read: returns the slot in the buffer's dtype.
+// (rounded to nearest even); buffers F32 or BF16. read: returns the slot converted to `dtype`
+// (F32 or BF16).
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
-Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype);
 
 }  // namespace fathom::cuda

@@ -248,7 +248,9 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
   }
 }
 
-// Every combination of T, G, L and d (batch 1, two KV heads), plus batch 2 and other KV-head counts.
+// Every combination of T, G, L and d (batch 1, two KV heads), plus batch 2 and other KV-head counts,
+// and G that leave padding rows in the group kernel's m-tiles (5: one per m-tile; 24: a token padded
+// to 32 rows).
 std::vector<Case> main_cases() {
   std::vector<Case> cases;
   for (int64_t T : {1, 7, 63, 65, 300})
@@ -259,7 +261,7 @@ std::vector<Case> main_cases() {
 }
 std::vector<Case> batch_cases() {
   return {{2, 65, 3, 5, 64, 3}, {2, 129, 4, 3, 128, 1}, {3, 40, 16, 2, 64, 1}, {1, 70, 32, 4, 128, 2},
-          {2, 257, 2, 9, 128, 2}};
+          {2, 257, 2, 9, 128, 2}, {2, 77, 5, 7, 128, 1}, {1, 50, 24, 3, 64, 1}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Main, GpuModaMatchesCpu, ::testing::ValuesIn(main_cases()), case_name);

@@ -70,30 +70,37 @@ std::string test_name(std::string s) {
 }  // namespace
 
 // Slot copies on the GPU equal the CPU's bit for bit: a bf16 buffer filled from f32 activations
-// (rounded on the way) and from bf16 ones, an f32 buffer (the gradient side buffers), and slots
-// that were not written stay zero. Odd sizes, so no row is a multiple of a pack.
+// (rounded on the way) and from bf16 ones, an f32 buffer (the gradient side buffers, also read out
+// converted to bf16), and slots that were not written stay zero. Odd sizes, where no row is a
+// multiple of a pack, and head dim 64, where the copies run 8 elements per thread.
 TEST(GpuModaModel, DepthSlotWriteAndReadMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
-  const int64_t B = 2, T = 37, S = 5, Hk = 3, d = 6;
-  for (DType buffer_dtype : {DType::bf16, DType::f32}) {
-    Tensor cpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype);
-    Tensor gpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype, kGpu);
-    const Tensor f32_slot = random_tensor({B, T, Hk, d}, DType::f32, 3);
-    const Tensor own_slot = random_tensor({B, T, Hk, d}, buffer_dtype, 4);
-    write_depth_slot(cpu, 1, f32_slot);
-    write_depth_slot(gpu, 1, f32_slot.to(kGpu));
-    write_depth_slot(cpu, 4, own_slot);
-    write_depth_slot(gpu, 4, own_slot.to(kGpu));
-    EXPECT_TRUE(bitwise_equal(gpu, cpu)) << dtype_name(buffer_dtype) << " buffer";
-    for (int64_t slot = 0; slot < S; ++slot) {
-      const Tensor got = read_depth_slot(gpu, slot);
-      EXPECT_EQ(got.dtype(), buffer_dtype);
-      EXPECT_TRUE(got.device() == kGpu);
-      EXPECT_TRUE(bitwise_equal(got, read_depth_slot(cpu, slot))) << dtype_name(buffer_dtype) << " slot " << slot;
+  const int64_t B = 2, T = 37, S = 5, Hk = 3;
+  for (int64_t d : {6, 64})
+    for (DType buffer_dtype : {DType::bf16, DType::f32}) {
+      const std::string what = std::string(dtype_name(buffer_dtype)) + " buffer, d " + std::to_string(d);
+      Tensor cpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype);
+      Tensor gpu = Tensor::zeros({B, T, S, Hk, d}, buffer_dtype, kGpu);
+      const Tensor f32_slot = random_tensor({B, T, Hk, d}, DType::f32, 3);
+      const Tensor own_slot = random_tensor({B, T, Hk, d}, buffer_dtype, 4);
+      write_depth_slot(cpu, 1, f32_slot);
+      write_depth_slot(gpu, 1, f32_slot.to(kGpu));
+      write_depth_slot(cpu, 4, own_slot);
+      write_depth_slot(gpu, 4, own_slot.to(kGpu));
+      EXPECT_TRUE(bitwise_equal(gpu, cpu)) << what;
+      for (int64_t slot = 0; slot < S; ++slot) {
+        const Tensor got = read_depth_slot(gpu, slot);
+        EXPECT_EQ(got.dtype(), buffer_dtype);
+        EXPECT_TRUE(got.device() == kGpu);
+        EXPECT_TRUE(bitwise_equal(got, read_depth_slot(cpu, slot))) << what << ", slot " << slot;
+        const Tensor as_bf16 = read_depth_slot(gpu, slot, DType::bf16);
+        EXPECT_EQ(as_bf16.dtype(), DType::bf16);
+        EXPECT_TRUE(bitwise_equal(as_bf16, read_depth_slot(cpu, slot, DType::bf16))) << what << ", slot " << slot;
+      }
+      EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu, 1), f32_slot.to(buffer_dtype))) << what;
+      EXPECT_EQ(values(read_depth_slot(gpu, 2)), std::vector<double>(size_t(B * T * Hk * d), 0.0)) << what;
     }
-    EXPECT_TRUE(bitwise_equal(read_depth_slot(gpu, 1), f32_slot.to(buffer_dtype)));
-    EXPECT_EQ(values(read_depth_slot(gpu, 2)), std::vector<double>(size_t(B * T * Hk * d), 0.0));
-  }
+  const int64_t d = 6;
   // Only F32 converts, and only into BF16.
   Tensor bf16_buffer = Tensor::zeros({B, T, S, Hk, d}, DType::bf16, kGpu);
   fathom::testing::expect_error(
