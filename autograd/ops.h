@@ -45,6 +45,14 @@ struct LossParts {
 };
 LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_loss_weight,
                         int64_t ignore_index = -100);
+// The same loss for logits handed over (the training step's): when nothing else can read them (no
+// other handle on the variable, no other tensor on their storage) and a gradient is needed, the
+// forward writes expected_grad * d loss / d logits over them in the same pass that computes the loss,
+// and backward only rescales by upstream / expected_grad should the loss receive another gradient
+// than expected_grad (finite, nonzero). Otherwise it is cross_entropy(logits, ...). loss, ce, z and
+// counted are cross_entropy's bit for bit, and so is the gradient when the expected one arrives.
+LossParts cross_entropy_consuming(Variable&& logits, const Tensor& targets, double z_loss_weight, double expected_grad,
+                                  int64_t ignore_index = -100);
 
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.

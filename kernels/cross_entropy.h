@@ -29,11 +29,27 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
 
+// The forward with the gradient fused in, for logits nothing reads afterwards (the training step's):
+// each row is read once, and its gradient overwrites it in the same pass, saving the backward's
+// second pass over a logits-sized tensor. Returns what cross_entropy_forward returns, bit for bit,
+// and leaves in `logits` what cross_entropy_backward_into(grad_loss, ...) would write there.
+// grad_loss (one element, stats_dtype(logits)) is the gradient the loss is expected to receive;
+// scale_grad_unless_expected corrects the gradient if another one arrives.
+CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                   int64_t ignore_index, const Tensor& grad_loss);
+// grad *= upstream / expected, unless upstream equals expected: then nothing is touched (on CUDA the
+// kernel reads the two scalars and exits, so the expected case costs no pass over grad). upstream
+// and expected hold one element each, of one floating dtype; expected must not be 0.
+void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
+
 namespace cpu {
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index);
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
+CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                   int64_t ignore_index, const Tensor& grad_loss);
+void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
 }  // namespace cpu
 
 namespace cuda {
@@ -42,6 +58,9 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
                                          int64_t ignore_index);
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
+CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                   int64_t ignore_index, const Tensor& grad_loss);
+void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
 }  // namespace cuda
 
 }  // namespace fathom

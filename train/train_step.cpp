@@ -29,9 +29,12 @@ MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batc
                "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
                describe(batch.targets));
   const int64_t tokens = batch.inputs.numel(), vocab = model.config().vocab_size;
-  // The logits are not kept here: the loss then holds them alone and overwrites them with their gradient.
-  LossParts loss = cross_entropy(reshape(model.forward(batch.inputs.to(device)), {tokens, vocab}),
-                                 batch.targets.to(device).view({tokens}), z_loss_weight);
+  // The logits are handed over (the model's own handle ends with this statement), so the loss holds
+  // them alone and writes their gradient over them in its forward pass, for the gradient it will
+  // receive: grad_scale.
+  Variable logits = reshape(model.forward(batch.inputs.to(device)), {tokens, vocab});
+  LossParts loss = cross_entropy_consuming(std::move(logits), batch.targets.to(device).view({tokens}), z_loss_weight,
+                                           grad_scale);
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
   backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);
   return {loss.ce, loss.z};

@@ -1,5 +1,7 @@
 // CPU cross-entropy with z-loss, one row per task; exp runs in SIMD through Eigen arrays. The loss
-// is summed over rows in order, in double, so it does not depend on the thread count.
+// is summed over rows in order, in double, so it does not depend on the thread count. The row math
+// (log-sum-exp, gradient) is written once and shared by the forward, the backward and the forward
+// with the gradient fused in.
 #include <cmath>
 #include <vector>
 
@@ -31,26 +33,55 @@ int64_t read_targets(const Tensor& targets, int64_t vocab, int64_t ignore_index,
   });
   return counted;
 }
-}  // namespace
 
-CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                         int64_t ignore_index) {
+// d loss / d lse_i for a counted row: the loss is a mean, so grad_loss / counted (0 with no counted row).
+double row_gradient_scale(const Tensor& grad_loss, int64_t counted) {
+  return counted > 0 ? grad_loss.item() / double(counted) : 0.0;
+}
+
+template <typename T>
+T row_lse(const ConstArrayView<T>& row) {
+  const T max = row.maxCoeff();
+  return max + std::log((row - max).exp().sum());
+}
+
+// d/dx_j of g (lse - x_t + w lse^2) = g p_j (1 + 2 w lse) - g [j = t], with p = softmax(x) = exp(x - lse);
+// zero for an ignored row. grad_row may be row itself: each element is read before it is written.
+template <typename T>
+void write_row_gradient(const T* row, T* grad_row, int64_t V, T lse, double g, double z_loss_weight, int64_t target,
+                        int64_t ignore_index) {
+  ArrayView<T> out(grad_row, V);
+  if (target == ignore_index) {
+    out.setZero();
+    return;
+  }
+  const T coef = T(g * (1.0 + 2.0 * z_loss_weight * double(lse)));
+  out = (ConstArrayView<T>(row, V) - lse).exp() * coef;
+  out[target] -= T(g);
+}
+
+// The forward; with `grad` (the logits themselves) it also writes each row's gradient, g per counted
+// row, right after the row's statistics, while the row is still in cache.
+CrossEntropyOutput forward_rows(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                int64_t ignore_index, Tensor* grad, const Tensor* grad_loss) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<int64_t> target;
   CrossEntropyOutput out;
   out.counted = read_targets(targets, V, ignore_index, target);
+  const double g = grad ? row_gradient_scale(*grad_loss, out.counted) : 0.0;
   out.lse = Tensor::empty({N}, logits.dtype());
   std::vector<double> ce_row(size_t(N), 0.0);
   dispatch_float("cross_entropy", logits.dtype(), [&]<typename T>() {
     const T* x = logits.data<T>();
+    T* d = grad ? grad->data<T>() : nullptr;
     T* lse = out.lse.data<T>();
 #pragma omp parallel for schedule(static) if (N * V > kMinParallelWork)
     for (int64_t i = 0; i < N; ++i) {
       const ConstArrayView<T> row(x + i * V, V);
-      const T max = row.maxCoeff();
-      const T l = max + std::log((row - max).exp().sum());
+      const T l = row_lse(row);
       lse[i] = l;
       if (target[i] != ignore_index) ce_row[i] = double(l) - double(row[target[i]]);
+      if (d) write_row_gradient(x + i * V, d + i * V, V, l, g, z_loss_weight, target[i], ignore_index);
     }
     double ce = 0, z = 0;
     for (int64_t i = 0; i < N; ++i) {
@@ -66,31 +97,39 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
   out.loss = Tensor::full(Shape{}, out.ce + out.z, logits.dtype());
   return out;
 }
+}  // namespace
 
-// d/dx_j of (lse - x_t + w lse^2) = p_j (1 + 2 w lse) - [j = t], with p = softmax(x) = exp(x - lse).
-// grad may be logits itself: each element is read before it is written.
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                         int64_t ignore_index) {
+  return forward_rows(logits, targets, z_loss_weight, ignore_index, nullptr, nullptr);
+}
+
+CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                   int64_t ignore_index, const Tensor& grad_loss) {
+  return forward_rows(logits, targets, z_loss_weight, ignore_index, &logits, &grad_loss);
+}
+
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<int64_t> target;
-  const int64_t counted = read_targets(targets, V, ignore_index, target);
-  const double g = counted > 0 ? grad_loss.item() / double(counted) : 0.0;
+  const double g = row_gradient_scale(grad_loss, read_targets(targets, V, ignore_index, target));
   dispatch_float("cross_entropy_backward", logits.dtype(), [&]<typename T>() {
     const T* x = logits.data<T>();
     const T* l = lse.data<T>();
     T* d = grad.data<T>();
 #pragma omp parallel for schedule(static) if (N * V > kMinParallelWork)
-    for (int64_t i = 0; i < N; ++i) {
-      ArrayView<T> out_row(d + i * V, V);
-      if (target[i] == ignore_index) {
-        out_row.setZero();
-        continue;
-      }
-      const T row_lse = l[i];
-      const T coef = T(g * (1.0 + 2.0 * z_loss_weight * double(row_lse)));
-      out_row = (ConstArrayView<T>(x + i * V, V) - row_lse).exp() * coef;
-      out_row[target[i]] -= T(g);
-    }
+    for (int64_t i = 0; i < N; ++i) write_row_gradient(x + i * V, d + i * V, V, l[i], g, z_loss_weight, target[i], ignore_index);
+  });
+}
+
+void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected) {
+  const double u = upstream.item(), e = expected.item();
+  if (u == e) return;
+  FATHOM_CHECK(e != 0, "scale_grad_unless_expected: the expected gradient is 0, so the gradient cannot be rescaled");
+  const double ratio = u / e;
+  dispatch_float("scale_grad_unless_expected", grad.dtype(), [&]<typename T>() {
+    ArrayView<T>(grad.data<T>(), grad.numel()) *= T(ratio);
   });
 }
 

@@ -3,6 +3,9 @@
 // base 2), and writes the row's lse and loss terms; one block then sums the rows in a fixed order in
 // f64. Backward: one block per row reads the logits once more and writes
 // dlogits = softmax * g (1 + 2 w lse) - g [j = target], out of place or over the logits themselves.
+// The fused forward does both in one pass over each row (the training step's logits, owned by the
+// loss), with the same row reduction and gradient formula, so its results are the same bits.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cross_entropy.h"
@@ -61,14 +64,11 @@ struct RunningSum {  // sum of 2^(y - m), y = x log2(e)
   }
 };
 
-template <typename T, typename I>
-__global__ void cross_entropy_rows_kernel(const T* logits, const I* targets, int64_t vocab, int64_t ignore_index,
-                                          float* lse_out, double* row_terms, DeviceErrorRecord* errors) {
+// The row's log-sum-exp from every thread's running sum, merged in a fixed order (results repeat
+// bit for bit); returned to every thread.
+__device__ float block_lse(RunningSum acc) {
   __shared__ float shared_m[32], shared_s[32];
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * vocab;
-  RunningSum acc;
-  for_each_pack_in_row(x, vocab, [&](const auto& values, int64_t) { acc.add(values); });
+  __shared__ float lse;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)
     acc.merge(__shfl_xor_sync(0xffffffffu, acc.m, offset), __shfl_xor_sync(0xffffffffu, acc.s, offset));
@@ -78,14 +78,66 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const I* targets, int
     shared_s[warp] = acc.s;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  RunningSum total;
-  for (int w = 0; w < int(blockDim.x / 32); ++w) total.merge(shared_m[w], shared_s[w]);  // fixed order
-  const float lse = (total.m + log2f(total.s)) * kLn2;
+  if (threadIdx.x == 0) {
+    RunningSum total;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) total.merge(shared_m[w], shared_s[w]);  // fixed order
+    lse = (total.m + log2f(total.s)) * kLn2;
+  }
+  __syncthreads();
+  return lse;
+}
+
+// A row's target and its logit, read by thread 0 before the row may be overwritten.
+struct RowTarget {
+  int64_t t = -1;  // -1: ignored (or reported as out of range)
+  float logit = 0;
+};
+template <typename T, typename I>
+__device__ RowTarget read_row_target(const T* x, const I* targets, int64_t row, int64_t vocab, int64_t ignore_index,
+                                     DeviceErrorRecord* errors) {
+  RowTarget r;
+  r.t = checked_target(targets, row, vocab, ignore_index, errors);
+  if (r.t >= 0) r.logit = to_float(x[r.t]);
+  return r;
+}
+
+// Thread 0's outputs for a row: its lse and loss terms (zero for an ignored row).
+__device__ void write_row_terms(int64_t row, const RowTarget& target, float lse, float* lse_out, double* row_terms) {
   lse_out[row] = lse;
-  const int64_t t = checked_target(targets, row, vocab, ignore_index, errors);
-  row_terms[2 * row] = t < 0 ? 0.0 : double(lse) - double(to_float(x[t]));
-  row_terms[2 * row + 1] = t < 0 ? 0.0 : double(lse) * double(lse);
+  row_terms[2 * row] = target.t < 0 ? 0.0 : double(lse) - double(target.logit);
+  row_terms[2 * row + 1] = target.t < 0 ? 0.0 : double(lse) * double(lse);
+}
+
+// dlogits_j = softmax_j * g (1 + 2 w lse) - g [j = target] for one row, g = *scale on a counted row
+// and 0 on an ignored one (whose gradient is then 0).
+struct RowGradient {
+  float l2, coef, g;
+  int64_t t;
+  __device__ RowGradient(int64_t target, int64_t vocab, int64_t ignore_index, float scale, float lse,
+                         float z_loss_weight) {
+    const bool counted = target != ignore_index && target >= 0 && target < vocab;
+    g = counted ? scale : 0.0f;
+    l2 = lse * kLog2e;
+    coef = g * (1.0f + 2.0f * z_loss_weight * lse);
+    t = counted ? target : -1;
+  }
+  __device__ float operator()(float v, int64_t j) const {
+    const float p = exp2f(v * kLog2e - l2) * coef;
+    return j == t ? p - g : p;
+  }
+};
+
+template <typename T, typename I>
+__global__ void cross_entropy_rows_kernel(const T* logits, const I* targets, int64_t vocab, int64_t ignore_index,
+                                          float* lse_out, double* row_terms, DeviceErrorRecord* errors) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  RunningSum acc;
+  for_each_pack_in_row(x, vocab, [&](const auto& values, int64_t) { acc.add(values); });
+  RowTarget target;
+  if (threadIdx.x == 0) target = read_row_target(x, targets, row, vocab, ignore_index, errors);
+  const float lse = block_lse(acc);
+  if (threadIdx.x == 0) write_row_terms(row, target, lse, lse_out, row_terms);
 }
 
 // sums = {ce sum, z sum, counted}; loss = (ce + w z) / counted, or 0 with no counted row.
@@ -129,22 +181,107 @@ __global__ void cross_entropy_backward_kernel(const T* logits, T* grad, const I*
                                               const float* scale, int64_t vocab, int64_t ignore_index,
                                               float z_loss_weight) {
   const int64_t row = blockIdx.x;
-  const int64_t t0 = int64_t(targets[row]);
-  const bool counted = t0 != ignore_index && t0 >= 0 && t0 < vocab;
-  const float g = counted ? *scale : 0.0f;
-  const float l2 = lse[row] * kLog2e;
-  const float coef = g * (1.0f + 2.0f * z_loss_weight * lse[row]);
-  const int64_t t = counted ? t0 : -1;
-  transform_row(logits + row * vocab, grad + row * vocab, vocab, [&](float v, int64_t j) {
-    const float p = exp2f(v * kLog2e - l2) * coef;
-    return j == t ? p - g : p;
+  const RowGradient gradient(int64_t(targets[row]), vocab, ignore_index, *scale, lse[row], z_loss_weight);
+  transform_row(logits + row * vocab, grad + row * vocab, vocab, gradient);
+}
+
+// Stores n floats (exact values of T) at p as one pack: 16-byte aligned when n > 1.
+template <typename T, int N>
+__device__ __forceinline__ void store_values(T* p, const float (&values)[N]) {
+  Pack<T, N> pack;
+#pragma unroll
+  for (int k = 0; k < N; ++k) pack.v[k] = from_float<T>(values[k]);
+  store_pack<N>(p, pack);
+}
+
+// The forward and the gradient in one pass over each row (one block per row, the rows kernel's
+// reduction, so lse and the loss terms are the same bits). The row is read from global memory once:
+// its first `stashed` elements are kept in shared memory as they stream by, the rest is read again
+// for the gradient while it is still in L2 (few rows are in flight at once: the shared stash bounds
+// the blocks per SM). The stash mirrors the row's 16-byte alignment (element j at misalign + j), so
+// its packs are aligned wherever global packs are. The gradient then overwrites the row.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_fused_kernel(
+    T* logits, const I* targets, int64_t vocab, int64_t ignore_index, int64_t stash_capacity, const float* scale,
+    float z_loss_weight, float* lse_out, double* row_terms, DeviceErrorRecord* errors) {
+  extern __shared__ __align__(16) unsigned char stash_bytes[];
+  T* const stash = reinterpret_cast<T*>(stash_bytes);
+  const int64_t row = blockIdx.x;
+  T* const x = logits + row * vocab;
+  const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(x) % 16) / int64_t(sizeof(T));
+  // stash_capacity is a whole number of packs, so no pack straddles the stash's end.
+  const int64_t stashed = min(vocab, stash_capacity - misalign);
+  RunningSum acc;
+  for_each_pack_in_row(x, vocab, [&](const auto& values, int64_t i) {
+    acc.add(values);
+    if (i < stashed) store_values(stash + misalign + i, values);
   });
+  RowTarget target;
+  if (threadIdx.x == 0) target = read_row_target(x, targets, row, vocab, ignore_index, errors);
+  // Its barriers also end every read of the row from global memory and publish the stash.
+  const float lse = block_lse(acc);
+  if (threadIdx.x == 0) write_row_terms(row, target, lse, lse_out, row_terms);
+  const RowGradient gradient(int64_t(targets[row]), vocab, ignore_index, *scale, lse, z_loss_weight);
+  // Each element is read (stash or global) and overwritten by the same thread.
+  auto rewrite = [&]<int N>(int64_t i) {
+    const Pack<T, N> in = i < stashed ? load_pack<N>(stash + misalign + i) : load_pack<N>(x + i);
+    Pack<T, N> out;
+#pragma unroll
+    for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(gradient(to_float(in.v[k]), i + k));
+    store_pack<N>(x + i, out);
+  };
+  constexpr int N = 16 / sizeof(T);
+  const auto [head, packs] = row_packs(x, vocab);
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) rewrite.template operator()<1>(i);
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) rewrite.template operator()<N>(head + p * N);
+  for (int64_t i = head + packs * N + threadIdx.x; i < vocab; i += blockDim.x) rewrite.template operator()<1>(i);
+}
+
+// grad *= upstream / expected unless they are equal: then every block reads the two scalars and exits.
+template <typename T, typename S>
+__global__ void scale_unless_expected_kernel(T* grad, int64_t n, const S* upstream, const S* expected) {
+  const S u = *upstream, e = *expected;
+  if (u == e) return;
+  const float ratio = float(double(u) / double(e));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    grad[i] = from_float<T>(to_float(grad[i]) * ratio);
+}
+
+// Blocks of the fused kernel kept on one SM at once: two keep the memory system busy while one
+// block reduces, and bound the rows in flight (whose unstashed part must stay in L2) to 2 per SM.
+constexpr int kFusedBlocksPerSm = 2;
+// Per-block shared memory the stash leaves to the runtime's reservation and the kernel's own arrays.
+constexpr size_t kSharedReservePerBlock = 2048;
+
+// The stash's shared-memory bytes for rows of `vocab` elements of T on `device`: the whole row
+// (plus one pack for its alignment offset) when it fits in the SM's share, else that share.
+template <typename T>
+size_t fused_stash_bytes(int64_t vocab, Device device) {
+  const cudaDeviceProp& prop = device_properties(device.index);
+  const size_t share = std::min(size_t(prop.sharedMemPerBlockOptin),
+                                size_t(prop.sharedMemPerMultiprocessor) / kFusedBlocksPerSm - kSharedReservePerBlock);
+  const size_t row = (size_t(vocab) * sizeof(T) + 15) / 16 * 16 + 16;
+  return std::min(row, share / 16 * 16);
 }
 
 }  // namespace
 
-CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                         int64_t ignore_index) {
+namespace {
+
+// The loss parts from the device sums: the one synchronisation (bad targets raise here too).
+void read_loss_parts(const Tensor& sums, double z_loss_weight, CrossEntropyOutput& out) {
+  const std::vector<double> s = sums.to_vector<double>();
+  out.counted = int64_t(s[2]);
+  if (out.counted > 0) {
+    out.ce = s[0] / double(out.counted);
+    out.z = z_loss_weight * s[1] / double(out.counted);
+  }
+}
+
+// The forward, and with grad_loss defined the gradient fused in over the logits (which then must
+// be writable: the caller owns them).
+CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z_loss_weight, int64_t ignore_index,
+                           const Tensor& grad_loss) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   CrossEntropyOutput out;
   out.lse = Tensor::empty({N}, DType::f32, logits.device());
@@ -156,28 +293,50 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
   cudaStream_t stream = stream_for(logits.device());
   Tensor row_terms = Tensor::empty({N, 2}, DType::f64, logits.device());
   Tensor sums = Tensor::empty({3}, DType::f64, logits.device());
+  Tensor scale = grad_loss.defined() ? Tensor::empty({1}, DType::f32, logits.device()) : Tensor();
   dispatch_device_float("cross_entropy", logits.dtype(), [&]<typename T>() {
     dispatch_index("cross_entropy", "targets", targets.dtype(), [&]<typename I>() {
       const I* tp = static_cast<const I*>(targets.raw());
-      cross_entropy_rows_kernel<T, I><<<unsigned(N), kRowThreads, 0, stream>>>(
-          static_cast<const T*>(logits.raw()), tp, V, ignore_index, static_cast<float*>(out.lse.raw()),
-          static_cast<double*>(row_terms.raw()), device_error_record());
+      float* lse = static_cast<float*>(out.lse.raw());
+      double* terms = static_cast<double*>(row_terms.raw());
+      if (grad_loss.defined()) {
+        // The mean's divisor (the counted rows) first, then the rows with their gradients.
+        cross_entropy_scale_kernel<I><<<1, 1024, 0, stream>>>(tp, N, V, ignore_index,
+                                                             static_cast<const float*>(grad_loss.raw()),
+                                                             static_cast<float*>(scale.raw()), device_error_record());
+        CUDA_CHECK_LAUNCH();
+        const size_t smem = fused_stash_bytes<T>(V, logits.device());
+        auto kernel = cross_entropy_fused_kernel<T, I>;
+        if (smem > 48 * 1024)
+          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<unsigned(N), kRowThreads, smem, stream>>>(
+            static_cast<T*>(const_cast<void*>(logits.raw())), tp, V, ignore_index, int64_t(smem / sizeof(T)),
+            static_cast<const float*>(scale.raw()), float(z_loss_weight), lse, terms, device_error_record());
+      } else {
+        cross_entropy_rows_kernel<T, I><<<unsigned(N), kRowThreads, 0, stream>>>(
+            static_cast<const T*>(logits.raw()), tp, V, ignore_index, lse, terms, device_error_record());
+      }
       CUDA_CHECK_LAUNCH();
-      cross_entropy_total_kernel<I><<<1, 1024, 0, stream>>>(static_cast<const double*>(row_terms.raw()), tp, N, V,
-                                                           ignore_index, z_loss_weight,
+      cross_entropy_total_kernel<I><<<1, 1024, 0, stream>>>(terms, tp, N, V, ignore_index, z_loss_weight,
                                                            static_cast<double*>(sums.raw()),
                                                            static_cast<float*>(out.loss.raw()));
       CUDA_CHECK_LAUNCH();
     });
   });
-  // The one synchronisation: the loss parts are returned as numbers (and bad targets raise here).
-  const std::vector<double> s = sums.to_vector<double>();
-  out.counted = int64_t(s[2]);
-  if (out.counted > 0) {
-    out.ce = s[0] / double(out.counted);
-    out.z = z_loss_weight * s[1] / double(out.counted);
-  }
+  read_loss_parts(sums, z_loss_weight, out);
   return out;
+}
+
+}  // namespace
+
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                         int64_t ignore_index) {
+  return forward(logits, targets, z_loss_weight, ignore_index, Tensor());
+}
+
+CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                   int64_t ignore_index, const Tensor& grad_loss) {
+  return forward(logits, targets, z_loss_weight, ignore_index, grad_loss);
 }
 
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
@@ -198,6 +357,21 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
           static_cast<const float*>(scale.raw()), V, ignore_index, float(z_loss_weight));
       CUDA_CHECK_LAUNCH();
     });
+  });
+}
+
+void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected) {
+  FATHOM_CHECK(expected.dtype() == DType::f32, "scale_grad_unless_expected: the CUDA kernel takes an F32 upstream and "
+               "expected gradient (the loss's dtype), got ", describe(expected));
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  cudaStream_t stream = stream_for(grad.device());
+  dispatch_device_float("scale_grad_unless_expected", grad.dtype(), [&]<typename T>() {
+    scale_unless_expected_kernel<T, float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<T*>(grad.raw()), n, static_cast<const float*>(upstream.raw()),
+        static_cast<const float*>(expected.raw()));
+    CUDA_CHECK_LAUNCH();
   });
 }
 

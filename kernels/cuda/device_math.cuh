@@ -103,6 +103,19 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 8192) {
 
 namespace fathom::cuda {
 
+// How for_each_pack_in_row and transform_row split a row [0, n) at `row`: `head` single elements up
+// to the first 16-byte boundary, then `packs` packs of 16 / sizeof(T) elements, then single elements.
+struct RowPacks {
+  int64_t head, packs;
+};
+template <typename T>
+__device__ __forceinline__ RowPacks row_packs(const T* row, int64_t n) {
+  constexpr int N = 16 / sizeof(T);
+  const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(row) % 16) / int64_t(sizeof(T));
+  const int64_t head = min(n, misalign == 0 ? int64_t(0) : N - misalign);
+  return {head, (n - head) / N};
+}
+
 // Calls f(values, first_index) over a row [0, n) read by the block's threads (strided): the part
 // between the row's first and last 16-byte boundaries in 16-byte packs (values is float[16 /
 // sizeof(T)]), the ragged ends one element at a time (float[1]); so rows of any length and alignment
@@ -110,9 +123,7 @@ namespace fathom::cuda {
 template <typename T, typename F>
 __device__ __forceinline__ void for_each_pack_in_row(const T* row, int64_t n, F&& f) {
   constexpr int N = 16 / sizeof(T);
-  const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(row) % 16) / int64_t(sizeof(T));
-  const int64_t head = min(n, misalign == 0 ? int64_t(0) : N - misalign);
-  const int64_t packs = (n - head) / N;
+  const auto [head, packs] = row_packs(row, n);
   for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
     const float v[1] = {to_float(row[i])};
     f(v, i);
@@ -140,9 +151,7 @@ __device__ __forceinline__ void transform_row(const T* in, T* out, int64_t n, F&
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = from_float<T>(f(to_float(in[i]), i));
     return;
   }
-  const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(in) % 16) / int64_t(sizeof(T));
-  const int64_t head = min(n, misalign == 0 ? int64_t(0) : N - misalign);
-  const int64_t packs = (n - head) / N;
+  const auto [head, packs] = row_packs(in, n);
   for (int64_t i = threadIdx.x; i < head; i += blockDim.x) out[i] = from_float<T>(f(to_float(in[i]), i));
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     const int64_t i = head + p * N;

@@ -1,6 +1,12 @@
 // CUDA cross-entropy with z-loss against the CPU reference: vocabularies of 50257 and 100352 + 5
 // (rows start at every alignment), ignored rows, bf16 logits with f32 lse and loss, the gradient
 // out of place and over the logits themselves.
+#include <string>
+#include <utility>
+
+#include "autograd/engine.h"
+#include "autograd/node.h"
+#include "autograd/ops.h"
 #include "kernels/cross_entropy.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -77,4 +83,82 @@ TEST(GpuCrossEntropy, ABadTargetIsAnErrorNamingItsRow) {
   expect_error([&] {
     cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), big.narrow(0, 3), targets, lse, 0.0, -100, overlap);
   }, {"overlaps"});
+}
+
+// The forward with the gradient fused in (the training step's loss): the forward's outputs bit for
+// bit, the backward's gradient over the logits, against the CPU reference too. The vocabularies
+// cover rows kept whole in shared memory (1000, 7) and rows only partly kept there (50257 f32,
+// 100352 + 5 in both dtypes), at every alignment; an upstream gradient other than the expected one
+// is corrected by scale_grad_unless_expected.
+TEST(GpuCrossEntropy, FusedForwardWritesTheBackwardsGradient) {
+  FATHOM_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, vocab;
+  };
+  const Case cases[] = {{37, 50257}, {16, 100352 + 5}, {129, 1000}, {3, 7}};
+  const double zw = 1e-3;
+  uint64_t seed = 101;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const Case& c : cases) {
+      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab);
+      GpuInput logits = random_input({c.rows, c.vocab}, dt, seed++, -8, 8);
+      const DType target_type = seed % 2 ? DType::i32 : DType::i64;
+      const Tensor targets = targets_with_ignored(c.rows, c.vocab, seed++, target_type);
+      const Tensor targets_gpu = targets.to(kGpu);
+      const Tensor expected = Tensor::full({}, 0.25, DType::f32, kGpu);
+      Tensor fused = logits.gpu.clone();
+      const CrossEntropyOutput got = cross_entropy_forward_with_grad(fused, targets_gpu, zw, -100, expected);
+      const CrossEntropyOutput plain = cross_entropy_forward(logits.gpu, targets_gpu, zw, -100);
+      EXPECT_EQ(got.counted, plain.counted) << what;
+      EXPECT_EQ(got.ce, plain.ce) << what;
+      EXPECT_EQ(got.z, plain.z) << what;
+      EXPECT_TRUE(bitwise_equal(got.loss, plain.loss)) << what << " loss";
+      EXPECT_TRUE(bitwise_equal(got.lse, plain.lse)) << what << " lse";
+      // The gradient: the unfused kernel's formula on the same lse (bitwise where the compiler
+      // contracted both alike; the tolerance allows one rounding of the bf16 output).
+      const Tensor unfused = cross_entropy_backward(expected, logits.gpu, targets_gpu, plain.lse, zw, -100);
+      EXPECT_LE(relative_l2(fused, unfused), dt == DType::bf16 ? 4e-3 : 1e-6) << what << " fused vs unfused";
+      const CrossEntropyOutput want = cross_entropy_forward(logits.cpu, targets, zw, -100);
+      const Tensor want_grad =
+          cross_entropy_backward(Tensor::full({}, 0.25, DType::f32), logits.cpu, targets, want.lse, zw, -100);
+      EXPECT_GPU_CLOSE(fused, want_grad, dt, what + " fused dlogits");
+      // The expected upstream gradient leaves it untouched; another one rescales it.
+      const Tensor before = fused.clone();
+      scale_grad_unless_expected(fused, Tensor::full({}, 0.25, DType::f32, kGpu), expected);
+      EXPECT_TRUE(bitwise_equal(fused, before)) << what << " expected upstream";
+      scale_grad_unless_expected(fused, Tensor::full({}, -1.5, DType::f32, kGpu), expected);
+      const Tensor want_rescaled =
+          cross_entropy_backward(Tensor::full({}, -1.5, DType::f32), logits.cpu, targets, want.lse, zw, -100);
+      EXPECT_GPU_CLOSE(fused, want_rescaled, dt, what + " rescaled dlogits");
+    }
+}
+
+// Through autograd: the consuming loss on logits nothing else holds takes the fused path, and the
+// gradient reaching the leaf is the plain loss's.
+TEST(GpuCrossEntropy, ConsumingLossGivesThePlainGradient) {
+  FATHOM_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    GpuInput x = random_input({24, 3001}, dt, 7, -6, 6);
+    const Tensor targets = targets_with_ignored(24, 3001, 8, DType::i64).to(kGpu);
+    auto run = [&](bool consuming) {
+      Variable leaf(x.gpu.clone(), true);
+      Variable kept = consuming ? Variable() : scale(leaf, 2.0);
+      LossParts parts = consuming ? cross_entropy_consuming(scale(leaf, 2.0), targets, 1e-3, 0.5)
+                                  : cross_entropy(kept, targets, 1e-3);
+      EXPECT_EQ(std::string(parts.loss.grad_fn()->name()), consuming ? "cross_entropy_fused" : "cross_entropy");
+      backward(scale(parts.loss, 0.5));
+      return std::make_pair(parts.loss.value().item(), leaf.grad().clone());
+    };
+    const auto fused = run(true), plain = run(false);
+    EXPECT_EQ(fused.first, plain.first) << dtype_name(dt);
+    EXPECT_LE(relative_l2(fused.second, plain.second), dt == DType::bf16 ? 4e-3 : 1e-6) << dtype_name(dt);
+  }
+}
+
+TEST(GpuCrossEntropy, FusedForwardReportsABadTarget) {
+  FATHOM_REQUIRE_GPU();
+  Tensor logits = random_input({3, 10}, DType::bf16, 3).gpu;
+  const Tensor targets = Tensor::from_vector<int64_t>({1, 2, 10}, {3}).to(kGpu);
+  expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full({}, 1.0, DType::f32, kGpu)); },
+               {"target 10", "row 2", "[0, 10)"});
 }

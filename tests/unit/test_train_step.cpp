@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
+#include "autograd/engine.h"
+#include "autograd/node.h"
+#include "autograd/ops.h"
 #include "tests/unit/op_test_util.h"
 #include "train/train_step.h"
 
@@ -63,6 +67,31 @@ TEST(TrainStep, AccumulatedIdenticalMicroBatchesEqualOneBatch) {
   double max_diff = 0;
   for (size_t i = 0; i < one.params.size(); ++i) max_diff = std::max(max_diff, double(std::abs(one.params[i] - three.params[i])));
   EXPECT_LT(max_diff, 1e-2 * 1e-2);
+}
+
+// The step hands its logits to the loss: the decoder keeps no handle on them, so the loss writes
+// their gradient in its forward pass; the parameter gradients are still the plain loss's, bit for bit.
+TEST(TrainStep, TheLossTakesTheLogitsAndFusesTheirGradient) {
+  Decoder model(tiny_config());
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(5);
+  const TokenBatch batch = random_batch(13);
+  const int64_t tokens = batch.targets.numel(), vocab = tiny_config().vocab_size;
+  {  // the statements of accumulate_gradients
+    Variable logits = reshape(model.forward(batch.inputs), {tokens, vocab});
+    const LossParts loss = cross_entropy_consuming(std::move(logits), batch.targets.view({tokens}), 1e-4, 0.5);
+    EXPECT_EQ(std::string(loss.loss.grad_fn()->name()), "cross_entropy_fused");
+  }
+  arena.zero_grad();
+  const MicroBatchLoss fused = accumulate_gradients(model, batch, Device::cpu(), 1e-4, 1.0 / 3);
+  const std::vector<double> fused_grads = values(arena.grads());
+  arena.zero_grad();
+  const Variable kept = reshape(model.forward(batch.inputs), {tokens, vocab});
+  const LossParts plain = cross_entropy(kept, batch.targets.view({tokens}), 1e-4);
+  backward(scale(plain.loss, 1.0 / 3));
+  EXPECT_EQ(fused.ce, plain.ce);
+  EXPECT_EQ(fused.z, plain.z);
+  EXPECT_EQ(fused_grads, values(arena.grads()));
 }
 
 TEST(TrainStep, MoreMicroBatchesOfOtherDataChangeTheStep) {
