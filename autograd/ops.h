@@ -21,6 +21,9 @@ Variable embedding(const Tensor& ids, const Variable& table);
 // y = x / sqrt(mean(x^2 over the last dim) + eps) * weight, weight [last dim], statistics in fp32+.
 // Full-width QK-norm passes x [.., Hq*d] with weight [Hq*d]; per-head norm passes x [.., H, d] with [d].
 Variable rms_norm(const Variable& x, const Variable& weight, double eps);
+// residual + rms_norm(x, weight, eps) in one pass over the activations (the post-norm block's
+// residual add); residual has x's shape.
+Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps);
 
 // Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
 // frequencies optionally rescaled (kernels/rope.h: Llama 3's rule).

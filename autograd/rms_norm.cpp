@@ -1,4 +1,5 @@
-// rms_norm: normalises the last dim by its root mean square, then scales by a learned weight.
+// rms_norm: normalises the last dim by its root mean square, then scales by a learned weight;
+// residual_rms_norm adds a residual in the same pass (its gradient is the output's).
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "kernels/rms_norm.h"
@@ -9,12 +10,18 @@ namespace {
 
 class RmsNormNode final : public Node {
  public:
-  RmsNormNode(Tensor x, Tensor weight, Tensor rstd, DType weight_grad_dtype)
-      : x_(std::move(x)), weight_(std::move(weight)), rstd_(std::move(rstd)), weight_grad_dtype_(weight_grad_dtype) {}
+  // Inputs (x, weight), or (residual, x, weight) with `has_residual`.
+  RmsNormNode(Tensor x, Tensor weight, Tensor rstd, DType weight_grad_dtype, bool has_residual)
+      : x_(std::move(x)), weight_(std::move(weight)), rstd_(std::move(rstd)), weight_grad_dtype_(weight_grad_dtype),
+        has_residual_(has_residual) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
+    const int first = has_residual_ ? 1 : 0;
     RmsNormGrads g = rms_norm_backward(grad_output, x_, weight_, rstd_, weight_grad_dtype_);
-    return {needs_input_grad(0) ? g.dx : Tensor(), needs_input_grad(1) ? g.dweight : Tensor()};
+    std::vector<Tensor> grads{needs_input_grad(first) ? g.dx : Tensor(),
+                              needs_input_grad(first + 1) ? g.dweight : Tensor()};
+    if (has_residual_) grads.insert(grads.begin(), grad_output);
+    return grads;
   }
   void release_saved() override {
     x_ = Tensor();
@@ -26,6 +33,7 @@ class RmsNormNode final : public Node {
  private:
   Tensor x_, weight_, rstd_;
   DType weight_grad_dtype_;  // the parameter's own (F32 master) dtype, also when computing with a BF16 copy
+  bool has_residual_;
 };
 
 }  // namespace
@@ -35,8 +43,17 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps) {
   const Tensor& w = weight.compute_value();
   RmsNormOutput out = rms_norm_forward(x.value(), w, eps);
   if (!any_requires_grad({x, weight})) return Variable(std::move(out.y));
-  auto node = std::make_shared<RmsNormNode>(x.value(), w, std::move(out.rstd), weight.dtype());
+  auto node = std::make_shared<RmsNormNode>(x.value(), w, std::move(out.rstd), weight.dtype(), false);
   return record(std::move(out.y), std::move(node), {x, weight});
+}
+
+Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps) {
+  FATHOM_CHECK(residual.defined() && x.defined() && weight.defined(), "residual_rms_norm: undefined input");
+  const Tensor& w = weight.compute_value();
+  RmsNormOutput out = rms_norm_forward(x.value(), w, eps, residual.value());
+  if (!any_requires_grad({residual, x, weight})) return Variable(std::move(out.y));
+  auto node = std::make_shared<RmsNormNode>(x.value(), w, std::move(out.rstd), weight.dtype(), true);
+  return record(std::move(out.y), std::move(node), {residual, x, weight});
 }
 
 }  // namespace fathom

@@ -17,12 +17,17 @@ void check_x_weight(const char* op, const Tensor& x, const Tensor& weight) {
 }
 }  // namespace
 
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual) {
   check_x_weight("rms_norm", x, weight);
   FATHOM_CHECK(eps > 0 && std::isfinite(eps), "rms_norm: eps must be positive and finite, got ", eps);
-  if (common_device("rms_norm", {&x, &weight}).is_cpu()) return cpu::rms_norm_forward(x, weight, eps);
+  if (residual.defined())
+    FATHOM_CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype(), "rms_norm: residual ",
+                 describe(residual), " must match x ", describe(x));
+  const Device device = residual.defined() ? common_device("rms_norm", {&x, &weight, &residual})
+                                           : common_device("rms_norm", {&x, &weight});
+  if (device.is_cpu()) return cpu::rms_norm_forward(x, weight, eps, residual);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::rms_norm_forward(x, weight, eps);
+  return cuda::rms_norm_forward(x, weight, eps, residual);
 #else
   no_cuda_kernel("rms_norm");
 #endif

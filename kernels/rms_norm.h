@@ -17,19 +17,22 @@ struct RmsNormGrads {
 
 // x [..., n], weight [n] of x's dtype, eps > 0. The CPU accumulates in double; CUDA takes F32 or BF16
 // with f32 statistics. Full-width and per-head norms are the same call (per-head: x [..., H, d], weight [d]).
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
+// A defined `residual` (x's shape, dtype and device) is added in the same pass: y = residual + norm(x),
+// the post-norm block's h = x + norm(sublayer(x)) without a separate add over the activations. The
+// backward is the same (the residual's gradient is grad_y itself).
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual = Tensor());
 // dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
 // precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                std::optional<DType> dweight_dtype = std::nullopt);
 
 namespace cpu {
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
 }  // namespace cpu
 
 namespace cuda {
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
 // dweight of weight's dtype or F32.
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                DType dweight_dtype);

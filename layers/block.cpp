@@ -36,11 +36,11 @@ Variable Block::forward(const Variable& x, const Tensor& positions, DepthStream*
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
   const Variable attn_out = self_attn_.forward(attn_in, positions, depth, write && !attn_depth_kv_);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, positions);
-  const Variable h = add(x, pre_norm_ ? attn_out : attn_norm_.forward(attn_out));
+  const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out);
   const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
   if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, positions);
   const Variable ffn_out = mlp_.forward(ffn_in);
-  return add(h, pre_norm_ ? ffn_out : ffn_norm_.forward(ffn_out));
+  return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
 }
 
 }  // namespace fathom

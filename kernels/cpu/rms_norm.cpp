@@ -10,7 +10,7 @@
 
 namespace fathom::cpu {
 
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual) {
   const int64_t n = x.dim(-1), rows = x.shape().rows();
   RmsNormOutput out{Tensor::empty(x.shape(), x.dtype()), Tensor::empty({rows}, x.dtype())};
   dispatch_float("rms_norm", x.dtype(), [&]<typename T>() {
@@ -18,6 +18,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     const T* w = weight.data<T>();
     T* y = out.y.data<T>();
     T* rs = out.rstd.data<T>();
+    const T* res = residual.defined() ? residual.data<T>() : nullptr;
 #pragma omp parallel for schedule(static) if (rows * n > kMinParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * n;
@@ -28,6 +29,8 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
       rs[r] = rstd;
       T* yr = y + r * n;
       for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * rstd * w[i];
+      if (res != nullptr)
+        for (int64_t i = 0; i < n; ++i) yr[i] += res[r * n + i];
     }
   });
   return out;

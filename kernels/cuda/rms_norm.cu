@@ -26,8 +26,8 @@ __device__ __forceinline__ float group_sum(float v, float* scratch) {
 }
 
 template <int TPR, int N, typename T>
-__global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, float* rstd_out, int64_t rows, int64_t n,
-                                        float eps) {
+__global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out,
+                                        int64_t rows, int64_t n, float eps) {
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
@@ -45,9 +45,15 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, float* rst
     T* yr = y + row * n;
     for (int64_t c = int64_t(lane) * N; c < n; c += TPR * N) {
       const Pack<T, N> v = load_pack<N>(xr + c), wv = load_pack<N>(w + c);
+      float add[N] = {};
+      if (residual != nullptr) {
+        const Pack<T, N> rv = load_pack<N>(residual + row * n + c);
+#pragma unroll
+        for (int k = 0; k < N; ++k) add[k] = to_float(rv.v[k]);
+      }
       Pack<T, N> out;
 #pragma unroll
-      for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(to_float(v.v[k]) * rstd * to_float(wv.v[k]));
+      for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(add[k] + to_float(v.v[k]) * rstd * to_float(wv.v[k]));
       store_pack<N>(yr + c, out);
     }
   }
@@ -138,7 +144,7 @@ void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&&
 
 }  // namespace
 
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual) {
   const int64_t n = x.dim(-1), rows = x.shape().rows();
   RmsNormOutput out{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, DType::f32, x.device())};
   if (x.numel() == 0) return out;
@@ -147,10 +153,11 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     const T* xp = static_cast<const T*>(x.raw());
     const T* wp = static_cast<const T*>(weight.raw());
     T* yp = static_cast<T*>(out.y.raw());
-    dispatch_layout<T>(n, {xp, wp, yp}, [&]<int TPR, int N>() {
+    const T* rp = residual.defined() ? static_cast<const T*>(residual.raw()) : nullptr;
+    dispatch_layout<T>(n, {xp, wp, yp, rp}, [&]<int TPR, int N>() {
       const int64_t groups = kThreads / TPR;
       rms_norm_forward_kernel<TPR, N, T><<<grid_for(rows, int(groups), 65535), kThreads, 0, stream>>>(
-          xp, wp, yp, static_cast<float*>(out.rstd.raw()), rows, n, float(eps));
+          xp, wp, rp, yp, static_cast<float*>(out.rstd.raw()), rows, n, float(eps));
       CUDA_CHECK_LAUNCH();
     });
   });

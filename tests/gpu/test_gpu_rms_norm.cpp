@@ -34,6 +34,12 @@ TEST(GpuRmsNorm, ForwardAndBackwardMatchTheCpu) {
       const RmsNormGrads gw = rms_norm_backward(g.cpu, x.cpu, w.cpu, want.rstd);
       EXPECT_GPU_CLOSE(gg.dx, gw.dx, dt, what + " dx");
       EXPECT_GPU_CLOSE(gg.dweight, gw.dweight, dt, what + " dweight");
+      // The residual form (the post-norm block's add in the same pass).
+      const GpuInput residual = random_input(shape, dt, 4);
+      const RmsNormOutput got_r = rms_norm_forward(x.gpu, w.gpu, 1e-6, residual.gpu);
+      const RmsNormOutput want_r = rms_norm_forward(x.cpu, w.cpu, 1e-6, residual.cpu);
+      EXPECT_GPU_CLOSE(got_r.y, want_r.y, dt, what + " residual + y");
+      EXPECT_TRUE(bitwise_equal(got_r.rstd, got.rstd)) << what;
     }
 }
 

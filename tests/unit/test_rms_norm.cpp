@@ -67,6 +67,27 @@ TEST(RmsNorm, GradcheckFullWidthAndPerHead) {
   EXPECT_TRUE(head.ok) << head.message;
 }
 
+// The residual form adds the residual in the same pass: y = residual + norm(x), same rstd, and the
+// residual's gradient is the output's.
+TEST(RmsNorm, ResidualFormAddsTheResidual) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = random_tensor({2, 70, 24}, dt, 11, -2, 2), w = random_tensor({24}, dt, 12, 0.5, 1.5);
+    const Tensor residual = random_tensor({2, 70, 24}, dt, 13);
+    const RmsNormOutput plain = rms_norm_forward(x, w, 1e-6);
+    const RmsNormOutput fused = rms_norm_forward(x, w, 1e-6, residual);
+    std::vector<double> want = values(plain.y);
+    const std::vector<double> r = values(residual);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
+    const double tol = dt == DType::f32 ? 1e-6 : 1e-14;
+    expect_close(fused.y, want, tol, tol, "y");
+    EXPECT_EQ(values(fused.rstd), values(plain.rstd));
+  }
+  auto f = [](const std::vector<Variable>& in) { return residual_rms_norm(in[0], in[1], in[2], 1e-5); };
+  GradcheckResult r = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 14), random_tensor({2, 3, 15}, DType::f64, 15),
+                                    random_tensor({15}, DType::f64, 16)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 TEST(RmsNorm, F32AgreesWithF64) {
   Tensor x = random_tensor({50, 128}, DType::f64, 8), w = random_tensor({128}, DType::f64, 9);
   Tensor g = random_tensor({50, 128}, DType::f64, 10);
@@ -91,6 +112,10 @@ TEST(RmsNorm, BadInputsAreErrors) {
   expect_error([&] { rms_norm(x, Variable(random_tensor({5}, DType::f32, 2)), 1e-6); }, {"weight", "[6]"});
   expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f64, 2)), 1e-6); }, {"dtype"});
   expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f32, 2)), 0.0); }, {"eps"});
+  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 5}, DType::f32, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
+               {"residual", "[4, 5]", "must match x"});
+  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 6}, DType::f64, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
+               {"residual", "must match x"});
   RmsNormOutput out = rms_norm_forward(x.value(), random_tensor({6}, DType::f32, 3), 1e-6);
   expect_error([&] { rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd); },
                {"grad_y"});
