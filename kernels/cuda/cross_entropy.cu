@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_fused_kernel(
   if (threadIdx.x == 0) write_row_terms(row, target, lse, lse_out, row_terms);
   const RowGradient gradient(int64_t(targets[row]), vocab, ignore_index, *scale, lse, z_loss_weight);
   // Each element is read (stash or global) and overwritten by the same thread.
-  auto rewrite = [&]<int N>(int64_t i) {
-    const Pack<T, N> in = i < stashed ? load_pack<N>(stash + misalign + i) : load_pack<N>(x + i);
+  auto load = [&]<int N>(int64_t i) { return i < stashed ? load_pack<N>(stash + misalign + i) : load_pack<N>(x + i); };
+  auto store = [&]<int N>(const Pack<T, N>& in, int64_t i) {
     Pack<T, N> out;
 #pragma unroll
     for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(gradient(to_float(in.v[k]), i + k));
@@ -232,9 +232,11 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_fused_kernel(
   };
   constexpr int N = 16 / sizeof(T);
   const auto [head, packs] = row_packs(x, vocab);
-  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) rewrite.template operator()<1>(i);
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) rewrite.template operator()<N>(head + p * N);
-  for (int64_t i = head + packs * N + threadIdx.x; i < vocab; i += blockDim.x) rewrite.template operator()<1>(i);
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) store(load.template operator()<1>(i), i);
+  for_each_pack_batched<kRowLoadBatch>(
+      packs, [&](int64_t p) { return load.template operator()<N>(head + p * N); },
+      [&](const Pack<T, N>& in, int64_t p) { store(in, head + p * N); });
+  for (int64_t i = head + packs * N + threadIdx.x; i < vocab; i += blockDim.x) store(load.template operator()<1>(i), i);
 }
 
 // grad *= upstream / expected unless they are equal: then every block reads the two scalars and exits.

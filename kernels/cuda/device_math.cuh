@@ -116,6 +116,27 @@ __device__ __forceinline__ RowPacks row_packs(const T* row, int64_t n) {
   return {head, (n - head) / N};
 }
 
+// Walks packs [0, packs) strided over the block's threads, kBatch at a time per thread: every load of
+// a batch is issued before any is used, so each thread keeps kBatch 16-byte reads in flight (a loop
+// that loads, uses and stores one pack at a time keeps one: the compiler cannot move a read above a
+// store that might alias it). Each thread still sees its packs in ascending order, so reductions over
+// them repeat bit for bit. load(p) returns pack p; use(pack, p) consumes it.
+template <int kBatch, typename Load, typename Use>
+__device__ __forceinline__ void for_each_pack_batched(int64_t packs, Load&& load, Use&& use) {
+  using P = decltype(load(int64_t(0)));
+  const int64_t stride = blockDim.x;
+  int64_t p = threadIdx.x;
+  for (; p + (kBatch - 1) * stride < packs; p += kBatch * stride) {
+    P batch[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) batch[b] = load(p + b * stride);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) use(batch[b], p + b * stride);
+  }
+  for (; p < packs; p += stride) use(load(p), p);
+}
+constexpr int kRowLoadBatch = 4;
+
 // Calls f(values, first_index) over a row [0, n) read by the block's threads (strided): the part
 // between the row's first and last 16-byte boundaries in 16-byte packs (values is float[16 /
 // sizeof(T)]), the ragged ends one element at a time (float[1]); so rows of any length and alignment
@@ -128,14 +149,14 @@ __device__ __forceinline__ void for_each_pack_in_row(const T* row, int64_t n, F&
     const float v[1] = {to_float(row[i])};
     f(v, i);
   }
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const int64_t i = head + p * N;
-    const Pack<T, N> pack = load_pack<N>(row + i);
-    float v[N];
+  for_each_pack_batched<kRowLoadBatch>(
+      packs, [&](int64_t p) { return load_pack<N>(row + head + p * N); },
+      [&](const Pack<T, N>& pack, int64_t p) {
+        float v[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = to_float(pack.v[k]);
-    f(v, i);
-  }
+        for (int k = 0; k < N; ++k) v[k] = to_float(pack.v[k]);
+        f(v, head + p * N);
+      });
   for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x) {
     const float v[1] = {to_float(row[i])};
     f(v, i);
@@ -153,14 +174,15 @@ __device__ __forceinline__ void transform_row(const T* in, T* out, int64_t n, F&
   }
   const auto [head, packs] = row_packs(in, n);
   for (int64_t i = threadIdx.x; i < head; i += blockDim.x) out[i] = from_float<T>(f(to_float(in[i]), i));
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const int64_t i = head + p * N;
-    const Pack<T, N> v = load_pack<N>(in + i);
-    Pack<T, N> r;
+  for_each_pack_batched<kRowLoadBatch>(
+      packs, [&](int64_t p) { return load_pack<N>(in + head + p * N); },
+      [&](const Pack<T, N>& v, int64_t p) {
+        const int64_t i = head + p * N;
+        Pack<T, N> r;
 #pragma unroll
-    for (int k = 0; k < N; ++k) r.v[k] = from_float<T>(f(to_float(v.v[k]), i + k));
-    store_pack<N>(out + i, r);
-  }
+        for (int k = 0; k < N; ++k) r.v[k] = from_float<T>(f(to_float(v.v[k]), i + k));
+        store_pack<N>(out + i, r);
+      });
   for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x)
     out[i] = from_float<T>(f(to_float(in[i]), i));
 }
