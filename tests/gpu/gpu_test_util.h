@@ -13,6 +13,7 @@
 #include "tests/unit/op_test_util.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 namespace fathom::test {
@@ -32,6 +33,12 @@ inline bool gpu_present() {
   } while (0)
 
 inline const Device kGpu = Device::cuda(0);
+
+#ifdef FATHOM_WITH_CUDA
+// The stream fathom's tensor operations run on (non-blocking, so NOT ordered with the legacy default
+// stream): tests that launch kernels directly on tensors they just filled launch them here.
+inline cudaStream_t tensor_stream() { return cuda::stream_for(kGpu); }
+#endif
 
 // ||got - want|| / ||want|| over all elements, in f64 on the host (any dtypes and devices).
 inline double relative_l2(const Tensor& got, const Tensor& want) {

@@ -153,7 +153,7 @@ struct KernelRun {
     p.lse = lse.data<float>();
     p.workspace_bytes = cuda::moda_forward_workspace_bytes(kernel, p.shape);
     p.workspace = scratch(p.workspace_bytes);
-    cuda::moda_attention_forward(kernel, p, nullptr);
+    cuda::moda_attention_forward(kernel, p, tensor_stream());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cuda::moda_kernel_name(kernel) << " forward";
   }
 
@@ -181,7 +181,7 @@ struct KernelRun {
     p.d_depth_v = ddv.data<float>();
     p.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, p.shape);
     p.workspace = scratch(p.workspace_bytes);
-    cuda::moda_attention_backward(kernel, p, nullptr);
+    cuda::moda_attention_backward(kernel, p, tensor_stream());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cuda::moda_kernel_name(kernel) << " backward";
   }
 };
@@ -302,7 +302,7 @@ TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
   p.v = pb.v.gpu.data<bf16>();
   p.o = o.data<bf16>();
   p.lse = lse.data<float>();
-  cuda::flash_attention_forward(p, nullptr);
+  cuda::flash_attention_forward(p, tensor_stream());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_LE(relative_error(host_values(run.o), host_values(o)), 1e-6);
   EXPECT_LE(relative_error(host_values(run.lse), host_values(lse)), 1e-6);
@@ -349,11 +349,11 @@ TEST(GpuModa, DISABLED_TimesOfTheFourKernels) {
     float fwd = 0, bwd = 0;
     constexpr int kReps = 3;
     for (int rep = 0; rep <= kReps; ++rep) {  // rep 0 warms up
-      cudaEventRecord(start, nullptr);
-      cuda::moda_attention_forward(kernel, f, nullptr);
-      cudaEventRecord(mid, nullptr);
-      cuda::moda_attention_backward(kernel, b, nullptr);
-      cudaEventRecord(stop, nullptr);
+      cudaEventRecord(start, tensor_stream());
+      cuda::moda_attention_forward(kernel, f, tensor_stream());
+      cudaEventRecord(mid, tensor_stream());
+      cuda::moda_attention_backward(kernel, b, tensor_stream());
+      cudaEventRecord(stop, tensor_stream());
       ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
       float a = 0, c = 0;
       cudaEventElapsedTime(&a, start, mid);
@@ -390,7 +390,7 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     return p;
   };
   for (ModaKernel kernel : kKernels) {
-    auto forward = [&](cuda::ModaParams p) { cuda::moda_attention_forward(kernel, p, nullptr); };
+    auto forward = [&](cuda::ModaParams p) { cuda::moda_attention_forward(kernel, p, tensor_stream()); };
     expect_error([&] { forward(params(shape(6, 4, 64, 2, 0, 1))); }, {"Hq = 6", "multiple of KV heads Hk = 4"});
     expect_error([&] { forward(params(shape(2, 2, 4, 2, 0, 1))); }, {"head dim d = 4", "64 or 128"});
     expect_error([&] { forward(params(shape(2, 2, 96, 2, 0, 1))); }, {"head dim d = 96"});
@@ -415,16 +415,16 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     b.d_depth_k = b.d_depth_v = stats;
     b.workspace = stats;
     b.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, b.shape) - 4;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"workspace of", "too small"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, tensor_stream()); }, {"workspace of", "too small"});
     b.d_depth_v = nullptr;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"moda_attention_backward", "d_depth_v is null"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, tensor_stream()); }, {"moda_attention_backward", "d_depth_v is null"});
   }
   // An empty slot range reads no depth buffers: they may be null.
   // (The launch itself is not reached here: q is null.)
   cuda::ModaParams empty = params(shape(2, 2, 64, 0, 0, 0));
   empty.depth_k = empty.depth_v = nullptr;
   empty.q = nullptr;
-  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, empty, nullptr); }, {"q is null"});
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, empty, tensor_stream()); }, {"q is null"});
   // The group kernel folds a KV head's G query heads into one 128-row tile.
   expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, params(shape(256, 1, 64, 2, 0, 1)), nullptr); },
                {"G = 256", "128 rows"});
@@ -434,7 +434,7 @@ TEST(GpuModa, BadArgumentsAreErrors) {
   cuda::ModaParams naive = params(shape(2, 2, 64, 2, 0, 1));
   naive.workspace_bytes = cuda::moda_forward_workspace_bytes(ModaKernel::naive, naive.shape) - 1;
   naive.workspace = stats;
-  expect_error([&] { cuda::moda_attention_forward(ModaKernel::naive, naive, nullptr); }, {"workspace of", "too small"});
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::naive, naive, tensor_stream()); }, {"workspace of", "too small"});
   EXPECT_EQ(cuda::moda_forward_workspace_bytes(ModaKernel::group, naive.shape), 0u);
   EXPECT_STREQ(cuda::moda_kernel_name(ModaKernel::chunk), "chunk");
 }
