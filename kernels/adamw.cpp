@@ -22,6 +22,8 @@ void check_config(const AdamWStep& c) {
   FATHOM_CHECK(c.weight_decay >= 0 && std::isfinite(c.weight_decay), "adamw: weight_decay must be >= 0, got ",
                c.weight_decay);
   FATHOM_CHECK(c.step >= 1, "adamw: step counts updates from 1, got ", c.step);
+  FATHOM_CHECK(c.grad_scale > 0 && std::isfinite(c.grad_scale), "adamw: grad_scale must be positive and finite, got ",
+               c.grad_scale);
 }
 
 // The CPU path of adamw_update_ranges: one adamw_update per range, then the converted copy.

@@ -16,9 +16,12 @@ struct AdamWStep {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t step = 1;  // 1-based count of updates including this one, for the bias corrections
+  // Every gradient is multiplied by this first: global-norm clipping's coefficient, applied in the
+  // update's own pass instead of a separate pass over the gradients.
+  double grad_scale = 1.0;
 };
 
-// For every element, with g the gradient:
+// For every element, with g = grad_scale * the gradient:
 //   p -= lr * weight_decay * p
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)

@@ -12,14 +12,14 @@ AdamW::AdamW(ParameterArena& arena, AdamWConfig config)
       m_(Tensor::zeros({arena.numel()}, DType::f32, arena.values().device())),
       v_(Tensor::zeros({arena.numel()}, DType::f32, arena.values().device())) {}
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   ++step_;
   std::vector<AdamWRange> ranges;
   for (const ParameterArena::Range& r : arena_.decay_ranges())
     ranges.push_back({r.begin, r.end, r.weight_decay ? config_.weight_decay : 0.0});
   // One fused pass over the arena; under mixed precision it also rewrites the bf16 compute copy.
   adamw_update_ranges(arena_.values(), arena_.grads(), m_, v_, ranges,
-                      AdamWStep{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, step_},
+                      AdamWStep{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, step_, grad_scale},
                       arena_.has_compute_copy() ? &arena_.compute_values() : nullptr);
 }
 

@@ -17,8 +17,9 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(ParameterArena& arena, AdamWConfig config);
-  // One update with learning rate lr from the gradients in the arena.
-  void step(double lr);
+  // One update with learning rate lr from the gradients in the arena, each multiplied by grad_scale
+  // (global-norm clipping's coefficient) as it is read; the arena's gradients are left as they are.
+  void step(double lr, double grad_scale = 1.0);
   int64_t steps_taken() const { return step_; }
 
   // Moments by parameter name ("exp_avg.<name>", "exp_avg_sq.<name>") plus the step count, so a

@@ -6,10 +6,10 @@
 
 namespace fathom {
 
-double clip_grad_norm(Tensor& grads, double max_norm) {
-  const double norm = std::sqrt(sum_squares(grads));
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) scale_inplace(grads, max_norm / (norm + 1e-6));
-  return norm;
+double grad_norm(const Tensor& grads) { return std::sqrt(sum_squares(grads)); }
+
+double clip_coefficient(double norm, double max_norm) {
+  return max_norm > 0 && std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 }  // namespace fathom

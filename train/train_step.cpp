@@ -58,10 +58,11 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
   }
   result.loss /= accum;
   result.z_loss /= accum;
-  result.grad_norm = clip_grad_norm(arena.grads(), settings.clip);
+  result.grad_norm = grad_norm(arena.grads());
   FATHOM_CHECK(std::isfinite(result.grad_norm), "gradient norm is not finite at step ", settings.step,
                "; lower train.optimizer.lr.", Note(settings));
-  optimizer.step(settings.lr);
+  // Clipping rides in the update: the optimizer scales each gradient as it reads it.
+  optimizer.step(settings.lr, clip_coefficient(result.grad_norm, settings.clip));
   return result;
 }
 

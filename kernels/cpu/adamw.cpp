@@ -18,11 +18,11 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
     const double bc2 = 1.0 - std::pow(c.beta2, double(c.step));
     const T decay = T(1.0 - c.lr * c.weight_decay);
     const T b1 = T(c.beta1), b2 = T(c.beta2), one_b1 = T(1.0 - c.beta1), one_b2 = T(1.0 - c.beta2);
-    const T step = T(c.lr / bc1), inv_bc2 = T(1.0 / bc2), eps = T(c.eps);
+    const T step = T(c.lr / bc1), inv_bc2 = T(1.0 / bc2), eps = T(c.eps), gscale = T(c.grad_scale);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) {
-      const T gi = g[i];
+      const T gi = g[i] * gscale;
       const T mi = b1 * mp[i] + one_b1 * gi;
       const T vi = b2 * vp[i] + one_b2 * gi * gi;
       mp[i] = mi;

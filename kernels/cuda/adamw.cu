@@ -1,6 +1,7 @@
 // CUDA AdamW over the flat parameter arena: every weight-decay range in one launch (the ranges travel
 // in the kernel's parameter block, each block of threads owning a fixed slice of one range), fp32
-// state, optionally writing the updated weights to a bf16 (or f16/f32) compute copy in the same pass.
+// state, optionally writing the updated weights to a bf16 (or f16/f32) compute copy in the same pass,
+// with global-norm clipping's coefficient applied to the gradients as they are read.
 #include <cmath>
 
 #include "kernels/adamw.h"
@@ -25,29 +26,52 @@ struct RangeTable {
 };
 
 struct Scalars {
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, inv_bias2, eps;
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, inv_bias2, eps, grad_scale;
 };
 
+// One element's update; returns the new parameter.
+__device__ __forceinline__ float adamw_element(float& p, float g, float& m, float& v, const Scalars& s, float decay) {
+  const float gi = g * s.grad_scale;
+  m = s.beta1 * m + s.one_minus_beta1 * gi;
+  v = s.beta2 * v + s.one_minus_beta2 * gi * gi;
+  p = p * decay - s.step_size * m / (sqrtf(v * s.inv_bias2) + s.eps);
+  return p;
+}
+
+// Each thread updates kPerThread consecutive elements: as one 16-byte load and store per buffer where
+// they are aligned and inside the range (nearly everywhere), one at a time at a range's ragged ends.
 template <typename C>
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, C* __restrict__ copy, const __grid_constant__ RangeTable table,
                              Scalars s) {
+  static_assert(kPerThread == 4, "one float4 per thread and buffer");
   int r = 0;
   while (r + 1 < table.count && table.first_block[r + 1] <= int64_t(blockIdx.x)) ++r;
   const int64_t start = table.begin[r] + (int64_t(blockIdx.x) - table.first_block[r]) * kPerBlock;
   const int64_t stop = min(table.end[r], start + kPerBlock);
   const float decay = table.decay[r];
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int64_t i = start + k * kThreads + threadIdx.x;
-    if (i >= stop) break;
-    const float gi = g[i];
-    const float mi = s.beta1 * m[i] + s.one_minus_beta1 * gi;
-    const float vi = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float pi = p[i] * decay - s.step_size * mi / (sqrtf(vi * s.inv_bias2) + s.eps);
-    p[i] = pi;
+  const int64_t i0 = start + int64_t(threadIdx.x) * kPerThread;
+  if (i0 + kPerThread <= stop && i0 % kPerThread == 0) {
+    float4 pv = *reinterpret_cast<const float4*>(p + i0), mv = *reinterpret_cast<const float4*>(m + i0),
+           vv = *reinterpret_cast<const float4*>(v + i0);
+    const float4 gv = *reinterpret_cast<const float4*>(g + i0);
+    adamw_element(pv.x, gv.x, mv.x, vv.x, s, decay);
+    adamw_element(pv.y, gv.y, mv.y, vv.y, s, decay);
+    adamw_element(pv.z, gv.z, mv.z, vv.z, s, decay);
+    adamw_element(pv.w, gv.w, mv.w, vv.w, s, decay);
+    *reinterpret_cast<float4*>(p + i0) = pv;
+    *reinterpret_cast<float4*>(m + i0) = mv;
+    *reinterpret_cast<float4*>(v + i0) = vv;
+    if constexpr (!std::is_same_v<C, void>) {
+      Pack<C, kPerThread> c;
+      c.v[0] = from_float<C>(pv.x), c.v[1] = from_float<C>(pv.y), c.v[2] = from_float<C>(pv.z),
+      c.v[3] = from_float<C>(pv.w);
+      store_pack<kPerThread>(copy + i0, c);
+    }
+    return;
+  }
+  for (int64_t i = i0; i < min(stop, i0 + kPerThread); ++i) {
+    const float pi = adamw_element(p[i], g[i], m[i], v[i], s, decay);
     if constexpr (!std::is_same_v<C, void>) copy[i] = from_float<C>(pi);
   }
 }
@@ -59,7 +83,7 @@ void launch_batches(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, con
   const double bc1 = 1.0 - std::pow(c.beta1, double(c.step));
   const double bc2 = 1.0 - std::pow(c.beta2, double(c.step));
   const Scalars s{float(c.beta1), float(c.beta2), float(1.0 - c.beta1), float(1.0 - c.beta2), float(c.lr / bc1),
-                  float(1.0 / bc2), float(c.eps)};
+                  float(1.0 / bc2), float(c.eps),    float(c.grad_scale)};
   for (size_t first = 0; first < ranges.size(); first += kMaxRanges) {
     RangeTable table{};
     int64_t blocks = 0;

@@ -17,7 +17,8 @@ TEST(GpuAdamW, RangesAndComputeCopyMatchTheCpuOverSeveralSteps) {
   Tensor copy = Tensor::full({n}, 9.0, DType::bf16, kGpu), copy_cpu = Tensor::full({n}, 9.0, DType::bf16);
   for (int64_t step = 1; step <= 3; ++step) {
     const Tensor g = random_tensor({n}, DType::f32, 10 + uint64_t(step), -1e-2, 1e-2);
-    const AdamWStep cfg{1e-3 * double(step), 0.9, 0.95, 1e-8, 0.0, step};
+    // Step 2 clips: its gradients are scaled as they are read.
+    const AdamWStep cfg{1e-3 * double(step), 0.9, 0.95, 1e-8, 0.0, step, step == 2 ? 0.37 : 1.0};
     adamw_update_ranges(pg, g.to(kGpu), mg, vg, ranges, cfg, &copy);
     adamw_update_ranges(p, g, m, v, ranges, cfg, &copy_cpu);
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/adamw.h"
+#include "optim/grad_clip.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;
@@ -50,6 +51,29 @@ TEST(AdamW, FirstStepMovesByLearningRateAndSubRangesAreIndependent) {
   expect_close(p, want, 1e-6, 0);
 }
 
+// grad_scale (the clip coefficient) is the same update as gradients scaled beforehand, bit for bit.
+TEST(AdamW, GradScaleEqualsScaledGradients) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor g = random_tensor({1000}, dt, 21), p0 = random_tensor({1000}, dt, 22);
+    const Tensor m0 = random_tensor({1000}, dt, 23, -1e-3, 1e-3), v0 = random_tensor({1000}, dt, 24, 0, 1e-4);
+    const double s = 0.37;
+    Tensor p1 = p0.clone(), m1 = m0.clone(), v1 = v0.clone(), p2 = p0.clone(), m2 = m0.clone(), v2 = v0.clone();
+    Tensor scaled = g.clone();
+    if (dt == DType::f32) {
+      float* x = scaled.data<float>();
+      for (int64_t i = 0; i < 1000; ++i) x[i] = x[i] * float(s);
+    } else {
+      double* x = scaled.data<double>();
+      for (int64_t i = 0; i < 1000; ++i) x[i] = x[i] * s;
+    }
+    adamw_update(p1, g, m1, v1, AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, 3, s});
+    adamw_update(p2, scaled, m2, v2, AdamWStep{1e-3, 0.9, 0.95, 1e-8, 0.1, 3});
+    EXPECT_EQ(values(p1), values(p2)) << dtype_name(dt);
+    EXPECT_EQ(values(m1), values(m2)) << dtype_name(dt);
+    EXPECT_EQ(values(v1), values(v2)) << dtype_name(dt);
+  }
+}
+
 TEST(AdamW, BadArgumentsAreErrors) {
   Tensor p = random_tensor({4}, DType::f32, 1), g = random_tensor({4}, DType::f32, 2);
   Tensor m = Tensor::zeros({4}, DType::f32), v = Tensor::zeros({4}, DType::f32);
@@ -60,4 +84,17 @@ TEST(AdamW, BadArgumentsAreErrors) {
   expect_error([&] { adamw_update(p, g, m, v, {1e-3, 0.9, 0.95, 1e-8, 0.0, 0}); }, {"step"});
   expect_error([&] { adamw_update(p, g, m, v, {-1.0, 0.9, 0.95, 1e-8, 0.0, 1}); }, {"lr"});
   expect_error([&] { adamw_update(p, g, m, v, {1e-3, 0.9, 0.95, 0.0, 0.0, 1}); }, {"eps"});
+  expect_error([&] { adamw_update(p, g, m, v, {1e-3, 0.9, 0.95, 1e-8, 0.0, 1, 0.0}); }, {"grad_scale"});
+}
+
+// The clip coefficient: max_norm / norm above the limit, 1 at or below it, when disabled, or for a
+// non-finite norm (which the training step reports itself).
+TEST(GradClip, CoefficientScalesTheNormDownToTheLimit) {
+  EXPECT_NEAR(clip_coefficient(4.0, 1.0) * 4.0, 1.0, 1e-6);
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(1.0, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(10.0, 0.0), 1.0);
+  EXPECT_EQ(clip_coefficient(INFINITY, 1.0), 1.0);
+  const Tensor g = Tensor::from_vector<float>({3, 4}, {2});
+  EXPECT_NEAR(grad_norm(g), 5.0, 1e-6);
 }

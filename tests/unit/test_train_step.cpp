@@ -35,7 +35,7 @@ TokenBatch random_batch(uint64_t seed) {
 
 struct Trained {
   StepResult result;
-  Tensor grads;  // as the step left them (clipped)
+  Tensor grads;  // as the step left them (unclipped: the clip rides in the optimizer's update)
   std::vector<float> params;
 };
 
@@ -60,7 +60,7 @@ TEST(TrainStep, AccumulatedIdenticalMicroBatchesEqualOneBatch) {
   EXPECT_NEAR(three.result.z_loss, one.result.z_loss, 1e-6 * one.result.z_loss + 1e-12);
   EXPECT_NEAR(three.result.grad_norm, one.result.grad_norm, 1e-5 * one.result.grad_norm);
   EXPECT_GT(one.result.grad_norm, 0.5);  // so clipping took part
-  expect_close(three.grads, one.grads, 2e-8, 1e-4, "clipped gradients");  // f32 sums in another order
+  expect_close(three.grads, one.grads, 2e-8, 1e-4, "gradients");  // f32 sums in another order
   // AdamW's first step is nearly sign(g) * lr, so gradients near zero may round to slightly other
   // updates; a hundredth of a step bounds that.
   ASSERT_EQ(one.params.size(), three.params.size());
