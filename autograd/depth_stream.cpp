@@ -98,7 +98,28 @@ class ModaAttentionNode final : public Node {
   double scale_;
 };
 
+// y unchanged; its backward passes y's gradient on and a version gradient to the version it was tied
+// to, which runs the write nodes of that chain.
+class DepthTieNode final : public Node {
+ public:
+  std::vector<Tensor> backward(const Tensor& grad_y) override { return {grad_y, version_token(grad_y.device())}; }
+  void release_saved() override {}
+  const char* name() const override { return "depth_tie"; }
+};
+
 }  // namespace
+
+void DepthStream::rewind(int64_t written) {
+  FATHOM_CHECK(0 <= written && written <= written_, "depth stream: cannot rewind to ", written, " slots with ",
+               written_, " written");
+  written_ = written;
+  version_ = Variable(version_token(version_.device()), true);
+}
+
+Variable DepthStream::tie(const Variable& y) const {
+  if (!any_requires_grad({y, version_})) return y;
+  return record(y.value(), std::make_shared<DepthTieNode>(), {y, version_});
+}
 
 DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim,
                          DType dtype, Device device)

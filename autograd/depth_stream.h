@@ -37,6 +37,15 @@ class DepthStream {
   Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale,
                   const DepthKeyNorm& key_norm = {});
 
+  // train.recompute: block. A block re-run in backward first rewinds the stream to the slots
+  // written before it (its reads see the same slots, its writes land in the same ones, with the
+  // same values) and starts a fresh version chain; tie() then makes the block's output depend on the
+  // writes it recorded since, so the re-run's own backward hands each of its slots' gradients
+  // (complete by then: every reader is a later block, re-run and backpropagated before it) to the
+  // writers.
+  void rewind(int64_t written);
+  Variable tie(const Variable& y) const;
+
   int64_t slots() const;
   int64_t slots_written() const { return written_; }
   DType dtype() const;

@@ -34,27 +34,35 @@ Variable Decoder::forward(const Tensor& ids) const {
   std::iota(pos.begin(), pos.end(), 0);
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   Variable h = model_.embed_tokens.forward(ids);
-  std::unique_ptr<DepthStream> depth;
+  // Shared: with recompute, each block's re-run in backward uses the stream after this forward returns.
+  std::shared_ptr<DepthStream> depth;
   if (config_.moda())
-    depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
+    depth = std::make_shared<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
                                           depth_dtype(ids.device()), ids.device());
   const int64_t L = int64_t(model_.layers.size());
   for (int64_t i = 0; i < L; ++i) {
     const Block* block = model_.layers[size_t(i)].get();
-    if (block_recompute_)
+    const bool write = i + 1 < L;
+    if (!block_recompute_) {
+      h = block->forward(h, positions, depth.get(), write);
+    } else if (!depth) {
       h = checkpoint([block, positions](const Variable& x) { return block->forward(x, positions); }, h);
-    else
-      h = block->forward(h, positions, depth.get(), i + 1 < L);
+    } else {
+      // The re-run reads and writes the slots this run does (DepthStream::rewind, tie).
+      const int64_t written = depth->slots_written();
+      h = checkpoint(
+          [block, positions, depth, write, written](const Variable& x) {
+            depth->rewind(written);
+            return depth->tie(block->forward(x, positions, depth.get(), write));
+          },
+          h);
+    }
   }
   h = model_.norm.forward(h);
   return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
 }
 
-void Decoder::set_block_recompute(bool on) {
-  FATHOM_CHECK(!on || !config_.moda(), "block recompute is not supported with MoDA (moda.variant ",
-               config_.moda_variant, "): a block's depth K/V writes outlive its forward; use train.recompute: none");
-  block_recompute_ = on;
-}
+void Decoder::set_block_recompute(bool on) { block_recompute_ = on; }
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
   // A Decoder's parameters are unwritten host allocations until an arena fills them, so building

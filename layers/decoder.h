@@ -19,7 +19,8 @@ class Decoder : public Module {
   // the embedding table's compute value: BF16 under mixed precision, else the weights' F32.
   Variable forward(const Tensor& ids) const;
   // train.recompute: block. Each block's forward keeps only its input and is re-run during backward
-  // (autograd checkpoint). Refused for MoDA, whose depth stream outlives a block.
+  // (autograd checkpoint). With MoDA the re-run reads and rewrites the same depth slots
+  // (DepthStream::rewind / tie), so the gradients are the ordinary ones.
   void set_block_recompute(bool on);
   bool block_recompute() const { return block_recompute_; }
   const ModelConfig& config() const { return config_; }

@@ -493,11 +493,6 @@ Recipe RecipeReader::resolve() const {
   } catch (const Error& e) {
     fail_at(where_section("model"), "inconsistent model: " + e.message());
   }
-  if (recipe.train.recompute == "block" && recipe.model.moda()) {
-    // A block's MoDA depth K/V outlive its forward (later blocks read them), which a per-block re-run cannot replay.
-    fail_at(find("train.recompute")->where, "train.recompute: block is not supported with MoDA (moda.variant " +
-                                                recipe.model.moda_variant + "); use train.recompute: none");
-  }
   return recipe;
 }
 

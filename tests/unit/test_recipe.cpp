@@ -497,14 +497,12 @@ TEST(RecipeErrors, FuzzedStrayCommaRecipeIsRefusedQuickly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
-TEST(RecipeErrors, BlockRecomputeWithMoDA) {
-  // A MoDA block's depth K/V outlive its forward, so a per-block re-run cannot replay it.
-  EXPECT_EQ(error_of(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), {"moda.variant=attn_kv"}),
-            "recipe.yaml:10:14: train.recompute: block is not supported with MoDA (moda.variant attn_kv); use "
-            "train.recompute: none");
-  const Recipe plain = parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml");
-  EXPECT_EQ(plain.train.recompute, "block");
-  EXPECT_EQ(parse_recipe(kMinimal, "recipe.yaml", {"moda.variant=attn_kv"}).model.moda_variant, "attn_kv");
+TEST(Recipe, BlockRecomputeWithMoDA) {
+  // Accepted: a re-run MoDA block rewinds the depth stream and rewrites its own slots.
+  const Recipe moda =
+      parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml", {"moda.variant=attn_kv"});
+  EXPECT_EQ(moda.train.recompute, "block");
+  EXPECT_EQ(moda.model.moda_variant, "attn_kv");
 }
 
 TEST(RecipeErrors, RecipeFiles) {

@@ -116,11 +116,31 @@ TEST(BlockRecompute, SegmentRunsOnceForwardAndOnceInBackward) {
   }
 }
 
-TEST(BlockRecompute, MoDAIsRefused) {
-  ModelConfig c = small_config("post", false);
-  c.moda_variant = "attn_kv";
-  Decoder model(c);
-  fathom::testing::expect_error([&] { model.set_block_recompute(true); },
-                                {"block recompute is not supported with MoDA (moda.variant attn_kv)"});
-  model.set_block_recompute(false);
+// MoDA: a re-run block reads the depth slots earlier blocks wrote and rewrites its own, whose
+// gradients its readers (later blocks, re-run first) have filled in by then: every variant, with
+// writer and reader keys, a slot window, pre and post norm, gives the ordinary gradients bit for bit.
+TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
+  struct MoDACase {
+    std::string variant, norm, depth_key;
+    int64_t max_slots;
+  };
+  for (const MoDACase& m : {MoDACase{"attn_kv", "post", "writer", 0}, MoDACase{"attn_kv+ffn_kv", "pre", "writer", 0},
+                            MoDACase{"extra_attn_kv+ffn_kv", "post", "reader", 0},
+                            MoDACase{"attn_kv+ffn_kv", "post", "writer", 2}}) {
+    ModelConfig c = small_config(m.norm, false);
+    c.n_layers = 4;
+    c.moda_variant = m.variant;
+    c.moda_depth_key = m.depth_key;
+    c.moda_max_slots = m.max_slots;
+    const std::vector<float> plain = arena_gradients(c, false);
+    const std::vector<float> recomputed = arena_gradients(c, true);
+    ASSERT_EQ(plain.size(), recomputed.size());
+    size_t differing = 0, nonzero = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      nonzero += plain[i] != 0.0f;
+      differing += std::memcmp(&plain[i], &recomputed[i], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differing, 0u) << m.variant << " " << m.norm << " " << m.depth_key << " of " << plain.size();
+    EXPECT_GT(nonzero, plain.size() / 2) << m.variant;
+  }
 }
