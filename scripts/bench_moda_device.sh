@@ -7,7 +7,8 @@
 # Usage: scripts/bench_moda_device.sh BIN OUT
 #   BIN  the bench_moda_attention binary (a CUDA build: ninja -C build-cuda bench_moda_attention)
 #   OUT  folder for the logs (created)
-# Extra options for both programs can come through MODA_BENCH_ARGS (e.g. "--max-t 16384 --min-reps 3").
+# Extra options for both programs can come through MODA_BENCH_ARGS (e.g. "--max-t 16384 --min-reps 3");
+# FATHOM_COMMIT names the commit the binary was built from (a device's copy may carry a stale .git).
 set -euo pipefail
 bin=${1:?usage: scripts/bench_moda_device.sh BIN OUT}
 out=${2:?usage: scripts/bench_moda_device.sh BIN OUT}
@@ -18,7 +19,7 @@ mkdir -p "$out"
 args=(${MODA_BENCH_ARGS:-})
 {
   date -u +"%Y-%m-%d %H:%M UTC"
-  git -C "$here" rev-parse --short HEAD 2>/dev/null || echo "commit unknown"
+  echo "${FATHOM_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo "commit unknown")}"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv 2>/dev/null || true
 } > "$out/device.txt"
 "$bin" table7 "${args[@]}" | tee "$out/moda_table7.md"

@@ -5,7 +5,8 @@
 # shapes. Writes $OUT/fathom.md, $OUT/hf.md (their rows, logs included) and $OUT/train_step_comparison.md:
 # both rows per config plus the ratios fathom/HF of tokens/s and of peak device memory.
 # Usage: scripts/bench_train_device.sh BIN OUT [SIZE...]   (SIZE: olmo2_190M, olmo2_1B; default both)
-#   HF_ARGS='--loss eager' passes options to the HF reference only.
+#   HF_ARGS='--loss eager' passes options to the HF reference only. FATHOM_COMMIT names the commit the
+#   binaries were built from (a device's copy of the tree may carry a stale .git).
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_train_device.sh BIN OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_train_device.sh BIN OUT [SIZE...]}
@@ -27,7 +28,7 @@ hf_rc=$?
 
 # Rows are '| system | model | batch x seq | step ms | tokens/s | MFU | peak GiB |'; numbers may hold
 # thousands separators.
-awk -F'|' -v device="$device" -v commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" -v today="$(date +%Y-%m-%d)" '
+awk -F'|' -v device="$device" -v commit="${FATHOM_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}" -v today="$(date +%Y-%m-%d)" '
   function num(s) { gsub(/[ ,]/, "", s); return s + 0 }
   FNR == 1 { side = (FILENAME ~ /fathom\.md$/) ? "fathom" : "hf" }
   /^\| / && $3 !~ /model|---/ {
