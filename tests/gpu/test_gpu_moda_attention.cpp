@@ -390,7 +390,7 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     return p;
   };
   for (ModaKernel kernel : kKernels) {
-    auto forward = [&](cuda::ModaParams p) { cuda::moda_attention_forward(kernel, p, tensor_stream()); };
+    auto forward = [&](cuda::ModaParams p) { cuda::moda_attention_forward(kernel, p, nullptr); };
     expect_error([&] { forward(params(shape(6, 4, 64, 2, 0, 1))); }, {"Hq = 6", "multiple of KV heads Hk = 4"});
     expect_error([&] { forward(params(shape(2, 2, 4, 2, 0, 1))); }, {"head dim d = 4", "64 or 128"});
     expect_error([&] { forward(params(shape(2, 2, 96, 2, 0, 1))); }, {"head dim d = 96"});
@@ -415,16 +415,16 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     b.d_depth_k = b.d_depth_v = stats;
     b.workspace = stats;
     b.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, b.shape) - 4;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, tensor_stream()); }, {"workspace of", "too small"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"workspace of", "too small"});
     b.d_depth_v = nullptr;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, tensor_stream()); }, {"moda_attention_backward", "d_depth_v is null"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"moda_attention_backward", "d_depth_v is null"});
   }
   // An empty slot range reads no depth buffers: they may be null.
   // (The launch itself is not reached here: q is null.)
   cuda::ModaParams empty = params(shape(2, 2, 64, 0, 0, 0));
   empty.depth_k = empty.depth_v = nullptr;
   empty.q = nullptr;
-  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, empty, tensor_stream()); }, {"q is null"});
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, empty, nullptr); }, {"q is null"});
   // The group kernel folds a KV head's G query heads into one 128-row tile.
   expect_error([&] { cuda::moda_attention_forward(ModaKernel::group, params(shape(256, 1, 64, 2, 0, 1)), nullptr); },
                {"G = 256", "128 rows"});
@@ -434,7 +434,7 @@ TEST(GpuModa, BadArgumentsAreErrors) {
   cuda::ModaParams naive = params(shape(2, 2, 64, 2, 0, 1));
   naive.workspace_bytes = cuda::moda_forward_workspace_bytes(ModaKernel::naive, naive.shape) - 1;
   naive.workspace = stats;
-  expect_error([&] { cuda::moda_attention_forward(ModaKernel::naive, naive, tensor_stream()); }, {"workspace of", "too small"});
+  expect_error([&] { cuda::moda_attention_forward(ModaKernel::naive, naive, nullptr); }, {"workspace of", "too small"});
   EXPECT_EQ(cuda::moda_forward_workspace_bytes(ModaKernel::group, naive.shape), 0u);
   EXPECT_STREQ(cuda::moda_kernel_name(ModaKernel::chunk), "chunk");
 }
