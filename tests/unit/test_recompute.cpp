@@ -47,6 +47,20 @@ std::vector<float> arena_gradients(const ModelConfig& c, bool recompute) {
   return arena.grads().to_vector<float>();
 }
 
+// The arena's gradients with and without recompute agree bit for bit, and are mostly non-zero.
+void expect_recompute_bit_identical(const ModelConfig& c, const std::string& what) {
+  const std::vector<float> plain = arena_gradients(c, false);
+  const std::vector<float> recomputed = arena_gradients(c, true);
+  ASSERT_EQ(plain.size(), recomputed.size()) << what;
+  size_t nonzero = 0, differing = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    nonzero += plain[i] != 0.0f;
+    differing += std::memcmp(&plain[i], &recomputed[i], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0u) << what << ": of " << plain.size() << " gradients";
+  EXPECT_GT(nonzero, plain.size() / 2) << what << ": the gradients should be mostly non-zero";
+}
+
 struct Variant {
   std::string norm;
   bool tied;
@@ -57,17 +71,7 @@ struct Variant {
 class BlockRecompute : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(BlockRecompute, GradientsAreBitIdenticalToTheOrdinaryBackward) {
-  const ModelConfig c = small_config(GetParam().norm, GetParam().tied);
-  const std::vector<float> plain = arena_gradients(c, false);
-  const std::vector<float> recomputed = arena_gradients(c, true);
-  ASSERT_EQ(plain.size(), recomputed.size());
-  size_t nonzero = 0, differing = 0;
-  for (size_t i = 0; i < plain.size(); ++i) {
-    nonzero += plain[i] != 0.0f;
-    differing += std::memcmp(&plain[i], &recomputed[i], sizeof(float)) != 0;
-  }
-  EXPECT_EQ(differing, 0u) << "of " << plain.size() << " gradients";
-  EXPECT_GT(nonzero, plain.size() / 2) << "the gradients should be mostly non-zero";
+  expect_recompute_bit_identical(small_config(GetParam().norm, GetParam().tied), GetParam().norm);
 }
 
 INSTANTIATE_TEST_SUITE_P(Norms, BlockRecompute,
@@ -132,15 +136,6 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
     c.moda_variant = m.variant;
     c.moda_depth_key = m.depth_key;
     c.moda_max_slots = m.max_slots;
-    const std::vector<float> plain = arena_gradients(c, false);
-    const std::vector<float> recomputed = arena_gradients(c, true);
-    ASSERT_EQ(plain.size(), recomputed.size());
-    size_t differing = 0, nonzero = 0;
-    for (size_t i = 0; i < plain.size(); ++i) {
-      nonzero += plain[i] != 0.0f;
-      differing += std::memcmp(&plain[i], &recomputed[i], sizeof(float)) != 0;
-    }
-    EXPECT_EQ(differing, 0u) << m.variant << " " << m.norm << " " << m.depth_key << " of " << plain.size();
-    EXPECT_GT(nonzero, plain.size() / 2) << m.variant;
+    expect_recompute_bit_identical(c, m.variant + " " + m.norm + " " + m.depth_key);
   }
 }
