@@ -20,21 +20,39 @@ Tensor targets_with_ignored(int64_t rows, int64_t vocab, uint64_t seed, DType dt
   for (int64_t i = 0; i < rows; i += 5) p[i] = -100;  // every fifth row ignored
   return dtype == DType::i64 ? t : t.to(DType::i32);
 }
+
+// Rows at every alignment: vocabularies 50257 and 100352 + 5 (rows the fused kernel keeps only
+// partly in shared memory), 1000 and 7 (rows it keeps whole).
+struct LossCase {
+  int64_t rows, vocab;
+};
+constexpr LossCase kLossCases[] = {{37, 50257}, {16, 100352 + 5}, {129, 1000}, {3, 7}};
+
+struct LossInputs {
+  std::string what;
+  GpuInput logits;
+  Tensor targets;  // host; i32 or i64 by seed, every fifth row ignored
+};
+// Random logits in [-8, 8] and targets for one case; takes two seeds.
+LossInputs loss_inputs(const LossCase& c, DType dt, uint64_t& seed) {
+  LossInputs in;
+  in.what = std::string(dtype_name(dt)) + " N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab);
+  in.logits = random_input({c.rows, c.vocab}, dt, seed++, -8, 8);
+  const DType target_type = seed % 2 ? DType::i32 : DType::i64;
+  in.targets = targets_with_ignored(c.rows, c.vocab, seed++, target_type);
+  return in;
+}
 }  // namespace
 
 TEST(GpuCrossEntropy, ForwardAndBackwardMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
-  struct Case {
-    int64_t rows, vocab;
-  };
-  const Case cases[] = {{37, 50257}, {16, 100352 + 5}, {129, 1000}, {3, 7}};
   uint64_t seed = 1;
   for (DType dt : {DType::f32, DType::bf16})
-    for (const Case& c : cases) {
-      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab);
-      GpuInput logits = random_input({c.rows, c.vocab}, dt, seed++, -8, 8);
-      const DType target_type = seed % 2 ? DType::i32 : DType::i64;
-      const Tensor targets = targets_with_ignored(c.rows, c.vocab, seed++, target_type);
+    for (const LossCase& c : kLossCases) {
+      const LossInputs in = loss_inputs(c, dt, seed);
+      const std::string& what = in.what;
+      const GpuInput& logits = in.logits;
+      const Tensor& targets = in.targets;
       const CrossEntropyOutput got = cross_entropy_forward(logits.gpu, targets.to(kGpu), 1e-4, -100);
       const CrossEntropyOutput want = cross_entropy_forward(logits.cpu, targets, 1e-4, -100);
       EXPECT_EQ(got.counted, want.counted) << what;
@@ -92,18 +110,14 @@ TEST(GpuCrossEntropy, ABadTargetIsAnErrorNamingItsRow) {
 // is corrected by scale_grad_unless_expected.
 TEST(GpuCrossEntropy, FusedForwardWritesTheBackwardsGradient) {
   FATHOM_REQUIRE_GPU();
-  struct Case {
-    int64_t rows, vocab;
-  };
-  const Case cases[] = {{37, 50257}, {16, 100352 + 5}, {129, 1000}, {3, 7}};
   const double zw = 1e-3;
   uint64_t seed = 101;
   for (DType dt : {DType::f32, DType::bf16})
-    for (const Case& c : cases) {
-      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(c.rows) + " V=" + std::to_string(c.vocab);
-      GpuInput logits = random_input({c.rows, c.vocab}, dt, seed++, -8, 8);
-      const DType target_type = seed % 2 ? DType::i32 : DType::i64;
-      const Tensor targets = targets_with_ignored(c.rows, c.vocab, seed++, target_type);
+    for (const LossCase& c : kLossCases) {
+      const LossInputs in = loss_inputs(c, dt, seed);
+      const std::string& what = in.what;
+      const GpuInput& logits = in.logits;
+      const Tensor& targets = in.targets;
       const Tensor targets_gpu = targets.to(kGpu);
       const Tensor expected = Tensor::full({}, 0.25, DType::f32, kGpu);
       Tensor fused = logits.gpu.clone();
