@@ -49,10 +49,7 @@ TEST(GpuCrossEntropy, ForwardAndBackwardMatchTheCpu) {
   uint64_t seed = 1;
   for (DType dt : {DType::f32, DType::bf16})
     for (const LossCase& c : kLossCases) {
-      const LossInputs in = loss_inputs(c, dt, seed);
-      const std::string& what = in.what;
-      const GpuInput& logits = in.logits;
-      const Tensor& targets = in.targets;
+      const auto& [what, logits, targets] = loss_inputs(c, dt, seed);
       const CrossEntropyOutput got = cross_entropy_forward(logits.gpu, targets.to(kGpu), 1e-4, -100);
       const CrossEntropyOutput want = cross_entropy_forward(logits.cpu, targets, 1e-4, -100);
       EXPECT_EQ(got.counted, want.counted) << what;
@@ -114,10 +111,7 @@ TEST(GpuCrossEntropy, FusedForwardWritesTheBackwardsGradient) {
   uint64_t seed = 101;
   for (DType dt : {DType::f32, DType::bf16})
     for (const LossCase& c : kLossCases) {
-      const LossInputs in = loss_inputs(c, dt, seed);
-      const std::string& what = in.what;
-      const GpuInput& logits = in.logits;
-      const Tensor& targets = in.targets;
+      const auto& [what, logits, targets] = loss_inputs(c, dt, seed);
       const Tensor targets_gpu = targets.to(kGpu);
       const Tensor expected = Tensor::full({}, 0.25, DType::f32, kGpu);
       Tensor fused = logits.gpu.clone();
