@@ -55,7 +55,7 @@ void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
   const ForwardArgs a{dev(p.q),     dev(p.k),     dev(p.v),      dev(p.o),     p.lse,         int(s.B),
                       int(s.T),     int(s.Hq),    int(s.Hk),     int(s.Hq / s.Hk), int(s.d),
                       float(s.scale * double(flash::kLog2e))};
-  flash::dispatch_width(a.d, [&]<int D>() { flash::launch_forward<typename flash::Configs<D>::Forward>(a, stream); });
+  flash::dispatch_width(a.d, [&]<int D>() { flash::launch_forward<typename flash::Fastest<D>::Forward>(a, stream); });
 }
 
 void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream) {
@@ -84,8 +84,8 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   scratch.place(a, p.workspace);
   flash::launch_backward_prepare(a, stream);
   flash::dispatch_width(a.d, [&]<int D>() {
-    flash::launch_backward_dkdv<typename flash::Configs<D>::DkDv>(a, stream, scratch.splits);
-    flash::launch_backward_dq<typename flash::Configs<D>::Dq>(a, stream);
+    flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(a, stream, scratch.splits);
+    flash::launch_backward_dq<typename flash::Fastest<D>::Dq>(a, stream);
   });
 }
 

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_backward.cuh"
+#include "kernels/cuda/attention_backward_wgmma.cuh"
+#include "kernels/cuda/attention_forward_wgmma.cuh"
 
 namespace fathom::cuda::flash {
 
@@ -21,9 +23,18 @@ void allow_smem(Kernel kernel, int bytes) {
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// The forward kernel a configuration describes: warpgroup (wgmma) or warp (mma.sync) tiles.
+template <class Cfg>
+constexpr auto forward_kernel() {
+  if constexpr (requires { Cfg::WARPGROUPS; })
+    return flash_forward_wgmma_kernel<Cfg>;
+  else
+    return flash_forward_kernel<Cfg>;
+}
+
 template <class Cfg>
 void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
-  auto kernel = flash_forward_kernel<Cfg>;
+  auto kernel = forward_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
   kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
@@ -41,7 +52,12 @@ inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) 
 // needs a.dk_part and a.dv_part and adds the reduction).
 template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
-  auto kernel = flash_backward_dkdv_kernel<Cfg>;
+  auto kernel = [] {
+    if constexpr (requires { Cfg::WARPGROUPS; })
+      return flash_backward_dkdv_wgmma_kernel<Cfg>;
+    else
+      return flash_backward_dkdv_kernel<Cfg>;
+  }();
   allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
   kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
@@ -91,8 +107,19 @@ inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_
 
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
-  auto kernel = flash_backward_dq_kernel<Cfg>;
-  constexpr int smem = dq_smem_bytes<Cfg>();
+  constexpr bool kWgmma = requires { Cfg::WARPGROUPS; };
+  auto kernel = [] {
+    if constexpr (kWgmma)
+      return flash_backward_dq_wgmma_kernel<Cfg>;
+    else
+      return flash_backward_dq_kernel<Cfg>;
+  }();
+  constexpr int smem = [] {
+    if constexpr (kWgmma)
+      return Cfg::kSmemBytes;
+    else
+      return dq_smem_bytes<Cfg>();
+  }();
   allow_smem(kernel, smem);
   const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
   kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
@@ -103,6 +130,9 @@ void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
 // on an H200 (bench/results/2026-11-29_attention.md):
 //   ForwardConfig<D, WARPS, MT, BK, MIN_BLOCKS>, DkDvConfig<D, WARPS, BQ, KV_IN_REGS, MIN_BLOCKS>.
 // The dQ pass reuses ForwardConfig's tiling (query tile of WARPS * MT * 16 rows, KV blocks of BK).
+// Widths 64 and 128 also have warpgroup (wgmma) configurations:
+//   WgmmaForwardConfig<D, BK, WARPGROUPS, MIN_BLOCKS>, WgmmaDkDvConfig<D, BQ, WARPGROUPS, MIN_BLOCKS>,
+//   WgmmaDqConfig<D, BK, WARPGROUPS, MIN_BLOCKS>.
 template <int D>
 struct Configs;
 template <>
@@ -116,13 +146,37 @@ struct Configs<64> {
   using Forward = ForwardConfig<64, 4, 2, 64, 1>;
   using DkDv = DkDvConfig<64, 4, 64, true, 2>;
   using Dq = ForwardConfig<64, 4, 2, 32, 2>;
+  using WgmmaForward = WgmmaForwardConfig<64, 128, 2, 1>;
+  using WgmmaDkDv = WgmmaDkDvConfig<64, 64, 2, 1>;
+  using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1>;
 };
 template <>
 struct Configs<128> {
   using Forward = ForwardConfig<128, 8, 1, 64, 1>;
   using DkDv = DkDvConfig<128, 4, 64, false, 2>;
   using Dq = ForwardConfig<128, 8, 1, 64, 1>;
+  using WgmmaForward = WgmmaForwardConfig<128, 128, 2, 1>;
+  using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 2, 1>;
+  using WgmmaDq = WgmmaDqConfig<128, 64, 2, 1>;
 };
+
+// The kernels flash attention runs at width D: the wgmma ones where the width has them and the build
+// targets sm_90a (FATHOM_WGMMA), else the mma.sync ones.
+template <int D>
+struct Fastest {
+  using Forward = typename Configs<D>::Forward;
+  using DkDv = typename Configs<D>::DkDv;
+  using Dq = typename Configs<D>::Dq;
+};
+#if defined(FATHOM_WGMMA)
+template <int D>
+  requires requires { typename Configs<D>::WgmmaForward; }
+struct Fastest<D> {
+  using Forward = typename Configs<D>::WgmmaForward;
+  using DkDv = typename Configs<D>::WgmmaDkDv;
+  using Dq = typename Configs<D>::WgmmaDq;
+};
+#endif
 
 // Runs f.template operator()<D>() for the narrowest width that holds head dim d (d <= 128).
 template <class F>
@@ -135,7 +189,7 @@ void dispatch_width(int d, F&& f) {
 // The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width.
 inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
   int bk = 0;
-  dispatch_width(int(d), [&]<int D>() { bk = Configs<D>::DkDv::BK; });
+  dispatch_width(int(d), [&]<int D>() { bk = Fastest<D>::DkDv::BK; });
   return backward_scratch(B, T, Hq, Hk, d, bk);
 }
 

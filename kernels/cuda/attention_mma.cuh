@@ -131,17 +131,17 @@ struct SwizzledTile {
 };
 
 // Issues the cp.async copies of rows [row0, row0 + ROWS) of a [T, ...] bf16 matrix with row stride
-// `stride` elements into a swizzled tile. Rows at or past T and columns at or past d are zero-filled.
-template <int D, int ROWS, int THREADS>
+// `stride` elements into a swizzled tile (a SwizzledTile<D> unless Tile names another layout of D / 8
+// chunks per row). Rows at or past T and columns at or past d are zero-filled.
+template <int D, int ROWS, int THREADS, class Tile = SwizzledTile<D>>
 __device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16_t* src, int64_t stride, int row0, int T,
                                                 int d, int tid) {
-  using Tile = SwizzledTile<D>;
-  constexpr int kTotal = ROWS * Tile::kChunks;
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
 #pragma unroll
   for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + tid;
     if (kTotal % THREADS != 0 && i >= kTotal) break;
-    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    const int r = i / kChunks, c = i % kChunks;
     const bool valid = (row0 + r < T) && (c * 8 < d);
     const bf16_t* g = valid ? src + int64_t(row0 + r) * stride + c * 8 : src;
     cp_async_16(tile + Tile::offset(r, c), g, valid);
@@ -167,18 +167,17 @@ __device__ __forceinline__ void load_rows_async(uint32_t tile, const RowPtr& row
   }
 }
 
-// Copies a swizzled [ROWS x D] tile to rows [row0, row0 + ROWS) of a bf16 matrix, 16 bytes per store,
-// skipping rows at or past T and columns at or past d.
-template <int D, int ROWS, int THREADS>
+// Copies a swizzled [ROWS x D] tile (layout as in load_tile_async) to rows [row0, row0 + ROWS) of a bf16
+// matrix, 16 bytes per store, skipping rows at or past T and columns at or past d.
+template <int D, int ROWS, int THREADS, class Tile = SwizzledTile<D>>
 __device__ __forceinline__ void store_tile(bf16_t* dst, int64_t stride, int row0, int T, int d, const char* tile,
                                            int tid) {
-  using Tile = SwizzledTile<D>;
-  constexpr int kTotal = ROWS * Tile::kChunks;
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
 #pragma unroll
   for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + tid;
     if (kTotal % THREADS != 0 && i >= kTotal) break;
-    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    const int r = i / kChunks, c = i % kChunks;
     if (row0 + r < T && c * 8 < d)
       *reinterpret_cast<uint4*>(dst + int64_t(row0 + r) * stride + c * 8) =
           *reinterpret_cast<const uint4*>(tile + Tile::offset(r, c));

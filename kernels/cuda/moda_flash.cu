@@ -91,7 +91,7 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
   scratch.place(fa, p.workspace);
   flash::launch_backward_prepare(fa, stream);
   dispatch_head_dim(s.d, [&]<int D>() {
-    flash::launch_backward_dkdv<typename Configs<D>::DkDv>(fa, stream, scratch.splits);
+    flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(fa, stream, scratch.splits);
 
     using Cfg = typename Configs<D>::Dq;
     ModaArgs a = geometry(kernel, m, Cfg::BQ);

@@ -288,6 +288,8 @@ TEST(GpuModa, BackwardIsBitIdenticalAcrossRuns) {
 }
 
 // With an empty slot range MoDA is causal attention: the group kernel's outputs match flash attention's.
+// The two run different tile shapes (flash attention may run on warpgroup MMAs), so their fp32 sums
+// differ in order: o agrees to bf16 rounding, lse to fp32 rounding.
 TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
   FATHOM_REQUIRE_GPU();
   const Case c{2, 130, 4, 0, 64};
@@ -304,8 +306,8 @@ TEST(GpuModa, EmptySlotRangeIsFlashAttention) {
   p.lse = lse.data<float>();
   cuda::flash_attention_forward(p, tensor_stream());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_LE(relative_error(host_values(run.o), host_values(o)), 1e-6);
-  EXPECT_LE(relative_error(host_values(run.lse), host_values(lse)), 1e-6);
+  EXPECT_LE(relative_error(host_values(run.o), host_values(o)), 4e-3);
+  EXPECT_LE(relative_error(host_values(run.lse), host_values(lse)), 1e-5);
 }
 
 // Forward and backward times of the four kernels at the paper's Table 7 shape (B = 1, T = 1024, Hq = 64,

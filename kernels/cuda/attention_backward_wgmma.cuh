@@ -1,0 +1,306 @@
+// Flash-attention backward on Hopper warpgroup MMAs (sm_90a): the dK/dV and dQ passes of
+// attention_backward.cuh with the same contract (deterministic, no atomics, the G query heads summed
+// in registers, the same prepare pass, split partials and reduction), their tile products issued as
+// wgmma. Each warpgroup owns 64 rows of its CTA's tile: keys in the dK/dV pass, queries in the dQ pass.
+//
+//   dK/dV, per (query head, query block) item:  S^T = K Q^T and dP^T = V dO^T (shared-memory operands),
+//     P^T = exp2(S^T - lse2), dS^T = P^T (dP^T - delta), then dV += P^T dO and dK += dS^T Q with P^T and
+//     dS^T straight from registers and dO, Q read N-major.
+//   dQ, per KV block:  S = Q K^T, dP = dO V^T, P, dS as above, then dQ += dS K with K read N-major.
+// Each pass overlaps its softmax work with the product still in flight: P is computed while dP runs,
+// and (dK/dV) dS while dV runs.
+#pragma once
+#include "kernels/cuda/attention_backward.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace fathom::cuda::flash {
+
+// ---------------------------------------------------------------------------------------------
+// dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO as tiles, lse2 and delta as
+// row vectors after the tiles) are double-buffered.
+template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_>
+struct WgmmaDkDvConfig {
+  static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int THREADS = WARPGROUPS * 128, BK = WARPGROUPS * 64;
+  using KvTile = PanelTile<BK, D>;
+  using QTile = PanelTile<BQ, D>;
+  static constexpr int kStageBytes = 2 * QTile::kBytes;  // Q and dO
+  static constexpr int kRowsOffset = 2 * KvTile::kBytes + 2 * kStageBytes;
+  static constexpr int kSmemBytes = kRowsOffset + 2 * 2 * BQ * 4;  // per stage: lse2[BQ], delta[BQ]
+  static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
+  static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dkdv_wgmma_kernel(const BackwardArgs a) {
+#if FATHOM_WGMMA_DEVICE
+  constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
+  using KvTile = typename Cfg::KvTile;
+  using QTile = typename Cfg::QTile;
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  char* smem = wgmma_smem;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int k0 = int(blockIdx.x) * BK;  // low key blocks see the most queries: they start first
+  const int b = int(blockIdx.y) / a.Hk, hk = int(blockIdx.y) % a.Hk;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+
+  const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
+  auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
+  auto sDO = [&](int s) { return sQ(s) + uint32_t(QTile::kBytes); };
+  auto sRows = [&](int s) { return sK + uint32_t(Cfg::kRowsOffset + s * 2 * BQ * 4); };  // lse2, delta
+  const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
+
+  // Work items: (query head of this split's share of the KV head's G, query block i), i from the block
+  // holding key k0.
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
+  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
+  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
+  auto load_item = [&](int item, int s) {
+    const int h = hk * a.G + g0 + item / per_head, q0 = (i0 + item % per_head) * BQ;
+    const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
+    load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
+    load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s), a.lse2 + r_off, tid);
+    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s) + BQ * 4, a.delta + r_off, tid);
+    cp_async_commit();
+  };
+  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sK, a.k + kv_off, kv_stride, k0, a.T, a.d, tid);
+  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sV, a.v + kv_off, kv_stride, k0, a.T, a.d, tid);
+  load_item(0, 0);
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  const int wkey = wg * 64 + (warp & 3) * 16;  // this warp's first key within the block
+  const int key_lo = k0 + wkey + g;            // this thread's keys: key_lo and key_lo + 8
+  for (int item = 0; item < items; ++item) {
+    if (item + 1 < items) {
+      load_item(item + 1, (item + 1) & 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const int s = item & 1, q0 = (i0 + item % per_head) * BQ;
+    const uint32_t tq = sQ(s), tdo = sDO(s);
+    const float* lse2 = rows + s * 2 * BQ;
+    const float* delta = lse2 + BQ;
+
+    float p[BQ / 2], ds[BQ / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      Wgmma<BQ>::template ss<0, 0>(p, k_major_desc<BK, D>(sK, wg * 64, ks), k_major_desc<BQ, D>(tq, 0, ks), ks > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      Wgmma<BQ>::template ss<0, 0>(ds, k_major_desc<BK, D>(sV, wg * 64, ks), k_major_desc<BQ, D>(tdo, 0, ks), ks > 0);
+    wgmma_commit();
+
+    // P^T while dP^T is in flight; the causal mask matters only where a key passes the block's first query.
+    wgmma_wait<1>();
+    fence_registers(p);
+    const bool masked = k0 + wkey + 15 > q0;
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * j + 2 * t + e;
+        const float l2 = lse2[col];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float x = exp2_approx(p[4 * j + 2 * half + e] * a.scale_log2 - l2);
+          if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
+          p[4 * j + 2 * half + e] = x;
+        }
+      }
+    // dV += P^T dO, in flight while dS^T is formed.
+    uint32_t pa[BQ / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(pa[ks], p, ks);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dv, pa[ks], mn_major_desc<BQ, D>(tdo, ks), 1);
+    wgmma_commit();
+
+    // dS^T = P^T * (dP^T - delta).
+    wgmma_wait<1>();
+    fence_registers(ds);
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dl = delta[8 * j + 2 * t + e];
+        ds[4 * j + e] = p[4 * j + e] * (ds[4 * j + e] - dl);
+        ds[4 * j + 2 + e] = p[4 * j + 2 + e] * (ds[4 * j + 2 + e] - dl);
+      }
+    // dK += dS^T Q (scaled at the end).
+    uint32_t da[BQ / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dk, da[ks], mn_major_desc<BQ, D>(tq, ks), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(dv);
+    fence_registers(dk);
+    __syncthreads();  // the next prefetch overwrites this stage
+  }
+
+  if (splits > 1) {  // fp32 partials, reduced by flash_backward_reduce_kernel
+    const int64_t part = (int64_t(split) * a.B * a.T + int64_t(b) * a.T) * a.Hk * a.d;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = key_lo + 8 * half;
+      if (key >= a.T) continue;
+      const int64_t row = part + (int64_t(key) * a.Hk + hk) * a.d;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = 8 * j + 2 * t;
+        if (col >= a.d) continue;
+        *reinterpret_cast<float2*>(a.dk_part + row + col) =
+            make_float2(dk[4 * j + 2 * half] * a.scale, dk[4 * j + 2 * half + 1] * a.scale);
+        *reinterpret_cast<float2*>(a.dv_part + row + col) = make_float2(dv[4 * j + 2 * half], dv[4 * j + 2 * half + 1]);
+      }
+    }
+    return;
+  }
+  // K and V tiles are free (every wgmma reading them has completed): stage dK and dV there.
+  stage_wgmma_accumulator<KvTile>(smem, dk, {a.scale, a.scale}, wkey, lane);
+  stage_wgmma_accumulator<KvTile>(smem + KvTile::kBytes, dv, {1.f, 1.f}, wkey, lane);
+  __syncthreads();
+  store_tile<D, BK, Cfg::THREADS, KvTile>(a.dk + kv_off, kv_stride, k0, a.T, a.d, smem, tid);
+  store_tile<D, BK, Cfg::THREADS, KvTile>(a.dv + kv_off, kv_stride, k0, a.T, a.d, smem + KvTile::kBytes, tid);
+#else
+  __trap();  // launched only from builds that target sm_90a
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// dQ. WARPGROUPS x 64 query rows per CTA (Q and dO tiles), KV blocks of BK keys double-buffered.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
+struct WgmmaDqConfig {
+  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64;
+  using QTile = PanelTile<BQ, D>;
+  using KvTile = PanelTile<BK, D>;
+  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
+  static constexpr int kSmemBytes = 2 * QTile::kBytes + 2 * kStageBytes;
+  static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
+  static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
+  static_assert(kRowPad % BQ == 0, "dQ tiles must not pass the padded statistics rows");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_wgmma_kernel(const BackwardArgs a) {
+#if FATHOM_WGMMA_DEVICE
+  constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  char* smem = wgmma_smem;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;  // the longest KV walks start first
+  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const bf16_t* k = a.k + kv_off;
+  const bf16_t* v = a.v + kv_off;
+
+  const uint32_t sQ = smem_addr(smem), sDO = sQ + QTile::kBytes, stages = sDO + QTile::kBytes;
+  auto stage_k = [&](int n) { return stages + uint32_t((n & 1) * Cfg::kStageBytes); };
+  auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
+  auto load_kv = [&](int n) {
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, a.T, a.d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, a.T, a.d, tid);
+    cp_async_commit();
+  };
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO, a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+  cp_async_commit();
+  const int n_blocks = (min(q0 + BQ, a.T) + BK - 1) / BK;
+  const int first_masked = (q0 + 1) / BK;  // blocks from here on hold keys past the tile's first row
+  load_kv(0);
+
+  const int wrow = wg * 64 + (warp & 3) * 16;  // this warp's first row within the tile
+  const int row0 = q0 + wrow + g;              // this thread's rows: row0 and row0 + 8
+  float lse2[2], delta[2];
+  const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows < Tpad: tiles never pass the padding
+    lse2[half] = a.lse2[r_off + row0 + 8 * half];
+    delta[half] = a.delta[r_off + row0 + 8 * half];
+  }
+  float dq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+
+  for (int n = 0; n < n_blocks; ++n) {
+    if (n + 1 < n_blocks) {
+      load_kv(n + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+
+    float p[BK / 2], ds[BK / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      Wgmma<BK>::template ss<0, 0>(p, k_major_desc<BQ, D>(sQ, wg * 64, ks), k_major_desc<BK, D>(stage_k(n), 0, ks),
+                                   ks > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      Wgmma<BK>::template ss<0, 0>(ds, k_major_desc<BQ, D>(sDO, wg * 64, ks), k_major_desc<BK, D>(stage_v(n), 0, ks),
+                                   ks > 0);
+    wgmma_commit();
+
+    // P while dP is in flight.
+    wgmma_wait<1>();
+    fence_registers(p);
+    const bool masked = n >= first_masked;
+#pragma unroll
+    for (int j = 0; j < BK / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int half = i >> 1, key = n * BK + 8 * j + 2 * t + (i & 1);
+        float x = exp2_approx(p[4 * j + i] * a.scale_log2 - lse2[half]);
+        if (masked && key > row0 + 8 * half) x = 0.f;
+        p[4 * j + i] = x;
+      }
+    wgmma_wait<0>();
+    fence_registers(ds);
+    // dS = P * (dP - delta); dQ += dS K (scaled at the end).
+    uint32_t da[BK / 16][4];
+#pragma unroll
+    for (int i = 0; i < BK / 2; ++i) ds[i] = p[i] * (ds[i] - delta[(i >> 1) & 1]);
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(dq, da[ks], mn_major_desc<BK, D>(stage_k(n), ks), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(dq);
+    __syncthreads();  // the next prefetch overwrites this stage
+  }
+
+  // The Q tile is free (every wgmma reading it has completed): stage dQ there for 16-byte stores.
+  stage_wgmma_accumulator<QTile>(smem, dq, {a.scale, a.scale}, wrow, lane);
+  __syncthreads();
+  store_tile<D, BQ, Cfg::THREADS, QTile>(a.dq + q_off, q_stride, q0, a.T, a.d, smem, tid);
+#else
+  __trap();  // launched only from builds that target sm_90a
+#endif
+}
+
+}  // namespace fathom::cuda::flash

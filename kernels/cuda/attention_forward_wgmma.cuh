@@ -1,0 +1,159 @@
+// Flash-attention forward on Hopper warpgroup MMAs (sm_90a). Same contract as flash_forward_kernel
+// (attention_forward.cuh): one CTA per (query tile, batch, query head), one online-softmax state per
+// row across the causal KV blocks, normalised once, log-sum-exp returned.
+//
+// Each of the CTA's warpgroups owns 64 query rows. Per KV block it issues S = Q K^T as D / 16 wgmmas
+// with both operands in shared memory, runs the softmax update on the S accumulators, and issues
+// O += P V with P straight from registers (an accumulator pair of 8-column tiles is the A fragment of a
+// 16-key step) and V read N-major from the same tile layout. The warpgroups of the CTA (and the CTAs
+// sharing an SM) overlap one's softmax with another's MMAs.
+#pragma once
+#include <cmath>
+
+#include "kernels/cuda/attention_forward.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace fathom::cuda::flash {
+
+// D: head-dim capacity (64 or 128; columns past d are zero-filled). WARPGROUPS x 64 query rows per CTA;
+// KV blocks of BK keys, double-buffered.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
+struct WgmmaForwardConfig {
+  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64;
+  using QTile = PanelTile<BQ, D>;
+  using KvTile = PanelTile<BK, D>;
+  static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStageBytes;
+  static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
+  static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_wgmma_kernel(const ForwardArgs a) {
+#if FATHOM_WGMMA_DEVICE
+  constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  char* smem = wgmma_smem;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  // Heaviest (last) query tiles first, so the short ones fill the tail of the grid.
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const bf16_t* k = a.k + kv_off;
+  const bf16_t* v = a.v + kv_off;
+
+  const uint32_t sQ = smem_addr(smem), stages = sQ + QTile::kBytes;
+  auto stage_k = [&](int n) { return stages + uint32_t((n & 1) * Cfg::kStageBytes); };
+  auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
+  auto load_kv = [&](int n) {
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, a.T, a.d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, a.T, a.d, tid);
+    cp_async_commit();
+  };
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
+  cp_async_commit();
+  const int n_blocks = (min(q0 + BQ, a.T) + BK - 1) / BK;
+  const int first_masked = (q0 + 1) / BK;  // blocks from here on hold keys past the tile's first row
+  load_kv(0);
+
+  // Rows g and g + 8 of this warp's 16 (index `half`), absolute.
+  const int row0 = q0 + wg * 64 + (warp & 3) * 16 + g;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+
+  for (int n = 0; n < n_blocks; ++n) {
+    if (n + 1 < n_blocks) {
+      load_kv(n + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+
+    float s[BK / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      Wgmma<BK>::template ss<0, 0>(s, k_major_desc<BQ, D>(sQ, wg * 64, ks), k_major_desc<BK, D>(stage_k(n), 0, ks),
+                                   ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(s);
+
+    // Online softmax in the log2 domain; a masked block hides keys past each row.
+    const bool masked = n >= first_masked;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < BK / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[4 * j + 2 * half + e] * a.scale_log2;
+          if (masked && n * BK + 8 * j + 2 * t + e > row) x = -INFINITY;
+          s[4 * j + 2 * half + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      const float m_new = fmaxf(m[half], quad_max(mx));
+      // A row with no visible key yet keeps max -inf; exponentiate against 0 so no inf - inf appears.
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2_approx(m[half] - m_use);
+      m[half] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < BK / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(s[4 * j + 2 * half + e] - m_use);
+          s[4 * j + 2 * half + e] = p;
+          sum += p;
+        }
+      l[half] = l[half] * corr + sum;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 2 * half] *= corr;
+        o[4 * j + 2 * half + 1] *= corr;
+      }
+    }
+
+    uint32_t p[BK / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p[ks], s, ks);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(o);
+    __syncthreads();  // the next prefetch overwrites this stage
+  }
+
+  // Normalise once; the log-sum-exp goes back to natural log.
+  float inv[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float lsum = quad_sum(l[half]);
+    inv[half] = lsum > 0.f ? 1.f / lsum : 0.f;
+    const int row = row0 + 8 * half;
+    if (t == 0 && row < a.T)
+      a.lse[(int64_t(b) * a.Hq + h) * a.T + row] = m[half] == -INFINITY ? -INFINITY : (m[half] + __log2f(lsum)) * kLn2;
+  }
+  // The Q tile is free (every wgmma reading it has completed): stage O there for 16-byte stores.
+  stage_wgmma_accumulator<QTile>(smem, o, inv, wg * 64 + (warp & 3) * 16, lane);
+  __syncthreads();
+  store_tile<D, BQ, Cfg::THREADS, QTile>(a.o + q_off, q_stride, q0, a.T, a.d, smem, tid);
+#else
+  __trap();  // launched only from builds that target sm_90a
+#endif
+}
+
+}  // namespace fathom::cuda::flash

@@ -1,0 +1,182 @@
+// Hopper warpgroup MMA (wgmma, sm_90a): shared-memory matrix descriptors for fathom's 128-byte swizzled
+// tiles and the m64nNk16 bf16 -> fp32 instructions the attention kernels issue.
+//
+// A warpgroup is 4 consecutive warps (128 threads) starting at a warp index divisible by 4. One
+// wgmma multiplies a 64 x 16 A (shared memory, or registers) by a 16 x N B (shared memory) into a
+// 64 x N fp32 accumulator spread over the warpgroup: warp w of the group holds rows 16w .. 16w + 15 in
+// the mma.sync m16n8 C layout repeated N / 8 times, so d[4j + e] is
+//   row 16w + g + 8 * (e / 2), column 8j + 2t + (e % 2)       (g = lane / 4, t = lane % 4),
+// and an A fragment in registers is the mma.sync m16n8k16 A fragment of the warp's 16 rows.
+//
+// Shared-memory layout (PanelTile): a [ROWS x D] bf16 tile is D / 64 column panels of [ROWS x 64];
+// a panel row is 128 bytes whose 16-byte chunk c sits at chunk c ^ (row % 8). This is the hardware's
+// 128-byte swizzle, so one layout serves both operand orders:
+//   K-major (rows are M or N, columns K: Q and K for S = Q K^T): 8-row groups 1024 bytes apart, a
+//     k-step of 16 columns is +32 bytes inside the panel (the swizzle is applied to the address);
+//   MN-major (rows are K, columns N: V for O = P V): 8-row K groups 1024 bytes apart, 64-column
+//     N groups one panel apart.
+// Panels must start 1024-byte aligned.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace fathom::cuda::flash {
+
+// Whether this compilation pass can issue wgmma (the sm_90a target); kernels that use it compile to a
+// trap elsewhere and their launchers are only chosen when the build targets sm_90a (FATHOM_WGMMA).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FATHOM_WGMMA_DEVICE 1
+#else
+#define FATHOM_WGMMA_DEVICE 0
+#endif
+
+template <int ROWS, int D>
+struct PanelTile {
+  static_assert(D % 64 == 0 && ROWS % 8 == 0, "panels are 64 columns wide, row groups 8 rows tall");
+  static constexpr int kPanelBytes = ROWS * 128;
+  static constexpr int kBytes = kPanelBytes * (D / 64);
+
+  // Byte offset of 16-byte chunk `chunk` (of D / 8) of row `row`.
+  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
+    return uint32_t((chunk >> 3) * kPanelBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+  }
+  __device__ __forceinline__ static uint32_t element(int row, int col) {
+    return offset(row, col >> 3) + uint32_t(col & 7) * 2u;
+  }
+};
+
+// The sm_90 shared-memory matrix descriptor: start address, leading and stride byte offsets (all in
+// 16-byte units) and the swizzle mode (1 = 128-byte).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+// K-major operand rows row0 .. row0 + 63 (A) or the whole N rows (B, row0 = 0) of a PanelTile at k-step ks.
+template <int ROWS, int D>
+__device__ __forceinline__ uint64_t k_major_desc(uint32_t tile, int row0, int ks) {
+  return smem_desc(tile + uint32_t((ks >> 2) * PanelTile<ROWS, D>::kPanelBytes + row0 * 128 + (ks & 3) * 32), 16,
+                   1024);
+}
+// MN-major B operand: K rows 16 ks .. 16 ks + 15 of a PanelTile, all D columns as N.
+template <int ROWS, int D>
+__device__ __forceinline__ uint64_t mn_major_desc(uint32_t tile, int ks) {
+  return smem_desc(tile + uint32_t(ks * 16 * 128), PanelTile<ROWS, D>::kPanelBytes, 1024);
+}
+
+// Orders this thread's ordinary shared-memory writes (st.shared, cp.async) before later reads by the
+// tensor cores (the async proxy); each writing thread runs it before the barrier that publishes a tile.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Makes register writes visible to the next wgmma (required before the first wgmma of a batch).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed wgmma groups are in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers to this point of the program: the compiler sees wgmma's results as
+// written when it is issued, so without this it could read them before wgmma_wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// The A fragment of 16-column step ks of an m64nN accumulator, as bf16: two 8-column tiles side by side.
+template <int N>
+__device__ __forceinline__ void accumulator_fragment(uint32_t (&a)[4], const float (&acc)[N], int ks) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) a[r] = pack_bf16(acc[8 * ks + 2 * r], acc[8 * ks + 2 * r + 1]);
+}
+
+// Writes a warp's rows of an m64nN accumulator as bf16 into rows row0 + g (times factor[0]) and
+// row0 + g + 8 (times factor[1]) of a PanelTile.
+template <class Tile, int N>
+__device__ __forceinline__ void stage_wgmma_accumulator(char* tile, const float (&acc)[N], const float (&factor)[2],
+                                                        int row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<uint32_t*>(tile + Tile::element(row0 + g + 8 * half, 8 * j + 2 * t)) =
+          pack_bf16(acc[4 * j + 2 * half] * factor[half], acc[4 * j + 2 * half + 1] * factor[half]);
+}
+
+#define FATHOM_ACC8(i)                                                                                 \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define FATHOM_ACC32 FATHOM_ACC8(0), FATHOM_ACC8(8), FATHOM_ACC8(16), FATHOM_ACC8(24)
+#define FATHOM_ACC64 FATHOM_ACC32, FATHOM_ACC8(32), FATHOM_ACC8(40), FATHOM_ACC8(48), FATHOM_ACC8(56)
+#define FATHOM_REGS32                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FATHOM_REGS64                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
+  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (+)= A B for one m64nNk16 step; `accumulate` = 0 overwrites d. TRANS_A / TRANS_B = 1 read an
+// MN-major operand from shared memory. `ss`: A from shared memory; `rs`: A from registers.
+template <int N>
+struct Wgmma;
+
+template <>
+struct Wgmma<64> {
+  template <int TRANS_A, int TRANS_B>
+  __device__ __forceinline__ static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FATHOM_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FATHOM_ACC32
+        : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+  }
+  template <int TRANS_B>
+  __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FATHOM_REGS32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : FATHOM_ACC32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
+#endif
+  }
+};
+
+template <>
+struct Wgmma<128> {
+  template <int TRANS_A, int TRANS_B>
+  __device__ __forceinline__ static void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FATHOM_REGS64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : FATHOM_ACC64
+        : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+  }
+  template <int TRANS_B>
+  __device__ __forceinline__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FATHOM_REGS64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : FATHOM_ACC64
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
+#endif
+  }
+};
+
+#undef FATHOM_ACC8
+#undef FATHOM_ACC32
+#undef FATHOM_ACC64
+#undef FATHOM_REGS32
+#undef FATHOM_REGS64
+
+}  // namespace fathom::cuda::flash
