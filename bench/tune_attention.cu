@@ -161,6 +161,15 @@ void backward_variant(Problem& p, const char* name) {
 #define FWD(...) forward_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DKDV(...) dkdv_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DQ(...) dq_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
+#if defined(FATHOM_WGMMA)
+#define WFWD(...) forward_variant<WgmmaForwardConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
+#define WDKDV(...) dkdv_variant<WgmmaDkDvConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
+#define WDQ(...) dq_variant<WgmmaDqConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
+#else
+#define WFWD(...)
+#define WDKDV(...)
+#define WDQ(...)
+#endif
 
 void sweep_d64(int T) {
   std::printf("\n### B=1 T=%d Hq=64 Hk=8 d=64\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped |\n|---|---|---:|---:|---:|\n", T);
@@ -182,7 +191,18 @@ void sweep_d64(int T) {
   DQ(64, 4, 2, 32, 2);
   DQ(64, 8, 1, 32, 1);
   DQ(64, 4, 2, 64, 1);
-  backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "shipped");
+  WFWD(64, 128, 2, 1);
+  WFWD(64, 64, 2, 1);
+  WFWD(64, 128, 3, 1);
+  WFWD(64, 64, 3, 1);
+  WDKDV(64, 64, 2, 1);
+  WDKDV(64, 128, 2, 1);
+  WDKDV(64, 64, 3, 1);
+  WDKDV(64, 64, 1, 2);
+  WDQ(64, 128, 2, 1);
+  WDQ(64, 64, 2, 1);
+  backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "mma.sync");
+  backward_variant<Fastest<64>::DkDv, Fastest<64>::Dq>(p, "shipped");
 }
 
 void sweep_d128(int B, int T) {
@@ -200,7 +220,15 @@ void sweep_d128(int B, int T) {
   DQ(128, 8, 1, 64, 1);
   DQ(128, 4, 1, 64, 2);
   DQ(128, 8, 1, 32, 1);
-  backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "shipped");
+  WFWD(128, 128, 2, 1);
+  WFWD(128, 64, 2, 1);
+  WFWD(128, 64, 3, 1);
+  WDKDV(128, 64, 2, 1);
+  WDKDV(128, 64, 1, 2);
+  WDQ(128, 64, 2, 1);
+  WDQ(128, 128, 2, 1);
+  backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "mma.sync");
+  backward_variant<Fastest<128>::DkDv, Fastest<128>::Dq>(p, "shipped");
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ obj=$src/build-device
 defs=(-DFATHOM_SOURCE_DIR="\"$src\"" -DFATHOM_WITH_CUDA=1)
 cxx=(g++ -std=c++20 -O2 -fopenmp -Wall -Wextra -Wno-unused-parameter -I"$src" -I/usr/include/eigen3
      -I/usr/local/cuda/include "${defs[@]}")
-nvcc=(nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -I"$src" "${defs[@]}")
+nvcc=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -DFATHOM_WGMMA=1 -I"$src" "${defs[@]}")
 link=(-L/usr/local/cuda/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt -lpthread -static-libstdc++ -static-libgcc
       -Wl,-Bstatic -lgomp -Wl,-Bdynamic)
 

@@ -2,11 +2,13 @@
 // (attention_forward.cuh): one CTA per (query tile, batch, query head), one online-softmax state per
 // row across the causal KV blocks, normalised once, log-sum-exp returned.
 //
-// Each of the CTA's warpgroups owns 64 query rows. Per KV block it issues S = Q K^T as D / 16 wgmmas
-// with both operands in shared memory, runs the softmax update on the S accumulators, and issues
-// O += P V with P straight from registers (an accumulator pair of 8-column tiles is the A fragment of a
-// 16-key step) and V read N-major from the same tile layout. The warpgroups of the CTA (and the CTAs
-// sharing an SM) overlap one's softmax with another's MMAs.
+// Each of the CTA's warpgroups owns 64 query rows. S = Q K^T is D / 16 wgmmas with both operands in
+// shared memory; O += P V takes P straight from registers (an accumulator pair of 8-column tiles is the
+// A fragment of a 16-key step) and reads V N-major from the same tile layout. The products of one
+// warpgroup are software-pipelined so that its softmax runs while the tensor cores work: per block n
+// it issues S_n and then O += P_{n-1} V_{n-1}, computes P_n as soon as S_n lands, and rescales O
+// once the P V product has landed. KV blocks therefore live in a ring of three stages: block n's K,
+// block n - 1's V, and block n + 1 in flight.
 #pragma once
 #include <cmath>
 
@@ -16,15 +18,15 @@
 namespace fathom::cuda::flash {
 
 // D: head-dim capacity (64 or 128; columns past d are zero-filled). WARPGROUPS x 64 query rows per CTA;
-// KV blocks of BK keys, double-buffered.
+// KV blocks of BK keys in a ring of kStages.
 template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
 struct WgmmaForwardConfig {
   static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64;
+  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64, kStages = 3;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
-  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStageBytes;
+  static constexpr int kSmemBytes = QTile::kBytes + kStages * kStageBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
 };
@@ -48,12 +50,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
   const bf16_t* v = a.v + kv_off;
 
   const uint32_t sQ = smem_addr(smem), stages = sQ + QTile::kBytes;
-  auto stage_k = [&](int n) { return stages + uint32_t((n & 1) * Cfg::kStageBytes); };
+  auto stage_k = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
   auto load_kv = [&](int n) {
     load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, a.T, a.d, tid);
     load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, a.T, a.d, tid);
     cp_async_commit();
+  };
+  // Waits for every copy issued so far and publishes it to the whole CTA's tensor-core reads; the
+  // barrier also tells the caller that every warpgroup has finished the previous step.
+  auto land_copies = [&] {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
   };
   load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
   cp_async_commit();
@@ -68,27 +77,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
 
-  for (int n = 0; n < n_blocks; ++n) {
-    if (n + 1 < n_blocks) {
-      load_kv(n + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    fence_proxy_async();
-    __syncthreads();
-
-    float s[BK / 2];
-    wgmma_fence();
+  float s[BK / 2];
+  auto issue_scores = [&](int n) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
       Wgmma<BK>::template ss<0, 0>(s, k_major_desc<BQ, D>(sQ, wg * 64, ks), k_major_desc<BK, D>(stage_k(n), 0, ks),
                                    ks > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(s);
-
-    // Online softmax in the log2 domain; a masked block hides keys past each row.
+  };
+  uint32_t p[BK / 16][4];  // P of the block whose P V product is next
+  auto issue_pv = [&](int n) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
+    wgmma_commit();
+  };
+  // Online softmax of block n's scores in the log2 domain (a masked block hides keys past each row):
+  // updates m and l, leaves P in `p_next` and the factor O must be rescaled by in `corr`.
+  uint32_t p_next[BK / 16][4];  // registers apart from `p`, which an in-flight product may still read
+  auto softmax = [&](int n, float (&corr)[2]) {
     const bool masked = n >= first_masked;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -106,36 +112,60 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
       const float m_new = fmaxf(m[half], quad_max(mx));
       // A row with no visible key yet keeps max -inf; exponentiate against 0 so no inf - inf appears.
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2_approx(m[half] - m_use);
+      corr[half] = exp2_approx(m[half] - m_use);
       m[half] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = exp2_approx(s[4 * j + 2 * half + e] - m_use);
-          s[4 * j + 2 * half + e] = p;
-          sum += p;
+          const float x = exp2_approx(s[4 * j + 2 * half + e] - m_use);
+          s[4 * j + 2 * half + e] = x;
+          sum += x;
         }
-      l[half] = l[half] * corr + sum;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j + 2 * half] *= corr;
-        o[4 * j + 2 * half + 1] *= corr;
-      }
+      l[half] = l[half] * corr[half] + sum;
     }
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p_next[ks], s, ks);
+  };
+  auto take_next_p = [&] {
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[ks][r] = p_next[ks][r];
+  };
 
-    uint32_t p[BK / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p[ks], s, ks);
+  // Block 0: scores and P (O is still zero, nothing to rescale).
+  land_copies();
+  if (n_blocks > 1) load_kv(1);
+  float corr[2];
+  wgmma_fence();
+  issue_scores(0);
+  wgmma_wait<0>();
+  fence_registers(s);
+  softmax(0, corr);
+  take_next_p();
+  for (int n = 1; n < n_blocks; ++n) {
+    land_copies();  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
+    if (n + 1 < n_blocks) load_kv(n + 1);
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
-    wgmma_commit();
+    issue_scores(n);
+    issue_pv(n - 1);
+    wgmma_wait<1>();  // S_n has landed; P_{n-1} V_{n-1} may still be running
+    fence_registers(s);
+    softmax(n, corr);
     wgmma_wait<0>();
     fence_registers(o);
-    __syncthreads();  // the next prefetch overwrites this stage
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * j + e] *= corr[e >> 1];
+    take_next_p();
   }
+  wgmma_fence();
+  issue_pv(n_blocks - 1);
+  wgmma_wait<0>();
+  fence_registers(o);
 
   // Normalise once; the log-sum-exp goes back to natural log.
   float inv[2];
