@@ -27,7 +27,8 @@ void check_shape(const char* op, const FlashShape& s) {
   FATHOM_CHECK(s.Hq % s.Hk == 0, op, ": query heads Hq = ", s.Hq, " must be a multiple of KV heads Hk = ", s.Hk);
   FATHOM_CHECK(s.d % 8 == 0 && s.d <= 128, op, ": head dim d = ", s.d,
                " is not supported by the CUDA kernels (a multiple of 8, at most 128)");
-  FATHOM_CHECK(std::isfinite(s.scale) && s.scale != 0, op, ": scale must be finite and non-zero, got ", s.scale);
+  // Positive: the kernels keep each row's running max over raw scores.
+  FATHOM_CHECK(std::isfinite(s.scale) && s.scale > 0, op, ": scale must be finite and positive, got ", s.scale);
   FATHOM_CHECK(s.B * s.Hq <= kMaxGridRows, op, ": B * Hq = ", s.B * s.Hq, " exceeds ", kMaxGridRows);
   FATHOM_CHECK(s.T <= (int64_t(1) << 30), op, ": sequence length T = ", s.T, " exceeds 2^30");
 }

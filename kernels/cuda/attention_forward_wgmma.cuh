@@ -91,8 +91,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
     for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
     wgmma_commit();
   };
-  // Online softmax of block n's scores in the log2 domain (a masked block hides keys past each row):
-  // updates m and l, leaves P in `p_next` and the factor O must be rescaled by in `corr`.
+  // Online softmax of block n's scores (a masked block hides keys past each row): updates m and l,
+  // leaves P in `p_next` and the factor O must be rescaled by in `corr`. The max is taken over raw
+  // scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
   uint32_t p_next[BK / 16][4];  // registers apart from `p`, which an in-flight product may still read
   auto softmax = [&](int n, float (&corr)[2]) {
     const bool masked = n >= first_masked;
@@ -104,12 +105,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
       for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float x = s[4 * j + 2 * half + e] * a.scale_log2;
+          float& x = s[4 * j + 2 * half + e];
           if (masked && n * BK + 8 * j + 2 * t + e > row) x = -INFINITY;
-          s[4 * j + 2 * half + e] = x;
           mx = fmaxf(mx, x);
         }
-      const float m_new = fmaxf(m[half], quad_max(mx));
+      const float m_new = fmaxf(m[half], quad_max(mx) * a.scale_log2);
       // A row with no visible key yet keeps max -inf; exponentiate against 0 so no inf - inf appears.
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       corr[half] = exp2_approx(m[half] - m_use);
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
       for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = exp2_approx(s[4 * j + 2 * half + e] - m_use);
-          s[4 * j + 2 * half + e] = x;
+          float& x = s[4 * j + 2 * half + e];
+          x = exp2_approx(fmaf(x, a.scale_log2, -m_use));
           sum += x;
         }
       l[half] = l[half] * corr[half] + sum;

@@ -146,8 +146,8 @@ struct Configs<64> {
   using Forward = ForwardConfig<64, 4, 2, 64, 1>;
   using DkDv = DkDvConfig<64, 4, 64, true, 2>;
   using Dq = ForwardConfig<64, 4, 2, 32, 2>;
-  using WgmmaForward = WgmmaForwardConfig<64, 128, 2, 1>;
-  using WgmmaDkDv = WgmmaDkDvConfig<64, 64, 2, 1>;
+  using WgmmaForward = WgmmaForwardConfig<64, 128, 3, 1>;
+  using WgmmaDkDv = WgmmaDkDvConfig<64, 128, 2, 1>;
   using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1>;
 };
 template <>
@@ -156,8 +156,8 @@ struct Configs<128> {
   using DkDv = DkDvConfig<128, 4, 64, false, 2>;
   using Dq = ForwardConfig<128, 8, 1, 64, 1>;
   using WgmmaForward = WgmmaForwardConfig<128, 128, 2, 1>;
-  using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 2, 1>;
-  using WgmmaDq = WgmmaDqConfig<128, 64, 2, 1>;
+  using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 1, 2>;
+  using WgmmaDq = WgmmaDqConfig<128, 128, 2, 1>;
 };
 
 // The kernels flash attention runs at width D: the wgmma ones where the width has them and the build

@@ -272,6 +272,7 @@ TEST(GpuAttention, BadArgumentsAreErrors) {
   expect_error([&] { forward(params({1, 0, 2, 2, 64, 0.125})); }, {"T = 0"});
   expect_error([&] { forward(params({1, 4, 2, 2, 64, 0.0})); }, {"scale"});
   expect_error([&] { forward(params({1, 4, 2, 2, 64, NAN})); }, {"scale"});
+  expect_error([&] { forward(params({1, 4, 2, 2, 64, -0.125})); }, {"scale must be finite and positive"});
   expect_error([&] { forward(params({1000, 4, 128, 2, 64, 0.125})); }, {"B * Hq = 128000"});
   cuda::FlashParams no_o = params({1, 4, 2, 2, 64, 0.125});
   no_o.o = nullptr;
