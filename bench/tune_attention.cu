@@ -192,15 +192,20 @@ void sweep_d64(int T) {
   DQ(64, 8, 1, 32, 1);
   DQ(64, 4, 2, 64, 1);
   WFWD(64, 128, 2, 1);
-  WFWD(64, 64, 2, 1);
   WFWD(64, 128, 3, 1);
-  WFWD(64, 64, 3, 1);
-  WDKDV(64, 64, 2, 1);
+  WFWD(64, 64, 2, 2);
+  WFWD(64, 128, 1, 2);
+  WFWD(64, 128, 3, 1, 4);
+  WFWD(64, 128, 3, 1, 3);
+  WFWD(64, 128, 3, 1, 2);
+  WFWD(64, 128, 2, 1, 4);
+  WFWD(64, 64, 2, 2, 4);
+  WFWD(64, 64, 2, 2, 8);
   WDKDV(64, 128, 2, 1);
-  WDKDV(64, 64, 3, 1);
-  WDKDV(64, 64, 1, 2);
+  WDKDV(64, 128, 1, 2);
   WDQ(64, 128, 2, 1);
-  WDQ(64, 64, 2, 1);
+  WDQ(64, 128, 1, 2);
+  WDQ(64, 64, 1, 2);
   backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "mma.sync");
   backward_variant<Fastest<64>::DkDv, Fastest<64>::Dq>(p, "shipped");
 }
@@ -221,12 +226,12 @@ void sweep_d128(int B, int T) {
   DQ(128, 4, 1, 64, 2);
   DQ(128, 8, 1, 32, 1);
   WFWD(128, 128, 2, 1);
-  WFWD(128, 64, 2, 1);
-  WFWD(128, 64, 3, 1);
-  WDKDV(128, 64, 2, 1);
+  WFWD(128, 64, 1, 2);
+  WFWD(128, 128, 2, 1, 4);
+  WFWD(128, 128, 2, 1, 8);
   WDKDV(128, 64, 1, 2);
-  WDQ(128, 64, 2, 1);
   WDQ(128, 128, 2, 1);
+  WDQ(128, 64, 1, 2);
   backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "mma.sync");
   backward_variant<Fastest<128>::DkDv, Fastest<128>::Dq>(p, "shipped");
 }

@@ -18,10 +18,12 @@
 namespace fathom::cuda::flash {
 
 // D: head-dim capacity (64 or 128; columns past d are zero-filled). WARPGROUPS x 64 query rows per CTA;
-// KV blocks of BK keys in a ring of kStages.
-template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
+// KV blocks of BK keys in a ring of kStages. FMA_EXP_EVERY = N > 0 computes the exponentials of every
+// N-th 8-key column tile on the FMA pipe (exp2_fma) instead of the special-function unit.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_, int FMA_EXP_EVERY_ = 0>
 struct WgmmaForwardConfig {
   static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int FMA_EXP_EVERY = FMA_EXP_EVERY_;
   static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64, kStages = 3;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
@@ -120,7 +122,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[4 * j + 2 * half + e];
-          x = exp2_approx(fmaf(x, a.scale_log2, -m_use));
+          const float arg = fmaf(x, a.scale_log2, -m_use);
+          constexpr int kEvery = Cfg::FMA_EXP_EVERY;
+          x = kEvery > 0 && j % kEvery == kEvery - 1 ? exp2_fma(arg) : exp2_approx(arg);
           sum += x;
         }
       l[half] = l[half] * corr[half] + sum;

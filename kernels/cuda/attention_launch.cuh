@@ -146,7 +146,7 @@ struct Configs<64> {
   using Forward = ForwardConfig<64, 4, 2, 64, 1>;
   using DkDv = DkDvConfig<64, 4, 64, true, 2>;
   using Dq = ForwardConfig<64, 4, 2, 32, 2>;
-  using WgmmaForward = WgmmaForwardConfig<64, 128, 3, 1>;
+  using WgmmaForward = WgmmaForwardConfig<64, 64, 2, 2>;
   using WgmmaDkDv = WgmmaDkDvConfig<64, 128, 2, 1>;
   using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1>;
 };
