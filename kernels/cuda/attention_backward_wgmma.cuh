@@ -21,7 +21,7 @@ namespace fathom::cuda::flash {
 template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_>
 struct WgmmaDkDvConfig {
   static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int THREADS = WARPGROUPS * 128, BK = WARPGROUPS * 64;
+  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BK = WARPGROUPS * 64;
   using KvTile = PanelTile<BK, D>;
   using QTile = PanelTile<BQ, D>;
   static constexpr int kStageBytes = 2 * QTile::kBytes;  // Q and dO
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
 struct WgmmaDqConfig {
   static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64;
+  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
@@ -196,50 +196,30 @@ struct WgmmaDqConfig {
   static_assert(kRowPad % BQ == 0, "dQ tiles must not pass the padded statistics rows");
 };
 
+// dQ += dS K over the causal keys [0, key_end) of one KV head for a query tile whose Q and dO tiles
+// are at sQ and sDO (this warpgroup's 64 rows; their copies committed): key j is visible to this
+// thread's row half h iff j <= limit[h], no limit is below `first_limit`, lse2 and delta are the
+// rows' statistics. KV blocks stream through the double-buffered stages at `ring`. dq is unscaled.
+// Returns with this warpgroup's products complete; other warpgroups may still read the ring.
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_wgmma_kernel(const BackwardArgs a) {
-#if FATHOM_WGMMA_DEVICE
+__device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_t sQ, uint32_t sDO, uint32_t ring,
+                                                const bf16_t* k, const bf16_t* v, int64_t kv_stride, int T, int d,
+                                                int first_limit, int key_end, const int (&limit)[2],
+                                                const float (&lse2)[2], const float (&delta)[2], float scale_log2,
+                                                int tid) {
   constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
-  using QTile = typename Cfg::QTile;
   using KvTile = typename Cfg::KvTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int g = lane >> 2, t = lane & 3;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;  // the longest KV walks start first
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
-  const bf16_t* k = a.k + kv_off;
-  const bf16_t* v = a.v + kv_off;
-
-  const uint32_t sQ = smem_addr(smem), sDO = sQ + QTile::kBytes, stages = sDO + QTile::kBytes;
-  auto stage_k = [&](int n) { return stages + uint32_t((n & 1) * Cfg::kStageBytes); };
+  const int wg = tid >> 7, t = tid & 3;
+  auto stage_k = [&](int n) { return ring + uint32_t((n & 1) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
   auto load_kv = [&](int n) {
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, a.T, a.d, tid);
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, a.T, a.d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, T, d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, T, d, tid);
     cp_async_commit();
   };
-  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
-  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO, a.dout + q_off, q_stride, q0, a.T, a.d, tid);
-  cp_async_commit();
-  const int n_blocks = (min(q0 + BQ, a.T) + BK - 1) / BK;
-  const int first_masked = (q0 + 1) / BK;  // blocks from here on hold keys past the tile's first row
+  const int n_blocks = (key_end + BK - 1) / BK;
+  const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
   load_kv(0);
-
-  const int wrow = wg * 64 + (warp & 3) * 16;  // this warp's first row within the tile
-  const int row0 = q0 + wrow + g;              // this thread's rows: row0 and row0 + 8
-  float lse2[2], delta[2];
-  const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {  // rows < Tpad: tiles never pass the padding
-    lse2[half] = a.lse2[r_off + row0 + 8 * half];
-    delta[half] = a.delta[r_off + row0 + 8 * half];
-  }
-  float dq[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
 
   for (int n = 0; n < n_blocks; ++n) {
     if (n + 1 < n_blocks) {
@@ -273,13 +253,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int half = i >> 1, key = n * BK + 8 * j + 2 * t + (i & 1);
-        float x = exp2_approx(p[4 * j + i] * a.scale_log2 - lse2[half]);
-        if (masked && key > row0 + 8 * half) x = 0.f;
+        float x = exp2_approx(p[4 * j + i] * scale_log2 - lse2[half]);
+        if (masked && key > limit[half]) x = 0.f;
         p[4 * j + i] = x;
       }
     wgmma_wait<0>();
     fence_registers(ds);
-    // dS = P * (dP - delta); dQ += dS K (scaled at the end).
+    // dS = P * (dP - delta); dQ += dS K.
     uint32_t da[BK / 16][4];
 #pragma unroll
     for (int i = 0; i < BK / 2; ++i) ds[i] = p[i] * (ds[i] - delta[(i >> 1) & 1]);
@@ -293,6 +273,40 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     fence_registers(dq);
     __syncthreads();  // the next prefetch overwrites this stage
   }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_wgmma_kernel(const BackwardArgs a) {
+#if FATHOM_WGMMA_DEVICE
+  constexpr int D = Cfg::D, BQ = Cfg::BQ;
+  using QTile = typename Cfg::QTile;
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  char* smem = wgmma_smem;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;  // the longest KV walks start first
+  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+
+  const uint32_t sQ = smem_addr(smem), sDO = sQ + QTile::kBytes;
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO, a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+  cp_async_commit();
+
+  const int wrow = warp * 16, row0 = q0 + wrow + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int limit[2] = {row0, row0 + 8};
+  float lse2[2], delta[2];
+  const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows < Tpad: tiles never pass the padding
+    lse2[half] = a.lse2[r_off + limit[half]];
+    delta[half] = a.delta[r_off + limit[half]];
+  }
+  float dq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+  wgmma_dq_causal<Cfg>(dq, sQ, sDO, sDO + QTile::kBytes, a.k + kv_off, a.v + kv_off, kv_stride, a.T, a.d, q0,
+                       min(q0 + BQ, a.T), limit, lse2, delta, a.scale_log2, tid);
 
   // The Q tile is free (every wgmma reading it has completed): stage dQ there for 16-byte stores.
   stage_wgmma_accumulator<QTile>(smem, dq, {a.scale, a.scale}, wrow, lane);

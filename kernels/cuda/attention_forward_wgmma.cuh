@@ -24,7 +24,7 @@ template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_, int FMA_EXP_EVERY_ 
 struct WgmmaForwardConfig {
   static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int FMA_EXP_EVERY = FMA_EXP_EVERY_;
-  static constexpr int THREADS = WARPGROUPS * 128, BQ = WARPGROUPS * 64, kStages = 3;
+  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64, kStages = 3;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
@@ -33,30 +33,51 @@ struct WgmmaForwardConfig {
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
 };
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_wgmma_kernel(const ForwardArgs a) {
-#if FATHOM_WGMMA_DEVICE
-  constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
-  using QTile = typename Cfg::QTile;
-  using KvTile = typename Cfg::KvTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int g = lane >> 2, t = lane & 3;
-  // Heaviest (last) query tiles first, so the short ones fill the tail of the grid.
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
-  const bf16_t* k = a.k + kv_off;
-  const bf16_t* v = a.v + kv_off;
+// One warpgroup's online-softmax state: per thread, rows g and g + 8 of its warp's 16 (index `half`),
+// the running max m of log2-domain scores, this thread's share l of the denominator (the quad is
+// summed at the end) and the unnormalised output o in the m64nD accumulator layout, which per warp is
+// SoftmaxState<D, 1>'s layout: o[4j + e] is SoftmaxState's o[0][j][e].
+template <int D>
+struct WgmmaRowState {
+  float m[2], l[2], o[D / 2];
 
-  const uint32_t sQ = smem_addr(smem), stages = sQ + QTile::kBytes;
-  auto stage_k = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) m[half] = -INFINITY, l[half] = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  }
+  // Per row half: the reciprocal of the denominator (0 for a row that saw no key) and the natural-log
+  // log-sum-exp (-inf for such a row).
+  __device__ __forceinline__ void finish(float (&inv)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float lsum = quad_sum(l[half]);
+      inv[half] = lsum > 0.f ? 1.f / lsum : 0.f;
+      lse[half] = m[half] == -INFINITY ? -INFINITY : (m[half] + __log2f(lsum)) * kLn2;
+    }
+  }
+};
+
+// Attends a query tile (in shared memory at sQ, this warpgroup's 64 rows) to the causal keys
+// [0, key_end) of one KV head: key j is visible to this thread's row half h iff j <= limit[h]
+// (the row's own position, or its token's for folded heads), and no row's limit is below
+// `first_limit`, so blocks ending at or before it skip the mask. The Q tile's copy must have been
+// committed; the KV blocks stream through the ring at `ring` (Cfg::kStages stages). Returns with
+// this warpgroup's products complete; other warpgroups may still read the ring.
+template <class Cfg>
+__device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, uint32_t sQ, uint32_t ring,
+                                                    const bf16_t* k, const bf16_t* v, int64_t kv_stride, int T, int d,
+                                                    int first_limit, int key_end, const int (&limit)[2],
+                                                    float scale_log2, int tid) {
+  constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
+  using KvTile = typename Cfg::KvTile;
+  const int wg = tid >> 7, t = tid & 3;
+  auto stage_k = [&](int n) { return ring + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
   auto load_kv = [&](int n) {
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, a.T, a.d, tid);
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, a.T, a.d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, T, d, tid);
+    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, T, d, tid);
     cp_async_commit();
   };
   // Waits for every copy issued so far and publishes it to the whole CTA's tensor-core reads; the
@@ -66,18 +87,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
     fence_proxy_async();
     __syncthreads();
   };
-  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
-  cp_async_commit();
-  const int n_blocks = (min(q0 + BQ, a.T) + BK - 1) / BK;
-  const int first_masked = (q0 + 1) / BK;  // blocks from here on hold keys past the tile's first row
+  const int n_blocks = (key_end + BK - 1) / BK;
+  const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
   load_kv(0);
-
-  // Rows g and g + 8 of this warp's 16 (index `half`), absolute.
-  const int row0 = q0 + wg * 64 + (warp & 3) * 16 + g;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
 
   float s[BK / 2];
   auto issue_scores = [&](int n) {
@@ -90,44 +102,44 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
   uint32_t p[BK / 16][4];  // P of the block whose P V product is next
   auto issue_pv = [&](int n) {
 #pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
+    for (int ks = 0; ks < BK / 16; ++ks)
+      Wgmma<D>::template rs<1>(st.o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
     wgmma_commit();
   };
-  // Online softmax of block n's scores (a masked block hides keys past each row): updates m and l,
-  // leaves P in `p_next` and the factor O must be rescaled by in `corr`. The max is taken over raw
-  // scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
+  // Online softmax of block n's scores (a masked block hides keys past each row's limit): updates m
+  // and l, leaves P in `p_next` and the factor O must be rescaled by in `corr`. The max is taken over
+  // raw scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
   uint32_t p_next[BK / 16][4];  // registers apart from `p`, which an in-flight product may still read
   auto softmax = [&](int n, float (&corr)[2]) {
     const bool masked = n >= first_masked;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = row0 + 8 * half;
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[4 * j + 2 * half + e];
-          if (masked && n * BK + 8 * j + 2 * t + e > row) x = -INFINITY;
+          if (masked && n * BK + 8 * j + 2 * t + e > limit[half]) x = -INFINITY;
           mx = fmaxf(mx, x);
         }
-      const float m_new = fmaxf(m[half], quad_max(mx) * a.scale_log2);
+      const float m_new = fmaxf(st.m[half], quad_max(mx) * scale_log2);
       // A row with no visible key yet keeps max -inf; exponentiate against 0 so no inf - inf appears.
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      corr[half] = exp2_approx(m[half] - m_use);
-      m[half] = m_new;
+      corr[half] = exp2_approx(st.m[half] - m_use);
+      st.m[half] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[4 * j + 2 * half + e];
-          const float arg = fmaf(x, a.scale_log2, -m_use);
+          const float arg = fmaf(x, scale_log2, -m_use);
           constexpr int kEvery = Cfg::FMA_EXP_EVERY;
           x = kEvery > 0 && j % kEvery == kEvery - 1 ? exp2_fma(arg) : exp2_approx(arg);
           sum += x;
         }
-      l[half] = l[half] * corr[half] + sum;
+      st.l[half] = st.l[half] * corr[half] + sum;
     }
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p_next[ks], s, ks);
@@ -159,30 +171,52 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
     fence_registers(s);
     softmax(n, corr);
     wgmma_wait<0>();
-    fence_registers(o);
+    fence_registers(st.o);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * j + e] *= corr[e >> 1];
+      for (int e = 0; e < 4; ++e) st.o[4 * j + e] *= corr[e >> 1];
     take_next_p();
   }
   wgmma_fence();
   issue_pv(n_blocks - 1);
   wgmma_wait<0>();
-  fence_registers(o);
+  fence_registers(st.o);
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_wgmma_kernel(const ForwardArgs a) {
+#if FATHOM_WGMMA_DEVICE
+  constexpr int D = Cfg::D, BQ = Cfg::BQ;
+  using QTile = typename Cfg::QTile;
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  char* smem = wgmma_smem;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Heaviest (last) query tiles first, so the short ones fill the tail of the grid.
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
+  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
+  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+
+  const uint32_t sQ = smem_addr(smem);
+  load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);
+  cp_async_commit();
+  const int wrow = warp * 16, row0 = q0 + wrow + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int limit[2] = {row0, row0 + 8};
+  WgmmaRowState<D> st;
+  st.init();
+  wgmma_attend_causal<Cfg>(st, sQ, sQ + QTile::kBytes, a.k + kv_off, a.v + kv_off, kv_stride, a.T, a.d, q0,
+                           min(q0 + BQ, a.T), limit, a.scale_log2, tid);
 
   // Normalise once; the log-sum-exp goes back to natural log.
-  float inv[2];
+  float inv[2], lse[2];
+  st.finish(inv, lse);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float lsum = quad_sum(l[half]);
-    inv[half] = lsum > 0.f ? 1.f / lsum : 0.f;
-    const int row = row0 + 8 * half;
-    if (t == 0 && row < a.T)
-      a.lse[(int64_t(b) * a.Hq + h) * a.T + row] = m[half] == -INFINITY ? -INFINITY : (m[half] + __log2f(lsum)) * kLn2;
-  }
-  // The Q tile is free (every wgmma reading it has completed): stage O there for 16-byte stores.
-  stage_wgmma_accumulator<QTile>(smem, o, inv, wg * 64 + (warp & 3) * 16, lane);
+  for (int half = 0; half < 2; ++half)
+    if ((lane & 3) == 0 && limit[half] < a.T) a.lse[(int64_t(b) * a.Hq + h) * a.T + limit[half]] = lse[half];
+  // Each warp stages only its own rows of the Q tile, which only its warpgroup's products read, and
+  // those have completed: O goes there for 16-byte stores.
+  stage_wgmma_accumulator<QTile>(smem, st.o, inv, wrow, lane);
   __syncthreads();
   store_tile<D, BQ, Cfg::THREADS, QTile>(a.o + q_off, q_stride, q0, a.T, a.d, smem, tid);
 #else

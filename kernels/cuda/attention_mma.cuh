@@ -100,11 +100,35 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// ldmatrix fragment loads from a swizzled tile whose byte offset of 16-byte chunk c of row r is
+// Layout::offset(r, c) (SwizzledTile here; PanelTile, wgmma.cuh, for the warpgroup kernels).
+template <class Layout>
+struct TileFragments {
+  // A fragment (16 x 16) whose top-left element is (row0, k0): rows are M, columns are K.
+  __device__ __forceinline__ static void load_a(uint32_t (&a)[4], uint32_t base, int row0, int k0, int lane) {
+    ldmatrix_x4(a, base + Layout::offset(row0 + (lane & 15), (k0 >> 3) + (lane >> 4)));
+  }
+  // B fragments of two n-tiles (n0 and n0 + 8) at k-step k0, from a tile whose rows are N and columns K
+  // (e.g. K rows for Q K^T): b[0], b[1] for n0; b[2], b[3] for n0 + 8.
+  __device__ __forceinline__ static void load_b(uint32_t (&b)[4], uint32_t base, int n0, int k0, int lane) {
+    ldmatrix_x4(b, base + Layout::offset(n0 + (lane & 7) + ((lane >> 4) << 3), (k0 >> 3) + ((lane >> 3) & 1)));
+  }
+  // An A fragment (16 x 16) of the TRANSPOSE of this tile: A[m][k] = tile[k0 + k][m0 + m] (e.g. P^T from a
+  // tile of P whose rows are queries, for dV = P^T dO).
+  __device__ __forceinline__ static void load_a_trans(uint32_t (&a)[4], uint32_t base, int m0, int k0, int lane) {
+    ldmatrix_x4_trans(a, base + Layout::offset(k0 + (lane & 7) + ((lane >> 4) << 3), (m0 >> 3) + ((lane >> 3) & 1)));
+  }
+  // Same, from a tile whose rows are K and columns N (e.g. V rows for P V): transposed on load.
+  __device__ __forceinline__ static void load_b_trans(uint32_t (&b)[4], uint32_t base, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(b, base + Layout::offset(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
+  }
+};
+
 // A [rows x D] bf16 tile in shared memory, stored as 16-byte chunks with an XOR swizzle so that the
 // eight row addresses of one ldmatrix (same chunk column, eight consecutive rows) and the eight rows
 // of a warp's fragment stores fall in distinct banks.
 template <int D>
-struct SwizzledTile {
+struct SwizzledTile : TileFragments<SwizzledTile<D>> {
   static_assert(D == 32 || D == 64 || D == 128, "tile widths are 32, 64 or 128 bf16");
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = D * 2;
@@ -120,25 +144,6 @@ struct SwizzledTile {
   // Byte offset of element (row, col).
   __device__ __forceinline__ static uint32_t element(int row, int col) {
     return offset(row, col >> 3) + uint32_t(col & 7) * 2u;
-  }
-
-  // A fragment (16 x 16) whose top-left element is (row0, k0): rows are M, columns are K.
-  __device__ __forceinline__ static void load_a(uint32_t (&a)[4], uint32_t base, int row0, int k0, int lane) {
-    ldmatrix_x4(a, base + offset(row0 + (lane & 15), (k0 >> 3) + (lane >> 4)));
-  }
-  // B fragments of two n-tiles (n0 and n0 + 8) at k-step k0, from a tile whose rows are N and columns K
-  // (e.g. K rows for Q K^T): b[0], b[1] for n0; b[2], b[3] for n0 + 8.
-  __device__ __forceinline__ static void load_b(uint32_t (&b)[4], uint32_t base, int n0, int k0, int lane) {
-    ldmatrix_x4(b, base + offset(n0 + (lane & 7) + ((lane >> 4) << 3), (k0 >> 3) + ((lane >> 3) & 1)));
-  }
-  // An A fragment (16 x 16) of the TRANSPOSE of this tile: A[m][k] = tile[k0 + k][m0 + m] (e.g. P^T from a
-  // tile of P whose rows are queries, for dV = P^T dO).
-  __device__ __forceinline__ static void load_a_trans(uint32_t (&a)[4], uint32_t base, int m0, int k0, int lane) {
-    ldmatrix_x4_trans(a, base + offset(k0 + (lane & 7) + ((lane >> 4) << 3), (m0 >> 3) + ((lane >> 3) & 1)));
-  }
-  // Same, from a tile whose rows are K and columns N (e.g. V rows for P V): transposed on load.
-  __device__ __forceinline__ static void load_b_trans(uint32_t (&b)[4], uint32_t base, int k0, int n0, int lane) {
-    ldmatrix_x4_trans(b, base + offset(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
   }
 };
 
@@ -163,16 +168,15 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16_t* src
 // Same as load_tile_async for rows that lie anywhere: row_ptr(r) is the address of tile row r, or null
 // for a row to zero-fill (gathered layouts such as MoDA's folded query heads and depth slots);
 // `anywhere` is any valid global address, named by the zero-byte copies of such rows.
-template <int D, int ROWS, int THREADS, class RowPtr>
+template <int D, int ROWS, int THREADS, class Tile = SwizzledTile<D>, class RowPtr>
 __device__ __forceinline__ void load_rows_async(uint32_t tile, const RowPtr& row_ptr, const bf16_t* anywhere, int d,
                                                 int tid) {
-  using Tile = SwizzledTile<D>;
-  constexpr int kTotal = ROWS * Tile::kChunks;
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
 #pragma unroll
   for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + tid;
     if (kTotal % THREADS != 0 && i >= kTotal) break;
-    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    const int r = i / kChunks, c = i % kChunks;
     const bf16_t* row = row_ptr(r);
     const bool valid = row != nullptr && c * 8 < d;
     cp_async_16(tile + Tile::offset(r, c), valid ? row + c * 8 : anywhere, valid);
@@ -216,15 +220,14 @@ __device__ __forceinline__ void stage_accumulator(char* tile, const float (&acc)
 }
 
 // store_tile for rows that lie anywhere: row_ptr(r) is the destination of tile row r, or null to skip it.
-template <int D, int ROWS, int THREADS, class RowPtr>
+template <int D, int ROWS, int THREADS, class Tile = SwizzledTile<D>, class RowPtr>
 __device__ __forceinline__ void store_rows(const RowPtr& row_ptr, int d, const char* tile, int tid) {
-  using Tile = SwizzledTile<D>;
-  constexpr int kTotal = ROWS * Tile::kChunks;
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
 #pragma unroll
   for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + tid;
     if (kTotal % THREADS != 0 && i >= kTotal) break;
-    const int r = i / Tile::kChunks, c = i % Tile::kChunks;
+    const int r = i / kChunks, c = i % kChunks;
     bf16_t* row = row_ptr(r);
     if (row != nullptr && c * 8 < d)
       *reinterpret_cast<uint4*>(row + c * 8) = *reinterpret_cast<const uint4*>(tile + Tile::offset(r, c));

@@ -38,7 +38,8 @@ void check_shape(const char* op, ModaKernel kernel, const ModaShape& m) {
                ", T = ", s.T, ", Hq = ", s.Hq, ", Hk = ", s.Hk, ", d = ", s.d);
   FATHOM_CHECK(s.Hq % s.Hk == 0, op, ": query heads Hq = ", s.Hq, " must be a multiple of KV heads Hk = ", s.Hk);
   FATHOM_CHECK(s.d == 64 || s.d == 128, op, ": head dim d = ", s.d, " is not supported by the MoDA kernels (64 or 128)");
-  FATHOM_CHECK(std::isfinite(s.scale) && s.scale != 0, op, ": scale must be finite and non-zero, got ", s.scale);
+  // Positive: the kernels keep each row's running max over raw scores.
+  FATHOM_CHECK(std::isfinite(s.scale) && s.scale > 0, op, ": scale must be finite and positive, got ", s.scale);
   FATHOM_CHECK(m.slots >= 0, op, ": depth slot count S = ", m.slots, " is negative");
   FATHOM_CHECK(0 <= m.slot_begin && m.slot_begin <= m.slot_end && m.slot_end <= m.slots, op, ": slot range [",
                m.slot_begin, ", ", m.slot_end, ") outside the depth buffers' S = ", m.slots, " slots");

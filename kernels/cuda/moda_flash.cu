@@ -1,9 +1,11 @@
-// Launchers of the flash-style MoDA kernels (flat, chunk, group); the kernels are in moda_flash.cuh.
+// Launchers of the flash-style MoDA kernels (flat, chunk, group); the kernels are in moda_flash.cuh and,
+// for group on sm_90a builds, moda_wgmma.cuh.
 #include <algorithm>
 
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/moda_flash.cuh"
 #include "kernels/cuda/moda_kernels.cuh"
+#include "kernels/cuda/moda_wgmma.cuh"
 
 namespace fathom::cuda::moda {
 
@@ -18,6 +20,18 @@ void dispatch_head_dim(int64_t d, F&& f) {
   if (d == 64) return f.template operator()<64>();
   return f.template operator()<128>();
 }
+
+// The group kernel's warpgroup configurations: 128 folded rows, 128-key blocks.
+template <int D>
+struct GroupWgmma {
+  using Forward = flash::WgmmaForwardConfig<D, 128, 2, 1>;
+  using Dq = flash::WgmmaDqConfig<D, 128, 2, 1>;
+};
+#if defined(FATHOM_WGMMA)
+constexpr bool kGroupOnWgmma = true;
+#else
+constexpr bool kGroupOnWgmma = false;
+#endif
 
 // Geometry of a call for query tiles of BQ rows (pointers are filled in by the caller).
 ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
@@ -59,6 +73,18 @@ size_t flash_backward_workspace_bytes(const ModaShape& m) { return scratch_of(m)
 
 void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {
   dispatch_head_dim(p.shape.seq.d, [&]<int D>() {
+    if (kGroupOnWgmma && kernel == ModaKernel::group) {
+      using Cfg = typename GroupWgmma<D>::Forward;
+      ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
+      a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
+      a.o = dev(p.o), a.lse = p.lse;
+      auto k = moda_forward_wgmma_kernel<Cfg>;
+      constexpr int smem = forward_wgmma_smem_bytes<Cfg>();
+      flash::allow_smem(k, smem);
+      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
+      return;
+    }
     using Cfg = typename Configs<D>::Forward;
     ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
@@ -93,16 +119,25 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
   dispatch_head_dim(s.d, [&]<int D>() {
     flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(fa, stream, scratch.splits);
 
+    const bool on_wgmma = kGroupOnWgmma && kernel == ModaKernel::group;
     using Cfg = typename Configs<D>::Dq;
-    ModaArgs a = geometry(kernel, m, Cfg::BQ);
+    using WgmmaCfg = typename GroupWgmma<D>::Dq;
+    ModaArgs a = geometry(kernel, m, on_wgmma ? WgmmaCfg::BQ : Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v;
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
-      auto k = moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>;
-      constexpr int smem = dq_smem_bytes<Cfg, WARP_DEPTH>();
-      flash::allow_smem(k, smem);
-      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      if (on_wgmma) {
+        auto k = moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>;
+        constexpr int smem = dq_wgmma_smem_bytes<WgmmaCfg>();
+        flash::allow_smem(k, smem);
+        k<<<grid_of(a), WgmmaCfg::THREADS, smem, stream>>>(a);
+      } else {
+        auto k = moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>;
+        constexpr int smem = dq_smem_bytes<Cfg, WARP_DEPTH>();
+        flash::allow_smem(k, smem);
+        k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      }
       flash::check_cuda(cudaGetLastError(), what);
     };
     // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.

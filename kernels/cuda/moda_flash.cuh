@@ -114,11 +114,12 @@ __device__ __forceinline__ int64_t stat_index(const TileRows& tr, int Hq, int st
   return (int64_t(tr.b) * Hq + tr.head(r)) * stride + tr.token(r);
 }
 
-// Loads rows [0, ROWS) of the tile from a [B, T, Hq, d] tensor (padding rows zero-filled).
-template <class Cfg>
+// Loads rows [0, BQ) of the tile from a [B, T, Hq, d] tensor (padding rows zero-filled) into a tile
+// of layout Tile.
+template <class Cfg, class Tile = flash::SwizzledTile<Cfg::D>>
 __device__ __forceinline__ void load_query_rows(uint32_t tile, const bf16_t* x, const ModaArgs& a, const TileRows& tr,
                                                 int tid) {
-  flash::load_rows_async<Cfg::D, Cfg::BQ, Cfg::THREADS>(
+  flash::load_rows_async<Cfg::D, Cfg::BQ, Cfg::THREADS, Tile>(
       tile, [&](int r) -> const bf16_t* { return tr.valid(r) ? x + row_offset(a, tr, r) : nullptr; }, x, a.d, tid);
 }
 
@@ -324,11 +325,11 @@ __device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const Ti
 
 // dst[column c] += factor * (X^T Y)[c] for the chunk's columns [c0, c0 + C) below `hi`: X holds one
 // m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q, whose
-// m-tile rows (from r0) are in the swizzled tile sY. dst is the fp32 depth gradient [B, T, S, Hk, d].
+// m-tile rows (from r0) are in the tile sY of layout YTile. dst is the fp32 depth gradient [B, T, S, Hk, d].
 // Each element has one owner (this thread), so the reads and writes need no atomics; they are issued
 // in batches of four 16-column products, all reads before any write, so one batch costs one memory
 // round trip instead of one per element pair.
-template <int D, int C>
+template <int D, int C, class YTile = flash::SwizzledTile<D>>
 __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs& a, const TileRows& tr,
                                                       const float (&x)[1][C / 8][4], uint32_t sY, int r0, int c0,
                                                       int hi, float factor, int lane) {
@@ -353,7 +354,7 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         uint32_t y[4];
-        flash::SwizzledTile<D>::load_b_trans(y, sY, r0, (nb + i) * 16, lane);
+        YTile::load_b_trans(y, sY, r0, (nb + i) * 16, lane);
         flash::mma_16816(acc[i][0], xt, y[0], y[1]);
         flash::mma_16816(acc[i][1], xt, y[2], y[3]);
       }
@@ -378,6 +379,45 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
                               old[half][i][j].y + acc[i][j][2 * half + 1] * factor);
     }
   }
+}
+
+// One m-tile's depth walk in the forward pass: attends the 16 rows starting at tile row r0 (Q
+// fragments q1, state `one`) to their tokens' depth columns through the warp's chunk slice.
+template <class Cfg>
+__device__ __forceinline__ void attend_mtile_depth(flash::SoftmaxState<Cfg::D, 1>& one,
+                                                   const uint32_t (&q1)[1][Cfg::D / 16][4], const DepthKv<Cfg>& depth,
+                                                   const ModaArgs& a, const TileRows& tr, int r0, uint32_t slice,
+                                                   int lane) {
+  const ColumnRange cols = mtile_columns(tr, r0, a.L);
+  const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
+  for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
+    flash::attend_block<ChunkShape<Cfg>, true>(one, q1, sK, sV, r0, c, mask, a.scale_log2, lane);
+  });
+}
+
+// One m-tile's depth walk in the dQ pass: adds the 16 rows' (from tile row r0) depth terms to dq1
+// (unscaled) and, with DEPTH_GRADS, each chunk's depth dK/dV from the Q and dO tiles sQ, sDO (layout
+// Tile).
+template <class Cfg, bool DEPTH_GRADS, class Tile>
+__device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], const uint32_t (&q1)[1][Cfg::D / 16][4],
+                                               const uint32_t (&d1)[1][Cfg::D / 16][4], const float (&lse2)[1][2],
+                                               const float (&delta)[1][2], const DepthKv<Cfg>& depth,
+                                               const ModaArgs& a, const TileRows& tr, int r0, uint32_t slice,
+                                               uint32_t sQ, uint32_t sDO, int lane) {
+  using One = ChunkShape<Cfg>;
+  constexpr int D = Cfg::D, C = One::BK;
+  const ColumnRange cols = mtile_columns(tr, r0, a.L);
+  const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
+  for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
+    if constexpr (DEPTH_GRADS) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
+    float p[1][C / 8][4], ds[1][C / 8][4];
+    flash::dq_block_scores<One>(p, ds, q1, d1, lse2, delta, sK, sV, r0, c, true, mask, a.scale_log2, lane);
+    flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
+    if constexpr (DEPTH_GRADS) {
+      add_chunk_depth_grads<D, C, Tile>(a.ddv, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
+      add_chunk_depth_grads<D, C, Tile>(a.ddk, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,7 +458,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int r0 = wrow + mt * 16;
-      const ColumnRange cols = mtile_columns(tr, r0, a.L);
       flash::SoftmaxState<D, 1> one;
       one.m[0][0] = st.m[mt][0], one.m[0][1] = st.m[mt][1];
       one.l[0][0] = st.l[mt][0], one.l[0][1] = st.l[mt][1];
@@ -427,10 +466,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
 #pragma unroll
         for (int e = 0; e < 4; ++e) one.o[0][nt][e] = st.o[mt][nt][e];
       const auto& q1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&qf[mt]);
-      const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
-      for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
-        flash::attend_block<ChunkShape<Cfg>, true>(one, q1, sK, sV, r0, c, mask, a.scale_log2, lane);
-      });
+      attend_mtile_depth<Cfg>(one, q1, depth, a, tr, r0, slice, lane);
       st.m[mt][0] = one.m[0][0], st.m[mt][1] = one.m[0][1];
       st.l[mt][0] = one.l[0][0], st.l[mt][1] = one.l[0][1];
 #pragma unroll
@@ -519,29 +555,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
 
   const DepthKv<Cfg> depth = depth_source<Cfg>(a, tr);
   if constexpr (WARP_DEPTH) {
-    using One = ChunkShape<Cfg>;
-    constexpr int C = One::BK;
     const uint32_t slice = stages + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const int r0 = wrow + mt * 16;
-      const ColumnRange cols = mtile_columns(tr, r0, a.L);
       const auto& q1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&qf[mt]);
       const auto& d1 = *reinterpret_cast<const uint32_t(*)[1][D / 16][4]>(&df[mt]);
       const auto& lse2_1 = *reinterpret_cast<const float(*)[1][2]>(&lse2[mt]);
       const auto& delta_1 = *reinterpret_cast<const float(*)[1][2]>(&delta[mt]);
       auto& dq1 = *reinterpret_cast<float(*)[1][D / 8][4]>(&dq[mt]);
-      const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
-      for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
-        if constexpr (DEPTH_GRADS) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
-        float p[1][C / 8][4], ds[1][C / 8][4];
-        flash::dq_block_scores<One>(p, ds, q1, d1, lse2_1, delta_1, sK, sV, r0, c, true, mask, a.scale_log2, lane);
-        flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
-        if constexpr (DEPTH_GRADS) {
-          add_chunk_depth_grads<D, C>(a.ddv, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
-          add_chunk_depth_grads<D, C>(a.ddk, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);
-        }
-      });
+      dq_mtile_depth<Cfg, DEPTH_GRADS, flash::SwizzledTile<D>>(dq1, q1, d1, lse2_1, delta_1, depth, a, tr,
+                                                               wrow + mt * 16, slice, sQ, sDO, lane);
     }
   } else {
     flash::start_source<Cfg>(depth, stages, tid);

@@ -32,7 +32,7 @@ namespace fathom::cuda::flash {
 #endif
 
 template <int ROWS, int D>
-struct PanelTile {
+struct PanelTile : TileFragments<PanelTile<ROWS, D>> {
   static_assert(D % 64 == 0 && ROWS % 8 == 0, "panels are 64 columns wide, row groups 8 rows tall");
   static constexpr int kPanelBytes = ROWS * 128;
   static constexpr int kBytes = kPanelBytes * (D / 64);
