@@ -92,18 +92,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 
     float p[BQ / 2], ds[BQ / 2];
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      Wgmma<BQ>::template ss<0, 0>(p, k_major_desc<BK, D>(sK, wg * 64, ks), k_major_desc<BQ, D>(tq, 0, ks), ks > 0);
+    wgmma_product<BQ, D / 16>(p, [&](int ks) { return k_major_desc<BK, D>(sK, wg * 64, ks); },
+                              [&](int ks) { return k_major_desc<BQ, D>(tq, 0, ks); });
     wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      Wgmma<BQ>::template ss<0, 0>(ds, k_major_desc<BK, D>(sV, wg * 64, ks), k_major_desc<BQ, D>(tdo, 0, ks), ks > 0);
+    wgmma_product<BQ, D / 16>(ds, [&](int ks) { return k_major_desc<BK, D>(sV, wg * 64, ks); },
+                              [&](int ks) { return k_major_desc<BQ, D>(tdo, 0, ks); });
     wgmma_commit();
 
     // P^T while dP^T is in flight; the causal mask matters only where a key passes the block's first query.
-    wgmma_wait<1>();
-    fence_registers(p);
+    wgmma_wait<1>(p);
     const bool masked = k0 + wkey + 15 > q0;
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j)
@@ -122,14 +119,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     uint32_t pa[BQ / 16][4];
 #pragma unroll
     for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(pa[ks], p, ks);
-    wgmma_fence();
+    wgmma_fence(pa, dv);
 #pragma unroll
     for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dv, pa[ks], mn_major_desc<BQ, D>(tdo, ks), 1);
     wgmma_commit();
 
     // dS^T = P^T * (dP^T - delta).
-    wgmma_wait<1>();
-    fence_registers(ds);
+    wgmma_wait<1>(ds);
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
@@ -142,13 +138,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     uint32_t da[BQ / 16][4];
 #pragma unroll
     for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
-    wgmma_fence();
+    wgmma_fence(da, dk);
 #pragma unroll
     for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dk, da[ks], mn_major_desc<BQ, D>(tq, ks), 1);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dv);
-    fence_registers(dk);
+    wgmma_wait<0>(dv, dk);
     __syncthreads();  // the next prefetch overwrites this stage
   }
 
@@ -233,20 +227,15 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
 
     float p[BK / 2], ds[BK / 2];
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      Wgmma<BK>::template ss<0, 0>(p, k_major_desc<BQ, D>(sQ, wg * 64, ks), k_major_desc<BK, D>(stage_k(n), 0, ks),
-                                   ks > 0);
+    wgmma_product<BK, D / 16>(p, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
+                              [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
     wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      Wgmma<BK>::template ss<0, 0>(ds, k_major_desc<BQ, D>(sDO, wg * 64, ks), k_major_desc<BK, D>(stage_v(n), 0, ks),
-                                   ks > 0);
+    wgmma_product<BK, D / 16>(ds, [&](int ks) { return k_major_desc<BQ, D>(sDO, wg * 64, ks); },
+                              [&](int ks) { return k_major_desc<BK, D>(stage_v(n), 0, ks); });
     wgmma_commit();
 
     // P while dP is in flight.
-    wgmma_wait<1>();
-    fence_registers(p);
+    wgmma_wait<1>(p);
     const bool masked = n >= first_masked;
 #pragma unroll
     for (int j = 0; j < BK / 8; ++j)
@@ -257,20 +246,18 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
         if (masked && key > limit[half]) x = 0.f;
         p[4 * j + i] = x;
       }
-    wgmma_wait<0>();
-    fence_registers(ds);
+    wgmma_wait<0>(ds);
     // dS = P * (dP - delta); dQ += dS K.
     uint32_t da[BK / 16][4];
 #pragma unroll
     for (int i = 0; i < BK / 2; ++i) ds[i] = p[i] * (ds[i] - delta[(i >> 1) & 1]);
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
-    wgmma_fence();
+    wgmma_fence(da, dq);
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(dq, da[ks], mn_major_desc<BK, D>(stage_k(n), ks), 1);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dq);
+    wgmma_wait<0>(dq);
     __syncthreads();  // the next prefetch overwrites this stage
   }
 }

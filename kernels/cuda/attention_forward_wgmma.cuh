@@ -18,12 +18,10 @@
 namespace fathom::cuda::flash {
 
 // D: head-dim capacity (64 or 128; columns past d are zero-filled). WARPGROUPS x 64 query rows per CTA;
-// KV blocks of BK keys in a ring of kStages. FMA_EXP_EVERY = N > 0 computes the exponentials of every
-// N-th 8-key column tile on the FMA pipe (exp2_fma) instead of the special-function unit.
-template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_, int FMA_EXP_EVERY_ = 0>
+// KV blocks of BK keys in a ring of kStages.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
 struct WgmmaForwardConfig {
   static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int FMA_EXP_EVERY = FMA_EXP_EVERY_;
   static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64, kStages = 3;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
@@ -93,10 +91,8 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
 
   float s[BK / 2];
   auto issue_scores = [&](int n) {
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      Wgmma<BK>::template ss<0, 0>(s, k_major_desc<BQ, D>(sQ, wg * 64, ks), k_major_desc<BK, D>(stage_k(n), 0, ks),
-                                   ks > 0);
+    wgmma_product<BK, D / 16>(s, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
+                              [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
     wgmma_commit();
   };
   uint32_t p[BK / 16][4];  // P of the block whose P V product is next
@@ -107,9 +103,8 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
     wgmma_commit();
   };
   // Online softmax of block n's scores (a masked block hides keys past each row's limit): updates m
-  // and l, leaves P in `p_next` and the factor O must be rescaled by in `corr`. The max is taken over
+  // and l, leaves P (fp32) in `s` and the factor O must be rescaled by in `corr`. The max is taken over
   // raw scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
-  uint32_t p_next[BK / 16][4];  // registers apart from `p`, which an in-flight product may still read
   auto softmax = [&](int n, float (&corr)[2]) {
     const bool masked = n >= first_masked;
 #pragma unroll
@@ -134,21 +129,17 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[4 * j + 2 * half + e];
-          const float arg = fmaf(x, scale_log2, -m_use);
-          constexpr int kEvery = Cfg::FMA_EXP_EVERY;
-          x = kEvery > 0 && j % kEvery == kEvery - 1 ? exp2_fma(arg) : exp2_approx(arg);
+          x = exp2_approx(fmaf(x, scale_log2, -m_use));
           sum += x;
         }
       st.l[half] = st.l[half] * corr[half] + sum;
     }
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p_next[ks], s, ks);
   };
-  auto take_next_p = [&] {
+  // P as bf16 A fragments. Only once no product is in flight: the P V product in flight reads `p`,
+  // and ptxas serializes wgmmas whose input registers are written while wgmmas run (C7513).
+  auto pack_p = [&] {
 #pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[ks][r] = p_next[ks][r];
+    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(p[ks], s, ks);
   };
 
   // Block 0: scores and P (O is still zero, nothing to rescale).
@@ -157,31 +148,27 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   float corr[2];
   wgmma_fence();
   issue_scores(0);
-  wgmma_wait<0>();
-  fence_registers(s);
+  wgmma_wait<0>(s);
   softmax(0, corr);
-  take_next_p();
+  pack_p();
   for (int n = 1; n < n_blocks; ++n) {
     land_copies();  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
     if (n + 1 < n_blocks) load_kv(n + 1);
-    wgmma_fence();
+    wgmma_fence(p, st.o);
     issue_scores(n);
     issue_pv(n - 1);
-    wgmma_wait<1>();  // S_n has landed; P_{n-1} V_{n-1} may still be running
-    fence_registers(s);
+    wgmma_wait<1>(s);  // S_n has landed; P_{n-1} V_{n-1} may still be running
     softmax(n, corr);
-    wgmma_wait<0>();
-    fence_registers(st.o);
+    wgmma_wait<0>(st.o);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st.o[4 * j + e] *= corr[e >> 1];
-    take_next_p();
+    pack_p();
   }
-  wgmma_fence();
+  wgmma_fence(p, st.o);
   issue_pv(n_blocks - 1);
-  wgmma_wait<0>();
-  fence_registers(st.o);
+  wgmma_wait<0>(st.o);
 }
 
 template <class Cfg>

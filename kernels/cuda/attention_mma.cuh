@@ -79,18 +79,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe for x <= 0 (relative error 7.5e-5; below -126 it gives 0, as exp2_approx gives 0
-// for -inf): x = n + f with n = round(x) by the 1.5 * 2^23 shift, 2^f from a degree-3 minimax
-// polynomial on [-0.5, 0.5], n added to the exponent bits. Softmax kernels send a share of their
-// exponentials here so the special-function unit (16 per clock per SM) is not the only pipe at work.
-__device__ __forceinline__ float exp2_fma(float x) {
-  const float shifted = fmaxf(x, -127.f) + 12582912.f;  // the low mantissa bits hold n
-  const float f = fmaxf(x, -127.f) - (shifted - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.055171657f, f, 0.24261112f), f, 0.69326099f), f, 0.99992807f);
-  const float y = __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-  return x < -126.f ? 0.f : y;
-}
-
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));

@@ -211,12 +211,13 @@ __device__ __forceinline__ DepthKv<Cfg> depth_source(const ModaArgs& a, const Ti
 // group's per-warp depth walk (see the file comment): one m-tile against chunks of depth columns.
 
 // A warp's chunk stages: K and V of kColumns columns each. D = 64: chunks of 32 columns in two
-// stages (the next chunk loads while one is used); D = 128 (eight warps): 16 columns, one stage.
+// stages (the next chunk loads while one is used), one stage where the configuration runs two CTAs
+// per SM (their shared memory would not hold two); D = 128 (eight warps): 16 columns, one stage.
 template <class Cfg>
 struct WarpChunks {
   static constexpr int kColumns = Cfg::D <= 64 ? 32 : 16;
   static constexpr int kTile = kColumns * Cfg::D * 2, kStage = 2 * kTile;
-  static constexpr int kStages = Cfg::D <= 64 ? 2 : 1;
+  static constexpr int kStages = Cfg::D <= 64 && Cfg::MIN_BLOCKS < 2 ? 2 : 1;
   static constexpr int kWarpBytes = kStages * kStage, kBytes = Cfg::WARPS * kWarpBytes;
 };
 

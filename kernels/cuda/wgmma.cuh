@@ -68,20 +68,32 @@ __device__ __forceinline__ uint64_t mn_major_desc(uint32_t tile, int ks) {
 // Orders this thread's ordinary shared-memory writes (st.shared, cp.async) before later reads by the
 // tensor cores (the async proxy); each writing thread runs it before the barrier that publishes a tile.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Makes register writes visible to the next wgmma (required before the first wgmma of a batch).
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// Waits until at most N committed wgmma groups are in flight.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins accumulator registers to this point of the program: the compiler sees wgmma's results as
-// written when it is issued, so without this it could read them before wgmma_wait.
-template <int N>
-__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+// Pins registers to this point of the program (an empty asm that "reads and writes" them): no write
+// to them moves below it and no read above it.
+__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void pin(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <class T, int N>
+__device__ __forceinline__ void pin(T (&r)[N]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  for (int i = 0; i < N; ++i) pin(r[i]);
+}
+
+// Makes register writes visible to the wgmmas that follow (required before the first wgmma of a
+// batch). The registers the batch reads or accumulates into are pinned first: left free, the
+// compiler may sink their last writes below the fence, and ptxas then serializes the wgmmas (C7513).
+template <class... Regs>
+__device__ __forceinline__ void wgmma_fence(Regs&... regs) {
+  (pin(regs), ...);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed wgmma groups are in flight, then pins `regs`, the accumulators
+// whose results the caller reads next: the compiler sees wgmma's results as written when it is
+// issued, so without the pin it could read them before the wait.
+template <int N, class... Regs>
+__device__ __forceinline__ void wgmma_wait(Regs&... regs) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+  (pin(regs), ...);
 }
 
 // The A fragment of 16-column step ks of an m64nN accumulator, as bf16: two 8-column tiles side by side.
@@ -110,6 +122,11 @@ __device__ __forceinline__ void stage_wgmma_accumulator(char* tile, const float 
       "+f"(d[i + 7])
 #define FATHOM_ACC32 FATHOM_ACC8(0), FATHOM_ACC8(8), FATHOM_ACC8(16), FATHOM_ACC8(24)
 #define FATHOM_ACC64 FATHOM_ACC32, FATHOM_ACC8(32), FATHOM_ACC8(40), FATHOM_ACC8(48), FATHOM_ACC8(56)
+#define FATHOM_OUT8(i)                                                                                 \
+  "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), \
+      "=f"(d[i + 7])
+#define FATHOM_OUT32 FATHOM_OUT8(0), FATHOM_OUT8(8), FATHOM_OUT8(16), FATHOM_OUT8(24)
+#define FATHOM_OUT64 FATHOM_OUT32, FATHOM_OUT8(32), FATHOM_OUT8(40), FATHOM_OUT8(48), FATHOM_OUT8(56)
 #define FATHOM_REGS32                                                                                     \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -119,12 +136,25 @@ __device__ __forceinline__ void stage_wgmma_accumulator(char* tile, const float 
   "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
 // d (+)= A B for one m64nNk16 step; `accumulate` = 0 overwrites d. TRANS_A / TRANS_B = 1 read an
-// MN-major operand from shared memory. `ss`: A from shared memory; `rs`: A from registers.
+// MN-major operand from shared memory. `ss`: A from shared memory; `rs`: A from registers. `ss_set`:
+// d = A B, with d an output only, so that whatever last wrote d's registers (the previous block's
+// softmax, say) is no input of this wgmma: ptxas serializes wgmmas whose inputs are written by other
+// instructions while wgmmas are in flight (C7513).
 template <int N>
 struct Wgmma;
 
 template <>
 struct Wgmma<64> {
+  template <int TRANS_A, int TRANS_B>
+  __device__ __forceinline__ static void ss_set(float (&d)[32], uint64_t a, uint64_t b) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FATHOM_REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FATHOM_OUT32
+        : "l"(a), "l"(b), "n"(0), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+  }
   template <int TRANS_A, int TRANS_B>
   __device__ __forceinline__ static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
 #if FATHOM_WGMMA_DEVICE
@@ -151,6 +181,16 @@ struct Wgmma<64> {
 template <>
 struct Wgmma<128> {
   template <int TRANS_A, int TRANS_B>
+  __device__ __forceinline__ static void ss_set(float (&d)[64], uint64_t a, uint64_t b) {
+#if FATHOM_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FATHOM_REGS64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : FATHOM_OUT64
+        : "l"(a), "l"(b), "n"(0), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+  }
+  template <int TRANS_A, int TRANS_B>
   __device__ __forceinline__ static void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
 #if FATHOM_WGMMA_DEVICE
     asm volatile(
@@ -176,7 +216,18 @@ struct Wgmma<128> {
 #undef FATHOM_ACC8
 #undef FATHOM_ACC32
 #undef FATHOM_ACC64
+#undef FATHOM_OUT8
+#undef FATHOM_OUT32
+#undef FATHOM_OUT64
 #undef FATHOM_REGS32
 #undef FATHOM_REGS64
+
+// d = A B over K / 16 k-steps with both operands in shared memory: descriptors a_desc(ks), b_desc(ks).
+template <int N, int STEPS, class ADesc, class BDesc>
+__device__ __forceinline__ void wgmma_product(float (&d)[N / 2], const ADesc& a_desc, const BDesc& b_desc) {
+  Wgmma<N>::template ss_set<0, 0>(d, a_desc(0), b_desc(0));
+#pragma unroll
+  for (int ks = 1; ks < STEPS; ++ks) Wgmma<N>::template ss<0, 0>(d, a_desc(ks), b_desc(ks), 1);
+}
 
 }  // namespace fathom::cuda::flash
