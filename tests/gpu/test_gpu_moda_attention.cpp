@@ -399,6 +399,9 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     expect_error([&] { forward(params(shape(2, 2, 64, 4, 2, 5))); }, {"slot range [2, 5)", "S = 4 slots"});
     expect_error([&] { forward(params(shape(2, 2, 64, 4, 3, 2))); }, {"slot range [3, 2)"});
     expect_error([&] { forward(params(shape(2, 2, 64, 4, -1, 2))); }, {"slot range [-1, 2)"});
+    cuda::ModaParams negative_scale = params(shape(2, 2, 64, 4, 0, 2));
+    negative_scale.shape.seq.scale = -0.125;
+    expect_error([&] { forward(negative_scale); }, {"scale must be finite and positive"});
     cuda::ModaParams no_q = params(shape(2, 2, 64, 4, 0, 2));
     no_q.q = nullptr;
     expect_error([&] { forward(no_q); }, {"moda_attention_forward", "q is null"});
