@@ -23,10 +23,14 @@ void allow_smem(Kernel kernel, int bytes) {
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// The forward kernel a configuration describes: warpgroup (wgmma) or warp (mma.sync) tiles.
+// Whether a configuration describes warpgroup (wgmma) tiles rather than warp (mma.sync) tiles.
+template <class Cfg>
+concept WarpgroupTiles = requires { Cfg::WARPGROUPS; };
+
+// The forward kernel a configuration describes.
 template <class Cfg>
 constexpr auto forward_kernel() {
-  if constexpr (requires { Cfg::WARPGROUPS; })
+  if constexpr (WarpgroupTiles<Cfg>)
     return flash_forward_wgmma_kernel<Cfg>;
   else
     return flash_forward_kernel<Cfg>;
@@ -53,7 +57,7 @@ inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) 
 template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
   auto kernel = [] {
-    if constexpr (requires { Cfg::WARPGROUPS; })
+    if constexpr (WarpgroupTiles<Cfg>)
       return flash_backward_dkdv_wgmma_kernel<Cfg>;
     else
       return flash_backward_dkdv_kernel<Cfg>;
@@ -107,7 +111,7 @@ inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_
 
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
-  constexpr bool kWgmma = requires { Cfg::WARPGROUPS; };
+  constexpr bool kWgmma = WarpgroupTiles<Cfg>;
   auto kernel = [] {
     if constexpr (kWgmma)
       return flash_backward_dq_wgmma_kernel<Cfg>;

@@ -73,12 +73,17 @@ int group_max_heads(int64_t d) {
 size_t flash_backward_workspace_bytes(const ModaShape& m) { return scratch_of(m).bytes(); }
 
 void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {
+  // The forward's arguments for query tiles of bq rows.
+  auto args = [&](int bq) {
+    ModaArgs a = geometry(kernel, p.shape, bq);
+    a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
+    a.o = dev(p.o), a.lse = p.lse;
+    return a;
+  };
   dispatch_head_dim(p.shape.seq.d, [&]<int D>() {
     if (kGroupOnWgmma && kernel == ModaKernel::group) {
       using Cfg = typename GroupWgmma<D>::Forward;
-      ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
-      a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
-      a.o = dev(p.o), a.lse = p.lse;
+      const ModaArgs a = args(Cfg::BQ);
       auto k = moda_forward_wgmma_kernel<Cfg>;
       constexpr int smem = forward_wgmma_smem_bytes<Cfg>();
       flash::allow_smem(k, smem);
@@ -87,9 +92,7 @@ void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) 
       return;
     }
     using Cfg = typename Configs<D>::Forward;
-    ModaArgs a = geometry(kernel, p.shape, Cfg::BQ);
-    a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
-    a.o = dev(p.o), a.lse = p.lse;
+    const ModaArgs a = args(Cfg::BQ);
     auto launch = [&]<bool WARP_DEPTH>() {
       auto k = moda_forward_kernel<Cfg, WARP_DEPTH>;
       constexpr int smem = forward_smem_bytes<Cfg, WARP_DEPTH>();
