@@ -89,7 +89,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_wg
     const int r = r0 + g + 8 * half;
     if ((lane & 3) == 0 && tr.valid(r)) a.lse[stat_index(tr, a.Hq, a.T, r)] = lse[half];
   }
-  // Each warp stages only its own rows of the Q tile, which only it still reads.
+  // Each warp stages only its own rows of the Q tile, which only it still reads; its lanes all
+  // finish reading them before any lane overwrites them.
+  __syncwarp();
   flash::stage_wgmma_accumulator<QTile>(smem, st.o, inv, r0, lane);
   __syncthreads();
   flash::store_rows<D, Cfg::BQ, Cfg::THREADS, QTile>(
@@ -140,7 +142,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
   dq_mtile_depth<Cfg, DEPTH_GRADS, QTile>(dq, q1, d1, lse2, delta, depth_source<Cfg>(a, tr), a, tr, r0,
                                           ring + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes), sQ, sDO, lane);
 
-  // Each warp overwrites only its own rows of the Q tile; its depth walk read only those too.
+  // Each warp overwrites only its own rows of the Q tile; its depth walk read only those too, and
+  // its lanes all finish reading them before any lane overwrites them.
+  __syncwarp();
   flash::stage_wgmma_accumulator<QTile>(smem, dq_flat, {a.scale, a.scale}, r0, lane);
   __syncthreads();
   flash::store_rows<D, Cfg::BQ, Cfg::THREADS, QTile>(
