@@ -29,16 +29,29 @@ std::vector<std::shared_ptr<Node>> reachable_nodes(const std::shared_ptr<Node>& 
   return order;
 }
 
-// Adds g into the gradient slot; the first gradient is kept by reference, later ones are summed
-// out of place because a node may hand the same tensor to several inputs.
+// Adds g into the gradient slot. The first gradient is kept by reference; later ones are added in
+// place when the slot owns its storage alone, else into a copy (a node may hand the same tensor to
+// several inputs).
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
     return;
   }
-  Tensor sum = slot.clone();
-  add_inplace(sum, g);
-  slot = std::move(sum);
+  if (!slot.sole_owner_of_storage()) slot = slot.clone();
+  add_inplace(slot, g);
+}
+
+// The gradient sums a node may add its own into (Node::backward_into): its inputs' slots that
+// already hold a gradient nobody else refers to.
+std::vector<Tensor*> partial_sums(const Node& node, std::unordered_map<Node*, Tensor>& pending) {
+  std::vector<Tensor*> partial(node.edges().size(), nullptr);
+  for (size_t i = 0; i < partial.size(); ++i) {
+    const Edge& e = node.edges()[i];
+    if (!e.node) continue;
+    auto it = pending.find(e.node.get());
+    if (it != pending.end() && it->second.sole_owner_of_storage()) partial[i] = &it->second;
+  }
+  return partial;
 }
 
 }  // namespace
@@ -68,7 +81,7 @@ void backward(const Variable& root, const Tensor& seed) {
     if (it == pending.end()) continue;  // no gradient flowed here
     Tensor grad_output = std::move(it->second);
     pending.erase(it);
-    std::vector<Tensor> grads = node->backward(grad_output);
+    std::vector<Tensor> grads = node->backward_into(grad_output, partial_sums(*node, pending));
     const auto& edges = node->edges();
     FATHOM_CHECK(grads.size() == edges.size(), node->name(), " returned ", grads.size(), " gradients for ",
                  edges.size(), " inputs");

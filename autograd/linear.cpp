@@ -12,10 +12,21 @@ class LinearNode final : public Node {
   LinearNode(Tensor x2d, Tensor weight, Shape x_shape, Tensor weight_grad)
       : x2d_(std::move(x2d)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)) {}
 
-  std::vector<Tensor> backward(const Tensor& grad_output) override {
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  // dx = dy W, or dx_sum += dy W in the same product when x already has a gradient sum of dx's dtype.
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor*>& partial) override {
     const Tensor dy = grad_output.view({grad_output.shape().rows(), grad_output.dim(-1)});
+    Tensor* dx_sum = partial.empty() ? nullptr : partial[0];
     Tensor dx, dweight;
-    if (needs_input_grad(0)) dx = matmul(dy, false, weight_, false).view(x_shape_);  // dy W
+    if (needs_input_grad(0)) {
+      if (dx_sum && dx_sum->dtype() == dy.dtype()) {
+        Tensor sum2d = dx_sum->view({x_shape_.rows(), x_shape_.last()});
+        matmul(dy, false, weight_, false, sum2d, 1.0, 1.0);
+      } else {
+        dx = matmul(dy, false, weight_, false).view(x_shape_);
+      }
+    }
     if (needs_input_grad(1)) {
       if (weight_grad_.defined())
         matmul(dy, true, x2d_, false, weight_grad_, 1.0, 1.0);  // dy^T x added into the fp32 arena

@@ -28,6 +28,15 @@ class Node {
   // One gradient per input, in the order of the inputs given to `record`; an undefined Tensor
   // where the input needs none. Must not modify grad_output, which other nodes may share.
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // backward, given the gradients some inputs already received from other consumers: partial[i] is
+  // that sum for input i (with the input's shape, owned by nobody else, so it may be written in
+  // place) or null. A node may add input i's gradient straight into *partial[i] and return an
+  // undefined tensor for it; nodes whose gradient ends in a product fold the sum into it
+  // (C = A B + C) and so skip a separate add over the whole tensor.
+  virtual std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor*>& partial) {
+    (void)partial;
+    return backward(grad_output);
+  }
   // Frees the tensors saved for backward.
   virtual void release_saved() = 0;
   virtual const char* name() const = 0;

@@ -46,6 +46,22 @@ TEST(Engine, SameVariableTwiceInOneOpAndIntermediateReused) {
   expect_close(w.grad(), matmul(times(g2, 4.0), true, x2.value(), false), 1e-12, 1e-12);
 }
 
+// h feeds two linears and a residual add. The add hands one gradient tensor to both its inputs, so
+// h's first sum must go to a copy; later linears then add their dx into h's sum inside their
+// product (C = A B + C). Neither may change the caller's seed.
+TEST(Engine, GradientSumsOfIntermediatesAreAddedInPlaceOnlyWhenUnshared) {
+  Variable x(random_tensor({5, 4}, DType::f64, 12), true);
+  Variable w0(random_tensor({3, 4}, DType::f64, 13)), w1(random_tensor({3, 3}, DType::f64, 14)),
+      w2(random_tensor({3, 3}, DType::f64, 15));
+  const Variable h = linear(x, w0);
+  const Tensor g = random_tensor({5, 3}, DType::f64, 16);
+  const Tensor seed = g.clone();
+  backward(add(add(linear(h, w1), linear(h, w2)), h), seed);
+  const Tensor dh = plus(plus(matmul(g, false, w1.value(), false), matmul(g, false, w2.value(), false)), g);
+  expect_close(x.grad(), matmul(dh, false, w0.value(), false), 1e-12, 1e-12);
+  expect_close(seed, g, 0, 0);
+}
+
 TEST(Engine, LeafGradientsAccumulateAcrossBackwardCalls) {
   Variable x(random_tensor({3}, DType::f64, 10), true);
   Tensor g = random_tensor({3}, DType::f64, 11);
