@@ -41,6 +41,37 @@ struct BackwardArgs {
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
 constexpr int kRowPad = 128;
 
+// A dK/dV CTA's key block, (key block, batch x KV head), low key blocks first: they see the most
+// queries. kv_off is the KV head's first row in [B, T, Hk, d]; strides step one token.
+struct KeyBlock {
+  int k0, b, hk;
+  int64_t q_stride, kv_stride, kv_off;
+};
+// A dK/dV CTA's work items: (query head of this split's share of the KV head's G heads, query block),
+// head by head, each from the query block holding the CTA's first key k0.
+struct DkDvItems {
+  int h0, i0, per_head, count, BQ;
+  __device__ __forceinline__ int head(int item) const { return h0 + item / per_head; }
+  __device__ __forceinline__ int q0(int item) const { return (i0 + item % per_head) * BQ; }
+};
+__device__ __forceinline__ DkDvItems dkdv_items(const BackwardArgs& a, int k0, int hk, int BQ) {
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
+  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
+  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0;
+  return DkDvItems{hk * a.G + g0, i0, per_head, (g1 - g0) * per_head, BQ};
+}
+
+__device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK) {
+  KeyBlock kb;
+  kb.k0 = int(blockIdx.x) * BK;
+  kb.b = int(blockIdx.y) / a.Hk;
+  kb.hk = int(blockIdx.y) % a.Hk;
+  kb.q_stride = int64_t(a.Hq) * a.d;
+  kb.kv_stride = int64_t(a.Hk) * a.d;
+  kb.kv_off = (int64_t(kb.b) * a.T * a.Hk + kb.hk) * a.d;
+  return kb;
+}
+
 // LANES (a power of two up to 32) lanes per (b, t, h) row; rows t in [T, Tpad) write the padding.
 template <int LANES>
 __global__ void __launch_bounds__(256) flash_backward_prepare_kernel(const BackwardArgs a) {
@@ -108,10 +139,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int k0 = int(blockIdx.x) * BK;  // low key blocks see the most queries: they start first
-  const int b = int(blockIdx.y) / a.Hk, hk = int(blockIdx.y) % a.Hk;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block(a, BK);
 
   const uint32_t sK = smem_addr(smem), sV = sK + Cfg::kTileKV, stages = sV + Cfg::kTileKV;
   auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
@@ -119,13 +147,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   auto sRows = [&](int s) { return sDO(s) + Cfg::kTileQ; };  // lse2[BQ] then delta[BQ]
   const float* rows_base = reinterpret_cast<const float*>(smem + (2 * Cfg::kTileKV));
 
-  // Work items: (query head g of this split's share of the KV head's G, query block i), i from the
-  // block holding key k0.
-  const int split = int(blockIdx.z), splits = int(gridDim.z);
-  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
-  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
+  const DkDvItems work = dkdv_items(a, k0, hk, BQ);
+  const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
   auto load_item = [&](int item, int s) {
-    const int h = hk * a.G + g0 + item / per_head, q0 = (i0 + item % per_head) * BQ;
+    const int h = work.head(item), q0 = work.q0(item);
     const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
     load_tile_async<D, BQ, Cfg::THREADS>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
     load_tile_async<D, BQ, Cfg::THREADS>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
@@ -175,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int s = item & 1, q0 = (i0 + item % per_head) * BQ;
+    const int s = item & 1, q0 = work.q0(item);
     const uint32_t tq = sQ(s), tdo = sDO(s);
     const float* lse2 = rows_base + (s * Cfg::kStageBytes + 2 * Cfg::kTileQ) / 4;
     const float* delta = lse2 + BQ;
@@ -410,10 +435,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Cfg::BQ;  // the longest KV walks start first
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [q0, b, h, hk, q_stride, kv_stride, q_off, kv_off] = query_tile(a, Cfg::BQ);
 
   // Q and dO tiles, then the double-buffered KV stages (the layout ForwardConfig counts holds only
   // one Q-sized tile before the stages, so dO goes after them).

@@ -37,14 +37,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
+  char* smem = wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
-  const int k0 = int(blockIdx.x) * BK;  // low key blocks see the most queries: they start first
-  const int b = int(blockIdx.y) / a.Hk, hk = int(blockIdx.y) % a.Hk;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block(a, BK);
 
   const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
   auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
@@ -52,13 +48,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   auto sRows = [&](int s) { return sK + uint32_t(Cfg::kRowsOffset + s * 2 * BQ * 4); };  // lse2, delta
   const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
 
-  // Work items: (query head of this split's share of the KV head's G, query block i), i from the block
-  // holding key k0.
-  const int split = int(blockIdx.z), splits = int(gridDim.z);
-  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
-  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0, items = (g1 - g0) * per_head;
+  const DkDvItems work = dkdv_items(a, k0, hk, BQ);
+  const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
   auto load_item = [&](int item, int s) {
-    const int h = hk * a.G + g0 + item / per_head, q0 = (i0 + item % per_head) * BQ;
+    const int h = work.head(item), q0 = work.q0(item);
     const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
     load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
     load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
@@ -85,7 +78,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     }
     fence_proxy_async();
     __syncthreads();
-    const int s = item & 1, q0 = (i0 + item % per_head) * BQ;
+    const int s = item & 1, q0 = work.q0(item);
     const uint32_t tq = sQ(s), tdo = sDO(s);
     const float* lse2 = rows + s * 2 * BQ;
     const float* delta = lse2 + BQ;
@@ -116,13 +109,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
         }
       }
     // dV += P^T dO, in flight while dS^T is formed.
-    uint32_t pa[BQ / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(pa[ks], p, ks);
-    wgmma_fence(pa, dv);
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dv, pa[ks], mn_major_desc<BQ, D>(tdo, ks), 1);
-    wgmma_commit();
+    issue_product_of_accumulator<D, BQ / 16>(dv, p, [&](int ks) { return mn_major_desc<BQ, D>(tdo, ks); });
 
     // dS^T = P^T * (dP^T - delta).
     wgmma_wait<1>(ds);
@@ -135,13 +122,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
         ds[4 * j + 2 + e] = p[4 * j + 2 + e] * (ds[4 * j + 2 + e] - dl);
       }
     // dK += dS^T Q (scaled at the end).
-    uint32_t da[BQ / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
-    wgmma_fence(da, dk);
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) Wgmma<D>::template rs<1>(dk, da[ks], mn_major_desc<BQ, D>(tq, ks), 1);
-    wgmma_commit();
+    issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
     wgmma_wait<0>(dv, dk);
     __syncthreads();  // the next prefetch overwrites this stage
   }
@@ -248,15 +229,9 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
       }
     wgmma_wait<0>(ds);
     // dS = P * (dP - delta); dQ += dS K.
-    uint32_t da[BK / 16][4];
 #pragma unroll
     for (int i = 0; i < BK / 2; ++i) ds[i] = p[i] * (ds[i] - delta[(i >> 1) & 1]);
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) accumulator_fragment(da[ks], ds, ks);
-    wgmma_fence(da, dq);
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks) Wgmma<D>::template rs<1>(dq, da[ks], mn_major_desc<BK, D>(stage_k(n), ks), 1);
-    wgmma_commit();
+    issue_product_of_accumulator<D, BK / 16>(dq, ds, [&](int ks) { return mn_major_desc<BK, D>(stage_k(n), ks); });
     wgmma_wait<0>(dq);
     __syncthreads();  // the next prefetch overwrites this stage
   }
@@ -267,13 +242,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D, BQ = Cfg::BQ;
   using QTile = typename Cfg::QTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
+  char* smem = wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;  // the longest KV walks start first
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [q0, b, h, hk, q_stride, kv_stride, q_off, kv_off] = query_tile(a, BQ);
 
   const uint32_t sQ = smem_addr(smem), sDO = sQ + QTile::kBytes;
   load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);

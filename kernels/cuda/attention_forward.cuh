@@ -24,6 +24,27 @@ struct ForwardArgs {
   float scale_log2;  // softmax scale times log2(e): scores live in the log2 domain
 };
 
+// A CTA's query tile in the forward and dQ grids, (query tile, batch x query head), the last tiles
+// first: they walk the most keys, so the short ones fill the tail of the grid. Offsets are of the
+// head's first row in [B, T, H, d] tensors; strides step one token.
+struct QueryTile {
+  int q0, b, h, hk;
+  int64_t q_stride, kv_stride, q_off, kv_off;
+};
+template <class Args>
+__device__ __forceinline__ QueryTile query_tile(const Args& a, int BQ) {
+  QueryTile t;
+  t.q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+  t.b = int(blockIdx.y) / a.Hq;
+  t.h = int(blockIdx.y) % a.Hq;
+  t.hk = t.h / a.G;
+  t.q_stride = int64_t(a.Hq) * a.d;
+  t.kv_stride = int64_t(a.Hk) * a.d;
+  t.q_off = (int64_t(t.b) * a.T * a.Hq + t.h) * a.d;
+  t.kv_off = (int64_t(t.b) * a.T * a.Hk + t.hk) * a.d;
+  return t;
+}
+
 // D: head-dim capacity (d <= D; columns past d are zero-filled). WARPS warps of 16 * MT rows each
 // make a query tile of BQ rows; KV blocks have BK keys and are double-buffered in shared memory.
 template <int D_, int WARPS_, int MT_, int BK_, int MIN_BLOCKS_>
@@ -258,11 +279,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_k
   constexpr int D = Cfg::D, MT = Cfg::MT;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Heaviest (last) query tiles first, so the short ones fill the tail of the grid.
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Cfg::BQ;
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [q0, b, h, hk, q_stride, kv_stride, q_off, kv_off] = query_tile(a, Cfg::BQ);
 
   const uint32_t sQ = smem_addr(smem), stages = sQ + Cfg::kTileQ;
   load_tile_async<D, Cfg::BQ, Cfg::THREADS>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);

@@ -97,9 +97,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   };
   uint32_t p[BK / 16][4];  // P of the block whose P V product is next
   auto issue_pv = [&](int n) {
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ++ks)
-      Wgmma<D>::template rs<1>(st.o, p[ks], mn_major_desc<BK, D>(stage_v(n), ks), 1);
+    wgmma_product_rs<D>(st.o, p, [&](int ks) { return mn_major_desc<BK, D>(stage_v(n), ks); });
     wgmma_commit();
   };
   // Online softmax of block n's scores (a masked block hides keys past each row's limit): updates m
@@ -176,14 +174,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D, BQ = Cfg::BQ;
   using QTile = typename Cfg::QTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
+  char* smem = wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Heaviest (last) query tiles first, so the short ones fill the tail of the grid.
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
-  const int b = int(blockIdx.y) / a.Hq, h = int(blockIdx.y) % a.Hq, hk = h / a.G;
-  const int64_t q_stride = int64_t(a.Hq) * a.d, kv_stride = int64_t(a.Hk) * a.d;
-  const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, kv_off = (int64_t(b) * a.T * a.Hk + hk) * a.d;
+  const auto [q0, b, h, hk, q_stride, kv_stride, q_off, kv_off] = query_tile(a, BQ);
 
   const uint32_t sQ = smem_addr(smem);
   load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ, a.q + q_off, q_stride, q0, a.T, a.d, tid);

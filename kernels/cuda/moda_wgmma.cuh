@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_wg
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D;
   using QTile = typename Cfg::QTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
+  char* smem = flash::wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2;
   const TileRows tr = tile_rows(a);
   const uint32_t sQ = flash::smem_addr(smem), ring = sQ + QTile::kBytes;
@@ -107,8 +106,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D;
   using QTile = typename Cfg::QTile;
-  extern __shared__ __align__(1024) char wgmma_smem[];
-  char* smem = wgmma_smem;
+  char* smem = flash::wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2;
   const TileRows tr = tile_rows(a);
   const uint32_t sQ = flash::smem_addr(smem), sDO = sQ + QTile::kBytes, ring = sDO + QTile::kBytes;

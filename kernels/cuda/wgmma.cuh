@@ -31,6 +31,12 @@ namespace fathom::cuda::flash {
 #define FATHOM_WGMMA_DEVICE 0
 #endif
 
+// The dynamic shared memory of a wgmma kernel, aligned for 128-byte-swizzled panels.
+__device__ __forceinline__ char* wgmma_shared() {
+  extern __shared__ __align__(1024) char wgmma_smem[];
+  return wgmma_smem;
+}
+
 template <int ROWS, int D>
 struct PanelTile : TileFragments<PanelTile<ROWS, D>> {
   static_assert(D % 64 == 0 && ROWS % 8 == 0, "panels are 64 columns wide, row groups 8 rows tall");
@@ -228,6 +234,28 @@ __device__ __forceinline__ void wgmma_product(float (&d)[N / 2], const ADesc& a_
   Wgmma<N>::template ss_set<0, 0>(d, a_desc(0), b_desc(0));
 #pragma unroll
   for (int ks = 1; ks < STEPS; ++ks) Wgmma<N>::template ss<0, 0>(d, a_desc(ks), b_desc(ks), 1);
+}
+
+// d += A B over STEPS k-steps, A in registers (a[ks]: the k-step's A fragment), B an MN-major
+// shared-memory operand with descriptors b_desc(ks). Neither fenced nor committed: the caller orders it.
+template <int N, int STEPS, class BDesc>
+__device__ __forceinline__ void wgmma_product_rs(float (&d)[N / 2], const uint32_t (&a)[STEPS][4], const BDesc& b_desc) {
+#pragma unroll
+  for (int ks = 0; ks < STEPS; ++ks) Wgmma<N>::template rs<1>(d, a[ks], b_desc(ks), 1);
+}
+
+// d += bf16(src) B, issued and committed: the accumulator src (64 x 16 STEPS) becomes the A operand
+// in registers, B is MN-major with descriptors b_desc(ks).
+template <int N, int STEPS, int M, class BDesc>
+__device__ __forceinline__ void issue_product_of_accumulator(float (&d)[N / 2], const float (&src)[M],
+                                                             const BDesc& b_desc) {
+  static_assert(M == STEPS * 8, "an accumulator of 16 STEPS columns");
+  uint32_t a[STEPS][4];
+#pragma unroll
+  for (int ks = 0; ks < STEPS; ++ks) accumulator_fragment(a[ks], src, ks);
+  wgmma_fence(a, d);
+  wgmma_product_rs<N>(d, a, b_desc);
+  wgmma_commit();
 }
 
 }  // namespace fathom::cuda::flash
