@@ -65,8 +65,13 @@ flash::BackwardScratch scratch_of(const ModaShape& m) {
 }  // namespace
 
 int group_max_heads(int64_t d) {
-  int bq = 0;
-  dispatch_head_dim(d, [&]<int D>() { bq = std::min(Configs<D>::Forward::BQ, Configs<D>::Dq::BQ); });
+  int bq = 0;  // the query-tile rows of the configurations the group kernel launches
+  dispatch_head_dim(d, [&]<int D>() {
+    if constexpr (kGroupOnWgmma)
+      bq = std::min(GroupWgmma<D>::Forward::BQ, GroupWgmma<D>::Dq::BQ);
+    else
+      bq = std::min(Configs<D>::Forward::BQ, Configs<D>::Dq::BQ);
+  });
   return bq;
 }
 

@@ -60,10 +60,12 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residua
 }
 
 // dx = rstd (g w) - x rstd^3 mean(g w x); dweight partial[block] = sum over its rows of g x rstd.
+// Each group's column sums sit in shared memory as [N][n / N]: element k of pack p at k * (n / N) + p,
+// so the lanes of a warp, holding consecutive packs, add into consecutive banks.
 template <int TPR, int N, typename T>
 __global__ void rms_norm_backward_kernel(const T* dy, const T* x, const T* w, const float* rstd_in, T* dx,
                                          float* partial, int64_t rows, int64_t n, int64_t rows_per_block) {
-  extern __shared__ float dw_acc[];  // [groups][n]
+  extern __shared__ float dw_acc[];  // [groups][N][n / N]
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
@@ -92,7 +94,7 @@ __global__ void rms_norm_backward_kernel(const T* dy, const T* x, const T* w, co
       for (int k = 0; k < N; ++k) {
         const float xk = to_float(xv.v[k]), gk = to_float(gv.v[k]);
         out.v[k] = from_float<T>(rstd * gk * to_float(wv.v[k]) - b * xk);
-        acc[c + k] += gk * xk * rstd;
+        acc[k * (n / N) + c / N] += gk * xk * rstd;
       }
       store_pack<N>(dxr + c, out);
     }
@@ -100,7 +102,7 @@ __global__ void rms_norm_backward_kernel(const T* dy, const T* x, const T* w, co
   __syncthreads();
   for (int64_t c = threadIdx.x; c < n; c += kThreads) {
     float total = 0;
-    for (int g = 0; g < kGroups; ++g) total += dw_acc[g * n + c];
+    for (int g = 0; g < kGroups; ++g) total += dw_acc[g * n + c % N * (n / N) + c / N];
     partial[int64_t(blockIdx.x) * n + c] = total;
   }
 }
