@@ -34,8 +34,13 @@ def main():
     ap.add_argument("--min-us", type=float, default=5.0, help="smallest gap listed")
     a = ap.parse_args()
     device, api = load(a.csv)
+    if not device:
+        raise SystemExit(f"{a.csv}: no device work recorded (was the program run with CUDA_INJECTION64_PATH?)")
     if a.steps:
         windows = step_windows(device, a.steps)
+        if not windows:
+            raise SystemExit(f"{a.csv}: fewer than two AdamW kernels, so no training step to cut out; "
+                             "drop --steps to see the whole timeline")
     else:
         t0 = device[0][0] + a.skip_fraction * (device[-1][1] - device[0][0])
         windows = [(t0, device[-1][1])]
