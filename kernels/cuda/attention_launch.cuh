@@ -27,13 +27,34 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 template <class Cfg>
 concept WarpgroupTiles = requires { Cfg::WARPGROUPS; };
 
-// The forward kernel a configuration describes.
+// The kernels a configuration describes, and the dQ kernel's shared memory.
 template <class Cfg>
 constexpr auto forward_kernel() {
   if constexpr (WarpgroupTiles<Cfg>)
     return flash_forward_wgmma_kernel<Cfg>;
   else
     return flash_forward_kernel<Cfg>;
+}
+template <class Cfg>
+constexpr auto dkdv_kernel() {
+  if constexpr (WarpgroupTiles<Cfg>)
+    return flash_backward_dkdv_wgmma_kernel<Cfg>;
+  else
+    return flash_backward_dkdv_kernel<Cfg>;
+}
+template <class Cfg>
+constexpr auto dq_kernel() {
+  if constexpr (WarpgroupTiles<Cfg>)
+    return flash_backward_dq_wgmma_kernel<Cfg>;
+  else
+    return flash_backward_dq_kernel<Cfg>;
+}
+template <class Cfg>
+constexpr int dq_kernel_smem_bytes() {
+  if constexpr (WarpgroupTiles<Cfg>)
+    return Cfg::kSmemBytes;
+  else
+    return dq_smem_bytes<Cfg>();
 }
 
 template <class Cfg>
@@ -56,12 +77,7 @@ inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) 
 // needs a.dk_part and a.dv_part and adds the reduction).
 template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
-  auto kernel = [] {
-    if constexpr (WarpgroupTiles<Cfg>)
-      return flash_backward_dkdv_wgmma_kernel<Cfg>;
-    else
-      return flash_backward_dkdv_kernel<Cfg>;
-  }();
+  auto kernel = dkdv_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
   kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
@@ -111,19 +127,8 @@ inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_
 
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
-  constexpr bool kWgmma = WarpgroupTiles<Cfg>;
-  auto kernel = [] {
-    if constexpr (kWgmma)
-      return flash_backward_dq_wgmma_kernel<Cfg>;
-    else
-      return flash_backward_dq_kernel<Cfg>;
-  }();
-  constexpr int smem = [] {
-    if constexpr (kWgmma)
-      return Cfg::kSmemBytes;
-    else
-      return dq_smem_bytes<Cfg>();
-  }();
+  auto kernel = dq_kernel<Cfg>();
+  constexpr int smem = dq_kernel_smem_bytes<Cfg>();
   allow_smem(kernel, smem);
   const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
   kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);

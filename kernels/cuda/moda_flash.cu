@@ -57,6 +57,13 @@ ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
 
 dim3 grid_of(const ModaArgs& a) { return dim3(unsigned((a.T + a.tokens - 1) / a.tokens), unsigned(a.B * (a.Hq / a.fold))); }
 
+// Launches a MoDA kernel over the call's tiles with `smem` bytes of dynamic shared memory.
+template <class Kernel>
+void launch_on_tiles(Kernel kernel, int threads, int smem, const ModaArgs& a, cudaStream_t stream) {
+  flash::allow_smem(kernel, smem);
+  kernel<<<grid_of(a), threads, smem, stream>>>(a);
+}
+
 flash::BackwardScratch scratch_of(const ModaShape& m) {
   const FlashShape& s = m.seq;
   return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d);
@@ -89,20 +96,15 @@ void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) 
     if (kGroupOnWgmma && kernel == ModaKernel::group) {
       using Cfg = typename GroupWgmma<D>::Forward;
       const ModaArgs a = args(Cfg::BQ);
-      auto k = moda_forward_wgmma_kernel<Cfg>;
-      constexpr int smem = forward_wgmma_smem_bytes<Cfg>();
-      flash::allow_smem(k, smem);
-      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      launch_on_tiles(moda_forward_wgmma_kernel<Cfg>, Cfg::THREADS, forward_wgmma_smem_bytes<Cfg>(), a, stream);
       flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
       return;
     }
     using Cfg = typename Configs<D>::Forward;
     const ModaArgs a = args(Cfg::BQ);
     auto launch = [&]<bool WARP_DEPTH>() {
-      auto k = moda_forward_kernel<Cfg, WARP_DEPTH>;
-      constexpr int smem = forward_smem_bytes<Cfg, WARP_DEPTH>();
-      flash::allow_smem(k, smem);
-      k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
+      launch_on_tiles(moda_forward_kernel<Cfg, WARP_DEPTH>, Cfg::THREADS, forward_smem_bytes<Cfg, WARP_DEPTH>(), a,
+                      stream);
       flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
     };
     if (kernel == ModaKernel::group)
@@ -136,17 +138,12 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v;
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
-      if (on_wgmma) {
-        auto k = moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>;
-        constexpr int smem = dq_wgmma_smem_bytes<WgmmaCfg>();
-        flash::allow_smem(k, smem);
-        k<<<grid_of(a), WgmmaCfg::THREADS, smem, stream>>>(a);
-      } else {
-        auto k = moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>;
-        constexpr int smem = dq_smem_bytes<Cfg, WARP_DEPTH>();
-        flash::allow_smem(k, smem);
-        k<<<grid_of(a), Cfg::THREADS, smem, stream>>>(a);
-      }
+      if (on_wgmma)
+        launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,
+                        dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream);
+      else
+        launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>, Cfg::THREADS,
+                        dq_smem_bytes<Cfg, WARP_DEPTH>(), a, stream);
       flash::check_cuda(cudaGetLastError(), what);
     };
     // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.
