@@ -10,12 +10,13 @@
 //           T in {4K, 8K, 16K, 32K, 64K} at G = 8 (Hq = 64, Hk = 8), L = 64;
 //           G in {2, 4, 8, 16, 32} at T = 16K, L = 64, with Hk = 8 fixed and Hq = 8 G (the paper's
 //           sweep: its notes give Hq 16 -> 256 with Hk = 8, so the query work grows with G);
-//           L in {64, 128, 256} at T = 16K, G = 8.
+//           L in {64, 128, 256} at T = 16K, G = 8; and L = 0 at T = 16K and 64K: the folded kernel
+//           with no depth slots, which separates the cost of folding from the cost of depth.
 //   all     both.
 // FLOPs of the group kernel (forward; backward counted as 2.5x, as for flash attention):
 //   sequence (causal half)   2 * 2 * B * Hq * T^2 * d / 2
 //   depth (L slots per row)  2 * 2 * B * Hq * T * L * d
-// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--max-t T]
+// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -276,7 +277,7 @@ void table7(int min_reps) {
   std::printf("\n");
 }
 
-void table2(int min_reps, int64_t max_t) {
+void table2(int min_reps, int64_t min_t, int64_t max_t) {
   struct Row {
     const char* sweep;
     Shape s;
@@ -298,6 +299,8 @@ void table2(int min_reps, int64_t max_t) {
       {"L", {1, 16384, 64, 8, 64, 64}, 116.700, 127.661},
       {"L", {1, 16384, 64, 8, 64, 128}, 116.700, 138.224},
       {"L", {1, 16384, 64, 8, 64, 256}, 116.700, 167.958},
+      {"L", {1, 16384, 64, 8, 64, 0}, 0, 0},
+      {"L", {1, 65536, 64, 8, 64, 0}, 0, 0},
   };
   std::printf("## Table 2: group kernel vs flash attention without depth (B = 1, d = 64)\n\n");
   std::printf("Extra time = (MoDA - flash) / MoDA, the paper's definition; also / flash. TFLOP/s of the group\n"
@@ -309,7 +312,7 @@ void table2(int min_reps, int64_t max_t) {
   uint64_t seed = 200;
   for (const Row& r : rows) {
     const Shape& s = r.s;
-    if (s.T > max_t) continue;
+    if (s.T < min_t || s.T > max_t) continue;
     const Timing fa = time_flash(s, min_reps, seed += 10);
     const Timing md = time_moda(ModaKernel::group, s, min_reps, seed += 10);
     const double fwd_flops = sequence_flops(s) + depth_flops(s), total_flops = 3.5 * fwd_flops;
@@ -344,22 +347,25 @@ void table2(int min_reps, int64_t max_t) {
 int main(int argc, char** argv) {
   std::string mode = "all";
   int min_reps = 5;
-  int64_t max_t = INT64_MAX;
+  int64_t min_t = 0, max_t = INT64_MAX;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "table7" || a == "table2" || a == "all") {
       mode = a;
     } else if (a == "--min-reps" && i + 1 < argc) {
       min_reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--min-t" && i + 1 < argc) {
+      min_t = std::atoll(argv[++i]);
     } else if (a == "--max-t" && i + 1 < argc) {
       max_t = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--max-t T]\n");
+      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T]\n");
       return 2;
     }
   }
 #if !FATHOM_WITH_CUDA
   (void)min_reps;
+  (void)min_t;
   (void)max_t;
   std::printf("bench_moda_attention: fathom was built without CUDA; nothing to measure\n");
   return 0;
@@ -367,7 +373,7 @@ int main(int argc, char** argv) {
   if (!fathom::bench::describe_device("bench_moda_attention", "; medians of CUDA-event timings after 2 warm-up runs"))
     return 0;
   if (mode == "table7" || mode == "all") table7(min_reps);
-  if (mode == "table2" || mode == "all") table2(min_reps, max_t);
+  if (mode == "table2" || mode == "all") table2(min_reps, min_t, max_t);
   return 0;
 #endif
 }

@@ -224,20 +224,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
       }
     }
     // P^T; the causal mask matters only where some key of the warp exceeds the block's first query.
-    const bool masked = k0 + wkey + 15 > q0;
+    split_by_mask(k0 + wkey + 15 > q0, [&](auto masked) {
 #pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
+      for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = nt * 8 + 2 * t + e;
-        const float l2 = lse2[col];
+        for (int e = 0; e < 2; ++e) {
+          const int col = nt * 8 + 2 * t + e;
+          const float l2 = lse2[col];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float x = exp2_approx(p[nt][2 * half + e] * a.scale_log2 - l2);
-          if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
-          p[nt][2 * half + e] = x;
+          for (int half = 0; half < 2; ++half) {
+            float x = exp2_approx(p[nt][2 * half + e] * a.scale_log2 - l2);
+            if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
+            p[nt][2 * half + e] = x;
+          }
         }
-      }
+    });
     // dV += P^T dO.
 #pragma unroll
     for (int ks = 0; ks < BQ / 16; ++ks) {
@@ -343,14 +344,14 @@ static __global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const
 // ---------------------------------------------------------------------------------------------
 // One KV block of a dQ walk (warps own query rows, as in the forward pass), in two steps so that the
 // MoDA kernels can also use P and dS. dq_block_scores: P = exp2(S - lse2) with S = Q K^T (0 where
-// `masked` and the mask hides the key) and dS = P * (dP - delta) with dP = dO V^T, for the warp's rows
+// `masked_block` and the mask hides the key) and dS = P * (dP - delta) with dP = dO V^T, for the warp's rows
 // (the first is row0) against the block's keys (the first is key0).
 template <class Cfg, class Mask>
 __device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8][4], float (&ds)[Cfg::MT][Cfg::BK / 8][4],
                                                 const uint32_t (&qf)[Cfg::MT][Cfg::D / 16][4],
                                                 const uint32_t (&df)[Cfg::MT][Cfg::D / 16][4],
                                                 const float (&lse2)[Cfg::MT][2], const float (&delta)[Cfg::MT][2],
-                                                uint32_t sK, uint32_t sV, int row0, int key0, bool masked,
+                                                uint32_t sK, uint32_t sV, int row0, int key0, bool masked_block,
                                                 const Mask& mask, float scale_log2, int lane) {
   constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
   using Tile = SwizzledTile<D>;
@@ -378,22 +379,24 @@ __device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8]
       }
     }
   // dS = P * (dP - delta).
+  split_by_mask(masked_block, [&](auto masked) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + mt * 16 + g + 8 * half;
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + mt * 16 + g + 8 * half;
 #pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt)
+        for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 2 * half + e;
-          float x = exp2_approx(p[mt][nt][i] * scale_log2 - lse2[mt][half]);
-          if (masked && !mask.visible(row, key0 + nt * 8 + 2 * t + e)) x = 0.f;
-          p[mt][nt][i] = x;
-          ds[mt][nt][i] = x * (ds[mt][nt][i] - delta[mt][half]);
-        }
-    }
+          for (int e = 0; e < 2; ++e) {
+            const int i = 2 * half + e;
+            float x = exp2_approx(p[mt][nt][i] * scale_log2 - lse2[mt][half]);
+            if (masked && !mask.visible(row, key0 + nt * 8 + 2 * t + e)) x = 0.f;
+            p[mt][nt][i] = x;
+            ds[mt][nt][i] = x * (ds[mt][nt][i] - delta[mt][half]);
+          }
+      }
+  });
 }
 
 // dQ += dS K for one KV block (unscaled; the caller scales once at the end).

@@ -94,20 +94,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
 
     // P^T while dP^T is in flight; the causal mask matters only where a key passes the block's first query.
     wgmma_wait<1>(p);
-    const bool masked = k0 + wkey + 15 > q0;
+    split_by_mask(k0 + wkey + 15 > q0, [&](auto masked) {
 #pragma unroll
-    for (int j = 0; j < BQ / 8; ++j)
+      for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * j + 2 * t + e;
-        const float l2 = lse2[col];
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * t + e;
+          const float l2 = lse2[col];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float x = exp2_approx(p[4 * j + 2 * half + e] * a.scale_log2 - l2);
-          if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
-          p[4 * j + 2 * half + e] = x;
+          for (int half = 0; half < 2; ++half) {
+            float x = exp2_approx(p[4 * j + 2 * half + e] * a.scale_log2 - l2);
+            if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
+            p[4 * j + 2 * half + e] = x;
+          }
         }
-      }
+    });
     // dV += P^T dO, in flight while dS^T is formed.
     issue_product_of_accumulator<D, BQ / 16>(dv, p, [&](int ks) { return mn_major_desc<BQ, D>(tdo, ks); });
 
@@ -217,16 +218,17 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
 
     // P while dP is in flight.
     wgmma_wait<1>(p);
-    const bool masked = n >= first_masked;
+    split_by_mask(n >= first_masked, [&](auto masked) {
 #pragma unroll
-    for (int j = 0; j < BK / 8; ++j)
+      for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int half = i >> 1, key = n * BK + 8 * j + 2 * t + (i & 1);
-        float x = exp2_approx(p[4 * j + i] * scale_log2 - lse2[half]);
-        if (masked && key > limit[half]) x = 0.f;
-        p[4 * j + i] = x;
-      }
+        for (int i = 0; i < 4; ++i) {
+          const int half = i >> 1, key = n * BK + 8 * j + 2 * t + (i & 1);
+          float x = exp2_approx(p[4 * j + i] * scale_log2 - lse2[half]);
+          if (masked && key > limit[half]) x = 0.f;
+          p[4 * j + i] = x;
+        }
+    });
     wgmma_wait<0>(ds);
     // dS = P * (dP - delta); dQ += dS K.
 #pragma unroll

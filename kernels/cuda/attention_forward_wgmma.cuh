@@ -100,11 +100,10 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
     wgmma_product_rs<D>(st.o, p, [&](int ks) { return mn_major_desc<BK, D>(stage_v(n), ks); });
     wgmma_commit();
   };
-  // Online softmax of block n's scores (a masked block hides keys past each row's limit): updates m
+  // Online softmax of block n's scores (`masked`: the block hides keys past each row's limit): updates m
   // and l, leaves P (fp32) in `s` and the factor O must be rescaled by in `corr`. The max is taken over
   // raw scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
-  auto softmax = [&](int n, float (&corr)[2]) {
-    const bool masked = n >= first_masked;
+  auto softmax = [&](int n, float (&corr)[2], auto masked) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float mx = -INFINITY;
@@ -147,7 +146,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   wgmma_fence();
   issue_scores(0);
   wgmma_wait<0>(s);
-  softmax(0, corr);
+  split_by_mask(0 >= first_masked, [&](auto masked) { softmax(0, corr, masked); });
   pack_p();
   for (int n = 1; n < n_blocks; ++n) {
     land_copies();  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
@@ -156,7 +155,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
     issue_scores(n);
     issue_pv(n - 1);
     wgmma_wait<1>(s);  // S_n has landed; P_{n-1} V_{n-1} may still be running
-    softmax(n, corr);
+    split_by_mask(n >= first_masked, [&](auto masked) { softmax(n, corr, masked); });
     wgmma_wait<0>(st.o);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)

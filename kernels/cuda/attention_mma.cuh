@@ -79,6 +79,23 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// Whether a block needs its mask, fixed at compile time.
+template <bool V>
+struct MaskedBlock {
+  __device__ constexpr operator bool() const { return V; }
+};
+
+// Runs body(MaskedBlock<true>{}) if `masked`, else body(MaskedBlock<false>{}), so that a mask test
+// written `if (masked && ...)` on the argument is compiled out of the unmasked copy. Left to itself,
+// the compiler often keeps one copy of a block's loop with a compare and a select per score.
+template <class Body>
+__device__ __forceinline__ void split_by_mask(bool masked, Body&& body) {
+  if (masked)
+    body(MaskedBlock<true>{});
+  else
+    body(MaskedBlock<false>{});
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
