@@ -1,5 +1,7 @@
 #include "autograd/depth_stream.h"
 
+#include <vector>
+
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "kernels/dispatch.h"
@@ -10,12 +12,39 @@ namespace fathom {
 
 struct DepthStream::Buffers {
   Tensor k, v;
-  Tensor grad_k, grad_v;  // stats_dtype(k), allocated (zeroed) by the first reader's backward
+  // stats_dtype(k), allocated by the first reader's backward and not zeroed: a slot's gradients are
+  // defined once a reader has put its own there (grad_defined).
+  Tensor grad_k, grad_v;
+  std::vector<bool> grad_defined;
 
-  void ensure_grads() {
-    if (grad_k.defined()) return;
-    grad_k = Tensor::zeros(k.shape(), stats_dtype(k.dtype()), k.device());
-    grad_v = Tensor::zeros(v.shape(), stats_dtype(v.dtype()), v.device());
+  bool has_grad(int64_t slot) const { return grad_k.defined() && grad_defined[size_t(slot)]; }
+
+  // Readies the gradients of slots [begin, end) for a reader and says how it puts its own there: the
+  // first reader of them all stores (where may_store), any other adds, after the slots no reader has
+  // reached yet are zeroed.
+  DepthGradMode prepare_grads(int64_t begin, int64_t end, bool may_store) {
+    if (!grad_k.defined()) {
+      grad_k = Tensor::empty(k.shape(), stats_dtype(k.dtype()), k.device());
+      grad_v = Tensor::empty(v.shape(), stats_dtype(v.dtype()), v.device());
+      grad_defined.assign(size_t(k.dim(2)), false);
+    }
+    bool any_defined = false;
+    for (int64_t s = begin; s < end; ++s) any_defined = any_defined || grad_defined[size_t(s)];
+    const DepthGradMode mode = may_store && !any_defined ? DepthGradMode::store : DepthGradMode::add;
+    for (int64_t s = begin; s < end;) {
+      if (grad_defined[size_t(s)]) {
+        ++s;
+        continue;
+      }
+      int64_t run_end = s;
+      while (run_end < end && !grad_defined[size_t(run_end)]) grad_defined[size_t(run_end++)] = true;
+      if (mode == DepthGradMode::add) {
+        zero_depth_slots(grad_k, s, run_end);
+        zero_depth_slots(grad_v, s, run_end);
+      }
+      s = run_end;
+    }
+    return mode;
   }
 };
 
@@ -30,7 +59,7 @@ class DepthWriteNode final : public Node {
   DepthWriteNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t slot, DType k_dtype, DType v_dtype)
       : buffers_(std::move(buffers)), slot_(slot), k_dtype_(k_dtype), v_dtype_(v_dtype) {}
   std::vector<Tensor> backward(const Tensor& grad_version) override {
-    if (!buffers_->grad_k.defined()) return {grad_version, Tensor(), Tensor()};
+    if (!buffers_->has_grad(slot_)) return {grad_version, Tensor(), Tensor()};  // no reader reached the slot
     return {grad_version, read_depth_slot(buffers_->grad_k, slot_, k_dtype_),
             read_depth_slot(buffers_->grad_v, slot_, v_dtype_)};
   }
@@ -50,7 +79,7 @@ class DepthKeysNode final : public Node {
  public:
   explicit DepthKeysNode(std::shared_ptr<DepthStream::Buffers> buffers) : buffers_(std::move(buffers)) {}
   std::vector<Tensor> backward(const Tensor& grad_keys) override {
-    buffers_->ensure_grads();
+    buffers_->prepare_grads(0, buffers_->k.dim(2), false);
     add_inplace(buffers_->grad_k, grad_keys.to(buffers_->grad_k.dtype()));
     return {version_token(grad_keys.device())};
   }
@@ -72,13 +101,15 @@ class ModaAttentionNode final : public Node {
       : buffers_(std::move(buffers)), depth_keys_(std::move(depth_keys)), begin_(begin), end_(end), q_(std::move(q)),
         k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
   std::vector<Tensor> backward(const Tensor& grad_o) override {
-    buffers_->ensure_grads();
     const bool own_keys = depth_keys_.defined();
+    // With reader keys the key gradients go to a zeroed buffer of this reader's, where storing the
+    // range is adding it; the shared key buffer is prepared (zeroed) for its later sum.
+    const DepthGradMode mode = buffers_->prepare_grads(begin_, end_, !own_keys);
     Tensor grad_keys = own_keys ? Tensor::zeros(depth_keys_.shape(), buffers_->grad_k.dtype(), depth_keys_.device())
                                 : buffers_->grad_k;
     AttentionGrads g = moda_attention_backward(
         grad_o, q_, k_, v_, DepthSlots{own_keys ? depth_keys_ : buffers_->k, buffers_->v, begin_, end_}, o_, lse_,
-        scale_, grad_keys, buffers_->grad_v);
+        scale_, grad_keys, buffers_->grad_v, mode);
     // A defined version gradient makes the engine run the write nodes of the slots read here.
     std::vector<Tensor> grads{g.dq, g.dk, g.dv, version_token(q_.device())};
     if (own_keys) grads.push_back(grad_keys.to(depth_keys_.dtype()));

@@ -1,6 +1,7 @@
 // The MoDA depth stream (DESIGN.md 3.2): per-forward K/V buffers [B, T, S, Hk, d] that writers fill
 // slot by slot, in place, and that MoDA attention reads. Gradients travel the other way through a
-// side buffer: every reader ADDS its depth gradients into it, and each slot's write node, which
+// side buffer: the first reader to run backward over a slot range stores its depth gradients there
+// (nothing is zeroed or read back), later readers add theirs, and each slot's write node, which
 // runs after all readers of that slot (they were recorded later), hands its slot's gradient to the
 // writer. A one-element "version" variable chains writes and reads so the engine orders them; no
 // buffer is ever copied per reader.

@@ -65,6 +65,18 @@ Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {
 #endif
 }
 
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
+  FATHOM_CHECK(buffer.rank() == 5, "zero_depth_slots: a depth buffer is [B, T, S, Hk, d], got ", describe(buffer));
+  FATHOM_CHECK(0 <= begin && begin <= end && end <= buffer.dim(2), "zero_depth_slots: slot range [", begin, ", ", end,
+               ") outside the buffer's ", buffer.dim(2), " slots");
+  if (buffer.is_cpu()) return cpu::zero_depth_slots(buffer, begin, end);
+#ifdef FATHOM_WITH_CUDA
+  cuda::zero_depth_slots(buffer, begin, end);
+#else
+  no_cuda_kernel("zero_depth_slots");
+#endif
+}
+
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale) {
   check_shapes("moda_attention", q, k, v, depth);
@@ -79,7 +91,7 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
 
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v) {
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
   check_shapes("moda_attention_backward", q, k, v, depth);
   FATHOM_CHECK(grad_o.shape() == q.shape() && o.shape() == q.shape(),
                "moda_attention_backward: grad_o and o must have q's shape ", q.shape().str());
@@ -98,9 +110,9 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   if (common_device("moda_attention_backward",
                     {&grad_o, &q, &k, &v, &depth.k, &depth.v, &o, &lse, &d_depth_k, &d_depth_v})
           .is_cpu())
-    return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v);
+    return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v);
+  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode);
 #else
   no_cuda_kernel("moda_attention_backward");
 #endif

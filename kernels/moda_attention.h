@@ -18,15 +18,21 @@ struct DepthSlots {
   int64_t begin = 0, end = 0;
 };
 
+// How a backward pass puts the depth gradients of its slot range into the shared gradient buffers:
+// added to what they hold, or stored over it (the first reader of those slots: nothing to zero or
+// read back).
+enum class DepthGradMode { add, store };
+
 // Returns o [B, T, Hq, d] and lse [B, Hq, T] over both memories. With an empty slot range this is
 // exactly causal attention.
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale);
-// dq, dk, dv as for attention; the depth gradients of slots [begin, end) are ADDED into d_depth_k
-// and d_depth_v ([B, T, S, Hk, d]), which several readers share.
+// dq, dk, dv as for attention; the depth gradients of slots [begin, end) are added into (or stored
+// in) d_depth_k and d_depth_v ([B, T, S, Hk, d]), which several readers share; other slots are left
+// alone.
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v);
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode = DepthGradMode::add);
 
 // Copies x [B, T, Hk, d] into slot `slot` of a depth buffer [B, T, S, Hk, d], and back out. x has the
 // buffer's dtype, or is F32 into a BF16 buffer (converted, rounding to nearest even). A read returns
@@ -35,15 +41,18 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype);
+// Sets slots [begin, end) of a depth buffer to zero.
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end);
 
 namespace cpu {
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end);
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale);
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v);
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode);
 }  // namespace cpu
 
 }  // namespace fathom

@@ -69,6 +69,13 @@ void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
     std::memcpy(dst + slot_offset(buffer, row, slot), src + size_t(row) * slot_bytes, slot_bytes);
 }
 
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
+  char* p = static_cast<char*>(buffer.raw());
+  const size_t bytes = slot_offset(buffer, 0, end) - slot_offset(buffer, 0, begin);
+  for (int64_t row = 0; row < buffer.dim(0) * buffer.dim(1); ++row)
+    std::memset(p + slot_offset(buffer, row, begin), 0, bytes);
+}
+
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot) {
   Tensor x = Tensor::empty({buffer.dim(0), buffer.dim(1), buffer.dim(3), buffer.dim(4)}, buffer.dtype());
   const size_t slot_bytes = x.nbytes() / size_t(x.dim(0) * x.dim(1));
@@ -114,11 +121,14 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
 }
 
 // With p the joint probabilities and D = dO . O: ds = p (dO . value - D); dq = scale sum ds key;
-// dkey += scale ds q; dvalue += p dO, for sequence keys and depth slots alike.
+// dkey += scale ds q; dvalue += p dO, for sequence keys and depth slots alike. Storing the depth
+// gradients is adding them to a zeroed slot range.
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v) {
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
   const ModaDims m(q, k, depth);
+  if (mode == DepthGradMode::store)
+    for (Tensor* grad : {&d_depth_k, &d_depth_v}) cpu::zero_depth_slots(*grad, depth.begin, depth.end);
   AttentionGrads g{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
                    Tensor::zeros(v.shape(), v.dtype())};
   dispatch_float("moda_attention_backward", q.dtype(), [&]<typename T>() {

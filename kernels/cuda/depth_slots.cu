@@ -1,7 +1,7 @@
 // MoDA depth-slot copies on CUDA: a slot of a depth buffer [B, T, S, Hk, d] is B*T rows of Hk*d
 // elements strided by S*Hk*d. A write converts F32 activations into a BF16 buffer on the way (the
 // GPU's depth stream holds bf16 values); a read converts to the dtype asked for (an fp32 gradient
-// side buffer read out for a bf16 writer).
+// side buffer read out for a bf16 writer). Zeroing a slot range is one strided memset.
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/moda_tensor.h"
 #include "kernels/cuda/runtime.h"
@@ -70,6 +70,14 @@ void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
       copy_rows<From, To>(x.raw(), width, dst, S * width, rows, width, stream_for(buffer.device()));
     });
   });
+}
+
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
+  const int64_t rows = buffer.dim(0) * buffer.dim(1), slot_bytes = buffer.dim(3) * buffer.dim(4) *
+                                                                    int64_t(dtype_size(buffer.dtype()));
+  if (rows * (end - begin) * slot_bytes == 0) return;
+  CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(buffer.raw()) + begin * slot_bytes, size_t(buffer.dim(2) * slot_bytes),
+                               0, size_t((end - begin) * slot_bytes), size_t(rows), stream_for(buffer.device())));
 }
 
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {

@@ -57,10 +57,13 @@ struct ModaBackwardParams {
   bf16* dk = nullptr;  // sequence gradients, summed over the G query heads of each KV head
   bf16* dv = nullptr;
   // [B, T, S, Hk, d] fp32: the gradients of slots [slot_begin, slot_end) are ADDED here (several
-  // readers share one buffer); other slots are untouched. Each element is updated by exactly one
-  // thread (the tile that owns its token), so repeated calls are deterministic.
+  // readers share one buffer), or with store_depth_grads written over what the range held (the
+  // first reader, which saves zeroing the range and reading it back); other slots are untouched.
+  // Each element is updated by exactly one thread (the tile that owns its token), so repeated calls
+  // are deterministic.
   float* d_depth_k = nullptr;
   float* d_depth_v = nullptr;
+  bool store_depth_grads = false;
   void* workspace = nullptr;  // moda_backward_workspace_bytes(kernel, shape), 16-byte aligned
   size_t workspace_bytes = 0;
 };

@@ -136,7 +136,7 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     ModaArgs a = geometry(kernel, m, on_wgmma ? WgmmaCfg::BQ : Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
-    a.ddk = p.d_depth_k, a.ddv = p.d_depth_v;
+    a.ddk = p.d_depth_k, a.ddv = p.d_depth_v, a.store_depth = p.store_depth_grads;
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
       if (on_wgmma)
         launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,

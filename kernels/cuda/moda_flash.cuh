@@ -62,6 +62,7 @@ struct ModaArgs {
   const float* delta;  // [B, Hq, Tpad]: rowsum(dO * O)
   float* ddk;          // [B, T, S, Hk, d], added into for slots [begin, begin + L)
   float* ddv;
+  bool store_depth;    // ddk, ddv are written over, not added into
   int B, T, Tpad, Hq, Hk, G, d, S, begin, L;
   int fold;        // query heads folded into a tile's rows
   int unit;        // rows per unit of whole tokens (a multiple of 16)
@@ -324,7 +325,7 @@ __device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const Ti
   }
 }
 
-// dst[column c] += factor * (X^T Y)[c] for the chunk's columns [c0, c0 + C) below `hi`: X holds one
+// dst[column c] += factor * (X^T Y)[c] (= with a.store_depth) for the chunk's columns [c0, c0 + C) below `hi`: X holds one
 // m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q, whose
 // m-tile rows (from r0) are in the tile sY of layout YTile. dst is the fp32 depth gradient [B, T, S, Hk, d].
 // Each element has one owner (this thread), so the reads and writes need no atomics; they are issued
@@ -359,14 +360,14 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
         flash::mma_16816(acc[i][0], xt, y[0], y[1]);
         flash::mma_16816(acc[i][1], xt, y[2], y[3]);
       }
-      float2 old[2][kBatch][2];
+      float2 old[2][kBatch][2] = {};
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
         for (int i = 0; i < kBatch; ++i)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            if (rows[half] != nullptr)
+            if (rows[half] != nullptr && !a.store_depth)
               old[half][i][j] = *reinterpret_cast<const float2*>(rows[half] + (nb + i) * 16 + j * 8);
 #pragma unroll
       for (int half = 0; half < 2; ++half)
@@ -410,7 +411,8 @@ __device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], c
   const ColumnRange cols = mtile_columns(tr, r0, a.L);
   const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
   for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
-    if constexpr (DEPTH_GRADS) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
+    if constexpr (DEPTH_GRADS)
+      if (!a.store_depth) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
     float p[1][C / 8][4], ds[1][C / 8][4];
     flash::dq_block_scores<One>(p, ds, q1, d1, lse2, delta, sK, sV, r0, c, true, mask, a.scale_log2, lane);
     flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
@@ -649,8 +651,8 @@ __global__ void __launch_bounds__(256) moda_depth_grads_kernel(const ModaArgs a)
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    a.ddk[drow + i] += a.scale * dk[i];
-    a.ddv[drow + i] += dv[i];
+    a.ddk[drow + i] = (a.store_depth ? 0.f : a.ddk[drow + i]) + a.scale * dk[i];
+    a.ddv[drow + i] = (a.store_depth ? 0.f : a.ddv[drow + i]) + dv[i];
   }
 }
 

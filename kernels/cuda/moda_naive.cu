@@ -4,7 +4,7 @@
 // columns], a softmax kernel masks them (causal; same token) and normalises them jointly, and GEMMs
 // multiply the probabilities into O. The backward pass materialises dP the same way and accumulates
 // dK, dV and the flat depth gradients over the G heads and row chunks in fp32 (GEMMs with beta = 1, in
-// a fixed order), then adds the depth gradients into the slot range. Deterministic, atomic-free, and
+// a fixed order), then adds (or stores) the depth gradients in the slot range. Deterministic, atomic-free, and
 // O(T^2 L) in time and (per chunk) memory.
 #include <cublas_v2.h>
 
@@ -121,13 +121,15 @@ __global__ void gather_slots_kernel(const bf16_t* depth, bf16_t* flat, int64_t T
   *reinterpret_cast<uint4*>(flat + i) = *reinterpret_cast<const uint4*>(depth + src);
 }
 
-// Adds a flat [T * L, d] fp32 gradient into slots [begin, begin + L) of one (b, KV head).
+// Adds a flat [T * L, d] fp32 gradient into slots [begin, begin + L) of one (b, KV head), or with
+// `store` writes it over them.
 __global__ void scatter_add_slots_kernel(const float* flat, float* depth, int64_t T, int64_t S, int64_t begin,
-                                         int64_t L, int64_t Hk, int64_t d, int64_t b, int64_t hk) {
+                                         int64_t L, int64_t Hk, int64_t d, int64_t b, int64_t hk, bool store) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * L * d) return;
   const int64_t c = i / d, col = i % d, t = c / L, s = c % L;
-  depth[(((b * T + t) * S + begin + s) * Hk + hk) * d + col] += flat[i];
+  float& x = depth[(((b * T + t) * S + begin + s) * Hk + hk) * d + col];
+  x = (store ? 0.f : x) + flat[i];
 }
 
 // Rows of an fp32 [rows x d] accumulator as bf16 rows of stride `stride`.
@@ -344,9 +346,9 @@ void naive_backward(const ModaBackwardParams& p, cudaStream_t stream) {
       if (n.L > 0) {
         const int64_t flat = n.T * n.L * n.d;
         scatter_add_slots_kernel<<<blocks_for(flat), kThreads, 0, stream>>>(ddk, p.d_depth_k, n.T, n.S, n.begin, n.L,
-                                                                            n.Hk, n.d, b, hk);
+                                                                            n.Hk, n.d, b, hk, p.store_depth_grads);
         scatter_add_slots_kernel<<<blocks_for(flat), kThreads, 0, stream>>>(ddv, p.d_depth_v, n.T, n.S, n.begin, n.L,
-                                                                            n.Hk, n.d, b, hk);
+                                                                            n.Hk, n.d, b, hk, p.store_depth_grads);
         check_launch("the depth gradient scatter");
       }
     }

@@ -69,7 +69,7 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
 
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, ModaKernel kernel) {
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode, ModaKernel kernel) {
   const char* op = "moda_attention_backward (cuda)";
   check_inputs(op, q, k, v, depth);
   const Device device = q.device();
@@ -98,6 +98,7 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   p.dv = grads.dv.data<bf16>();
   p.d_depth_k = d_depth_k.data<float>();
   p.d_depth_v = d_depth_v.data<float>();
+  p.store_depth_grads = mode == DepthGradMode::store;
   p.workspace = workspace_bytes > 0 ? workspace.raw() : nullptr;
   p.workspace_bytes = workspace_bytes;
   moda_attention_backward(kernel, p, stream_for(device));

@@ -10,15 +10,17 @@ namespace fathom::cuda {
 
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale, ModaKernel kernel = ModaKernel::group);
-// Adds the depth gradients of slots [depth.begin, depth.end) into d_depth_k and d_depth_v.
+// Adds (or stores) the depth gradients of slots [depth.begin, depth.end) in d_depth_k and d_depth_v.
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, ModaKernel kernel = ModaKernel::group);
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode = DepthGradMode::add,
+                                       ModaKernel kernel = ModaKernel::group);
 
 // Slot copies (kernels/cuda/depth_slots.cu). write: x of the buffer's dtype, or F32 into BF16
 // (rounded to nearest even); buffers F32 or BF16. read: returns the slot converted to `dtype`
 // (F32 or BF16).
 void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype);
+void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end);
 
 }  // namespace fathom::cuda

@@ -3,8 +3,8 @@
 // within 1e-2 relative L2, over sequence lengths that hit every tile tail, group sizes including 3,
 // slot counts from none to a full tile of columns, and head dims 64 and 128. Every case reads a slot
 // range that starts past slot 0 and ends before the buffers' last slot, with depth-gradient buffers
-// that already hold values: the range's gradients must be added to them and the other slots left
-// bit-for-bit alone. The backward passes are bit-identical across runs. Argument errors are raised
+// that already hold values: the range's gradients must be added to them (or, by the first reader,
+// stored over NaN) and the other slots left bit-for-bit alone. The backward passes are bit-identical across runs. Argument errors are raised
 // before any launch, so those tests run without a GPU too.
 #include <gtest/gtest.h>
 
@@ -112,7 +112,17 @@ struct Problem {
     o_gpu = o_bf16.to(kGpu);
     lse_gpu = ref.lse.to(kGpu);
     ref_grads = cpu::moda_attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, depth, o_bf16.to(DType::f32), ref.lse,
-                                             scale, ref_ddk, ref_ddv);
+                                             scale, ref_ddk, ref_ddv, DepthGradMode::add);
+  }
+
+  // What a depth-gradient buffer holds before a backward pass: `initial`, and for a pass that stores
+  // its gradients NaN over the slot range, which it must overwrite.
+  Tensor depth_grads_before(const Tensor& initial, DepthGradMode mode) const {
+    Tensor t = initial.clone();
+    if (mode == DepthGradMode::store)
+      for (int64_t s = c.begin(); s < c.end(); ++s)
+        write_depth_slot(t, s, Tensor::full({c.B, c.T, c.Hk, c.d}, NAN, DType::f32));
+    return t.to(kGpu);
   }
 
   cuda::ModaShape shape() const {
@@ -158,12 +168,12 @@ struct KernelRun {
   }
 
   // Runs on the given O and lse, with the depth-gradient buffers reset to their initial values.
-  void backward(const Tensor& o_in, const Tensor& lse_in) {
+  void backward(const Tensor& o_in, const Tensor& lse_in, DepthGradMode mode = DepthGradMode::add) {
     dq = nan_filled(pb.q_shape, DType::bf16);
     dk = nan_filled(pb.kv_shape, DType::bf16);
     dv = nan_filled(pb.kv_shape, DType::bf16);
-    ddk = pb.d_depth_k0.cpu.to(kGpu);
-    ddv = pb.d_depth_v0.cpu.to(kGpu);
+    ddk = pb.depth_grads_before(pb.d_depth_k0.cpu, mode);
+    ddv = pb.depth_grads_before(pb.d_depth_v0.cpu, mode);
     cuda::ModaBackwardParams p;
     p.shape = pb.shape();
     p.q = pb.q.gpu.data<bf16>();
@@ -179,6 +189,7 @@ struct KernelRun {
     p.dv = dv.data<bf16>();
     p.d_depth_k = ddk.data<float>();
     p.d_depth_v = ddv.data<float>();
+    p.store_depth_grads = mode == DepthGradMode::store;
     p.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, p.shape);
     p.workspace = scratch(p.workspace_bytes);
     cuda::moda_attention_backward(kernel, p, tensor_stream());
@@ -186,13 +197,15 @@ struct KernelRun {
   }
 };
 
-// Splits a depth-gradient buffer into what the pass added to the slot range (got - initial there, 0
-// elsewhere) and whether every slot outside the range kept its initial bits.
+// Splits a depth-gradient buffer into what the pass put in the slot range (got - initial there when
+// it added, got when it stored; 0 elsewhere) and whether every slot outside the range kept its
+// initial bits.
 struct DepthGradient {
   std::vector<double> added;
   bool others_untouched = true;
 };
-DepthGradient depth_gradient(const Tensor& got_gpu, const Tensor& initial, const Case& c) {
+DepthGradient depth_gradient(const Tensor& got_gpu, const Tensor& initial, const Case& c,
+                             DepthGradMode mode = DepthGradMode::add) {
   const Tensor got = got_gpu.to(Device::cpu());
   const float* g = got.data<float>();
   const float* i0 = initial.data<float>();
@@ -202,7 +215,7 @@ DepthGradient depth_gradient(const Tensor& got_gpu, const Tensor& initial, const
   for (int64_t i = 0; i < got.numel(); ++i) {
     const int64_t slot = i / slot_size % c.slots();
     if (slot >= c.begin() && slot < c.end()) {
-      out.added[size_t(i)] = double(g[i]) - double(i0[i]);
+      out.added[size_t(i)] = double(g[i]) - (mode == DepthGradMode::add ? double(i0[i]) : 0.0);
     } else {
       out.added[size_t(i)] = 0;
       if (std::memcmp(&g[i], &i0[i], sizeof(float)) != 0) out.others_untouched = false;
@@ -245,6 +258,13 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
       std::snprintf(text, sizeof(text), "%.3e", err);
       RecordProperty(name + "_rel_l2_" + check.what, text);
     }
+    // The first reader of the slots stores its depth gradients over whatever the range held.
+    run.backward(pb.o_gpu, pb.lse_gpu, DepthGradMode::store);
+    const DepthGradient sk = depth_gradient(run.ddk, pb.d_depth_k0.cpu, c, DepthGradMode::store);
+    const DepthGradient sv = depth_gradient(run.ddv, pb.d_depth_v0.cpu, c, DepthGradMode::store);
+    EXPECT_TRUE(sk.others_untouched && sv.others_untouched) << name << ": storing changed slots outside the range";
+    EXPECT_LE(relative_error(sk.added, values(pb.ref_ddk)), 1e-2) << name << " stored d_depth_k";
+    EXPECT_LE(relative_error(sv.added, values(pb.ref_ddv)), 1e-2) << name << " stored d_depth_v";
   }
 }
 

@@ -137,6 +137,53 @@ TEST(ModaAttention, DepthStreamGradcheck) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Readers over sliding slot ranges, as with moda.max_slots: in backward the later reader stores
+// the gradients of slots 1 and 2, the earlier one finds slot 1 done and slot 0 untouched (zeroed,
+// then both added), and slot 3, which no reader reads, hands its writer no gradient.
+TEST(ModaAttention, DepthStreamGradcheckOverSlidingSlotRanges) {
+  const int64_t B = 1, T = 4, Hq = 2, Hk = 1, d = 4;
+  auto f = [&](const std::vector<Variable>& in) {
+    DepthStream stream(B, T, 4, Hk, d, DType::f64, Device::cpu());
+    stream.write(0, in[3], in[4]);
+    stream.write(1, scale(in[4], 0.8), in[3]);
+    Variable first = stream.attend(in[0], in[1], in[2], 0, 2, 0.5);
+    stream.write(2, scale(in[3], -0.6), in[4]);
+    Variable second = stream.attend(in[0], in[2], in[1], 1, 3, 0.5);
+    stream.write(3, in[4], scale(in[3], 1.7));
+    return add(first, second);
+  };
+  const GradcheckResult r = gradcheck(
+      f, {random_tensor({B, T, Hq, d}, DType::f64, 11), random_tensor({B, T, Hk, d}, DType::f64, 12),
+          random_tensor({B, T, Hk, d}, DType::f64, 13), random_tensor({B, T, Hk, d}, DType::f64, 14),
+          random_tensor({B, T, Hk, d}, DType::f64, 15)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// A reader that stores its depth gradients overwrites its slot range, whatever it held, and leaves
+// the other slots alone; adding onto zeros gives the same gradients.
+TEST(ModaAttention, StoredDepthGradientsEqualGradientsAddedToZeros) {
+  const Problem p = random_problem(1, 6, 4, 2, 8, 4, DType::f64, 41);
+  const Tensor grad_o = random_tensor(p.q.shape(), DType::f64, 42);
+  const AttentionOutput out = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 3}, 0.3);
+  Tensor added_k = Tensor::zeros(p.dk.shape(), DType::f64), added_v = Tensor::zeros(p.dv.shape(), DType::f64);
+  moda_attention_backward(grad_o, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 3}, out.o, out.lse, 0.3, added_k, added_v);
+  Tensor stored_k = Tensor::full(p.dk.shape(), NAN, DType::f64), stored_v = Tensor::full(p.dv.shape(), 5.0, DType::f64);
+  for (Tensor* t : {&stored_k, &stored_v}) {  // slots outside the range keep what they held
+    zero_depth_slots(*t, 1, 3);
+    for (int64_t s : {1, 2}) write_depth_slot(*t, s, Tensor::full({1, 6, 2, 8}, 9.0, DType::f64));
+  }
+  moda_attention_backward(grad_o, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 1, 3}, out.o, out.lse, 0.3, stored_k, stored_v,
+                          DepthGradMode::store);
+  for (int64_t s : {1, 2}) {
+    EXPECT_EQ(read_depth_slot(stored_k, s).to_vector<double>(), read_depth_slot(added_k, s).to_vector<double>());
+    EXPECT_EQ(read_depth_slot(stored_v, s).to_vector<double>(), read_depth_slot(added_v, s).to_vector<double>());
+  }
+  for (int64_t s : {0, 3}) {
+    for (double x : read_depth_slot(stored_k, s).to_vector<double>()) EXPECT_TRUE(std::isnan(x));
+    for (double x : read_depth_slot(stored_v, s).to_vector<double>()) EXPECT_EQ(x, 5.0);
+  }
+}
+
 // Reader depth keys: the slots hold raw keys and each reader normalises them with its own weight;
 // the gradients reach the writers through the side buffer and the reader's weight as a normal input.
 TEST(ModaAttention, DepthStreamReaderKeysGradcheck) {
