@@ -19,7 +19,7 @@
 // FLOPs of the group kernel (forward; backward counted as 2.5x, as for flash attention):
 //   sequence (causal half)   2 * 2 * B * Hq * T^2 * d / 2
 //   depth (L slots per row)  2 * 2 * B * Hq * T * L * d
-// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T]
+// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|add]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -284,7 +284,7 @@ void table7(int min_reps) {
   std::printf("\n");
 }
 
-void table2(int min_reps, int64_t min_t, int64_t max_t) {
+void table2(int min_reps, int64_t min_t, int64_t max_t, const std::string& sweep) {
   struct Row {
     const char* sweep;
     Shape s;
@@ -321,7 +321,7 @@ void table2(int min_reps, int64_t min_t, int64_t max_t) {
   uint64_t seed = 200;
   for (const Row& r : rows) {
     const Shape& s = r.s;
-    if (s.T < min_t || s.T > max_t) continue;
+    if (s.T < min_t || s.T > max_t || (!sweep.empty() && sweep != r.sweep)) continue;
     const Timing fa = time_flash(s, min_reps, seed += 10);
     const Timing md = time_moda(ModaKernel::group, s, min_reps, seed += 10);
     const double fwd_flops = sequence_flops(s) + depth_flops(s), total_flops = 3.5 * fwd_flops;
@@ -357,24 +357,28 @@ int main(int argc, char** argv) {
   std::string mode = "all";
   int min_reps = 5;
   int64_t min_t = 0, max_t = INT64_MAX;
+  std::string sweep;  // empty: every row of Table 2
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "table7" || a == "table2" || a == "all") {
       mode = a;
     } else if (a == "--min-reps" && i + 1 < argc) {
       min_reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--sweep" && i + 1 < argc) {
+      sweep = argv[++i];
     } else if (a == "--min-t" && i + 1 < argc) {
       min_t = std::atoll(argv[++i]);
     } else if (a == "--max-t" && i + 1 < argc) {
       max_t = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T]\n");
+      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|add]\n");
       return 2;
     }
   }
 #if !FATHOM_WITH_CUDA
   (void)min_reps;
   (void)min_t;
+  (void)sweep;
   (void)max_t;
   std::printf("bench_moda_attention: fathom was built without CUDA; nothing to measure\n");
   return 0;
@@ -382,7 +386,7 @@ int main(int argc, char** argv) {
   if (!fathom::bench::describe_device("bench_moda_attention", "; medians of CUDA-event timings after 2 warm-up runs"))
     return 0;
   if (mode == "table7" || mode == "all") table7(min_reps);
-  if (mode == "table2" || mode == "all") table2(min_reps, min_t, max_t);
+  if (mode == "table2" || mode == "all") table2(min_reps, min_t, max_t, sweep);
   return 0;
 #endif
 }
