@@ -103,6 +103,11 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   // Online softmax of block n's scores (`masked`: the block hides keys past each row's limit): updates m
   // and l, leaves P (fp32) in `s` and the factor O must be rescaled by in `corr`. The max is taken over
   // raw scores (the scale is positive), so each score costs one FFMA and one exp2 in the log2 domain.
+  // m is the reference the probabilities are taken against, not always the exact running max: it
+  // moves only when a block's max passes it by more than kMaxLag (P <= 2^kMaxLag otherwise, far from
+  // overflow), so most blocks leave O unscaled (corr exactly 1). The result is the same softmax: O, l
+  // and m stay consistent, and the log-sum-exp is m + log2(l) whatever m is.
+  constexpr float kMaxLag = 8.f;
   auto softmax = [&](int n, float (&corr)[2], auto masked) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -115,7 +120,8 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
           if (masked && n * BK + 8 * j + 2 * t + e > limit[half]) x = -INFINITY;
           mx = fmaxf(mx, x);
         }
-      const float m_new = fmaxf(st.m[half], quad_max(mx) * scale_log2);
+      const float m_block = quad_max(mx) * scale_log2;
+      const float m_new = m_block > st.m[half] + kMaxLag ? m_block : st.m[half];
       // A row with no visible key yet keeps max -inf; exponentiate against 0 so no inf - inf appears.
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       corr[half] = exp2_approx(st.m[half] - m_use);
@@ -157,10 +163,11 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
     wgmma_wait<1>(s);  // S_n has landed; P_{n-1} V_{n-1} may still be running
     split_by_mask(n >= first_masked, [&](auto masked) { softmax(n, corr, masked); });
     wgmma_wait<0>(st.o);
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f))  // some row of the warp moved its m
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j)
+      for (int j = 0; j < D / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) st.o[4 * j + e] *= corr[e >> 1];
+        for (int e = 0; e < 4; ++e) st.o[4 * j + e] *= corr[e >> 1];
     pack_p();
   }
   wgmma_fence(p, st.o);
