@@ -19,9 +19,9 @@ struct DepthStream::Buffers {
 
   bool has_grad(int64_t slot) const { return grad_k.defined() && grad_defined[size_t(slot)]; }
 
-  // Readies the gradients of slots [begin, end) for a reader and says how it puts its own there: the
-  // first reader of them all stores (where may_store), any other adds, after the slots no reader has
-  // reached yet are zeroed.
+  // Readies slots [begin, end) of the gradient buffers for a reader and says how it puts its own
+  // there: it stores them if no reader has reached any of these slots yet (and may_store); otherwise
+  // it adds them, after the slots no reader has reached yet are zeroed.
   DepthGradMode prepare_grads(int64_t begin, int64_t end, bool may_store) {
     if (!grad_k.defined()) {
       grad_k = Tensor::empty(k.shape(), stats_dtype(k.dtype()), k.device());
