@@ -8,6 +8,10 @@
 namespace fathom {
 
 namespace {
+void check_slot_range(const char* op, const Tensor& buffer, int64_t begin, int64_t end) {
+  FATHOM_CHECK(0 <= begin && begin <= end && end <= buffer.dim(2), op, ": slot range [", begin, ", ", end,
+               ") outside the buffer's ", buffer.dim(2), " slots");
+}
 void check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth) {
   FATHOM_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, op, ": q, k, v must be [B, T, H, d], got ",
                describe(q), ", ", describe(k), ", ", describe(v));
@@ -21,8 +25,7 @@ void check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor
   const Shape& ds = depth.k.shape();
   FATHOM_CHECK(ds[0] == B && ds[1] == T && ds[3] == Hk && ds[4] == d, op, ": depth buffer ", describe(depth.k),
                " does not match q ", describe(q), " and ", Hk, " KV heads");
-  FATHOM_CHECK(0 <= depth.begin && depth.begin <= depth.end && depth.end <= ds[2], op, ": slot range [",
-               depth.begin, ", ", depth.end, ") outside the buffer's ", ds[2], " slots");
+  check_slot_range(op, depth.k, depth.begin, depth.end);
   FATHOM_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype() && v.dtype() == depth.k.dtype() &&
                    depth.k.dtype() == depth.v.dtype(),
                op, ": all inputs must share one dtype");
@@ -67,8 +70,7 @@ Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {
 
 void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
   FATHOM_CHECK(buffer.rank() == 5, "zero_depth_slots: a depth buffer is [B, T, S, Hk, d], got ", describe(buffer));
-  FATHOM_CHECK(0 <= begin && begin <= end && end <= buffer.dim(2), "zero_depth_slots: slot range [", begin, ", ", end,
-               ") outside the buffer's ", buffer.dim(2), " slots");
+  check_slot_range("zero_depth_slots", buffer, begin, end);
   if (buffer.is_cpu()) return cpu::zero_depth_slots(buffer, begin, end);
 #ifdef FATHOM_WITH_CUDA
   cuda::zero_depth_slots(buffer, begin, end);

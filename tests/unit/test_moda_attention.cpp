@@ -55,6 +55,14 @@ std::pair<std::vector<double>, std::vector<double>> depth_only(const Problem& p,
   return {o, lse};
 }
 
+// Inputs of the depth-stream gradchecks: q [B, T, Hq, d], then four [B, T, Hk, d] tensors (the
+// layer's k, v and two written k/v pairs' sources), seeds seed .. seed + 4.
+std::vector<Tensor> stream_inputs(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, uint64_t seed) {
+  std::vector<Tensor> in{random_tensor({B, T, Hq, d}, DType::f64, seed)};
+  for (uint64_t i = 1; i <= 4; ++i) in.push_back(random_tensor({B, T, Hk, d}, DType::f64, seed + i));
+  return in;
+}
+
 }  // namespace
 
 // The joint softmax equals the two partial softmaxes merged by their log-sum-exps (an identity that
@@ -118,6 +126,7 @@ TEST(ModaAttention, Float32AgreesWithFloat64) {
   expect_close(got.lse, want.lse, 1e-5, 1e-4, "lse");
 }
 
+
 // Writers' gradients reach them through the depth stream: slot 0 and 1 are written from (k0, v0)
 // and (k1, v1), then two readers attend over different slot ranges.
 TEST(ModaAttention, DepthStreamGradcheck) {
@@ -130,10 +139,7 @@ TEST(ModaAttention, DepthStreamGradcheck) {
     Variable second = stream.attend(in[0], in[2], in[1], 0, 2, 0.5);
     return add(first, second);
   };
-  const GradcheckResult r = gradcheck(
-      f, {random_tensor({B, T, Hq, d}, DType::f64, 1), random_tensor({B, T, Hk, d}, DType::f64, 2),
-          random_tensor({B, T, Hk, d}, DType::f64, 3), random_tensor({B, T, Hk, d}, DType::f64, 4),
-          random_tensor({B, T, Hk, d}, DType::f64, 5)});
+  const GradcheckResult r = gradcheck(f, stream_inputs(B, T, Hq, Hk, d, 1));
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -152,10 +158,7 @@ TEST(ModaAttention, DepthStreamGradcheckOverSlidingSlotRanges) {
     stream.write(3, in[4], scale(in[3], 1.7));
     return add(first, second);
   };
-  const GradcheckResult r = gradcheck(
-      f, {random_tensor({B, T, Hq, d}, DType::f64, 11), random_tensor({B, T, Hk, d}, DType::f64, 12),
-          random_tensor({B, T, Hk, d}, DType::f64, 13), random_tensor({B, T, Hk, d}, DType::f64, 14),
-          random_tensor({B, T, Hk, d}, DType::f64, 15)});
+  const GradcheckResult r = gradcheck(f, stream_inputs(B, T, Hq, Hk, d, 11));
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -198,10 +201,9 @@ TEST(ModaAttention, DepthStreamReaderKeysGradcheck) {
     Variable third = stream.attend(in[0], in[1], in[2], 1, 2, 0.5);
     return add(add(first, second), third);
   };
-  const GradcheckResult r = gradcheck(
-      f, {random_tensor({B, T, Hq, d}, DType::f64, 1), random_tensor({B, T, Hk, d}, DType::f64, 2),
-          random_tensor({B, T, Hk, d}, DType::f64, 3), random_tensor({B, T, Hk, d}, DType::f64, 4),
-          random_tensor({B, T, Hk, d}, DType::f64, 5), random_tensor({Hk * d}, DType::f64, 6, 0.5, 1.5)});
+  std::vector<Tensor> inputs = stream_inputs(B, T, Hq, Hk, d, 1);
+  inputs.push_back(random_tensor({Hk * d}, DType::f64, 6, 0.5, 1.5));  // the reader's norm weight
+  const GradcheckResult r = gradcheck(f, inputs);
   EXPECT_TRUE(r.ok) << r.message;
 }
 
