@@ -261,6 +261,10 @@ TEST(ModaAttention, BadInputsAreClearErrors) {
   expect_error([&] { write_depth_slot(buffer, 3, p.k); }, {"slot 3"});
   expect_error([&] { write_depth_slot(buffer, 0, p.q); }, {"does not match"});
   expect_error([&] { write_depth_slot(buffer, 0, p.k.to(DType::f64)); }, {"write_depth_slot", "into a F32 depth buffer", "F32 into BF16"});
+  expect_error([&] { zero_depth_slots(buffer, 2, 4); }, {"zero_depth_slots", "[2, 4)", "3 slots"});
+  expect_error([&] { zero_depth_slots(buffer, 2, 1); }, {"zero_depth_slots", "slot range"});
+  Tensor not_a_buffer = p.k.clone();
+  expect_error([&] { zero_depth_slots(not_a_buffer, 0, 1); }, {"zero_depth_slots", "[B, T, S, Hk, d]"});
   // F32 into a BF16 buffer converts; the slot reads back rounded to bf16.
   Tensor bf16_buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::bf16);
   write_depth_slot(bf16_buffer, 1, p.k);
