@@ -11,13 +11,14 @@
 // and (dK/dV) dS while dV runs.
 #pragma once
 #include "kernels/cuda/attention_backward.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace fathom::cuda::flash {
 
 // ---------------------------------------------------------------------------------------------
-// dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO as tiles, lse2 and delta as
-// row vectors after the tiles) are double-buffered.
+// dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO as tiles by one thread's TMA
+// copies, lse2 and delta as row vectors after the tiles by cp.async) are double-buffered.
 template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_>
 struct WgmmaDkDvConfig {
   static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
@@ -26,13 +27,15 @@ struct WgmmaDkDvConfig {
   using QTile = PanelTile<BQ, D>;
   static constexpr int kStageBytes = 2 * QTile::kBytes;  // Q and dO
   static constexpr int kRowsOffset = 2 * KvTile::kBytes + 2 * kStageBytes;
-  static constexpr int kSmemBytes = kRowsOffset + 2 * 2 * BQ * 4;  // per stage: lse2[BQ], delta[BQ]
+  static constexpr int kBarrierOffset = kRowsOffset + 2 * 2 * BQ * 4;  // per stage: lse2[BQ], delta[BQ]
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * 8;           // then one barrier per stage
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dkdv_wgmma_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    flash_backward_dkdv_wgmma_kernel(const BackwardArgs a, const __grid_constant__ QdoMaps maps) {
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
   using KvTile = typename Cfg::KvTile;
@@ -48,13 +51,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   auto sRows = [&](int s) { return sK + uint32_t(Cfg::kRowsOffset + s * 2 * BQ * 4); };  // lse2, delta
   const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
 
+  const uint32_t bars = sK + uint32_t(Cfg::kBarrierOffset);
+  if (tid == 0) {
+    mbarrier_init(bars, 1);
+    mbarrier_init(bars + 8, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
   const DkDvItems work = dkdv_items(a, k0, hk, BQ);
   const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
   auto load_item = [&](int item, int s) {
     const int h = work.head(item), q0 = work.q0(item);
-    const int64_t q_off = (int64_t(b) * a.T * a.Hq + h) * a.d, r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
-    load_tile_async<D, BQ, Cfg::THREADS, QTile>(sQ(s), a.q + q_off, q_stride, q0, a.T, a.d, tid);
-    load_tile_async<D, BQ, Cfg::THREADS, QTile>(sDO(s), a.dout + q_off, q_stride, q0, a.T, a.d, tid);
+    const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
+    if (tid == 0) {
+      const uint32_t bar = bars + uint32_t(8 * s);
+      mbarrier_expect_bytes(bar, Cfg::kStageBytes);
+      tma_load_rows<QTile>(sQ(s), &maps.q, bar, h, q0, b);
+      tma_load_rows<QTile>(sDO(s), &maps.dout, bar, h, q0, b);
+    }
     load_row_vector_async<BQ, Cfg::THREADS>(sRows(s), a.lse2 + r_off, tid);
     load_row_vector_async<BQ, Cfg::THREADS>(sRows(s) + BQ * 4, a.delta + r_off, tid);
     cp_async_commit();
@@ -76,6 +91,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     } else {
       cp_async_wait<0>();
     }
+    mbarrier_wait(bars + uint32_t(8 * (item & 1)), uint32_t(item >> 1) & 1u);
     fence_proxy_async();
     __syncthreads();
     const int s = item & 1, q0 = work.q0(item);
@@ -166,46 +182,55 @@ struct WgmmaDqConfig {
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
-  static constexpr int kSmemBytes = 2 * QTile::kBytes + 2 * kStageBytes;
+  static constexpr int kStages = 2, kRingBytes = kStages * kStageBytes;
+  static constexpr int kBarrierBytes = 8 * kStages;  // one barrier per stage, after everything else
+  static constexpr int kSmemBytes = 2 * QTile::kBytes + kRingBytes + kBarrierBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
   static_assert(kRowPad % BQ == 0, "dQ tiles must not pass the padded statistics rows");
 };
 
-// dQ += dS K over the causal keys [0, key_end) of one KV head for a query tile whose Q and dO tiles
-// are at sQ and sDO (this warpgroup's 64 rows; their copies committed): key j is visible to this
-// thread's row half h iff j <= limit[h], no limit is below `first_limit`, lse2 and delta are the
-// rows' statistics. KV blocks stream through the double-buffered stages at `ring`. dq is unscaled.
-// Returns with this warpgroup's products complete; other warpgroups may still read the ring.
+// dQ += dS K over the causal keys [0, key_end) of KV head hk of batch b (tensor maps `maps`, boxes
+// of Cfg::BK rows) for a query tile whose Q and dO tiles are at sQ and sDO (this warpgroup's 64 rows;
+// their cp.async copies committed): key j is visible to this thread's row half h iff j <= limit[h],
+// no limit is below `first_limit`, lse2 and delta are the rows' statistics. KV blocks stream through
+// the double-buffered stages at `ring`, filled by one thread's TMA copies that complete on the
+// stages' barriers at `bars`. dq is unscaled. Returns with this warpgroup's products complete; other
+// warpgroups may still read the ring.
 template <class Cfg>
 __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_t sQ, uint32_t sDO, uint32_t ring,
-                                                const bf16_t* k, const bf16_t* v, int64_t kv_stride, int T, int d,
-                                                int first_limit, int key_end, const int (&limit)[2],
-                                                const float (&lse2)[2], const float (&delta)[2], float scale_log2,
-                                                int tid) {
+                                                uint32_t bars, const KvMaps& maps, int hk, int b, int first_limit,
+                                                int key_end, const int (&limit)[2], const float (&lse2)[2],
+                                                const float (&delta)[2], float scale_log2, int tid) {
   constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
   using KvTile = typename Cfg::KvTile;
   const int wg = tid >> 7, t = tid & 3;
   auto stage_k = [&](int n) { return ring + uint32_t((n & 1) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
+  auto stage_bar = [&](int n) { return bars + uint32_t((n & 1) * 8); };
   auto load_kv = [&](int n) {
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, T, d, tid);
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, T, d, tid);
-    cp_async_commit();
+    if (tid != 0) return;
+    mbarrier_expect_bytes(stage_bar(n), Cfg::kStageBytes);
+    tma_load_rows<KvTile>(stage_k(n), &maps.k, stage_bar(n), hk, n * BK, b);
+    tma_load_rows<KvTile>(stage_v(n), &maps.v, stage_bar(n), hk, n * BK, b);
   };
   const int n_blocks = (key_end + BK - 1) / BK;
   const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
+  if (tid == 0) {
+    mbarrier_init(bars, 1);
+    mbarrier_init(bars + 8, 1);
+    fence_mbarrier_init();
+  }
+  cp_async_wait<0>();  // the Q and dO tiles
+  fence_proxy_async();
+  __syncthreads();  // barriers initialised, Q and dO published
   load_kv(0);
 
   for (int n = 0; n < n_blocks; ++n) {
-    if (n + 1 < n_blocks) {
-      load_kv(n + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    fence_proxy_async();
-    __syncthreads();
+    // The other stage was last read in step n - 1, which every thread left through the barrier at
+    // its end.
+    if (n + 1 < n_blocks) load_kv(n + 1);
+    mbarrier_wait(stage_bar(n), uint32_t(n >> 1) & 1u);
 
     float p[BK / 2], ds[BK / 2];
     wgmma_fence();
@@ -240,7 +265,8 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dq_wgmma_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    flash_backward_dq_wgmma_kernel(const BackwardArgs a, const __grid_constant__ KvMaps maps) {
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D, BQ = Cfg::BQ;
   using QTile = typename Cfg::QTile;
@@ -265,8 +291,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   float dq[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
-  wgmma_dq_causal<Cfg>(dq, sQ, sDO, sDO + QTile::kBytes, a.k + kv_off, a.v + kv_off, kv_stride, a.T, a.d, q0,
-                       min(q0 + BQ, a.T), limit, lse2, delta, a.scale_log2, tid);
+  const uint32_t ring = sDO + QTile::kBytes;
+  wgmma_dq_causal<Cfg>(dq, sQ, sDO, ring, ring + Cfg::kRingBytes, maps, hk, b, q0, min(q0 + BQ, a.T), limit, lse2,
+                       delta, a.scale_log2, tid);
 
   // The Q tile is free (every wgmma reading it has completed): stage dQ there for 16-byte stores.
   stage_wgmma_accumulator<QTile>(smem, dq, {a.scale, a.scale}, wrow, lane);

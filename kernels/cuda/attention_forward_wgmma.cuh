@@ -8,11 +8,13 @@
 // warpgroup are software-pipelined so that its softmax runs while the tensor cores work: per block n
 // it issues S_n and then O += P_{n-1} V_{n-1}, computes P_n as soon as S_n lands, and rescales O
 // once the P V product has landed. KV blocks therefore live in a ring of three stages: block n's K,
-// block n - 1's V, and block n + 1 in flight.
+// block n - 1's V, and block n + 1 in flight. One thread fills the ring with TMA copies (tma.cuh),
+// each stage completing on its own shared-memory barrier.
 #pragma once
 #include <cmath>
 
 #include "kernels/cuda/attention_forward.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace fathom::cuda::flash {
@@ -26,7 +28,9 @@ struct WgmmaForwardConfig {
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
-  static constexpr int kSmemBytes = QTile::kBytes + kStages * kStageBytes;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kBarrierBytes = 8 * kStages;  // one barrier per ring stage, after everything else
+  static constexpr int kSmemBytes = QTile::kBytes + kRingBytes + kBarrierBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
 };
@@ -58,14 +62,15 @@ struct WgmmaRowState {
 };
 
 // Attends a query tile (in shared memory at sQ, this warpgroup's 64 rows) to the causal keys
-// [0, key_end) of one KV head: key j is visible to this thread's row half h iff j <= limit[h]
-// (the row's own position, or its token's for folded heads), and no row's limit is below
-// `first_limit`, so blocks ending at or before it skip the mask. The Q tile's copy must have been
-// committed; the KV blocks stream through the ring at `ring` (Cfg::kStages stages). Returns with
-// this warpgroup's products complete; other warpgroups may still read the ring.
+// [0, key_end) of KV head hk of batch b (tensor maps `maps`, boxes of Cfg::BK rows): key j is visible
+// to this thread's row half h iff j <= limit[h] (the row's own position, or its token's for folded
+// heads), and no row's limit is below `first_limit`, so blocks ending at or before it skip the mask.
+// The Q tile's cp.async copy must have been committed. The KV blocks stream through the ring at
+// `ring` (Cfg::kStages stages), whose barriers are at `bars`. Returns with this warpgroup's products
+// complete; other warpgroups may still read the ring.
 template <class Cfg>
 __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, uint32_t sQ, uint32_t ring,
-                                                    const bf16_t* k, const bf16_t* v, int64_t kv_stride, int T, int d,
+                                                    uint32_t bars, const KvMaps& maps, int hk, int b,
                                                     int first_limit, int key_end, const int (&limit)[2],
                                                     float scale_log2, int tid) {
   constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
@@ -73,20 +78,29 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   const int wg = tid >> 7, t = tid & 3;
   auto stage_k = [&](int n) { return ring + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
+  auto stage_bar = [&](int n) { return bars + uint32_t((n % Cfg::kStages) * 8); };
   auto load_kv = [&](int n) {
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_k(n), k, kv_stride, n * BK, T, d, tid);
-    load_tile_async<D, BK, Cfg::THREADS, KvTile>(stage_v(n), v, kv_stride, n * BK, T, d, tid);
-    cp_async_commit();
+    if (tid != 0) return;
+    mbarrier_expect_bytes(stage_bar(n), Cfg::kStageBytes);
+    tma_load_rows<KvTile>(stage_k(n), &maps.k, stage_bar(n), hk, n * BK, b);
+    tma_load_rows<KvTile>(stage_v(n), &maps.v, stage_bar(n), hk, n * BK, b);
   };
-  // Waits for every copy issued so far and publishes it to the whole CTA's tensor-core reads; the
-  // barrier also tells the caller that every warpgroup has finished the previous step.
-  auto land_copies = [&] {
-    cp_async_wait<0>();
-    fence_proxy_async();
+  // Waits for block n's copies; the block-wide barrier also tells the caller that every warpgroup
+  // has finished the previous step, so the stage read two steps ago may be refilled.
+  auto land_block = [&](int n) {
+    mbarrier_wait(stage_bar(n), uint32_t(n / Cfg::kStages) & 1u);
     __syncthreads();
   };
   const int n_blocks = (key_end + BK - 1) / BK;
   const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages; ++s) mbarrier_init(bars + uint32_t(8 * s), 1);
+    fence_mbarrier_init();
+  }
+  cp_async_wait<0>();  // the Q tile
+  fence_proxy_async();
+  __syncthreads();  // barriers initialised, Q published
   load_kv(0);
 
   float s[BK / 2];
@@ -146,7 +160,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   };
 
   // Block 0: scores and P (O is still zero, nothing to rescale).
-  land_copies();
+  land_block(0);
   if (n_blocks > 1) load_kv(1);
   float corr[2];
   wgmma_fence();
@@ -155,7 +169,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   split_by_mask(0 >= first_masked, [&](auto masked) { softmax(0, corr, masked); });
   pack_p();
   for (int n = 1; n < n_blocks; ++n) {
-    land_copies();  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
+    land_block(n);  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
     if (n + 1 < n_blocks) load_kv(n + 1);
     wgmma_fence(p, st.o);
     issue_scores(n);
@@ -176,7 +190,8 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_wgmma_kernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    flash_forward_wgmma_kernel(const ForwardArgs a, const __grid_constant__ KvMaps maps) {
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D, BQ = Cfg::BQ;
   using QTile = typename Cfg::QTile;
@@ -191,8 +206,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_forward_w
   const int limit[2] = {row0, row0 + 8};
   WgmmaRowState<D> st;
   st.init();
-  wgmma_attend_causal<Cfg>(st, sQ, sQ + QTile::kBytes, a.k + kv_off, a.v + kv_off, kv_stride, a.T, a.d, q0,
-                           min(q0 + BQ, a.T), limit, a.scale_log2, tid);
+  const uint32_t ring = sQ + QTile::kBytes;
+  wgmma_attend_causal<Cfg>(st, sQ, ring, ring + Cfg::kRingBytes, maps, hk, b, q0, min(q0 + BQ, a.T), limit,
+                           a.scale_log2, tid);
 
   // Normalise once; the log-sum-exp goes back to natural log.
   float inv[2], lse[2];

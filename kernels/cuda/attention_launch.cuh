@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention_backward.cuh"
 #include "kernels/cuda/attention_backward_wgmma.cuh"
 #include "kernels/cuda/attention_forward_wgmma.cuh"
+#include "kernels/cuda/tma_map.h"
 
 namespace fathom::cuda::flash {
 
@@ -62,7 +63,10 @@ void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
   auto kernel = forward_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
-  kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
+  if constexpr (WarpgroupTiles<Cfg>)
+    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a, kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK));
+  else
+    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
   check_cuda(cudaGetLastError(), "the forward kernel launch");
 }
 
@@ -80,7 +84,11 @@ void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits
   auto kernel = dkdv_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
-  kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
+  if constexpr (WarpgroupTiles<Cfg>)
+    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(
+        a, QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ), head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)});
+  else
+    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
   check_cuda(cudaGetLastError(), "the dK/dV kernel launch");
   if (splits > 1) {
     const int64_t threads = int64_t(a.B) * a.T * a.Hk * a.d / 4;
@@ -131,7 +139,10 @@ void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
   constexpr int smem = dq_kernel_smem_bytes<Cfg>();
   allow_smem(kernel, smem);
   const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
-  kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
+  if constexpr (WarpgroupTiles<Cfg>)
+    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a, kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK));
+  else
+    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
   check_cuda(cudaGetLastError(), "the dQ kernel launch");
 }
 

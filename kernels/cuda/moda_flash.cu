@@ -57,11 +57,13 @@ ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
 
 dim3 grid_of(const ModaArgs& a) { return dim3(unsigned((a.T + a.tokens - 1) / a.tokens), unsigned(a.B * (a.Hq / a.fold))); }
 
-// Launches a MoDA kernel over the call's tiles with `smem` bytes of dynamic shared memory.
-template <class Kernel>
-void launch_on_tiles(Kernel kernel, int threads, int smem, const ModaArgs& a, cudaStream_t stream) {
+// Launches a MoDA kernel over the call's tiles with `smem` bytes of dynamic shared memory; `more`
+// are the kernel's parameters after the arguments.
+template <class Kernel, class... More>
+void launch_on_tiles(Kernel kernel, int threads, int smem, const ModaArgs& a, cudaStream_t stream,
+                     const More&... more) {
   flash::allow_smem(kernel, smem);
-  kernel<<<grid_of(a), threads, smem, stream>>>(a);
+  kernel<<<grid_of(a), threads, smem, stream>>>(a, more...);
 }
 
 flash::BackwardScratch scratch_of(const ModaShape& m) {
@@ -96,7 +98,8 @@ void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) 
     if (kGroupOnWgmma && kernel == ModaKernel::group) {
       using Cfg = typename GroupWgmma<D>::Forward;
       const ModaArgs a = args(Cfg::BQ);
-      launch_on_tiles(moda_forward_wgmma_kernel<Cfg>, Cfg::THREADS, forward_wgmma_smem_bytes<Cfg>(), a, stream);
+      launch_on_tiles(moda_forward_wgmma_kernel<Cfg>, Cfg::THREADS, forward_wgmma_smem_bytes<Cfg>(), a, stream,
+                      flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, Cfg::BK));
       flash::check_cuda(cudaGetLastError(), "the MoDA forward kernel launch");
       return;
     }
@@ -140,7 +143,8 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
       if (on_wgmma)
         launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,
-                        dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream);
+                        dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream,
+                        flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, WgmmaCfg::BK));
       else
         launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>, Cfg::THREADS,
                         dq_smem_bytes<Cfg, WARP_DEPTH>(), a, stream);

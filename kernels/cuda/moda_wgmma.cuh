@@ -13,16 +13,25 @@ namespace fathom::cuda::moda {
 
 // Shared memory after the Q (and dO) tiles: the sequence walk's KV stages, reused by the depth chunks.
 template <class Cfg>
-constexpr int wgmma_kv_region_bytes(int ring_bytes) {
+__host__ __device__ constexpr int wgmma_kv_region_bytes(int ring_bytes) {
   return ring_bytes > WarpChunks<Cfg>::kBytes ? ring_bytes : WarpChunks<Cfg>::kBytes;
+}
+// The forward's: the Q tile, the KV region, then the ring's barriers (outside what the depth chunks reuse).
+template <class Cfg>
+__host__ __device__ constexpr int forward_wgmma_barriers() {
+  return Cfg::QTile::kBytes + wgmma_kv_region_bytes<Cfg>(Cfg::kRingBytes);
 }
 template <class Cfg>
 constexpr int forward_wgmma_smem_bytes() {
-  return Cfg::QTile::kBytes + wgmma_kv_region_bytes<Cfg>(Cfg::kStages * Cfg::kStageBytes);
+  return forward_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
+}
+template <class Cfg>
+__host__ __device__ constexpr int dq_wgmma_barriers() {
+  return 2 * Cfg::QTile::kBytes + wgmma_kv_region_bytes<Cfg>(Cfg::kRingBytes);
 }
 template <class Cfg>
 constexpr int dq_wgmma_smem_bytes() {
-  return 2 * Cfg::QTile::kBytes + wgmma_kv_region_bytes<Cfg>(2 * Cfg::kStageBytes);
+  return dq_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
 }
 
 // The A fragments of a warp's 16 rows (from tile row r0) of a Q or dO tile.
@@ -53,7 +62,8 @@ __device__ __forceinline__ void from_mtile_state(flash::WgmmaRowState<D>& st, co
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_wgmma_kernel(const ModaArgs a) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    moda_forward_wgmma_kernel(const ModaArgs a, const __grid_constant__ flash::KvMaps maps) {
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D;
   using QTile = typename Cfg::QTile;
@@ -68,8 +78,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_wg
   const int limit[2] = {tr.token(r0 + g), tr.token(r0 + g + 8)};
   flash::WgmmaRowState<D> st;
   st.init();
-  const int64_t kv_off = (int64_t(tr.b) * a.T * a.Hk + tr.hk) * a.d;
-  flash::wgmma_attend_causal<Cfg>(st, sQ, ring, a.k + kv_off, a.v + kv_off, int64_t(a.Hk) * a.d, a.T, a.d, tr.t0,
+  flash::wgmma_attend_causal<Cfg>(st, sQ, ring, sQ + uint32_t(forward_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b, tr.t0,
                                   tr.t_end, limit, a.scale_log2, tid);
   __syncthreads();  // every warpgroup is done with the ring: it becomes the warps' depth chunks
 
@@ -102,7 +111,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_wg
 
 // dQ; with DEPTH_GRADS (G <= 16) also the depth dK/dV of each chunk.
 template <class Cfg, bool DEPTH_GRADS>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_dq_wgmma_kernel(const ModaArgs a) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    moda_backward_dq_wgmma_kernel(const ModaArgs a, const __grid_constant__ flash::KvMaps maps) {
 #if FATHOM_WGMMA_DEVICE
   constexpr int D = Cfg::D;
   using QTile = typename Cfg::QTile;
@@ -129,8 +139,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
   auto& dq_flat = *reinterpret_cast<float(*)[D / 2]>(&dq);  // the same registers in the wgmma layout
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dq_flat[i] = 0.f;
-  const int64_t kv_off = (int64_t(tr.b) * a.T * a.Hk + tr.hk) * a.d;
-  flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, a.k + kv_off, a.v + kv_off, int64_t(a.Hk) * a.d, a.T, a.d,
+  flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, sQ + uint32_t(dq_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b,
                               tr.t0, tr.t_end, limit, lse2[0], delta[0], a.scale_log2, tid);
   // The walk ended with a barrier after its last block: the ring becomes the warps' depth chunks.
 
