@@ -24,7 +24,7 @@ cpu_objs=()
 # The CUDA runtime (device allocator and stream registry) that Tensor's device paths call.
 for f in core/tensor.cpp core/shape.cpp core/dtype.cpp core/allocator.cpp core/error.cpp core/random.cpp \
          core/backend.cpp kernels/cpu/attention.cpp kernels/dispatch.cpp kernels/cuda/runtime.cpp \
-         kernels/cuda/caching_allocator.cpp; do
+         kernels/cuda/caching_allocator.cpp kernels/cuda/tma_map.cpp; do
   o=$obj/$(echo "$f" | tr / _).o
   [ "$o" -nt "$f" ] || "${cxx[@]}" -c "$f" -o "$o"
   cpu_objs+=("$o")

@@ -8,7 +8,8 @@
 //     dS^T straight from registers and dO, Q read N-major.
 //   dQ, per KV block:  S = Q K^T, dP = dO V^T, P, dS as above, then dQ += dS K with K read N-major.
 // Each pass overlaps its softmax work with the product still in flight: P is computed while dP runs,
-// and (dK/dV) dS while dV runs.
+// and (dK/dV) dS while dV runs. The streamed tiles come through a StageRing (tma.cuh) filled by one
+// thread, so the CTA's warpgroups drift apart and one's softmax overlaps another's products.
 #pragma once
 #include "kernels/cuda/attention_backward.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -17,20 +18,24 @@
 namespace fathom::cuda::flash {
 
 // ---------------------------------------------------------------------------------------------
-// dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO as tiles by one thread's TMA
-// copies, lse2 and delta as row vectors after the tiles by cp.async) are double-buffered.
-template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_>
+// dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO and their lse2 and delta rows,
+// copied by one thread) stream through a StageRing of STAGES.
+template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_, int STAGES_>
 struct WgmmaDkDvConfig {
-  static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_, kStages = STAGES_;
   static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BK = WARPGROUPS * 64;
   using KvTile = PanelTile<BK, D>;
   using QTile = PanelTile<BQ, D>;
-  static constexpr int kStageBytes = 2 * QTile::kBytes;  // Q and dO
-  static constexpr int kRowsOffset = 2 * KvTile::kBytes + 2 * kStageBytes;
-  static constexpr int kBarrierOffset = kRowsOffset + 2 * 2 * BQ * 4;  // per stage: lse2[BQ], delta[BQ]
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * 8;           // then one barrier per stage
+  using Ring = StageRing<kStages, WARPS>;
+  static constexpr int kTileStageBytes = 2 * QTile::kBytes;  // Q and dO
+  static constexpr int kRowStageBytes = 2 * BQ * 4;          // lse2[BQ], delta[BQ]
+  static constexpr int kStageBytes = kTileStageBytes + kRowStageBytes;
+  static constexpr int kRowsOffset = 2 * KvTile::kBytes + kStages * kTileStageBytes;
+  static constexpr int kBarrierOffset = kRowsOffset + kStages * kRowStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
+  static_assert(kStages >= 2, "a stage is refilled while the other is read");
 };
 
 template <class Cfg>
@@ -46,37 +51,33 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block(a, BK);
 
   const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
-  auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
-  auto sDO = [&](int s) { return sQ(s) + uint32_t(QTile::kBytes); };
-  auto sRows = [&](int s) { return sK + uint32_t(Cfg::kRowsOffset + s * 2 * BQ * 4); };  // lse2, delta
+  auto sQ = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kTileStageBytes); };
+  auto sDO = [&](int n) { return sQ(n) + uint32_t(QTile::kBytes); };
+  auto sRows = [&](int n) { return sK + uint32_t(Cfg::kRowsOffset + (n % Cfg::kStages) * Cfg::kRowStageBytes); };
   const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
+  const typename Cfg::Ring ring{sK + uint32_t(Cfg::kBarrierOffset)};
+  if (tid == 0) ring.init();
 
-  const uint32_t bars = sK + uint32_t(Cfg::kBarrierOffset);
-  if (tid == 0) {
-    mbarrier_init(bars, 1);
-    mbarrier_init(bars + 8, 1);
-    fence_mbarrier_init();
-  }
-  __syncthreads();  // the barriers are initialised before anyone waits on them
+  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sK, a.k + kv_off, kv_stride, k0, a.T, a.d, tid);
+  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sV, a.v + kv_off, kv_stride, k0, a.T, a.d, tid);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();  // barriers initialised, K and V published
 
   const DkDvItems work = dkdv_items(a, k0, hk, BQ);
   const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
-  auto load_item = [&](int item, int s) {
+  auto load_item = [&](int item) {  // by thread 0; rows are 16-byte aligned (Tpad and q0 are multiples of 128 and BQ)
     const int h = work.head(item), q0 = work.q0(item);
     const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
-    if (tid == 0) {
-      const uint32_t bar = bars + uint32_t(8 * s);
-      mbarrier_expect_bytes(bar, Cfg::kStageBytes);
-      tma_load_rows<QTile>(sQ(s), &maps.q, bar, h, q0, b);
-      tma_load_rows<QTile>(sDO(s), &maps.dout, bar, h, q0, b);
-    }
-    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s), a.lse2 + r_off, tid);
-    load_row_vector_async<BQ, Cfg::THREADS>(sRows(s) + BQ * 4, a.delta + r_off, tid);
-    cp_async_commit();
+    ring.acquire(item, Cfg::kStageBytes);
+    tma_load_rows<QTile>(sQ(item), &maps.q, ring.full(item), h, q0, b);
+    tma_load_rows<QTile>(sDO(item), &maps.dout, ring.full(item), h, q0, b);
+    bulk_load(sRows(item), a.lse2 + r_off, BQ * 4, ring.full(item));
+    bulk_load(sRows(item) + BQ * 4, a.delta + r_off, BQ * 4, ring.full(item));
   };
-  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sK, a.k + kv_off, kv_stride, k0, a.T, a.d, tid);
-  load_tile_async<D, BK, Cfg::THREADS, KvTile>(sV, a.v + kv_off, kv_stride, k0, a.T, a.d, tid);
-  load_item(0, 0);
+  if (tid == 0)
+    for (int item = 0; item < min(Cfg::kStages - 1, items); ++item) load_item(item);
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -85,18 +86,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int wkey = wg * 64 + (warp & 3) * 16;  // this warp's first key within the block
   const int key_lo = k0 + wkey + g;            // this thread's keys: key_lo and key_lo + 8
   for (int item = 0; item < items; ++item) {
-    if (item + 1 < items) {
-      load_item(item + 1, (item + 1) & 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    mbarrier_wait(bars + uint32_t(8 * (item & 1)), uint32_t(item >> 1) & 1u);
-    fence_proxy_async();
-    __syncthreads();
-    const int s = item & 1, q0 = work.q0(item);
-    const uint32_t tq = sQ(s), tdo = sDO(s);
-    const float* lse2 = rows + s * 2 * BQ;
+    if (tid == 0 && item + Cfg::kStages - 1 < items) load_item(item + Cfg::kStages - 1);
+    ring.wait_full(item);
+    const int q0 = work.q0(item);
+    const uint32_t tq = sQ(item), tdo = sDO(item);
+    const float* lse2 = rows + (item % Cfg::kStages) * 2 * BQ;
     const float* delta = lse2 + BQ;
 
     float p[BQ / 2], ds[BQ / 2];
@@ -141,7 +135,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     // dK += dS^T Q (scaled at the end).
     issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
     wgmma_wait<0>(dv, dk);
-    __syncthreads();  // the next prefetch overwrites this stage
+    ring.release(item, lane);
   }
 
   if (splits > 1) {  // fp32 partials, reduced by flash_backward_reduce_kernel
@@ -162,7 +156,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     }
     return;
   }
-  // K and V tiles are free (every wgmma reading them has completed): stage dK and dV there.
+  // K and V tiles are free once every warp's products reading them have completed: stage dK and dV there.
+  __syncthreads();
   stage_wgmma_accumulator<KvTile>(smem, dk, {a.scale, a.scale}, wkey, lane);
   stage_wgmma_accumulator<KvTile>(smem + KvTile::kBytes, dv, {1.f, 1.f}, wkey, lane);
   __syncthreads();
@@ -174,17 +169,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 }
 
 // ---------------------------------------------------------------------------------------------
-// dQ. WARPGROUPS x 64 query rows per CTA (Q and dO tiles), KV blocks of BK keys double-buffered.
-template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
+// dQ. WARPGROUPS x 64 query rows per CTA (Q and dO tiles), KV blocks of BK keys in a StageRing of STAGES.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_, int STAGES_>
 struct WgmmaDqConfig {
-  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_, kStages = STAGES_;
   static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
+  using Ring = StageRing<kStages, WARPS>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
-  static constexpr int kStages = 2, kRingBytes = kStages * kStageBytes;
-  static constexpr int kBarrierBytes = 8 * kStages;  // one barrier per stage, after everything else
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kBarrierBytes = Ring::kBarrierBytes;  // after everything else
   static constexpr int kSmemBytes = 2 * QTile::kBytes + kRingBytes + kBarrierBytes;
+  static_assert(kStages >= 2, "a stage is refilled while the other is read");
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
   static_assert(kRowPad % BQ == 0, "dQ tiles must not pass the padded statistics rows");
@@ -194,9 +191,8 @@ struct WgmmaDqConfig {
 // of Cfg::BK rows) for a query tile whose Q and dO tiles are at sQ and sDO (this warpgroup's 64 rows;
 // their cp.async copies committed): key j is visible to this thread's row half h iff j <= limit[h],
 // no limit is below `first_limit`, lse2 and delta are the rows' statistics. KV blocks stream through
-// the double-buffered stages at `ring`, filled by one thread's TMA copies that complete on the
-// stages' barriers at `bars`. dq is unscaled. Returns with this warpgroup's products complete; other
-// warpgroups may still read the ring.
+// the StageRing at `ring` (barriers at `bars`), filled by thread 0's TMA copies. dq is unscaled.
+// Returns once every warp has finished the walk: the ring and the Q and dO tiles are free.
 template <class Cfg>
 __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_t sQ, uint32_t sDO, uint32_t ring,
                                                 uint32_t bars, const KvMaps& maps, int hk, int b, int first_limit,
@@ -204,33 +200,27 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
                                                 const float (&delta)[2], float scale_log2, int tid) {
   constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
   using KvTile = typename Cfg::KvTile;
-  const int wg = tid >> 7, t = tid & 3;
-  auto stage_k = [&](int n) { return ring + uint32_t((n & 1) * Cfg::kStageBytes); };
+  const int wg = tid >> 7, t = tid & 3, lane = tid & 31;
+  const typename Cfg::Ring stages{bars};
+  auto stage_k = [&](int n) { return ring + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
-  auto stage_bar = [&](int n) { return bars + uint32_t((n & 1) * 8); };
-  auto load_kv = [&](int n) {
-    if (tid != 0) return;
-    mbarrier_expect_bytes(stage_bar(n), Cfg::kStageBytes);
-    tma_load_rows<KvTile>(stage_k(n), &maps.k, stage_bar(n), hk, n * BK, b);
-    tma_load_rows<KvTile>(stage_v(n), &maps.v, stage_bar(n), hk, n * BK, b);
+  auto load_kv = [&](int n) {  // by thread 0
+    stages.acquire(n, Cfg::kStageBytes);
+    tma_load_rows<KvTile>(stage_k(n), &maps.k, stages.full(n), hk, n * BK, b);
+    tma_load_rows<KvTile>(stage_v(n), &maps.v, stages.full(n), hk, n * BK, b);
   };
   const int n_blocks = (key_end + BK - 1) / BK;
   const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
-  if (tid == 0) {
-    mbarrier_init(bars, 1);
-    mbarrier_init(bars + 8, 1);
-    fence_mbarrier_init();
-  }
+  if (tid == 0) stages.init();
   cp_async_wait<0>();  // the Q and dO tiles
   fence_proxy_async();
   __syncthreads();  // barriers initialised, Q and dO published
-  load_kv(0);
+  if (tid == 0)
+    for (int n = 0; n < min(Cfg::kStages - 1, n_blocks); ++n) load_kv(n);
 
   for (int n = 0; n < n_blocks; ++n) {
-    // The other stage was last read in step n - 1, which every thread left through the barrier at
-    // its end.
-    if (n + 1 < n_blocks) load_kv(n + 1);
-    mbarrier_wait(stage_bar(n), uint32_t(n >> 1) & 1u);
+    if (tid == 0 && n + Cfg::kStages - 1 < n_blocks) load_kv(n + Cfg::kStages - 1);
+    stages.wait_full(n);
 
     float p[BK / 2], ds[BK / 2];
     wgmma_fence();
@@ -260,8 +250,9 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
     for (int i = 0; i < BK / 2; ++i) ds[i] = p[i] * (ds[i] - delta[(i >> 1) & 1]);
     issue_product_of_accumulator<D, BK / 16>(dq, ds, [&](int ks) { return mn_major_desc<BK, D>(stage_k(n), ks); });
     wgmma_wait<0>(dq);
-    __syncthreads();  // the next prefetch overwrites this stage
+    stages.release(n, lane);
   }
+  __syncthreads();
 }
 
 template <class Cfg>
@@ -295,7 +286,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   wgmma_dq_causal<Cfg>(dq, sQ, sDO, ring, ring + Cfg::kRingBytes, maps, hk, b, q0, min(q0 + BQ, a.T), limit, lse2,
                        delta, a.scale_log2, tid);
 
-  // The Q tile is free (every wgmma reading it has completed): stage dQ there for 16-byte stores.
+  // The Q tile is free (the walk's products have all completed): stage dQ there for 16-byte stores.
   stage_wgmma_accumulator<QTile>(smem, dq, {a.scale, a.scale}, wrow, lane);
   __syncthreads();
   store_tile<D, BQ, Cfg::THREADS, QTile>(a.dq + q_off, q_stride, q0, a.T, a.d, smem, tid);

@@ -7,9 +7,10 @@
 // A fragment of a 16-key step) and reads V N-major from the same tile layout. The products of one
 // warpgroup are software-pipelined so that its softmax runs while the tensor cores work: per block n
 // it issues S_n and then O += P_{n-1} V_{n-1}, computes P_n as soon as S_n lands, and rescales O
-// once the P V product has landed. KV blocks therefore live in a ring of three stages: block n's K,
-// block n - 1's V, and block n + 1 in flight. One thread fills the ring with TMA copies (tma.cuh),
-// each stage completing on its own shared-memory barrier.
+// once the P V product has landed. KV blocks therefore live in a ring: block n's K, block n - 1's V,
+// and the next blocks in flight. One thread fills the ring with TMA copies (tma.cuh);
+// a StageRing's barriers say when a stage has landed and when every warp is done with it, so the
+// warpgroups never wait for each other at a block-wide barrier.
 #pragma once
 #include <cmath>
 
@@ -20,19 +21,22 @@
 namespace fathom::cuda::flash {
 
 // D: head-dim capacity (64 or 128; columns past d are zero-filled). WARPGROUPS x 64 query rows per CTA;
-// KV blocks of BK keys in a ring of kStages.
-template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_>
+// KV blocks of BK keys in a StageRing of STAGES: a block's stage is held for two steps (its K, then its
+// V), so the ring prefetches STAGES - 2 blocks ahead.
+template <int D_, int BK_, int WARPGROUPS_, int MIN_BLOCKS_, int STAGES_>
 struct WgmmaForwardConfig {
-  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64, kStages = 3;
+  static constexpr int D = D_, BK = BK_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_, kStages = STAGES_;
+  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BQ = WARPGROUPS * 64;
   using QTile = PanelTile<BQ, D>;
   using KvTile = PanelTile<BK, D>;
   static constexpr int kStageBytes = 2 * KvTile::kBytes;  // one K tile and one V tile
   static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kBarrierBytes = 8 * kStages;  // one barrier per ring stage, after everything else
+  using Ring = StageRing<kStages, WARPS>;
+  static constexpr int kBarrierBytes = Ring::kBarrierBytes;  // after everything else
   static constexpr int kSmemBytes = QTile::kBytes + kRingBytes + kBarrierBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
+  static_assert(kStages >= 3, "a block's stage is held for two steps while the next is copied");
 };
 
 // One warpgroup's online-softmax state: per thread, rows g and g + 8 of its warp's 16 (index `half`),
@@ -78,30 +82,23 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   const int wg = tid >> 7, t = tid & 3;
   auto stage_k = [&](int n) { return ring + uint32_t((n % Cfg::kStages) * Cfg::kStageBytes); };
   auto stage_v = [&](int n) { return stage_k(n) + uint32_t(KvTile::kBytes); };
-  auto stage_bar = [&](int n) { return bars + uint32_t((n % Cfg::kStages) * 8); };
+  const typename Cfg::Ring stages{bars};
+  // Block n's stage is last read by the P V product issued in step n + 1: every warp releases it there.
   auto load_kv = [&](int n) {
     if (tid != 0) return;
-    mbarrier_expect_bytes(stage_bar(n), Cfg::kStageBytes);
-    tma_load_rows<KvTile>(stage_k(n), &maps.k, stage_bar(n), hk, n * BK, b);
-    tma_load_rows<KvTile>(stage_v(n), &maps.v, stage_bar(n), hk, n * BK, b);
+    stages.acquire(n, Cfg::kStageBytes);
+    tma_load_rows<KvTile>(stage_k(n), &maps.k, stages.full(n), hk, n * BK, b);
+    tma_load_rows<KvTile>(stage_v(n), &maps.v, stages.full(n), hk, n * BK, b);
   };
-  // Waits for block n's copies; the block-wide barrier also tells the caller that every warpgroup
-  // has finished the previous step, so the stage read two steps ago may be refilled.
-  auto land_block = [&](int n) {
-    mbarrier_wait(stage_bar(n), uint32_t(n / Cfg::kStages) & 1u);
-    __syncthreads();
-  };
+  auto land_block = [&](int n) { stages.wait_full(n); };
   const int n_blocks = (key_end + BK - 1) / BK;
   const int first_masked = (first_limit + 1) / BK;  // blocks from here on hold keys past some row's limit
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < Cfg::kStages; ++s) mbarrier_init(bars + uint32_t(8 * s), 1);
-    fence_mbarrier_init();
-  }
+  if (tid == 0) stages.init();
   cp_async_wait<0>();  // the Q tile
   fence_proxy_async();
   __syncthreads();  // barriers initialised, Q published
-  load_kv(0);
+  constexpr int kAhead = Cfg::kStages - 2;  // blocks in flight beyond the one being read
+  for (int n = 0; n < min(kAhead, n_blocks); ++n) load_kv(n);
 
   float s[BK / 2];
   auto issue_scores = [&](int n) {
@@ -161,7 +158,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
 
   // Block 0: scores and P (O is still zero, nothing to rescale).
   land_block(0);
-  if (n_blocks > 1) load_kv(1);
+  if (kAhead < n_blocks) load_kv(kAhead);
   float corr[2];
   wgmma_fence();
   issue_scores(0);
@@ -169,14 +166,15 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   split_by_mask(0 >= first_masked, [&](auto masked) { softmax(0, corr, masked); });
   pack_p();
   for (int n = 1; n < n_blocks; ++n) {
-    land_block(n);  // block n is resident; stage (n + 1) % 3 was last read in step n - 2
-    if (n + 1 < n_blocks) load_kv(n + 1);
+    land_block(n);
+    if (n + kAhead < n_blocks) load_kv(n + kAhead);
     wgmma_fence(p, st.o);
     issue_scores(n);
     issue_pv(n - 1);
     wgmma_wait<1>(s);  // S_n has landed; P_{n-1} V_{n-1} may still be running
     split_by_mask(n >= first_masked, [&](auto masked) { softmax(n, corr, masked); });
     wgmma_wait<0>(st.o);
+    stages.release(n - 1, tid & 31);
     if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f))  // some row of the warp moved its m
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)

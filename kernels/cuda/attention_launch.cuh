@@ -151,8 +151,8 @@ void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
 //   ForwardConfig<D, WARPS, MT, BK, MIN_BLOCKS>, DkDvConfig<D, WARPS, BQ, KV_IN_REGS, MIN_BLOCKS>.
 // The dQ pass reuses ForwardConfig's tiling (query tile of WARPS * MT * 16 rows, KV blocks of BK).
 // Widths 64 and 128 also have warpgroup (wgmma) configurations:
-//   WgmmaForwardConfig<D, BK, WARPGROUPS, MIN_BLOCKS>, WgmmaDkDvConfig<D, BQ, WARPGROUPS, MIN_BLOCKS>,
-//   WgmmaDqConfig<D, BK, WARPGROUPS, MIN_BLOCKS>.
+//   WgmmaForwardConfig<D, BK, WARPGROUPS, MIN_BLOCKS, STAGES>, WgmmaDkDvConfig<D, BQ, WARPGROUPS, MIN_BLOCKS, STAGES>,
+//   WgmmaDqConfig<D, BK, WARPGROUPS, MIN_BLOCKS, STAGES>.
 template <int D>
 struct Configs;
 template <>
@@ -166,18 +166,18 @@ struct Configs<64> {
   using Forward = ForwardConfig<64, 4, 2, 64, 1>;
   using DkDv = DkDvConfig<64, 4, 64, true, 2>;
   using Dq = ForwardConfig<64, 4, 2, 32, 2>;
-  using WgmmaForward = WgmmaForwardConfig<64, 64, 2, 2>;
-  using WgmmaDkDv = WgmmaDkDvConfig<64, 128, 2, 1>;
-  using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1>;
+  using WgmmaForward = WgmmaForwardConfig<64, 128, 3, 1, 4>;
+  using WgmmaDkDv = WgmmaDkDvConfig<64, 128, 2, 1, 2>;
+  using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1, 2>;
 };
 template <>
 struct Configs<128> {
   using Forward = ForwardConfig<128, 8, 1, 64, 1>;
   using DkDv = DkDvConfig<128, 4, 64, false, 2>;
   using Dq = ForwardConfig<128, 8, 1, 64, 1>;
-  using WgmmaForward = WgmmaForwardConfig<128, 128, 2, 1>;
-  using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 1, 2>;
-  using WgmmaDq = WgmmaDqConfig<128, 128, 2, 1>;
+  using WgmmaForward = WgmmaForwardConfig<128, 128, 2, 1, 3>;
+  using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 1, 2, 2>;
+  using WgmmaDq = WgmmaDqConfig<128, 128, 2, 1, 2>;
 };
 
 // The kernels flash attention runs at width D: the wgmma ones where the width has them and the build

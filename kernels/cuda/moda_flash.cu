@@ -21,12 +21,11 @@ void dispatch_head_dim(int64_t d, F&& f) {
   return f.template operator()<128>();
 }
 
-// The group kernel's warpgroup configurations: 128 folded rows; the forward at D = 64 as flash
-// attention's (64-key blocks, two CTAs per SM), otherwise 128-key blocks.
+// The group kernel's warpgroup configurations: flash attention's, over folded rows.
 template <int D>
 struct GroupWgmma {
-  using Forward = flash::WgmmaForwardConfig<D, D == 64 ? 64 : 128, 2, D == 64 ? 2 : 1>;
-  using Dq = flash::WgmmaDqConfig<D, 128, 2, 1>;
+  using Forward = typename flash::Configs<D>::WgmmaForward;
+  using Dq = typename flash::Configs<D>::WgmmaDq;
 };
 #if defined(FATHOM_WGMMA)
 constexpr bool kGroupOnWgmma = true;

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   for (int i = 0; i < D / 2; ++i) dq_flat[i] = 0.f;
   flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, sQ + uint32_t(dq_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b,
                               tr.t0, tr.t_end, limit, lse2[0], delta[0], a.scale_log2, tid);
-  // The walk ended with a barrier after its last block: the ring becomes the warps' depth chunks.
+  // The walk returns once every warp is done with the ring: it becomes the warps' depth chunks.
 
   uint32_t q1[1][D / 16][4], d1[1][D / 16][4];
   load_mtile_fragments<QTile, D>(q1, sQ, r0, lane);

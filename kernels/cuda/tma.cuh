@@ -24,6 +24,10 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 __device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+// One arrival (a consumer telling the producer it is done with a stage).
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 // Waits until the barrier's phase with parity `phase` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t phase) {
   asm volatile(
@@ -51,5 +55,49 @@ __device__ __forceinline__ void tma_load_rows(uint32_t tile, const CUtensorMap* 
         "l"(reinterpret_cast<uint64_t>(map)), "r"(p * 64), "r"(h), "r"(row0), "r"(b), "r"(bar)
         : "memory");
 }
+
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory to shared
+// memory; the copy completes on `bar`, which must expect its bytes.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// A ring of STAGES shared-memory stages that one producer thread fills with copies and all WARPS warps
+// of the CTA read. Each stage has a "full" barrier (counting the copies' bytes) and an "empty" one (one
+// arrival per warp once it has read the stage). Warps wait for each other only through the stages, so
+// one warpgroup's softmax can run while another's products do, instead of every step ending on a
+// block-wide barrier. Item n of a walk lives in stage n % STAGES.
+template <int STAGES, int WARPS>
+struct StageRing {
+  static constexpr int kBarrierBytes = 2 * 8 * STAGES;  // full barriers, then empty ones
+  uint32_t bars;
+
+  __device__ __forceinline__ uint32_t full(int n) const { return bars + uint32_t(8 * (n % STAGES)); }
+  __device__ __forceinline__ uint32_t empty(int n) const { return bars + uint32_t(8 * (STAGES + n % STAGES)); }
+  // By one thread; a block-wide barrier must follow before anyone waits.
+  __device__ __forceinline__ void init() const {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(full(s), 1);
+      mbarrier_init(empty(s), WARPS);
+    }
+    fence_mbarrier_init();
+  }
+  // Producer, before copying item n: waits until every warp has released item n - STAGES (the stage's
+  // last occupant), then arms the stage's full barrier for `bytes`.
+  __device__ __forceinline__ void acquire(int n, uint32_t bytes) const {
+    if (n >= STAGES) mbarrier_wait(empty(n), uint32_t(n / STAGES - 1) & 1u);
+    mbarrier_expect_bytes(full(n), bytes);
+  }
+  // Consumers: item n's copies have landed.
+  __device__ __forceinline__ void wait_full(int n) const { mbarrier_wait(full(n), uint32_t(n / STAGES) & 1u); }
+  // Consumers: this warp is done with item n's stage (its products reading it have completed).
+  __device__ __forceinline__ void release(int n, int lane) const {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty(n));
+  }
+};
 
 }  // namespace fathom::cuda::flash
