@@ -135,6 +135,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     // dK += dS^T Q (scaled at the end).
     issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
     wgmma_wait<0>(dv, dk);
+    // This thread read the stage's lse2 and delta rows through the generic proxy; the copy that refills
+    // them is in the async proxy, so order the reads before it.
+    fence_proxy_async();
     ring.release(item, lane);
   }
 
