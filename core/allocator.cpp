@@ -1,8 +1,9 @@
 #include "core/allocator.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -14,6 +15,8 @@ namespace fathom {
 
 namespace {
 
+std::atomic<bool> poison_host_allocations{false};
+
 // Host memory with a cache of freed blocks by size. A training step allocates the same activation
 // sizes every time; without the cache, glibc serves large blocks by fresh mmaps whose page faults
 // cost the first steps several times their steady speed.
@@ -24,6 +27,12 @@ class CpuAllocator final : public Allocator {
       for (void* p : blocks) std::free(p);
   }
   void* allocate(size_t bytes, Device) override {
+    void* p = take(bytes);
+    if (poison_host_allocations.load(std::memory_order_relaxed)) std::memset(p, 0xFF, bytes);
+    return p;
+  }
+  // A block of at least `bytes`: from the cache, else from the heap.
+  void* take(size_t bytes) {
     const size_t size = block_size(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -91,6 +100,8 @@ class CpuAllocator final : public Allocator {
 CpuAllocator cpu_allocator;
 
 }  // namespace
+
+void set_poison_host_allocations(bool on) { poison_host_allocations.store(on, std::memory_order_relaxed); }
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator;

@@ -31,6 +31,11 @@ class Allocator {
 // The allocator for a device kind; throws a clear error when that backend is not available.
 Allocator& allocator_for(Device device);
 
+// While on, every host allocation arrives filled with 0xFF bytes (NaN in every float dtype, -1 in
+// every integer one) instead of whatever the heap held, often zeros. Tests turn it on so that a
+// read of memory nobody wrote shows up instead of passing as zero.
+void set_poison_host_allocations(bool on);
+
 // Owns one allocation on one device.
 class Storage {
  public:

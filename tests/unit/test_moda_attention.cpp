@@ -144,18 +144,21 @@ TEST(ModaAttention, DepthStreamGradcheck) {
 }
 
 // Readers over sliding slot ranges, as with moda.max_slots: in backward the later reader stores
-// the gradients of slots 1 and 2, the earlier one finds slot 1 done and slot 0 untouched (zeroed,
-// then both added), and slot 3, which no reader reads, hands its writer no gradient.
+// the gradients of slots 2 and 3, the earlier one finds slot 2 done and slot 1 untouched (zeroed,
+// then both added). Slot 0 lies on the stream's version chain but no reader reads it, so its writer
+// gets no gradient from it (its buffer was never written: the tests' poisoned allocations would turn
+// it into NaN); slot 4, written after the last reader, is not on the loss's graph at all.
 TEST(ModaAttention, DepthStreamGradcheckOverSlidingSlotRanges) {
   const int64_t B = 1, T = 4, Hq = 2, Hk = 1, d = 4;
   auto f = [&](const std::vector<Variable>& in) {
-    DepthStream stream(B, T, 4, Hk, d, DType::f64, Device::cpu());
-    stream.write(0, in[3], in[4]);
-    stream.write(1, scale(in[4], 0.8), in[3]);
-    Variable first = stream.attend(in[0], in[1], in[2], 0, 2, 0.5);
-    stream.write(2, scale(in[3], -0.6), in[4]);
-    Variable second = stream.attend(in[0], in[2], in[1], 1, 3, 0.5);
-    stream.write(3, in[4], scale(in[3], 1.7));
+    DepthStream stream(B, T, 5, Hk, d, DType::f64, Device::cpu());
+    stream.write(0, scale(in[4], -1.3), in[3]);
+    stream.write(1, in[3], in[4]);
+    stream.write(2, scale(in[4], 0.8), in[3]);
+    Variable first = stream.attend(in[0], in[1], in[2], 1, 3, 0.5);
+    stream.write(3, scale(in[3], -0.6), in[4]);
+    Variable second = stream.attend(in[0], in[2], in[1], 2, 4, 0.5);
+    stream.write(4, in[4], scale(in[3], 1.7));
     return add(first, second);
   };
   const GradcheckResult r = gradcheck(f, stream_inputs(B, T, Hq, Hk, d, 11));

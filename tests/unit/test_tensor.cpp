@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/philox.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -24,6 +26,18 @@ TEST(Tensor, BadViewsAreClearErrors) {
   EXPECT_THROW(t.narrow(2, 2), Error);
   EXPECT_THROW(t.data<double>(), Error);
   if (!test::gpu_present()) EXPECT_THROW(Tensor::zeros({2}, DType::f32, Device::cuda()), Error);
+}
+
+// Tests run with poisoned host allocations (poisoned_host_memory.cpp): empty tensors hold NaN, even
+// when their block comes back from the allocator's cache; zeros() still writes its zeros.
+TEST(Tensor, EmptyHostTensorsArePoisonedUnderTest) {
+  for (int round = 0; round < 2; ++round) {
+    Tensor t = Tensor::empty({70000}, DType::f32);  // above the cache's 64 KiB floor: reused in round 2
+    for (float x : t.to_vector<float>()) ASSERT_TRUE(std::isnan(x));
+    t.fill_(1.f);
+  }
+  for (float x : Tensor::zeros({70000}, DType::f32).to_vector<float>()) ASSERT_EQ(x, 0.f);
+  for (float x : Tensor::empty({5}, DType::bf16).to(DType::f32).to_vector<float>()) EXPECT_TRUE(std::isnan(x));
 }
 
 TEST(Tensor, HalfPrecisionRoundTrips) {
