@@ -25,7 +25,9 @@ TEST(Tensor, BadViewsAreClearErrors) {
   EXPECT_THROW(t.view({4}), Error);
   EXPECT_THROW(t.narrow(2, 2), Error);
   EXPECT_THROW(t.data<double>(), Error);
-  if (!test::gpu_present()) EXPECT_THROW(Tensor::zeros({2}, DType::f32, Device::cuda()), Error);
+  if (!test::gpu_present()) {
+    EXPECT_THROW(Tensor::zeros({2}, DType::f32, Device::cuda()), Error);
+  }
 }
 
 // Tests run with poisoned host allocations (poisoned_host_memory.cpp): empty tensors hold NaN, even
