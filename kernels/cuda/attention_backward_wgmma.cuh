@@ -36,6 +36,7 @@ struct WgmmaDkDvConfig {
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
   static_assert(kStages >= 2, "a stage is refilled while the other is read");
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "the K/V tiles and the ring exceed a block's shared memory");
 };
 
 template <class Cfg>
@@ -185,6 +186,7 @@ struct WgmmaDqConfig {
   static constexpr int kBarrierBytes = Ring::kBarrierBytes;  // after everything else
   static constexpr int kSmemBytes = 2 * QTile::kBytes + kRingBytes + kBarrierBytes;
   static_assert(kStages >= 2, "a stage is refilled while the other is read");
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "the Q/dO tiles and the ring exceed a block's shared memory");
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
   static_assert(kRowPad % BQ == 0, "dQ tiles must not pass the padded statistics rows");

@@ -37,6 +37,7 @@ struct WgmmaForwardConfig {
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert(BK == 64 || BK == 128, "S = Q K^T is one m64nBKk16 wgmma per k-step");
   static_assert(kStages >= 3, "a block's stage is held for two steps while the next is copied");
+  static_assert(kSmemBytes <= kMaxSmemPerBlock, "the Q tile and the ring exceed a block's shared memory");
 };
 
 // One warpgroup's online-softmax state: per thread, rows g and g + 8 of its warp's 16 (index `half`),

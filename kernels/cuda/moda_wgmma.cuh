@@ -23,7 +23,9 @@ __host__ __device__ constexpr int forward_wgmma_barriers() {
 }
 template <class Cfg>
 constexpr int forward_wgmma_smem_bytes() {
-  return forward_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
+  constexpr int bytes = forward_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
+  static_assert(bytes <= flash::kMaxSmemPerBlock, "the Q tile and the KV ring or depth chunks exceed the limit");
+  return bytes;
 }
 template <class Cfg>
 __host__ __device__ constexpr int dq_wgmma_barriers() {
@@ -31,7 +33,9 @@ __host__ __device__ constexpr int dq_wgmma_barriers() {
 }
 template <class Cfg>
 constexpr int dq_wgmma_smem_bytes() {
-  return dq_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
+  constexpr int bytes = dq_wgmma_barriers<Cfg>() + Cfg::kBarrierBytes;
+  static_assert(bytes <= flash::kMaxSmemPerBlock, "the Q/dO tiles and the KV ring or depth chunks exceed the limit");
+  return bytes;
 }
 
 // The A fragments of a warp's 16 rows (from tile row r0) of a Q or dO tile.

@@ -36,6 +36,9 @@ __device__ __forceinline__ char* wgmma_shared() {
   extern __shared__ __align__(1024) char wgmma_smem[];
   return wgmma_smem;
 }
+// The most dynamic shared memory one block may opt into on sm_90 (227 KiB). Configurations are checked
+// against it when they are compiled, not when they are first launched.
+constexpr int kMaxSmemPerBlock = 227 * 1024;
 
 template <int ROWS, int D>
 struct PanelTile : TileFragments<PanelTile<ROWS, D>> {
