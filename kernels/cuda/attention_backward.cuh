@@ -36,40 +36,67 @@ struct BackwardArgs {
   // fp32 dK and dV partial sums here, [S, B, T, Hk, d], and a reduction adds them in split order.
   float* dk_part = nullptr;
   float* dv_part = nullptr;
+  // With dQ summed inside the dK/dV pass (attention_backward_wgmma.cuh): unscaled fp32 dQ rows
+  // [B, Hq, Tpad, D] in slabs of 64 rows (dq_sum_index), and per slab the count of key blocks already
+  // added in.
+  float* dq_acc = nullptr;
+  int* dq_turn = nullptr;
 };
+
+// Where element (row, col) of the fp32 dQ sums lies (col even: col + 1 follows it), row counting the
+// padded rows of [B, Hq, Tpad] and W being the rows' width. A slab of 64 rows is stored in the order a
+// warpgroup's m64nW accumulator holds it: warp (16 rows), then 8-column group j, then row half, then
+// lane, two floats each, so that the warps stage it without shared-memory bank conflicts.
+template <int W>
+__host__ __device__ __forceinline__ int64_t dq_sum_index(int64_t row, int col) {
+  const int r = int(row % 64), g = r & 7, half = (r >> 3) & 1, warp = r >> 4;
+  const int j = col >> 3, t = (col & 7) >> 1;
+  return (row - r) * W + ((((warp * (W / 8) + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1));
+}
 
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
 constexpr int kRowPad = 128;
 
-// A dK/dV CTA's key block, (key block, batch x KV head), low key blocks first: they see the most
-// queries. kv_off is the KV head's first row in [B, T, Hk, d]; strides step one token.
+// A dK/dV CTA's key block, low key blocks first: they see the most queries. kv_off is the KV head's
+// first row in [B, T, Hk, d]; strides step one token. The grid is (key block, batch x KV head, split),
+// or, for a pass that also forms dQ (IN_TURN), (batch x KV head, key block, split): then every head's
+// key blocks are launched in order and a CTA is launched after the lower key blocks of its head,
+// whose dQ additions it follows.
 struct KeyBlock {
   int k0, b, hk;
   int64_t q_stride, kv_stride, kv_off;
 };
-// A dK/dV CTA's work items: (query head of this split's share of the KV head's G heads, query block),
-// head by head, each from the query block holding the CTA's first key k0.
-struct DkDvItems {
-  int h0, i0, per_head, count, BQ;
-  __device__ __forceinline__ int head(int item) const { return h0 + item / per_head; }
-  __device__ __forceinline__ int q0(int item) const { return (i0 + item % per_head) * BQ; }
-};
-__device__ __forceinline__ DkDvItems dkdv_items(const BackwardArgs& a, int k0, int hk, int BQ) {
-  const int split = int(blockIdx.z), splits = int(gridDim.z);
-  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
-  const int i0 = k0 / BQ, per_head = (a.T + BQ - 1) / BQ - i0;
-  return DkDvItems{hk * a.G + g0, i0, per_head, (g1 - g0) * per_head, BQ};
-}
-
+template <bool IN_TURN>
 __device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK) {
+  const int block = int(IN_TURN ? blockIdx.y : blockIdx.x), bh = int(IN_TURN ? blockIdx.x : blockIdx.y);
   KeyBlock kb;
-  kb.k0 = int(blockIdx.x) * BK;
-  kb.b = int(blockIdx.y) / a.Hk;
-  kb.hk = int(blockIdx.y) % a.Hk;
+  kb.k0 = block * BK;
+  kb.b = bh / a.Hk;
+  kb.hk = bh % a.Hk;
   kb.q_stride = int64_t(a.Hq) * a.d;
   kb.kv_stride = int64_t(a.Hk) * a.d;
   kb.kv_off = (int64_t(kb.b) * a.T * a.Hk + kb.hk) * a.d;
   return kb;
+}
+
+// A dK/dV CTA's work items: (query head of this split's share of the KV head's G heads, query block)
+// for the query blocks from the one holding the CTA's first key k0 on. Head by head, each from that
+// block up; or, IN_TURN, from the last query block down, the heads of a block in turn, so that every
+// key block of a head meets a query block at the same step of its walk.
+template <bool IN_TURN>
+struct DkDvItems {
+  int h0, heads, i0, blocks, count, BQ;
+  __device__ __forceinline__ int head(int item) const { return h0 + (IN_TURN ? item % heads : item / blocks); }
+  __device__ __forceinline__ int q0(int item) const {
+    return (IN_TURN ? i0 + blocks - 1 - item / heads : i0 + item % blocks) * BQ;
+  }
+};
+template <bool IN_TURN>
+__device__ __forceinline__ DkDvItems<IN_TURN> dkdv_items(const BackwardArgs& a, int k0, int hk, int BQ) {
+  const int split = int(blockIdx.z), splits = int(gridDim.z);
+  const int g0 = split * a.G / splits, g1 = (split + 1) * a.G / splits;
+  const int i0 = k0 / BQ, blocks = (a.T + BQ - 1) / BQ - i0;
+  return DkDvItems<IN_TURN>{hk * a.G + g0, g1 - g0, i0, blocks, (g1 - g0) * blocks, BQ};
 }
 
 // LANES (a power of two up to 32) lanes per (b, t, h) row; rows t in [T, Tpad) write the padding.
@@ -139,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block(a, BK);
+  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block<false>(a, BK);
 
   const uint32_t sK = smem_addr(smem), sV = sK + Cfg::kTileKV, stages = sV + Cfg::kTileKV;
   auto sQ = [&](int s) { return stages + uint32_t(s * Cfg::kStageBytes); };
@@ -147,7 +174,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   auto sRows = [&](int s) { return sDO(s) + Cfg::kTileQ; };  // lse2[BQ] then delta[BQ]
   const float* rows_base = reinterpret_cast<const float*>(smem + (2 * Cfg::kTileKV));
 
-  const DkDvItems work = dkdv_items(a, k0, hk, BQ);
+  const auto work = dkdv_items<false>(a, k0, hk, BQ);
   const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
   auto load_item = [&](int item, int s) {
     const int h = work.head(item), q0 = work.q0(item);
@@ -339,6 +366,22 @@ static __global__ void __launch_bounds__(256) flash_backward_reduce_kernel(const
   }
   *reinterpret_cast<uint2*>(a.dk + i) = make_uint2(pack_bf16(k.x, k.y), pack_bf16(k.z, k.w));
   *reinterpret_cast<uint2*>(a.dv + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
+// dQ = bf16(scale * the fp32 sums [B, Hq, Tpad, W]) that a dK/dV pass with dQ left in a.dq_acc;
+// 4 elements per thread (d % 8 == 0).
+template <int W>
+__global__ void __launch_bounds__(256) flash_backward_dq_convert_kernel(const BackwardArgs a) {
+  const int64_t n = int64_t(a.B) * a.T * a.Hq * a.d;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i >= n) return;
+  const int64_t row = i / a.d;  // (b, t, h) of [B, T, Hq, d]
+  const int c = int(i - row * a.d), h = int(row % a.Hq);
+  const int64_t bt = row / a.Hq, b = bt / a.T, t = bt - b * a.T;
+  // c % 4 == 0: columns c .. c + 3 are two neighbouring lanes' pairs, 16 contiguous bytes.
+  const float4 x = *reinterpret_cast<const float4*>(a.dq_acc + dq_sum_index<W>((b * a.Hq + h) * a.Tpad + t, c));
+  *reinterpret_cast<uint2*>(a.dq + i) =
+      make_uint2(pack_bf16(x.x * a.scale, x.y * a.scale), pack_bf16(x.z * a.scale, x.w * a.scale));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,17 @@
 // Each pass overlaps its softmax work with the product still in flight: P is computed while dP runs,
 // and (dK/dV) dS while dV runs. The streamed tiles come through a StageRing (tma.cuh) filled by one
 // thread, so the CTA's warpgroups drift apart and one's softmax overlaps another's products.
+//
+// dK/dV with dQ (configurations with DQ): the pass also forms dQ = dS K for each item, so that the
+// dQ pass's recomputation of S and dP (two of its three products) is not needed. The warpgroups put
+// their dS^T rows into one shared tile, each multiplies a 64-query slab of it by the CTA's K and stages
+// the fp32 result; a writer warp adds the slab into fp32 sums in global memory with a bulk reduction.
+// The sums stay deterministic: the key blocks of a head add into a slab strictly in key-block order,
+// each waiting for its turn on a per-slab counter. A CTA waits only on lower key blocks of its head,
+// which were launched before it (key_block), and every key block meets a query block at the same step
+// of its walk (dkdv_items). The writer and the ring's producer form an extra warpgroup that hands
+// most of its registers to the multiplying ones (setmaxnreg), so that neither the copies nor the
+// turn-taking ever stall a warpgroup that multiplies.
 #pragma once
 #include "kernels/cuda/attention_backward.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -20,24 +31,114 @@ namespace fathom::cuda::flash {
 // ---------------------------------------------------------------------------------------------
 // dK / dV. WARPGROUPS x 64 keys per CTA; query blocks of BQ rows (Q, dO and their lse2 and delta rows,
 // copied by one thread) stream through a StageRing of STAGES.
-template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_, int STAGES_>
+template <int D_, int BQ_, int WARPGROUPS_, int MIN_BLOCKS_, int STAGES_, bool DQ_ = false>
 struct WgmmaDkDvConfig {
   static constexpr int D = D_, BQ = BQ_, WARPGROUPS = WARPGROUPS_, MIN_BLOCKS = MIN_BLOCKS_, kStages = STAGES_;
-  static constexpr int WARPS = WARPGROUPS * 4, THREADS = WARPS * 32, BK = WARPGROUPS * 64;
+  static constexpr bool DQ = DQ_;
+  static constexpr int WARPS = WARPGROUPS * 4, BK = WARPGROUPS * 64;  // WARPS: the warps that multiply
+  static constexpr int MMA_THREADS = WARPS * 32, THREADS = MMA_THREADS + (DQ ? 128 : 0);  // + the producer warpgroup
+  // With DQ, registers per thread of the producer warpgroup and of the others (setmaxnreg): together
+  // within the 64K of an SM, one CTA per SM.
+  static constexpr int kProducerRegs = 24, kMmaRegs = 240;
   using KvTile = PanelTile<BK, D>;
   using QTile = PanelTile<BQ, D>;
+  using DsTile = PanelTile<BK, BQ>;  // dS^T of an item: keys x queries
   using Ring = StageRing<kStages, WARPS>;
   static constexpr int kTileStageBytes = 2 * QTile::kBytes;  // Q and dO
   static constexpr int kRowStageBytes = 2 * BQ * 4;          // lse2[BQ], delta[BQ]
   static constexpr int kStageBytes = kTileStageBytes + kRowStageBytes;
+  static constexpr int kSlabBytes = 64 * D * 4;  // one warpgroup's fp32 dQ rows of an item (two stages, alternating)
   static constexpr int kRowsOffset = 2 * KvTile::kBytes + kStages * kTileStageBytes;
-  static constexpr int kBarrierOffset = kRowsOffset + kStages * kRowStageBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes;
+  static constexpr int kDsOffset = kRowsOffset + kStages * kRowStageBytes;  // two dS tiles, items alternating
+  static constexpr int kSlabOffset = kDsOffset + (DQ ? 2 * DsTile::kBytes : 0);
+  static constexpr int kBarrierOffset = kSlabOffset + (DQ ? 2 * WARPGROUPS * kSlabBytes : 0);
+  static constexpr int kSlabBarrierBytes = DQ ? 2 * 8 * 2 * WARPGROUPS : 0;  // per slab stage: staged, read
+  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes + kSlabBarrierBytes;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
   static_assert(kStages >= 2, "a stage is refilled while the other is read");
+  static_assert(!DQ || BQ == WARPGROUPS * 64, "each warpgroup multiplies one 64-query slab of dS by K");
+  static_assert(kDsOffset % 1024 == 0, "dS panels start 1024-byte aligned");
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "the K/V tiles and the ring exceed a block's shared memory");
+  static_assert(!DQ || (MIN_BLOCKS == 1 && kProducerRegs * 128 + kMmaRegs * MMA_THREADS <= 65536),
+                "the warpgroups' registers must fit one CTA per SM");
 };
+
+// Hands registers back (dec) or takes them (inc), for every thread of the warpgroup; the compiler
+// allocates the code after it within the new count.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// bar.sync on barrier `id` (1..15) for `threads` threads: the warps that reach it with that id (the
+// multiplying warpgroups, once the producer warpgroup has left) wait for each other only.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A dQ slab's counter of key blocks added in: wait_turn spins until it reaches `turn`; pass_turn,
+// once this thread's bulk additions before it have completed, counts one more.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  int seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen == turn) break;
+    __nanosleep(64);
+  }
+  fence_proxy_async_global();  // the bulk addition that follows comes after what the counter published
+}
+__device__ __forceinline__ void pass_turn(int* counter) {
+  fence_proxy_async_global();
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// The writer warp's lane 0 of a dK/dV pass with dQ: for each item and warpgroup w, waits until the slab
+// is staged (item n in stage n % 2 at slab(w, n), barrier staged(w, n)), then, in this key block's turn,
+// stores it over the slab's fp32 sums (the first key block: they start as garbage) or adds it into them,
+// and frees the stage (barrier read(w, n)) once the copy has read it. A slab's counter moves on once its
+// addition has completed, checked when the next one is issued so that the two overlap.
+template <class Cfg, class Slab, class Staged, class Read>
+__device__ __forceinline__ void write_dq_slabs(const BackwardArgs& a, const DkDvItems<true>& work, int k0, int b,
+                                               const Slab& slab, const Staged& staged, const Read& read) {
+  constexpr uint32_t kBytes = Cfg::kSlabBytes;
+  const int turn = k0 / Cfg::BK;  // key blocks 0 .. turn - 1 add into every slab this one does
+  int* added = nullptr;           // the last slab issued, whose counter has not moved on yet
+  for (int item = 0; item < work.count; ++item) {
+    const int64_t head_rows = (int64_t(b) * a.Hq + work.head(item)) * a.Tpad;
+    for (int w = 0; w < Cfg::WARPGROUPS; ++w) {
+      mbarrier_wait(staged(w, item), uint32_t(item >> 1) & 1u);
+      const int r0 = work.q0(item) + 64 * w;
+      if (r0 < a.T && k0 <= min(r0 + 63, a.T - 1)) {  // some key of the block is visible to the slab
+        int* counter = a.dq_turn + (head_rows + r0) / 64;
+        float* dst = a.dq_acc + (head_rows + r0) * Cfg::D;
+        wait_turn(counter, turn);
+        if (turn == 0)
+          bulk_store(dst, slab(w, item), kBytes);
+        else
+          bulk_reduce_add(dst, slab(w, item), kBytes);
+        bulk_commit();
+        bulk_wait_read<0>();
+        mbarrier_arrive(read(w, item));
+        if (added != nullptr) {
+          bulk_wait<1>();
+          pass_turn(added);
+        }
+        added = counter;
+      } else {
+        mbarrier_arrive(read(w, item));
+      }
+    }
+  }
+  if (added != nullptr) {
+    bulk_wait<0>();
+    pass_turn(added);
+  }
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
@@ -49,7 +150,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   char* smem = wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
-  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block(a, BK);
+  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block<Cfg::DQ>(a, BK);
 
   const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
   auto sQ = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kTileStageBytes); };
@@ -57,7 +158,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   auto sRows = [&](int n) { return sK + uint32_t(Cfg::kRowsOffset + (n % Cfg::kStages) * Cfg::kRowStageBytes); };
   const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
   const typename Cfg::Ring ring{sK + uint32_t(Cfg::kBarrierOffset)};
-  if (tid == 0) ring.init();
+  // With DQ: item n's dS^T tile, and warpgroup w's fp32 dQ slab of item n (two stages, items
+  // alternating) with its barriers: staged (one arrival per warp of w) and read (by the writer).
+  auto sDS = [&](int n) { return sK + uint32_t(Cfg::kDsOffset + (n & 1) * Cfg::DsTile::kBytes); };
+  auto slab_offset = [&](int w, int n) { return Cfg::kSlabOffset + (2 * w + (n & 1)) * Cfg::kSlabBytes; };
+  auto slab = [&](int w, int n) { return sK + uint32_t(slab_offset(w, n)); };
+  const uint32_t slab_bars = sK + uint32_t(Cfg::kBarrierOffset + Cfg::Ring::kBarrierBytes);
+  auto slab_staged = [&](int w, int n) { return slab_bars + uint32_t(8 * (2 * w + (n & 1))); };
+  auto slab_read = [&](int w, int n) { return slab_bars + uint32_t(8 * (2 * Cfg::WARPGROUPS + 2 * w + (n & 1))); };
+  if (tid == 0) {
+    if constexpr (Cfg::DQ)
+      for (int i = 0; i < 2 * Cfg::WARPGROUPS; ++i) {
+        mbarrier_init(slab_bars + uint32_t(8 * i), 4);
+        mbarrier_init(slab_bars + uint32_t(8 * (2 * Cfg::WARPGROUPS + i)), 1);
+      }
+    ring.init();
+  }
 
   load_tile_async<D, BK, Cfg::THREADS, KvTile>(sK, a.k + kv_off, kv_stride, k0, a.T, a.d, tid);
   load_tile_async<D, BK, Cfg::THREADS, KvTile>(sV, a.v + kv_off, kv_stride, k0, a.T, a.d, tid);
@@ -66,9 +182,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   fence_proxy_async();
   __syncthreads();  // barriers initialised, K and V published
 
-  const DkDvItems work = dkdv_items(a, k0, hk, BQ);
+  const auto work = dkdv_items<Cfg::DQ>(a, k0, hk, BQ);
   const int items = work.count, split = int(blockIdx.z), splits = int(gridDim.z);
-  auto load_item = [&](int item) {  // by thread 0; rows are 16-byte aligned (Tpad and q0 are multiples of 128 and BQ)
+  auto load_item = [&](int item) {  // by one thread; rows are 16-byte aligned (Tpad and q0 are multiples of 128 and BQ)
     const int h = work.head(item), q0 = work.q0(item);
     const int64_t r_off = (int64_t(b) * a.Hq + h) * a.Tpad + q0;
     ring.acquire(item, Cfg::kStageBytes);
@@ -77,8 +193,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     bulk_load(sRows(item), a.lse2 + r_off, BQ * 4, ring.full(item));
     bulk_load(sRows(item) + BQ * 4, a.delta + r_off, BQ * 4, ring.full(item));
   };
-  if (tid == 0)
+  if constexpr (Cfg::DQ) {
+    if (warp >= Cfg::WARPS) {  // the producer warpgroup: one warp fills the ring, one writes dQ
+      setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (lane == 0 && warp == Cfg::WARPS)
+        for (int item = 0; item < items; ++item) load_item(item);
+      if (lane == 0 && warp == Cfg::WARPS + 1) write_dq_slabs<Cfg>(a, work, k0, b, slab, slab_staged, slab_read);
+      return;  // only barriers among the multiplying warps follow
+    }
+    setmaxnreg_inc<Cfg::kMmaRegs>();
+  } else if (tid == 0) {
     for (int item = 0; item < min(Cfg::kStages - 1, items); ++item) load_item(item);
+  }
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -87,7 +213,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int wkey = wg * 64 + (warp & 3) * 16;  // this warp's first key within the block
   const int key_lo = k0 + wkey + g;            // this thread's keys: key_lo and key_lo + 8
   for (int item = 0; item < items; ++item) {
-    if (tid == 0 && item + Cfg::kStages - 1 < items) load_item(item + Cfg::kStages - 1);
+    if (!Cfg::DQ && tid == 0 && item + Cfg::kStages - 1 < items) load_item(item + Cfg::kStages - 1);
     ring.wait_full(item);
     const int q0 = work.q0(item);
     const uint32_t tq = sQ(item), tdo = sDO(item);
@@ -133,13 +259,50 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         ds[4 * j + e] = p[4 * j + e] * (ds[4 * j + e] - dl);
         ds[4 * j + 2 + e] = p[4 * j + 2 + e] * (ds[4 * j + 2 + e] - dl);
       }
-    // dK += dS^T Q (scaled at the end).
-    issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
-    wgmma_wait<0>(dv, dk);
+    // dK += dS^T Q (scaled at the end); with DQ, after the dS barrier, so that dK and dQ run together
+    // while the barrier waits on dV alone.
+    const auto issue_dk = [&] {
+      issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
+    };
+    float dq[D / 2];
+    if constexpr (Cfg::DQ) {
+      // dQ = dS K for this warpgroup's 64 queries, over the keys of every warpgroup: their dS^T rows meet
+      // in the item's tile. Tiles alternate, so one barrier per item suffices: a warpgroup past it has
+      // finished the previous item, whose products read the other tile.
+      stage_wgmma_accumulator<typename Cfg::DsTile>(smem + Cfg::kDsOffset + (item & 1) * Cfg::DsTile::kBytes, ds,
+                                                    {1.f, 1.f}, wkey, lane);
+      fence_proxy_async();
+      named_barrier_sync(1, Cfg::MMA_THREADS);
+      issue_dk();
+      wgmma_fence();
+      wgmma_product<D, BK / 16, 1, 1>(
+          dq, [&](int ks) { return mn_major_desc<BK, BQ>(sDS(item) + uint32_t(wg * Cfg::DsTile::kPanelBytes), ks); },
+          [&](int ks) { return mn_major_desc<BK, D>(sK, ks); });
+      wgmma_commit();
+      wgmma_wait<0>(dv, dk, dq);
+    } else {
+      issue_dk();
+      wgmma_wait<0>(dv, dk);
+    }
     // This thread read the stage's lse2 and delta rows through the generic proxy; the copy that refills
     // them is in the async proxy, so order the reads before it.
     fence_proxy_async();
     ring.release(item, lane);
+    if constexpr (Cfg::DQ) {
+      // Stage the slab once the writer's copy of item - 2 has read the stage, in the sums' fragment
+      // order (dq_sum_index): each store is one warp's 256 contiguous bytes.
+      if (item >= 2) mbarrier_wait(slab_read(wg, item), uint32_t((item >> 1) - 1) & 1u);
+      float* frags = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + (warp & 3) * 16 * D;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<float2*>(frags + ((2 * j + half) * 32 + lane) * 2) =
+              make_float2(dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+      fence_proxy_async();  // the bulk copy reads the slab through the async proxy
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(slab_staged(wg, item));
+    }
   }
 
   if (splits > 1) {  // fp32 partials, reduced by flash_backward_reduce_kernel
@@ -161,12 +324,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     return;
   }
   // K and V tiles are free once every warp's products reading them have completed: stage dK and dV there.
-  __syncthreads();
+  named_barrier_sync(1, Cfg::MMA_THREADS);
   stage_wgmma_accumulator<KvTile>(smem, dk, {a.scale, a.scale}, wkey, lane);
   stage_wgmma_accumulator<KvTile>(smem + KvTile::kBytes, dv, {1.f, 1.f}, wkey, lane);
-  __syncthreads();
-  store_tile<D, BK, Cfg::THREADS, KvTile>(a.dk + kv_off, kv_stride, k0, a.T, a.d, smem, tid);
-  store_tile<D, BK, Cfg::THREADS, KvTile>(a.dv + kv_off, kv_stride, k0, a.T, a.d, smem + KvTile::kBytes, tid);
+  named_barrier_sync(1, Cfg::MMA_THREADS);
+  store_tile<D, BK, Cfg::MMA_THREADS, KvTile>(a.dk + kv_off, kv_stride, k0, a.T, a.d, smem, tid);
+  store_tile<D, BK, Cfg::MMA_THREADS, KvTile>(a.dv + kv_off, kv_stride, k0, a.T, a.d, smem + KvTile::kBytes, tid);
 #else
   __trap();  // launched only from builds that target sm_90a
 #endif

@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "core/error.h"
 #include "kernels/cuda/attention_backward.cuh"
 #include "kernels/cuda/attention_backward_wgmma.cuh"
@@ -27,6 +29,15 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // Whether a configuration describes warpgroup (wgmma) tiles rather than warp (mma.sync) tiles.
 template <class Cfg>
 concept WarpgroupTiles = requires { Cfg::WARPGROUPS; };
+
+// Whether a dK/dV configuration also forms dQ, its key blocks adding in turn (key_block).
+template <class Cfg>
+constexpr bool in_turn() {
+  if constexpr (requires { Cfg::DQ; })
+    return Cfg::DQ;
+  else
+    return false;
+}
 
 // The kernels a configuration describes, and the dQ kernel's shared memory.
 template <class Cfg>
@@ -83,7 +94,8 @@ template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
   auto kernel = dkdv_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
-  const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);
+  const int key_blocks = ceil_div(a.T, Cfg::BK), heads = a.B * a.Hk;
+  const dim3 grid = in_turn<Cfg>() ? dim3(heads, key_blocks, splits) : dim3(key_blocks, heads, splits);  // key_block
   if constexpr (WarpgroupTiles<Cfg>)
     kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(
         a, QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ), head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)});
@@ -95,6 +107,23 @@ void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits
     flash_backward_reduce_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a, splits);
     check_cuda(cudaGetLastError(), "the dK/dV reduction launch");
   }
+}
+
+// The dK/dV pass of a configuration that also forms dQ (Cfg::DQ): clears the dQ slabs' counters first.
+// The fp32 sums it leaves in a.dq_acc become dQ through launch_backward_dq_convert (or MoDA's depth pass).
+template <class Cfg>
+void launch_backward_dkdv_dq(const BackwardArgs& a, cudaStream_t stream, int splits) {
+  static_assert(Cfg::DQ, "a dK/dV configuration with dQ");
+  check_cuda(cudaMemsetAsync(a.dq_turn, 0, size_t(a.B) * size_t(a.Hq) * size_t(a.Tpad / 64) * sizeof(int), stream),
+             "clearing the dQ counters");
+  launch_backward_dkdv<Cfg>(a, stream, splits);
+}
+// dQ from the fp32 sums of rows W floats wide.
+template <int W>
+void launch_backward_dq_convert(const BackwardArgs& a, cudaStream_t stream) {
+  const int64_t threads = int64_t(a.B) * a.T * a.Hq * a.d / 4;
+  flash_backward_dq_convert_kernel<W><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);
+  check_cuda(cudaGetLastError(), "the dQ conversion launch");
 }
 
 // How many CTAs share the G query heads of a KV head in the dK/dV pass: doubled while the grid has
@@ -110,27 +139,34 @@ inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK) {
 }
 
 // Where the backward pass's device scratch lives inside one workspace: per-row statistics (lse2, delta)
-// of [B, Hq, Tpad] each, then, when the dK/dV pass splits the G heads over `splits` CTAs, fp32 dK and
-// dV partials of [splits, B, T, Hk, d] each. `dkdv_block` is the dK/dV configuration's key block.
+// of [B, Hq, Tpad] each; when the dK/dV pass splits the G heads over `splits` CTAs, fp32 dK and dV
+// partials of [splits, B, T, Hk, d] each; when it also forms dQ (dq_width > 0, its rows' width), fp32
+// dQ sums [B, Hq, Tpad, dq_width] and a counter per 64 of their rows. `dkdv_block` is the dK/dV
+// configuration's key block.
 struct BackwardScratch {
   int64_t B, T, Tpad, Hq, Hk, d;
-  int splits;
+  int splits, dq_width;
   size_t stats_floats() const { return size_t(2) * size_t(B) * size_t(Hq) * size_t(Tpad); }
   size_t part_floats() const { return splits > 1 ? size_t(splits) * size_t(B * T * Hk * d) : 0; }
-  size_t bytes() const { return (stats_floats() + 2 * part_floats()) * sizeof(float); }
-  // Points a's lse2, delta, dk_part and dv_part into `workspace` and sets its Tpad.
+  size_t dq_floats() const { return size_t(B * Hq * Tpad) * size_t(dq_width); }
+  size_t counters() const { return dq_width > 0 ? size_t(B * Hq * Tpad / 64) : 0; }
+  size_t bytes() const { return (stats_floats() + 2 * part_floats() + dq_floats()) * sizeof(float) + counters() * sizeof(int); }
+  // Points a's lse2, delta, dk_part, dv_part, dq_acc and dq_turn into `workspace` and sets its Tpad.
   void place(BackwardArgs& a, void* workspace) const {
     a.Tpad = int(Tpad);
     a.lse2 = static_cast<float*>(workspace);
     a.delta = a.lse2 + B * Hq * Tpad;
     a.dk_part = a.lse2 + stats_floats();
     a.dv_part = a.dk_part + part_floats();
+    a.dq_acc = dq_width > 0 ? a.dv_part + part_floats() : nullptr;
+    a.dq_turn = dq_width > 0 ? reinterpret_cast<int*>(a.dv_part + part_floats() + dq_floats()) : nullptr;
   }
 };
 
-inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block) {
+inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block,
+                                        int dq_width) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
-  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block)};
+  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block), dq_width};
 }
 
 template <class Cfg>
@@ -168,6 +204,7 @@ struct Configs<64> {
   using Dq = ForwardConfig<64, 4, 2, 32, 2>;
   using WgmmaForward = WgmmaForwardConfig<64, 128, 3, 1, 4>;
   using WgmmaDkDv = WgmmaDkDvConfig<64, 128, 2, 1, 2>;
+  using WgmmaDkDvDq = WgmmaDkDvConfig<64, 128, 2, 1, 2, true>;
   using WgmmaDq = WgmmaDqConfig<64, 128, 2, 1, 2>;
 };
 template <>
@@ -198,6 +235,21 @@ struct Fastest<D> {
 };
 #endif
 
+// The dK/dV configuration that also forms dQ at width D, replacing the dQ pass, or void where there is
+// none (the mma.sync kernels; d = 128, whose dQ slab would not leave room for two CTAs per SM). The
+// backward scratch says whether a call uses it (dq_width > 0).
+template <int D>
+struct FusedDq {
+  using type = void;
+};
+#if defined(FATHOM_WGMMA)
+template <int D>
+  requires requires { typename Configs<D>::WgmmaDkDvDq; }
+struct FusedDq<D> {
+  using type = typename Configs<D>::WgmmaDkDvDq;
+};
+#endif
+
 // Runs f.template operator()<D>() for the narrowest width that holds head dim d (d <= 128).
 template <class F>
 void dispatch_width(int d, F&& f) {
@@ -208,9 +260,15 @@ void dispatch_width(int d, F&& f) {
 
 // The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width.
 inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
-  int bk = 0;
-  dispatch_width(int(d), [&]<int D>() { bk = Fastest<D>::DkDv::BK; });
-  return backward_scratch(B, T, Hq, Hk, d, bk);
+  int bk = 0, dq_width = 0;
+  dispatch_width(int(d), [&]<int D>() {
+    bk = Fastest<D>::DkDv::BK;
+    if constexpr (!std::is_void_v<typename FusedDq<D>::type>) dq_width = D;
+  });
+  BackwardScratch scratch = backward_scratch(B, T, Hq, Hk, d, bk, dq_width);
+  // A split pass's CTAs are short: their waits for the dQ turns would cost more than the dQ pass.
+  if (scratch.splits > 1) scratch.dq_width = 0;
+  return scratch;
 }
 
 }  // namespace fathom::cuda::flash

@@ -130,15 +130,25 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
   scratch.place(fa, p.workspace);
   flash::launch_backward_prepare(fa, stream);
   dispatch_head_dim(s.d, [&]<int D>() {
-    flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(fa, stream, scratch.splits);
-
+    // group on wgmma takes its sequence dQ from a dK/dV pass that also forms dQ, where there is one.
     const bool on_wgmma = kGroupOnWgmma && kernel == ModaKernel::group;
+    using WithDq = typename flash::FusedDq<D>::type;
+    bool seq_dq_done = false;
+    if constexpr (!std::is_void_v<WithDq>) {
+      if (on_wgmma && scratch.dq_width > 0) {
+        flash::launch_backward_dkdv_dq<WithDq>(fa, stream, scratch.splits);
+        seq_dq_done = true;
+      }
+    }
+    if (!seq_dq_done) flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(fa, stream, scratch.splits);
+
     using Cfg = typename Configs<D>::Dq;
     using WgmmaCfg = typename GroupWgmma<D>::Dq;
     ModaArgs a = geometry(kernel, m, on_wgmma ? WgmmaCfg::BQ : Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v, a.store_depth = p.store_depth_grads;
+    a.dq_seq = seq_dq_done ? fa.dq_acc : nullptr;
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
       if (on_wgmma)
         launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,

@@ -63,6 +63,9 @@ struct ModaArgs {
   float* ddk;          // [B, T, S, Hk, d], added into for slots [begin, begin + L)
   float* ddv;
   bool store_depth;    // ddk, ddv are written over, not added into
+  // The sequence columns' dQ sums (unscaled, [B, Hq, Tpad, D]) where flash's dK/dV pass formed them
+  // (group on wgmma); the dQ kernel then walks only the depth columns. Null: it walks both.
+  const float* dq_seq;
   int B, T, Tpad, Hq, Hk, G, d, S, begin, L;
   int fold;        // query heads folded into a tile's rows
   int unit;        // rows per unit of whole tokens (a multiple of 16)

@@ -141,10 +141,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
   float dq[1][D / 8][4];
   auto& dq_flat = *reinterpret_cast<float(*)[D / 2]>(&dq);  // the same registers in the wgmma layout
+  if (a.dq_seq != nullptr) {  // the sequence columns' sums, from flash's dK/dV pass
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dq_flat[i] = 0.f;
-  flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, sQ + uint32_t(dq_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b,
-                              tr.t0, tr.t_end, limit, lse2[0], delta[0], a.scale_log2, tid);
+    for (int half = 0; half < 2; ++half) {
+      const int r = r0 + g + 8 * half;
+      const int64_t row = tr.valid(r) ? stat_index(tr, a.Hq, a.Tpad, r) : -1;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const float2 x = row >= 0 ? *reinterpret_cast<const float2*>(a.dq_seq + flash::dq_sum_index<D>(row, 8 * j + 2 * (lane & 3)))
+                                  : make_float2(0.f, 0.f);
+        dq_flat[4 * j + 2 * half] = x.x, dq_flat[4 * j + 2 * half + 1] = x.y;
+      }
+    }
+    flash::cp_async_wait<0>();  // the Q and dO tiles
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq_flat[i] = 0.f;
+    flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, sQ + uint32_t(dq_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b,
+                                tr.t0, tr.t_end, limit, lse2[0], delta[0], a.scale_log2, tid);
+  }
   // The walk returns once every warp is done with the ring: it becomes the warps' depth chunks.
 
   uint32_t q1[1][D / 16][4], d1[1][D / 16][4];

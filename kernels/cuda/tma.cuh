@@ -64,6 +64,34 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
+// Writes `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory to global memory,
+// stored over (bulk_store) or added into fp32 values there at L2 (bulk_reduce_add); both join the
+// thread's current bulk group (bulk_commit, then bulk_wait or bulk_wait_read).
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of the thread's bulk groups are unfinished (their writes performed)...
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// ... or only until they have read their shared-memory sources, which may then be overwritten.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy global accesses (a flag's load or store) with its bulk copies.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // A ring of STAGES shared-memory stages that one producer thread fills with copies and all WARPS warps
 // of the CTA read. Each stage has a "full" barrier (counting the copies' bytes) and an "empty" one (one
 // arrival per warp once it has read the stage). Warps wait for each other only through the stages, so

@@ -68,7 +68,8 @@ __device__ __forceinline__ uint64_t k_major_desc(uint32_t tile, int row0, int ks
   return smem_desc(tile + uint32_t((ks >> 2) * PanelTile<ROWS, D>::kPanelBytes + row0 * 128 + (ks & 3) * 32), 16,
                    1024);
 }
-// MN-major B operand: K rows 16 ks .. 16 ks + 15 of a PanelTile, all D columns as N.
+// MN-major operand: K rows 16 ks .. 16 ks + 15 of a PanelTile, all D columns as N (B), or the 64 columns
+// of the panel at `tile` as M (A).
 template <int ROWS, int D>
 __device__ __forceinline__ uint64_t mn_major_desc(uint32_t tile, int ks) {
   return smem_desc(tile + uint32_t(ks * 16 * 128), PanelTile<ROWS, D>::kPanelBytes, 1024);
@@ -231,12 +232,13 @@ struct Wgmma<128> {
 #undef FATHOM_REGS32
 #undef FATHOM_REGS64
 
-// d = A B over K / 16 k-steps with both operands in shared memory: descriptors a_desc(ks), b_desc(ks).
-template <int N, int STEPS, class ADesc, class BDesc>
+// d = A B over K / 16 k-steps with both operands in shared memory: descriptors a_desc(ks), b_desc(ks),
+// K-major unless TRANS_A / TRANS_B.
+template <int N, int STEPS, int TRANS_A = 0, int TRANS_B = 0, class ADesc, class BDesc>
 __device__ __forceinline__ void wgmma_product(float (&d)[N / 2], const ADesc& a_desc, const BDesc& b_desc) {
-  Wgmma<N>::template ss_set<0, 0>(d, a_desc(0), b_desc(0));
+  Wgmma<N>::template ss_set<TRANS_A, TRANS_B>(d, a_desc(0), b_desc(0));
 #pragma unroll
-  for (int ks = 1; ks < STEPS; ++ks) Wgmma<N>::template ss<0, 0>(d, a_desc(ks), b_desc(ks), 1);
+  for (int ks = 1; ks < STEPS; ++ks) Wgmma<N>::template ss<TRANS_A, TRANS_B>(d, a_desc(ks), b_desc(ks), 1);
 }
 
 // d += A B over STEPS k-steps, A in registers (a[ks]: the k-step's A fragment), B an MN-major
