@@ -30,13 +30,16 @@ namespace {
 
 struct Case {
   int64_t B, T, G, d;
+  int64_t Hk = 2;
 };
 
 std::string describe_case(const Case& c, const char* separator) {
   char text[96];
   std::snprintf(text, sizeof(text), "T%lld%sG%lld%sd%lld%sB%lld", (long long)c.T, separator, (long long)c.G,
                 separator, (long long)c.d, separator, (long long)c.B);
-  return text;
+  std::string name = text;
+  if (c.Hk != 2) name += separator + std::string("Hk") + std::to_string(c.Hk);
+  return name;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return describe_case(info.param, "_"); }
@@ -109,7 +112,7 @@ struct Inputs {
   Tensor qf, kf, vf, doutf;
 
   Inputs(const Case& c, uint64_t seed) {
-    const int64_t Hk = 2, Hq = c.G * Hk;
+    const int64_t Hk = c.Hk, Hq = c.G * Hk;
     q_shape = Shape{c.B, c.T, Hq, c.d};
     kv_shape = Shape{c.B, c.T, Hk, c.d};
     scale = 1.0 / std::sqrt(double(c.d));
@@ -233,12 +236,18 @@ std::vector<Case> padded_width_cases() {
   return cases;
 }
 
+// Grids of at least 1024 dK/dV CTAs, whose G query heads are not split over CTAs: at d = 64 on sm_90a the
+// dK/dV pass then also forms dQ, its key blocks adding into each 64-row slab in turn (the small cases
+// above reach that pass only with G = 1).
+std::vector<Case> dq_in_dkdv_cases() { return {{4, 260, 3, 64, 86}, {2, 200, 2, 64, 256}, {1, 129, 8, 64, 512}}; }
+
 INSTANTIATE_TEST_SUITE_P(Main, GpuAttentionMatchesCpu, ::testing::ValuesIn(main_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(PaddedWidths, GpuAttentionMatchesCpu, ::testing::ValuesIn(padded_width_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(DqInDkDv, GpuAttentionMatchesCpu, ::testing::ValuesIn(dq_in_dkdv_cases()), case_name);
 
 TEST(GpuAttention, BackwardIsBitIdenticalAcrossRuns) {
   SKIP_WITHOUT_GPU();
-  for (const Case c : {Case{2, 1000, 3, 64}, Case{1, 777, 8, 128}, Case{2, 300, 4, 32}}) {
+  for (const Case c : {Case{2, 1000, 3, 64}, Case{1, 777, 8, 128}, Case{2, 300, 4, 32}, Case{4, 260, 3, 64, 86}}) {
     const Inputs in(c, 77);
     DeviceAttention gpu(in);
     gpu.forward();
