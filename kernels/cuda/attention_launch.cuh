@@ -95,7 +95,8 @@ void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits
   auto kernel = dkdv_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
   const int key_blocks = ceil_div(a.T, Cfg::BK), heads = a.B * a.Hk;
-  const dim3 grid = in_turn<Cfg>() ? dim3(heads, key_blocks, splits) : dim3(key_blocks, heads, splits);  // key_block
+  // The order key_block<in_turn<Cfg>()> reads.
+  const dim3 grid = in_turn<Cfg>() ? dim3(heads, key_blocks, splits) : dim3(key_blocks, heads, splits);
   if constexpr (WarpgroupTiles<Cfg>)
     kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(
         a, QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ), head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)});
@@ -150,7 +151,9 @@ struct BackwardScratch {
   size_t part_floats() const { return splits > 1 ? size_t(splits) * size_t(B * T * Hk * d) : 0; }
   size_t dq_floats() const { return size_t(B * Hq * Tpad) * size_t(dq_width); }
   size_t counters() const { return dq_width > 0 ? size_t(B * Hq * Tpad / 64) : 0; }
-  size_t bytes() const { return (stats_floats() + 2 * part_floats() + dq_floats()) * sizeof(float) + counters() * sizeof(int); }
+  size_t bytes() const {
+    return (stats_floats() + 2 * part_floats() + dq_floats()) * sizeof(float) + counters() * sizeof(int);
+  }
   // Points a's lse2, delta, dk_part, dv_part, dq_acc and dq_turn into `workspace` and sets its Tpad.
   void place(BackwardArgs& a, void* workspace) const {
     a.Tpad = int(Tpad);

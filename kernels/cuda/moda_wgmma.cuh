@@ -148,9 +148,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       const int64_t row = tr.valid(r) ? stat_index(tr, a.Hq, a.Tpad, r) : -1;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
-        const float2 x = row >= 0 ? *reinterpret_cast<const float2*>(a.dq_seq + flash::dq_sum_index<D>(row, 8 * j + 2 * (lane & 3)))
-                                  : make_float2(0.f, 0.f);
-        dq_flat[4 * j + 2 * half] = x.x, dq_flat[4 * j + 2 * half + 1] = x.y;
+        const float* x = row >= 0 ? a.dq_seq + flash::dq_sum_index<D>(row, 8 * j + 2 * (lane & 3)) : nullptr;
+        const float2 v = x != nullptr ? *reinterpret_cast<const float2*>(x) : make_float2(0.f, 0.f);
+        dq_flat[4 * j + 2 * half] = v.x, dq_flat[4 * j + 2 * half + 1] = v.y;
       }
     }
     flash::cp_async_wait<0>();  // the Q and dO tiles
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     flash::wgmma_dq_causal<Cfg>(dq_flat, sQ, sDO, ring, sQ + uint32_t(dq_wgmma_barriers<Cfg>()), maps, tr.hk, tr.b,
                                 tr.t0, tr.t_end, limit, lse2[0], delta[0], a.scale_log2, tid);
   }
-  // The walk returns once every warp is done with the ring: it becomes the warps' depth chunks.
+  // Every warp is done with the ring here (the walk returns so): it becomes the warps' depth chunks.
 
   uint32_t q1[1][D / 16][4], d1[1][D / 16][4];
   load_mtile_fragments<QTile, D>(q1, sQ, r0, lane);

@@ -307,7 +307,8 @@ TEST(GpuAttention, BadArgumentsAreErrors) {
   // Long sequences need no split: the statistics, and, where the dK/dV pass also forms dQ (sm_90a
   // builds), fp32 dQ sums [B, Hq, Tpad, 64] with a counter per 64 of their rows.
   const cuda::FlashShape long_shape{1, 16384, 64, 8, 64, 0.125};
-  const size_t stat_bytes = size_t(2 * 64 * 16384) * 4, sums = size_t(64 * 16384) * 64 * 4 + size_t(64 * 16384 / 64) * 4;
+  const size_t stat_bytes = size_t(2 * 64 * 16384) * 4;
+  const size_t sums = size_t(64 * 16384) * 64 * 4 + size_t(64 * 16384 / 64) * 4;
   const size_t long_bytes = cuda::flash_backward_workspace_bytes(long_shape);
   EXPECT_TRUE(long_bytes == stat_bytes || long_bytes == stat_bytes + sums) << long_bytes;
 }
