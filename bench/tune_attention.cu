@@ -84,8 +84,9 @@ struct Problem {
     const int Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
     const float scale = float(shape.scale), scale_log2 = float(shape.scale * double(kLog2e));
     fa = ForwardArgs{q, k, v, o_ref, lse, B, T, Hq, Hk, Hq / Hk, d, scale_log2};
-    ba = BackwardArgs{q,  k,    v, o_ref, dout, lse, dq_ref,   dk_ref,     dv_ref, ws, ws + size_t(B) * Hq * Tpad,
+    ba = BackwardArgs{q,  k,    v, o_ref, dout, lse, dq_ref,   dk_ref,     dv_ref, nullptr, nullptr,
                       B,  T,    Tpad, Hq, Hk,   Hq / Hk, d, scale, scale_log2};
+    backward_scratch_for(B, T, Hq, Hk, d).place(ba, ws);  // dq_acc and dq_turn where the shipped pass uses them
     // The shipped configuration gives the reference outputs every variant is compared with.
     dispatch_width(d, [&]<int D>() {
       launch_forward<typename Configs<D>::Forward>(fa, nullptr);
@@ -158,6 +159,19 @@ void backward_variant(Problem& p, const char* name) {
          std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
 }
 
+// The backward with dQ formed in the dK/dV pass, and the conversion of its sums (where the call's
+// scratch has them: heads not split over CTAs).
+template <class Cfg, int W>
+void dq_in_dkdv_variant(Problem& p, const char* name) {
+  if (p.ba.dq_acc == nullptr) return;
+  const double ms = median_ms([&] {
+    launch_backward_dkdv_dq<Cfg>(p.ba, nullptr, 1);
+    launch_backward_dq_convert<W>(p.ba, nullptr);
+  });
+  report("bwd", name, ms, 2.5 * p.forward_flops(),
+         std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
+}
+
 #define FWD(...) forward_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DKDV(...) dkdv_variant<DkDvConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
 #define DQ(...) dq_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
@@ -208,7 +222,10 @@ void sweep_d64(int T) {
   WDQ(64, 128, 1, 2, 2);
   WDQ(64, 64, 2, 1, 4);
   backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "mma.sync");
-  backward_variant<Fastest<64>::DkDv, Fastest<64>::Dq>(p, "shipped");
+  backward_variant<Fastest<64>::DkDv, Fastest<64>::Dq>(p, "two passes (shipped when heads are split)");
+#if defined(FATHOM_WGMMA)
+  dq_in_dkdv_variant<Configs<64>::WgmmaDkDvDq, 64>(p, "wgmma dK/dV with dQ (shipped otherwise)");
+#endif
 }
 
 void sweep_d128(int B, int T) {
