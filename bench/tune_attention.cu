@@ -87,6 +87,11 @@ struct Problem {
     ba = BackwardArgs{q,  k,    v, o_ref, dout, lse, dq_ref,   dk_ref,     dv_ref, nullptr, nullptr,
                       B,  T,    Tpad, Hq, Hk,   Hq / Hk, d, scale, scale_log2};
     backward_scratch_for(B, T, Hq, Hk, d).place(ba, ws);  // dq_acc and dq_turn where the shipped pass uses them
+    if (ba.dq_acc == nullptr) {  // so that the sweep can time dQ in the dK/dV pass at any shape and width
+      const size_t rows = size_t(B) * Hq * Tpad;
+      check(cudaMalloc(&ba.dq_acc, rows * 128 * sizeof(float)), "malloc");
+      check(cudaMalloc(&ba.dq_turn, rows / 64 * sizeof(int)), "malloc");
+    }
     // The shipped configuration gives the reference outputs every variant is compared with.
     dispatch_width(d, [&]<int D>() {
       launch_forward<typename Configs<D>::Forward>(fa, nullptr);
@@ -159,11 +164,9 @@ void backward_variant(Problem& p, const char* name) {
          std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
 }
 
-// The backward with dQ formed in the dK/dV pass, and the conversion of its sums (where the call's
-// scratch has them: heads not split over CTAs).
+// The backward with dQ formed in the dK/dV pass (heads never split here), and the conversion of its sums.
 template <class Cfg, int W>
 void dq_in_dkdv_variant(Problem& p, const char* name) {
-  if (p.ba.dq_acc == nullptr) return;
   const double ms = median_ms([&] {
     launch_backward_dkdv_dq<Cfg>(p.ba, nullptr, 1);
     launch_backward_dq_convert<W>(p.ba, nullptr);
@@ -179,10 +182,14 @@ void dq_in_dkdv_variant(Problem& p, const char* name) {
 #define WFWD(...) forward_variant<WgmmaForwardConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
 #define WDKDV(...) dkdv_variant<WgmmaDkDvConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
 #define WDQ(...) dq_variant<WgmmaDqConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
+// D first: the sums' width.
+#define WDKDV_DQ(D, ...) \
+  dq_in_dkdv_variant<WgmmaDkDvConfig<D, __VA_ARGS__, true>, D>(p, "wgmma dK/dV with dQ " #D ", " #__VA_ARGS__)
 #else
 #define WFWD(...)
 #define WDKDV(...)
 #define WDQ(...)
+#define WDKDV_DQ(...)
 #endif
 
 void sweep_d64(int T) {
@@ -255,6 +262,7 @@ void sweep_d128(int B, int T) {
   WDQ(128, 64, 2, 1, 4);
   backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "mma.sync");
   backward_variant<Fastest<128>::DkDv, Fastest<128>::Dq>(p, "shipped");
+  WDKDV_DQ(128, 64, 1, 1, 2);
 }
 
 }  // namespace
