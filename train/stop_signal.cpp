@@ -12,12 +12,17 @@ static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs 
 extern "C" void on_stop_signal(int) { stop_flag.store(true); }
 }  // namespace
 
-void install_stop_handlers() {
+StopSignalScope::StopSignalScope() {
   struct sigaction action = {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, &previous_int_);
+  sigaction(SIGTERM, &action, &previous_term_);
+}
+
+StopSignalScope::~StopSignalScope() {
+  sigaction(SIGINT, &previous_int_, nullptr);
+  sigaction(SIGTERM, &previous_term_, nullptr);
 }
 
 bool stop_requested() { return stop_flag.load(); }

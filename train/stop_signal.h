@@ -1,9 +1,24 @@
 // SIGINT/SIGTERM ask a run to stop: the trainer finishes its step, writes a checkpoint and exits 0.
 #pragma once
 
+#include <csignal>
+
 namespace fathom {
 
-void install_stop_handlers();
+// While alive, SIGINT and SIGTERM set the stop request instead of ending the process. The handlers
+// that were there before come back when it ends, so a program (or test binary) that ran a training
+// job is not left ignoring them.
+class StopSignalScope {
+ public:
+  StopSignalScope();
+  ~StopSignalScope();
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+
+ private:
+  struct sigaction previous_int_ = {}, previous_term_ = {};
+};
+
 bool stop_requested();
 void clear_stop_request();  // tests
 void request_stop();        // tests, and the signal handler

@@ -128,7 +128,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const std::string recipe_yaml = recipe_to_yaml(recipe);
   write_file_atomically(run_dir / "recipe.yaml", recipe_yaml);
   MetricsLog metrics(run_dir, state.step);
-  install_stop_handlers();
+  const StopSignalScope stop_signals;
 
   auto log_line = [&](const std::string& line) {
     if (!options.quiet) std::cout << line << std::endl;

@@ -105,6 +105,30 @@ TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
   EXPECT_EQ(lines_of(dir / "straight" / "metrics.jsonl").size(), lines_of(dir / "resumed" / "metrics.jsonl").size());
 }
 
+TEST(Train, SignalHandlersComeBackAfterTheRun) {
+  // A SIGTERM handler of the test's own: the run replaces it while it trains, then puts it back, and
+  // SIGINT's as well.
+  struct sigaction mine = {}, seen = {}, previous = {}, interrupt = {};
+  mine.sa_handler = SIG_IGN;
+  sigemptyset(&mine.sa_mask);
+  ASSERT_EQ(sigaction(SIGTERM, &mine, &previous), 0);
+  ASSERT_EQ(sigaction(SIGINT, nullptr, &interrupt), 0);
+  fathom::testing::ScratchFolder dir;
+  run_training(recipe_for(dir / "run", 2), quiet());
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &seen), 0);
+  EXPECT_EQ(seen.sa_handler, SIG_IGN);
+  ASSERT_EQ(sigaction(SIGINT, nullptr, &seen), 0);
+  EXPECT_EQ(seen.sa_handler, interrupt.sa_handler);
+  sigaction(SIGTERM, &previous, nullptr);
+  {
+    const StopSignalScope scope;  // and while one is alive, they are the stop request's
+    ASSERT_EQ(sigaction(SIGTERM, nullptr, &seen), 0);
+    EXPECT_NE(seen.sa_handler, previous.sa_handler);
+  }
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &seen), 0);
+  EXPECT_EQ(seen.sa_handler, previous.sa_handler);
+}
+
 TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
   fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "a", 9), quiet());
