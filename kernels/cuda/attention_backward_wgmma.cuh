@@ -155,12 +155,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
   auto sQ = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kTileStageBytes); };
   auto sDO = [&](int n) { return sQ(n) + uint32_t(QTile::kBytes); };
-  auto sRows = [&](int n) { return sK + uint32_t(Cfg::kRowsOffset + (n % Cfg::kStages) * Cfg::kRowStageBytes); };
+  // Item n's lse2 and delta rows, copied in at sRows(n) and read at rows + row_stage(n) floats.
+  auto row_stage = [&](int n) { return (n % Cfg::kStages) * (Cfg::kRowStageBytes / 4); };
+  auto sRows = [&](int n) { return sK + uint32_t(Cfg::kRowsOffset + 4 * row_stage(n)); };
   const float* rows = reinterpret_cast<const float*>(smem + Cfg::kRowsOffset);
   const typename Cfg::Ring ring{sK + uint32_t(Cfg::kBarrierOffset)};
   // With DQ: item n's dS^T tile, and warpgroup w's fp32 dQ slab of item n (two stages, items
   // alternating) with its barriers: staged (one arrival per warp of w) and read (by the writer).
-  auto sDS = [&](int n) { return sK + uint32_t(Cfg::kDsOffset + (n & 1) * Cfg::DsTile::kBytes); };
+  auto ds_offset = [&](int n) { return Cfg::kDsOffset + (n & 1) * Cfg::DsTile::kBytes; };
+  auto sDS = [&](int n) { return sK + uint32_t(ds_offset(n)); };
   auto slab_offset = [&](int w, int n) { return Cfg::kSlabOffset + (2 * w + (n & 1)) * Cfg::kSlabBytes; };
   auto slab = [&](int w, int n) { return sK + uint32_t(slab_offset(w, n)); };
   const uint32_t slab_bars = sK + uint32_t(Cfg::kBarrierOffset + Cfg::Ring::kBarrierBytes);
@@ -168,10 +171,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   auto slab_read = [&](int w, int n) { return slab_bars + uint32_t(8 * (2 * Cfg::WARPGROUPS + 2 * w + (n & 1))); };
   if (tid == 0) {
     if constexpr (Cfg::DQ)
-      for (int i = 0; i < 2 * Cfg::WARPGROUPS; ++i) {
-        mbarrier_init(slab_bars + uint32_t(8 * i), 4);
-        mbarrier_init(slab_bars + uint32_t(8 * (2 * Cfg::WARPGROUPS + i)), 1);
-      }
+      for (int w = 0; w < Cfg::WARPGROUPS; ++w)
+        for (int n = 0; n < 2; ++n) {
+          mbarrier_init(slab_staged(w, n), 4);
+          mbarrier_init(slab_read(w, n), 1);
+        }
     ring.init();
   }
 
@@ -217,7 +221,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     ring.wait_full(item);
     const int q0 = work.q0(item);
     const uint32_t tq = sQ(item), tdo = sDO(item);
-    const float* lse2 = rows + (item % Cfg::kStages) * 2 * BQ;
+    const float* lse2 = rows + row_stage(item);
     const float* delta = lse2 + BQ;
 
     float p[BQ / 2], ds[BQ / 2];
@@ -269,8 +273,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       // dQ = dS K for this warpgroup's 64 queries, over the keys of every warpgroup: their dS^T rows meet
       // in the item's tile. Tiles alternate, so one barrier per item suffices: a warpgroup past it has
       // finished the previous item, whose products read the other tile.
-      stage_wgmma_accumulator<typename Cfg::DsTile>(smem + Cfg::kDsOffset + (item & 1) * Cfg::DsTile::kBytes, ds,
-                                                    {1.f, 1.f}, wkey, lane);
+      stage_wgmma_accumulator<typename Cfg::DsTile>(smem + ds_offset(item), ds, {1.f, 1.f}, wkey, lane);
       fence_proxy_async();
       named_barrier_sync(1, Cfg::MMA_THREADS);
       issue_dk();
