@@ -84,18 +84,7 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
                  float(s.scale * double(flash::kLog2e))};
   scratch.place(a, p.workspace);
   flash::launch_backward_prepare(a, stream);
-  flash::dispatch_width(a.d, [&]<int D>() {
-    using WithDq = typename flash::FusedDq<D>::type;
-    if constexpr (!std::is_void_v<WithDq>) {
-      if (scratch.dq_width > 0) {
-        flash::launch_backward_dkdv_dq<WithDq>(a, stream, scratch.splits);
-        flash::launch_backward_dq_convert<D>(a, stream);
-        return;
-      }
-    }
-    flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(a, stream, scratch.splits);
-    flash::launch_backward_dq<typename flash::Fastest<D>::Dq>(a, stream);
-  });
+  flash::dispatch_width(a.d, [&]<int D>() { flash::launch_backward_passes<D>(a, stream, scratch); });
 }
 
 // ---- Tensor wrappers ----

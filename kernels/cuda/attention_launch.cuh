@@ -166,10 +166,14 @@ struct BackwardScratch {
   }
 };
 
+// dq_width: the width of the dQ sums where the dK/dV pass at this width can form dQ, else 0. It does so
+// only with unsplit heads: a split pass's CTAs are short, and their waits for the dQ turns would cost
+// more than the dQ pass.
 inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block,
                                         int dq_width) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
-  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block), dq_width};
+  const int splits = dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block);
+  return BackwardScratch{B, T, Tpad, Hq, Hk, d, splits, splits > 1 ? 0 : dq_width};
 }
 
 template <class Cfg>
@@ -268,10 +272,31 @@ inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, in
     bk = Fastest<D>::DkDv::BK;
     if constexpr (!std::is_void_v<typename FusedDq<D>::type>) dq_width = D;
   });
-  BackwardScratch scratch = backward_scratch(B, T, Hq, Hk, d, bk, dq_width);
-  // A split pass's CTAs are short: their waits for the dQ turns would cost more than the dQ pass.
-  if (scratch.splits > 1) scratch.dq_width = 0;
-  return scratch;
+  return backward_scratch(B, T, Hq, Hk, d, bk, dq_width);
+}
+
+// Runs the dK/dV pass that `scratch` was sized for at width D: the one that also forms dQ where the
+// scratch holds its sums and the caller takes them (`with_dq`; returns true, the sums are in a.dq_acc),
+// else the one without (returns false; a dQ pass must follow).
+template <int D>
+bool launch_backward_dkdv_pass(const BackwardArgs& a, cudaStream_t stream, const BackwardScratch& scratch,
+                               bool with_dq = true) {
+  if constexpr (!std::is_void_v<typename FusedDq<D>::type>) {
+    if (with_dq && scratch.dq_width > 0) {
+      launch_backward_dkdv_dq<typename FusedDq<D>::type>(a, stream, scratch.splits);
+      return true;
+    }
+  }
+  launch_backward_dkdv<typename Fastest<D>::DkDv>(a, stream, scratch.splits);
+  return false;
+}
+
+// Flash attention's dK/dV and dQ at width D after the prepare pass: the dK/dV pass, then either the
+// conversion of the dQ sums it formed or the dQ pass.
+template <int D>
+void launch_backward_passes(const BackwardArgs& a, cudaStream_t stream, const BackwardScratch& scratch) {
+  if (!launch_backward_dkdv_pass<D>(a, stream, scratch)) return launch_backward_dq<typename Fastest<D>::Dq>(a, stream);
+  if constexpr (!std::is_void_v<typename FusedDq<D>::type>) launch_backward_dq_convert<D>(a, stream);
 }
 
 }  // namespace fathom::cuda::flash

@@ -132,15 +132,7 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
   dispatch_head_dim(s.d, [&]<int D>() {
     // group on wgmma takes its sequence dQ from a dK/dV pass that also forms dQ, where there is one.
     const bool on_wgmma = kGroupOnWgmma && kernel == ModaKernel::group;
-    using WithDq = typename flash::FusedDq<D>::type;
-    bool seq_dq_done = false;
-    if constexpr (!std::is_void_v<WithDq>) {
-      if (on_wgmma && scratch.dq_width > 0) {
-        flash::launch_backward_dkdv_dq<WithDq>(fa, stream, scratch.splits);
-        seq_dq_done = true;
-      }
-    }
-    if (!seq_dq_done) flash::launch_backward_dkdv<typename flash::Fastest<D>::DkDv>(fa, stream, scratch.splits);
+    const bool seq_dq_done = flash::launch_backward_dkdv_pass<D>(fa, stream, scratch, on_wgmma);
 
     using Cfg = typename Configs<D>::Dq;
     using WgmmaCfg = typename GroupWgmma<D>::Dq;
