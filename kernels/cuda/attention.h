@@ -1,6 +1,6 @@
 // Flash attention on CUDA: causal grouped-query attention in bf16 with fp32 accumulation, on the
 // tensor cores (mma.sync m16n8k16). The forward pass returns O and the log-sum-exp; the backward pass
-// is deterministic (no atomics: two runs give bit-identical gradients).
+// is deterministic (every sum in a fixed order: two runs give bit-identical gradients).
 //
 // Two levels:
 //  - raw launchers over device pointers (cudaMalloc'd buffers, any stream), used by the tests and the

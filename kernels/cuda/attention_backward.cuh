@@ -1,4 +1,4 @@
-// Flash-attention backward, deterministic: no atomics anywhere, every sum in a fixed order.
+// Flash-attention backward, deterministic: every sum in a fixed order (no unordered atomics).
 //
 //   prepare: per query row, lse2 = lse * log2(e) and delta = rowsum(dO * O), into [B, Hq, Tpad]
 //            scratch padded with lse2 = +inf (probabilities of rows past T vanish) and delta = 0.
@@ -11,7 +11,8 @@
 //            forward pass and accumulating dQ in registers.
 // With P = exp(S - lse), dP = dO V^T: dS = P * (dP - delta), dQ = scale dS K, dK = scale dS^T Q,
 // dV = P^T dO. Both passes recompute P; dQ thereby costs three products more than an atomic
-// accumulation would, the price of bit-identical gradients.
+// accumulation would, the price of bit-identical gradients. The wgmma dK/dV pass with dQ
+// (attention_backward_wgmma.cuh) adds dQ in the pass instead, in a fixed key-block order.
 #pragma once
 #include "kernels/cuda/attention_forward.cuh"
 

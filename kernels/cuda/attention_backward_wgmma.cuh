@@ -1,5 +1,5 @@
 // Flash-attention backward on Hopper warpgroup MMAs (sm_90a): the dK/dV and dQ passes of
-// attention_backward.cuh with the same contract (deterministic, no atomics, the G query heads summed
+// attention_backward.cuh with the same contract (deterministic, sums in a fixed order, the G query heads summed
 // in registers, the same prepare pass, split partials and reduction), their tile products issued as
 // wgmma. Each warpgroup owns 64 rows of its CTA's tile: keys in the dK/dV pass, queries in the dQ pass.
 //
