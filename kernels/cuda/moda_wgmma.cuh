@@ -148,9 +148,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       const int64_t row = tr.valid(r) ? stat_index(tr, a.Hq, a.Tpad, r) : -1;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
-        const float* x = row >= 0 ? a.dq_seq + flash::dq_sum_index<D>(row, 8 * j + 2 * (lane & 3)) : nullptr;
-        const float2 v = x != nullptr ? *reinterpret_cast<const float2*>(x) : make_float2(0.f, 0.f);
-        dq_flat[4 * j + 2 * half] = v.x, dq_flat[4 * j + 2 * half + 1] = v.y;
+        const float2 x =
+            row >= 0 ? *reinterpret_cast<const float2*>(a.dq_seq + flash::dq_sum_index<D>(row, 8 * j + 2 * (lane & 3)))
+                     : make_float2(0.f, 0.f);
+        dq_flat[4 * j + 2 * half] = x.x, dq_flat[4 * j + 2 * half + 1] = x.y;
       }
     }
     flash::cp_async_wait<0>();  // the Q and dO tiles
