@@ -59,17 +59,19 @@ __host__ __device__ __forceinline__ int64_t dq_sum_index(int64_t row, int col) {
 constexpr int kRowPad = 128;
 
 // A dK/dV CTA's key block, low key blocks first: they see the most queries. kv_off is the KV head's
-// first row in [B, T, Hk, d]; strides step one token. The grid is (key block, batch x KV head, split),
-// or, for a pass that also forms dQ (IN_TURN), (batch x KV head, key block, split): then every head's
-// key blocks are launched in order and a CTA is launched after the lower key blocks of its head,
-// whose dQ additions it follows.
+// first row in [B, T, Hk, d]; strides step one token. The grid is (key block, batch x KV head, split).
+// A pass that also forms dQ (IN_TURN, unsplit) hands the key blocks out by ticket, in the order of a
+// (batch x KV head, key block) grid: a CTA draws its own when it starts, so every lower key block of its
+// head, whose dQ additions it waits for, belongs to a CTA that started before it, whatever order the
+// hardware launches CTAs in (draw_ticket).
 struct KeyBlock {
   int k0, b, hk;
   int64_t q_stride, kv_stride, kv_off;
 };
 template <bool IN_TURN>
-__device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK) {
-  const int block = int(IN_TURN ? blockIdx.y : blockIdx.x), bh = int(IN_TURN ? blockIdx.x : blockIdx.y);
+__device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK, int ticket = 0) {
+  const int heads = a.B * a.Hk;
+  const int block = IN_TURN ? ticket / heads : int(blockIdx.x), bh = IN_TURN ? ticket % heads : int(blockIdx.y);
   KeyBlock kb;
   kb.k0 = block * BK;
   kb.b = bh / a.Hk;
@@ -78,6 +80,14 @@ __device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK) {
   kb.kv_stride = int64_t(a.Hk) * a.d;
   kb.kv_off = (int64_t(kb.b) * a.T * a.Hk + kb.hk) * a.d;
   return kb;
+}
+
+// The ticket of a CTA of a pass with dQ: thread 0 draws it from the counter after the slabs' (see
+// dq_counters) into `slot` in shared memory; every thread of the CTA calls this and gets it.
+__device__ __forceinline__ int draw_ticket(const BackwardArgs& a, int* slot) {
+  if (threadIdx.x == 0) *slot = atomicAdd(a.dq_turn + int64_t(a.B) * a.Hq * a.Tpad / 64, 1);
+  __syncthreads();
+  return *slot;
 }
 
 // A dK/dV CTA's work items: (query head of this split's share of the KV head's G heads, query block)

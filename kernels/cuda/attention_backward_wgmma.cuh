@@ -17,7 +17,7 @@
 // the fp32 result; a writer warp adds the slab into fp32 sums in global memory with a bulk reduction.
 // The sums stay deterministic: the key blocks of a head add into a slab strictly in key-block order,
 // each waiting for its turn on a per-slab counter. A CTA waits only on lower key blocks of its head,
-// which were launched before it (key_block), and every key block meets a query block at the same step
+// whose CTAs drew their tickets, and so started, before it (key_block), and every key block meets a query block at the same step
 // of its walk (dkdv_items). The writer and the ring's producer form an extra warpgroup that hands
 // most of its registers to the multiplying ones (setmaxnreg), so that neither the copies nor the
 // turn-taking ever stall a warpgroup that multiplies.
@@ -53,7 +53,8 @@ struct WgmmaDkDvConfig {
   static constexpr int kSlabOffset = kDsOffset + (DQ ? 2 * DsTile::kBytes : 0);
   static constexpr int kBarrierOffset = kSlabOffset + (DQ ? 2 * WARPGROUPS * kSlabBytes : 0);
   static constexpr int kSlabBarrierBytes = DQ ? 2 * 8 * 2 * WARPGROUPS : 0;  // per slab stage: staged, read
-  static constexpr int kSmemBytes = kBarrierOffset + Ring::kBarrierBytes + kSlabBarrierBytes;
+  static constexpr int kTicketOffset = kBarrierOffset + Ring::kBarrierBytes + kSlabBarrierBytes;  // with DQ
+  static constexpr int kSmemBytes = kTicketOffset + (DQ ? 16 : 0);
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
   static_assert(kStages >= 2, "a stage is refilled while the other is read");
@@ -150,7 +151,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   char* smem = wgmma_shared();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
-  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block<Cfg::DQ>(a, BK);
+  const int ticket = Cfg::DQ ? draw_ticket(a, reinterpret_cast<int*>(smem + Cfg::kTicketOffset)) : 0;
+  const auto [k0, b, hk, q_stride, kv_stride, kv_off] = key_block<Cfg::DQ>(a, BK, ticket);
 
   const uint32_t sK = smem_addr(smem), sV = sK + KvTile::kBytes, stages = sV + KvTile::kBytes;
   auto sQ = [&](int n) { return stages + uint32_t((n % Cfg::kStages) * Cfg::kTileStageBytes); };

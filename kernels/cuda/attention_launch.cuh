@@ -30,15 +30,6 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 template <class Cfg>
 concept WarpgroupTiles = requires { Cfg::WARPGROUPS; };
 
-// Whether a dK/dV configuration also forms dQ, its key blocks adding in turn (key_block).
-template <class Cfg>
-constexpr bool in_turn() {
-  if constexpr (requires { Cfg::DQ; })
-    return Cfg::DQ;
-  else
-    return false;
-}
-
 // The kernels a configuration describes, and the dQ kernel's shared memory.
 template <class Cfg>
 constexpr auto forward_kernel() {
@@ -94,9 +85,7 @@ template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
   auto kernel = dkdv_kernel<Cfg>();
   allow_smem(kernel, Cfg::kSmemBytes);
-  const int key_blocks = ceil_div(a.T, Cfg::BK), heads = a.B * a.Hk;
-  // The order key_block<in_turn<Cfg>()> reads.
-  const dim3 grid = in_turn<Cfg>() ? dim3(heads, key_blocks, splits) : dim3(key_blocks, heads, splits);
+  const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);  // key_block's order
   if constexpr (WarpgroupTiles<Cfg>)
     kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(
         a, QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ), head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)});
@@ -110,14 +99,19 @@ void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits
   }
 }
 
-// The dK/dV pass of a configuration that also forms dQ (Cfg::DQ): clears the dQ slabs' counters first.
-// The fp32 sums it leaves in a.dq_acc become dQ through launch_backward_dq_convert (or MoDA's depth pass).
+// The ints of a dK/dV pass with dQ: a turn counter per 64 rows of the sums [B, Hq, Tpad, W], then the
+// ticket its CTAs draw their key blocks from (attention_backward.cuh, key_block).
+inline size_t dq_counters(int64_t B, int64_t Hq, int64_t Tpad) { return size_t(B * Hq * Tpad / 64) + 1; }
+
+// The dK/dV pass of a configuration that also forms dQ (Cfg::DQ), never split: clears the dQ slabs'
+// counters and the CTAs' ticket first. The fp32 sums it leaves in a.dq_acc become dQ through
+// launch_backward_dq_convert (or MoDA's depth pass).
 template <class Cfg>
-void launch_backward_dkdv_dq(const BackwardArgs& a, cudaStream_t stream, int splits) {
+void launch_backward_dkdv_dq(const BackwardArgs& a, cudaStream_t stream) {
   static_assert(Cfg::DQ, "a dK/dV configuration with dQ");
-  check_cuda(cudaMemsetAsync(a.dq_turn, 0, size_t(a.B) * size_t(a.Hq) * size_t(a.Tpad / 64) * sizeof(int), stream),
+  check_cuda(cudaMemsetAsync(a.dq_turn, 0, dq_counters(a.B, a.Hq, a.Tpad) * sizeof(int), stream),
              "clearing the dQ counters");
-  launch_backward_dkdv<Cfg>(a, stream, splits);
+  launch_backward_dkdv<Cfg>(a, stream);
 }
 // dQ from the fp32 sums of rows W floats wide.
 template <int W>
@@ -142,7 +136,7 @@ inline int dkdv_splits(int64_t B, int64_t T, int64_t Hk, int64_t G, int BK) {
 // Where the backward pass's device scratch lives inside one workspace: per-row statistics (lse2, delta)
 // of [B, Hq, Tpad] each; when the dK/dV pass splits the G heads over `splits` CTAs, fp32 dK and dV
 // partials of [splits, B, T, Hk, d] each; when it also forms dQ (dq_width > 0, its rows' width), fp32
-// dQ sums [B, Hq, Tpad, dq_width] and a counter per 64 of their rows. `dkdv_block` is the dK/dV
+// dQ sums [B, Hq, Tpad, dq_width] and its counters (dq_counters). `dkdv_block` is the dK/dV
 // configuration's key block.
 struct BackwardScratch {
   int64_t B, T, Tpad, Hq, Hk, d;
@@ -150,7 +144,7 @@ struct BackwardScratch {
   size_t stats_floats() const { return size_t(2) * size_t(B) * size_t(Hq) * size_t(Tpad); }
   size_t part_floats() const { return splits > 1 ? size_t(splits) * size_t(B * T * Hk * d) : 0; }
   size_t dq_floats() const { return size_t(B * Hq * Tpad) * size_t(dq_width); }
-  size_t counters() const { return dq_width > 0 ? size_t(B * Hq * Tpad / 64) : 0; }
+  size_t counters() const { return dq_width > 0 ? dq_counters(B, Hq, Tpad) : 0; }
   size_t bytes() const {
     return (stats_floats() + 2 * part_floats() + dq_floats()) * sizeof(float) + counters() * sizeof(int);
   }
@@ -167,13 +161,17 @@ struct BackwardScratch {
 };
 
 // dq_width: the width of the dQ sums where the dK/dV pass at this width can form dQ, else 0. It does so
-// only with unsplit heads: a split pass's CTAs are short, and their waits for the dQ turns would cost
-// more than the dQ pass.
+// when its grid has at least kMinDqInDkDvCtas CTAs, and never splits the heads: split, its CTAs are short
+// and their waits for the dQ turns cost more than a dQ pass (1.45 vs 1.07 ms at T = 4096). Unsplit, 256
+// CTAs (T = 4096, 8 KV heads) were enough for it to beat two passes (0.86 vs 1.24 ms); 64 (T = 1024) were
+// not: half the SMs idled. Smaller grids take the split two passes.
+constexpr int64_t kMinDqInDkDvCtas = 256;
 inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block,
                                         int dq_width) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
-  const int splits = dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block);
-  return BackwardScratch{B, T, Tpad, Hq, Hk, d, splits, splits > 1 ? 0 : dq_width};
+  const int64_t ctas = (T + dkdv_block - 1) / dkdv_block * B * Hk;
+  if (dq_width > 0 && ctas >= kMinDqInDkDvCtas) return BackwardScratch{B, T, Tpad, Hq, Hk, d, 1, dq_width};
+  return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block), 0};
 }
 
 template <class Cfg>
@@ -265,25 +263,26 @@ void dispatch_width(int d, F&& f) {
   return f.template operator()<128>();
 }
 
-// The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width.
-inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d) {
+// The backward scratch of a call with head dim d, for the dK/dV configuration fathom runs at that width:
+// the one that also forms dQ where there is one and the caller takes its sums (`takes_dq_sums`).
+inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d,
+                                            bool takes_dq_sums = true) {
   int bk = 0, dq_width = 0;
   dispatch_width(int(d), [&]<int D>() {
     bk = Fastest<D>::DkDv::BK;
-    if constexpr (!std::is_void_v<typename FusedDq<D>::type>) dq_width = D;
+    if constexpr (!std::is_void_v<typename FusedDq<D>::type>) dq_width = takes_dq_sums ? D : 0;
   });
   return backward_scratch(B, T, Hq, Hk, d, bk, dq_width);
 }
 
 // Runs the dK/dV pass that `scratch` was sized for at width D: the one that also forms dQ where the
-// scratch holds its sums and the caller takes them (`with_dq`; returns true, the sums are in a.dq_acc),
-// else the one without (returns false; a dQ pass must follow).
+// scratch holds its sums (returns true, the sums are in a.dq_acc), else the one without (returns false;
+// a dQ pass must follow).
 template <int D>
-bool launch_backward_dkdv_pass(const BackwardArgs& a, cudaStream_t stream, const BackwardScratch& scratch,
-                               bool with_dq = true) {
+bool launch_backward_dkdv_pass(const BackwardArgs& a, cudaStream_t stream, const BackwardScratch& scratch) {
   if constexpr (!std::is_void_v<typename FusedDq<D>::type>) {
-    if (with_dq && scratch.dq_width > 0) {
-      launch_backward_dkdv_dq<typename FusedDq<D>::type>(a, stream, scratch.splits);
+    if (scratch.dq_width > 0) {
+      launch_backward_dkdv_dq<typename FusedDq<D>::type>(a, stream);
       return true;
     }
   }

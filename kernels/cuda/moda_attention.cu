@@ -77,7 +77,7 @@ size_t moda_forward_workspace_bytes(ModaKernel kernel, const ModaShape& shape) {
 size_t moda_backward_workspace_bytes(ModaKernel kernel, const ModaShape& shape) {
   check_shape("moda_backward_workspace_bytes", kernel, shape);
   return kernel == ModaKernel::naive ? moda::naive_backward_workspace_bytes(shape)
-                                     : moda::flash_backward_workspace_bytes(shape);
+                                     : moda::flash_backward_workspace_bytes(kernel, shape);
 }
 
 void moda_attention_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {

@@ -65,9 +65,13 @@ void launch_on_tiles(Kernel kernel, int threads, int smem, const ModaArgs& a, cu
   kernel<<<grid_of(a), threads, smem, stream>>>(a, more...);
 }
 
-flash::BackwardScratch scratch_of(const ModaShape& m) {
+// Whether `kernel` runs on the warpgroup kernels (moda_wgmma.cuh). Its backward then takes the
+// sequence dQ from a dK/dV pass that also forms dQ, where there is one.
+bool on_wgmma(ModaKernel kernel) { return kGroupOnWgmma && kernel == ModaKernel::group; }
+
+flash::BackwardScratch scratch_of(ModaKernel kernel, const ModaShape& m) {
   const FlashShape& s = m.seq;
-  return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d);
+  return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d, on_wgmma(kernel));
 }
 
 }  // namespace
@@ -83,7 +87,7 @@ int group_max_heads(int64_t d) {
   return bq;
 }
 
-size_t flash_backward_workspace_bytes(const ModaShape& m) { return scratch_of(m).bytes(); }
+size_t flash_backward_workspace_bytes(ModaKernel kernel, const ModaShape& m) { return scratch_of(kernel, m).bytes(); }
 
 void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {
   // The forward's arguments for query tiles of bq rows.
@@ -94,7 +98,7 @@ void flash_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) 
     return a;
   };
   dispatch_head_dim(p.shape.seq.d, [&]<int D>() {
-    if (kGroupOnWgmma && kernel == ModaKernel::group) {
+    if (on_wgmma(kernel)) {
       using Cfg = typename GroupWgmma<D>::Forward;
       const ModaArgs a = args(Cfg::BQ);
       launch_on_tiles(moda_forward_wgmma_kernel<Cfg>, Cfg::THREADS, forward_wgmma_smem_bytes<Cfg>(), a, stream,
@@ -126,23 +130,22 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
                          nullptr,   int(s.B),  int(s.T),  0,          int(s.Hq),
                          int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
                          float(s.scale * double(flash::kLog2e))};
-  const flash::BackwardScratch scratch = scratch_of(m);
+  const flash::BackwardScratch scratch = scratch_of(kernel, m);
   scratch.place(fa, p.workspace);
   flash::launch_backward_prepare(fa, stream);
   dispatch_head_dim(s.d, [&]<int D>() {
-    // group on wgmma takes its sequence dQ from a dK/dV pass that also forms dQ, where there is one.
-    const bool on_wgmma = kGroupOnWgmma && kernel == ModaKernel::group;
-    const bool seq_dq_done = flash::launch_backward_dkdv_pass<D>(fa, stream, scratch, on_wgmma);
+    const bool wgmma = on_wgmma(kernel);
+    const bool seq_dq_done = flash::launch_backward_dkdv_pass<D>(fa, stream, scratch);
 
     using Cfg = typename Configs<D>::Dq;
     using WgmmaCfg = typename GroupWgmma<D>::Dq;
-    ModaArgs a = geometry(kernel, m, on_wgmma ? WgmmaCfg::BQ : Cfg::BQ);
+    ModaArgs a = geometry(kernel, m, wgmma ? WgmmaCfg::BQ : Cfg::BQ);
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v, a.store_depth = p.store_depth_grads;
     a.dq_seq = seq_dq_done ? fa.dq_acc : nullptr;
     auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
-      if (on_wgmma)
+      if (wgmma)
         launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,
                         dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream,
                         flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, WgmmaCfg::BK));

@@ -17,7 +17,7 @@ void naive_backward(const ModaBackwardParams& params, cudaStream_t stream);
 // The largest G the group kernel folds into one query tile (a token's heads never straddle tiles).
 int group_max_heads(int64_t d);
 // flat, chunk and group (`kernel` picks the layout).
-size_t flash_backward_workspace_bytes(const ModaShape& shape);
+size_t flash_backward_workspace_bytes(ModaKernel kernel, const ModaShape& shape);
 void flash_forward(ModaKernel kernel, const ModaParams& params, cudaStream_t stream);
 void flash_backward(ModaKernel kernel, const ModaBackwardParams& params, cudaStream_t stream);
 
