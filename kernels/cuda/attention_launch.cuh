@@ -60,16 +60,23 @@ constexpr int dq_kernel_smem_bytes() {
     return dq_smem_bytes<Cfg>();
 }
 
+// Launches a configuration's kernel with `smem` bytes of shared memory: a warpgroup kernel also takes
+// its TMA tensor maps, made by maps() (the mma.sync kernels take none).
+template <class Cfg, class Kernel, class Args, class Maps>
+void launch_tiles(Kernel kernel, dim3 grid, int smem, cudaStream_t stream, const Args& a, Maps&& maps,
+                  const char* what) {
+  allow_smem(kernel, smem);
+  if constexpr (WarpgroupTiles<Cfg>)
+    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a, maps());
+  else
+    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
+  check_cuda(cudaGetLastError(), what);
+}
+
 template <class Cfg>
 void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
-  auto kernel = forward_kernel<Cfg>();
-  allow_smem(kernel, Cfg::kSmemBytes);
-  const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
-  if constexpr (WarpgroupTiles<Cfg>)
-    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a, kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK));
-  else
-    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
-  check_cuda(cudaGetLastError(), "the forward kernel launch");
+  launch_tiles<Cfg>(forward_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), Cfg::kSmemBytes, stream, a,
+                    [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the forward kernel launch");
 }
 
 inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) {
@@ -83,15 +90,12 @@ inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) 
 // needs a.dk_part and a.dv_part and adds the reduction).
 template <class Cfg>
 void launch_backward_dkdv(const BackwardArgs& a, cudaStream_t stream, int splits = 1) {
-  auto kernel = dkdv_kernel<Cfg>();
-  allow_smem(kernel, Cfg::kSmemBytes);
   const dim3 grid(ceil_div(a.T, Cfg::BK), a.B * a.Hk, splits);  // key_block's order
-  if constexpr (WarpgroupTiles<Cfg>)
-    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(
-        a, QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ), head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)});
-  else
-    kernel<<<grid, Cfg::THREADS, Cfg::kSmemBytes, stream>>>(a);
-  check_cuda(cudaGetLastError(), "the dK/dV kernel launch");
+  auto maps = [&] {
+    return QdoMaps{head_rows_map(a.q, a.B, a.T, a.Hq, a.d, Cfg::BQ),
+                   head_rows_map(a.dout, a.B, a.T, a.Hq, a.d, Cfg::BQ)};
+  };
+  launch_tiles<Cfg>(dkdv_kernel<Cfg>(), grid, Cfg::kSmemBytes, stream, a, maps, "the dK/dV kernel launch");
   if (splits > 1) {
     const int64_t threads = int64_t(a.B) * a.T * a.Hk * a.d / 4;
     flash_backward_reduce_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a, splits);
@@ -176,15 +180,8 @@ inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_
 
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
-  auto kernel = dq_kernel<Cfg>();
-  constexpr int smem = dq_kernel_smem_bytes<Cfg>();
-  allow_smem(kernel, smem);
-  const dim3 grid(ceil_div(a.T, Cfg::BQ), a.B * a.Hq);
-  if constexpr (WarpgroupTiles<Cfg>)
-    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a, kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK));
-  else
-    kernel<<<grid, Cfg::THREADS, smem, stream>>>(a);
-  check_cuda(cudaGetLastError(), "the dQ kernel launch");
+  launch_tiles<Cfg>(dq_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), dq_kernel_smem_bytes<Cfg>(), stream, a,
+                    [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the dQ kernel launch");
 }
 
 // The configurations fathom runs, by head-dim width D (d <= D), chosen by bench/tune_attention.cu
