@@ -15,6 +15,7 @@
 // (attention_backward_wgmma.cuh) adds dQ in the pass instead, in a fixed key-block order.
 #pragma once
 #include "kernels/cuda/attention_forward.cuh"
+#include "kernels/cuda/backward_plan.h"
 
 namespace fathom::cuda::flash {
 
@@ -54,9 +55,6 @@ __host__ __device__ __forceinline__ int64_t dq_sum_index(int64_t row, int col) {
   const int j = col >> 3, t = (col & 7) >> 1;
   return (row - r) * W + ((((warp * (W / 8) + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1));
 }
-
-// Scratch rows are padded to a multiple of this, which every query-tile size divides.
-constexpr int kRowPad = 128;
 
 // A dK/dV CTA's key block, low key blocks first: they see the most queries. kv_off is the KV head's
 // first row in [B, T, Hk, d]; strides step one token. The grid is (key block, batch x KV head, split).
