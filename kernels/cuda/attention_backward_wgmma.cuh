@@ -18,9 +18,9 @@
 // The sums stay deterministic: the key blocks of a head add into a slab strictly in key-block order,
 // each waiting for its turn on a per-slab counter. A CTA waits only on lower key blocks of its head,
 // whose CTAs drew their tickets, and so started, before it (key_block), and every key block meets a
-// query block at the same step of its walk (dkdv_items). The writer and the ring's producer form an extra warpgroup that hands
-// most of its registers to the multiplying ones (setmaxnreg), so that neither the copies nor the
-// turn-taking ever stall a warpgroup that multiplies.
+// query block at the same step of its walk (dkdv_items). The writer and the ring's producer form an
+// extra warpgroup that hands most of its registers to the multiplying ones (setmaxnreg), so that
+// neither the copies nor the turn-taking ever stall a warpgroup that multiplies.
 #pragma once
 #include "kernels/cuda/attention_backward.cuh"
 #include "kernels/cuda/tma.cuh"
