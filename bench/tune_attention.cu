@@ -182,10 +182,14 @@ void dq_in_dkdv_variant(Problem& p, const char* name) {
 #define WFWD(...) forward_variant<WgmmaForwardConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
 #define WDKDV(...) dkdv_variant<WgmmaDkDvConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
 #define WDQ(...) dq_variant<WgmmaDqConfig<__VA_ARGS__>>(p, "wgmma " #__VA_ARGS__)
+// D first: the sums' width.
+#define WDKDV_DQ(D, ...) \
+  dq_in_dkdv_variant<WgmmaDkDvConfig<D, __VA_ARGS__, true>, D>(p, "wgmma dK/dV with dQ " #D ", " #__VA_ARGS__)
 #else
 #define WFWD(...)
 #define WDKDV(...)
 #define WDQ(...)
+#define WDKDV_DQ(...)
 #endif
 
 void sweep_d64(int T) {
@@ -257,10 +261,8 @@ void sweep_d128(int B, int T) {
   WDQ(128, 64, 2, 1, 2);
   WDQ(128, 64, 2, 1, 4);
   backward_variant<Configs<128>::DkDv, Configs<128>::Dq>(p, "mma.sync");
-  backward_variant<Fastest<128>::DkDv, Fastest<128>::Dq>(p, "two passes");
-#if defined(FATHOM_WGMMA)
-  dq_in_dkdv_variant<Configs<128>::WgmmaDkDvDq, 128>(p, "wgmma dK/dV with dQ (shipped)");
-#endif
+  backward_variant<Fastest<128>::DkDv, Fastest<128>::Dq>(p, "shipped");
+  WDKDV_DQ(128, 64, 1, 1, 2);
 }
 
 }  // namespace

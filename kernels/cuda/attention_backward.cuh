@@ -46,16 +46,14 @@ struct BackwardArgs {
 };
 
 // Where element (row, col) of the fp32 dQ sums lies (col even: col + 1 follows it), row counting the
-// padded rows of [B, Hq, Tpad] and W being the rows' width. A slab of 64 rows is stored in pieces of
-// 64 columns, each a contiguous 16 KB in the order a warpgroup's m64n64 accumulator holds it: warp (16
-// rows), then 8-column group j, then row half, then lane, two floats each, so that the warps stage a
-// piece without shared-memory bank conflicts and one bulk copy adds it.
+// padded rows of [B, Hq, Tpad] and W being the rows' width. A slab of 64 rows is stored in the order a
+// warpgroup's m64nW accumulator holds it: warp (16 rows), then 8-column group j, then row half, then
+// lane, two floats each, so that the warps stage it without shared-memory bank conflicts.
 template <int W>
 __host__ __device__ __forceinline__ int64_t dq_sum_index(int64_t row, int col) {
-  static_assert(W % 64 == 0, "whole pieces");
   const int r = int(row % 64), g = r & 7, half = (r >> 3) & 1, warp = r >> 4;
-  const int piece = W > 64 ? col >> 6 : 0, j = W > 64 ? (col >> 3) & 7 : col >> 3, t = (col & 7) >> 1;
-  return (row - r) * W + piece * 64 * 64 + ((((warp * 8 + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1));
+  const int j = col >> 3, t = (col & 7) >> 1;
+  return (row - r) * W + ((((warp * (W / 8) + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1));
 }
 
 // A dK/dV CTA's key block, low key blocks first: they see the most queries. kv_off is the KV head's

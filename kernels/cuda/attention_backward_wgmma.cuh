@@ -47,10 +47,7 @@ struct WgmmaDkDvConfig {
   static constexpr int kTileStageBytes = 2 * QTile::kBytes;  // Q and dO
   static constexpr int kRowStageBytes = 2 * BQ * 4;          // lse2[BQ], delta[BQ]
   static constexpr int kStageBytes = kTileStageBytes + kRowStageBytes;
-  // With DQ, each warpgroup forms one 64 x 64 piece of the item's dQ: query slab w / kDqPieces, columns
-  // 64 (w % kDqPieces) on (d = 128 splits the columns in two, as BQ = 64 leaves one slab per item).
-  static constexpr int kDqPieces = D / 64;
-  static constexpr int kSlabBytes = 64 * 64 * 4;  // one warpgroup's fp32 dQ piece of an item (two stages, alternating)
+  static constexpr int kSlabBytes = 64 * D * 4;  // one warpgroup's fp32 dQ rows of an item (two stages, alternating)
   static constexpr int kRowsOffset = 2 * KvTile::kBytes + kStages * kTileStageBytes;
   static constexpr int kDsOffset = kRowsOffset + kStages * kRowStageBytes;  // two dS tiles, items alternating
   static constexpr int kSlabOffset = kDsOffset + (DQ ? 2 * DsTile::kBytes : 0);
@@ -61,7 +58,7 @@ struct WgmmaDkDvConfig {
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 or 128 columns");
   static_assert((BQ == 64 || BQ == 128) && kRowPad % BQ == 0, "query blocks must tile the padded rows");
   static_assert(kStages >= 2, "a stage is refilled while the other is read");
-  static_assert(!DQ || WARPGROUPS == BQ / 64 * kDqPieces, "each warpgroup forms one 64 x 64 piece of dQ");
+  static_assert(!DQ || BQ == WARPGROUPS * 64, "each warpgroup multiplies one 64-query slab of dS by K");
   static_assert(kDsOffset % 1024 == 0, "dS panels start 1024-byte aligned");
   static_assert(kSmemBytes <= kMaxSmemPerBlock, "the K/V tiles and the ring exceed a block's shared memory");
   static_assert(!DQ || (MIN_BLOCKS == 1 && kProducerRegs * 128 + kMmaRegs * MMA_THREADS <= 65536),
@@ -101,12 +98,11 @@ __device__ __forceinline__ void pass_turn(int* counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-// The writer warp's lane 0 of a dK/dV pass with dQ: for each item and warpgroup w, waits until w's piece
+// The writer warp's lane 0 of a dK/dV pass with dQ: for each item and warpgroup w, waits until the slab
 // is staged (item n in stage n % 2 at slab(w, n), barrier staged(w, n)), then, in this key block's turn,
-// stores it over its part of the slab's fp32 sums (the first key block: they start as garbage) or adds
-// it into them, and frees the stage (barrier read(w, n)) once the copy has read it. A slab's counter
-// moves on once the additions of all its pieces have completed, checked when the next slab's first
-// piece is issued so that the two overlap.
+// stores it over the slab's fp32 sums (the first key block: they start as garbage) or adds it into them,
+// and frees the stage (barrier read(w, n)) once the copy has read it. A slab's counter moves on once its
+// addition has completed, checked when the next one is issued so that the two overlap.
 template <class Cfg, class Slab, class Staged, class Read>
 __device__ __forceinline__ void write_dq_slabs(const BackwardArgs& a, const DkDvItems<true>& work, int k0, int b,
                                                const Slab& slab, const Staged& staged, const Read& read) {
@@ -117,11 +113,11 @@ __device__ __forceinline__ void write_dq_slabs(const BackwardArgs& a, const DkDv
     const int64_t head_rows = (int64_t(b) * a.Hq + work.head(item)) * a.Tpad;
     for (int w = 0; w < Cfg::WARPGROUPS; ++w) {
       mbarrier_wait(staged(w, item), uint32_t(item >> 1) & 1u);
-      const int r0 = work.q0(item) + 64 * (w / Cfg::kDqPieces);
+      const int r0 = work.q0(item) + 64 * w;
       if (r0 < a.T && k0 <= min(r0 + 63, a.T - 1)) {  // some key of the block is visible to the slab
         int* counter = a.dq_turn + (head_rows + r0) / 64;
-        float* dst = a.dq_acc + (head_rows + r0) * Cfg::D + (w % Cfg::kDqPieces) * 64 * 64;  // dq_sum_index
-        wait_turn(counter, turn);  // a slab's later pieces find it there already
+        float* dst = a.dq_acc + (head_rows + r0) * Cfg::D;
+        wait_turn(counter, turn);
         if (turn == 0)
           bulk_store(dst, slab(w, item), kBytes);
         else
@@ -129,8 +125,8 @@ __device__ __forceinline__ void write_dq_slabs(const BackwardArgs& a, const DkDv
         bulk_commit();
         bulk_wait_read<0>();
         mbarrier_arrive(read(w, item));
-        if (added != nullptr && (Cfg::kDqPieces == 1 || added != counter)) {
-          bulk_wait<1>();  // every addition but this one: all pieces of the slab before
+        if (added != nullptr) {
+          bulk_wait<1>();
           pass_turn(added);
         }
         added = counter;
@@ -274,21 +270,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const auto issue_dk = [&] {
       issue_product_of_accumulator<D, BQ / 16>(dk, ds, [&](int ks) { return mn_major_desc<BQ, D>(tq, ks); });
     };
-    float dq[32];
+    float dq[D / 2];
     if constexpr (Cfg::DQ) {
-      // dQ = dS K for this warpgroup's piece (64 queries by 64 columns of K: Cfg::kDqPieces), over the
-      // keys of every warpgroup: their dS^T rows meet in the item's tile. Tiles alternate, so one barrier
-      // per item suffices: a warpgroup past it has finished the previous item, whose products read the
-      // other tile.
+      // dQ = dS K for this warpgroup's 64 queries, over the keys of every warpgroup: their dS^T rows meet
+      // in the item's tile. Tiles alternate, so one barrier per item suffices: a warpgroup past it has
+      // finished the previous item, whose products read the other tile.
       stage_wgmma_accumulator<typename Cfg::DsTile>(smem + ds_offset(item), ds, {1.f, 1.f}, wkey, lane);
       fence_proxy_async();
       named_barrier_sync(1, Cfg::MMA_THREADS);
       issue_dk();
       wgmma_fence();
-      const int q_slab = wg / Cfg::kDqPieces, piece = wg % Cfg::kDqPieces;
-      wgmma_product<64, BK / 16, 1, 1>(
-          dq, [&](int ks) { return mn_major_desc<BK, BQ>(sDS(item) + uint32_t(q_slab * Cfg::DsTile::kPanelBytes), ks); },
-          [&](int ks) { return mn_major_desc<BK, 64>(sK + uint32_t(piece * KvTile::kPanelBytes), ks); });
+      wgmma_product<D, BK / 16, 1, 1>(
+          dq, [&](int ks) { return mn_major_desc<BK, BQ>(sDS(item) + uint32_t(wg * Cfg::DsTile::kPanelBytes), ks); },
+          [&](int ks) { return mn_major_desc<BK, D>(sK, ks); });
       wgmma_commit();
       wgmma_wait<0>(dv, dk, dq);
     } else {
@@ -300,12 +294,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     fence_proxy_async();
     ring.release(item, lane);
     if constexpr (Cfg::DQ) {
-      // Stage the piece once the writer's copy of item - 2 has read the stage, in the sums' fragment
+      // Stage the slab once the writer's copy of item - 2 has read the stage, in the sums' fragment
       // order (dq_sum_index): each store is one warp's 256 contiguous bytes.
       if (item >= 2) mbarrier_wait(slab_read(wg, item), uint32_t((item >> 1) - 1) & 1u);
-      float* frags = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + (warp & 3) * 16 * 64;
+      float* frags = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + (warp & 3) * 16 * D;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < D / 8; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
           *reinterpret_cast<float2*>(frags + ((2 * j + half) * 32 + lane) * 2) =

@@ -159,7 +159,6 @@ struct Configs<128> {
   using Dq = ForwardConfig<128, 8, 1, 64, 1>;
   using WgmmaForward = WgmmaForwardConfig<128, 128, 2, 1, 3>;
   using WgmmaDkDv = WgmmaDkDvConfig<128, 64, 1, 2, 2>;
-  using WgmmaDkDvDq = WgmmaDkDvConfig<128, 64, 2, 1, 2, true>;
   using WgmmaDq = WgmmaDqConfig<128, 128, 2, 1, 2>;
 };
 
@@ -182,8 +181,8 @@ struct Fastest<D> {
 #endif
 
 // The dK/dV configuration that also forms dQ at width D, replacing the dQ pass, or void where there is
-// none (the mma.sync kernels and widths below 64). The backward scratch says whether a call uses it
-// (dq_width > 0).
+// none (the mma.sync kernels; d = 128, whose dQ slab would not leave room for two CTAs per SM). The
+// backward scratch says whether a call uses it (dq_width > 0).
 template <int D>
 struct FusedDq {
   using type = void;
@@ -208,15 +207,12 @@ void dispatch_width(int d, F&& f) {
 // the one that also forms dQ where there is one and the caller takes its sums (`takes_dq_sums`).
 inline BackwardScratch backward_scratch_for(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d,
                                             bool takes_dq_sums = true) {
-  int bk = 0, dq_bk = 0, dq_width = 0;
+  int bk = 0, dq_width = 0;
   dispatch_width(int(d), [&]<int D>() {
     bk = Fastest<D>::DkDv::BK;
-    if constexpr (!std::is_void_v<typename FusedDq<D>::type>) {
-      dq_bk = FusedDq<D>::type::BK;
-      dq_width = takes_dq_sums ? D : 0;
-    }
+    if constexpr (!std::is_void_v<typename FusedDq<D>::type>) dq_width = takes_dq_sums ? D : 0;
   });
-  return backward_scratch(B, T, Hq, Hk, d, bk, dq_width, dq_bk);
+  return backward_scratch(B, T, Hq, Hk, d, bk, dq_width);
 }
 
 // Runs the dK/dV pass that `scratch` was sized for at width D: the one that also forms dQ where the

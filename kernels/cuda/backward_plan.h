@@ -55,18 +55,17 @@ struct BackwardScratch {
   }
 };
 
-// dq_width: the width of the dQ sums where a dK/dV pass with key blocks of dq_block can form dQ, else 0.
-// That pass runs when its grid has at least kMinDqInDkDvCtas CTAs, and never splits the heads: split,
-// its CTAs are short and their waits for the dQ turns cost more than a dQ pass (1.45 vs 1.07 ms at
-// T = 4096). Unsplit, 256 CTAs (T = 4096, 8 KV heads) were enough for it to beat two passes (0.86 vs
-// 1.24 ms); 64 (T = 1024) were not: half the SMs idled. Smaller grids take the split two passes, with
-// key blocks of dkdv_block.
+// dq_width: the width of the dQ sums where the dK/dV pass at this width can form dQ, else 0. It does so
+// when its grid has at least kMinDqInDkDvCtas CTAs, and never splits the heads: split, its CTAs are short
+// and their waits for the dQ turns cost more than a dQ pass (1.45 vs 1.07 ms at T = 4096). Unsplit, 256
+// CTAs (T = 4096, 8 KV heads) were enough for it to beat two passes (0.86 vs 1.24 ms); 64 (T = 1024) were
+// not: half the SMs idled. Smaller grids take the split two passes.
 constexpr int64_t kMinDqInDkDvCtas = 256;
 inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block,
-                                        int dq_width = 0, int dq_block = 0) {
+                                        int dq_width) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
-  const int64_t ctas = dq_width > 0 ? (T + dq_block - 1) / dq_block * B * Hk : 0;
-  if (ctas >= kMinDqInDkDvCtas) return BackwardScratch{B, T, Tpad, Hq, Hk, d, 1, dq_width};
+  const int64_t ctas = (T + dkdv_block - 1) / dkdv_block * B * Hk;
+  if (dq_width > 0 && ctas >= kMinDqInDkDvCtas) return BackwardScratch{B, T, Tpad, Hq, Hk, d, 1, dq_width};
   return BackwardScratch{B, T, Tpad, Hq, Hk, d, dkdv_splits(B, T, Hk, Hq / Hk, dkdv_block), 0};
 }
 

@@ -20,7 +20,7 @@ size_t stat_bytes(int64_t B, int64_t Hq, int64_t T) { return size_t(2 * B * Hq *
 
 TEST(BackwardPlan, GridsOf256CtasFormDqUnsplit) {
   // T = 4096, 8 KV heads: 32 key blocks x 8 = 256 CTAs.
-  const BackwardScratch s = backward_scratch(1, 4096, 64, 8, 64, kBlock, kWidth, kBlock);
+  const BackwardScratch s = backward_scratch(1, 4096, 64, 8, 64, kBlock, kWidth);
   EXPECT_EQ(s.splits, 1);
   EXPECT_EQ(s.dq_width, kWidth);
   EXPECT_EQ(s.Tpad, 4096);
@@ -31,25 +31,14 @@ TEST(BackwardPlan, GridsOf256CtasFormDqUnsplit) {
 
 TEST(BackwardPlan, SmallerGridsSplitTheHeadsInstead) {
   // T = 1024 (Table 7): 8 x 8 = 64 CTAs, split over the G = 8 heads up to 512.
-  const BackwardScratch s = backward_scratch(1, 1024, 64, 8, 64, kBlock, kWidth, kBlock);
+  const BackwardScratch s = backward_scratch(1, 1024, 64, 8, 64, kBlock, kWidth);
   EXPECT_EQ(s.dq_width, 0);
   EXPECT_EQ(s.splits, 8);
   // Statistics and fp32 dK, dV partials [splits, B, T, Hk, d].
   EXPECT_EQ(s.bytes(), stat_bytes(1, 64, 1024) + 2 * size_t(8) * 1024 * 8 * 64 * 4);
   // One CTA short of 256 is still split.
-  EXPECT_EQ(backward_scratch(1, 255 * 128, 8, 1, 64, kBlock, kWidth, kBlock).dq_width, 0);
-  EXPECT_EQ(backward_scratch(1, 256 * 128, 8, 1, 64, kBlock, kWidth, kBlock).dq_width, kWidth);
-}
-
-TEST(BackwardPlan, ThePassWithDqCountsItsOwnKeyBlocks) {
-  // d = 128: the pass with dQ has 128-key blocks, the one without 64-key blocks.
-  const BackwardScratch with_dq = backward_scratch(1, 4096, 64, 8, 128, 64, 128, 128);  // 32 x 8 = 256 CTAs
-  EXPECT_EQ(with_dq.dq_width, 128);
-  EXPECT_EQ(with_dq.splits, 1);
-  EXPECT_EQ(with_dq.bytes(), stat_bytes(1, 64, 4096) + size_t(64 * 4096) * 128 * 4 + (64 * 4096 / 64 + 1) * 4);
-  const BackwardScratch without = backward_scratch(1, 2048, 64, 8, 128, 64, 128, 128);  // 16 x 8 = 128 CTAs
-  EXPECT_EQ(without.dq_width, 0);
-  EXPECT_EQ(without.splits, 4);  // 32 64-key blocks x 8 = 256 CTAs, split to 1024
+  EXPECT_EQ(backward_scratch(1, 255 * 128, 8, 1, 64, kBlock, kWidth).dq_width, 0);
+  EXPECT_EQ(backward_scratch(1, 256 * 128, 8, 1, 64, kBlock, kWidth).dq_width, kWidth);
 }
 
 TEST(BackwardPlan, WithoutAPassThatFormsDqTheSplitFillsTheGpu) {
@@ -80,7 +69,7 @@ TEST(BackwardPlan, PlacementFollowsTheLayout) {
   EXPECT_EQ(a.dq_acc, nullptr);
   EXPECT_EQ(a.dq_turn, nullptr);
   // With dQ (1 x 32 KV heads x 8 key blocks = 256 CTAs): statistics, then the sums, then the counters.
-  const BackwardScratch fused = backward_scratch(1, 1000, 32, 32, 64, kBlock, kWidth, kBlock);
+  const BackwardScratch fused = backward_scratch(1, 1000, 32, 32, 64, kBlock, kWidth);
   ASSERT_EQ(fused.dq_width, kWidth);
   ASSERT_EQ(fused.splits, 1);
   std::vector<float> fused_workspace(fused.bytes() / 4);
