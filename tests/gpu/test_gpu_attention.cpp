@@ -238,8 +238,10 @@ std::vector<Case> padded_width_cases() {
 
 // Grids of at least 256 dK/dV CTAs: at d <= 64 on sm_90a the dK/dV pass then also forms dQ, its key
 // blocks adding into each 64-row slab in turn, often after CTAs that started waves earlier (the small
-// cases above take the split two passes).
-std::vector<Case> dq_in_dkdv_cases() { return {{4, 260, 3, 64, 86}, {2, 200, 2, 64, 256}, {1, 129, 8, 64, 512}}; }
+// cases above take the split two passes). d = 48 runs it zero-padded to 64 columns.
+std::vector<Case> dq_in_dkdv_cases() {
+  return {{4, 260, 3, 64, 86}, {2, 200, 2, 64, 256}, {1, 129, 8, 64, 512}, {1, 129, 3, 48, 256}};
+}
 
 INSTANTIATE_TEST_SUITE_P(Main, GpuAttentionMatchesCpu, ::testing::ValuesIn(main_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(PaddedWidths, GpuAttentionMatchesCpu, ::testing::ValuesIn(padded_width_cases()), case_name);
