@@ -153,26 +153,29 @@ void dq_variant(Problem& p, const char* name) {
   report("dq", name, ms, 1.5 * p.forward_flops(), rel_l2(p.dq, p.dq_ref, p.nq));
 }
 
-// The whole backward (prepare excluded): 2.5x the forward's FLOPs by the benchmark's convention.
-template <class DkDvCfg, class DqCfg>
-void backward_variant(Problem& p, const char* name) {
-  const double ms = median_ms([&] {
-    launch_backward_dkdv<DkDvCfg>(p.ba, nullptr);
-    launch_backward_dq<DqCfg>(p.ba, nullptr);
-  });
+// Times a whole backward (prepare excluded; 2.5x the forward's FLOPs by the benchmark's convention)
+// and checks its dQ, dK and dV.
+template <class Passes>
+void report_backward(Problem& p, const char* name, Passes&& passes) {
+  const double ms = median_ms(passes);
   report("bwd", name, ms, 2.5 * p.forward_flops(),
          std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
 }
-
-// The backward with dQ formed in the dK/dV pass (never split), and the conversion of its sums.
+// The two passes.
+template <class DkDvCfg, class DqCfg>
+void backward_variant(Problem& p, const char* name) {
+  report_backward(p, name, [&] {
+    launch_backward_dkdv<DkDvCfg>(p.ba, nullptr);
+    launch_backward_dq<DqCfg>(p.ba, nullptr);
+  });
+}
+// dQ formed in the dK/dV pass (never split), and the conversion of its sums.
 template <class Cfg, int W>
 void dq_in_dkdv_variant(Problem& p, const char* name) {
-  const double ms = median_ms([&] {
+  report_backward(p, name, [&] {
     launch_backward_dkdv_dq<Cfg>(p.ba, nullptr);
     launch_backward_dq_convert<W>(p.ba, nullptr);
   });
-  report("bwd", name, ms, 2.5 * p.forward_flops(),
-         std::max({rel_l2(p.dq, p.dq_ref, p.nq), rel_l2(p.dk, p.dk_ref, p.nkv), rel_l2(p.dv, p.dv_ref, p.nkv)}));
 }
 
 #define FWD(...) forward_variant<ForwardConfig<__VA_ARGS__>>(p, #__VA_ARGS__)
