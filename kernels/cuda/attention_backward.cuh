@@ -39,21 +39,28 @@ struct BackwardArgs {
   float* dk_part = nullptr;
   float* dv_part = nullptr;
   // With dQ summed inside the dK/dV pass (attention_backward_wgmma.cuh): unscaled fp32 dQ rows
-  // [B, Hq, Tpad, D] in slabs of 64 rows (dq_sum_index), and per slab the count of key blocks already
-  // added in.
+  // [B, Hq, Tpad, D] in slabs of 64 rows (dq_sum_index), per slab the count of key blocks already
+  // added in, and the counter its CTAs draw their tickets from (draw_ticket).
   float* dq_acc = nullptr;
   int* dq_turn = nullptr;
+  int* dq_ticket = nullptr;
 };
 
 // Where element (row, col) of the fp32 dQ sums lies (col even: col + 1 follows it), row counting the
 // padded rows of [B, Hq, Tpad] and W being the rows' width. A slab of 64 rows is stored in the order a
 // warpgroup's m64nW accumulator holds it: warp (16 rows), then 8-column group j, then row half, then
 // lane, two floats each, so that the warps stage it without shared-memory bank conflicts.
+// dq_slab_index: the same within one slab, r being the row's place in it (0..63).
+template <int W>
+__host__ __device__ __forceinline__ int dq_slab_index(int r, int col) {
+  const int g = r & 7, half = (r >> 3) & 1, warp = r >> 4;
+  const int j = col >> 3, t = (col & 7) >> 1;
+  return (((warp * (W / 8) + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1);
+}
 template <int W>
 __host__ __device__ __forceinline__ int64_t dq_sum_index(int64_t row, int col) {
-  const int r = int(row % 64), g = r & 7, half = (r >> 3) & 1, warp = r >> 4;
-  const int j = col >> 3, t = (col & 7) >> 1;
-  return (row - r) * W + ((((warp * (W / 8) + j) * 2 + half) * 32 + g * 4 + t) * 2 + (col & 1));
+  const int r = int(row % 64);
+  return (row - r) * W + dq_slab_index<W>(r, col);
 }
 
 // A dK/dV CTA's key block, low key blocks first: they see the most queries. kv_off is the KV head's
@@ -80,10 +87,10 @@ __device__ __forceinline__ KeyBlock key_block(const BackwardArgs& a, int BK, int
   return kb;
 }
 
-// The ticket of a CTA of a pass with dQ: thread 0 draws it from the counter after the slabs' (see
-// dq_counters) into `slot` in shared memory; every thread of the CTA calls this and gets it.
+// The ticket of a CTA of a pass with dQ: thread 0 draws it from a.dq_ticket into `slot` in shared
+// memory; every thread of the CTA calls this and gets it.
 __device__ __forceinline__ int draw_ticket(const BackwardArgs& a, int* slot) {
-  if (threadIdx.x == 0) *slot = atomicAdd(a.dq_turn + int64_t(a.B) * a.Hq * a.Tpad / 64, 1);
+  if (threadIdx.x == 0) *slot = atomicAdd(a.dq_ticket, 1);
   __syncthreads();
   return *slot;
 }

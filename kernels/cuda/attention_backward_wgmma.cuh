@@ -114,7 +114,7 @@ __device__ __forceinline__ void write_dq_slabs(const BackwardArgs& a, const DkDv
     for (int w = 0; w < Cfg::WARPGROUPS; ++w) {
       mbarrier_wait(staged(w, item), uint32_t(item >> 1) & 1u);
       const int r0 = work.q0(item) + 64 * w;
-      if (r0 < a.T && k0 <= min(r0 + 63, a.T - 1)) {  // some key of the block is visible to the slab
+      if (r0 < a.T && k0 <= r0 + 63) {  // some key of the block is visible to the slab
         int* counter = a.dq_turn + (head_rows + r0) / 64;
         float* dst = a.dq_acc + (head_rows + r0) * Cfg::D;
         wait_turn(counter, turn);
@@ -297,12 +297,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       // Stage the slab once the writer's copy of item - 2 has read the stage, in the sums' fragment
       // order (dq_sum_index): each store is one warp's 256 contiguous bytes.
       if (item >= 2) mbarrier_wait(slab_read(wg, item), uint32_t((item >> 1) - 1) & 1u);
-      float* frags = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + (warp & 3) * 16 * D;
+      // The index adds up the row's and the column's bit fields: this thread's part, then constants.
+      float* staged = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + dq_slab_index<D>((warp & 3) * 16 + g, 2 * t);
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          *reinterpret_cast<float2*>(frags + ((2 * j + half) * 32 + lane) * 2) =
+          *reinterpret_cast<float2*>(staged + dq_slab_index<D>(8 * half, 8 * j)) =
               make_float2(dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
       fence_proxy_async();  // the bulk copy reads the slab through the async proxy
       __syncwarp();

@@ -10,9 +10,10 @@ namespace fathom::cuda::flash {
 // Scratch rows are padded to a multiple of this, which every query-tile size divides.
 constexpr int kRowPad = 128;
 
-// The ints of a dK/dV pass with dQ: a turn counter per 64 rows of the sums [B, Hq, Tpad, W], then the
-// ticket its CTAs draw their key blocks from (attention_backward.cuh, key_block).
-inline size_t dq_counters(int64_t B, int64_t Hq, int64_t Tpad) { return size_t(B * Hq * Tpad / 64) + 1; }
+// The ints of a dK/dV pass with dQ: a turn counter per slab of 64 rows of the sums [B, Hq, Tpad, W],
+// then the ticket its CTAs draw their key blocks from (attention_backward.cuh, key_block).
+inline size_t dq_slabs(int64_t B, int64_t Hq, int64_t Tpad) { return size_t(B * Hq * Tpad / 64); }
+inline size_t dq_counters(int64_t B, int64_t Hq, int64_t Tpad) { return dq_slabs(B, Hq, Tpad) + 1; }
 
 // How many CTAs share the G query heads of a KV head in a dK/dV pass without dQ: doubled while the
 // grid has fewer CTAs than about four waves of two per SM on an H200 and there are heads left to
@@ -41,8 +42,8 @@ struct BackwardScratch {
   size_t bytes() const {
     return (stats_floats() + 2 * part_floats() + dq_floats()) * sizeof(float) + counters() * sizeof(int);
   }
-  // Points a's lse2, delta, dk_part, dv_part, dq_acc and dq_turn (BackwardArgs) into `workspace` and
-  // sets its Tpad.
+  // Points a's lse2, delta, dk_part, dv_part, dq_acc, dq_turn and dq_ticket (BackwardArgs) into
+  // `workspace` and sets its Tpad.
   template <class Args>
   void place(Args& a, void* workspace) const {
     a.Tpad = int(Tpad);
@@ -52,6 +53,7 @@ struct BackwardScratch {
     a.dv_part = a.dk_part + part_floats();
     a.dq_acc = dq_width > 0 ? a.dv_part + part_floats() : nullptr;
     a.dq_turn = dq_width > 0 ? reinterpret_cast<int*>(a.dv_part + part_floats() + dq_floats()) : nullptr;
+    a.dq_ticket = dq_width > 0 ? a.dq_turn + dq_slabs(B, Hq, Tpad) : nullptr;
   }
 };
 

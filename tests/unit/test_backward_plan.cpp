@@ -54,7 +54,7 @@ TEST(BackwardPlan, PlacementFollowsTheLayout) {
   struct Args {
     int Tpad = 0;
     float *lse2 = nullptr, *delta = nullptr, *dk_part = nullptr, *dv_part = nullptr, *dq_acc = nullptr;
-    int* dq_turn = nullptr;
+    int *dq_turn = nullptr, *dq_ticket = nullptr;
   };
   // Split: statistics, then the two partials, no sums.
   const BackwardScratch split = backward_scratch(2, 100, 4, 2, 64, kBlock, 0);
@@ -68,6 +68,7 @@ TEST(BackwardPlan, PlacementFollowsTheLayout) {
   EXPECT_EQ(a.dv_part - a.dk_part, 2 * 2 * 100 * 2 * 64);
   EXPECT_EQ(a.dq_acc, nullptr);
   EXPECT_EQ(a.dq_turn, nullptr);
+  EXPECT_EQ(a.dq_ticket, nullptr);
   // With dQ (1 x 32 KV heads x 8 key blocks = 256 CTAs): statistics, then the sums, then the counters.
   const BackwardScratch fused = backward_scratch(1, 1000, 32, 32, 64, kBlock, kWidth);
   ASSERT_EQ(fused.dq_width, kWidth);
@@ -80,6 +81,7 @@ TEST(BackwardPlan, PlacementFollowsTheLayout) {
   EXPECT_EQ(b.dq_acc - b.lse2, 2 * 32 * 1024);
   EXPECT_EQ(reinterpret_cast<float*>(b.dq_turn) - b.dq_acc, 32 * 1024 * kWidth);
   EXPECT_EQ(dq_counters(1, 32, 1024), size_t(32 * 1024 / 64 + 1));
+  EXPECT_EQ(b.dq_ticket, b.dq_turn + 32 * 1024 / 64);  // the last counter
   EXPECT_EQ(reinterpret_cast<char*>(b.dq_turn + dq_counters(1, 32, 1024)),
             reinterpret_cast<char*>(fused_workspace.data()) + fused.bytes());
 }
