@@ -91,6 +91,7 @@ struct Problem {
       const size_t rows = size_t(B) * Hq * Tpad;
       check(cudaMalloc(&ba.dq_acc, rows * 128 * sizeof(float)), "malloc");
       check(cudaMalloc(&ba.dq_turn, dq_counters(B, Hq, Tpad) * sizeof(int)), "malloc");
+      ba.dq_ticket = ba.dq_turn + dq_slabs(B, Hq, Tpad);
     }
     // The shipped configuration gives the reference outputs every variant is compared with.
     dispatch_width(d, [&]<int D>() {
@@ -234,8 +235,12 @@ void sweep_d64(int T) {
   backward_variant<Configs<64>::DkDv, Configs<64>::Dq>(p, "mma.sync");
   backward_variant<Fastest<64>::DkDv, Fastest<64>::Dq>(p, "two passes, unsplit");
 #if defined(FATHOM_WGMMA)
-  dq_in_dkdv_variant<Configs<64>::WgmmaDkDvDq, 64>(p, "wgmma dK/dV with dQ (shipped)");
+  dq_in_dkdv_variant<Configs<64>::WgmmaDkDvDq, 64>(p, "wgmma dK/dV with dQ");
 #endif
+  // What ships at this size (backward_plan.h): below 256 dK/dV CTAs the two passes with split heads.
+  const BackwardScratch plan = backward_scratch_for(1, T, 64, 8, 64);
+  report_backward(p, plan.dq_width > 0 ? "shipped: dK/dV with dQ" : "shipped: two passes, split",
+                  [&] { launch_backward_passes<64>(p.ba, nullptr, plan); });
 }
 
 void sweep_d128(int B, int T) {
