@@ -12,14 +12,15 @@
 //           sweep: its notes give Hq 16 -> 256 with Hk = 8, so the query work grows with G);
 //           L in {64, 128, 256} at T = 16K, G = 8; and L = 0 at T = 16K and 64K: the folded kernel
 //           with no depth slots, which separates the cost of folding from the cost of depth.
-//           The backward stores its depth gradients (one call, the first reader of its slots); the
-//           "add" rows repeat T = 16K and 64K adding them to the buffers' contents, as every later
-//           reader in a model does (an fp32 read more per depth-gradient element).
+//           The backward stores its depth gradients in bf16, as it returns dk and dv (one call whose
+//           depth K/V have no other reader, as the paper times it); the "f32" rows repeat T = 16K and
+//           64K storing them in fp32, as a model's first reader does, and the "add" rows adding them to
+//           the fp32 buffers' contents, as every later reader does (an fp32 read more per element).
 //   all     both.
 // FLOPs of the group kernel (forward; backward counted as 2.5x, as for flash attention):
 //   sequence (causal half)   2 * 2 * B * Hq * T^2 * d / 2
 //   depth (L slots per row)  2 * 2 * B * Hq * T * L * d
-// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|add]
+// Usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|f32|add]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,11 +48,13 @@ using fathom::bench::random_bf16;
 using fathom::bench::upload;
 using fathom::cuda::ModaKernel;
 
+// Where the backward puts its depth gradients: stored in bf16 (one call on its own, as the paper times
+// it), stored in fp32 (a model's first reader) or added to what fp32 buffers hold (a later reader).
+enum class DepthGrads { store_bf16, store_f32, add_f32 };
+
 struct Shape {
   int64_t B, T, Hq, Hk, d, L;
-  // The backward adds its depth gradients to what the buffers hold (a later reader in a model)
-  // instead of storing them (one call on its own, as the paper times it; a model's first reader).
-  bool add_depth_grads = false;
+  DepthGrads grads = DepthGrads::store_bf16;
 };
 
 double sequence_flops(const Shape& s) { return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0; }
@@ -188,10 +191,15 @@ Timing time_moda(ModaKernel kernel, const Shape& s, int min_reps, uint64_t seed)
     bp.dk = b.dk;
     bp.dv = b.dv;
     // Added, the depth gradients accumulate across the timed runs: harmless for timing (no overflow
-    // at these magnitudes within 50 runs).
-    bp.d_depth_k = b.d_depth_k;
-    bp.d_depth_v = b.d_depth_v;
-    bp.store_depth_grads = !s.add_depth_grads;
+    // at these magnitudes within 50 runs). In bf16 they take the first half of the fp32 buffers.
+    if (s.grads == DepthGrads::store_bf16) {
+      bp.d_depth_k_bf16 = reinterpret_cast<bf16*>(b.d_depth_k);
+      bp.d_depth_v_bf16 = reinterpret_cast<bf16*>(b.d_depth_v);
+    } else {
+      bp.d_depth_k = b.d_depth_k;
+      bp.d_depth_v = b.d_depth_v;
+    }
+    bp.store_depth_grads = s.grads != DepthGrads::add_f32;
     bp.workspace = bws;
     bp.workspace_bytes = bbytes;
     t = time_passes(
@@ -308,8 +316,10 @@ void table2(int min_reps, int64_t min_t, int64_t max_t, const std::string& sweep
       {"L", {1, 16384, 64, 8, 64, 256}, 116.700, 167.958},
       {"L", {1, 16384, 64, 8, 64, 0}, 0, 0},
       {"L", {1, 65536, 64, 8, 64, 0}, 0, 0},
-      {"add", {1, 16384, 64, 8, 64, 64, true}, 116.700, 127.661},
-      {"add", {1, 65536, 64, 8, 64, 64, true}, 1831.668, 1883.026},
+      {"f32", {1, 16384, 64, 8, 64, 64, DepthGrads::store_f32}, 116.700, 127.661},
+      {"f32", {1, 65536, 64, 8, 64, 64, DepthGrads::store_f32}, 1831.668, 1883.026},
+      {"add", {1, 16384, 64, 8, 64, 64, DepthGrads::add_f32}, 116.700, 127.661},
+      {"add", {1, 65536, 64, 8, 64, 64, DepthGrads::add_f32}, 1831.668, 1883.026},
   };
   std::printf("## Table 2: group kernel vs flash attention without depth (B = 1, d = 64)\n\n");
   std::printf("Extra time = (MoDA - flash) / MoDA, the paper's definition; also / flash. TFLOP/s of the group\n"
@@ -371,7 +381,7 @@ int main(int argc, char** argv) {
     } else if (a == "--max-t" && i + 1 < argc) {
       max_t = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|add]\n");
+      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|f32|add]\n");
       return 2;
     }
   }

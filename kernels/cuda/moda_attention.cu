@@ -112,8 +112,17 @@ void moda_attention_backward(ModaKernel kernel, const ModaBackwardParams& p, cud
   if (reads_depth(p.shape)) {
     check_pointer(op, "depth_k", p.depth_k, 16);
     check_pointer(op, "depth_v", p.depth_v, 16);
-    check_pointer(op, "d_depth_k", p.d_depth_k, 16);
-    check_pointer(op, "d_depth_v", p.d_depth_v, 16);
+    if (p.d_depth_k_bf16 != nullptr || p.d_depth_v_bf16 != nullptr) {
+      FATHOM_CHECK(p.d_depth_k == nullptr && p.d_depth_v == nullptr, op,
+                   ": set either the fp32 depth-gradient buffers (d_depth_k, d_depth_v) or the bf16 ones, not both");
+      FATHOM_CHECK(p.store_depth_grads, op,
+                   ": bf16 depth gradients are stored, never added (set store_depth_grads); adding needs fp32 buffers");
+      check_pointer(op, "d_depth_k_bf16", p.d_depth_k_bf16, 16);
+      check_pointer(op, "d_depth_v_bf16", p.d_depth_v_bf16, 16);
+    } else {
+      check_pointer(op, "d_depth_k", p.d_depth_k, 16);
+      check_pointer(op, "d_depth_v", p.d_depth_v, 16);
+    }
   }
   check_workspace(op, p.workspace, p.workspace_bytes, moda_backward_workspace_bytes(kernel, p.shape));
   if (kernel == ModaKernel::naive) return moda::naive_backward(p, stream);

@@ -64,6 +64,11 @@ struct ModaBackwardParams {
   float* d_depth_k = nullptr;
   float* d_depth_v = nullptr;
   bool store_depth_grads = false;
+  // Or, set instead of the fp32 pair, bf16 buffers of the same shape that the gradients are stored
+  // into (store_depth_grads must be set): one reader's fp32 sums rounded once, as dk and dv are, for a
+  // caller whose depth K/V have no other reader. Adding into bf16 would round every reader's sum.
+  bf16* d_depth_k_bf16 = nullptr;
+  bf16* d_depth_v_bf16 = nullptr;
   void* workspace = nullptr;  // moda_backward_workspace_bytes(kernel, shape), 16-byte aligned
   size_t workspace_bytes = 0;
 };

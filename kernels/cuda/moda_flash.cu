@@ -143,26 +143,30 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     a.q = dev(p.q), a.k = dev(p.k), a.v = dev(p.v), a.kd = dev(p.depth_k), a.vd = dev(p.depth_v);
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v, a.store_depth = p.store_depth_grads;
+    a.ddk_bf16 = dev(p.d_depth_k_bf16), a.ddv_bf16 = dev(p.d_depth_v_bf16);
     a.dq_seq = seq_dq_done ? fa.dq_acc : nullptr;
-    auto launch = [&]<bool WARP_DEPTH, bool DEPTH_GRADS>(const char* what) {
+    auto launch = [&]<bool WARP_DEPTH, DepthGrads DG>(const char* what) {
       if (wgmma)
-        launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DEPTH_GRADS>, WgmmaCfg::THREADS,
+        launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DG>, WgmmaCfg::THREADS,
                         dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream,
                         flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, WgmmaCfg::BK));
       else
-        launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DEPTH_GRADS>, Cfg::THREADS,
+        launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DG>, Cfg::THREADS,
                         dq_smem_bytes<Cfg, WARP_DEPTH>(), a, stream);
       flash::check_cuda(cudaGetLastError(), what);
     };
     // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.
     if (kernel == ModaKernel::group && a.G <= 16) {
-      launch.template operator()<true, true>("the MoDA dQ + depth dK/dV kernel launch");
+      if (a.ddk_bf16 != nullptr)
+        launch.template operator()<true, DepthGrads::bf16>("the MoDA dQ + depth dK/dV kernel launch");
+      else
+        launch.template operator()<true, DepthGrads::f32>("the MoDA dQ + depth dK/dV kernel launch");
       return;
     }
     if (kernel == ModaKernel::group)
-      launch.template operator()<true, false>("the MoDA dQ kernel launch");
+      launch.template operator()<true, DepthGrads::none>("the MoDA dQ kernel launch");
     else
-      launch.template operator()<false, false>("the MoDA dQ kernel launch");
+      launch.template operator()<false, DepthGrads::none>("the MoDA dQ kernel launch");
     if (a.L == 0) return;
     const int64_t threads = int64_t(a.B) * a.T * a.L * a.Hk * 32;
     moda_depth_grads_kernel<D><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);

@@ -23,6 +23,8 @@
 // fp32 depth gradients by one thread per element, no atomics. flat, chunk and group with G > 16 get
 // their depth gradients from a small kernel that sums a token's G heads in a fixed order.
 #pragma once
+#include <type_traits>
+
 #include "kernels/cuda/attention_backward.cuh"
 
 namespace fathom::cuda::moda {
@@ -63,6 +65,8 @@ struct ModaArgs {
   float* ddk;          // [B, T, S, Hk, d], added into for slots [begin, begin + L)
   float* ddv;
   bool store_depth;    // ddk, ddv are written over, not added into
+  bf16_t* ddk_bf16;    // set instead of ddk, ddv: bf16 buffers written over
+  bf16_t* ddv_bf16;
   // The sequence columns' dQ sums (unscaled, [B, Hq, Tpad, D]) where flash's dK/dV pass formed them
   // (group on wgmma); the dQ kernel then walks only the depth columns. Null: it walks both.
   const float* dq_seq;
@@ -307,10 +311,35 @@ __device__ __forceinline__ uint32_t transpose_8x8(uint32_t x) {
   return y;
 }
 
-// Address of column c's gradient vector in an fp32 depth gradient [B, T, S, Hk, d].
-__device__ __forceinline__ float* depth_grad_row(float* dst, const ModaArgs& a, const TileRows& tr, int c) {
+// What a dQ kernel does with the depth dK/dV of its chunks: nothing (another kernel forms them), add
+// or store them into the fp32 buffers (ModaArgs::store_depth), or store them into the bf16 ones.
+enum class DepthGrads { none, f32, bf16 };
+
+// The depth-gradient buffers that DG writes.
+template <class T>
+struct DepthGradBuffers {
+  T* k;
+  T* v;
+};
+template <DepthGrads DG>
+__device__ __forceinline__ auto depth_grad_buffers(const ModaArgs& a) {
+  if constexpr (DG == DepthGrads::bf16)
+    return DepthGradBuffers<bf16_t>{a.ddk_bf16, a.ddv_bf16};
+  else
+    return DepthGradBuffers<float>{a.ddk, a.ddv};
+}
+
+// Address of column c's gradient vector in a depth gradient [B, T, S, Hk, d].
+template <class T>
+__device__ __forceinline__ T* depth_grad_row(T* dst, const ModaArgs& a, const TileRows& tr, int c) {
   const int token = a.by_L.div(c), slot = c - token * a.L;
   return dst + (((int64_t(tr.b) * a.T + token) * a.S + a.begin + slot) * a.Hk + tr.hk) * a.d;
+}
+
+// Writes two adjacent depth-gradient elements.
+__device__ __forceinline__ void store_pair(float* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
+__device__ __forceinline__ void store_pair(bf16_t* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
 
 // Starts pulling the depth gradients of columns [c0, c0 + C) below `hi` into L2, so that their
@@ -328,14 +357,14 @@ __device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const Ti
   }
 }
 
-// dst[column c] += factor * (X^T Y)[c] (= with a.store_depth) for the chunk's columns [c0, c0 + C) below `hi`: X holds one
-// m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q, whose
-// m-tile rows (from r0) are in the tile sY of layout YTile. dst is the fp32 depth gradient [B, T, S, Hk, d].
+// dst[column c] += factor * (X^T Y)[c] (= with a.store_depth, and always into bf16) for the chunk's columns [c0, c0 + C)
+// below `hi`: X holds one m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q,
+// whose m-tile rows (from r0) are in the tile sY of layout YTile. dst is a depth gradient [B, T, S, Hk, d].
 // Each element has one owner (this thread), so the reads and writes need no atomics; they are issued
 // in batches of four 16-column products, all reads before any write, so one batch costs one memory
 // round trip instead of one per element pair.
-template <int D, int C, class YTile = flash::SwizzledTile<D>>
-__device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs& a, const TileRows& tr,
+template <int D, int C, class YTile = flash::SwizzledTile<D>, class Out>
+__device__ __forceinline__ void add_chunk_depth_grads(Out* dst, const ModaArgs& a, const TileRows& tr,
                                                       const float (&x)[1][C / 8][4], uint32_t sY, int r0, int c0,
                                                       int hi, float factor, int lane) {
   constexpr int kBatch = 4;  // 16-column products of Y per batch
@@ -347,7 +376,7 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
                             transpose_8x8(flash::pack_bf16(x[0][2 * cb + 1][0], x[0][2 * cb + 1][1])),
                             transpose_8x8(flash::pack_bf16(x[0][2 * cb][2], x[0][2 * cb][3])),
                             transpose_8x8(flash::pack_bf16(x[0][2 * cb + 1][2], x[0][2 * cb + 1][3]))};
-    float* rows[2];
+    Out* rows[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int c = c0 + cb * 16 + g + 8 * half;
@@ -364,14 +393,16 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
         flash::mma_16816(acc[i][1], xt, y[2], y[3]);
       }
       float2 old[2][kBatch][2] = {};
+      if constexpr (std::is_same_v<Out, float>) {  // bf16 buffers are only stored into
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
+        for (int half = 0; half < 2; ++half)
 #pragma unroll
-        for (int i = 0; i < kBatch; ++i)
+          for (int i = 0; i < kBatch; ++i)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (rows[half] != nullptr && !a.store_depth)
-              old[half][i][j] = *reinterpret_cast<const float2*>(rows[half] + (nb + i) * 16 + j * 8);
+            for (int j = 0; j < 2; ++j)
+              if (rows[half] != nullptr && !a.store_depth)
+                old[half][i][j] = *reinterpret_cast<const float2*>(rows[half] + (nb + i) * 16 + j * 8);
+      }
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -379,9 +410,8 @@ __device__ __forceinline__ void add_chunk_depth_grads(float* dst, const ModaArgs
 #pragma unroll
           for (int j = 0; j < 2; ++j)
             if (rows[half] != nullptr)
-              *reinterpret_cast<float2*>(rows[half] + (nb + i) * 16 + j * 8) =
-                  make_float2(old[half][i][j].x + acc[i][j][2 * half] * factor,
-                              old[half][i][j].y + acc[i][j][2 * half + 1] * factor);
+              store_pair(rows[half] + (nb + i) * 16 + j * 8, old[half][i][j].x + acc[i][j][2 * half] * factor,
+                         old[half][i][j].y + acc[i][j][2 * half + 1] * factor);
     }
   }
 }
@@ -401,9 +431,8 @@ __device__ __forceinline__ void attend_mtile_depth(flash::SoftmaxState<Cfg::D, 1
 }
 
 // One m-tile's depth walk in the dQ pass: adds the 16 rows' (from tile row r0) depth terms to dq1
-// (unscaled) and, with DEPTH_GRADS, each chunk's depth dK/dV from the Q and dO tiles sQ, sDO (layout
-// Tile).
-template <class Cfg, bool DEPTH_GRADS, class Tile>
+// (unscaled) and, as DG says, each chunk's depth dK/dV from the Q and dO tiles sQ, sDO (layout Tile).
+template <class Cfg, DepthGrads DG, class Tile>
 __device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], const uint32_t (&q1)[1][Cfg::D / 16][4],
                                                const uint32_t (&d1)[1][Cfg::D / 16][4], const float (&lse2)[1][2],
                                                const float (&delta)[1][2], const DepthKv<Cfg>& depth,
@@ -414,14 +443,15 @@ __device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], c
   const ColumnRange cols = mtile_columns(tr, r0, a.L);
   const MtileMask mask = mtile_mask(tr, r0, a.L, cols.hi, lane);
   for_each_chunk<Cfg>(depth, cols, slice, lane, [&](int c, uint32_t sK, uint32_t sV) {
-    if constexpr (DEPTH_GRADS)
+    if constexpr (DG == DepthGrads::f32)
       if (!a.store_depth) prefetch_depth_grads<D, C>(a, tr, c, cols.hi, lane);
     float p[1][C / 8][4], ds[1][C / 8][4];
     flash::dq_block_scores<One>(p, ds, q1, d1, lse2, delta, sK, sV, r0, c, true, mask, a.scale_log2, lane);
     flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
-    if constexpr (DEPTH_GRADS) {
-      add_chunk_depth_grads<D, C, Tile>(a.ddv, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
-      add_chunk_depth_grads<D, C, Tile>(a.ddk, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);
+    if constexpr (DG != DepthGrads::none) {
+      const auto dst = depth_grad_buffers<DG>(a);
+      add_chunk_depth_grads<D, C, Tile>(dst.v, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
+      add_chunk_depth_grads<D, C, Tile>(dst.k, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);
     }
   });
 }
@@ -503,16 +533,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_forward_ke
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward dQ; with WARP_DEPTH the per-warp depth walk, and with DEPTH_GRADS (group, G <= 16) also
-// the depth dK/dV of each chunk. Shared memory: Q and dO tiles, then the KV region.
+// Backward dQ; with WARP_DEPTH the per-warp depth walk, and with DG (group, G <= 16) also the depth
+// dK/dV of each chunk. Shared memory: Q and dO tiles, then the KV region.
 template <class Cfg, bool WARP_DEPTH>
 constexpr int dq_smem_bytes() {
   return 2 * Cfg::kTileQ + kv_region_bytes<Cfg, WARP_DEPTH>();
 }
 
-template <class Cfg, bool WARP_DEPTH, bool DEPTH_GRADS>
+template <class Cfg, bool WARP_DEPTH, DepthGrads DG>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_dq_kernel(const ModaArgs a) {
-  static_assert(WARP_DEPTH || !DEPTH_GRADS, "depth gradients come from the per-warp walk");
+  static_assert(WARP_DEPTH || DG == DepthGrads::none, "depth gradients come from the per-warp walk");
   constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -569,8 +599,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
       const auto& lse2_1 = *reinterpret_cast<const float(*)[1][2]>(&lse2[mt]);
       const auto& delta_1 = *reinterpret_cast<const float(*)[1][2]>(&delta[mt]);
       auto& dq1 = *reinterpret_cast<float(*)[1][D / 8][4]>(&dq[mt]);
-      dq_mtile_depth<Cfg, DEPTH_GRADS, flash::SwizzledTile<D>>(dq1, q1, d1, lse2_1, delta_1, depth, a, tr,
-                                                               wrow + mt * 16, slice, sQ, sDO, lane);
+      dq_mtile_depth<Cfg, DG, flash::SwizzledTile<D>>(dq1, q1, d1, lse2_1, delta_1, depth, a, tr, wrow + mt * 16,
+                                                      slice, sQ, sDO, lane);
     }
   } else {
     flash::start_source<Cfg>(depth, stages, tid);
@@ -651,6 +681,14 @@ __global__ void __launch_bounds__(256) moda_depth_grads_kernel(const ModaArgs a)
       dk[i] = fmaf(ds, q[i], dk[i]);
       dv[i] = fmaf(p, go[i], dv[i]);
     }
+  }
+  if (a.ddk_bf16 != nullptr) {
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+      store_pair(a.ddk_bf16 + drow + i, a.scale * dk[i], a.scale * dk[i + 1]);
+      store_pair(a.ddv_bf16 + drow + i, dv[i], dv[i + 1]);
+    }
+    return;
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/moda_kernels.cuh"
@@ -123,13 +124,17 @@ __global__ void gather_slots_kernel(const bf16_t* depth, bf16_t* flat, int64_t T
 
 // Adds a flat [T * L, d] fp32 gradient into slots [begin, begin + L) of one (b, KV head), or with
 // `store` writes it over them.
-__global__ void scatter_add_slots_kernel(const float* flat, float* depth, int64_t T, int64_t S, int64_t begin,
+template <class Out>
+__global__ void scatter_add_slots_kernel(const float* flat, Out* depth, int64_t T, int64_t S, int64_t begin,
                                          int64_t L, int64_t Hk, int64_t d, int64_t b, int64_t hk, bool store) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * L * d) return;
   const int64_t c = i / d, col = i % d, t = c / L, s = c % L;
-  float& x = depth[(((b * T + t) * S + begin + s) * Hk + hk) * d + col];
-  x = (store ? 0.f : x) + flat[i];
+  Out& x = depth[(((b * T + t) * S + begin + s) * Hk + hk) * d + col];
+  if constexpr (std::is_same_v<Out, float>)
+    x = (store ? 0.f : x) + flat[i];
+  else
+    x = __float2bfloat16(flat[i]);  // bf16 buffers are only stored into
 }
 
 // Rows of an fp32 [rows x d] accumulator as bf16 rows of stride `stride`.
@@ -345,10 +350,17 @@ void naive_backward(const ModaBackwardParams& p, cudaStream_t stream) {
       check_launch("the dK/dV store");
       if (n.L > 0) {
         const int64_t flat = n.T * n.L * n.d;
-        scatter_add_slots_kernel<<<blocks_for(flat), kThreads, 0, stream>>>(ddk, p.d_depth_k, n.T, n.S, n.begin, n.L,
-                                                                            n.Hk, n.d, b, hk, p.store_depth_grads);
-        scatter_add_slots_kernel<<<blocks_for(flat), kThreads, 0, stream>>>(ddv, p.d_depth_v, n.T, n.S, n.begin, n.L,
-                                                                            n.Hk, n.d, b, hk, p.store_depth_grads);
+        auto scatter = [&](const float* from, auto* to) {
+          scatter_add_slots_kernel<<<blocks_for(flat), kThreads, 0, stream>>>(from, to, n.T, n.S, n.begin, n.L, n.Hk,
+                                                                              n.d, b, hk, p.store_depth_grads);
+        };
+        if (p.d_depth_k_bf16 != nullptr) {
+          scatter(ddk, dev(p.d_depth_k_bf16));
+          scatter(ddv, dev(p.d_depth_v_bf16));
+        } else {
+          scatter(ddk, p.d_depth_k);
+          scatter(ddv, p.d_depth_v);
+        }
         check_launch("the depth gradient scatter");
       }
     }

@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 #endif
 }
 
-// dQ; with DEPTH_GRADS (G <= 16) also the depth dK/dV of each chunk.
-template <class Cfg, bool DEPTH_GRADS>
+// dQ; with DG (G <= 16) also the depth dK/dV of each chunk.
+template <class Cfg, DepthGrads DG>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     moda_backward_dq_wgmma_kernel(const ModaArgs a, const __grid_constant__ flash::KvMaps maps) {
 #if FATHOM_WGMMA_DEVICE
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   uint32_t q1[1][D / 16][4], d1[1][D / 16][4];
   load_mtile_fragments<QTile, D>(q1, sQ, r0, lane);
   load_mtile_fragments<QTile, D>(d1, sDO, r0, lane);
-  dq_mtile_depth<Cfg, DEPTH_GRADS, QTile>(dq, q1, d1, lse2, delta, depth_source<Cfg>(a, tr), a, tr, r0,
-                                          ring + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes), sQ, sDO, lane);
+  dq_mtile_depth<Cfg, DG, QTile>(dq, q1, d1, lse2, delta, depth_source<Cfg>(a, tr), a, tr, r0,
+                                 ring + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes), sQ, sDO, lane);
 
   // Each warp overwrites only its own rows of the Q tile; its depth walk read only those too, and
   // its lanes all finish reading them before any lane overwrites them.

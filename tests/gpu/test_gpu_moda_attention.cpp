@@ -4,8 +4,9 @@
 // slot counts from none to a full tile of columns, and head dims 64 and 128. Every case reads a slot
 // range that starts past slot 0 and ends before the buffers' last slot, with depth-gradient buffers
 // that already hold values: the range's gradients must be added to them (or, by the first reader,
-// stored over NaN) and the other slots left bit-for-bit alone. The backward passes are bit-identical across runs. Argument errors are raised
-// before any launch, so those tests run without a GPU too.
+// stored over NaN, into fp32 or bf16 buffers) and the other slots left bit-for-bit alone. The backward
+// passes are bit-identical across runs. Argument errors are raised before any launch, so those tests
+// run without a GPU too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,14 +116,14 @@ struct Problem {
                                              scale, ref_ddk, ref_ddv, DepthGradMode::add);
   }
 
-  // What a depth-gradient buffer holds before a backward pass: `initial`, and for a pass that stores
-  // its gradients NaN over the slot range, which it must overwrite.
-  Tensor depth_grads_before(const Tensor& initial, DepthGradMode mode) const {
+  // What a depth-gradient buffer of `dtype` holds before a backward pass: `initial`, and for a pass that
+  // stores its gradients NaN over the slot range, which it must overwrite.
+  Tensor depth_grads_before(const Tensor& initial, DepthGradMode mode, DType dtype = DType::f32) const {
     Tensor t = initial.clone();
     if (mode == DepthGradMode::store)
       for (int64_t s = c.begin(); s < c.end(); ++s)
         write_depth_slot(t, s, Tensor::full({c.B, c.T, c.Hk, c.d}, NAN, DType::f32));
-    return t.to(kGpu);
+    return t.to(dtype).to(kGpu);
   }
 
   cuda::ModaShape shape() const {
@@ -167,13 +168,15 @@ struct KernelRun {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cuda::moda_kernel_name(kernel) << " forward";
   }
 
-  // Runs on the given O and lse, with the depth-gradient buffers reset to their initial values.
-  void backward(const Tensor& o_in, const Tensor& lse_in, DepthGradMode mode = DepthGradMode::add) {
+  // Runs on the given O and lse, with the depth-gradient buffers (of grad_dtype: f32, or bf16 to store
+  // into) reset to their initial values.
+  void backward(const Tensor& o_in, const Tensor& lse_in, DepthGradMode mode = DepthGradMode::add,
+                DType grad_dtype = DType::f32) {
     dq = nan_filled(pb.q_shape, DType::bf16);
     dk = nan_filled(pb.kv_shape, DType::bf16);
     dv = nan_filled(pb.kv_shape, DType::bf16);
-    ddk = pb.depth_grads_before(pb.d_depth_k0.cpu, mode);
-    ddv = pb.depth_grads_before(pb.d_depth_v0.cpu, mode);
+    ddk = pb.depth_grads_before(pb.d_depth_k0.cpu, mode, grad_dtype);
+    ddv = pb.depth_grads_before(pb.d_depth_v0.cpu, mode, grad_dtype);
     cuda::ModaBackwardParams p;
     p.shape = pb.shape();
     p.q = pb.q.gpu.data<bf16>();
@@ -187,8 +190,13 @@ struct KernelRun {
     p.dq = dq.data<bf16>();
     p.dk = dk.data<bf16>();
     p.dv = dv.data<bf16>();
-    p.d_depth_k = ddk.data<float>();
-    p.d_depth_v = ddv.data<float>();
+    if (grad_dtype == DType::bf16) {
+      p.d_depth_k_bf16 = ddk.data<bf16>();
+      p.d_depth_v_bf16 = ddv.data<bf16>();
+    } else {
+      p.d_depth_k = ddk.data<float>();
+      p.d_depth_v = ddv.data<float>();
+    }
     p.store_depth_grads = mode == DepthGradMode::store;
     p.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, p.shape);
     p.workspace = scratch(p.workspace_bytes);
@@ -197,16 +205,16 @@ struct KernelRun {
   }
 };
 
-// Splits a depth-gradient buffer into what the pass put in the slot range (got - initial there when
-// it added, got when it stored; 0 elsewhere) and whether every slot outside the range kept its
-// initial bits.
+// Splits a depth-gradient buffer (f32 or bf16) into what the pass put in the slot range (got - initial
+// there when it added, got when it stored; 0 elsewhere) and whether every slot outside the range kept
+// its initial bits (`initial` as the buffer's dtype holds it, in f32).
 struct DepthGradient {
   std::vector<double> added;
   bool others_untouched = true;
 };
 DepthGradient depth_gradient(const Tensor& got_gpu, const Tensor& initial, const Case& c,
                              DepthGradMode mode = DepthGradMode::add) {
-  const Tensor got = got_gpu.to(Device::cpu());
+  const Tensor got = got_gpu.to(Device::cpu()).to(DType::f32);
   const float* g = got.data<float>();
   const float* i0 = initial.data<float>();
   DepthGradient out;
@@ -265,6 +273,15 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
     EXPECT_TRUE(sk.others_untouched && sv.others_untouched) << name << ": storing changed slots outside the range";
     EXPECT_LE(relative_error(sk.added, values(pb.ref_ddk)), 1e-2) << name << " stored d_depth_k";
     EXPECT_LE(relative_error(sv.added, values(pb.ref_ddv)), 1e-2) << name << " stored d_depth_v";
+    // A reader with no other reader can store them into bf16 buffers instead.
+    run.backward(pb.o_gpu, pb.lse_gpu, DepthGradMode::store, DType::bf16);
+    const Tensor k0 = pb.d_depth_k0.cpu.to(DType::bf16).to(DType::f32);
+    const Tensor v0 = pb.d_depth_v0.cpu.to(DType::bf16).to(DType::f32);
+    const DepthGradient hk = depth_gradient(run.ddk, k0, c, DepthGradMode::store);
+    const DepthGradient hv = depth_gradient(run.ddv, v0, c, DepthGradMode::store);
+    EXPECT_TRUE(hk.others_untouched && hv.others_untouched) << name << ": bf16 store changed slots outside the range";
+    EXPECT_LE(relative_error(hk.added, values(pb.ref_ddk)), 1e-2) << name << " stored bf16 d_depth_k";
+    EXPECT_LE(relative_error(hv.added, values(pb.ref_ddv)), 1e-2) << name << " stored bf16 d_depth_v";
   }
 }
 
@@ -448,6 +465,16 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"workspace of", "too small"});
     b.d_depth_v = nullptr;
     expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"moda_attention_backward", "d_depth_v is null"});
+    // bf16 depth gradients: instead of the fp32 ones, and only stored.
+    b.d_depth_k_bf16 = b.d_depth_v_bf16 = buffer;
+    b.store_depth_grads = true;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"either the fp32", "not both"});
+    b.d_depth_k = nullptr;
+    b.store_depth_grads = false;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"stored, never added"});
+    b.store_depth_grads = true;
+    b.d_depth_v_bf16 = buffer + 1;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"d_depth_v_bf16 must be 16-byte aligned"});
   }
   // An empty slot range reads no depth buffers: they may be null.
   // (The launch itself is not reached here: q is null.)
