@@ -175,6 +175,109 @@ struct DkDvConfig {
   static_assert(BQ % 16 == 0 && kRowPad % BQ == 0, "query blocks must tile the padded rows");
 };
 
+// One work item of a dK/dV warp that owns 16 keys (its K and V fragments of k-step ks from kfrag and
+// vfrag): against BQ queries whose Q and dO are the tiles tq, tdo and whose lse2 and delta are the
+// row vectors lse2, delta, it forms S^T = K Q^T, P^T = exp2(S^T - lse2) (0 where `masked_block` and
+// hidden(half, col) says the thread's key of row half `half` does not see query col), dV += P^T dO,
+// dP^T = V dO^T, dS^T = P^T (dP^T - delta) and dK += dS^T Q (unscaled).
+template <int D, int BQ, class KFrag, class VFrag, class Hidden>
+__device__ __forceinline__ void dkdv_warp_item(float (&dk)[1][D / 8][4], float (&dv)[1][D / 8][4], const KFrag& kfrag,
+                                               const VFrag& vfrag, uint32_t tq, uint32_t tdo, const float* lse2,
+                                               const float* delta, bool masked_block, const Hidden& hidden,
+                                               float scale_log2, int lane) {
+  using Tile = SwizzledTile<D>;
+  const int t = lane & 3;
+  // S^T = K Q^T for the warp's 16 keys x BQ queries.
+  float p[BQ / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t ka[4];
+    kfrag(ka, ks);
+#pragma unroll
+    for (int np = 0; np < BQ / 16; ++np) {
+      uint32_t bq[4];
+      Tile::load_b(bq, tq, np * 16, ks * 16, lane);
+      mma_16816(p[2 * np], ka, bq[0], bq[1]);
+      mma_16816(p[2 * np + 1], ka, bq[2], bq[3]);
+    }
+  }
+  // P^T, masked only in a block that needs it.
+  split_by_mask(masked_block, [&](auto masked) {
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = nt * 8 + 2 * t + e;
+        const float l2 = lse2[col];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float x = exp2_approx(p[nt][2 * half + e] * scale_log2 - l2);
+          if (masked && hidden(half, col)) x = 0.f;
+          p[nt][2 * half + e] = x;
+        }
+      }
+  });
+  // dV += P^T dO.
+#pragma unroll
+  for (int ks = 0; ks < BQ / 16; ++ks) {
+    const uint32_t pa[4] = {pack_bf16(p[2 * ks][0], p[2 * ks][1]), pack_bf16(p[2 * ks][2], p[2 * ks][3]),
+                            pack_bf16(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                            pack_bf16(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t bd[4];
+      Tile::load_b_trans(bd, tdo, ks * 16, np * 16, lane);
+      mma_16816(dv[0][2 * np], pa, bd[0], bd[1]);
+      mma_16816(dv[0][2 * np + 1], pa, bd[2], bd[3]);
+    }
+  }
+  // dP^T = V dO^T.
+  float ds[BQ / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t va[4];
+    vfrag(va, ks);
+#pragma unroll
+    for (int np = 0; np < BQ / 16; ++np) {
+      uint32_t bd[4];
+      Tile::load_b(bd, tdo, np * 16, ks * 16, lane);
+      mma_16816(ds[2 * np], va, bd[0], bd[1]);
+      mma_16816(ds[2 * np + 1], va, bd[2], bd[3]);
+    }
+  }
+  // dS^T = P^T * (dP^T - delta).
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float dl = delta[nt * 8 + 2 * t + e];
+      ds[nt][e] = p[nt][e] * (ds[nt][e] - dl);
+      ds[nt][2 + e] = p[nt][2 + e] * (ds[nt][2 + e] - dl);
+    }
+  // dK += dS^T Q (scaled at the end).
+#pragma unroll
+  for (int ks = 0; ks < BQ / 16; ++ks) {
+    const uint32_t da[4] = {pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
+                            pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
+                            pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t bq[4];
+      Tile::load_b_trans(bq, tq, ks * 16, np * 16, lane);
+      mma_16816(dk[0][2 * np], da, bq[0], bq[1]);
+      mma_16816(dk[0][2 * np + 1], da, bq[2], bq[3]);
+    }
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_dkdv_kernel(const BackwardArgs a) {
   constexpr int D = Cfg::D, BQ = Cfg::BQ, BK = Cfg::BK;
@@ -248,95 +351,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     const float* lse2 = rows_base + (s * Cfg::kStageBytes + 2 * Cfg::kTileQ) / 4;
     const float* delta = lse2 + BQ;
 
-    // S^T = K Q^T for the warp's 16 keys x BQ queries.
-    float p[BQ / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t ka[4];
-      frag(ka, kf, sK, ks);
-#pragma unroll
-      for (int np = 0; np < BQ / 16; ++np) {
-        uint32_t bq[4];
-        Tile::load_b(bq, tq, np * 16, ks * 16, lane);
-        mma_16816(p[2 * np], ka, bq[0], bq[1]);
-        mma_16816(p[2 * np + 1], ka, bq[2], bq[3]);
-      }
-    }
-    // P^T; the causal mask matters only where some key of the warp exceeds the block's first query.
-    split_by_mask(k0 + wkey + 15 > q0, [&](auto masked) {
-#pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = nt * 8 + 2 * t + e;
-          const float l2 = lse2[col];
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float x = exp2_approx(p[nt][2 * half + e] * a.scale_log2 - l2);
-            if (masked && key_lo + 8 * half > q0 + col) x = 0.f;
-            p[nt][2 * half + e] = x;
-          }
-        }
-    });
-    // dV += P^T dO.
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) {
-      const uint32_t pa[4] = {pack_bf16(p[2 * ks][0], p[2 * ks][1]), pack_bf16(p[2 * ks][2], p[2 * ks][3]),
-                              pack_bf16(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                              pack_bf16(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t bd[4];
-        Tile::load_b_trans(bd, tdo, ks * 16, np * 16, lane);
-        mma_16816(dv[0][2 * np], pa, bd[0], bd[1]);
-        mma_16816(dv[0][2 * np + 1], pa, bd[2], bd[3]);
-      }
-    }
-    // dP^T = V dO^T.
-    float ds[BQ / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t va[4];
-      frag(va, vf, sV, ks);
-#pragma unroll
-      for (int np = 0; np < BQ / 16; ++np) {
-        uint32_t bd[4];
-        Tile::load_b(bd, tdo, np * 16, ks * 16, lane);
-        mma_16816(ds[2 * np], va, bd[0], bd[1]);
-        mma_16816(ds[2 * np + 1], va, bd[2], bd[3]);
-      }
-    }
-    // dS^T = P^T * (dP^T - delta).
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dl = delta[nt * 8 + 2 * t + e];
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - dl);
-        ds[nt][2 + e] = p[nt][2 + e] * (ds[nt][2 + e] - dl);
-      }
-    // dK += dS^T Q (scaled at the end).
-#pragma unroll
-    for (int ks = 0; ks < BQ / 16; ++ks) {
-      const uint32_t da[4] = {pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
-                              pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
-                              pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t bq[4];
-        Tile::load_b_trans(bq, tq, ks * 16, np * 16, lane);
-        mma_16816(dk[0][2 * np], da, bq[0], bq[1]);
-        mma_16816(dk[0][2 * np + 1], da, bq[2], bq[3]);
-      }
-    }
+    dkdv_warp_item<D, BQ>(dk, dv, [&](uint32_t (&f)[4], int ks) { frag(f, kf, sK, ks); },
+                          [&](uint32_t (&f)[4], int ks) { frag(f, vf, sV, ks); }, tq, tdo, lse2, delta,
+                          k0 + wkey + 15 > q0, [&](int half, int col) { return key_lo + 8 * half > q0 + col; },
+                          a.scale_log2, lane);
     __syncthreads();  // the next prefetch overwrites this stage
   }
 

@@ -168,8 +168,11 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     else
       launch.template operator()<false, DepthGrads::none>("the MoDA dQ kernel launch");
     if (a.L == 0) return;
-    const int64_t threads = int64_t(a.B) * a.T * a.L * a.Hk * 32;
-    moda_depth_grads_kernel<D><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);
+    const int64_t units = int64_t(a.B) * a.T * a.Hk * ((a.L + 15) / 16);  // warps: 16 slots each
+    constexpr int smem = depth_grads_smem_bytes<D>();
+    flash::allow_smem(moda_depth_grads_kernel<D>, smem);
+    moda_depth_grads_kernel<D><<<unsigned((units + kDepthGradWarps - 1) / kDepthGradWarps), kDepthGradWarps * 32,
+                                 smem, stream>>>(a);
     flash::check_cuda(cudaGetLastError(), "the MoDA depth dK/dV kernel launch");
   });
 }

@@ -20,8 +20,9 @@
 // the dQ kernel here walks sequence then depth columns. For group (G <= 16) it also computes the
 // depth dK/dV of each chunk: the m-tile holds every row that sees those columns, so P^T and dS^T
 // come from the chunk's own registers (movmatrix) and dVd = P^T dO, dKd = dS^T Q are added into the
-// fp32 depth gradients by one thread per element, no atomics. flat, chunk and group with G > 16 get
-// their depth gradients from a small kernel that sums a token's G heads in a fixed order.
+// depth gradients by one thread per element, no atomics. flat, chunk and group with G > 16 get
+// theirs from a kernel that recomputes each token's P and dS against its slots on tensor cores and
+// sums the G heads in registers in a fixed order (moda_depth_grads_kernel).
 #pragma once
 #include <type_traits>
 
@@ -623,77 +624,89 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
 }
 
 // ---------------------------------------------------------------------------------------------
-// Depth dK/dV for flat and chunk, whose tiles hold one head: one warp per (b, token, slot, KV head)
-// sums the token's G query heads in order, D / 32 elements per lane:
-//   p = exp2(q . kd * scale_log2 - lse2), ds = p (dO . vd - delta), dKd += scale ds q, dVd += p dO.
-template <int E>
-__device__ __forceinline__ void load_lane(float (&x)[E], const bf16_t* p) {
-  static_assert(E == 2 || E == 4, "2 or 4 bf16 per lane");
-  if constexpr (E == 4) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
-  } else {
-    const uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
-    x[0] = lo.x, x[1] = lo.y;
-  }
+// Depth dK/dV where no dQ tile holds every query row of a token (flat and chunk, one head per tile;
+// group with G > 16, whose token spans m-tiles): one warp per (batch, token, KV head, 16 slots of the
+// range) recomputes P and dS of the token's G query heads against those slots with flash attention's
+// dK/dV warp item, the slots taking the keys' place and the heads the queries', 16 heads at a time.
+// Each slot's gradient sums the G heads in registers in a fixed order; one owner per element.
+constexpr int kDepthGradWarps = 4;
+template <int D>
+__host__ __device__ constexpr int depth_grads_warp_bytes() {
+  return 4 * 16 * D * 2 + 128;  // K, V, Q, dO tiles of 16 rows; lse2[16], delta[16]
 }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+template <int D>
+constexpr int depth_grads_smem_bytes() {
+  return kDepthGradWarps * depth_grads_warp_bytes<D>();
 }
 
 template <int D>
-__global__ void __launch_bounds__(256) moda_depth_grads_kernel(const ModaArgs a) {
-  constexpr int E = D / 32;
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (w >= int64_t(a.B) * a.T * a.L * a.Hk) return;  // whole warps
-  const int hk = int(w % a.Hk), slot = int(w / a.Hk % a.L), t = int(w / (int64_t(a.Hk) * a.L) % a.T);
-  const int b = int(w / (int64_t(a.Hk) * a.L * a.T));
-  const int64_t drow = (((int64_t(b) * a.T + t) * a.S + a.begin + slot) * a.Hk + hk) * a.d + lane * E;
-  float kd[E], vd[E], dk[E] = {}, dv[E] = {};
-  load_lane<E>(kd, a.kd + drow);
-  load_lane<E>(vd, a.vd + drow);
-  for (int gi = 0; gi < a.G; ++gi) {
-    const int h = hk * a.G + gi;
-    const int64_t qrow = ((int64_t(b) * a.T + t) * a.Hq + h) * a.d + lane * E;
-    float q[E], go[E];
-    load_lane<E>(q, a.q + qrow);
-    load_lane<E>(go, a.dout + qrow);
-    float s = 0.f, dp = 0.f;
-#pragma unroll
-    for (int i = 0; i < E; ++i) {
-      s = fmaf(q[i], kd[i], s);
-      dp = fmaf(go[i], vd[i], dp);
+__global__ void __launch_bounds__(kDepthGradWarps * 32) moda_depth_grads_kernel(const ModaArgs a) {
+  using Tile = flash::SwizzledTile<D>;
+  constexpr int kTile = 16 * D * 2;
+  extern __shared__ __align__(128) char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  // Units in (batch, token, KV head, slot chunk) order: a token's chunks share its Q and dO rows.
+  const int chunks = (a.L + 15) / 16;
+  const int64_t unit = int64_t(blockIdx.x) * kDepthGradWarps + warp;
+  if (unit >= int64_t(a.B) * a.T * a.Hk * chunks) return;  // whole warps; only warp barriers follow
+  const int c0 = int(unit % chunks) * 16, hk = int(unit / chunks % a.Hk);
+  const int64_t bt = unit / (int64_t(chunks) * a.Hk);  // b * T + token
+  const int token = int(bt % a.T), b = int(bt / a.T);
+
+  char* mine = smem + warp * depth_grads_warp_bytes<D>();
+  const uint32_t sK = flash::smem_addr(mine), sV = sK + kTile, sQ = sV + kTile, sDO = sQ + kTile;
+  float* stats = reinterpret_cast<float*>(mine + 4 * kTile);  // lse2[16], then delta[16]
+  // Rows past the slot range or the token's heads are zero-filled.
+  const int64_t slot_row0 = (bt * a.S + a.begin + c0) * a.Hk + hk;  // in rows of d elements
+  const int64_t head_row0 = bt * a.Hq + int64_t(hk) * a.G;
+  auto slot_rows = [&](const bf16_t* base) {
+    return [=](int r) -> const bf16_t* { return c0 + r < a.L ? base + (slot_row0 + int64_t(r) * a.Hk) * a.d : nullptr; };
+  };
+  flash::load_rows_async<D, 16, 32>(sK, slot_rows(a.kd), a.kd, a.d, lane);
+  flash::load_rows_async<D, 16, 32>(sV, slot_rows(a.vd), a.vd, a.d, lane);
+
+  float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
+  for (int h0 = 0; h0 < a.G; h0 += 16) {
+    auto head_rows = [&](const bf16_t* base) {
+      return [=](int r) -> const bf16_t* { return h0 + r < a.G ? base + (head_row0 + h0 + r) * a.d : nullptr; };
+    };
+    flash::load_rows_async<D, 16, 32>(sQ, head_rows(a.q), a.q, a.d, lane);
+    flash::load_rows_async<D, 16, 32>(sDO, head_rows(a.dout), a.dout, a.d, lane);
+    flash::cp_async_commit();
+    if (lane < 16) {  // padding heads: lse2 = +inf, so their probabilities are 0
+      const bool valid = h0 + lane < a.G;
+      const int64_t stat = (int64_t(b) * a.Hq + hk * a.G + h0 + lane) * a.Tpad + token;
+      stats[lane] = valid ? a.lse2[stat] : INFINITY;
+      stats[16 + lane] = valid ? a.delta[stat] : 0.f;
     }
-    s = warp_sum(s);
-    dp = warp_sum(dp);
-    const int64_t stat = (int64_t(b) * a.Hq + h) * a.Tpad + t;
-    const float p = exp2f(s * a.scale_log2 - a.lse2[stat]);
-    const float ds = p * (dp - a.delta[stat]);
-#pragma unroll
-    for (int i = 0; i < E; ++i) {
-      dk[i] = fmaf(ds, q[i], dk[i]);
-      dv[i] = fmaf(p, go[i], dv[i]);
-    }
+    flash::cp_async_wait<0>();
+    __syncwarp();
+    flash::dkdv_warp_item<D, 16>(
+        dk, dv, [&](uint32_t (&f)[4], int ks) { Tile::load_a(f, sK, 0, ks * 16, lane); },
+        [&](uint32_t (&f)[4], int ks) { Tile::load_a(f, sV, 0, ks * 16, lane); }, sQ, sDO, stats, stats + 16, false,
+        [](int, int) { return false; }, a.scale_log2, lane);
+    __syncwarp();  // the next heads' copies overwrite the Q and dO tiles and the statistics
   }
-  if (a.ddk_bf16 != nullptr) {
+
 #pragma unroll
-    for (int i = 0; i < E; i += 2) {
-      store_pair(a.ddk_bf16 + drow + i, a.scale * dk[i], a.scale * dk[i + 1]);
-      store_pair(a.ddv_bf16 + drow + i, dv[i], dv[i + 1]);
+  for (int half = 0; half < 2; ++half) {
+    if (c0 + g + 8 * half >= a.L) continue;
+    const int64_t row = (slot_row0 + int64_t(g + 8 * half) * a.Hk) * a.d;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      const float2 k = make_float2(a.scale * dk[0][nt][2 * half], a.scale * dk[0][nt][2 * half + 1]);
+      const float2 v = make_float2(dv[0][nt][2 * half], dv[0][nt][2 * half + 1]);
+      if (a.ddk_bf16 != nullptr) {
+        store_pair(a.ddk_bf16 + row + col, k.x, k.y);
+        store_pair(a.ddv_bf16 + row + col, v.x, v.y);
+        continue;
+      }
+      const float2 k0 = a.store_depth ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(a.ddk + row + col);
+      const float2 v0 = a.store_depth ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(a.ddv + row + col);
+      store_pair(a.ddk + row + col, k0.x + k.x, k0.y + k.y);
+      store_pair(a.ddv + row + col, v0.x + v.x, v0.y + v.y);
     }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < E; ++i) {
-    a.ddk[drow + i] = (a.store_depth ? 0.f : a.ddk[drow + i]) + a.scale * dk[i];
-    a.ddv[drow + i] = (a.store_depth ? 0.f : a.ddv[drow + i]) + dv[i];
   }
 }
 
