@@ -237,7 +237,7 @@ void sweep_d64(int T) {
 #if defined(FATHOM_WGMMA)
   dq_in_dkdv_variant<Configs<64>::WgmmaDkDvDq, 64>(p, "wgmma dK/dV with dQ");
 #endif
-  // What ships at this size (backward_plan.h): below 256 dK/dV CTAs the two passes with split heads.
+  // What ships at this size (backward_plan.h): below 192 dK/dV CTAs the two passes with split heads.
   const BackwardScratch plan = backward_scratch_for(1, T, 64, 8, 64);
   report_backward(p, plan.dq_width > 0 ? "shipped: dK/dV with dQ" : "shipped: two passes, split",
                   [&] { launch_backward_passes<64>(p.ba, nullptr, plan); });

@@ -59,10 +59,11 @@ struct BackwardScratch {
 
 // dq_width: the width of the dQ sums where the dK/dV pass at this width can form dQ, else 0. It does so
 // when its grid has at least kMinDqInDkDvCtas CTAs, and never splits the heads: split, its CTAs are short
-// and their waits for the dQ turns cost more than a dQ pass (1.45 vs 1.07 ms at T = 4096). Unsplit, 256
-// CTAs (T = 4096, 8 KV heads) were enough for it to beat two passes (0.86 vs 1.24 ms); 64 (T = 1024) were
-// not: half the SMs idled. Smaller grids take the split two passes.
-constexpr int64_t kMinDqInDkDvCtas = 256;
+// and their waits for the dQ turns cost more than a dQ pass (1.45 vs 1.07 ms at T = 4096). Unsplit, with
+// 8 KV heads on the H200's 132 SMs, it beat the split two passes at 192 CTAs (T = 3072: 0.580 vs 0.634 ms)
+// and 256 (T = 4096: 0.86 vs 1.24 ms), and lost at 128 (T = 2048: 0.396 vs 0.328 ms) and 64 (T = 1024),
+// where SMs idle. Smaller grids take the split two passes.
+constexpr int64_t kMinDqInDkDvCtas = 192;
 inline BackwardScratch backward_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int dkdv_block,
                                         int dq_width) {
   const int64_t Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;

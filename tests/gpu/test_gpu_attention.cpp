@@ -236,11 +236,12 @@ std::vector<Case> padded_width_cases() {
   return cases;
 }
 
-// Grids of at least 256 dK/dV CTAs: at d <= 64 on sm_90a the dK/dV pass then also forms dQ, its key
-// blocks adding into each 64-row slab in turn, often after CTAs that started waves earlier (the small
-// cases above take the split two passes). d = 48 runs it zero-padded to 64 columns.
+// Grids of at least 192 dK/dV CTAs (backward_plan.h): at d <= 64 on sm_90a the dK/dV pass then also
+// forms dQ, its key blocks adding into each 64-row slab in turn, often after CTAs that started waves
+// earlier (the small cases above take the split two passes). d = 48 runs it zero-padded to 64 columns;
+// the last case has exactly 192 CTAs.
 std::vector<Case> dq_in_dkdv_cases() {
-  return {{4, 260, 3, 64, 86}, {2, 200, 2, 64, 256}, {1, 129, 8, 64, 512}, {1, 129, 3, 48, 256}};
+  return {{4, 260, 3, 64, 86}, {2, 200, 2, 64, 256}, {1, 129, 8, 64, 512}, {1, 129, 3, 48, 256}, {1, 129, 2, 64, 96}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Main, GpuAttentionMatchesCpu, ::testing::ValuesIn(main_cases()), case_name);

@@ -301,7 +301,7 @@ std::vector<Case> batch_cases() {
           {2, 257, 2, 9, 128, 2}, {2, 77, 5, 7, 128, 1}, {1, 50, 24, 3, 64, 1}};
 }
 
-// Grids of at least 256 dK/dV CTAs: at d = 64 on sm_90a flash attention's dK/dV pass then also forms
+// Grids of at least 192 dK/dV CTAs: at d = 64 on sm_90a flash attention's dK/dV pass then also forms
 // the sequence dQ, and the group kernel's dQ pass walks only the depth columns.
 std::vector<Case> dq_in_dkdv_cases() { return {{1, 129, 8, 3, 64, 128}, {2, 129, 3, 3, 64, 64}}; }
 

@@ -18,7 +18,7 @@ size_t stat_bytes(int64_t B, int64_t Hq, int64_t T) { return size_t(2 * B * Hq *
 
 }  // namespace
 
-TEST(BackwardPlan, GridsOf256CtasFormDqUnsplit) {
+TEST(BackwardPlan, GridsOf192CtasOrMoreFormDqUnsplit) {
   // T = 4096, 8 KV heads: 32 key blocks x 8 = 256 CTAs.
   const BackwardScratch s = backward_scratch(1, 4096, 64, 8, 64, kBlock, kWidth);
   EXPECT_EQ(s.splits, 1);
@@ -36,9 +36,11 @@ TEST(BackwardPlan, SmallerGridsSplitTheHeadsInstead) {
   EXPECT_EQ(s.splits, 8);
   // Statistics and fp32 dK, dV partials [splits, B, T, Hk, d].
   EXPECT_EQ(s.bytes(), stat_bytes(1, 64, 1024) + 2 * size_t(8) * 1024 * 8 * 64 * 4);
-  // One CTA short of 256 is still split.
-  EXPECT_EQ(backward_scratch(1, 255 * 128, 8, 1, 64, kBlock, kWidth).dq_width, 0);
-  EXPECT_EQ(backward_scratch(1, 256 * 128, 8, 1, 64, kBlock, kWidth).dq_width, kWidth);
+  // T = 2048: 128 CTAs are still split; from 192 (T = 3072) on the pass forms dQ.
+  EXPECT_EQ(backward_scratch(1, 2048, 64, 8, 64, kBlock, kWidth).dq_width, 0);
+  EXPECT_EQ(backward_scratch(1, 191 * 128, 8, 1, 64, kBlock, kWidth).dq_width, 0);
+  EXPECT_EQ(backward_scratch(1, 192 * 128, 8, 1, 64, kBlock, kWidth).dq_width, kWidth);
+  EXPECT_EQ(backward_scratch(1, 3072, 64, 8, 64, kBlock, kWidth).dq_width, kWidth);
 }
 
 TEST(BackwardPlan, WithoutAPassThatFormsDqTheSplitFillsTheGpu) {
