@@ -179,6 +179,13 @@ int main(int argc, char** argv) {
     row("rms_norm fwd bf16", "16384 x 2048", median_ms([&] { rms_norm_forward(x, w, 1e-6); }), tokens * d * 2 * B2);
     row("rms_norm bwd bf16", "16384 x 2048", median_ms([&] { rms_norm_backward(dy, x, w, out.rstd); }),
         tokens * d * 3 * B2);
+    // olmo2-190m: 16 x 2048 tokens of width 768.
+    Tensor xs = random_gpu({32768, 768}, DType::bf16), dys = random_gpu({32768, 768}, DType::bf16);
+    Tensor ws = random_gpu({768}, DType::bf16, 0.5, 1.5);
+    RmsNormOutput outs = rms_norm_forward(xs, ws, 1e-6);
+    row("rms_norm fwd bf16", "32768 x 768", median_ms([&] { rms_norm_forward(xs, ws, 1e-6); }), xs.numel() * 2 * B2);
+    row("rms_norm bwd bf16", "32768 x 768", median_ms([&] { rms_norm_backward(dys, xs, ws, outs.rstd); }),
+        xs.numel() * 3 * B2);
     Tensor xh = x.view({tokens * heads, hd}), dyh = dy.view({tokens * heads, hd});
     Tensor wh = random_gpu({hd}, DType::bf16, 0.5, 1.5);
     RmsNormOutput outh = rms_norm_forward(xh, wh, 1e-6);

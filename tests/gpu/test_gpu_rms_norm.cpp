@@ -13,8 +13,11 @@ TEST(GpuRmsNorm, ForwardAndBackwardMatchTheCpu) {
       {3, 5, 64},      // per-head, d = 64
       {2, 37, 6, 128},  // per-head [B, T, H, d], d = 128
       {301, 77},       // odd width, warp rows, unpacked
-      {129, 1000},     // warp rows, packed
-      {67, 2048},      // full width, block rows
+      {129, 1000},     // register rows (bf16: 125 packs of 8), f32 warp rows
+      {67, 2048},      // register rows (bf16), f32 block rows
+      {45, 768},       // register rows, 96 packs of a lane's 128 slots (bf16)
+      {3, 384},        // register rows, fewer rows than a block's warps
+      {70, 520},       // register rows (bf16: 65 packs), f32 warp rows
       {33, 4100},      // wide, packed, not a power of two
       {19, 3001},      // wide, odd
   };
