@@ -1,9 +1,9 @@
-// CUDA RMSNorm over the last dimension, statistics in f32. Full-width rows of up to 256 16-byte packs
-// (the models' hidden sizes: 2048 bf16) get one warp each with the row held in registers; other narrow
-// rows (per-head norms, n <= 1024) one warp each; wider rows one block of 256 threads. The weight
-// gradient is deterministic: each block sums its fixed range of rows per column (in registers or shared
-// memory, every column owned by one thread), writes one partial row, and a second kernel sums the
-// partials in order.
+// CUDA RMSNorm over the last dimension, statistics in f32. The forward gives full-width rows of 33 to
+// 256 16-byte packs (hidden sizes 264-2048 in bf16) one warp each with the row held in registers.
+// Otherwise narrow rows (per-head norms, n <= 1024) get one warp each; wide rows one block of 256
+// threads. The weight gradient is deterministic: each block sums its fixed range of rows per column in
+// shared memory (every column owned by one thread), writes one partial row, and a second kernel sums
+// the partials in order.
 #include <initializer_list>
 
 #include "kernels/cuda/device_math.cuh"
@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxWarpRow = 1024;      // widest row a single warp handles
 constexpr int64_t kMaxWidth = 32768;       // shared-memory bound of the wide backward
 constexpr int kMaxBackwardBlocks = 1024;   // partial rows of the weight gradient: enough blocks to fill the device
-constexpr int kRowWarps = 4;               // warps per block of the register-row kernels
+constexpr int kRowWarps = 4;               // warps per block of the register-row forward
 constexpr int kMaxRowPacks = 8;            // 16-byte packs per lane a register row holds
 
 // Sum over the TPR threads of one row: a warp, or the whole block.
@@ -111,9 +111,8 @@ __global__ void rms_norm_backward_kernel(const T* dy, const T* x, const T* w, co
   }
 }
 
-// Register rows: one warp per row, each lane holding packs p * 32 + lane (p < PACKS) of it, so x (and
-// in the backward dy) is read once and the row's sums need only the warp. Rows are n <= 32 * N * PACKS
-// wide, n a multiple of N.
+// Register rows: one warp per row, each lane holding packs p * 32 + lane (p < PACKS) of it, so x is read
+// once and the row's sum needs only the warp. Rows are n <= 32 * N * PACKS wide, n a multiple of N.
 template <int N, int PACKS, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
     rms_norm_forward_rows_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
@@ -153,63 +152,6 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
 }
 
-// The backward of register rows: each warp takes every kRowWarps-th row of its block's range and keeps
-// its columns' weight-gradient sums in registers; the warps then add them into shared memory one after
-// another (a fixed order) and the block writes its partial row.
-template <int N, int PACKS, typename T>
-__global__ void __launch_bounds__(kRowWarps * 32)
-    rms_norm_backward_rows_kernel(const T* dy, const T* x, const T* w, const float* rstd_in, T* dx, float* partial,
-                                  int64_t rows, int64_t n, int64_t rows_per_block) {
-  extern __shared__ float dw_block[];  // [n]
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float acc[PACKS][N] = {};
-  const int64_t begin = int64_t(blockIdx.x) * rows_per_block;
-  const int64_t end = min(rows, begin + rows_per_block);
-  for (int64_t row = begin + warp; row < end; row += kRowWarps) {
-    Pack<T, N> xv[PACKS], gv[PACKS];
-    float dot = 0;
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int64_t c = int64_t(p * 32 + lane) * N;
-      if (c >= n) continue;
-      xv[p] = load_pack<N>(x + row * n + c);
-      gv[p] = load_pack<N>(dy + row * n + c);
-      const Pack<T, N> wv = load_pack<N>(w + c);
-#pragma unroll
-      for (int k = 0; k < N; ++k) dot += to_float(gv[p].v[k]) * to_float(wv.v[k]) * to_float(xv[p].v[k]);
-    }
-    dot = warp_sum(dot);
-    const float rstd = rstd_in[row];
-    const float b = rstd * rstd * rstd * dot / float(n);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int64_t c = int64_t(p * 32 + lane) * N;
-      if (c >= n) continue;
-      const Pack<T, N> wv = load_pack<N>(w + c);
-      Pack<T, N> out;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float xk = to_float(xv[p].v[k]), gk = to_float(gv[p].v[k]);
-        out.v[k] = from_float<T>(rstd * gk * to_float(wv.v[k]) - b * xk);
-        acc[p][k] += gk * xk * rstd;
-      }
-      store_pack<N>(dx + row * n + c, out);
-    }
-  }
-  for (int turn = 0; turn < kRowWarps; ++turn) {
-    if (warp == turn)
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int64_t c = int64_t(p * 32 + lane) * N;
-        if (c >= n) continue;
-#pragma unroll
-        for (int k = 0; k < N; ++k) dw_block[c + k] = (turn == 0 ? 0.f : dw_block[c + k]) + acc[p][k];
-      }
-    __syncthreads();
-  }
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) partial[int64_t(blockIdx.x) * n + c] = dw_block[c];
-}
-
 // dweight[c] = sum over blocks of partial[b][c]: a 32 x 32 thread tile per 32 columns, each thread
 // summing every 32nd partial row, then a fixed-order sum of the 32 lane totals.
 template <typename T>
@@ -228,11 +170,10 @@ __global__ void sum_partial_rows_kernel(const float* partial, int blocks, int64_
   }
 }
 
-// Register rows (rows_f) from 33 16-byte packs up to 32 * kMaxRowPacks of them; otherwise one warp
-// per row up to kMaxWarpRow wide (packs of 4), else one block per row (16-byte packs); element-wise
-// where the width or the addresses do not allow packs.
-template <typename T, typename RowsF, typename F>
-void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, RowsF&& rows_f, F&& f) {
+// One warp per row up to kMaxWarpRow wide (packs of 4), else one block per row (16-byte packs);
+// element-wise where the width or the addresses do not allow packs.
+template <typename T, typename F>
+void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&& f) {
   constexpr int kWidePack = 16 / sizeof(T);
   auto packed = [&](int pack) {
     if (n % pack != 0) return false;
@@ -240,18 +181,29 @@ void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, Row
       if (!aligned_to(size_t(pack) * sizeof(T), p)) return false;
     return true;
   };
-  const int64_t packs = n / kWidePack;
-  if (packs > 32 && packs <= 32 * kMaxRowPacks && packed(kWidePack)) {
-    if (packs <= 32 * 2) return rows_f.template operator()<kWidePack, 2>();
-    if (packs <= 32 * 4) return rows_f.template operator()<kWidePack, 4>();
-    return rows_f.template operator()<kWidePack, kMaxRowPacks>();
-  }
   if (n > kMaxWarpRow) {
     if (packed(kWidePack)) return f.template operator()<kThreads, kWidePack>();
     return f.template operator()<kThreads, 1>();
   }
   if (packed(4)) return f.template operator()<32, 4>();
   return f.template operator()<32, 1>();
+}
+
+// The forward's layouts: register rows from 33 16-byte packs up to 32 * kMaxRowPacks of them (rows_f),
+// else dispatch_layout's (f). The backward keeps dispatch_layout's: holding dy and the weight-gradient
+// sums in registers too took 240 registers at 2048 wide and was 1.6x slower than its block rows.
+template <typename T, typename RowsF, typename F>
+void dispatch_forward_layout(int64_t n, std::initializer_list<const void*> pointers, RowsF&& rows_f, F&& f) {
+  constexpr int kPack = 16 / sizeof(T);
+  const int64_t packs = n / kPack;
+  bool packed = n % kPack == 0;
+  for (const void* p : pointers) packed = packed && aligned_to(size_t(kPack) * sizeof(T), p);
+  if (packed && packs > 32 && packs <= 32 * kMaxRowPacks) {
+    if (packs <= 32 * 2) return rows_f.template operator()<kPack, 2>();
+    if (packs <= 32 * 4) return rows_f.template operator()<kPack, 4>();
+    return rows_f.template operator()<kPack, kMaxRowPacks>();
+  }
+  dispatch_layout<T>(n, pointers, f);
 }
 
 }  // namespace
@@ -267,7 +219,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     T* yp = static_cast<T*>(out.y.raw());
     const T* rp = residual.defined() ? static_cast<const T*>(residual.raw()) : nullptr;
     float* rstd_p = static_cast<float*>(out.rstd.raw());
-    dispatch_layout<T>(
+    dispatch_forward_layout<T>(
         n, {xp, wp, yp, rp},
         [&]<int N, int PACKS>() {
           rms_norm_forward_rows_kernel<N, PACKS, T>
@@ -301,16 +253,17 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
     const T* xp = static_cast<const T*>(x.raw());
     const T* wp = static_cast<const T*>(weight.raw());
     T* dxp = static_cast<T*>(grads.dx.raw());
-    // Runs one of the two backward kernels with `groups` row groups per block of `threads`, then sums the
-    // blocks' weight-gradient partial rows. The row split depends on the shape alone, so the weight
-    // gradient's summation order repeats.
-    auto run = [&](auto kernel, int64_t groups, int threads, size_t smem) {
+    dispatch_layout<T>(n, {dyp, xp, wp, dxp}, [&]<int TPR, int N>() {
+      const int64_t groups = kThreads / TPR;
+      // The row split depends on the shape alone, so the weight gradient's summation order repeats.
       const int blocks = int(std::min<int64_t>(kMaxBackwardBlocks, (rows + groups - 1) / groups));
       const int64_t rows_per_block = (rows + blocks - 1) / blocks;
       Tensor partial = Tensor::empty({int64_t(blocks) * n}, DType::f32, x.device());
+      const size_t smem = size_t(groups * n) * sizeof(float);
+      auto kernel = rms_norm_backward_kernel<TPR, N, T>;
       if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      kernel<<<blocks, threads, smem, stream>>>(dyp, xp, wp, static_cast<const float*>(rstd.raw()), dxp,
-                                                static_cast<float*>(partial.raw()), rows, n, rows_per_block);
+      kernel<<<blocks, kThreads, smem, stream>>>(dyp, xp, wp, static_cast<const float*>(rstd.raw()), dxp,
+                                                 static_cast<float*>(partial.raw()), rows, n, rows_per_block);
       CUDA_CHECK_LAUNCH();
       const dim3 grid(unsigned((n + 31) / 32)), tile(32, 32);
       if (dweight_dtype == DType::f32)  // mixed precision: the fp32 sum goes out unrounded
@@ -320,16 +273,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
         sum_partial_rows_kernel<T><<<grid, tile, 0, stream>>>(static_cast<const float*>(partial.raw()), blocks, n,
                                                               static_cast<T*>(grads.dweight.raw()));
       CUDA_CHECK_LAUNCH();
-    };
-    dispatch_layout<T>(
-        n, {dyp, xp, wp, dxp},
-        [&]<int N, int PACKS>() {
-          run(rms_norm_backward_rows_kernel<N, PACKS, T>, kRowWarps, kRowWarps * 32, size_t(n) * sizeof(float));
-        },
-        [&]<int TPR, int N>() {
-          const int64_t groups = kThreads / TPR;
-          run(rms_norm_backward_kernel<TPR, N, T>, groups, kThreads, size_t(groups * n) * sizeof(float));
-        });
+    });
   });
   return grads;
 }
