@@ -175,6 +175,50 @@ struct DkDvConfig {
   static_assert(BQ % 16 == 0 && kRowPad % BQ == 0, "query blocks must tile the padded rows");
 };
 
+// acc = A B^T for the warp's 16 rows of A (fragment of k-step ks from afrag) and the BQ rows of the
+// swizzled tile b, D wide: S^T = K Q^T and dP^T = V dO^T of a dK/dV warp.
+template <int D, int BQ, class AFrag>
+__device__ __forceinline__ void warp_rows_times_tile(float (&acc)[BQ / 8][4], const AFrag& afrag, uint32_t b, int lane) {
+  using Tile = SwizzledTile<D>;
+#pragma unroll
+  for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    afrag(a, ks);
+#pragma unroll
+    for (int np = 0; np < BQ / 16; ++np) {
+      uint32_t bf[4];
+      Tile::load_b(bf, b, np * 16, ks * 16, lane);
+      mma_16816(acc[2 * np], a, bf[0], bf[1]);
+      mma_16816(acc[2 * np + 1], a, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc += X Y for X the warp's 16 x BQ fp32 accumulator (rounded to bf16 A fragments) and Y the BQ x D
+// swizzled tile y: dV += P^T dO and dK += dS^T Q of a dK/dV warp.
+template <int D, int BQ>
+__device__ __forceinline__ void warp_accumulator_times_tile(float (&acc)[1][D / 8][4], const float (&x)[BQ / 8][4],
+                                                            uint32_t y, int lane) {
+  using Tile = SwizzledTile<D>;
+#pragma unroll
+  for (int ks = 0; ks < BQ / 16; ++ks) {
+    const uint32_t xa[4] = {pack_bf16(x[2 * ks][0], x[2 * ks][1]), pack_bf16(x[2 * ks][2], x[2 * ks][3]),
+                            pack_bf16(x[2 * ks + 1][0], x[2 * ks + 1][1]),
+                            pack_bf16(x[2 * ks + 1][2], x[2 * ks + 1][3])};
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t yb[4];
+      Tile::load_b_trans(yb, y, ks * 16, np * 16, lane);
+      mma_16816(acc[0][2 * np], xa, yb[0], yb[1]);
+      mma_16816(acc[0][2 * np + 1], xa, yb[2], yb[3]);
+    }
+  }
+}
+
 // One work item of a dK/dV warp that owns 16 keys (its K and V fragments of k-step ks from kfrag and
 // vfrag): against BQ queries whose Q and dO are the tiles tq, tdo and whose lse2 and delta are the
 // row vectors lse2, delta, it forms S^T = K Q^T, P^T = exp2(S^T - lse2) (0 where `masked_block` and
@@ -185,26 +229,10 @@ __device__ __forceinline__ void dkdv_warp_item(float (&dk)[1][D / 8][4], float (
                                                const VFrag& vfrag, uint32_t tq, uint32_t tdo, const float* lse2,
                                                const float* delta, bool masked_block, const Hidden& hidden,
                                                float scale_log2, int lane) {
-  using Tile = SwizzledTile<D>;
   const int t = lane & 3;
   // S^T = K Q^T for the warp's 16 keys x BQ queries.
   float p[BQ / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) p[nt][e] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t ka[4];
-    kfrag(ka, ks);
-#pragma unroll
-    for (int np = 0; np < BQ / 16; ++np) {
-      uint32_t bq[4];
-      Tile::load_b(bq, tq, np * 16, ks * 16, lane);
-      mma_16816(p[2 * np], ka, bq[0], bq[1]);
-      mma_16816(p[2 * np + 1], ka, bq[2], bq[3]);
-    }
-  }
+  warp_rows_times_tile<D, BQ>(p, kfrag, tq, lane);
   // P^T, masked only in a block that needs it.
   split_by_mask(masked_block, [&](auto masked) {
 #pragma unroll
@@ -222,38 +250,10 @@ __device__ __forceinline__ void dkdv_warp_item(float (&dk)[1][D / 8][4], float (
       }
   });
   // dV += P^T dO.
-#pragma unroll
-  for (int ks = 0; ks < BQ / 16; ++ks) {
-    const uint32_t pa[4] = {pack_bf16(p[2 * ks][0], p[2 * ks][1]), pack_bf16(p[2 * ks][2], p[2 * ks][3]),
-                            pack_bf16(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                            pack_bf16(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-#pragma unroll
-    for (int np = 0; np < D / 16; ++np) {
-      uint32_t bd[4];
-      Tile::load_b_trans(bd, tdo, ks * 16, np * 16, lane);
-      mma_16816(dv[0][2 * np], pa, bd[0], bd[1]);
-      mma_16816(dv[0][2 * np + 1], pa, bd[2], bd[3]);
-    }
-  }
-  // dP^T = V dO^T.
+  warp_accumulator_times_tile<D, BQ>(dv, p, tdo, lane);
+  // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta).
   float ds[BQ / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ds[nt][e] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t va[4];
-    vfrag(va, ks);
-#pragma unroll
-    for (int np = 0; np < BQ / 16; ++np) {
-      uint32_t bd[4];
-      Tile::load_b(bd, tdo, np * 16, ks * 16, lane);
-      mma_16816(ds[2 * np], va, bd[0], bd[1]);
-      mma_16816(ds[2 * np + 1], va, bd[2], bd[3]);
-    }
-  }
-  // dS^T = P^T * (dP^T - delta).
+  warp_rows_times_tile<D, BQ>(ds, vfrag, tdo, lane);
 #pragma unroll
   for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -263,19 +263,7 @@ __device__ __forceinline__ void dkdv_warp_item(float (&dk)[1][D / 8][4], float (
       ds[nt][2 + e] = p[nt][2 + e] * (ds[nt][2 + e] - dl);
     }
   // dK += dS^T Q (scaled at the end).
-#pragma unroll
-  for (int ks = 0; ks < BQ / 16; ++ks) {
-    const uint32_t da[4] = {pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
-                            pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
-                            pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
-#pragma unroll
-    for (int np = 0; np < D / 16; ++np) {
-      uint32_t bq[4];
-      Tile::load_b_trans(bq, tq, ks * 16, np * 16, lane);
-      mma_16816(dk[0][2 * np], da, bq[0], bq[1]);
-      mma_16816(dk[0][2 * np + 1], da, bq[2], bq[3]);
-    }
-  }
+  warp_accumulator_times_tile<D, BQ>(dk, ds, tq, lane);
 }
 
 template <class Cfg>
