@@ -1,6 +1,7 @@
 // attention: causal GQA; saves q, k, v, the output and the row log-sum-exps for the backward kernel.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/attention.h"
 
 namespace fathom {
@@ -9,19 +10,24 @@ namespace {
 
 class AttentionNode final : public Node {
  public:
-  AttentionNode(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, double scale)
+  AttentionNode(SavedTensor q, SavedTensor k, Tensor v, Tensor o, Tensor lse, double scale)
       : q_(std::move(q)), k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    AttentionGrads g = attention_backward(grad_output, q_, k_, v_, o_, lse_, scale_);
+    AttentionGrads g = attention_backward(grad_output, q_.get(), k_.get(), v_, o_, lse_, scale_);
     return {needs_input_grad(0) ? g.dq : Tensor(), needs_input_grad(1) ? g.dk : Tensor(),
             needs_input_grad(2) ? g.dv : Tensor()};
   }
-  void release_saved() override { q_ = k_ = v_ = o_ = lse_ = Tensor(); }
+  void release_saved() override {
+    q_.release();
+    k_.release();
+    v_ = o_ = lse_ = Tensor();
+  }
   const char* name() const override { return "attention"; }
 
  private:
-  Tensor q_, k_, v_, o_, lse_;
+  SavedTensor q_, k_;  // RoPE's outputs: rebuilt under selective recompute
+  Tensor v_, o_, lse_;
   double scale_;
 };
 
@@ -36,7 +42,7 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v, doub
   }
   AttentionOutput out = attention_forward(q.value(), k.value(), v.value(), scale);
   if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
-  auto node = std::make_shared<AttentionNode>(q.value(), k.value(), v.value(), out.o, std::move(out.lse), scale);
+  auto node = std::make_shared<AttentionNode>(SavedTensor::of(q), SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
   return record(std::move(out.o), std::move(node), {q, k, v});
 }
 

@@ -1,6 +1,7 @@
 // linear: y = x W^T over the last dim of x; leading dims are flattened into GEMM rows.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/matmul.h"
 
 namespace fathom {
@@ -9,8 +10,8 @@ namespace {
 
 class LinearNode final : public Node {
  public:
-  LinearNode(Tensor x2d, Tensor weight, Shape x_shape, Tensor weight_grad)
-      : x2d_(std::move(x2d)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)) {}
+  LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad)
+      : x_(std::move(x)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
 
@@ -28,22 +29,23 @@ class LinearNode final : public Node {
       }
     }
     if (needs_input_grad(1)) {
+      const Tensor x2d = x_.get().view({x_shape_.rows(), x_shape_.last()});
       if (weight_grad_.defined())
-        matmul(dy, true, x2d_, false, weight_grad_, 1.0, 1.0);  // dy^T x added into the fp32 arena
+        matmul(dy, true, x2d, false, weight_grad_, 1.0, 1.0);  // dy^T x added into the fp32 arena
       else
-        dweight = matmul(dy, true, x2d_, false);  // dy^T x
+        dweight = matmul(dy, true, x2d, false);  // dy^T x
     }
     return {dx, dweight};
   }
   void release_saved() override {
-    x2d_ = Tensor();
+    x_.release();
     weight_ = Tensor();
     weight_grad_ = Tensor();
   }
   const char* name() const override { return "linear"; }
 
  private:
-  Tensor x2d_;     // kept only when the weight needs a gradient
+  SavedTensor x_;  // kept (or rebuilt) only when the weight needs a gradient
   Tensor weight_;  // kept only when x needs a gradient
   Shape x_shape_;
   // Mixed precision: the weight's F32 gradient, which the bf16 GEMM accumulates into directly (no
@@ -67,7 +69,7 @@ Variable linear(const Variable& x, const Variable& weight) {
   if (!any_requires_grad({x, weight})) return Variable(std::move(y));
   const bool into_arena = weight.requires_grad() && weight.is_leaf() && weight.has_compute_copy() &&
                           weight.grad().defined() && weight.grad().dtype() == DType::f32;
-  auto node = std::make_shared<LinearNode>(weight.requires_grad() ? x2d : Tensor(),
+  auto node = std::make_shared<LinearNode>(weight.requires_grad() ? SavedTensor::of(x) : SavedTensor(),
                                            x.requires_grad() ? w : Tensor(), xs,
                                            into_arena ? weight.grad().view(weight.shape()) : Tensor());
   return record(std::move(y), std::move(node), {x, weight});

@@ -1,6 +1,7 @@
 // reshape: a view of the same storage with another shape; the gradient is reshaped back.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 
 namespace fathom {
 
@@ -23,7 +24,9 @@ Variable reshape(const Variable& x, const Shape& shape) {
   FATHOM_CHECK(x.defined(), "reshape: undefined input");
   Tensor y = x.value().view(shape);  // checks the element count
   if (!any_requires_grad({x})) return Variable(std::move(y));
-  return record(std::move(y), std::make_shared<ReshapeNode>(x.shape()), {x});
+  Variable out = record(std::move(y), std::make_shared<ReshapeNode>(x.shape()), {x});
+  chain_rebuild(x, out, [shape](const Tensor& in) { return in.view(shape); });
+  return out;
 }
 
 }  // namespace fathom

@@ -2,6 +2,7 @@
 // residual_rms_norm adds a residual in the same pass (its gradient is the output's).
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/rms_norm.h"
 
 namespace fathom {
@@ -44,7 +45,10 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps) {
   RmsNormOutput out = rms_norm_forward(x.value(), w, eps);
   if (!any_requires_grad({x, weight})) return Variable(std::move(out.y));
   auto node = std::make_shared<RmsNormNode>(x.value(), w, std::move(out.rstd), weight.dtype(), false);
-  return record(std::move(out.y), std::move(node), {x, weight});
+  Variable y = record(std::move(out.y), std::move(node), {x, weight});
+  // The node keeps x: consumers (pre-norm projections, QK-norm's RoPE) need not keep y too.
+  set_rebuild(y, [x = x.value(), w, eps] { return rms_norm_forward(x, w, eps).y; });
+  return y;
 }
 
 Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps) {

@@ -1,6 +1,7 @@
 // rope: rotary position embedding; its backward is the inverse rotation.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/rope.h"
 
 namespace fathom {
@@ -31,7 +32,12 @@ Variable rope(const Variable& x, const Tensor& positions, double theta, const Ro
   Tensor y = rope_forward(x.value(), positions, theta, scaling);
   if (!any_requires_grad({x})) return Variable(std::move(y));
   // Positions are copied (they are small), so the caller may reuse its buffer before backward runs.
-  return record(std::move(y), std::make_shared<RopeNode>(positions.clone(), theta, scaling), {x});
+  Tensor kept_positions = positions.clone();
+  Variable out = record(std::move(y), std::make_shared<RopeNode>(kept_positions, theta, scaling), {x});
+  chain_rebuild(x, out, [kept_positions, theta, scaling](const Tensor& in) {
+    return rope_forward(in, kept_positions, theta, scaling);
+  });
+  return out;
 }
 
 }  // namespace fathom

@@ -1,6 +1,7 @@
 // swiglu: silu(gate) * up, the gated activation of the OLMo2 feed-forward block.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/swiglu.h"
 
 namespace fathom {
@@ -31,7 +32,10 @@ Variable swiglu(const Variable& gate, const Variable& up) {
   FATHOM_CHECK(gate.defined() && up.defined(), "swiglu: undefined input");
   Tensor y = swiglu_forward(gate.value(), up.value());
   if (!any_requires_grad({gate, up})) return Variable(std::move(y));
-  return record(std::move(y), std::make_shared<SwigluNode>(gate.value(), up.value()), {gate, up});
+  Variable out = record(std::move(y), std::make_shared<SwigluNode>(gate.value(), up.value()), {gate, up});
+  // The node keeps gate and up anyway: the down projection need not keep their product too.
+  set_rebuild(out, [gate = gate.value(), up = up.value()] { return swiglu_forward(gate, up); });
+  return out;
 }
 
 }  // namespace fathom

@@ -8,6 +8,7 @@
 namespace fathom {
 
 class Node;
+class Rebuild;
 
 struct VariableImpl {
   Tensor value;
@@ -16,6 +17,8 @@ struct VariableImpl {
   // a view into the arena's compute copy; undefined otherwise. Gradients still go to `grad` (F32).
   Tensor compute;
   std::shared_ptr<Node> grad_fn;  // producer; null for leaves
+  // Selective recompute: how consumers' nodes rebuild `value` instead of keeping it (saved_tensor.h).
+  std::shared_ptr<Rebuild> rebuild;
   bool requires_grad = false;
 };
 

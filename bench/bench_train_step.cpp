@@ -6,7 +6,7 @@
 // CPU) and the allocator's peak of live tensor bytes over the whole run of a config (weights,
 // gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated.
 //
-// Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|block]
+// Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|selective|block]
 //                         [--warmup N] [--steps N] [--threads N]
 //                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
 // Without CONFIG: olmo2_190M:16x2048 and olmo2_1B:4x4096. scripts/bench_train_device.sh runs this and
@@ -50,7 +50,7 @@ const std::vector<BenchConfig> kDefaultConfigs = {{"olmo2_190M", 16, 2048}, {"ol
 struct Options {
   std::string device = "cuda";
   std::string precision = "bf16";  // train.precision
-  std::string recompute = "none";  // train.recompute
+  Recompute recompute = Recompute::none;  // train.recompute
   int warmup = 5;
   int steps = 20;
   int64_t threads = 0;
@@ -92,7 +92,7 @@ Options parse_options(int argc, char** argv) {
     };
     if (arg == "--device") o.device = value();
     else if (arg == "--precision") o.precision = value();
-    else if (arg == "--recompute") o.recompute = value();
+    else if (arg == "--recompute") o.recompute = parse_recompute(value());
     else if (arg == "--warmup") o.warmup = int(positive_int(value(), "--warmup"));
     else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
     else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
@@ -100,7 +100,6 @@ Options parse_options(int argc, char** argv) {
     else o.configs.push_back(parse_config(arg));
   }
   FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp32", "--precision must be bf16 or fp32, got '", o.precision, "'");
-  FATHOM_CHECK(o.recompute == "none" || o.recompute == "block", "--recompute must be none or block, got '", o.recompute, "'");
   if (o.configs.empty()) o.configs = kDefaultConfigs;
   return o;
 }
@@ -136,7 +135,7 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
   allocator.reset_peak(device);
   {
     Decoder model(config);
-    model.set_block_recompute(o.recompute == "block");
+    model.set_recompute(o.recompute);
     ParameterArena arena(model, device);
     if (uses_mixed_precision(o.precision, device)) arena.enable_compute_copy(DType::bf16);
     arena.initialise(1);
@@ -162,7 +161,7 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     char mfu[32] = "-";
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
     const double peak_gib = double(allocator.stats(device).peak) / double(1 << 30);
-    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), o.precision.c_str(), o.recompute.c_str(), c.size.c_str(),
+    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), c.size.c_str(),
                 (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib);
     std::fflush(stdout);
   }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 
 namespace fathom {
 
@@ -33,6 +35,8 @@ Variable Decoder::forward(const Tensor& ids) const {
   std::vector<int32_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), 0);
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
+  std::optional<RecomputeCheapOps> selective;
+  if (recompute_ == Recompute::selective) selective.emplace();
   Variable h = model_.embed_tokens.forward(ids);
   // Shared: with recompute, each block's re-run in backward uses the stream after this forward returns.
   std::shared_ptr<DepthStream> depth;
@@ -43,7 +47,7 @@ Variable Decoder::forward(const Tensor& ids) const {
   for (int64_t i = 0; i < L; ++i) {
     const Block* block = model_.layers[size_t(i)].get();
     const bool write = i + 1 < L;
-    if (!block_recompute_) {
+    if (recompute_ != Recompute::block) {
       h = block->forward(h, positions, depth.get(), write);
     } else if (!depth) {
       h = checkpoint([block, positions](const Variable& x) { return block->forward(x, positions); }, h);
@@ -62,7 +66,7 @@ Variable Decoder::forward(const Tensor& ids) const {
   return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
 }
 
-void Decoder::set_block_recompute(bool on) { block_recompute_ = on; }
+void Decoder::set_recompute(Recompute recompute) { recompute_ = recompute; }
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
   // A Decoder's parameters are unwritten host allocations until an arena fills them, so building

@@ -9,6 +9,7 @@
 
 #include "layers/block.h"
 #include "layers/embedding.h"
+#include "layers/recompute.h"
 
 namespace fathom {
 
@@ -18,11 +19,10 @@ class Decoder : public Module {
   // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1. Activations take the dtype of
   // the embedding table's compute value: BF16 under mixed precision, else the weights' F32.
   Variable forward(const Tensor& ids) const;
-  // train.recompute: block. Each block's forward keeps only its input and is re-run during backward
-  // (autograd checkpoint). With MoDA the re-run reads and rewrites the same depth slots
-  // (DepthStream::rewind / tie), so the gradients are the ordinary ones.
-  void set_block_recompute(bool on);
-  bool block_recompute() const { return block_recompute_; }
+  // train.recompute (layers/recompute.h). With block, MoDA's re-run reads and rewrites the same
+  // depth slots (DepthStream::rewind / tie), so the gradients are the ordinary ones.
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
   const ModelConfig& config() const { return config_; }
   // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] on `device` (0 without MoDA).
   size_t depth_cache_bytes(int64_t batch, int64_t seq_len, Device device = Device::cpu()) const;
@@ -41,7 +41,7 @@ class Decoder : public Module {
   int64_t depth_slots() const;
 
   ModelConfig config_;
-  bool block_recompute_ = false;
+  Recompute recompute_ = Recompute::none;
   Body model_;
   std::unique_ptr<Linear> lm_head_;  // absent when the embeddings are tied
 };

@@ -5,7 +5,8 @@
 # shapes. Writes $OUT/fathom.md, $OUT/hf.md (their rows, logs included) and $OUT/train_step_comparison.md:
 # both rows per config plus the ratios fathom/HF of tokens/s and of peak device memory.
 # Usage: scripts/bench_train_device.sh BIN OUT [SIZE...]   (SIZE: olmo2_190M, olmo2_1B; default both)
-#   HF_ARGS='--loss eager' passes options to the HF reference only. FATHOM_COMMIT names the commit the
+#   HF_ARGS='--loss eager' passes options to the HF reference only, FATHOM_ARGS='--recompute selective'
+#   to bench_train_step only. FATHOM_COMMIT names the commit the
 #   binaries were built from (a device's copy of the tree may carry a stale .git).
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_train_device.sh BIN OUT [SIZE...]}
@@ -20,7 +21,7 @@ device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
 # Each side runs alone on the GPU; a failure of one still leaves the other's rows.
 echo "== fathom"
-timeout 600 "$BIN/bench_train_step" --device cuda "$@" 2>&1 | tee "$OUT/fathom.md"
+timeout 600 "$BIN/bench_train_step" --device cuda ${FATHOM_ARGS:-} "$@" 2>&1 | tee "$OUT/fathom.md"
 fathom_rc=$?
 echo "== HF transformers + torch.compile"
 timeout 900 python3 "$ROOT/bench/hf_train_reference.py" ${HF_ARGS:-} "$@" 2>&1 | tee "$OUT/hf.md"

@@ -19,7 +19,10 @@ struct BlockSaved {
   int64_t stats = 0;  // fp32 values
 };
 
-BlockSaved block_saved_per_token(const ModelConfig& c) {
+// Selective recompute (layers/recompute.h) drops SwiGLU's output, the pre-norm block's normalised
+// inputs, and RoPE's q and k where QK-norm keeps their input (not with MoDA, whose depth attention
+// keeps its q and k).
+BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
   const int64_t d = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), f = c.ffn_hidden;
   const int64_t qk = c.qk_norm ? 1 : 0;
   BlockSaved s;
@@ -31,6 +34,10 @@ BlockSaved block_saved_per_token(const ModelConfig& c) {
   // SwiGLU's gate and up, and its output (the down projection's input).
   s.elements += 3 * f;
   s.stats += 2 + 2 * qk + c.n_heads;  // rstd of each norm, the attention lse per query head
+  if (selective) {
+    s.elements -= f + (c.norm == "pre" ? 2 * d : 0);
+    if (c.qk_norm && !c.moda()) s.elements -= q + kv;
+  }
   return s;
 }
 
@@ -81,15 +88,20 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   p.gradients = 4 * n;
   p.optimizer_state = 8 * n;
 
-  const BlockSaved saved = block_saved_per_token(c);
-  const size_t block = tokens * (size_t(saved.elements) * act + size_t(saved.stats) * 4);
-  // Saved across the whole forward: every block's tensors, or with recompute only each block's input.
-  const size_t kept_per_block = in.recompute ? tokens * size_t(c.d_model) * act : block;
+  auto bytes_per_block = [&](bool selective) {
+    const BlockSaved saved = block_saved_per_token(c, selective);
+    return tokens * (size_t(saved.elements) * act + size_t(saved.stats) * 4);
+  };
+  const size_t block = bytes_per_block(false);
+  const bool selective = in.recompute == Recompute::selective, rerun = in.recompute == Recompute::block;
+  // Saved across the whole forward: every block's tensors (fewer with selective recompute), or with
+  // block recompute only each block's input.
+  const size_t kept_per_block = rerun ? tokens * size_t(c.d_model) * act : bytes_per_block(selective);
   // While one block is backpropagated: its gradients in flight (about its activations' size), plus,
-  // with recompute, its re-run activations.
-  const size_t working = block + (in.recompute ? block : 0);
-  // After the blocks: the final norm's input and rstd, the head's input.
-  const size_t head = tokens * (2 * size_t(c.d_model) * act + 4);
+  // with block recompute, its re-run activations.
+  const size_t working = block + (rerun ? block : 0);
+  // After the blocks: the final norm's input and rstd, and the head's input (rebuilt when selective).
+  const size_t head = tokens * ((selective ? 1 : 2) * size_t(c.d_model) * act + 4);
   size_t depth = 0;
   if (c.moda()) {
     // The depth K/V cache of a forward and the gradient buffers of the same size its readers fill.
@@ -110,7 +122,9 @@ void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const Mem
   if (plan.total() <= free_bytes) return;
   std::string hints = "lower train.batch_size (now " + std::to_string(input.batch_size) +
                       "; activations and logits scale with it, raise train.grad_accum to keep the tokens per step)";
-  if (!input.recompute) hints += ", set train.recompute: block (activations " + gib(plan.activations) + ")";
+  if (input.recompute != Recompute::block)
+    hints += ", set train.recompute: " + std::string(input.recompute == Recompute::none ? "selective or " : "") +
+             "block (activations " + gib(plan.activations) + ")";
   if (!input.bf16) hints += ", use train.precision: bf16";
   FATHOM_FAIL("training needs about ", gib(plan.total()), " on ", device, " but only ", gib(free_bytes),
               " are free (", plan.total(), " > ", free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ",

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "layers/model_config.h"
+#include "layers/recompute.h"
 
 namespace fathom {
 
@@ -15,7 +16,7 @@ struct MemoryPlanInput {
   int64_t batch_size = 0;  // sequences per micro-batch
   int64_t seq_len = 0;
   bool bf16 = false;       // mixed precision: bf16 weight copy and activations
-  bool recompute = false;  // train.recompute: block
+  Recompute recompute = Recompute::none;  // train.recompute
 };
 
 struct MemoryPlan {

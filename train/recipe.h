@@ -58,7 +58,7 @@ struct Recipe {
     std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
     int64_t threads = 0;             // CPU threads; 0 = all cores
     double z_loss = 1e-5;
-    std::string recompute = "none";  // "none" | "block": activation recompute granularity
+    std::string recompute = "none";  // "none" | "selective" | "block" (layers/recompute.h)
     Optimizer optimizer;
     Schedule schedule;
 

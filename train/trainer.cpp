@@ -83,7 +83,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const int threads = configure_threads(recipe.train.threads);
   const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
   const bool mixed = uses_mixed_precision(recipe.train.precision, device);
-  const bool recompute = recipe.train.recompute == "block";
+  const Recompute recompute = parse_recompute(recipe.train.recompute);
   const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute};
   const MemoryPlan memory_plan = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
@@ -98,7 +98,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   TokenLoader loader(data.train, B, T, recipe.train.seed);
 
   Decoder model(recipe.model);
-  model.set_block_recompute(recompute);
+  model.set_recompute(recompute);
   ParameterArena arena(model, device);
   // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
   if (mixed) arena.enable_compute_copy(DType::bf16);

@@ -152,30 +152,34 @@ TEST(GpuMixedPrecision, LossAndFp32GradientsMatchTheCpuReference) {
               want.loss, relative_l2(got.grads, want.grads), worst);
 }
 
-// OLMo2, and MoDA (whose re-run blocks rewind the depth stream and rewrite their slots).
-TEST(GpuMixedPrecision, BlockRecomputeGivesTheSameGradients) {
+// OLMo2, and MoDA (whose re-run blocks rewind the depth stream and rewrite their slots); block and
+// selective recompute.
+TEST(GpuMixedPrecision, RecomputeGivesTheSameGradients) {
   FATHOM_REQUIRE_GPU();
-  for (const std::string variant : {"none", "attn_kv+ffn_kv"}) {
-    ModelConfig c = tiny_model();
-    c.n_layers = 3;
-    c.moda_variant = variant;
-    if (variant != "none") {  // the MoDA kernels take head dims 64 and 128
-      c.d_model = 128;
-      c.n_heads = 2;
-      c.n_kv_heads = 1;
+  for (const Recompute recompute : {Recompute::block, Recompute::selective}) {
+    for (const std::string variant : {"none", "attn_kv+ffn_kv"}) {
+      ModelConfig c = tiny_model();
+      c.n_layers = 3;
+      c.moda_variant = variant;
+      if (variant != "none") {  // the MoDA kernels take head dims 64 and 128
+        c.d_model = 128;
+        c.n_heads = 2;
+        c.n_kv_heads = 1;
+      }
+      const std::string what = std::string(recompute_name(recompute)) + " " + variant;
+      Decoder plain(c), recomputed(c);
+      recomputed.set_recompute(recompute);
+      ParameterArena a(plain, kGpu), b(recomputed, kGpu);
+      a.enable_compute_copy(DType::bf16);
+      b.enable_compute_copy(DType::bf16);
+      a.initialise(5);
+      b.initialise(5);
+      const StepResult x = forward_backward(plain, a, kGpu, 31), y = forward_backward(recomputed, b, kGpu, 31);
+      EXPECT_EQ(x.loss, y.loss) << what;
+      EXPECT_LE(relative_l2(y.grads, x.grads), 1e-6) << what;
+      std::printf("%s: recompute gradients bit-identical: %s\n", what.c_str(),
+                  bitwise_equal(x.grads, y.grads) ? "yes" : "no");
     }
-    Decoder plain(c), recomputed(c);
-    recomputed.set_block_recompute(true);
-    ParameterArena a(plain, kGpu), b(recomputed, kGpu);
-    a.enable_compute_copy(DType::bf16);
-    b.enable_compute_copy(DType::bf16);
-    a.initialise(5);
-    b.initialise(5);
-    const StepResult x = forward_backward(plain, a, kGpu, 31), y = forward_backward(recomputed, b, kGpu, 31);
-    EXPECT_EQ(x.loss, y.loss) << variant;
-    EXPECT_LE(relative_l2(y.grads, x.grads), 1e-6) << variant;
-    std::printf("%s: recompute gradients bit-identical: %s\n", variant.c_str(),
-                bitwise_equal(x.grads, y.grads) ? "yes" : "no");
   }
 }
 

@@ -168,7 +168,7 @@ TEST(Train, CpuComputesInFp32WhateverThePrecisionKey) {
   expect_same_weights(dir / "bf16" / "checkpoints" / "step_00000004", dir / "fp32" / "checkpoints" / "step_00000004");
 }
 
-TEST(Train, BlockRecomputeTrainsTheSameBits) {
+TEST(Train, RecomputeTrainsTheSameBits) {
   // Recompute changes what is kept between forward and backward, never the numbers.
   fathom::testing::ScratchFolder dir;
   const TrainResult plain = run_training(recipe_for(dir / "plain", 4, {"train.grad_accum=2"}), quiet());
@@ -177,6 +177,11 @@ TEST(Train, BlockRecomputeTrainsTheSameBits) {
   EXPECT_EQ(plain.last_loss, recomputed.last_loss);
   expect_same_weights(dir / "plain" / "checkpoints" / "step_00000004",
                       dir / "recompute" / "checkpoints" / "step_00000004");
+  const TrainResult selective =
+      run_training(recipe_for(dir / "selective", 4, {"train.grad_accum=2", "train.recompute=selective"}), quiet());
+  EXPECT_EQ(plain.last_loss, selective.last_loss);
+  expect_same_weights(dir / "plain" / "checkpoints" / "step_00000004",
+                      dir / "selective" / "checkpoints" / "step_00000004");
 }
 
 TEST(Train, NonFiniteLossStopsWithTheStep) {

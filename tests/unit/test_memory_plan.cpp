@@ -9,14 +9,14 @@
 using namespace fathom;
 
 namespace {
-MemoryPlanInput olmo2_190m(bool bf16, bool recompute) {
+MemoryPlanInput olmo2_190m(bool bf16, Recompute recompute = Recompute::none) {
   return MemoryPlanInput{named_model_size("olmo2_190M"), 16, 2048, bf16, recompute};
 }
 }  // namespace
 
 TEST(MemoryPlan, Olmo2_190MInBf16) {
   // d 768, 12 layers, 12 heads (= KV heads), FFN 3072, vocab 100352, QK-norm; 16 x 2048 tokens.
-  const MemoryPlan p = plan_training_memory(olmo2_190m(true, false));
+  const MemoryPlan p = plan_training_memory(olmo2_190m(true));
   const size_t n = size_t(parameter_count(named_model_size("olmo2_190M")));
   EXPECT_EQ(p.parameters, int64_t(n));
   EXPECT_EQ(p.master_weights, 4 * n);
@@ -38,14 +38,20 @@ TEST(MemoryPlan, Olmo2_190MInBf16) {
 }
 
 TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
-  const MemoryPlan bf16 = plan_training_memory(olmo2_190m(true, false));
-  const MemoryPlan recompute = plan_training_memory(olmo2_190m(true, true));
-  const MemoryPlan fp32 = plan_training_memory(olmo2_190m(false, false));
+  const MemoryPlan bf16 = plan_training_memory(olmo2_190m(true));
+  const MemoryPlan recompute = plan_training_memory(olmo2_190m(true, Recompute::block));
+  const MemoryPlan fp32 = plan_training_memory(olmo2_190m(false));
   const size_t tokens = 16 * 2048, block = tokens * (16896 * 2 + 16 * 4), head = tokens * (2 * 768 * 2 + 4);
   // Recompute: each block keeps its [B, T, d] input; the block being backpropagated is re-run.
   EXPECT_EQ(recompute.activations, 12 * tokens * 768 * 2 + 2 * block + head);
   EXPECT_EQ(recompute.logits, bf16.logits);
   EXPECT_EQ(recompute.master_weights, bf16.master_weights);
+  // Selective: per block SwiGLU's output (3072) and RoPE's q and k (2 * 768) are rebuilt, not kept,
+  // and so is the head's input (the final norm's output).
+  const MemoryPlan selective = plan_training_memory(olmo2_190m(true, Recompute::selective));
+  const size_t selective_block = tokens * ((16896 - 3072 - 2 * 768) * 2 + 16 * 4);
+  EXPECT_EQ(selective.activations, 12 * selective_block + block + tokens * (768 * 2 + 4));
+  EXPECT_EQ(selective.logits, bf16.logits);
   // fp32: no bf16 copy, 4-byte activations and logits, the head's weight gradient as a temporary.
   EXPECT_EQ(fp32.compute_weights, 0u);
   EXPECT_EQ(fp32.activations, 13 * tokens * (16896 * 4 + 16 * 4) + tokens * (2 * 768 * 4 + 4));
@@ -54,7 +60,7 @@ TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
 }
 
 TEST(MemoryPlan, MoDAAddsTheDepthCacheAndItsGradient) {
-  MemoryPlanInput in = olmo2_190m(true, false);
+  MemoryPlanInput in = olmo2_190m(true);
   const MemoryPlan plain = plan_training_memory(in);
   in.model.moda_variant = "attn_kv+ffn_kv";  // 2 slots per block, 11 writing blocks
   const MemoryPlan moda = plan_training_memory(in);
@@ -62,13 +68,13 @@ TEST(MemoryPlan, MoDAAddsTheDepthCacheAndItsGradient) {
 }
 
 TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {
-  const MemoryPlanInput in = olmo2_190m(true, false);
+  const MemoryPlanInput in = olmo2_190m(true);
   const MemoryPlan p = plan_training_memory(in);
   check_memory_plan_fits(p, p.total(), in, "cuda:0");  // exactly enough
   fathom::testing::expect_error([&] { check_memory_plan_fits(p, size_t(20) << 30, in, "cuda:0"); },
                                 {"training needs about 24.16 GiB", "on cuda:0 but only 20.00 GiB are free",
-                                 "lower train.batch_size (now 16", "set train.recompute: block", "activations"});
-  const MemoryPlanInput fp32 = olmo2_190m(false, true);
+                                 "lower train.batch_size (now 16", "set train.recompute: selective or block", "activations"});
+  const MemoryPlanInput fp32 = olmo2_190m(false, Recompute::block);
   const std::string message =
       fathom::testing::error_of([&] { check_memory_plan_fits(plan_training_memory(fp32), 1 << 30, fp32, "cuda:0"); });
   EXPECT_EQ(message.find("set train.recompute"), std::string::npos) << "recompute is already on: " << message;
@@ -76,7 +82,7 @@ TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {
 }
 
 TEST(MemoryPlan, BadInputsAreErrors) {
-  MemoryPlanInput in = olmo2_190m(true, false);
+  MemoryPlanInput in = olmo2_190m(true);
   in.batch_size = 0;
   fathom::testing::expect_error([&] { plan_training_memory(in); }, {"batch size", "must be >= 1"});
 }

@@ -384,7 +384,7 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
        Match::part},
       {kMinimal, {"train.device=gpu"}, "train.device must be one of auto, cpu, cuda; got 'gpu'", Match::part},
       {kMinimal, {"data.documents=paragraphs"}, "data.documents must be one of lines, files", Match::part},
-      {kMinimal, {"train.recompute=all"}, "train.recompute must be one of none, block", Match::part},
+      {kMinimal, {"train.recompute=all"}, "train.recompute must be one of none, selective, block", Match::part},
       // ---- missing required keys ----
       {minimal_with("  seq_len: 64\n", ""), {}, "recipe.yaml:6:1: missing required key 'train.seq_len'"},
       {minimal_with("  batch_size: 4\n  seq_len: 64\n", ""),
@@ -598,7 +598,7 @@ Recipe random_recipe(std::mt19937_64& rng) {
   r.train.precision = pick({"fp32", "bf16"});
   r.train.threads = integer(0, 64);
   r.train.z_loss = real(0, 1e-3);
-  r.train.recompute = pick({"none", "block"});
+  r.train.recompute = pick({"none", "selective", "block"});
   r.train.optimizer = {real(1e-6, 1e-1), real(0, 0.999), real(0, 0.999), real(1e-12, 1e-6), real(0, 0.5), real(0, 5)};
   r.train.schedule = {pick({"cosine", "linear", "constant"}), integer(0, 10000), real(0, 1)};
   r.eval = {integer(0, 5000), integer(1, 100)};

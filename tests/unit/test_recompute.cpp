@@ -1,5 +1,6 @@
-// train.recompute: block. The checkpointed decoder keeps only each block's input through the forward
-// and re-runs the block in backward; the gradients must be the ordinary ones, bit for bit.
+// train.recompute. block: the checkpointed decoder keeps only each block's input through the forward
+// and re-runs the block in backward. selective: projections and attention rebuild the outputs of
+// RMSNorm, RoPE and SwiGLU instead of keeping them. The gradients must be the ordinary ones, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "core/allocator.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
@@ -31,9 +33,9 @@ ModelConfig small_config(const std::string& norm, bool tied) {
 }
 
 // The gradient arena after two micro-batches of forward + backward (so accumulation is covered too).
-std::vector<float> arena_gradients(const ModelConfig& c, bool recompute) {
+std::vector<float> arena_gradients(const ModelConfig& c, Recompute recompute) {
   Decoder model(c);
-  model.set_block_recompute(recompute);
+  model.set_recompute(recompute);
   ParameterArena arena(model, Device::cpu());
   arena.initialise(21);
   arena.zero_grad();
@@ -48,9 +50,9 @@ std::vector<float> arena_gradients(const ModelConfig& c, bool recompute) {
 }
 
 // The arena's gradients with and without recompute agree bit for bit, and are mostly non-zero.
-void expect_recompute_bit_identical(const ModelConfig& c, const std::string& what) {
-  const std::vector<float> plain = arena_gradients(c, false);
-  const std::vector<float> recomputed = arena_gradients(c, true);
+void expect_recompute_bit_identical(const ModelConfig& c, Recompute recompute, const std::string& what) {
+  const std::vector<float> plain = arena_gradients(c, Recompute::none);
+  const std::vector<float> recomputed = arena_gradients(c, recompute);
   ASSERT_EQ(plain.size(), recomputed.size()) << what;
   size_t nonzero = 0, differing = 0;
   for (size_t i = 0; i < plain.size(); ++i) {
@@ -62,37 +64,53 @@ void expect_recompute_bit_identical(const ModelConfig& c, const std::string& wha
 }
 
 struct Variant {
+  Recompute recompute;
   std::string norm;
   bool tied;
+  bool qk_norm;
 };
+
+// Bytes the forward leaves alive for backward (the logits included).
+size_t live_after_forward(const ModelConfig& c, Recompute recompute, int64_t B, int64_t T) {
+  Decoder model(c);
+  model.set_recompute(recompute);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(3);
+  Allocator& host = allocator_for(Device::cpu());
+  const size_t before = host.stats(Device::cpu()).current;
+  const Variable logits = model.forward(test::lcg_token_ids({B * T}, c.vocab_size, 9).view({B, T}));
+  return host.stats(Device::cpu()).current - before;
+}
 
 }  // namespace
 
-class BlockRecompute : public ::testing::TestWithParam<Variant> {};
+class RecomputeModes : public ::testing::TestWithParam<Variant> {};
 
-TEST_P(BlockRecompute, GradientsAreBitIdenticalToTheOrdinaryBackward) {
-  expect_recompute_bit_identical(small_config(GetParam().norm, GetParam().tied), GetParam().norm);
+TEST_P(RecomputeModes, GradientsAreBitIdenticalToTheOrdinaryBackward) {
+  const Variant& v = GetParam();
+  ModelConfig c = small_config(v.norm, v.tied);
+  c.qk_norm = v.qk_norm;
+  expect_recompute_bit_identical(c, v.recompute, v.norm);
 }
 
-INSTANTIATE_TEST_SUITE_P(Norms, BlockRecompute,
-                         ::testing::Values(Variant{"post", false}, Variant{"pre", true}),
-                         [](const auto& info) { return info.param.norm + (info.param.tied ? "_tied" : "_untied"); });
+INSTANTIATE_TEST_SUITE_P(Norms, RecomputeModes,
+                         ::testing::Values(Variant{Recompute::block, "post", false, true},
+                                           Variant{Recompute::block, "pre", true, true},
+                                           Variant{Recompute::selective, "post", false, true},
+                                           Variant{Recompute::selective, "pre", true, true},
+                                           Variant{Recompute::selective, "pre", false, false}),
+                         [](const auto& info) {
+                           const Variant& v = info.param;
+                           return std::string(recompute_name(v.recompute)) + "_" + v.norm +
+                                  (v.tied ? "_tied" : "_untied") + (v.qk_norm ? "" : "_no_qk_norm");
+                         });
 
 TEST(BlockRecompute, KeepsOnlyTheBlockInputsThroughTheForward) {
   // What the forward leaves alive for backward: with recompute, one [B, T, d] tensor per block
   // instead of every block's saved activations.
   const ModelConfig c = small_config("post", false);
-  auto live_after_forward = [&](bool recompute) {
-    Decoder model(c);
-    model.set_block_recompute(recompute);
-    ParameterArena arena(model, Device::cpu());
-    arena.initialise(3);
-    Allocator& host = allocator_for(Device::cpu());
-    const size_t before = host.stats(Device::cpu()).current;
-    const Variable logits = model.forward(test::lcg_token_ids({4 * 64}, c.vocab_size, 9).view({4, 64}));
-    return host.stats(Device::cpu()).current - before;
-  };
-  const size_t plain = live_after_forward(false), recomputed = live_after_forward(true);
+  const size_t plain = live_after_forward(c, Recompute::none, 4, 64);
+  const size_t recomputed = live_after_forward(c, Recompute::block, 4, 64);
   const size_t tokens = 4 * 64, logits = tokens * size_t(c.vocab_size) * 4;
   EXPECT_LT(recomputed, plain / 3) << "plain " << plain << " B, recompute " << recomputed << " B";
   EXPECT_GE(recomputed, logits + size_t(c.n_layers) * tokens * size_t(c.d_model) * 4);
@@ -136,6 +154,49 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
     c.moda_variant = m.variant;
     c.moda_depth_key = m.depth_key;
     c.moda_max_slots = m.max_slots;
-    expect_recompute_bit_identical(c, m.variant + " " + m.norm + " " + m.depth_key);
+    for (Recompute recompute : {Recompute::block, Recompute::selective})
+      expect_recompute_bit_identical(c, recompute, std::string(recompute_name(recompute)) + " " + m.variant + " " +
+                                                       m.norm + " " + m.depth_key);
   }
+}
+
+// Selective: per block, the SwiGLU product, and RoPE's q and k (whose QK-norm keeps their input) are
+// no longer kept; pre-norm also drops the two normalised inputs; both drop the final norm's output.
+TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
+  const int64_t B = 4, T = 64;
+  const size_t tokens = size_t(B * T);
+  for (const std::string norm : {"post", "pre"}) {
+    const ModelConfig c = small_config(norm, false);
+    const size_t plain = live_after_forward(c, Recompute::none, B, T);
+    const size_t selective = live_after_forward(c, Recompute::selective, B, T);
+    const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
+    const int64_t per_block = c.ffn_hidden + q + kv + (norm == "pre" ? 2 * c.d_model : 0);
+    const size_t dropped = tokens * size_t(c.n_layers * per_block + c.d_model) * sizeof(float);
+    EXPECT_EQ(plain - selective, dropped) << norm << ": plain " << plain << " B, selective " << selective << " B";
+  }
+  // Without QK-norm RoPE reads the projection itself, which nothing else keeps: q and k stay.
+  ModelConfig c = small_config("post", false);
+  c.qk_norm = false;
+  const size_t dropped = live_after_forward(c, Recompute::none, B, T) - live_after_forward(c, Recompute::selective, B, T);
+  EXPECT_EQ(dropped, tokens * size_t(c.n_layers * c.ffn_hidden + c.d_model) * sizeof(float));
+}
+
+// Every node holding a rebuild shares it: built once, on first use, and only while a holder remains.
+TEST(SelectiveRecompute, ARebuildIsSharedByItsHoldersAndBuiltOnce) {
+  const Variable x(test::random_tensor({3, 5}, DType::f32, 1), true);
+  const Variable w(test::random_tensor({5}, DType::f32, 2), true);
+  Variable y, plain_y;
+  {
+    RecomputeCheapOps selective;
+    y = rms_norm(x, w, 1e-6);
+    plain_y = rms_norm(x.detach(), w.detach(), 1e-6);  // nothing recorded: no rebuild
+  }
+  ASSERT_NE(y.impl()->rebuild, nullptr);
+  EXPECT_EQ(plain_y.impl()->rebuild, nullptr);
+  EXPECT_EQ(rms_norm(x, w, 1e-6).impl()->rebuild, nullptr) << "outside the scope nothing is rebuildable";
+  SavedTensor a = SavedTensor::of(y), b = SavedTensor::of(y);
+  const Tensor first = a.get();
+  EXPECT_EQ(first.to_vector<float>(), y.value().to_vector<float>());
+  EXPECT_EQ(b.get().raw(), first.raw()) << "the second holder reuses the first build";
+  EXPECT_EQ(SavedTensor(y.value()).get().raw(), y.value().raw()) << "a kept tensor is the value itself";
 }
