@@ -198,7 +198,7 @@ TEST(GpuMixedPrecision, TrainerRefusesARunThatCannotFitBeforeAllocating) {
   // The data file does not exist: the memory check comes first, before the run folder and the data.
   fathom::testing::expect_error([&] { run_training(recipe, options); },
                                 {"training needs about", "on cuda:0 but only", "lower train.batch_size (now 256",
-                                 "set train.recompute: block"});
+                                 "set train.recompute: selective or block"});
   EXPECT_FALSE(std::filesystem::exists(dir / "run"));
 }
 
