@@ -57,6 +57,17 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
 LossParts cross_entropy_consuming(Variable&& logits, const Tensor& targets, double z_loss_weight, double expected_grad,
                                   int64_t ignore_index = -100);
 
+// The head and the same loss in one op, for the training step: logits = h weight^T (h [N, d], weight
+// [V, d], read through its compute copy), chunk_rows rows at a time. Each chunk's logits exist only
+// while it is processed: their gradient overwrites them (as in cross_entropy_consuming, for the
+// expected upstream gradient expected_grad) and forms dh and dweight right away; backward hands those
+// over, rescaled by upstream / expected_grad should another gradient arrive. The [N, V] logits are
+// never whole: memory holds one chunk of them, dh, and dweight in the weight's dtype. Without a
+// gradient to form it is cross_entropy(linear(h, weight), ...).
+LossParts linear_cross_entropy_consuming(const Variable& h, const Variable& weight, const Tensor& targets,
+                                         double z_loss_weight, double expected_grad, int64_t chunk_rows,
+                                         int64_t ignore_index = -100);
+
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.
 Variable cast(const Variable& x, DType dtype);

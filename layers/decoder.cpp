@@ -29,7 +29,13 @@ Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config
   }
 }
 
-Variable Decoder::forward(const Tensor& ids) const {
+Variable Decoder::forward(const Tensor& ids) const { return linear(hidden(ids), head_weight()); }
+
+const Variable& Decoder::head_weight() const {
+  return lm_head_ ? lm_head_->weight() : model_.embed_tokens.weight();
+}
+
+Variable Decoder::hidden(const Tensor& ids) const {
   FATHOM_CHECK(ids.rank() == 2, "decoder input ids must be [batch, seq], got ", describe(ids));
   const int64_t T = ids.dim(1);
   std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -62,8 +68,7 @@ Variable Decoder::forward(const Tensor& ids) const {
           h);
     }
   }
-  h = model_.norm.forward(h);
-  return lm_head_ ? lm_head_->forward(h) : linear(h, model_.embed_tokens.weight());
+  return model_.norm.forward(h);
 }
 
 void Decoder::set_recompute(Recompute recompute) { recompute_ = recompute; }

@@ -19,6 +19,10 @@ class Decoder : public Module {
   // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1. Activations take the dtype of
   // the embedding table's compute value: BF16 under mixed precision, else the weights' F32.
   Variable forward(const Tensor& ids) const;
+  // The final norm's output [B, T, d] (what the head multiplies), and the head's weight [vocab, d]:
+  // lm_head's, or the embedding table when tied. forward(ids) = linear(hidden(ids), head_weight()).
+  Variable hidden(const Tensor& ids) const;
+  const Variable& head_weight() const;
   // train.recompute (layers/recompute.h). With block, MoDA's re-run reads and rewrites the same
   // depth slots (DepthStream::rewind / tie), so the gradients are the ordinary ones.
   void set_recompute(Recompute recompute);

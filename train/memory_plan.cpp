@@ -100,8 +100,8 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   // While one block is backpropagated: its gradients in flight (about its activations' size), plus,
   // with block recompute, its re-run activations.
   const size_t working = block + (rerun ? block : 0);
-  // After the blocks: the final norm's input and rstd, and the head's input (rebuilt when selective).
-  const size_t head = tokens * ((selective ? 1 : 2) * size_t(c.d_model) * act + 4);
+  // After the blocks: the final norm's input and rstd (the head and loss keep no input, see below).
+  const size_t head = tokens * (size_t(c.d_model) * act + 4);
   size_t depth = 0;
   if (c.moda()) {
     // The depth K/V cache of a forward and the gradient buffers of the same size its readers fill.
@@ -109,12 +109,23 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     depth = 2 * 2 * tokens * size_t(slots * c.n_kv_heads * c.head_dim()) * act;
   }
   p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
-  // The logits (kept by the loss, which overwrites them with their gradient) and the fp32 lse per row.
-  p.logits = tokens * size_t(c.vocab_size) * act + tokens * 4;
+  // The head and loss (linear_cross_entropy_consuming): one chunk of logits at a time (their gradient
+  // overwrites them) with its fp32 lse per row, and the gradients it keeps for backward: dh and the
+  // head's dW in the weights' fp32.
+  const size_t chunk = std::min<size_t>(tokens, size_t(loss_chunk_rows(c.vocab_size, act)));
+  p.logits = chunk * (size_t(c.vocab_size) * act + 4) + tokens * size_t(c.d_model) * act +
+             4 * size_t(c.vocab_size) * size_t(c.d_model);
   // In fp32 the largest weight gradient (the head's or the embeddings') is a temporary before it is
   // added into the arena; mixed precision accumulates into the arena directly.
   p.workspace = kGemmWorkspace + (in.bf16 ? 0 : 4 * size_t(c.vocab_size) * size_t(c.d_model));
   return p;
+}
+
+int64_t loss_chunk_rows(int64_t vocab, size_t logit_bytes) {
+  FATHOM_CHECK(vocab >= 1 && logit_bytes >= 1, "loss_chunk_rows: vocab and logit bytes must be >= 1, got ", vocab,
+               " and ", logit_bytes);
+  const int64_t rows = std::max<int64_t>(1, int64_t(kLossChunkBytes / (size_t(vocab) * logit_bytes)));
+  return rows >= 64 ? rows / 64 * 64 : rows;
 }
 
 void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,

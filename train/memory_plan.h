@@ -27,7 +27,7 @@ struct MemoryPlan {
   size_t optimizer_state = 0;  // AdamW's two fp32 moments
   size_t activations = 0;      // tensors saved for backward at the end of the forward, plus the
                                // working set of the block being backpropagated
-  size_t logits = 0;           // the logits (saved by the loss) and their gradient
+  size_t logits = 0;           // the head and loss: one chunk of logits, and the dh and dW they keep
   size_t workspace = 0;        // GEMM workspace and the fp32 path's weight-gradient temporaries
 
   size_t total() const;
@@ -41,6 +41,11 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& input);
 // train.batch_size, train.recompute: block, train.precision: bf16), when the plan exceeds free_bytes.
 void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
                             const std::string& device);
+
+// Rows of logits the training step's loss forms at once (linear_cross_entropy_consuming): as many as
+// fit in kLossChunkBytes, a multiple of 64 where there are that many.
+constexpr size_t kLossChunkBytes = size_t(1) << 30;
+int64_t loss_chunk_rows(int64_t vocab, size_t logit_bytes);
 
 // Bytes as "12.34 GiB".
 std::string gib(size_t bytes);

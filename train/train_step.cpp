@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "optim/grad_clip.h"
+#include "train/memory_plan.h"
 
 namespace fathom {
 
@@ -29,12 +30,12 @@ MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batc
                "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
                describe(batch.targets));
   const int64_t tokens = batch.inputs.numel(), vocab = model.config().vocab_size;
-  // The logits are handed over (the model's own handle ends with this statement), so the loss holds
-  // them alone and writes their gradient over them in its forward pass, for the gradient it will
-  // receive: grad_scale.
-  Variable logits = reshape(model.forward(batch.inputs.to(device)), {tokens, vocab});
-  LossParts loss = cross_entropy_consuming(std::move(logits), batch.targets.to(device).view({tokens}), z_loss_weight,
-                                           grad_scale);
+  // The head and the loss run a chunk of rows at a time and form their gradients in the forward pass,
+  // for the gradient the loss will receive (grad_scale): the [tokens, vocab] logits are never whole.
+  const Variable h = reshape(model.hidden(batch.inputs.to(device)), {tokens, model.config().d_model});
+  LossParts loss = linear_cross_entropy_consuming(h, model.head_weight(), batch.targets.to(device).view({tokens}),
+                                                  z_loss_weight, grad_scale,
+                                                  loss_chunk_rows(vocab, dtype_size(h.dtype())));
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
   backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);
   return {loss.ce, loss.z};

@@ -1,7 +1,9 @@
 // CUDA cross-entropy with z-loss against the CPU reference: vocabularies of 50257 and 100352 + 5
 // (rows start at every alignment), ignored rows, bf16 logits with f32 lse and loss, the gradient
 // out of place and over the logits themselves.
+#include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "autograd/engine.h"
@@ -161,6 +163,34 @@ TEST(GpuCrossEntropy, ConsumingLossGivesThePlainGradient) {
     EXPECT_EQ(fused.first, plain.first) << dtype_name(dt);
     EXPECT_LE(relative_l2(fused.second, plain.second), dt == DType::bf16 ? 4e-3 : 1e-6) << dtype_name(dt);
   }
+}
+
+// The chunked head and loss against linear + cross_entropy on the GPU: rows not a multiple of the
+// chunk, a vocabulary not a multiple of 8, an upstream gradient other than the expected one.
+TEST(GpuCrossEntropy, ChunkedHeadAndLossMatchTheUnchunkedOps) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t N = 300, d = 96, V = 5003;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (double upstream : {0.5, -2.0}) {
+      const std::string what = std::string(dtype_name(dt)) + " upstream " + std::to_string(upstream);
+      const Tensor h0 = random_input({N, d}, dt, 21, -2, 2).gpu, w0 = random_input({V, d}, dt, 22, -1, 1).gpu;
+      const Tensor targets = targets_with_ignored(N, V, 23, DType::i32).to(kGpu);
+      auto run = [&](int64_t chunk) {
+        Variable h(h0.clone(), true), w(w0.clone(), true);
+        LossParts parts = chunk > 0 ? linear_cross_entropy_consuming(h, w, targets, 1e-3, 0.5, chunk)
+                                    : cross_entropy(linear(h, w), targets, 1e-3);
+        backward(parts.loss, Tensor::full(Shape{}, upstream, parts.loss.dtype(), kGpu));
+        return std::make_tuple(parts.loss.value().item(), h.grad().clone(), w.grad().clone());
+      };
+      const auto [want_loss, want_dh, want_dw] = run(0);
+      for (int64_t chunk : {int64_t(64), int64_t(77), N}) {
+        const auto [loss, dh, dw] = run(chunk);
+        EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << what << " chunk " << chunk;
+        const double tol = dt == DType::bf16 ? 1e-2 : 1e-5;
+        EXPECT_LE(relative_l2(dh, want_dh), tol) << what << " chunk " << chunk;
+        EXPECT_LE(relative_l2(dw, want_dw), tol) << what << " chunk " << chunk;
+      }
+    }
 }
 
 TEST(GpuCrossEntropy, FusedForwardReportsABadTarget) {
