@@ -115,8 +115,8 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   const size_t chunk = std::min<size_t>(tokens, size_t(loss_chunk_rows(c.vocab_size, act)));
   p.logits = chunk * (size_t(c.vocab_size) * act + 4) + tokens * size_t(c.d_model) * act +
              4 * size_t(c.vocab_size) * size_t(c.d_model);
-  // In fp32 the largest weight gradient (the head's or the embeddings') is a temporary before it is
-  // added into the arena; mixed precision accumulates into the arena directly.
+  // In fp32 the embeddings' weight gradient is a temporary before it is added into the arena; mixed
+  // precision accumulates into the arena directly. (The head's dW is the loss's, counted above.)
   p.workspace = kGemmWorkspace + (in.bf16 ? 0 : 4 * size_t(c.vocab_size) * size_t(c.d_model));
   return p;
 }
