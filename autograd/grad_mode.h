@@ -9,27 +9,22 @@ class GradMode {
   static void set_enabled(bool enabled);
 };
 
-class NoGrad {
+// Sets a thread-local mode (a class with static enabled / set_enabled) to kValue for a scope and
+// restores the previous value when the scope ends.
+template <class Mode, bool kValue>
+class ScopedMode {
  public:
-  NoGrad() : previous_(GradMode::enabled()) { GradMode::set_enabled(false); }
-  ~NoGrad() { GradMode::set_enabled(previous_); }
-  NoGrad(const NoGrad&) = delete;
-  NoGrad& operator=(const NoGrad&) = delete;
+  ScopedMode() : previous_(Mode::enabled()) { Mode::set_enabled(kValue); }
+  ~ScopedMode() { Mode::set_enabled(previous_); }
+  ScopedMode(const ScopedMode&) = delete;
+  ScopedMode& operator=(const ScopedMode&) = delete;
 
  private:
   bool previous_;
 };
 
+using NoGrad = ScopedMode<GradMode, false>;
 // Turns recording on for a scope, e.g. inside a node's backward that re-runs a forward (checkpoint).
-class EnableGrad {
- public:
-  EnableGrad() : previous_(GradMode::enabled()) { GradMode::set_enabled(true); }
-  ~EnableGrad() { GradMode::set_enabled(previous_); }
-  EnableGrad(const EnableGrad&) = delete;
-  EnableGrad& operator=(const EnableGrad&) = delete;
-
- private:
-  bool previous_;
-};
+using EnableGrad = ScopedMode<GradMode, true>;
 
 }  // namespace fathom

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "autograd/grad_mode.h"
 #include "autograd/variable.h"
 
 namespace fathom {
@@ -18,16 +19,7 @@ class SelectiveRecompute {
   static void set_enabled(bool enabled);
 };
 
-class RecomputeCheapOps {
- public:
-  RecomputeCheapOps() : previous_(SelectiveRecompute::enabled()) { SelectiveRecompute::set_enabled(true); }
-  ~RecomputeCheapOps() { SelectiveRecompute::set_enabled(previous_); }
-  RecomputeCheapOps(const RecomputeCheapOps&) = delete;
-  RecomputeCheapOps& operator=(const RecomputeCheapOps&) = delete;
-
- private:
-  bool previous_;
-};
+using RecomputeCheapOps = ScopedMode<SelectiveRecompute, true>;
 
 // A recipe for one tensor. Every node holding it shares it: the first backward that needs the tensor
 // builds it, the others reuse that copy, and it is freed with the last holder.
