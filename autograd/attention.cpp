@@ -42,7 +42,8 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v, doub
   }
   AttentionOutput out = attention_forward(q.value(), k.value(), v.value(), scale);
   if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
-  auto node = std::make_shared<AttentionNode>(SavedTensor::of(q), SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
+  auto node = std::make_shared<AttentionNode>(SavedTensor::of(q), SavedTensor::of(k), v.value(), out.o,
+                                              std::move(out.lse), scale);
   return record(std::move(out.o), std::move(node), {q, k, v});
 }
 

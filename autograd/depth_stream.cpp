@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
 #include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/moda_attention.h"
@@ -97,7 +98,7 @@ class DepthKeysNode final : public Node {
 class ModaAttentionNode final : public Node {
  public:
   ModaAttentionNode(std::shared_ptr<DepthStream::Buffers> buffers, Tensor depth_keys, int64_t begin, int64_t end,
-                    Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, double scale)
+                    SavedTensor q, SavedTensor k, Tensor v, Tensor o, Tensor lse, double scale)
       : buffers_(std::move(buffers)), depth_keys_(std::move(depth_keys)), begin_(begin), end_(end), q_(std::move(q)),
         k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
   std::vector<Tensor> backward(const Tensor& grad_o) override {
@@ -108,16 +109,18 @@ class ModaAttentionNode final : public Node {
     Tensor grad_keys = own_keys ? Tensor::zeros(depth_keys_.shape(), buffers_->grad_k.dtype(), depth_keys_.device())
                                 : buffers_->grad_k;
     AttentionGrads g = moda_attention_backward(
-        grad_o, q_, k_, v_, DepthSlots{own_keys ? depth_keys_ : buffers_->k, buffers_->v, begin_, end_}, o_, lse_,
-        scale_, grad_keys, buffers_->grad_v, mode);
+        grad_o, q_.get(), k_.get(), v_, DepthSlots{own_keys ? depth_keys_ : buffers_->k, buffers_->v, begin_, end_},
+        o_, lse_, scale_, grad_keys, buffers_->grad_v, mode);
     // A defined version gradient makes the engine run the write nodes of the slots read here.
-    std::vector<Tensor> grads{g.dq, g.dk, g.dv, version_token(q_.device())};
+    std::vector<Tensor> grads{g.dq, g.dk, g.dv, version_token(grad_o.device())};
     if (own_keys) grads.push_back(grad_keys.to(depth_keys_.dtype()));
     return grads;
   }
   void release_saved() override {
     buffers_.reset();
-    depth_keys_ = q_ = k_ = v_ = o_ = lse_ = Tensor();
+    q_.release();
+    k_.release();
+    depth_keys_ = v_ = o_ = lse_ = Tensor();
   }
   const char* name() const override { return "moda_attention"; }
 
@@ -125,7 +128,8 @@ class ModaAttentionNode final : public Node {
   std::shared_ptr<DepthStream::Buffers> buffers_;
   Tensor depth_keys_;  // reader keys only
   int64_t begin_, end_;
-  Tensor q_, k_, v_, o_, lse_;
+  SavedTensor q_, k_;  // RoPE's outputs: rebuilt under selective recompute
+  Tensor v_, o_, lse_;
   double scale_;
 };
 
@@ -194,8 +198,8 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
     AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
                                                  DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);
     if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
-    auto node = std::make_shared<ModaAttentionNode>(buffers_, Tensor(), begin, end, q.value(), k.value(), v.value(),
-                                                    out.o, std::move(out.lse), scale);
+    auto node = std::make_shared<ModaAttentionNode>(buffers_, Tensor(), begin, end, SavedTensor::of(q),
+                                                    SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
     return record(std::move(out.o), std::move(node), {q, k, v, version_});
   }
   // Reader keys: normalise every slot of every token with the reader's weight (slots outside
@@ -210,8 +214,8 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
   AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
                                                DepthSlots{keys.value(), buffers_->v, begin, end}, scale);
   if (!grad) return Variable(std::move(out.o));
-  auto node = std::make_shared<ModaAttentionNode>(buffers_, keys.value(), begin, end, q.value(), k.value(), v.value(),
-                                                  out.o, std::move(out.lse), scale);
+  auto node = std::make_shared<ModaAttentionNode>(buffers_, keys.value(), begin, end, SavedTensor::of(q),
+                                                  SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
   return record(std::move(out.o), std::move(node), {q, k, v, version_, keys});
 }
 

@@ -20,8 +20,7 @@ struct BlockSaved {
 };
 
 // Selective recompute (layers/recompute.h) drops SwiGLU's output, the pre-norm block's normalised
-// inputs, and RoPE's q and k where QK-norm keeps their input (not with MoDA, whose depth attention
-// keeps its q and k).
+// inputs, and RoPE's q and k where QK-norm keeps their input.
 BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
   const int64_t d = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), f = c.ffn_hidden;
   const int64_t qk = c.qk_norm ? 1 : 0;
@@ -36,7 +35,7 @@ BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
   s.stats += 2 + 2 * qk + c.n_heads;  // rstd of each norm, the attention lse per query head
   if (selective) {
     s.elements -= f + (c.norm == "pre" ? 2 * d : 0);
-    if (c.qk_norm && !c.moda()) s.elements -= q + kv;
+    if (c.qk_norm) s.elements -= q + kv;
   }
   return s;
 }

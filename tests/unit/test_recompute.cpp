@@ -174,10 +174,17 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
     const size_t dropped = tokens * size_t(c.n_layers * per_block + c.d_model) * sizeof(float);
     EXPECT_EQ(plain - selective, dropped) << norm << ": plain " << plain << " B, selective " << selective << " B";
   }
+  // MoDA's depth attention rebuilds its q and k the same way; its slots hold copies of the keys.
+  ModelConfig moda = small_config("post", false);
+  moda.moda_variant = "attn_kv+ffn_kv";
+  const int64_t q = moda.n_heads * moda.head_dim(), kv = moda.n_kv_heads * moda.head_dim();
+  EXPECT_EQ(live_after_forward(moda, Recompute::none, B, T) - live_after_forward(moda, Recompute::selective, B, T),
+            tokens * size_t(moda.n_layers * (moda.ffn_hidden + q + kv) + moda.d_model) * sizeof(float));
   // Without QK-norm RoPE reads the projection itself, which nothing else keeps: q and k stay.
   ModelConfig c = small_config("post", false);
   c.qk_norm = false;
-  const size_t dropped = live_after_forward(c, Recompute::none, B, T) - live_after_forward(c, Recompute::selective, B, T);
+  const size_t dropped =
+      live_after_forward(c, Recompute::none, B, T) - live_after_forward(c, Recompute::selective, B, T);
   EXPECT_EQ(dropped, tokens * size_t(c.n_layers * c.ffn_hidden + c.d_model) * sizeof(float));
 }
 
