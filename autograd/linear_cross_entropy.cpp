@@ -1,4 +1,4 @@
-// linear_cross_entropy_consuming: the training step's head and loss, a chunk of rows at a time. Each
+// linear_cross_entropy: the training step's head and loss, a chunk of rows at a time. Each
 // chunk's logits h_c W^T live only while the chunk is processed: the fused cross-entropy pass writes
 // their gradient over them, and the two products of that gradient, dh_c = g_c W and dW += g_c^T h_c,
 // are formed at once. Nothing [N, V]-sized outlives a chunk; the node keeps dh and dW for backward.
@@ -53,9 +53,8 @@ std::vector<int64_t> counted_per_chunk(const Tensor& targets, int64_t vocab, int
 
 }  // namespace
 
-LossParts linear_cross_entropy_consuming(const Variable& h, const Variable& weight, const Tensor& targets,
-                                         double z_loss_weight, double expected_grad, int64_t chunk_rows,
-                                         int64_t ignore_index) {
+LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
+                               double expected_grad, int64_t chunk_rows, int64_t ignore_index) {
   FATHOM_CHECK(h.defined() && weight.defined(), "linear_cross_entropy: undefined input");
   FATHOM_CHECK(h.value().rank() == 2 && weight.value().rank() == 2 && h.dim(1) == weight.dim(1),
                "linear_cross_entropy: h must be [N, d] and the weight [V, d], got ", describe(h.value()), " and ",

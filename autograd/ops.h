@@ -64,9 +64,8 @@ LossParts cross_entropy_consuming(Variable&& logits, const Tensor& targets, doub
 // over, rescaled by upstream / expected_grad should another gradient arrive. The [N, V] logits are
 // never whole: memory holds one chunk of them, dh, and dweight in the weight's dtype. Without a
 // gradient to form it is cross_entropy(linear(h, weight), ...).
-LossParts linear_cross_entropy_consuming(const Variable& h, const Variable& weight, const Tensor& targets,
-                                         double z_loss_weight, double expected_grad, int64_t chunk_rows,
-                                         int64_t ignore_index = -100);
+LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
+                               double expected_grad, int64_t chunk_rows, int64_t ignore_index = -100);
 
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.

@@ -108,7 +108,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     depth = 2 * 2 * tokens * size_t(slots * c.n_kv_heads * c.head_dim()) * act;
   }
   p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
-  // The head and loss (linear_cross_entropy_consuming): one chunk of logits at a time (their gradient
+  // The head and loss (linear_cross_entropy): one chunk of logits at a time (their gradient
   // overwrites them) with its fp32 lse per row, and the gradients it keeps for backward: dh and the
   // head's dW in the weights' fp32.
   const size_t chunk = std::min<size_t>(tokens, size_t(loss_chunk_rows(c.vocab_size, act)));

@@ -42,7 +42,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& input);
 void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
                             const std::string& device);
 
-// Rows of logits the training step's loss forms at once (linear_cross_entropy_consuming): as many as
+// Rows of logits the training step's loss forms at once (linear_cross_entropy): as many as
 // fit in kLossChunkBytes, a multiple of 64 where there are that many.
 constexpr size_t kLossChunkBytes = size_t(1) << 30;
 int64_t loss_chunk_rows(int64_t vocab, size_t logit_bytes);

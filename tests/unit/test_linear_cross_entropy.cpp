@@ -1,4 +1,4 @@
-// linear_cross_entropy_consuming: the chunked head and loss must give what linear + cross_entropy
+// linear_cross_entropy: the chunked head and loss must give what linear + cross_entropy
 // give (loss, its parts, dh, dW) for any chunking, with ignored rows, z-loss and an unexpected upstream
 // gradient; without a gradient to form it is the plain loss; bad inputs are errors naming the problem.
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ HeadLoss run(const Tensor& h0, const Tensor& w0, const Tensor& targets, double z
              double upstream, int64_t chunk_rows) {
   Variable h(h0.clone(), true), w(w0.clone(), true);
   HeadLoss out;
-  out.parts = chunk_rows > 0 ? linear_cross_entropy_consuming(h, w, targets, zw, expected, chunk_rows, ignore)
+  out.parts = chunk_rows > 0 ? linear_cross_entropy(h, w, targets, zw, expected, chunk_rows, ignore)
                              : cross_entropy(linear(h, w), targets, zw, ignore);
   out.node = out.parts.loss.grad_fn()->name();
   backward(out.parts.loss, Tensor::full(Shape{}, upstream, out.parts.loss.dtype()));
@@ -86,11 +86,11 @@ TEST(LinearCrossEntropy, WithoutAGradientItIsThePlainLoss) {
   const Tensor h0 = random_tensor({10, 8}, DType::f32, 6), w0 = random_tensor({30, 8}, DType::f32, 7);
   const Tensor targets = targets_every(10, 30, 4, -100, 8);
   const LossParts plain = cross_entropy(linear(Variable(h0), Variable(w0)), targets, 1e-2);
-  const LossParts frozen = linear_cross_entropy_consuming(Variable(h0), Variable(w0), targets, 1e-2, 1.0, 3);
+  const LossParts frozen = linear_cross_entropy(Variable(h0), Variable(w0), targets, 1e-2, 1.0, 3);
   EXPECT_FALSE(frozen.loss.requires_grad());
   EXPECT_EQ(frozen.loss.value().item(), plain.loss.value().item());
   NoGrad evaluating;
-  const LossParts eval = linear_cross_entropy_consuming(Variable(h0, true), Variable(w0, true), targets, 1e-2, 1.0, 3);
+  const LossParts eval = linear_cross_entropy(Variable(h0, true), Variable(w0, true), targets, 1e-2, 1.0, 3);
   EXPECT_FALSE(eval.loss.requires_grad());
   EXPECT_EQ(eval.loss.value().item(), plain.loss.value().item());
 }
@@ -100,7 +100,7 @@ TEST(LinearCrossEntropy, FormsOnlyTheGradientsThatAreNeeded) {
   const Tensor h0 = random_tensor({7, 5}, DType::f32, 9), w0 = random_tensor({13, 5}, DType::f32, 10);
   const Tensor targets = targets_every(7, 13, 3, -100, 11);
   Variable h(h0.clone(), true), w(w0.clone(), false);
-  backward(linear_cross_entropy_consuming(h, w, targets, 0.0, 1.0, 2).loss);
+  backward(linear_cross_entropy(h, w, targets, 0.0, 1.0, 2).loss);
   const HeadLoss want = run(h0, w0, targets, 0.0, -100, 1.0, 1.0, 0);
   expect_close(h.grad(), want.dh, 1e-6, 1e-5, "dh");
   EXPECT_FALSE(w.grad().defined());
@@ -112,15 +112,15 @@ TEST(LinearCrossEntropy, BadInputsAreErrors) {
   std::vector<int64_t> bad = good.to_vector<int64_t>();
   bad[30] = 9;
   fathom::testing::expect_error(
-      [&] { linear_cross_entropy_consuming(h, w, Tensor::from_vector(bad, {40}), 0.0, 1.0, 8); },
+      [&] { linear_cross_entropy(h, w, Tensor::from_vector(bad, {40}), 0.0, 1.0, 8); },
       {"target 9 at row 30", "outside the vocabulary [0, 9)"});
-  fathom::testing::expect_error([&] { linear_cross_entropy_consuming(h, w, good, 0.0, 1.0, 0); },
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 1.0, 0); },
                                 {"chunk_rows must be >= 1, got 0"});
-  fathom::testing::expect_error([&] { linear_cross_entropy_consuming(h, w, good, 0.0, 0.0, 8); },
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 0.0, 8); },
                                 {"expected_grad must be finite and nonzero"});
-  fathom::testing::expect_error([&] { linear_cross_entropy_consuming(h, w, good.narrow(0, 39), 0.0, 1.0, 8); },
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good.narrow(0, 39), 0.0, 1.0, 8); },
                                 {"targets must be [N]"});
   const Variable wrong(random_tensor({9, 5}, DType::f32, 15), true);
-  fathom::testing::expect_error([&] { linear_cross_entropy_consuming(h, wrong, good, 0.0, 1.0, 8); },
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, wrong, good, 0.0, 1.0, 8); },
                                 {"h must be [N, d] and the weight [V, d]"});
 }
