@@ -85,7 +85,6 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
   const Tensor expected = Tensor::full(Shape{}, expected_grad, stats).to(x.device());
   LossParts parts;
   parts.counted = total;
-  double loss = 0;
   for (int64_t chunk = 0, r0 = 0; r0 < N; ++chunk, r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, N - r0);
     const Tensor x_c = x.narrow(r0, rows);
@@ -98,7 +97,6 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
         cross_entropy_forward_with_grad(grad, targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_loss);
     parts.ce += out.ce * share;
     parts.z += out.z * share;
-    loss += (out.ce + out.z) * share;
     if (want_dh) {
       Tensor dh_c = dh.narrow(r0, rows);
       matmul(grad, false, w, false, dh_c);  // dh_c = g_c W
@@ -106,7 +104,7 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
     if (want_dweight) matmul(grad, true, x_c, false, dweight, 1.0, r0 > 0 ? 1.0 : 0.0);  // dW += g_c^T h_c
   }
   auto node = std::make_shared<LinearCrossEntropyNode>(std::move(dh), std::move(dweight), expected);
-  parts.loss = record(Tensor::full(Shape{}, loss, stats).to(x.device()), std::move(node), {h, weight});
+  parts.loss = record(Tensor::full(Shape{}, parts.ce + parts.z, stats).to(x.device()), std::move(node), {h, weight});
   return parts;
 }
 

@@ -43,7 +43,6 @@ class SavedTensor {
   // v's rebuild when it has one, else its value.
   static SavedTensor of(const Variable& v);
 
-  bool defined() const { return value_.defined() || rebuild_ != nullptr; }
   // The tensor: kept, or built now (once per Rebuild).
   Tensor get() const;
   void release();

@@ -26,7 +26,6 @@ class Decoder : public Module {
   // train.recompute (layers/recompute.h). With block, MoDA's re-run reads and rewrites the same
   // depth slots (DepthStream::rewind / tie), so the gradients are the ordinary ones.
   void set_recompute(Recompute recompute);
-  Recompute recompute() const { return recompute_; }
   const ModelConfig& config() const { return config_; }
   // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] on `device` (0 without MoDA).
   size_t depth_cache_bytes(int64_t batch, int64_t seq_len, Device device = Device::cpu()) const;

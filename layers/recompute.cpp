@@ -4,20 +4,21 @@
 
 namespace fathom {
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "block") return Recompute::block;
-  FATHOM_FAIL("recompute must be one of none, selective, block, got '", name, "'");
+const std::vector<std::string>& recompute_names() {
+  static const std::vector<std::string> names{"none", "selective", "block"};
+  return names;
 }
 
-const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::block: return "block";
+Recompute parse_recompute(const std::string& name) {
+  const std::vector<std::string>& names = recompute_names();
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return Recompute(i);
+    choices += (i ? ", " : "") + names[i];
   }
-  return "?";
+  FATHOM_FAIL("recompute must be one of ", choices, ", got '", name, "'");
 }
+
+const char* recompute_name(Recompute recompute) { return recompute_names()[size_t(recompute)].c_str(); }
 
 }  // namespace fathom

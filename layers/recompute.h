@@ -7,12 +7,15 @@
 // All three give the same gradients bit for bit.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace fathom {
 
 enum class Recompute { none, selective, block };
 
-// "none" | "selective" | "block"; anything else is an error naming the choices.
+// The names, in the enum's order (the recipe's choices for train.recompute).
+const std::vector<std::string>& recompute_names();
+// One of recompute_names(); anything else is an error naming the choices.
 Recompute parse_recompute(const std::string& name);
 const char* recompute_name(Recompute recompute);
 

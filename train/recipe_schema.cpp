@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "layers/recompute.h"
 
 namespace fathom {
 
@@ -99,7 +100,7 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"num_threads", "omp_threads"}},
       {.path = "train.z_loss", .field = FIELD(train.z_loss), .range = at_least(0),
        .aliases = {"z_loss_weight", "z_loss_multiplier"}},
-      {.path = "train.recompute", .field = FIELD(train.recompute), .choices = {"none", "selective", "block"},
+      {.path = "train.recompute", .field = FIELD(train.recompute), .choices = recompute_names(),
        .aliases = {"activation_checkpointing", "gradient_checkpointing"}},
       {.path = "train.optimizer.lr", .field = FIELD(train.optimizer.lr), .presence = P::required,
        .range = above(0), .aliases = {"learning_rate", "max_lr", "peak_lr"}},

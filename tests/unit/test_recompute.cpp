@@ -188,6 +188,13 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
   EXPECT_EQ(dropped, tokens * size_t(c.n_layers * c.ffn_hidden + c.d_model) * sizeof(float));
 }
 
+TEST(RecomputeNames, ParseAndNameRoundTripAndABadNameIsAnError) {
+  for (const std::string& name : recompute_names()) EXPECT_EQ(recompute_name(parse_recompute(name)), name);
+  EXPECT_EQ(parse_recompute("selective"), Recompute::selective);
+  fathom::testing::expect_error([] { parse_recompute("all"); },
+                                {"recompute must be one of none, selective, block, got 'all'"});
+}
+
 // Every node holding a rebuild shares it: built once, on first use, and only while a holder remains.
 TEST(SelectiveRecompute, ARebuildIsSharedByItsHoldersAndBuiltOnce) {
   const Variable x(test::random_tensor({3, 5}, DType::f32, 1), true);
