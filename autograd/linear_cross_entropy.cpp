@@ -36,7 +36,7 @@ class LinearCrossEntropyNode final : public Node {
 };
 
 // Counted (non-ignored) targets per chunk of `chunk_rows`; a target outside [0, V) is an error naming
-// its row in the whole batch.
+// its row in the whole batch. Host targets are read where they are (no wait on the device).
 std::vector<int64_t> counted_per_chunk(const Tensor& targets, int64_t vocab, int64_t chunk_rows,
                                        int64_t ignore_index) {
   const Tensor host = targets.to(Device::cpu()).to(DType::i64);
@@ -64,13 +64,15 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
   FATHOM_CHECK(chunk_rows >= 1, "linear_cross_entropy: chunk_rows must be >= 1, got ", chunk_rows);
   FATHOM_CHECK(std::isfinite(expected_grad) && expected_grad != 0, "linear_cross_entropy: expected_grad must be "
                "finite and nonzero (the gradients are rescaled by upstream / expected_grad), got ", expected_grad);
-  if (!any_requires_grad({h, weight})) return cross_entropy(linear(h, weight), targets, z_loss_weight, ignore_index);
+  if (!any_requires_grad({h, weight}))
+    return cross_entropy(linear(h, weight), targets.to(h.device()), z_loss_weight, ignore_index);
 
   const Tensor& x = h.value();
   const Tensor& w = weight.compute_value();
   const int64_t N = x.dim(0), V = w.dim(0), d = x.dim(1);
   const DType stats = stats_dtype(x.dtype());
   const std::vector<int64_t> counted = counted_per_chunk(targets, V, chunk_rows, ignore_index);
+  const Tensor device_targets = targets.to(x.device());
   int64_t total = 0;
   for (int64_t c : counted) total += c;
 
@@ -94,7 +96,7 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
     const double share = total > 0 ? double(counted[size_t(chunk)]) / double(total) : 0.0;
     const Tensor grad_loss = Tensor::full(Shape{}, expected_grad * share, stats).to(x.device());
     const CrossEntropyOutput out =
-        cross_entropy_forward_with_grad(grad, targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_loss);
+        cross_entropy_forward_with_grad(grad, device_targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_loss);
     parts.ce += out.ce * share;
     parts.z += out.z * share;
     if (want_dh) {

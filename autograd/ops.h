@@ -63,7 +63,8 @@ LossParts cross_entropy_consuming(Variable&& logits, const Tensor& targets, doub
 // expected upstream gradient expected_grad) and forms dh and dweight right away; backward hands those
 // over, rescaled by upstream / expected_grad should another gradient arrive. The [N, V] logits are
 // never whole: memory holds one chunk of them, dh, and dweight in the weight's dtype. Without a
-// gradient to form it is cross_entropy(linear(h, weight), ...).
+// gradient to form it is cross_entropy(linear(h, weight), ...). targets may be on the host (the
+// per-chunk counts are read from them without waiting on the device) or on h's device.
 LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
                                double expected_grad, int64_t chunk_rows, int64_t ignore_index = -100);
 

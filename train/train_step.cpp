@@ -33,7 +33,7 @@ MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batc
   // The head and the loss run a chunk of rows at a time and form their gradients in the forward pass,
   // for the gradient the loss will receive (grad_scale): the [tokens, vocab] logits are never whole.
   const Variable h = reshape(model.hidden(batch.inputs.to(device)), {tokens, model.config().d_model});
-  LossParts loss = linear_cross_entropy(h, model.head_weight(), batch.targets.to(device).view({tokens}), z_loss_weight,
+  LossParts loss = linear_cross_entropy(h, model.head_weight(), batch.targets.view({tokens}), z_loss_weight,
                                         grad_scale, loss_chunk_rows(vocab, dtype_size(h.dtype())));
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
   backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);

@@ -175,21 +175,27 @@ TEST(GpuCrossEntropy, ChunkedHeadAndLossMatchTheUnchunkedOps) {
       const std::string what = std::string(dtype_name(dt)) + " upstream " + std::to_string(upstream);
       const Tensor h0 = random_input({N, d}, dt, 21, -2, 2).gpu, w0 = random_input({V, d}, dt, 22, -1, 1).gpu;
       const Tensor targets = targets_with_ignored(N, V, 23, DType::i32).to(kGpu);
-      auto run = [&](int64_t chunk) {
+      auto run = [&](int64_t chunk, const Tensor& t) {
         Variable h(h0.clone(), true), w(w0.clone(), true);
-        LossParts parts = chunk > 0 ? linear_cross_entropy(h, w, targets, 1e-3, 0.5, chunk)
-                                    : cross_entropy(linear(h, w), targets, 1e-3);
+        LossParts parts = chunk > 0 ? linear_cross_entropy(h, w, t, 1e-3, 0.5, chunk)
+                                    : cross_entropy(linear(h, w), t, 1e-3);
         backward(parts.loss, Tensor::full(Shape{}, upstream, parts.loss.dtype(), kGpu));
         return std::make_tuple(parts.loss.value().item(), h.grad().clone(), w.grad().clone());
       };
-      const auto [want_loss, want_dh, want_dw] = run(0);
+      const auto [want_loss, want_dh, want_dw] = run(0, targets);
       for (int64_t chunk : {int64_t(64), int64_t(77), N}) {
-        const auto [loss, dh, dw] = run(chunk);
+        const auto [loss, dh, dw] = run(chunk, targets);
         EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << what << " chunk " << chunk;
         const double tol = dt == DType::bf16 ? 1e-2 : 1e-5;
         EXPECT_LE(relative_l2(dh, want_dh), tol) << what << " chunk " << chunk;
         EXPECT_LE(relative_l2(dw, want_dw), tol) << what << " chunk " << chunk;
       }
+      // Targets on the host (the training step's) give the same bits as on the device.
+      const auto [device_loss, device_dh, device_dw] = run(77, targets);
+      const auto [host_loss, host_dh, host_dw] = run(77, targets.to(Device::cpu()));
+      EXPECT_EQ(host_loss, device_loss) << what;
+      EXPECT_EQ(relative_l2(host_dh, device_dh), 0.0) << what;
+      EXPECT_EQ(relative_l2(host_dw, device_dw), 0.0) << what;
     }
 }
 
