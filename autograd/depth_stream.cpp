@@ -1,5 +1,7 @@
 #include "autograd/depth_stream.h"
 
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "autograd/node.h"
@@ -11,6 +13,13 @@
 
 namespace fathom {
 
+// A reader pays for weights (kernels/moda_attention.h) where its G query heads per KV head are few:
+// a (reader, slot) pair then costs 4 G d bytes of q and dO reads, shared by the slots formed together
+// (a layer's writes), against 16 d of an fp32 read-add-write of both gradients.
+bool depth_reader_leaves_weights(int64_t query_heads_per_kv_head, bool reader_keys) {
+  return !reader_keys && query_heads_per_kv_head <= 4;
+}
+
 struct DepthStream::Buffers {
   Tensor k, v;
   // stats_dtype(k), allocated by the first reader's backward and not zeroed: a slot's gradients are
@@ -18,7 +27,62 @@ struct DepthStream::Buffers {
   Tensor grad_k, grad_v;
   std::vector<bool> grad_defined;
 
+  // Readers that return weights: per slot, how many were recorded and how many have run backward;
+  // their records until every slot of their range has its gradients formed; and gradients formed
+  // for slots whose write node has not run yet.
+  struct WeightsReader {
+    DepthReader reader;
+    int64_t unformed;  // slots of the range without gradients yet
+  };
+  std::vector<int64_t> weight_readers, weights_done;
+  std::vector<bool> formed;
+  std::vector<DType> slot_dtype;
+  std::vector<std::unique_ptr<WeightsReader>> readers;
+  std::map<int64_t, SlotGrads> pending;
+
   bool has_grad(int64_t slot) const { return grad_k.defined() && grad_defined[size_t(slot)]; }
+  bool has_weights(int64_t slot) const { return weight_readers[size_t(slot)] > 0; }
+
+  void record_weights_reader(int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) ++weight_readers[size_t(s)];
+  }
+  void add_weights(DepthReader reader) {
+    for (int64_t s = reader.begin; s < reader.end; ++s) ++weights_done[size_t(s)];
+    const int64_t unformed = reader.end - reader.begin;
+    readers.push_back(std::make_unique<WeightsReader>(WeightsReader{std::move(reader), unformed}));
+  }
+  bool weights_complete(int64_t s) const {
+    return has_weights(s) && weights_done[size_t(s)] == weight_readers[size_t(s)] && !formed[size_t(s)];
+  }
+
+  // The gradients the weights readers give `slot`. The first write node to ask forms them for the
+  // run of earlier slots whose readers have all run too (a layer's writes share their readers), so
+  // each reader's q and dO are read once per run; the others are kept for their write nodes.
+  SlotGrads take_weighted(int64_t slot) {
+    if (auto it = pending.find(slot); it != pending.end()) {
+      SlotGrads g = std::move(it->second);
+      pending.erase(it);
+      return g;
+    }
+    FATHOM_CHECK(weights_complete(slot), "depth stream: slot ", slot, "'s gradients were asked for before all ",
+                 weight_readers[size_t(slot)], " of its readers ran backward (", weights_done[size_t(slot)], " did)");
+    int64_t first = slot;
+    while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)])
+      --first;
+    std::vector<const DepthReader*> overlapping;
+    for (const auto& r : readers)
+      if (r->reader.begin <= slot && r->reader.end > first) overlapping.push_back(&r->reader);
+    std::vector<SlotGrads> grads =
+        depth_slot_grads(overlapping, first, slot + 1, k.dim(3), slot_dtype[size_t(slot)]);
+    for (int64_t s = first; s <= slot; ++s) {
+      formed[size_t(s)] = true;
+      if (s < slot) pending[s] = std::move(grads[size_t(s - first)]);
+    }
+    for (auto& r : readers)
+      r->unformed -= std::max<int64_t>(0, std::min(slot + 1, r->reader.end) - std::max(first, r->reader.begin));
+    std::erase_if(readers, [](const auto& r) { return r->unformed == 0; });
+    return std::move(grads.back());
+  }
 
   // Readies slots [begin, end) of the gradient buffers for a reader and says how it puts its own
   // there: it stores them if no reader has reached any of these slots yet (and may_store); otherwise
@@ -60,9 +124,23 @@ class DepthWriteNode final : public Node {
   DepthWriteNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t slot, DType k_dtype, DType v_dtype)
       : buffers_(std::move(buffers)), slot_(slot), k_dtype_(k_dtype), v_dtype_(v_dtype) {}
   std::vector<Tensor> backward(const Tensor& grad_version) override {
-    if (!buffers_->has_grad(slot_)) return {grad_version, Tensor(), Tensor()};  // no reader reached the slot
-    return {grad_version, read_depth_slot(buffers_->grad_k, slot_, k_dtype_),
-            read_depth_slot(buffers_->grad_v, slot_, v_dtype_)};
+    Tensor dk, dv;  // undefined: no reader reached the slot
+    if (buffers_->has_grad(slot_)) {
+      dk = read_depth_slot(buffers_->grad_k, slot_, k_dtype_);
+      dv = read_depth_slot(buffers_->grad_v, slot_, v_dtype_);
+    }
+    if (buffers_->has_weights(slot_)) {
+      SlotGrads w = buffers_->take_weighted(slot_);
+      if (w.v.dtype() != v_dtype_) w.v = w.v.to(v_dtype_);
+      if (dk.defined()) {
+        add_inplace(dk, w.k);
+        add_inplace(dv, w.v);
+      } else {
+        dk = std::move(w.k);
+        dv = std::move(w.v);
+      }
+    }
+    return {grad_version, dk, dv};
   }
   void release_saved() override { buffers_.reset(); }
   const char* name() const override { return "depth_write"; }
@@ -91,17 +169,28 @@ class DepthKeysNode final : public Node {
   std::shared_ptr<DepthStream::Buffers> buffers_;
 };
 
-// Inputs (q, k, v, version) and, with reader keys, the normalised key buffer; output o. The depth
-// value gradients always go to the shared side buffer; the depth key gradients too, except with
-// reader keys, where they are this node's gradient for its key input (they flow through the
-// reader's norm first).
+// Inputs (q, k, v, version) and, with reader keys, the normalised key buffer; output o. With
+// `weights`, the node hands its depth weights, q and dO to the buffers, whence the write nodes form
+// the slots' gradients. Otherwise the depth value gradients go to the shared side buffer; the depth
+// key gradients too, except with reader keys, where they are this node's gradient for its key input
+// (they flow through the reader's norm first).
 class ModaAttentionNode final : public Node {
  public:
   ModaAttentionNode(std::shared_ptr<DepthStream::Buffers> buffers, Tensor depth_keys, int64_t begin, int64_t end,
-                    SavedTensor q, SavedTensor k, Tensor v, Tensor o, Tensor lse, double scale)
+                    SavedTensor q, SavedTensor k, Tensor v, Tensor o, Tensor lse, double scale, bool weights)
       : buffers_(std::move(buffers)), depth_keys_(std::move(depth_keys)), begin_(begin), end_(end), q_(std::move(q)),
-        k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale) {}
+        k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale), weights_(weights) {
+    if (weights_) buffers_->record_weights_reader(begin_, end_);
+  }
   std::vector<Tensor> backward(const Tensor& grad_o) override {
+    if (weights_) {
+      DepthReader reader{q_.get(), grad_o, {}, begin_, end_};
+      AttentionGrads g = moda_attention_backward(grad_o, reader.q, k_.get(), v_,
+                                                 DepthSlots{buffers_->k, buffers_->v, begin_, end_}, o_, lse_, scale_,
+                                                 reader.weights);
+      buffers_->add_weights(std::move(reader));
+      return {g.dq, g.dk, g.dv, version_token(grad_o.device())};
+    }
     const bool own_keys = depth_keys_.defined();
     // With reader keys the key gradients go to a zeroed buffer of this reader's, where storing the
     // range is adding it; the shared key buffer is prepared (zeroed) for its later sum.
@@ -131,6 +220,7 @@ class ModaAttentionNode final : public Node {
   SavedTensor q_, k_;  // RoPE's outputs: rebuilt under selective recompute
   Tensor v_, o_, lse_;
   double scale_;
+  bool weights_;
 };
 
 // y unchanged; its backward passes y's gradient on and a version gradient to the version it was tied
@@ -165,6 +255,10 @@ DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t 
   // Zeroed so a slot read before it is written (a bug) shows as zeros, never as garbage.
   buffers_->k = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
   buffers_->v = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
+  buffers_->weight_readers.assign(size_t(slots), 0);
+  buffers_->weights_done.assign(size_t(slots), 0);
+  buffers_->formed.assign(size_t(slots), false);
+  buffers_->slot_dtype.assign(size_t(slots), dtype);
 }
 
 int64_t DepthStream::slots() const { return buffers_->k.dim(2); }
@@ -177,6 +271,7 @@ void DepthStream::write(int64_t slot, const Variable& k, const Variable& v) {
   FATHOM_CHECK(slot == written_, "depth slots are written in order: expected slot ", written_, ", got ", slot);
   write_depth_slot(buffers_->k, slot, k.value());
   write_depth_slot(buffers_->v, slot, v.value());
+  buffers_->slot_dtype[size_t(slot)] = k.dtype();
   ++written_;
   if (any_requires_grad({k, v}))
     version_ = record(version_token(k.device()),
@@ -198,8 +293,11 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
     AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
                                                  DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);
     if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
+    const bool weights = end > begin && depth_reader_leaves_weights(q.dim(2) / k.dim(2), false) &&
+                         moda_depth_weights_supported(q.value(), k.value());
     auto node = std::make_shared<ModaAttentionNode>(buffers_, Tensor(), begin, end, SavedTensor::of(q),
-                                                    SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
+                                                    SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale,
+                                                    weights);
     return record(std::move(out.o), std::move(node), {q, k, v, version_});
   }
   // Reader keys: normalise every slot of every token with the reader's weight (slots outside
@@ -215,7 +313,8 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
                                                DepthSlots{keys.value(), buffers_->v, begin, end}, scale);
   if (!grad) return Variable(std::move(out.o));
   auto node = std::make_shared<ModaAttentionNode>(buffers_, keys.value(), begin, end, SavedTensor::of(q),
-                                                  SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale);
+                                                  SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale,
+                                                  false);
   return record(std::move(out.o), std::move(node), {q, k, v, version_, keys});
 }
 

@@ -1,15 +1,17 @@
 // The MoDA depth stream (DESIGN.md 3.2): per-forward K/V buffers [B, T, S, Hk, d] that writers fill
-// slot by slot, in place, and that MoDA attention reads. Gradients travel the other way through a
-// side buffer: the first reader to run backward over a slot range stores its depth gradients there
-// (nothing is zeroed or read back), later readers add theirs, and each slot's write node, which
-// runs after all readers of that slot (they were recorded later), hands its slot's gradient to the
-// writer. A one-element "version" variable chains writes and reads so the engine orders them; no
-// buffer is ever copied per reader.
+// slot by slot, in place, and that MoDA attention reads. Gradients travel the other way. Each slot's
+// write node runs after all readers of that slot (they were recorded later) and hands the slot's
+// gradient to the writer. Readers with few query heads per KV head (G <= 4, writer keys) leave
+// weights, scalars per query row and slot, with their q and dO; the first write node of a layer
+// forms its slots' gradients from all their readers at once (depth_slot_grads). Other readers put
+// vector gradients in a side buffer: the first to run backward over a slot range stores them there
+// (nothing is zeroed or read back), later readers add theirs. A one-element "version" variable
+// chains writes and reads so the engine orders them; no buffer is ever copied per reader.
 //
 // Precision: the value buffers have the stream's dtype (BF16 on the GPU, where the MoDA kernels
-// compute in bf16; F32 or F64 on the CPU); the gradient side buffers are kept in stats_dtype of it
-// (F32 for BF16 values), since several readers accumulate into them. A writer gets its slot's
-// gradient back in its own dtype.
+// compute in bf16; F32 or F64 on the CPU); weights and the gradient side buffers are kept in
+// stats_dtype of it (F32 for BF16 values), and the sums over readers are formed in it. A writer
+// gets its slot's gradient back in its own dtype.
 #pragma once
 #include <memory>
 
@@ -24,6 +26,10 @@ struct DepthKeyNorm {
   Variable weight;
   double eps = 0;
 };
+
+// Whether a reader with G query heads per KV head leaves weights rather than vector gradients
+// (writer keys only: reader keys take their gradient through the reader's norm as vectors).
+bool depth_reader_leaves_weights(int64_t query_heads_per_kv_head, bool reader_keys);
 
 class DepthStream {
  public:

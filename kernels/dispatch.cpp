@@ -2,7 +2,7 @@
 
 namespace fathom {
 
-Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+Device common_device(const char* op, std::span<const Tensor* const> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;

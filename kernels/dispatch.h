@@ -2,13 +2,17 @@
 // then calls cpu:: or cuda:: by the device of its tensors.
 #pragma once
 #include <initializer_list>
+#include <span>
 
 #include "core/tensor.h"
 
 namespace fathom {
 
 // All defined tensors on one device; returns it.
-Device common_device(const char* op, std::initializer_list<const Tensor*> tensors);
+Device common_device(const char* op, std::span<const Tensor* const> tensors);
+inline Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  return common_device(op, std::span<const Tensor* const>(tensors.begin(), tensors.size()));
+}
 // The dtype per-row statistics (RMSNorm's rstd, cross-entropy's lse) and losses are kept in for
 // inputs of dtype t: F64 for F64, else F32 (BF16 activations keep F32 statistics).
 inline DType stats_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }

@@ -91,9 +91,9 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
 #endif
 }
 
-AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
+namespace {
+void check_backward_inputs(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const DepthSlots& depth, const Tensor& o, const Tensor& lse) {
   check_shapes("moda_attention_backward", q, k, v, depth);
   FATHOM_CHECK(grad_o.shape() == q.shape() && o.shape() == q.shape(),
                "moda_attention_backward: grad_o and o must have q's shape ", q.shape().str());
@@ -102,6 +102,13 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   const Shape lse_shape{q.dim(0), q.dim(2), q.dim(1)};
   FATHOM_CHECK(lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), "moda_attention_backward: lse ",
                describe(lse), " should be ", dtype_name(stats_dtype(q.dtype())), lse_shape.str());
+}
+}  // namespace
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
+  check_backward_inputs(grad_o, q, k, v, depth, o, lse);
   FATHOM_CHECK(d_depth_k.shape() == depth.k.shape() && d_depth_v.shape() == depth.v.shape(),
                "moda_attention_backward: depth gradient buffers must match the depth buffers ", depth.k.shape().str());
   // Several readers accumulate into the depth gradients: they are kept in the statistics dtype
@@ -117,6 +124,61 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode);
 #else
   no_cuda_kernel("moda_attention_backward");
+#endif
+}
+
+bool moda_depth_weights_supported(const Tensor& q, const Tensor& k) {
+  if (q.is_cpu()) return true;
+#ifdef FATHOM_WITH_CUDA
+  return cuda::moda_depth_weights_supported(q.dim(2) / k.dim(2), q.dim(3));
+#else
+  return false;
+#endif
+}
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       DepthWeights& weights) {
+  check_backward_inputs(grad_o, q, k, v, depth, o, lse);
+  const Device device = common_device("moda_attention_backward", {&grad_o, &q, &k, &v, &depth.k, &depth.v, &o, &lse});
+  FATHOM_CHECK(moda_depth_weights_supported(q, k), "moda_attention_backward: depth weights need the group kernel's ",
+               "folded tiles (G <= 16) on CUDA, got G = ", q.dim(2) / k.dim(2));
+  const Shape shape{q.dim(0), q.dim(1), q.dim(2), depth.end - depth.begin};
+  weights = {Tensor::empty(shape, stats_dtype(q.dtype()), device), Tensor::empty(shape, stats_dtype(q.dtype()), device)};
+  if (device.is_cpu()) return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, weights);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, weights);
+#else
+  no_cuda_kernel("moda_attention_backward");
+#endif
+}
+
+std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& readers, int64_t first, int64_t last,
+                                        int64_t kv_heads, DType dtype) {
+  const char* op = "depth_slot_grads";
+  FATHOM_CHECK(!readers.empty(), op, ": no readers");
+  FATHOM_CHECK(first <= last, op, ": slot range [", first, ", ", last, ") is empty or reversed");
+  const Tensor& q0 = readers.front()->q;
+  FATHOM_CHECK(q0.rank() == 4 && kv_heads > 0 && q0.dim(2) % kv_heads == 0, op, ": q ", describe(q0),
+               " is not [B, T, Hq, d] with Hq a multiple of ", kv_heads, " KV heads");
+  std::vector<const Tensor*> tensors;
+  for (const DepthReader* r : readers) {
+    FATHOM_CHECK(r->q.shape() == q0.shape() && r->grad_o.shape() == q0.shape() && r->q.dtype() == q0.dtype() &&
+                     r->grad_o.dtype() == q0.dtype(),
+                 op, ": every reader's q and dO must be ", describe(q0), ", got ", describe(r->q), " and ",
+                 describe(r->grad_o));
+    const Shape w{q0.dim(0), q0.dim(1), q0.dim(2), r->end - r->begin};
+    for (const Tensor* t : {&r->weights.p, &r->weights.ds})
+      FATHOM_CHECK(t->shape() == w && t->dtype() == stats_dtype(q0.dtype()), op, ": weights ", describe(*t),
+                   " should be ", dtype_name(stats_dtype(q0.dtype())), w.str(), " for slots [", r->begin, ", ",
+                   r->end, ")");
+    tensors.insert(tensors.end(), {&r->q, &r->grad_o, &r->weights.p, &r->weights.ds});
+  }
+  if (common_device(op, tensors).is_cpu()) return cpu::depth_slot_grads(readers, first, last, kv_heads, dtype);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::depth_slot_grads(readers, first, last, kv_heads, dtype);
+#else
+  no_cuda_kernel(op);
 #endif
 }
 

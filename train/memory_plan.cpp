@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "autograd/depth_stream.h"
 #include "core/error.h"
 
 namespace fathom {
@@ -103,9 +104,20 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   const size_t head = tokens * (size_t(c.d_model) * act + 4);
   size_t depth = 0;
   if (c.moda()) {
-    // The depth K/V cache of a forward and the gradient buffers of the same size its readers fill.
-    const int64_t slots = std::max<int64_t>(c.n_layers - 1, 1) * c.moda_slots_per_block();
-    depth = 2 * 2 * tokens * size_t(slots * c.n_kv_heads * c.head_dim()) * act;
+    // The depth K/V cache of a forward, and what backward keeps for the writers: readers that leave
+    // weights keep them with their q and dO until the writers ran; others fill fp32 gradient buffers
+    // of the cache's shape (autograd/depth_stream.h).
+    const int64_t spb = c.moda_slots_per_block(), slots = std::max<int64_t>(c.n_layers - 1, 1) * spb;
+    const size_t slot_elements = tokens * size_t(c.n_kv_heads * c.head_dim());
+    depth = 2 * size_t(slots) * slot_elements * act;
+    if (depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.moda_depth_key == "reader")) {
+      for (int64_t layer = 1; layer < c.n_layers; ++layer) {
+        const int64_t read = c.moda_max_slots > 0 ? std::min(layer * spb, c.moda_max_slots) : layer * spb;
+        depth += tokens * size_t(c.n_heads) * (2 * size_t(c.head_dim()) * act + 2 * size_t(read) * 4);
+      }
+    } else {
+      depth += 2 * size_t(slots) * slot_elements * 4;
+    }
   }
   p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
   // The head and loss (linear_cross_entropy): one chunk of logits at a time (their gradient

@@ -120,22 +120,34 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
   return out;
 }
 
+namespace {
+
+// Where a backward pass puts a depth slot's terms: added into the gradient buffers [B, T, S, Hk, d]
+// (ddk, ddv), or as weights [B, T, Hq, L] (p, ds; set instead).
+template <typename T>
+struct DepthSink {
+  T *ddk = nullptr, *ddv = nullptr;
+  T *p = nullptr, *ds = nullptr;
+};
+
 // With p the joint probabilities and D = dO . O: ds = p (dO . value - D); dq = scale sum ds key;
-// dkey += scale ds q; dvalue += p dO, for sequence keys and depth slots alike. Storing the depth
-// gradients is adding them to a zeroed slot range.
-AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
+// dkey += scale ds q; dvalue += p dO, for sequence keys and depth slots alike (the depth ones, or
+// their weights, go to the sink).
+AttentionGrads backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                        Tensor* d_depth_k, Tensor* d_depth_v, DepthWeights* weights) {
   const ModaDims m(q, k, depth);
-  if (mode == DepthGradMode::store)
-    for (Tensor* grad : {&d_depth_k, &d_depth_v}) cpu::zero_depth_slots(*grad, depth.begin, depth.end);
   AttentionGrads g{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
                    Tensor::zeros(v.shape(), v.dtype())};
   dispatch_float("moda_attention_backward", q.dtype(), [&]<typename T>() {
     const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>(), *dop = grad_o.data<T>(), *op = o.data<T>();
     const T *dkp = depth.k.data<T>(), *dvp = depth.v.data<T>(), *lp = lse.data<T>();
     T *dq = g.dq.data<T>(), *dk = g.dk.data<T>(), *dv = g.dv.data<T>();
-    T *ddk = d_depth_k.data<T>(), *ddv = d_depth_v.data<T>();
+    DepthSink<T> sink;
+    if (weights != nullptr)
+      sink.p = weights->p.data<T>(), sink.ds = weights->ds.data<T>();
+    else
+      sink.ddk = d_depth_k->data<T>(), sink.ddv = d_depth_v->data<T>();
     const T sc = T(scale);
 #pragma omp parallel
     {
@@ -157,8 +169,17 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
               const bool seq = i <= t;
               const int64_t key_row = seq ? m.kv_row(b, i, hk) : m.depth_row(b, t, m.begin + (i - t - 1), hk);
               axpy(dqrow, sc * ds, (seq ? kp : dkp) + key_row, m.d);
-              axpy((seq ? dk : ddk) + key_row, sc * ds, qrow, m.d);
-              axpy((seq ? dv : ddv) + key_row, p, dorow, m.d);
+              if (seq) {
+                axpy(dk + key_row, sc * ds, qrow, m.d);
+                axpy(dv + key_row, p, dorow, m.d);
+              } else if (sink.p != nullptr) {
+                const int64_t w = ((b * m.T + t) * m.Hq + h) * m.slots() + (i - t - 1);
+                sink.p[w] = p;
+                sink.ds[w] = sc * ds;
+              } else {
+                axpy(sink.ddk + key_row, sc * ds, qrow, m.d);
+                axpy(sink.ddv + key_row, p, dorow, m.d);
+              }
             }
           }
         }
@@ -166,6 +187,53 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
     }
   });
   return g;
+}
+
+}  // namespace
+
+// Storing the depth gradients is adding them to a zeroed slot range.
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
+  if (mode == DepthGradMode::store)
+    for (Tensor* grad : {&d_depth_k, &d_depth_v}) cpu::zero_depth_slots(*grad, depth.begin, depth.end);
+  return backward(grad_o, q, k, v, depth, o, lse, scale, &d_depth_k, &d_depth_v, nullptr);
+}
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       DepthWeights& weights) {
+  return backward(grad_o, q, k, v, depth, o, lse, scale, nullptr, nullptr, &weights);
+}
+
+// Each (batch, token, KV head) row sums its readers in order, and within a reader the G heads in
+// order: a fixed order, as on the GPU.
+std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& readers, int64_t first, int64_t last,
+                                        int64_t kv_heads, DType dtype) {
+  const Tensor& q0 = readers.front()->q;
+  const int64_t Hq = q0.dim(2), d = q0.dim(3), Hk = kv_heads, G = Hq / Hk, rows = q0.dim(0) * q0.dim(1) * Hk;
+  const Shape shape{q0.dim(0), q0.dim(1), Hk, d};
+  std::vector<SlotGrads> out;
+  for (int64_t s = first; s < last; ++s)
+    out.push_back({Tensor::zeros(shape, q0.dtype()), Tensor::zeros(shape, q0.dtype())});
+  dispatch_float("depth_slot_grads", q0.dtype(), [&]<typename T>() {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t bt = row / Hk, hk = row % Hk;
+      for (const DepthReader* r : readers)
+        for (int64_t s = std::max(first, r->begin); s < std::min(last, r->end); ++s) {
+          T* gk = out[size_t(s - first)].k.data<T>() + row * d;
+          T* gv = out[size_t(s - first)].v.data<T>() + row * d;
+          for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+            const int64_t w = (bt * Hq + h) * (r->end - r->begin) + (s - r->begin);
+            axpy(gk, r->weights.ds.data<T>()[w], r->q.data<T>() + (bt * Hq + h) * d, d);
+            axpy(gv, r->weights.p.data<T>()[w], r->grad_o.data<T>() + (bt * Hq + h) * d, d);
+          }
+        }
+    }
+  });
+  for (SlotGrads& g : out) g = {g.k.to(dtype), g.v.to(dtype)};
+  return out;
 }
 
 }  // namespace fathom::cpu

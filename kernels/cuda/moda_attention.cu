@@ -69,6 +69,10 @@ bool reads_depth(const ModaShape& m) { return m.slot_end > m.slot_begin; }
 
 }  // namespace
 
+bool moda_depth_weights_supported(int64_t G, int64_t d) {
+  return (d == 64 || d == 128) && G >= 1 && G <= 16 && G <= moda::group_max_heads(d);
+}
+
 size_t moda_forward_workspace_bytes(ModaKernel kernel, const ModaShape& shape) {
   check_shape("moda_forward_workspace_bytes", kernel, shape);
   return kernel == ModaKernel::naive ? moda::naive_forward_workspace_bytes(shape) : 0;
@@ -112,7 +116,17 @@ void moda_attention_backward(ModaKernel kernel, const ModaBackwardParams& p, cud
   if (reads_depth(p.shape)) {
     check_pointer(op, "depth_k", p.depth_k, 16);
     check_pointer(op, "depth_v", p.depth_v, 16);
-    if (p.d_depth_k_bf16 != nullptr || p.d_depth_v_bf16 != nullptr) {
+    if (p.depth_weights_p != nullptr || p.depth_weights_ds != nullptr) {
+      FATHOM_CHECK(p.d_depth_k == nullptr && p.d_depth_v == nullptr && p.d_depth_k_bf16 == nullptr &&
+                       p.d_depth_v_bf16 == nullptr,
+                   op, ": set either depth weights or depth-gradient buffers, not both");
+      FATHOM_CHECK(kernel == ModaKernel::group && moda_depth_weights_supported(p.shape.seq.Hq / p.shape.seq.Hk,
+                                                                               p.shape.seq.d),
+                   op, ": depth weights come from the group kernel with G <= 16 only (", moda_kernel_name(kernel),
+                   ", G = ", p.shape.seq.Hq / p.shape.seq.Hk, ")");
+      check_pointer(op, "depth_weights_p", p.depth_weights_p, 4);
+      check_pointer(op, "depth_weights_ds", p.depth_weights_ds, 4);
+    } else if (p.d_depth_k_bf16 != nullptr || p.d_depth_v_bf16 != nullptr) {
       FATHOM_CHECK(p.d_depth_k == nullptr && p.d_depth_v == nullptr, op,
                    ": set either the fp32 depth-gradient buffers (d_depth_k, d_depth_v) or the bf16 ones, not both");
       FATHOM_CHECK(p.store_depth_grads, op,

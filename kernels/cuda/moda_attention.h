@@ -69,6 +69,11 @@ struct ModaBackwardParams {
   // caller whose depth K/V have no other reader. Adding into bf16 would round every reader's sum.
   bf16* d_depth_k_bf16 = nullptr;
   bf16* d_depth_v_bf16 = nullptr;
+  // Or, set instead of any gradient buffer (group with G <= 16 only): the depth weights
+  // [B, T, Hq, slot_end - slot_begin] fp32, written over: each row's probability p of each slot and
+  // its score gradient times the scale (kernels/moda_attention.h, DepthWeights).
+  float* depth_weights_p = nullptr;
+  float* depth_weights_ds = nullptr;
   void* workspace = nullptr;  // moda_backward_workspace_bytes(kernel, shape), 16-byte aligned
   size_t workspace_bytes = 0;
 };
@@ -79,5 +84,8 @@ size_t moda_backward_workspace_bytes(ModaKernel kernel, const ModaShape& shape);
 // Enqueue on `stream`; argument errors throw fathom::Error before anything is launched.
 void moda_attention_forward(ModaKernel kernel, const ModaParams& params, cudaStream_t stream);
 void moda_attention_backward(ModaKernel kernel, const ModaBackwardParams& params, cudaStream_t stream);
+// Whether the group kernel's backward can return depth weights at G query heads per KV head and head
+// dim d: its dQ walk must hold every row of a token in one m-tile (G <= 16).
+bool moda_depth_weights_supported(int64_t G, int64_t d);
 
 }  // namespace fathom::cuda

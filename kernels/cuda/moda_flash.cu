@@ -144,6 +144,7 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     a.dout = dev(p.grad_o), a.dq = dev(p.dq), a.lse2 = fa.lse2, a.delta = fa.delta, a.Tpad = fa.Tpad;
     a.ddk = p.d_depth_k, a.ddv = p.d_depth_v, a.store_depth = p.store_depth_grads;
     a.ddk_bf16 = dev(p.d_depth_k_bf16), a.ddv_bf16 = dev(p.d_depth_v_bf16);
+    a.wp = p.depth_weights_p, a.wds = p.depth_weights_ds;
     a.dq_seq = seq_dq_done ? fa.dq_acc : nullptr;
     auto launch = [&]<bool WARP_DEPTH, DepthGrads DG>(const char* what) {
       if (wgmma)
@@ -157,7 +158,9 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     };
     // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.
     if (kernel == ModaKernel::group && a.G <= 16) {
-      if (a.ddk_bf16 != nullptr)
+      if (a.wp != nullptr)
+        launch.template operator()<true, DepthGrads::weights>("the MoDA dQ + depth weights kernel launch");
+      else if (a.ddk_bf16 != nullptr)
         launch.template operator()<true, DepthGrads::bf16>("the MoDA dQ + depth dK/dV kernel launch");
       else
         launch.template operator()<true, DepthGrads::f32>("the MoDA dQ + depth dK/dV kernel launch");

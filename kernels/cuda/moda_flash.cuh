@@ -68,6 +68,8 @@ struct ModaArgs {
   bool store_depth;    // ddk, ddv are written over, not added into
   bf16_t* ddk_bf16;    // set instead of ddk, ddv: bf16 buffers written over
   bf16_t* ddv_bf16;
+  float* wp;           // or the depth weights [B, T, Hq, L]: p and scale * dS of each row and slot
+  float* wds;
   // The sequence columns' dQ sums (unscaled, [B, Hq, Tpad, D]) where flash's dK/dV pass formed them
   // (group on wgmma); the dQ kernel then walks only the depth columns. Null: it walks both.
   const float* dq_seq;
@@ -313,8 +315,9 @@ __device__ __forceinline__ uint32_t transpose_8x8(uint32_t x) {
 }
 
 // What a dQ kernel does with the depth dK/dV of its chunks: nothing (another kernel forms them), add
-// or store them into the fp32 buffers (ModaArgs::store_depth), or store them into the bf16 ones.
-enum class DepthGrads { none, f32, bf16 };
+// or store them into the fp32 buffers (ModaArgs::store_depth), store them into the bf16 ones, or
+// store each row's weights (p, scale * dS) per slot instead.
+enum class DepthGrads { none, f32, bf16, weights };
 
 // The depth-gradient buffers that DG writes.
 template <class T>
@@ -417,6 +420,31 @@ __device__ __forceinline__ void add_chunk_depth_grads(Out* dst, const ModaArgs& 
   }
 }
 
+// Stores the weights of one m-tile's rows (from tile row r0) against the chunk's columns [c0, c0 + C):
+// p and scale * dS of every (row, column) pair where the column is one of the row's token's slots.
+template <int C>
+__device__ __forceinline__ void store_chunk_weights(const ModaArgs& a, const TileRows& tr, const MtileMask& mask,
+                                                    const float (&p)[1][C / 8][4], const float (&ds)[1][C / 8][4],
+                                                    int r0, int c0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    if (!tr.valid(r)) continue;
+    const int token = tr.token(r);
+    const int64_t row = ((int64_t(tr.b) * a.T + token) * a.Hq + tr.head(r)) * a.L - int64_t(token) * a.L;
+#pragma unroll
+    for (int nb = 0; nb < C / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = c0 + nb * 8 + 2 * t + e;
+        if (!mask.visible(r, c)) continue;
+        a.wp[row + c] = p[0][nb][2 * half + e];
+        a.wds[row + c] = ds[0][nb][2 * half + e] * a.scale;
+      }
+  }
+}
+
 // One m-tile's depth walk in the forward pass: attends the 16 rows starting at tile row r0 (Q
 // fragments q1, state `one`) to their tokens' depth columns through the warp's chunk slice.
 template <class Cfg>
@@ -449,7 +477,9 @@ __device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], c
     float p[1][C / 8][4], ds[1][C / 8][4];
     flash::dq_block_scores<One>(p, ds, q1, d1, lse2, delta, sK, sV, r0, c, true, mask, a.scale_log2, lane);
     flash::dq_block_accumulate<One>(dq1, ds, sK, lane);
-    if constexpr (DG != DepthGrads::none) {
+    if constexpr (DG == DepthGrads::weights) {
+      store_chunk_weights<C>(a, tr, mask, p, ds, r0, c, lane);
+    } else if constexpr (DG != DepthGrads::none) {
       const auto dst = depth_grad_buffers<DG>(a);
       add_chunk_depth_grads<D, C, Tile>(dst.v, a, tr, p, sDO, r0, c, cols.hi, 1.f, lane);
       add_chunk_depth_grads<D, C, Tile>(dst.k, a, tr, ds, sQ, r0, c, cols.hi, a.scale, lane);

@@ -67,17 +67,18 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
   return out;
 }
 
-AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode, ModaKernel kernel) {
-  const char* op = "moda_attention_backward (cuda)";
+namespace {
+
+// The backward's outputs and launch parameters but for where the depth terms go; `launch` fills that in.
+template <class Depth>
+AttentionGrads backward(const char* op, const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale, ModaKernel kernel,
+                        Depth&& set_depth) {
   check_inputs(op, q, k, v, depth);
   const Device device = q.device();
   check_device_tensor(op, "o", o, DType::bf16, device);
   check_device_tensor(op, "grad_o", grad_o, DType::bf16, device);
   check_device_tensor(op, "lse", lse, DType::f32, device);
-  check_device_tensor(op, "d_depth_k", d_depth_k, DType::f32, device);
-  check_device_tensor(op, "d_depth_v", d_depth_v, DType::f32, device);
   const ModaShape s = shape_of(q, k, depth, scale);
   AttentionGrads grads{Tensor::empty(q.shape(), DType::bf16, device), Tensor::empty(k.shape(), DType::bf16, device),
                        Tensor::empty(v.shape(), DType::bf16, device)};
@@ -96,13 +97,38 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   p.dq = grads.dq.data<bf16>();
   p.dk = grads.dk.data<bf16>();
   p.dv = grads.dv.data<bf16>();
-  p.d_depth_k = d_depth_k.data<float>();
-  p.d_depth_v = d_depth_v.data<float>();
-  p.store_depth_grads = mode == DepthGradMode::store;
+  set_depth(p);
   p.workspace = workspace_bytes > 0 ? workspace.raw() : nullptr;
   p.workspace_bytes = workspace_bytes;
   moda_attention_backward(kernel, p, stream_for(device));
   return grads;
+}
+
+}  // namespace
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode, ModaKernel kernel) {
+  const char* op = "moda_attention_backward (cuda)";
+  check_device_tensor(op, "d_depth_k", d_depth_k, DType::f32, q.device());
+  check_device_tensor(op, "d_depth_v", d_depth_v, DType::f32, q.device());
+  return backward(op, grad_o, q, k, v, depth, o, lse, scale, kernel, [&](ModaBackwardParams& p) {
+    p.d_depth_k = d_depth_k.data<float>();
+    p.d_depth_v = d_depth_v.data<float>();
+    p.store_depth_grads = mode == DepthGradMode::store;
+  });
+}
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       DepthWeights& weights) {
+  const char* op = "moda_attention_backward (cuda, depth weights)";
+  check_device_tensor(op, "weights p", weights.p, DType::f32, q.device());
+  check_device_tensor(op, "weights ds", weights.ds, DType::f32, q.device());
+  return backward(op, grad_o, q, k, v, depth, o, lse, scale, ModaKernel::group, [&](ModaBackwardParams& p) {
+    p.depth_weights_p = weights.p.data<float>();
+    p.depth_weights_ds = weights.ds.data<float>();
+  });
 }
 
 }  // namespace fathom::cuda

@@ -16,6 +16,15 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
                                        Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode = DepthGradMode::add,
                                        ModaKernel kernel = ModaKernel::group);
 
+// The group kernel's backward with the depth terms as weights (allocated by the caller, [B, T, Hq, L] F32).
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       DepthWeights& weights);
+// Slot gradients from readers' weights (kernels/cuda/depth_slot_grads.cu): q and dO BF16, weights
+// F32; the gradients in `dtype`, F32 or BF16.
+std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& readers, int64_t first, int64_t last,
+                                        int64_t kv_heads, DType dtype);
+
 // Slot copies (kernels/cuda/depth_slots.cu). write: x of the buffer's dtype, or F32 into BF16
 // (rounded to nearest even); buffers F32 or BF16. read: returns the slot converted to `dtype`
 // (F32 or BF16).

@@ -171,6 +171,81 @@ TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
       {"depth gradient buffers", "must be F32"});
 }
 
+// Depth weights from the group kernel's dQ walk (kernels/moda_attention.h, DepthWeights) against the
+// CPU reference's, for every G it supports; dq as in the gradient mode; and the slot gradients that
+// depth_slot_grads forms from two readers' weights against the gradients those readers add into
+// fp32 buffers (the two differ only by rounding: the added ones come from bf16 P and dS products).
+TEST(GpuModaModel, DepthWeightsMatchTheCpuAndFormTheAddedGradients) {
+  FATHOM_REQUIRE_GPU();
+  const double scale = 0.125;
+  for (const int64_t d : {64, 128})
+    for (const int64_t G : {1, 2, 3, 4, 8, 16})
+      for (const auto [T, S] : std::vector<std::pair<int64_t, int64_t>>{{7, 5}, {65, 3}, {33, 64}}) {
+        const int64_t B = 2, Hk = G >= 8 ? 1 : 2, Hq = G * Hk;
+        const std::string what = "d " + std::to_string(d) + " G " + std::to_string(G) + " T " + std::to_string(T) +
+                                 " S " + std::to_string(S);
+        const GpuInput k = random_input({B, T, Hk, d}, DType::bf16, 2), v = random_input({B, T, Hk, d}, DType::bf16, 3),
+                       dk = random_input({B, T, S, Hk, d}, DType::bf16, 4),
+                       dv = random_input({B, T, S, Hk, d}, DType::bf16, 5);
+        Tensor added_k = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu), added_v = added_k.clone();
+        std::vector<DepthReader> readers, cpu_readers;
+        for (const auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, S}, {S / 2, S}}) {
+          const uint64_t seed = uint64_t(10 + begin);
+          const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed), grad_o = random_input({B, T, Hq, d}, DType::bf16, seed + 1);
+          const DepthSlots gpu_depth{dk.gpu, dv.gpu, begin, end}, cpu_depth{dk.cpu, dv.cpu, begin, end};
+          const AttentionOutput gpu = moda_attention_forward(q.gpu, k.gpu, v.gpu, gpu_depth, scale);
+          const AttentionOutput cpu = moda_attention_forward(q.cpu, k.cpu, v.cpu, cpu_depth, scale);
+          ASSERT_TRUE(moda_depth_weights_supported(q.gpu, k.gpu)) << what;
+          DepthReader r{q.gpu, grad_o.gpu, {}, begin, end}, c{q.cpu, grad_o.cpu, {}, begin, end};
+          const AttentionGrads wg = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, gpu_depth, gpu.o, gpu.lse, scale, r.weights);
+          moda_attention_backward(grad_o.cpu, q.cpu, k.cpu, v.cpu, cpu_depth, gpu.o.to(Device::cpu()).to(DType::f32),
+                                  gpu.lse.to(Device::cpu()), scale, c.weights);
+          const AttentionGrads ag = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, gpu_depth, gpu.o, gpu.lse,
+                                                            scale, added_k, added_v);
+          EXPECT_GPU_CLOSE(r.weights.p, c.weights.p, DType::bf16, what + " weights p");
+          EXPECT_GPU_CLOSE(r.weights.ds, c.weights.ds, DType::bf16, what + " weights ds");
+          EXPECT_TRUE(bitwise_equal(wg.dq, ag.dq)) << what << " dq";
+          EXPECT_TRUE(bitwise_equal(wg.dk, ag.dk)) << what << " dk";
+          readers.push_back(r);
+          cpu_readers.push_back(c);
+        }
+        const std::vector<SlotGrads> formed = depth_slot_grads({&readers[0], &readers[1]}, 0, S, Hk, DType::f32);
+        const std::vector<SlotGrads> want = depth_slot_grads({&cpu_readers[0], &cpu_readers[1]}, 0, S, Hk, DType::f32);
+        for (int64_t s = 0; s < S; ++s) {
+          const std::string slot = what + " slot " + std::to_string(s);
+          EXPECT_LE(relative_l2(formed[size_t(s)].k, want[size_t(s)].k), 1e-5) << slot << " dk vs the CPU";
+          EXPECT_LE(relative_l2(formed[size_t(s)].v, want[size_t(s)].v), 1e-5) << slot << " dv vs the CPU";
+          EXPECT_GPU_CLOSE(formed[size_t(s)].k, read_depth_slot(added_k, s), DType::bf16, slot + " dk vs added");
+          EXPECT_GPU_CLOSE(formed[size_t(s)].v, read_depth_slot(added_v, s), DType::bf16, slot + " dv vs added");
+        }
+        const std::vector<SlotGrads> bf16 = depth_slot_grads({&readers[0], &readers[1]}, S - 1, S, Hk, DType::bf16);
+        EXPECT_TRUE(bitwise_equal(bf16[0].k, formed[size_t(S - 1)].k.to(DType::bf16))) << what << " bf16 output";
+      }
+}
+
+// More readers than one launch carries (64): the launches add into fp32 sums.
+TEST(GpuModaModel, SlotGradientsOverManyReaders) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t B = 1, T = 5, Hq = 3, Hk = 1, d = 64, n = 70;
+  std::vector<DepthReader> gpu(n), cpu(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t begin = i % 3, end = begin + 2;
+    const uint64_t seed = uint64_t(100 + 4 * i);
+    const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed), dout = random_input({B, T, Hq, d}, DType::bf16, seed + 1),
+                   p = random_input({B, T, Hq, 2}, DType::f32, seed + 2), ds = random_input({B, T, Hq, 2}, DType::f32, seed + 3);
+    gpu[size_t(i)] = {q.gpu, dout.gpu, {p.gpu, ds.gpu}, begin, end};
+    cpu[size_t(i)] = {q.cpu, dout.cpu, {p.cpu, ds.cpu}, begin, end};
+  }
+  std::vector<const DepthReader*> gp, cp;
+  for (int64_t i = 0; i < n; ++i) gp.push_back(&gpu[size_t(i)]), cp.push_back(&cpu[size_t(i)]);
+  const std::vector<SlotGrads> got = depth_slot_grads(gp, 0, 4, Hk, DType::bf16), want = depth_slot_grads(cp, 0, 4, Hk, DType::f32);
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(got[s].k.dtype(), DType::bf16);
+    EXPECT_GPU_CLOSE(got[s].k, want[s].k, DType::bf16, "dk of slot " + std::to_string(s));
+    EXPECT_GPU_CLOSE(got[s].v, want[s].v, DType::bf16, "dv of slot " + std::to_string(s));
+  }
+}
+
 // Forward and backward of a tiny MoDA decoder on the GPU against the CPU, for every variant, both
 // norm placements and both depth keys: logits, loss, and each parameter's gradient (the depth
 // projections' gradients arrive only through the depth stream's side buffers and write nodes).

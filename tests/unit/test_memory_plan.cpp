@@ -61,12 +61,22 @@ TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
   EXPECT_EQ(fp32.workspace, (size_t(32) << 20) + 4 * size_t(100352) * 768);
 }
 
-TEST(MemoryPlan, MoDAAddsTheDepthCacheAndItsGradient) {
+TEST(MemoryPlan, MoDAAddsTheDepthCacheAndWhatItsReadersKeep) {
   MemoryPlanInput in = olmo2_190m(true);
   const MemoryPlan plain = plan_training_memory(in);
   in.model.moda_variant = "attn_kv+ffn_kv";  // 2 slots per block, 11 writing blocks
+  const size_t tokens = size_t(16 * 2048);
+  // G = 1: readers leave weights; each of layers 1..11 keeps q and dO (bf16) and two fp32 weights
+  // per query head and slot it read (2 per earlier layer).
   const MemoryPlan moda = plan_training_memory(in);
-  EXPECT_EQ(moda.activations - plain.activations, 2 * 2 * size_t(16 * 2048) * (22 * 12 * 64) * 2);
+  EXPECT_EQ(moda.activations - plain.activations,
+            2 * tokens * (22 * 12 * 64) * 2 + tokens * 12 * (11 * 2 * 64 * 2 + 2 * 4 * 2 * 66));
+  // G = 6: vector gradients in fp32 buffers of the cache's shape.
+  in.model.n_kv_heads = 2;
+  MemoryPlanInput plain_gqa = in;
+  plain_gqa.model.moda_variant = "none";
+  EXPECT_EQ(plan_training_memory(in).activations - plan_training_memory(plain_gqa).activations,
+            2 * tokens * (22 * 2 * 64) * 2 + 2 * tokens * (22 * 2 * 64) * 4);
 }
 
 TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {

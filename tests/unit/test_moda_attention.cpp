@@ -143,6 +143,64 @@ TEST(ModaAttention, DepthStreamGradcheck) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Readers with more than four query heads per KV head put vector gradients in the side buffer
+// instead of weights (autograd/depth_stream.cpp); the writers' gradients are the same.
+TEST(ModaAttention, DepthStreamGradcheckWithVectorGradients) {
+  const int64_t B = 1, T = 4, Hq = 6, Hk = 1, d = 4;
+  auto f = [&](const std::vector<Variable>& in) {
+    DepthStream stream(B, T, 2, Hk, d, DType::f64, Device::cpu());
+    stream.write(0, in[3], in[4]);
+    Variable first = stream.attend(in[0], in[1], in[2], 0, 1, 0.5);
+    stream.write(1, scale(in[3], -0.7), in[4]);
+    Variable second = stream.attend(in[0], in[2], in[1], 0, 2, 0.5);
+    return add(first, second);
+  };
+  const GradcheckResult r = gradcheck(f, stream_inputs(B, T, Hq, Hk, d, 3));
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Three readers over overlapping slot ranges: the slot gradients formed from their weights, for any
+// run of slots, equal the gradients the readers add into a shared buffer.
+TEST(ModaAttention, SlotGradientsFromWeightsEqualAddedGradients) {
+  const int64_t B = 2, T = 7, Hq = 6, Hk = 2, d = 8, S = 5;
+  const Problem p = random_problem(B, T, Hq, Hk, d, S, DType::f64, 61);
+  const std::vector<std::pair<int64_t, int64_t>> ranges{{0, 3}, {1, 5}, {2, 4}};
+  Tensor ddk = Tensor::zeros(p.dk.shape(), DType::f64), ddv = Tensor::zeros(p.dv.shape(), DType::f64);
+  std::vector<DepthReader> readers;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto [begin, end] = ranges[i];
+    const Tensor q = random_tensor(p.q.shape(), DType::f64, 70 + i), grad_o = random_tensor(p.q.shape(), DType::f64, 80 + i);
+    const DepthSlots depth{p.dk, p.dv, begin, end};
+    const AttentionOutput out = moda_attention_forward(q, p.k, p.v, depth, 0.4);
+    const AttentionGrads added = moda_attention_backward(grad_o, q, p.k, p.v, depth, out.o, out.lse, 0.4, ddk, ddv);
+    DepthReader r{q, grad_o, {}, begin, end};
+    const AttentionGrads weighted = moda_attention_backward(grad_o, q, p.k, p.v, depth, out.o, out.lse, 0.4, r.weights);
+    EXPECT_EQ(weighted.dq.to_vector<double>(), added.dq.to_vector<double>());
+    EXPECT_EQ(weighted.dk.to_vector<double>(), added.dk.to_vector<double>());
+    EXPECT_EQ(r.weights.p.shape(), Shape({B, T, Hq, end - begin}));
+    readers.push_back(r);
+  }
+  const std::vector<const DepthReader*> all{&readers[0], &readers[1], &readers[2]};
+  for (const auto [first, last] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {2, 4}, {4, 5}}) {
+    const std::vector<SlotGrads> g = depth_slot_grads(all, first, last, Hk, DType::f32);
+    ASSERT_EQ(g.size(), size_t(last - first));
+    for (int64_t s = first; s < last; ++s) {
+      EXPECT_EQ(g[size_t(s - first)].k.dtype(), DType::f32);
+      expect_close(g[size_t(s - first)].k, read_depth_slot(ddk, s), 1e-6, 1e-5, "dk of slot " + std::to_string(s));
+      expect_close(g[size_t(s - first)].v, read_depth_slot(ddv, s), 1e-6, 1e-5, "dv of slot " + std::to_string(s));
+    }
+  }
+  // A reader adds only to the slots of its own range.
+  const std::vector<SlotGrads> only_last = depth_slot_grads({&readers[2]}, 0, 2, Hk, DType::f64);
+  for (const SlotGrads& g : only_last)
+    for (double x : g.k.to_vector<double>()) EXPECT_EQ(x, 0.0);
+  expect_error([&] { depth_slot_grads({}, 0, 1, Hk, DType::f64); }, {"depth_slot_grads", "no readers"});
+  expect_error([&] { depth_slot_grads(all, 0, 1, 4, DType::f64); }, {"depth_slot_grads", "multiple of 4 KV heads"});
+  DepthReader bad = readers[0];
+  bad.weights.p = Tensor::zeros({B, T, Hq, 2}, DType::f64);
+  expect_error([&] { depth_slot_grads({&bad}, 0, 1, Hk, DType::f64); }, {"depth_slot_grads", "weights", "slots [0, 3)"});
+}
+
 // Readers over sliding slot ranges, as with moda.max_slots: in backward the later reader stores
 // the gradients of slots 2 and 3, the earlier one finds slot 2 done and slot 1 untouched (zeroed,
 // then both added). Slot 0 lies on the stream's version chain but no reader reads it, so its writer
