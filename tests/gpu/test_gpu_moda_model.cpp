@@ -244,6 +244,9 @@ TEST(GpuModaModel, SlotGradientsOverManyReaders) {
     EXPECT_GPU_CLOSE(got[s].k, want[s].k, DType::bf16, "dk of slot " + std::to_string(s));
     EXPECT_GPU_CLOSE(got[s].v, want[s].v, DType::bf16, "dv of slot " + std::to_string(s));
   }
+  // Slots outside every reader's range get zeros (reader 2 reads [2, 4)).
+  for (const SlotGrads& g : depth_slot_grads({&gpu[2]}, 0, 2, Hk, DType::f32))
+    for (const Tensor* t : {&g.k, &g.v}) EXPECT_EQ(values(*t), std::vector<double>(size_t(B * T * Hk * d), 0.0));
 }
 
 // Forward and backward of a tiny MoDA decoder on the GPU against the CPU, for every variant, both
