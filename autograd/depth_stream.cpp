@@ -34,25 +34,25 @@ struct DepthStream::Buffers {
     DepthReader reader;
     int64_t unformed;  // slots of the range without gradients yet
   };
-  std::vector<int64_t> weight_readers, weights_done;
+  std::vector<int64_t> weights_recorded, weights_done;
   std::vector<bool> formed;
   std::vector<DType> slot_dtype;
-  std::vector<std::unique_ptr<WeightsReader>> readers;
+  std::vector<WeightsReader> readers;
   std::map<int64_t, SlotGrads> pending;
 
   bool has_grad(int64_t slot) const { return grad_k.defined() && grad_defined[size_t(slot)]; }
-  bool has_weights(int64_t slot) const { return weight_readers[size_t(slot)] > 0; }
+  bool has_weights(int64_t slot) const { return weights_recorded[size_t(slot)] > 0; }
 
   void record_weights_reader(int64_t begin, int64_t end) {
-    for (int64_t s = begin; s < end; ++s) ++weight_readers[size_t(s)];
+    for (int64_t s = begin; s < end; ++s) ++weights_recorded[size_t(s)];
   }
   void add_weights(DepthReader reader) {
     for (int64_t s = reader.begin; s < reader.end; ++s) ++weights_done[size_t(s)];
     const int64_t unformed = reader.end - reader.begin;
-    readers.push_back(std::make_unique<WeightsReader>(WeightsReader{std::move(reader), unformed}));
+    readers.push_back({std::move(reader), unformed});
   }
   bool weights_complete(int64_t s) const {
-    return has_weights(s) && weights_done[size_t(s)] == weight_readers[size_t(s)] && !formed[size_t(s)];
+    return has_weights(s) && weights_done[size_t(s)] == weights_recorded[size_t(s)] && !formed[size_t(s)];
   }
 
   // The gradients the weights readers give `slot`. The first write node to ask forms them for the
@@ -65,22 +65,22 @@ struct DepthStream::Buffers {
       return g;
     }
     FATHOM_CHECK(weights_complete(slot), "depth stream: slot ", slot, "'s gradients were asked for before all ",
-                 weight_readers[size_t(slot)], " of its readers ran backward (", weights_done[size_t(slot)], " did)");
+                 weights_recorded[size_t(slot)], " of its readers ran backward (", weights_done[size_t(slot)], " did)");
     int64_t first = slot;
     while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)])
       --first;
     std::vector<const DepthReader*> overlapping;
-    for (const auto& r : readers)
-      if (r->reader.begin <= slot && r->reader.end > first) overlapping.push_back(&r->reader);
+    for (const WeightsReader& r : readers)
+      if (r.reader.begin <= slot && r.reader.end > first) overlapping.push_back(&r.reader);
     std::vector<SlotGrads> grads =
         depth_slot_grads(overlapping, first, slot + 1, k.dim(3), slot_dtype[size_t(slot)]);
     for (int64_t s = first; s <= slot; ++s) {
       formed[size_t(s)] = true;
       if (s < slot) pending[s] = std::move(grads[size_t(s - first)]);
     }
-    for (auto& r : readers)
-      r->unformed -= std::max<int64_t>(0, std::min(slot + 1, r->reader.end) - std::max(first, r->reader.begin));
-    std::erase_if(readers, [](const auto& r) { return r->unformed == 0; });
+    for (WeightsReader& r : readers)
+      r.unformed -= std::max<int64_t>(0, std::min(slot + 1, r.reader.end) - std::max(first, r.reader.begin));
+    std::erase_if(readers, [](const WeightsReader& r) { return r.unformed == 0; });
     return std::move(grads.back());
   }
 
@@ -255,7 +255,7 @@ DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t 
   // Zeroed so a slot read before it is written (a bug) shows as zeros, never as garbage.
   buffers_->k = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
   buffers_->v = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
-  buffers_->weight_readers.assign(size_t(slots), 0);
+  buffers_->weights_recorded.assign(size_t(slots), 0);
   buffers_->weights_done.assign(size_t(slots), 0);
   buffers_->formed.assign(size_t(slots), false);
   buffers_->slot_dtype.assign(size_t(slots), dtype);

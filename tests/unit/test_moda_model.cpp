@@ -124,64 +124,69 @@ TEST(ModaModel, BadDepthKeyIsAClearError) {
   fathom::testing::expect_error([&] { parse_recipe(recipe, "r.yaml"); }, {"moda.depth_key", "readers", "reader"});
 }
 
-// Gradients through a stack of MoDA blocks in f64 with reader keys: d/dx by gradcheck; the readers'
-// k-norm weight (it also normalises their own keys) and an FFN writer's k projection (its raw K is
-// what the readers normalise) by central differences against backward().
-TEST(ModaModel, ReaderKeysGradcheckThroughTheBlocks) {
+// Gradients through a stack of MoDA blocks in f64: d/dx by gradcheck; a reader's k-norm weight and an
+// FFN writer's k projection by central differences against backward(). With reader keys the k-norm
+// also normalises the reader's depth keys and the writer's raw K is what the readers normalise (vector
+// gradients); with writer keys the readers (G = 3) leave weights and each layer's two slots are formed
+// together.
+TEST(ModaModel, GradcheckThroughTheBlocks) {
   using fathom::test::random_tensor;
-  for (const char* norm : {"post", "pre"}) {
-    ModelConfig c = moda_config("attn_kv+ffn_kv", norm, "reader");
-    c.d_model = 12;  // 6 query heads, 2 KV heads (G = 3) of dim 2
-    c.ffn_hidden = 16;
-    const int64_t B = 2, T = 5, L = 3;
-    std::vector<std::unique_ptr<Block>> blocks;
-    uint64_t seed = 100;
-    std::vector<Parameter> params;
-    for (int64_t i = 0; i < L; ++i) {
-      blocks.push_back(std::make_unique<Block>(c));
-      for (Parameter& p : blocks.back()->parameters()) {
-        const bool gain = p.init.kind == ParameterInit::Kind::constant;
-        p.var.value() = random_tensor(p.var.shape(), DType::f64, seed++, gain ? 0.5 : -0.6, gain ? 1.5 : 0.6);
-        p.name = "layers." + std::to_string(i) + "." + p.name;
-        params.push_back(p);
+  for (const std::string& key : moda_depth_keys()) {
+    for (const char* norm : {"post", "pre"}) {
+      ModelConfig c = moda_config("attn_kv+ffn_kv", norm, key);
+      c.d_model = 12;  // 6 query heads, 2 KV heads (G = 3) of dim 2
+      c.ffn_hidden = 16;
+      const int64_t B = 2, T = 5, L = 3;
+      std::vector<std::unique_ptr<Block>> blocks;
+      uint64_t seed = 100;
+      std::vector<Parameter> params;
+      for (int64_t i = 0; i < L; ++i) {
+        blocks.push_back(std::make_unique<Block>(c));
+        for (Parameter& p : blocks.back()->parameters()) {
+          const bool gain = p.init.kind == ParameterInit::Kind::constant;
+          p.var.value() = random_tensor(p.var.shape(), DType::f64, seed++, gain ? 0.5 : -0.6, gain ? 1.5 : 0.6);
+          p.name = "layers." + std::to_string(i) + "." + p.name;
+          params.push_back(p);
+        }
       }
-    }
-    const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
-    auto run = [&](const Variable& x) {
-      DepthStream stream(B, T, (L - 1) * c.moda_slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
-                         Device::cpu());
-      Variable h = x;
-      for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, positions, &stream, i + 1 < L);
-      return h;
-    };
-    const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
-    const GradcheckResult r = gradcheck([&](const std::vector<Variable>& in) { return run(in[0]); }, {x});
-    EXPECT_TRUE(r.ok) << norm << ": " << r.message;
+      const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
+      auto run = [&](const Variable& x) {
+        DepthStream stream(B, T, (L - 1) * c.moda_slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
+                           Device::cpu());
+        Variable h = x;
+        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, positions, &stream, i + 1 < L);
+        return h;
+      };
+      const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
+      const GradcheckResult r = gradcheck([&](const std::vector<Variable>& in) { return run(in[0]); }, {x});
+      EXPECT_TRUE(r.ok) << key << "/" << norm << ": " << r.message;
 
-    const Tensor w = random_tensor({B, T, c.d_model}, DType::f64, 8);
-    auto loss = [&]() {
-      NoGrad no_grad;
-      const std::vector<double> y = fathom::test::values(run(Variable(x)).value()), wv = fathom::test::values(w);
-      double l = 0;
-      for (size_t i = 0; i < y.size(); ++i) l += y[i] * wv[i];
-      return l;
-    };
-    for (Parameter& p : params) p.var.set_grad(Tensor());
-    backward(run(Variable(x)), w);
-    for (const char* name : {"layers.2.self_attn.k_norm.weight", "layers.0.mlp.depth_kv.k_proj.weight"}) {
-      const auto it = std::find_if(params.begin(), params.end(), [&](const Parameter& p) { return p.name == name; });
-      ASSERT_NE(it, params.end()) << name;
-      const std::vector<double> analytic = fathom::test::values(it->var.grad());
-      double* values = it->var.value().data<double>();
-      for (int64_t e : {int64_t(0), it->var.shape().numel() / 2, it->var.shape().numel() - 1}) {
-        const double saved = values[e], eps = 1e-6;
-        values[e] = saved + eps;
-        const double up = loss();
-        values[e] = saved - eps;
-        const double down = loss();
-        values[e] = saved;
-        const double numeric = (up - down) / (2 * eps);
-        EXPECT_NEAR(analytic[size_t(e)], numeric, 1e-6 + 1e-4 * std::abs(numeric)) << norm << " " << name << "[" << e << "]";
+      const Tensor w = random_tensor({B, T, c.d_model}, DType::f64, 8);
+      auto loss = [&]() {
+        NoGrad no_grad;
+        const std::vector<double> y = fathom::test::values(run(Variable(x)).value()), wv = fathom::test::values(w);
+        double l = 0;
+        for (size_t i = 0; i < y.size(); ++i) l += y[i] * wv[i];
+        return l;
+      };
+      for (Parameter& p : params) p.var.set_grad(Tensor());
+      backward(run(Variable(x)), w);
+      for (const char* name : {"layers.2.self_attn.k_norm.weight", "layers.0.mlp.depth_kv.k_proj.weight"}) {
+        const auto it = std::find_if(params.begin(), params.end(), [&](const Parameter& p) { return p.name == name; });
+        ASSERT_NE(it, params.end()) << name;
+        const std::vector<double> analytic = fathom::test::values(it->var.grad());
+        double* values = it->var.value().data<double>();
+        for (int64_t e : {int64_t(0), it->var.shape().numel() / 2, it->var.shape().numel() - 1}) {
+          const double saved = values[e], eps = 1e-6;
+          values[e] = saved + eps;
+          const double up = loss();
+          values[e] = saved - eps;
+          const double down = loss();
+          values[e] = saved;
+          const double numeric = (up - down) / (2 * eps);
+          EXPECT_NEAR(analytic[size_t(e)], numeric, 1e-6 + 1e-4 * std::abs(numeric))
+              << key << "/" << norm << " " << name << "[" << e << "]";
+        }
       }
     }
   }
