@@ -475,6 +475,12 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     b.store_depth_grads = true;
     b.d_depth_v_bf16 = buffer + 1;
     expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"d_depth_v_bf16 must be 16-byte aligned"});
+    // Depth weights: instead of any gradient buffer, and from the group kernel only.
+    b.depth_weights_p = b.depth_weights_ds = stats;
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"depth weights or depth-gradient buffers"});
+    b.d_depth_k_bf16 = b.d_depth_v_bf16 = nullptr;
+    if (kernel != cuda::ModaKernel::group)
+      expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"group kernel with G <= 16 only"});
   }
   // An empty slot range reads no depth buffers: they may be null.
   // (The launch itself is not reached here: q is null.)
