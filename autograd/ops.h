@@ -48,19 +48,11 @@ struct LossParts {
 };
 LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_loss_weight,
                         int64_t ignore_index = -100);
-// The same loss for logits handed over (the training step's): when nothing else can read them (no
-// other handle on the variable, no other tensor on their storage) and a gradient is needed, the
-// forward writes expected_grad * d loss / d logits over them in the same pass that computes the loss,
-// and backward only rescales by upstream / expected_grad should the loss receive another gradient
-// than expected_grad (finite, nonzero). Otherwise it is cross_entropy(logits, ...). loss, ce, z and
-// counted are cross_entropy's bit for bit, and so is the gradient when the expected one arrives.
-LossParts cross_entropy_consuming(Variable&& logits, const Tensor& targets, double z_loss_weight, double expected_grad,
-                                  int64_t ignore_index = -100);
 
 // The head and the same loss in one op, for the training step: logits = h weight^T (h [N, d], weight
 // [V, d], read through its compute copy), chunk_rows rows at a time. Each chunk's logits exist only
-// while it is processed: their gradient overwrites them (as in cross_entropy_consuming, for the
-// expected upstream gradient expected_grad) and forms dh and dweight right away; backward hands those
+// while it is processed: their gradient overwrites them (for the expected upstream gradient
+// expected_grad, finite and nonzero) and forms dh and dweight right away; backward hands those
 // over, rescaled by upstream / expected_grad should another gradient arrive. The [N, V] logits are
 // never whole: memory holds one chunk of them, dh, and dweight in the weight's dtype. Without a
 // gradient to form it is cross_entropy(linear(h, weight), ...). targets may be on the host (the

@@ -180,7 +180,7 @@ TEST(GpuModaModel, DepthWeightsMatchTheCpuAndFormTheAddedGradients) {
   const double scale = 0.125;
   for (const int64_t d : {64, 128})
     for (const int64_t G : {1, 2, 3, 4, 8, 16})
-      for (const auto [T, S] : std::vector<std::pair<int64_t, int64_t>>{{7, 5}, {65, 3}, {33, 64}}) {
+      for (const auto& [T, S] : std::vector<std::pair<int64_t, int64_t>>{{7, 5}, {65, 3}, {33, 64}}) {
         const int64_t B = 2, Hk = G >= 8 ? 1 : 2, Hq = G * Hk;
         const std::string what = "d " + std::to_string(d) + " G " + std::to_string(G) + " T " + std::to_string(T) +
                                  " S " + std::to_string(S);
@@ -189,7 +189,7 @@ TEST(GpuModaModel, DepthWeightsMatchTheCpuAndFormTheAddedGradients) {
                        dv = random_input({B, T, S, Hk, d}, DType::bf16, 5);
         Tensor added_k = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu), added_v = added_k.clone();
         std::vector<DepthReader> readers, cpu_readers;
-        for (const auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, S}, {S / 2, S}}) {
+        for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, S}, {S / 2, S}}) {
           const uint64_t seed = uint64_t(10 + begin);
           const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed), grad_o = random_input({B, T, Hq, d}, DType::bf16, seed + 1);
           const DepthSlots gpu_depth{dk.gpu, dv.gpu, begin, end}, cpu_depth{dk.cpu, dv.cpu, begin, end};

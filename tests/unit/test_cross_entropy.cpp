@@ -171,131 +171,11 @@ TEST(CrossEntropy, GradientOverwritesLogitsNothingElseHolds) {
   EXPECT_LE(peak_dropped + size_t(N * V) * sizeof(float), peak_kept);
 }
 
-// ---- The consuming loss: the gradient fused into the forward pass over logits the loss owns ----
-
-namespace {
-
-// The loss over 2 * leaf (a fresh tensor only the loss can see), through the consuming op or the
-// ordinary one with a kept handle; backward with `upstream` (the loss's dtype) as the seed.
-struct LeafGradient {
-  LossParts parts;
-  std::string node;
-  Tensor grad;
-};
-LeafGradient loss_gradient(const Tensor& x0, const Tensor& targets, double zw, int64_t ignore, bool consuming,
-                           double expected, double upstream) {
-  Variable leaf(x0.clone(), /*requires_grad=*/true);
-  LeafGradient r;
-  Variable kept;
-  if (consuming) {
-    r.parts = cross_entropy_consuming(scale(leaf, 2.0), targets, zw, expected, ignore);
-  } else {
-    kept = scale(leaf, 2.0);
-    r.parts = cross_entropy(kept, targets, zw, ignore);
-  }
-  r.node = r.parts.loss.grad_fn()->name();
-  backward(r.parts.loss, Tensor::full(Shape{}, upstream, r.parts.loss.dtype()));
-  r.grad = leaf.grad().clone();
-  return r;
-}
-
-}  // namespace
-
-TEST(CrossEntropyConsuming, FusedGradientEqualsTheUnfusedOne) {
-  const int64_t N = 67, V = 1003;  // large enough for the multi-threaded path
-  const double zw = 1e-2, expected = 0.375;
-  for (DType dt : {DType::f32, DType::f64})
-    for (int64_t ignore : {int64_t(-100), int64_t(5)})
-      for (double upstream : {expected, -1.7}) {
-        const std::string what = std::string(dtype_name(dt)) + " ignore " + std::to_string(ignore) + " upstream " +
-                                 std::to_string(upstream);
-        const Tensor x0 = random_tensor({N, V}, dt, 41, -6, 6);
-        const Tensor targets = targets_with_ignored(N, V, 6, ignore, 42, ignore < 0 ? DType::i64 : DType::i32);
-        const LeafGradient fused = loss_gradient(x0, targets, zw, ignore, true, expected, upstream);
-        const LeafGradient plain = loss_gradient(x0, targets, zw, ignore, false, expected, upstream);
-        EXPECT_EQ(fused.node, "cross_entropy_fused") << what;
-        EXPECT_EQ(plain.node, "cross_entropy") << what;
-        // The same loss, bit for bit.
-        EXPECT_EQ(fused.parts.loss.value().item(), plain.parts.loss.value().item()) << what;
-        EXPECT_EQ(fused.parts.ce, plain.parts.ce) << what;
-        EXPECT_EQ(fused.parts.z, plain.parts.z) << what;
-        EXPECT_EQ(fused.parts.counted, plain.parts.counted) << what;
-        EXPECT_EQ(fused.parts.counted, N - 12) << what;
-        EXPECT_GT(fused.parts.z, 0.0) << what;
-        if (upstream == expected) {
-          EXPECT_EQ(values(fused.grad), values(plain.grad)) << what;  // the same formula on the same lse
-        } else {  // rescaled by upstream / expected: one more rounding
-          const double tol = dt == DType::f32 ? 1e-6 : 1e-14;
-          expect_close(fused.grad, plain.grad, tol * 1e-2, tol, what);
-        }
-      }
-}
-
-// The training step's seeding: backward(scale(loss, 1/3)) delivers exactly the expected gradient
-// 1/3 (rounded as the loss's dtype rounds it), so the fused gradient needs no correction.
-TEST(CrossEntropyConsuming, AScaledSeedOfTheExpectedGradientNeedsNoCorrection) {
-  const Tensor x0 = random_tensor({9, 301}, DType::f32, 43, -4, 4);
-  const Tensor targets = targets_with_ignored(9, 301, 4, -100, 44, DType::i32);
-  auto run = [&](bool consuming) {
-    Variable leaf(x0.clone(), true);
-    Variable kept = consuming ? Variable() : scale(leaf, 1.0);
-    LossParts parts = consuming ? cross_entropy_consuming(scale(leaf, 1.0), targets, 1e-3, 1.0 / 3)
-                                : cross_entropy(kept, targets, 1e-3);
-    backward(scale(parts.loss, 1.0 / 3));
-    return values(leaf.grad());
-  };
-  EXPECT_EQ(run(true), run(false));
-}
-
-// Logits someone can still read are never overwritten: the consuming op then is the ordinary one.
-TEST(CrossEntropyConsuming, HeldLogitsAreNeverOverwritten) {
-  const Tensor x0 = random_tensor({12, 97}, DType::f32, 45, -5, 5);
-  const Tensor targets = targets_with_ignored(12, 97, 5, -100, 46, DType::i64);
-  Variable reference(x0.clone(), true);
-  backward(cross_entropy(reference, targets, 1e-2).loss);
-  auto check = [&](Variable logits, const Tensor& watched, const std::vector<double>& original, const char* what) {
-    LossParts parts = cross_entropy_consuming(std::move(logits), targets, 1e-2, 1.0);
-    EXPECT_EQ(std::string(parts.loss.grad_fn()->name()), "cross_entropy") << what;
-    EXPECT_EQ(values(watched), original) << what << " after the forward";
-    backward(parts.loss);
-    EXPECT_EQ(values(watched), original) << what << " after backward";
-  };
-  {  // another handle on the variable
-    Variable held(x0.clone(), true);
-    check(held, held.value(), values(x0), "a second handle");
-    EXPECT_EQ(values(held.grad()), values(reference.grad()));
-  }
-  {  // another tensor on the storage
-    Tensor tensor = x0.clone();
-    check(Variable(tensor, true), tensor, values(x0), "a tensor on the storage");
-  }
-  {  // a view of part of the storage
-    Tensor whole = x0.clone();
-    const Tensor rows = whole.narrow(2, 4);
-    check(Variable(std::move(whole), true), rows, values(x0.narrow(2, 4)), "a view");
-  }
-}
-
-TEST(CrossEntropyConsuming, WithoutGradientItIsThePlainForward) {
-  const Tensor x0 = random_tensor({7, 50}, DType::f64, 47, -3, 3);
-  const Tensor targets = random_ints({7}, 50, 48);
-  const LossParts want = cross_entropy(Variable(x0), targets, 1e-3);
-  {
-    NoGrad no_grad;
-    const LossParts got = cross_entropy_consuming(Variable(x0.clone(), true), targets, 1e-3, 1.0);
-    EXPECT_FALSE(got.loss.requires_grad());
-    EXPECT_EQ(got.loss.value().item(), want.loss.value().item());
-  }
-  Tensor logits = x0.clone();
-  const LossParts got = cross_entropy_consuming(Variable(logits), targets, 1e-3, 1.0);  // no grad required
-  EXPECT_FALSE(got.loss.requires_grad());
-  EXPECT_EQ(got.ce, want.ce);
-  EXPECT_EQ(values(logits), values(x0));
-}
+// ---- The fused kernels: the gradient formed in the forward pass (linear_cross_entropy's chunks) ----
 
 // The kernels alone: the fused forward returns the forward's outputs and leaves the backward's
 // gradient in the logits; scale_grad_unless_expected leaves the gradient alone in the expected case.
-TEST(CrossEntropyConsuming, KernelsMatchForwardThenBackward) {
+TEST(CrossEntropyWithGrad, KernelsMatchForwardThenBackward) {
   for (DType dt : {DType::f32, DType::f64}) {
     const Tensor x0 = random_tensor({33, 517}, dt, 49, -7, 7);
     const Tensor targets = targets_with_ignored(33, 517, 3, -100, 50, DType::i32);
@@ -316,14 +196,8 @@ TEST(CrossEntropyConsuming, KernelsMatchForwardThenBackward) {
   }
 }
 
-TEST(CrossEntropyConsuming, BadArgumentsAreClearErrors) {
+TEST(CrossEntropyWithGrad, BadArgumentsAreClearErrors) {
   const Tensor targets = random_ints({4}, 10, 51);
-  expect_error([&] { cross_entropy_consuming(Variable(random_tensor({4, 10}, DType::f32, 52), true), targets, 0.0, 0.0); },
-               {"expected_grad", "nonzero", "got 0"});
-  expect_error([&] {
-    cross_entropy_consuming(Variable(random_tensor({4, 10}, DType::f32, 53), true), targets, 0.0, std::nan(""));
-  }, {"expected_grad", "finite"});
-  expect_error([&] { cross_entropy_consuming(Variable(), targets, 0.0, 1.0); }, {"undefined logits"});
   Tensor logits = random_tensor({4, 10}, DType::f32, 54);
   expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full(Shape{}, 1.0, DType::f64)); },
                {"cross_entropy_forward_with_grad", "grad_loss", "should be F32"});

@@ -3,6 +3,7 @@
 // gradient; without a gradient to form it is the plain loss; bad inputs are errors naming the problem.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "autograd/engine.h"
@@ -72,6 +73,22 @@ TEST(LinearCrossEntropy, MatchesTheHeadAndLossOpsForAnyChunking) {
   }
 }
 
+// The training step's seeding: backward(scale(loss, 1/3)) delivers exactly the expected gradient 1/3
+// (rounded as the loss's dtype rounds it), so the gradients formed in the forward need no correction:
+// they are the unchunked ops' for a single chunk, bit for bit.
+TEST(LinearCrossEntropy, AScaledSeedOfTheExpectedGradientNeedsNoCorrection) {
+  const Tensor h0 = random_tensor({9, 12}, DType::f32, 43, -2, 2), w0 = random_tensor({301, 12}, DType::f32, 44);
+  const Tensor targets = targets_every(9, 301, 4, -100, 45);
+  auto run_scaled = [&](bool fused) {
+    Variable h(h0.clone(), true), w(w0.clone(), true);
+    const LossParts parts = fused ? linear_cross_entropy(h, w, targets, 1e-3, 1.0 / 3, 9)
+                                  : cross_entropy(linear(h, w), targets, 1e-3);
+    backward(scale(parts.loss, 1.0 / 3));
+    return std::make_pair(values(h.grad()), values(w.grad()));
+  };
+  EXPECT_EQ(run_scaled(true), run_scaled(false));
+}
+
 TEST(LinearCrossEntropy, AllTargetsIgnoredGiveZeroLossAndGradients) {
   const Tensor h0 = random_tensor({6, 4}, DType::f32, 4), w0 = random_tensor({9, 4}, DType::f32, 5);
   const Tensor targets = Tensor::from_vector<int64_t>({-100, -100, -100, -100, -100, -100}, {6});
@@ -117,7 +134,10 @@ TEST(LinearCrossEntropy, BadInputsAreErrors) {
   fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 1.0, 0); },
                                 {"chunk_rows must be >= 1, got 0"});
   fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 0.0, 8); },
+                                {"expected_grad must be finite and nonzero", "got 0"});
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, std::nan(""), 8); },
                                 {"expected_grad must be finite and nonzero"});
+  fathom::testing::expect_error([&] { linear_cross_entropy(Variable(), w, good, 0.0, 1.0, 8); }, {"undefined input"});
   fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good.narrow(0, 39), 0.0, 1.0, 8); },
                                 {"targets must be [N]"});
   const Variable wrong(random_tensor({9, 5}, DType::f32, 15), true);

@@ -174,7 +174,7 @@ TEST(ModaAttention, SlotGradientsFromWeightsEqualAddedGradients) {
     readers.push_back(r);
   }
   const std::vector<const DepthReader*> all{&readers[0], &readers[1], &readers[2]};
-  for (const auto [first, last] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {2, 4}, {4, 5}}) {
+  for (const auto& [first, last] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {2, 4}, {4, 5}}) {
     const std::vector<SlotGrads> g = depth_slot_grads(all, first, last, Hk, DType::f32);
     ASSERT_EQ(g.size(), size_t(last - first));
     for (int64_t s = first; s < last; ++s) {

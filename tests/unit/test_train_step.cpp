@@ -11,6 +11,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tests/unit/op_test_util.h"
+#include "train/memory_plan.h"
 #include "train/train_step.h"
 
 using namespace fathom;
@@ -69,18 +70,19 @@ TEST(TrainStep, AccumulatedIdenticalMicroBatchesEqualOneBatch) {
   EXPECT_LT(max_diff, 1e-2 * 1e-2);
 }
 
-// The step hands its logits to the loss: the decoder keeps no handle on them, so the loss writes
-// their gradient in its forward pass; the parameter gradients are still the plain loss's, bit for bit.
-TEST(TrainStep, TheLossTakesTheLogitsAndFusesTheirGradient) {
+// The step's head and loss form their gradients in the forward pass, a chunk of rows at a time; the
+// parameter gradients are still the plain head and loss's, bit for bit (one chunk here).
+TEST(TrainStep, TheHeadAndLossFuseTheirGradient) {
   Decoder model(tiny_config());
   ParameterArena arena(model, Device::cpu());
   arena.initialise(5);
   const TokenBatch batch = random_batch(13);
   const int64_t tokens = batch.targets.numel(), vocab = tiny_config().vocab_size;
   {  // the statements of accumulate_gradients
-    Variable logits = reshape(model.forward(batch.inputs), {tokens, vocab});
-    const LossParts loss = cross_entropy_consuming(std::move(logits), batch.targets.view({tokens}), 1e-4, 0.5);
-    EXPECT_EQ(std::string(loss.loss.grad_fn()->name()), "cross_entropy_fused");
+    const Variable h = reshape(model.hidden(batch.inputs), {tokens, tiny_config().d_model});
+    const LossParts loss = linear_cross_entropy(h, model.head_weight(), batch.targets.view({tokens}), 1e-4, 0.5,
+                                                loss_chunk_rows(vocab, dtype_size(h.dtype())));
+    EXPECT_EQ(std::string(loss.loss.grad_fn()->name()), "linear_cross_entropy");
   }
   arena.zero_grad();
   const MicroBatchLoss fused = accumulate_gradients(model, batch, Device::cpu(), 1e-4, 1.0 / 3);
