@@ -69,11 +69,10 @@ struct DepthStream::Buffers {
     int64_t first = slot;
     while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)])
       --first;
-    std::vector<const DepthReader*> overlapping;
-    for (const WeightsReader& r : readers)
-      if (r.reader.begin <= slot && r.reader.end > first) overlapping.push_back(&r.reader);
-    std::vector<SlotGrads> grads =
-        depth_slot_grads(overlapping, first, slot + 1, k.dim(3), slot_dtype[size_t(slot)]);
+    // Every reader still held: depth_slot_grads adds each one to the slots of its range only.
+    std::vector<const DepthReader*> held;
+    for (const WeightsReader& r : readers) held.push_back(&r.reader);
+    std::vector<SlotGrads> grads = depth_slot_grads(held, first, slot + 1, k.dim(3), slot_dtype[size_t(slot)]);
     for (int64_t s = first; s <= slot; ++s) {
       formed[size_t(s)] = true;
       if (s < slot) pending[s] = std::move(grads[size_t(s - first)]);

@@ -53,7 +53,7 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   Variable o;
   if (depth) {
     const int64_t end = depth->slots_written();
-    const int64_t begin = max_slots_ > 0 ? std::max<int64_t>(0, end - max_slots_) : 0;
+    const int64_t begin = moda_first_read_slot(end, max_slots_);
     DepthKeyNorm key_norm;
     if (reader_depth_keys_ && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
     o = depth->attend(q, k, v, begin, end, scale, key_norm);

@@ -68,6 +68,10 @@ int64_t ModelConfig::moda_slots_per_block() const {
   return moda_variant == "attn_kv" ? 1 : 2;
 }
 
+int64_t moda_first_read_slot(int64_t written, int64_t max_slots) {
+  return max_slots > 0 ? std::max<int64_t>(0, written - max_slots) : 0;
+}
+
 std::vector<std::string> model_size_names() {
   std::vector<std::string> names;
   for (const LadderRung& rung : kLadder) names.emplace_back(rung.name);

@@ -61,6 +61,9 @@ std::vector<std::string> model_size_names();
 const std::vector<std::string>& moda_variants();
 // The values of moda.depth_key: "writer", "reader".
 const std::vector<std::string>& moda_depth_keys();
+// The first depth slot a reader sees when `written` slots exist: 0, or with moda.max_slots = S > 0
+// the start of the window of the S most recent ones.
+int64_t moda_first_read_slot(int64_t written, int64_t max_slots);
 
 // Trainable parameters: embeddings, per layer q/k/v/o, the q/k norm weights (when qk_norm), two
 // norms and gate/up/down, MoDA's depth K/V projections and their k-norms; the final norm and the

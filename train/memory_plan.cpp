@@ -112,7 +112,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     depth = 2 * size_t(slots) * slot_elements * act;
     if (depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.moda_depth_key == "reader")) {
       for (int64_t layer = 1; layer < c.n_layers; ++layer) {
-        const int64_t read = c.moda_max_slots > 0 ? std::min(layer * spb, c.moda_max_slots) : layer * spb;
+        const int64_t written = layer * spb, read = written - moda_first_read_slot(written, c.moda_max_slots);
         depth += tokens * size_t(c.n_heads) * (2 * size_t(c.head_dim()) * act + 2 * size_t(read) * 4);
       }
     } else {
