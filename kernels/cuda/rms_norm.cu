@@ -29,6 +29,23 @@ __device__ __forceinline__ float group_sum(float v, float* scratch) {
   else return block_sum(v, scratch);
 }
 
+// Stores one pack of y = x rstd w (+ the residual's pack at the same place, where there is one).
+template <int N, typename T>
+__device__ __forceinline__ void store_normalized_pack(const Pack<T, N>& xv, const T* w, const T* residual, T* y,
+                                                      int64_t row_offset, int64_t c, float rstd) {
+  const Pack<T, N> wv = load_pack<N>(w + c);
+  float add[N] = {};
+  if (residual != nullptr) {
+    const Pack<T, N> rv = load_pack<N>(residual + row_offset + c);
+#pragma unroll
+    for (int k = 0; k < N; ++k) add[k] = to_float(rv.v[k]);
+  }
+  Pack<T, N> out;
+#pragma unroll
+  for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(add[k] + to_float(xv.v[k]) * rstd * to_float(wv.v[k]));
+  store_pack<N>(y + row_offset + c, out);
+}
+
 template <int TPR, int N, typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out,
                                         int64_t rows, int64_t n, float eps) {
@@ -46,20 +63,8 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residua
     ss = group_sum<TPR>(ss, scratch);
     const float rstd = 1.0f / sqrtf(ss / float(n) + eps);
     if (lane == 0) rstd_out[row] = rstd;
-    T* yr = y + row * n;
-    for (int64_t c = int64_t(lane) * N; c < n; c += TPR * N) {
-      const Pack<T, N> v = load_pack<N>(xr + c), wv = load_pack<N>(w + c);
-      float add[N] = {};
-      if (residual != nullptr) {
-        const Pack<T, N> rv = load_pack<N>(residual + row * n + c);
-#pragma unroll
-        for (int k = 0; k < N; ++k) add[k] = to_float(rv.v[k]);
-      }
-      Pack<T, N> out;
-#pragma unroll
-      for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(add[k] + to_float(v.v[k]) * rstd * to_float(wv.v[k]));
-      store_pack<N>(yr + c, out);
-    }
+    for (int64_t c = int64_t(lane) * N; c < n; c += TPR * N)
+      store_normalized_pack<N>(load_pack<N>(xr + c), w, residual, y, row * n, c, rstd);
   }
 }
 
@@ -137,17 +142,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     for (int p = 0; p < PACKS; ++p) {
       const int64_t c = int64_t(p * 32 + lane) * N;
       if (c >= n) continue;
-      const Pack<T, N> wv = load_pack<N>(w + c);
-      float add[N] = {};
-      if (residual != nullptr) {
-        const Pack<T, N> rv = load_pack<N>(residual + row * n + c);
-#pragma unroll
-        for (int k = 0; k < N; ++k) add[k] = to_float(rv.v[k]);
-      }
-      Pack<T, N> out;
-#pragma unroll
-      for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(add[k] + to_float(xv[p].v[k]) * rstd * to_float(wv.v[k]));
-      store_pack<N>(y + row * n + c, out);
+      store_normalized_pack<N>(xv[p], w, residual, y, row * n, c, rstd);
     }
   }
 }
