@@ -114,7 +114,9 @@ struct DepthStream::Buffers {
 
 namespace {
 
-Tensor version_token(Device device) { return Tensor::zeros({1}, DType::f32, device); }
+// The version chain orders nodes only; its values are never read, so a token holds no elements
+// (nothing to fill, and the engine's sums of its gradients touch no memory).
+Tensor version_token(Device device) { return Tensor::empty({0}, DType::f32, device); }
 
 // Inputs (previous version, k, v); output the next version. Backward passes the version gradient
 // on and returns the slot's accumulated depth gradients to the writer, in the writer's dtypes.
