@@ -85,25 +85,38 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
                                          : Tensor::zeros({V, d}, weight.dtype(), x.device()))
                                 : Tensor();
   const Tensor expected = Tensor::full(Shape{}, expected_grad, stats).to(x.device());
-  LossParts parts;
-  parts.counted = total;
+  // Each chunk's loss is a mean over its own counted rows: weighting it by counted_c / total makes
+  // the gradient expected_grad * d(mean over the whole batch) / d logits. The chunks' weights go to
+  // the device in one copy; their loss sums are gathered there and read once, after the last chunk.
+  std::vector<double> chunk_grad(counted.size(), 0.0);
+  for (size_t c = 0; c < counted.size(); ++c)
+    if (total > 0) chunk_grad[c] = expected_grad * double(counted[c]) / double(total);
+  const Tensor grad_losses =
+      Tensor::from_vector(chunk_grad, {int64_t(chunk_grad.size())}).to(stats).to(x.device());
+  // Row c: chunk c's loss sums (F64 [3], kernels/cross_entropy.h), gathered by device copies.
+  Tensor sums = Tensor::empty({int64_t(counted.size()), 3}, DType::f64, x.device());
   for (int64_t chunk = 0, r0 = 0; r0 < N; ++chunk, r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, N - r0);
     const Tensor x_c = x.narrow(r0, rows);
     Tensor grad = matmul(x_c, false, w, true);  // the chunk's logits, about to hold their gradient
-    // Each chunk's loss is a mean over its own counted rows: weighting it by counted_c / total makes
-    // the gradient expected_grad * d(mean over the whole batch) / d logits.
-    const double share = total > 0 ? double(counted[size_t(chunk)]) / double(total) : 0.0;
-    const Tensor grad_loss = Tensor::full(Shape{}, expected_grad * share, stats).to(x.device());
-    const CrossEntropyOutput out =
-        cross_entropy_forward_with_grad(grad, device_targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_loss);
-    parts.ce += out.ce * share;
-    parts.z += out.z * share;
+    const CrossEntropyOutput out = cross_entropy_forward_with_grad(
+        grad, device_targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_losses.narrow(chunk, 1), false);
+    Tensor row = sums.narrow(chunk, 1).view({3});
+    row.copy_from(out.sums);
     if (want_dh) {
       Tensor dh_c = dh.narrow(r0, rows);
       matmul(grad, false, w, false, dh_c);  // dh_c = g_c W
     }
     if (want_dweight) matmul(grad, true, x_c, false, dweight, 1.0, r0 > 0 ? 1.0 : 0.0);  // dW += g_c^T h_c
+  }
+  LossParts parts;
+  parts.counted = total;
+  if (total > 0) {
+    const std::vector<double> s = sums.to_vector<double>();  // the one wait on the device
+    double ce = 0, z = 0;
+    for (size_t c = 0; c < counted.size(); ++c) ce += s[3 * c], z += s[3 * c + 1];
+    parts.ce = ce / double(total);
+    parts.z = z_loss_weight * z / double(total);
   }
   auto node = std::make_shared<LinearCrossEntropyNode>(std::move(dh), std::move(dweight), expected);
   parts.loss = record(Tensor::full(Shape{}, parts.ce + parts.z, stats).to(x.device()), std::move(node), {h, weight});

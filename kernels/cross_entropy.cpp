@@ -73,7 +73,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
 }
 
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss) {
+                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts) {
   const char* op = "cross_entropy_forward_with_grad";
   check_logits_targets(op, logits, targets, z_loss_weight);
   check_grad_loss(op, grad_loss, logits);
@@ -81,9 +81,9 @@ CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor&
   FATHOM_CHECK(!logits.shares_storage_with(targets) && !logits.shares_storage_with(grad_loss), op,
                ": the logits must not share storage with the targets or grad_loss (they are overwritten)");
   if (common_device(op, {&logits, &targets, &grad_loss}).is_cpu())
-    return cpu::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss);
+    return cpu::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss, read_parts);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss);
+  return cuda::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss, read_parts);
 #else
   no_cuda_kernel(op);
 #endif

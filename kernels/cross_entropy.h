@@ -12,6 +12,9 @@ namespace fathom {
 struct CrossEntropyOutput {
   Tensor loss;  // one element (rank 0), stats_dtype(logits): F32 for F32/BF16 logits, F64 for F64
   Tensor lse;   // [N], stats_dtype(logits), for every row (ignored ones too)
+  // F64 [3] on the logits' device: the sums over counted rows of lse - logit[target] and of lse^2,
+  // and the number of counted rows. ce, z and counted below are read from it.
+  Tensor sums;
   double ce = 0;   // mean of lse - logit[target] over counted rows
   double z = 0;    // z_loss_weight * mean of lse^2 over counted rows; loss = ce + z
   int64_t counted = 0;
@@ -34,9 +37,12 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
 // second pass over a logits-sized tensor. Returns what cross_entropy_forward returns, bit for bit,
 // and leaves in `logits` what cross_entropy_backward_into(grad_loss, ...) would write there.
 // grad_loss (one element, stats_dtype(logits)) is the gradient the loss is expected to receive;
-// scale_grad_unless_expected corrects the gradient if another one arrives.
+// scale_grad_unless_expected corrects the gradient if another one arrives. With read_parts false,
+// ce, z and counted are left 0 and only `sums` holds them: on CUDA nothing then waits for the
+// device, so a caller running many chunks reads their summed sums once.
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss);
+                                                   int64_t ignore_index, const Tensor& grad_loss,
+                                                   bool read_parts = true);
 // grad *= upstream / expected, unless upstream equals expected: then nothing is touched (on CUDA the
 // kernel reads the two scalars and exits, so the expected case costs no pass over grad). upstream
 // and expected hold one element each, of one floating dtype; expected must not be 0.
@@ -48,7 +54,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss);
+                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts);
 void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
 }  // namespace cpu
 
@@ -59,7 +65,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss);
+                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts);
 void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
 }  // namespace cuda
 

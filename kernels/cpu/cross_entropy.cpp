@@ -89,6 +89,7 @@ CrossEntropyOutput forward_rows(const Tensor& logits, const Tensor& targets, dou
       ce += ce_row[i];
       z += double(lse[i]) * double(lse[i]);
     }
+    out.sums = Tensor::from_vector<double>({ce, z, double(out.counted)}, {3});
     if (out.counted > 0) {
       out.ce = ce / double(out.counted);
       out.z = z_loss_weight * z / double(out.counted);
@@ -105,8 +106,10 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 }
 
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss) {
-  return forward_rows(logits, targets, z_loss_weight, ignore_index, &logits, &grad_loss);
+                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts) {
+  CrossEntropyOutput out = forward_rows(logits, targets, z_loss_weight, ignore_index, &logits, &grad_loss);
+  if (!read_parts) out.ce = out.z = 0, out.counted = 0;  // the same contract as on CUDA: only `sums` holds them
+  return out;
 }
 
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,

@@ -283,18 +283,19 @@ void read_loss_parts(const Tensor& sums, double z_loss_weight, CrossEntropyOutpu
 // The forward, and with grad_loss defined the gradient fused in over the logits (which then must
 // be writable: the caller owns them).
 CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z_loss_weight, int64_t ignore_index,
-                           const Tensor& grad_loss) {
+                           const Tensor& grad_loss, bool read_parts) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   CrossEntropyOutput out;
   out.lse = Tensor::empty({N}, DType::f32, logits.device());
   out.loss = Tensor::empty(Shape{}, DType::f32, logits.device());
+  out.sums = Tensor::empty({3}, DType::f64, logits.device());
   if (N == 0) {
     out.loss.zero_();
+    out.sums.zero_();
     return out;
   }
   cudaStream_t stream = stream_for(logits.device());
   Tensor row_terms = Tensor::empty({N, 2}, DType::f64, logits.device());
-  Tensor sums = Tensor::empty({3}, DType::f64, logits.device());
   Tensor scale = grad_loss.defined() ? Tensor::empty({1}, DType::f32, logits.device()) : Tensor();
   dispatch_device_float("cross_entropy", logits.dtype(), [&]<typename T>() {
     dispatch_index("cross_entropy", "targets", targets.dtype(), [&]<typename I>() {
@@ -320,12 +321,12 @@ CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z
       }
       CUDA_CHECK_LAUNCH();
       cross_entropy_total_kernel<I><<<1, 1024, 0, stream>>>(terms, tp, N, V, ignore_index, z_loss_weight,
-                                                           static_cast<double*>(sums.raw()),
+                                                           static_cast<double*>(out.sums.raw()),
                                                            static_cast<float*>(out.loss.raw()));
       CUDA_CHECK_LAUNCH();
     });
   });
-  read_loss_parts(sums, z_loss_weight, out);
+  if (read_parts) read_loss_parts(out.sums, z_loss_weight, out);
   return out;
 }
 
@@ -333,12 +334,12 @@ CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z
 
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index) {
-  return forward(logits, targets, z_loss_weight, ignore_index, Tensor());
+  return forward(logits, targets, z_loss_weight, ignore_index, Tensor(), true);
 }
 
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss) {
-  return forward(logits, targets, z_loss_weight, ignore_index, grad_loss);
+                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts) {
+  return forward(logits, targets, z_loss_weight, ignore_index, grad_loss, read_parts);
 }
 
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,

@@ -124,6 +124,15 @@ TEST(GpuCrossEntropy, FusedForwardWritesTheBackwardsGradient) {
       EXPECT_EQ(got.z, plain.z) << what;
       EXPECT_TRUE(bitwise_equal(got.loss, plain.loss)) << what << " loss";
       EXPECT_TRUE(bitwise_equal(got.lse, plain.lse)) << what << " lse";
+      EXPECT_TRUE(bitwise_equal(got.sums, plain.sums)) << what << " sums";
+      // Unread (no wait on the device): the same sums, the parts left for the caller.
+      Tensor unread_logits = logits.gpu.clone();
+      const CrossEntropyOutput unread =
+          cross_entropy_forward_with_grad(unread_logits, targets_gpu, zw, -100, expected, false);
+      EXPECT_EQ(unread.counted, 0) << what;
+      EXPECT_EQ(unread.ce, 0.0) << what;
+      EXPECT_TRUE(bitwise_equal(unread.sums, plain.sums)) << what << " unread sums";
+      EXPECT_TRUE(bitwise_equal(unread_logits, fused)) << what << " unread gradient";
       // The gradient: the unfused kernel's formula on the same lse (bitwise where the compiler
       // contracted both alike; the tolerance allows one rounding of the bf16 output).
       const Tensor unfused = cross_entropy_backward(expected, logits.gpu, targets_gpu, plain.lse, zw, -100);

@@ -188,6 +188,21 @@ TEST(CrossEntropyWithGrad, KernelsMatchForwardThenBackward) {
     const Tensor grad = cross_entropy_backward(expected, x0, targets, plain.lse, 5e-3, -100);
     EXPECT_EQ(values(logits), values(grad));
 
+    // Unread, the parts stay in `sums` only (what the chunked loss gathers), and the rest is unchanged.
+    Tensor unread_logits = x0.clone();
+    const CrossEntropyOutput unread =
+        cross_entropy_forward_with_grad(unread_logits, targets, 5e-3, -100, expected, false);
+    EXPECT_EQ(unread.ce, 0.0);
+    EXPECT_EQ(unread.z, 0.0);
+    EXPECT_EQ(unread.counted, 0);
+    const std::vector<double> sums = unread.sums.to_vector<double>();
+    ASSERT_EQ(sums.size(), 3u);
+    EXPECT_EQ(sums[2], double(plain.counted));
+    EXPECT_NEAR(sums[0] / sums[2], plain.ce, 1e-12 * std::abs(plain.ce));
+    EXPECT_NEAR(5e-3 * sums[1] / sums[2], plain.z, 1e-12 * std::abs(plain.z));
+    EXPECT_EQ(values(unread_logits), values(logits));
+    EXPECT_EQ(values(plain.sums), values(unread.sums));
+
     scale_grad_unless_expected(logits, Tensor::full(Shape{}, 0.8, dt), expected);
     EXPECT_EQ(values(logits), values(grad));
     scale_grad_unless_expected(logits, Tensor::full(Shape{}, -2.0, dt), expected);
