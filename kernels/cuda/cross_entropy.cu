@@ -20,6 +20,9 @@ namespace fathom::cuda {
 namespace {
 
 constexpr int kRowThreads = 512;
+// Blocks of the fused kernel kept on one SM at once: two keep the memory system busy while one
+// block reduces, and bound the rows in flight (whose unstashed part must stay in L2) to 2 per SM.
+constexpr int kFusedBlocksPerSm = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -185,15 +188,6 @@ __global__ void cross_entropy_backward_kernel(const T* logits, T* grad, const I*
   transform_row(logits + row * vocab, grad + row * vocab, vocab, gradient);
 }
 
-// Stores n floats (exact values of T) at p as one pack: 16-byte aligned when n > 1.
-template <typename T, int N>
-__device__ __forceinline__ void store_values(T* p, const float (&values)[N]) {
-  Pack<T, N> pack;
-#pragma unroll
-  for (int k = 0; k < N; ++k) pack.v[k] = from_float<T>(values[k]);
-  store_pack<N>(p, pack);
-}
-
 // The forward and the gradient in one pass over each row (one block per row, the rows kernel's
 // reduction, so lse and the loss terms are the same bits). The row is read from global memory once:
 // its first `stashed` elements are kept in shared memory as they stream by, the rest is read again
@@ -201,7 +195,7 @@ __device__ __forceinline__ void store_values(T* p, const float (&values)[N]) {
 // the blocks per SM). The stash mirrors the row's 16-byte alignment (element j at misalign + j), so
 // its packs are aligned wherever global packs are. The gradient then overwrites the row.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kRowThreads) cross_entropy_fused_kernel(
+__global__ void __launch_bounds__(kRowThreads, kFusedBlocksPerSm) cross_entropy_fused_kernel(
     T* logits, const I* targets, int64_t vocab, int64_t ignore_index, int64_t stash_capacity, const float* scale,
     float z_loss_weight, float* lse_out, double* row_terms, DeviceErrorRecord* errors) {
   extern __shared__ __align__(16) unsigned char stash_bytes[];
@@ -211,10 +205,15 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_fused_kernel(
   const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(x) % 16) / int64_t(sizeof(T));
   // stash_capacity is a whole number of packs, so no pack straddles the stash's end.
   const int64_t stashed = min(vocab, stash_capacity - misalign);
+  // The rows kernel's walk (the same values in the same order per thread, so the same sums), each
+  // pack stashed as it was read.
   RunningSum acc;
-  for_each_pack_in_row(x, vocab, [&](const auto& values, int64_t i) {
-    acc.add(values);
-    if (i < stashed) store_values(stash + misalign + i, values);
+  for_each_raw_pack_in_row(x, vocab, [&]<int M>(const Pack<T, M>& pack, int64_t i) {
+    float v[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) v[k] = to_float(pack.v[k]);
+    acc.add(v);
+    if (i < stashed) store_pack<M>(stash + misalign + i, pack);
   });
   RowTarget target;
   if (threadIdx.x == 0) target = read_row_target(x, targets, row, vocab, ignore_index, errors);
@@ -249,9 +248,6 @@ __global__ void scale_unless_expected_kernel(T* grad, int64_t n, const S* upstre
     grad[i] = from_float<T>(to_float(grad[i]) * ratio);
 }
 
-// Blocks of the fused kernel kept on one SM at once: two keep the memory system busy while one
-// block reduces, and bound the rows in flight (whose unstashed part must stay in L2) to 2 per SM.
-constexpr int kFusedBlocksPerSm = 2;
 // Per-block shared memory the stash leaves to the runtime's reservation and the kernel's own arrays.
 constexpr size_t kSharedReservePerBlock = 2048;
 

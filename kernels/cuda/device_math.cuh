@@ -137,30 +137,31 @@ __device__ __forceinline__ void for_each_pack_batched(int64_t packs, Load&& load
 }
 constexpr int kRowLoadBatch = 4;
 
-// Calls f(values, first_index) over a row [0, n) read by the block's threads (strided): the part
-// between the row's first and last 16-byte boundaries in 16-byte packs (values is float[16 /
-// sizeof(T)]), the ragged ends one element at a time (float[1]); so rows of any length and alignment
-// (a vocabulary of 50257) still stream at full width.
+// Calls f(pack, first_index) over a row [0, n) read by the block's threads (strided): the part
+// between the row's first and last 16-byte boundaries as Pack<T, 16 / sizeof(T)>, the ragged ends
+// one element at a time (Pack<T, 1>); so rows of any length and alignment (a vocabulary of 50257)
+// still stream at full width.
 template <typename T, typename F>
-__device__ __forceinline__ void for_each_pack_in_row(const T* row, int64_t n, F&& f) {
+__device__ __forceinline__ void for_each_raw_pack_in_row(const T* row, int64_t n, F&& f) {
   constexpr int N = 16 / sizeof(T);
   const auto [head, packs] = row_packs(row, n);
-  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) {
-    const float v[1] = {to_float(row[i])};
-    f(v, i);
-  }
+  for (int64_t i = threadIdx.x; i < head; i += blockDim.x) f(load_pack<1>(row + i), i);
   for_each_pack_batched<kRowLoadBatch>(
       packs, [&](int64_t p) { return load_pack<N>(row + head + p * N); },
-      [&](const Pack<T, N>& pack, int64_t p) {
-        float v[N];
+      [&](const Pack<T, N>& pack, int64_t p) { f(pack, head + p * N); });
+  for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x) f(load_pack<1>(row + i), i);
+}
+
+// The same walk with the values as floats: f(values, first_index), values float[16 / sizeof(T)] or
+// float[1].
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_pack_in_row(const T* row, int64_t n, F&& f) {
+  for_each_raw_pack_in_row(row, n, [&]<int M>(const Pack<T, M>& pack, int64_t i) {
+    float v[M];
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[k] = to_float(pack.v[k]);
-        f(v, head + p * N);
-      });
-  for (int64_t i = head + packs * N + threadIdx.x; i < n; i += blockDim.x) {
-    const float v[1] = {to_float(row[i])};
+    for (int k = 0; k < M; ++k) v[k] = to_float(pack.v[k]);
     f(v, i);
-  }
+  });
 }
 
 // out[i] = f(in[i], i) over a row, packed like for_each_pack_in_row when both rows share their offset
