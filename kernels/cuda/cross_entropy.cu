@@ -6,6 +6,7 @@
 // The fused forward does both in one pass over each row (the training step's logits, owned by the
 // loss), with the same row reduction and gradient formula, so its results are the same bits.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "kernels/cross_entropy.h"
@@ -115,18 +116,18 @@ __device__ void write_row_terms(int64_t row, const RowTarget& target, float lse,
 // and 0 on an ignored one (whose gradient is then 0).
 struct RowGradient {
   float l2, coef, g;
-  int64_t t;
+  int t;  // rows are under 2^31 elements (checked at launch): one 32-bit compare per element
   __device__ RowGradient(int64_t target, int64_t vocab, int64_t ignore_index, float scale, float lse,
                          float z_loss_weight) {
     const bool counted = target != ignore_index && target >= 0 && target < vocab;
     g = counted ? scale : 0.0f;
     l2 = lse * kLog2e;
     coef = g * (1.0f + 2.0f * z_loss_weight * lse);
-    t = counted ? target : -1;
+    t = counted ? int(target) : -1;
   }
   __device__ float operator()(float v, int64_t j) const {
     const float p = exp2f(v * kLog2e - l2) * coef;
-    return j == t ? p - g : p;
+    return int(j) == t ? p - g : p;
   }
 };
 
@@ -266,6 +267,11 @@ size_t fused_stash_bytes(int64_t vocab, Device device) {
 
 namespace {
 
+// The row kernels index a row's elements in 32 bits.
+void check_row_width(const char* op, int64_t vocab) {
+  FATHOM_CHECK(vocab <= INT32_MAX, op, ": rows of ", vocab, " logits exceed the CUDA kernels' limit of 2^31 - 1");
+}
+
 // The loss parts from the device sums: the one synchronisation (bad targets raise here too).
 void read_loss_parts(const Tensor& sums, double z_loss_weight, CrossEntropyOutput& out) {
   const std::vector<double> s = sums.to_vector<double>();
@@ -281,6 +287,7 @@ void read_loss_parts(const Tensor& sums, double z_loss_weight, CrossEntropyOutpu
 CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z_loss_weight, int64_t ignore_index,
                            const Tensor& grad_loss, bool read_parts) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
+  check_row_width("cross_entropy", V);
   CrossEntropyOutput out;
   out.lse = Tensor::empty({N}, DType::f32, logits.device());
   out.loss = Tensor::empty(Shape{}, DType::f32, logits.device());
@@ -341,6 +348,7 @@ CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor&
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
+  check_row_width("cross_entropy_backward", V);
   if (N == 0) return;
   cudaStream_t stream = stream_for(logits.device());
   const Tensor g = grad_loss.to(DType::f32);
