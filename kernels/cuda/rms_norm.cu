@@ -165,8 +165,9 @@ __global__ void sum_partial_rows_kernel(const float* partial, int blocks, int64_
   }
 }
 
-// One warp per row up to kMaxWarpRow wide (packs of 4), else one block per row (16-byte packs);
-// element-wise where the width or the addresses do not allow packs.
+// One warp per row up to kMaxWarpRow wide (16-byte packs where every lane gets one, else packs of
+// 4), else one block per row (16-byte packs); element-wise where the width or the addresses do not
+// allow packs.
 template <typename T, typename F>
 void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&& f) {
   constexpr int kWidePack = 16 / sizeof(T);
@@ -180,6 +181,7 @@ void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&&
     if (packed(kWidePack)) return f.template operator()<kThreads, kWidePack>();
     return f.template operator()<kThreads, 1>();
   }
+  if (kWidePack > 4 && n >= 32 * kWidePack && packed(kWidePack)) return f.template operator()<32, kWidePack>();
   if (packed(4)) return f.template operator()<32, 4>();
   return f.template operator()<32, 1>();
 }
