@@ -4,7 +4,8 @@
 // Prints one markdown row per config in that script's columns: median step time -> tokens/s, MFU
 // (train/throughput.h: 6 N + 6 L d T FLOPs per token over the device's dense bf16 peak; none on the
 // CPU) and the allocator's peak of live tensor bytes over the whole run of a config (weights,
-// gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated.
+// gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated, then
+// the peak of what it held from the driver (live and cached blocks), torch.cuda.max_memory_reserved's.
 //
 // Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|selective|block]
 //                         [--warmup N] [--steps N] [--threads N]
@@ -160,9 +161,11 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     const double peak = peak_flops_of(device);
     char mfu[32] = "-";
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
-    const double peak_gib = double(allocator.stats(device).peak) / double(1 << 30);
-    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f |\n", device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), c.size.c_str(),
-                (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib);
+    const MemoryStats memory = allocator.stats(device);
+    const double peak_gib = double(memory.peak) / double(1 << 30), held_gib = double(memory.held_peak) / double(1 << 30);
+    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f | %.1f |\n",
+                device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), c.size.c_str(),
+                (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib);
     std::fflush(stdout);
   }
 #ifdef FATHOM_WITH_CUDA
@@ -177,8 +180,8 @@ int main(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     const Device device = resolve_device(o.device);
     configure_threads(o.threads);
-    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB |\n");
-    std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const BenchConfig& c : o.configs) run_config(c, o, device);
     return 0;
   } catch (const std::exception& e) {

@@ -18,7 +18,8 @@ After the warm-up steps (the first one compiles), every step is timed with CUDA 
 time gives tokens/s. MFU counts 6 N + 6 L d T FLOPs per token (N: parameters without the embedding
 table, as train/throughput.cpp counts them) over the H200's dense bf16 peak, 989 TFLOP/s. Peak memory
 is torch.cuda.max_memory_allocated over the whole run of a config (weights, gradients, AdamW moments,
-activations). Prints one markdown row per config, in the columns bench/bench_train_step prints.
+activations); held is torch.cuda.max_memory_reserved, what PyTorch's caching allocator took from the
+driver (live, cached and fragmented blocks). Prints one markdown row per config, in the columns bench/bench_train_step prints.
 Needs a CUDA GPU, torch and transformers (5.x).
 """
 import argparse
@@ -37,8 +38,8 @@ CONFIGS = {
     "olmo2_1B": (2048, 16, 16, 8192, 4, 4096),
 }
 
-HEADER = ("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+HEADER = ("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def build_model(d, layers, heads, ffn, seq):
@@ -89,9 +90,10 @@ def run_config(name, steps, warmup, lr, clip, loss_mode):
     tokens_per_s = batch * seq / (median_ms / 1e3)
     mfu = tokens_per_s * flops_per_token / PEAK_FLOPS
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
+    held_gib = torch.cuda.max_memory_reserved() / 2**30
     system = "HF+torch.compile" + (" (eager loss)" if loss_mode == "eager" else "")
     print(f"| {system} | {name} | {batch} x {seq} | {median_ms:.1f} | {tokens_per_s:,.0f} | "
-          f"{100 * mfu:.1f}% | {peak_gib:.1f} |", flush=True)
+          f"{100 * mfu:.1f}% | {peak_gib:.1f} | {held_gib:.1f} |", flush=True)
 
     del compiled, model, optimizer
     gc.collect()

@@ -47,9 +47,14 @@ class CpuAllocator final : public Allocator {
       }
     }
     void* p = std::aligned_alloc(64, size);  // 64 bytes: AVX-512 loads and cache lines
-    if (p == nullptr) {
+    {
       std::lock_guard<std::mutex> lock(mutex_);
-      stats_.current -= size;
+      if (p == nullptr) {
+        stats_.current -= size;
+      } else {
+        stats_.held += size;
+        stats_.held_peak = std::max(stats_.held_peak, stats_.held);
+      }
     }
     FATHOM_CHECK(p != nullptr, "out of host memory: could not allocate ", bytes, " bytes");
     return p;
@@ -64,6 +69,7 @@ class CpuAllocator final : public Allocator {
         stats_.cached += size;
         return;
       }
+      stats_.held -= size;
     }
     std::free(ptr);
   }
@@ -82,6 +88,7 @@ class CpuAllocator final : public Allocator {
   void reset_peak(Device) override {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.peak = stats_.current;
+    stats_.held_peak = stats_.held;
   }
 
  private:

@@ -8,12 +8,15 @@
 
 namespace fathom {
 
-// Bytes held by live tensors on one device (current and its high-water mark), and bytes a caching
-// allocator keeps for reuse.
+// Bytes held by live tensors on one device (current and its high-water mark), bytes a caching
+// allocator keeps for reuse, and all it holds from the system or driver (live, cached and not yet
+// reusable blocks) with that total's high-water mark: torch.cuda.max_memory_reserved's counterpart.
 struct MemoryStats {
   size_t current = 0;
   size_t peak = 0;
   size_t cached = 0;
+  size_t held = 0;
+  size_t held_peak = 0;
 };
 
 class Allocator {

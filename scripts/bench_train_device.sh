@@ -27,32 +27,34 @@ echo "== HF transformers + torch.compile"
 timeout 900 python3 "$ROOT/bench/hf_train_reference.py" ${HF_ARGS:-} "$@" 2>&1 | tee "$OUT/hf.md"
 hf_rc=$?
 
-# Rows are '| system | model | batch x seq | step ms | tokens/s | MFU | peak GiB |'; numbers may hold
-# thousands separators.
+# Rows are '| system | model | batch x seq | step ms | tokens/s | MFU | peak GiB | held GiB |'; numbers
+# may hold thousands separators.
 awk -F'|' -v device="$device" -v commit="${FATHOM_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}" -v today="$(date +%Y-%m-%d)" '
   function num(s) { gsub(/[ ,]/, "", s); return s + 0 }
   FNR == 1 { side = (FILENAME ~ /fathom\.md$/) ? "fathom" : "hf" }
   /^\| / && $3 !~ /model|---/ {
     model = $3; gsub(/ /, "", model)
-    row[side, model] = $0; tps[side, model] = num($6); mem[side, model] = num($8); shape[model] = $4
+    row[side, model] = $0; tps[side, model] = num($6); mem[side, model] = num($8); held[side, model] = num($9)
+    shape[model] = $4
     if (!(model in seen)) { seen[model] = 1; order[++n] = model }
   }
   END {
     printf "# Training step: fathom vs HF transformers + torch.compile\n\n%s, commit %s, %s\n\n", device, commit, today
-    print "| model | batch x seq | fathom tok/s | HF tok/s | fathom/HF tok/s | fathom peak GiB | HF peak GiB | fathom/HF memory |"
-    print "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    print "| model | batch x seq | fathom tok/s | HF tok/s | fathom/HF tok/s | fathom peak GiB | HF peak GiB | fathom/HF memory | fathom/HF held |"
+    print "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     for (i = 1; i <= n; ++i) {
       m = order[i]
       f = ((("fathom", m) in tps) && tps["fathom", m] > 0); h = ((("hf", m) in tps) && tps["hf", m] > 0)
-      printf "| %s |%s| %s | %s | %s | %s | %s | %s |\n", m, shape[m],
+      printf "| %s |%s| %s | %s | %s | %s | %s | %s | %s |\n", m, shape[m],
              f ? sprintf("%.0f", tps["fathom", m]) : "failed", h ? sprintf("%.0f", tps["hf", m]) : "failed",
              (f && h) ? sprintf("%.2f", tps["fathom", m] / tps["hf", m]) : "-",
              f ? sprintf("%.1f", mem["fathom", m]) : "-", h ? sprintf("%.1f", mem["hf", m]) : "-",
-             (f && h && mem["hf", m] > 0) ? sprintf("%.2f", mem["fathom", m] / mem["hf", m]) : "-"
+             (f && h && mem["hf", m] > 0) ? sprintf("%.2f", mem["fathom", m] / mem["hf", m]) : "-",
+             (f && h && held["hf", m] > 0) ? sprintf("%.2f", held["fathom", m] / held["hf", m]) : "-"
     }
     print "\nRows as measured:\n"
-    print "| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB |"
-    print "| --- | --- | --- | --- | --- | --- | --- |"
+    print "| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB |"
+    print "| --- | --- | --- | --- | --- | --- | --- | --- |"
     for (i = 1; i <= n; ++i) for (s = 0; s < 2; ++s) {
       key = (s == 0 ? "fathom" : "hf") SUBSEP order[i]
       if (key in row) print row[key]

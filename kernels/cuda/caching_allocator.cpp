@@ -96,6 +96,7 @@ void CachingAllocator::release_free_blocks(int device, DeviceState& state) {
   for (auto& [key, ptr] : state.free_blocks) {
     CUDA_CHECK(cudaFree(ptr));
     state.stats.cached -= key.second;
+    state.stats.held -= key.second;
   }
   state.free_blocks.clear();
 }
@@ -128,6 +129,8 @@ void* CachingAllocator::allocate(size_t bytes, Device device) {
     }
     CUDA_CHECK(status);
     live_[ptr] = Block{ptr, size, device.index, stream, {}};
+    state.stats.held += size;
+    state.stats.held_peak = std::max(state.stats.held_peak, state.stats.held);
   }
   state.stats.current += live_[ptr].size;
   state.stats.peak = std::max(state.stats.peak, state.stats.current);
@@ -157,6 +160,7 @@ void CachingAllocator::deallocate(void* ptr, size_t, Device device) {
   if (!caching_) {
     DeviceScope scope(block.device);
     CUDA_CHECK(cudaFree(ptr));  // waits for the device, so no stream can still be using it
+    state.stats.held -= block.size;
     return;
   }
   if (block.other_streams.empty()) {
@@ -237,6 +241,7 @@ void CachingAllocator::reset_peak(Device device) {
   FATHOM_CHECK(device.index >= 0 && device.index < int(devices_.size()), "memory stats: no device ", device.str());
   MemoryStats& s = devices_[size_t(device.index)].stats;
   s.peak = s.current;
+  s.held_peak = s.held;
 }
 
 }  // namespace fathom::cuda

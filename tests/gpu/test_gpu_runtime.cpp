@@ -101,9 +101,12 @@ TEST(GpuAllocator, ReportsCurrentPeakAndCachedBytesAndReusesBlocks) {
   EXPECT_EQ(after.current, before.current);
   EXPECT_GE(after.peak, before.current + (size_t(40) << 20));
   EXPECT_GE(after.cached, size_t(40) << 20);
+  EXPECT_GE(after.held, after.current + after.cached);  // pending blocks are held too
+  EXPECT_GE(after.held_peak, before.current + (size_t(40) << 20));
   // The same size again reuses the cached block (same stream): no new device memory.
   Tensor again = Tensor::empty({int64_t(10) << 20}, DType::f32, kGpu);
   EXPECT_EQ(again.raw(), first_address);
+  EXPECT_EQ(a.stats(kGpu).held, after.held);
   EXPECT_EQ(a.stats(kGpu).cached, after.cached - (a.stats(kGpu).current - after.current));
   a.reset_peak(kGpu);
   EXPECT_EQ(a.stats(kGpu).peak, a.stats(kGpu).current);

@@ -99,6 +99,10 @@ TEST(Allocator, CountsLiveBytesAndPeakAndReusesBlocks) {
   EXPECT_EQ(after.current, start.current);
   EXPECT_GE(after.peak, start.current + (size_t(1) << 20));
   EXPECT_GE(after.cached, size_t(1) << 20);
+  // The cache still holds the block: held counts it with the live bytes, and reuse adds nothing.
+  EXPECT_EQ(after.held, after.current + after.cached);
+  EXPECT_GE(after.held_peak, start.current + (size_t(1) << 20));
   Tensor again = Tensor::empty({1 << 18}, DType::f32);
   EXPECT_EQ(again.raw(), first_address) << "a freed block of the same size is reused";
+  EXPECT_EQ(host.stats(Device::cpu()).held, after.held);
 }
