@@ -22,6 +22,7 @@ bool depth_reader_leaves_weights(int64_t query_heads_per_kv_head, bool reader_ke
 
 struct DepthStream::Buffers {
   Tensor k, v;
+  bool unwritten_keys_zeroed = false;  // reader keys normalise every slot, written or not
   // stats_dtype(k), allocated by the first reader's backward and not zeroed: a slot's gradients are
   // defined once a reader has put its own there (grad_defined).
   Tensor grad_k, grad_v;
@@ -253,9 +254,10 @@ DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t 
   FATHOM_CHECK(slots >= 1, "a depth stream needs at least one slot");
   FATHOM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
                "a depth stream holds F32, F64 or BF16 values, got ", dtype_name(dtype));
-  // Zeroed so a slot read before it is written (a bug) shows as zeros, never as garbage.
-  buffers_->k = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
-  buffers_->v = Tensor::zeros({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
+  // Not zeroed: the kernels read only slots already written (attend's range), and every write fills
+  // its whole slot. Reader keys zero the unwritten keys before their first norm (attend).
+  buffers_->k = Tensor::empty({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
+  buffers_->v = Tensor::empty({batch, seq_len, slots, kv_heads, head_dim}, dtype, device);
   buffers_->weights_recorded.assign(size_t(slots), 0);
   buffers_->weights_done.assign(size_t(slots), 0);
   buffers_->formed.assign(size_t(slots), false);
@@ -302,7 +304,12 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
     return record(std::move(out.o), std::move(node), {q, k, v, version_});
   }
   // Reader keys: normalise every slot of every token with the reader's weight (slots outside
-  // [begin, end) get no gradient from the softmax, so none flows back to them), then attend.
+  // [begin, end) get no gradient from the softmax, so none flows back to them), then attend. Slots
+  // not yet written hold zeros for it (garbage there would turn the weight's gradient into NaN).
+  if (!buffers_->unwritten_keys_zeroed) {
+    zero_depth_slots(buffers_->k, written_, slots());
+    buffers_->unwritten_keys_zeroed = true;
+  }
   const Shape& s = buffers_->k.shape();
   const bool grad = any_requires_grad({q, k, v, key_norm.weight});
   const Variable raw = grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_})
