@@ -22,8 +22,10 @@ Variable embedding(const Tensor& ids, const Variable& table);
 // Full-width QK-norm passes x [.., Hq*d] with weight [Hq*d]; per-head norm passes x [.., H, d] with [d].
 Variable rms_norm(const Variable& x, const Variable& weight, double eps);
 // residual + rms_norm(x, weight, eps) in one pass over the activations (the post-norm block's
-// residual add); residual has x's shape.
-Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps);
+// residual add); residual has x's shape. With rebuild_from_inputs, selective recompute may rebuild
+// the output from residual and x (the node keeps x; pass it only where other nodes keep residual).
+Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps,
+                           bool rebuild_from_inputs = false);
 
 // Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
 // frequencies optionally rescaled (kernels/rope.h: Llama 3's rule).

@@ -51,13 +51,17 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps) {
   return y;
 }
 
-Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps) {
+Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps,
+                           bool rebuild_from_inputs) {
   FATHOM_CHECK(residual.defined() && x.defined() && weight.defined(), "residual_rms_norm: undefined input");
   const Tensor& w = weight.compute_value();
   RmsNormOutput out = rms_norm_forward(x.value(), w, eps, residual.value());
   if (!any_requires_grad({residual, x, weight})) return Variable(std::move(out.y));
   auto node = std::make_shared<RmsNormNode>(x.value(), w, std::move(out.rstd), weight.dtype(), true);
-  return record(std::move(out.y), std::move(node), {residual, x, weight});
+  Variable y = record(std::move(out.y), std::move(node), {residual, x, weight});
+  if (rebuild_from_inputs)
+    set_rebuild(y, [r = residual.value(), x = x.value(), w, eps] { return rms_norm_forward(x, w, eps, r).y; });
+  return y;
 }
 
 }  // namespace fathom

@@ -36,7 +36,9 @@ Variable Block::forward(const Variable& x, const Tensor& positions, DepthStream*
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
   const Variable attn_out = self_attn_.forward(attn_in, positions, depth, write && !attn_depth_kv_);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, positions);
-  const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out);
+  // Post-norm: the attention's projections keep x and the norm keeps attn_out, so selective
+  // recompute rebuilds h from them rather than keeping it for the FFN's projections.
+  const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out, true);
   const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
   if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, positions);
   const Variable ffn_out = mlp_.forward(ffn_in);

@@ -9,8 +9,8 @@ RMSNorm::RMSNorm(int64_t dim, double eps)
 
 Variable RMSNorm::forward(const Variable& x) const { return rms_norm(x, weight_, eps_); }
 
-Variable RMSNorm::forward_onto(const Variable& residual, const Variable& x) const {
-  return residual_rms_norm(residual, x, weight_, eps_);
+Variable RMSNorm::forward_onto(const Variable& residual, const Variable& x, bool rebuild_from_inputs) const {
+  return residual_rms_norm(residual, x, weight_, eps_, rebuild_from_inputs);
 }
 
 }  // namespace fathom

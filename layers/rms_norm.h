@@ -8,8 +8,10 @@ class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps);
   Variable forward(const Variable& x) const;
-  // residual + forward(x), in one pass (the post-norm block's residual add).
-  Variable forward_onto(const Variable& residual, const Variable& x) const;
+  // residual + forward(x), in one pass (the post-norm block's residual add). With
+  // rebuild_from_inputs, selective recompute rebuilds the sum from residual and x instead of keeping
+  // it: for a residual that other nodes keep anyway.
+  Variable forward_onto(const Variable& residual, const Variable& x, bool rebuild_from_inputs = false) const;
   const Variable& weight() const { return weight_; }
   double eps() const { return eps_; }
 

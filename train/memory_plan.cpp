@@ -21,7 +21,8 @@ struct BlockSaved {
 };
 
 // Selective recompute (layers/recompute.h) drops SwiGLU's output, the pre-norm block's normalised
-// inputs, and RoPE's q and k where QK-norm keeps their input.
+// inputs or the post-norm block's stream after attention, and RoPE's q and k where QK-norm keeps
+// their input.
 BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
   const int64_t d = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), f = c.ffn_hidden;
   const int64_t qk = c.qk_norm ? 1 : 0;
@@ -35,7 +36,7 @@ BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
   s.elements += 3 * f;
   s.stats += 2 + 2 * qk + c.n_heads;  // rstd of each norm, the attention lse per query head
   if (selective) {
-    s.elements -= f + (c.norm == "pre" ? 2 * d : 0);
+    s.elements -= f + (c.norm == "pre" ? 2 * d : d);
     if (c.qk_norm) s.elements -= q + kv;
   }
   return s;

@@ -49,9 +49,10 @@ TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
   EXPECT_EQ(recompute.activations, 12 * tokens * 768 * 2 + 2 * block + head);
   EXPECT_EQ(recompute.logits, bf16.logits);
   EXPECT_EQ(recompute.master_weights, bf16.master_weights);
-  // Selective: per block SwiGLU's output (3072) and RoPE's q and k (2 * 768) are rebuilt, not kept.
+  // Selective: per block SwiGLU's output (3072), RoPE's q and k (2 * 768) and the stream after
+  // attention (768, post-norm) are rebuilt, not kept.
   const MemoryPlan selective = plan_training_memory(olmo2_190m(true, Recompute::selective));
-  const size_t selective_block = tokens * ((16896 - 3072 - 2 * 768) * 2 + 16 * 4);
+  const size_t selective_block = tokens * ((16896 - 3072 - 3 * 768) * 2 + 16 * 4);
   EXPECT_EQ(selective.activations, 12 * selective_block + block + head);
   EXPECT_EQ(selective.logits, bf16.logits);
   // fp32: no bf16 copy, 4-byte activations and logits, the head's weight gradient as a temporary.

@@ -161,7 +161,8 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
 }
 
 // Selective: per block, the SwiGLU product, and RoPE's q and k (whose QK-norm keeps their input) are
-// no longer kept; pre-norm also drops the two normalised inputs; both drop the final norm's output.
+// no longer kept; pre-norm also drops the two normalised inputs, post-norm the stream after attention
+// (h, rebuilt from the block input and the attention's output); both drop the final norm's output.
 TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
   const int64_t B = 4, T = 64;
   const size_t tokens = size_t(B * T);
@@ -170,7 +171,7 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
     const size_t plain = live_after_forward(c, Recompute::none, B, T);
     const size_t selective = live_after_forward(c, Recompute::selective, B, T);
     const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
-    const int64_t per_block = c.ffn_hidden + q + kv + (norm == "pre" ? 2 * c.d_model : 0);
+    const int64_t per_block = c.ffn_hidden + q + kv + (norm == "pre" ? 2 * c.d_model : c.d_model);
     const size_t dropped = tokens * size_t(c.n_layers * per_block + c.d_model) * sizeof(float);
     EXPECT_EQ(plain - selective, dropped) << norm << ": plain " << plain << " B, selective " << selective << " B";
   }
@@ -179,13 +180,13 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
   moda.moda_variant = "attn_kv+ffn_kv";
   const int64_t q = moda.n_heads * moda.head_dim(), kv = moda.n_kv_heads * moda.head_dim();
   EXPECT_EQ(live_after_forward(moda, Recompute::none, B, T) - live_after_forward(moda, Recompute::selective, B, T),
-            tokens * size_t(moda.n_layers * (moda.ffn_hidden + q + kv) + moda.d_model) * sizeof(float));
+            tokens * size_t(moda.n_layers * (moda.ffn_hidden + q + kv + moda.d_model) + moda.d_model) * sizeof(float));
   // Without QK-norm RoPE reads the projection itself, which nothing else keeps: q and k stay.
   ModelConfig c = small_config("post", false);
   c.qk_norm = false;
   const size_t dropped =
       live_after_forward(c, Recompute::none, B, T) - live_after_forward(c, Recompute::selective, B, T);
-  EXPECT_EQ(dropped, tokens * size_t(c.n_layers * c.ffn_hidden + c.d_model) * sizeof(float));
+  EXPECT_EQ(dropped, tokens * size_t(c.n_layers * (c.ffn_hidden + c.d_model) + c.d_model) * sizeof(float));
 }
 
 TEST(RecomputeNames, ParseAndNameRoundTripAndABadNameIsAnError) {
