@@ -39,7 +39,7 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
 // grad_loss (one element, stats_dtype(logits)) is the gradient the loss is expected to receive;
 // scale_grad_unless_expected corrects the gradient if another one arrives. With read_parts false,
 // ce, z and counted are left 0 and only `sums` holds them: on CUDA nothing then waits for the
-// device, so a caller running many chunks reads their summed sums once.
+// device, and a caller running many chunks gathers their sums and reads them once.
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
                                                    int64_t ignore_index, const Tensor& grad_loss,
                                                    bool read_parts = true);
@@ -59,7 +59,8 @@ void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tens
 }  // namespace cpu
 
 namespace cuda {
-// F32 or BF16 logits; forward synchronises once (the loss parts are returned as numbers).
+// F32 or BF16 logits; forward synchronises once (the loss parts are returned as numbers), the fused
+// forward too unless told not to read them.
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index);
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,

@@ -108,7 +108,10 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
                                                    int64_t ignore_index, const Tensor& grad_loss, bool read_parts) {
   CrossEntropyOutput out = forward_rows(logits, targets, z_loss_weight, ignore_index, &logits, &grad_loss);
-  if (!read_parts) out.ce = out.z = 0, out.counted = 0;  // the same contract as on CUDA: only `sums` holds them
+  if (!read_parts) {  // the same contract as on CUDA: only `sums` holds them
+    out.ce = out.z = 0;
+    out.counted = 0;
+  }
   return out;
 }
 
