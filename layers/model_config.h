@@ -20,7 +20,7 @@ struct ModelConfig {
   std::string norm = "post";
   bool qk_norm = true;  // RMSNorm on q and k over the full projected width
   double rope_theta = 500000;
-  RopeScaling rope_scaling;     // frequency scaling of RoPE (Llama 3.1+ checkpoints); none by default
+  RopeScaling rope_scaling{};   // frequency scaling of RoPE (Llama 3.1+ checkpoints); none by default
   bool tie_embeddings = false;  // lm_head reuses model.embed_tokens.weight (one parameter)
   double norm_eps = 1e-6;
   double init_std = 0.02;    // truncated-normal init of every Linear and Embedding ...

@@ -27,14 +27,7 @@ using namespace fathom::test;
 namespace {
 
 ModelConfig tiny_model() {
-  ModelConfig c;
-  c.d_model = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_hidden = 96;
-  c.vocab_size = 97;
-  return c;
+  return {.d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 96, .vocab_size = 97};
 }
 
 struct StepResult {

@@ -24,17 +24,8 @@ namespace {
 
 // Head dim 64 (what the MoDA CUDA kernels support: 64 and 128) and G = 3 (the paper's small models).
 ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
-  ModelConfig c;
-  c.d_model = 384;
-  c.n_layers = 3;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.ffn_hidden = 256;
-  c.vocab_size = 96;
-  c.norm = norm;
-  c.moda_variant = variant;
-  c.moda_depth_key = depth_key;
-  return c;
+  return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
+          .norm = norm, .moda_variant = variant, .moda_depth_key = depth_key};
 }
 
 Tensor token_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {

@@ -17,15 +17,9 @@ using namespace fathom;
 namespace {
 
 ModelConfig tiny_config(const std::string& norm = "post") {
-  ModelConfig c;
-  c.d_model = 24;
-  c.n_layers = 2;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;  // G = 3
-  c.ffn_hidden = 40;
-  c.vocab_size = 37;
-  c.norm = norm;
-  return c;
+  // G = 3.
+  return {.d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 37,
+          .norm = norm};
 }
 
 Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) { return test::lcg_token_ids({B, T}, vocab, seed); }

@@ -16,16 +16,8 @@ namespace fs = std::filesystem;
 namespace {
 
 ModelConfig olmo2_config() {
-  ModelConfig c;
-  c.d_model = 24;
-  c.n_layers = 2;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.ffn_hidden = 40;
-  c.vocab_size = 50;
-  c.rope_theta = 10000;
-  c.norm_eps = 1e-5;
-  return c;
+  return {.d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 50,
+          .rope_theta = 10000, .norm_eps = 1e-5};
 }
 
 ModelConfig llama_config() {

@@ -18,14 +18,7 @@ using namespace fathom;
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.ffn_hidden = 24;
-  c.vocab_size = 19;
-  return c;
+  return {.d_model = 16, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .ffn_hidden = 24, .vocab_size = 19};
 }
 
 // Bitwise equality of the copy with the master weights rounded to its dtype.

@@ -22,17 +22,9 @@ namespace {
 
 ModelConfig moda_config(const std::string& variant, const std::string& norm = "post",
                         const std::string& depth_key = "writer") {
-  ModelConfig c;
-  c.d_model = 24;
-  c.n_layers = 3;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;  // G = 3, as in the paper's small models
-  c.ffn_hidden = 40;
-  c.vocab_size = 31;
-  c.norm = norm;
-  c.moda_variant = variant;
-  c.moda_depth_key = depth_key;
-  return c;
+  // G = 3, as in the paper's small models.
+  return {.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31,
+          .norm = norm, .moda_variant = variant, .moda_depth_key = depth_key};
 }
 
 Tensor ids_for(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {

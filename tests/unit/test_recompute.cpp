@@ -20,16 +20,8 @@ using namespace fathom;
 namespace {
 
 ModelConfig small_config(const std::string& norm, bool tied) {
-  ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_hidden = 48;
-  c.vocab_size = 41;
-  c.norm = norm;
-  c.tie_embeddings = tied;
-  return c;
+  return {.d_model = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 48, .vocab_size = 41,
+          .norm = norm, .tie_embeddings = tied};
 }
 
 // The gradient arena after two micro-batches of forward + backward (so accumulation is covered too).

@@ -20,14 +20,7 @@ using namespace fathom::test;
 namespace {
 
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_hidden = 24;
-  c.vocab_size = 40;
-  return c;
+  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 24, .vocab_size = 40};
 }
 
 TokenBatch random_batch(uint64_t seed) {
