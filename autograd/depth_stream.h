@@ -5,8 +5,8 @@
 // weights, scalars per query row and slot, with their q and dO; the first write node of a layer
 // forms its slots' gradients from all their readers at once (depth_slot_grads). Other readers put
 // vector gradients in a side buffer: the first to run backward over a slot range stores them there
-// (nothing is zeroed or read back), later readers add theirs. A one-element "version" variable
-// chains writes and reads so the engine orders them; no buffer is ever copied per reader.
+// (nothing is zeroed or read back), later readers add theirs. An empty "version" variable chains
+// writes and reads so the engine orders them; no buffer is ever copied per reader.
 //
 // Precision: the value buffers have the stream's dtype (BF16 on the GPU, where the MoDA kernels
 // compute in bf16; F32 or F64 on the CPU); weights and the gradient side buffers are kept in
