@@ -193,3 +193,16 @@ TEST(GpuCrossEntropy, FusedForwardReportsABadTarget) {
   expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full({}, 1.0, DType::f32, kGpu)); },
                {"target 10", "row 2", "[0, 10)"});
 }
+
+// The row kernels index a row in 32 bits: a wider vocabulary is refused before anything runs (no
+// rows here, so nothing is allocated).
+TEST(GpuCrossEntropy, RowsWiderThanThirtyTwoBitsAreAClearError) {
+  FATHOM_REQUIRE_GPU();
+  const Tensor logits = Tensor::empty({0, int64_t(1) << 31}, DType::bf16, kGpu);
+  const Tensor targets = Tensor::empty({0}, DType::i64, kGpu);
+  expect_error([&] { cross_entropy_forward(logits, targets, 0.0, -100); }, {"cross_entropy", "2147483648", "2^31 - 1"});
+  const Tensor lse = Tensor::empty({0}, DType::f32, kGpu);
+  Tensor grad = Tensor::empty({0, int64_t(1) << 31}, DType::bf16, kGpu);
+  expect_error([&] { cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), logits, targets, lse, 0.0, -100, grad); },
+               {"cross_entropy_backward", "2147483648"});
+}
