@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #ifdef FATHOM_WITH_CUDA
@@ -53,6 +54,24 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
 #else
   no_cuda_kernel("attention_backward");
 #endif
+}
+
+double attention_entropy(const Tensor& q, const Tensor& k, double scale) {
+  const AttentionOutput weighted_keys = attention_forward(q, k, k, scale);
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), d = q.dim(3);
+  const std::vector<float> qs = q.to(DType::f32).to(Device::cpu()).to_vector<float>();
+  const std::vector<float> ks = weighted_keys.o.to(DType::f32).to(Device::cpu()).to_vector<float>();
+  const std::vector<float> lse = weighted_keys.lse.to(DType::f32).to(Device::cpu()).to_vector<float>();
+  double total = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const size_t row = size_t(((b * T + t) * Hq + h) * d);
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += double(qs[row + size_t(i)]) * double(ks[row + size_t(i)]);
+        total += double(lse[size_t((b * Hq + h) * T + t)]) - scale * dot;
+      }
+  return total / double(B * T * Hq);
 }
 
 }  // namespace fathom

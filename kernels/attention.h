@@ -22,6 +22,12 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& o, const Tensor& lse, double scale);
 
+// The mean over batch, query heads and positions of the causal softmax's entropy
+// H_t = -sum_j p_tj log p_tj = lse_t - scale * q_t . (sum_j p_tj k_j): one attention pass with the
+// keys as values gives the weighted keys, so no score matrix is formed. For taps and layer rankings
+// (no gradient); the reduction runs on the host in double.
+double attention_entropy(const Tensor& q, const Tensor& k, double scale);
+
 namespace cpu {
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "kernels/attention.h"
 
 namespace fathom {
 
@@ -17,8 +18,7 @@ Attention::Attention(const ModelConfig& c)
       head_dim_(c.head_dim()),
       rope_theta_(c.rope_theta),
       rope_scaling_(c.rope_scaling),
-      max_slots_(c.moda_max_slots),
-      reader_depth_keys_(c.moda_depth_key == "reader"),
+      moda_(c.moda),
       q_proj_(c.d_model, c.n_heads * c.head_dim(), linear_init(c)),
       k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
       v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
@@ -35,7 +35,10 @@ Attention::Attention(const ModelConfig& c)
   }
 }
 
-Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStream* depth, bool write_kv) const {
+Variable Attention::forward(const Variable& x, const MixerContext& context) const {
+  const Tensor& positions = context.positions;
+  DepthStream* depth = context.depth;
+  const bool reader_depth_keys = moda_.depth_key == DepthKey::reader;
   const int64_t B = x.dim(0), T = x.dim(1);
   Variable q = q_proj_.forward(x);
   Variable k = k_proj_.forward(x);
@@ -51,17 +54,40 @@ Variable Attention::forward(const Variable& x, const Tensor& positions, DepthStr
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
   Variable o;
+  if (context.attention_entropy) {
+    FATHOM_CHECK(!depth, "attention entropy taps read the sequence softmax only; this model has MoDA depth reads");
+    *context.attention_entropy = attention_entropy(q.value(), k.value(), scale);
+  }
   if (depth) {
     const int64_t end = depth->slots_written();
-    const int64_t begin = moda_first_read_slot(end, max_slots_);
+    const int64_t begin = moda_first_read_slot(end, moda_.max_slots);
     DepthKeyNorm key_norm;
-    if (reader_depth_keys_ && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
+    if (reader_depth_keys && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
     o = depth->attend(q, k, v, begin, end, scale, key_norm);
-    if (write_kv) depth->write(end, reader_depth_keys_ ? raw_k : k, v);
+    if (context.write_depth) depth->write(end, reader_depth_keys ? raw_k : k, v);
   } else {
     o = attention(q, k, v, scale);
   }
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
+}
+
+LayerCost Attention::cost(const CostQuery& query) const {
+  const int64_t q = n_heads_ * head_dim_, kv = n_kv_heads_ * head_dim_, qk = q_norm_ ? 1 : 0;
+  LayerCost c;
+  c.saved_elements = (1 + qk) * q + q + (1 + qk) * kv + kv;
+  // Selective recompute rebuilds RoPE's outputs from the normed q and k that QK-norm keeps anyway.
+  c.rebuilt_elements = qk ? q + kv : 0;
+  c.saved_stats = 2 * qk + n_heads_;
+  // Scores q.k and the weighted sum of values, causal: 6 d T per token as OLMo-core and PaLM count.
+  c.extra_flops = 6.0 * double(q) * double(query.seq_len);
+  const bool reader_keys = moda_.depth_key == DepthKey::reader;
+  if (moda_.enabled() && query.depth_slots_before > 0 &&
+      depth_reader_leaves_weights(n_heads_ / n_kv_heads_, reader_keys)) {
+    const int64_t read = query.depth_slots_before - moda_first_read_slot(query.depth_slots_before, moda_.max_slots);
+    c.depth_elements = 2 * q;  // q and dO
+    c.depth_stats = 2 * read * n_heads_;
+  }
+  return c;
 }
 
 }  // namespace fathom

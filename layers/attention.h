@@ -1,32 +1,36 @@
-// OLMo2 self-attention: q/k/v projections, QK-norm over the FULL projected width (not per head),
-// RoPE, causal GQA softmax attention, output projection.
+// OLMo2 self-attention, the "attention" layer kind: q/k/v projections, QK-norm over the FULL
+// projected width (not per head), RoPE, causal GQA softmax attention, output projection; with a MoDA
+// depth stream the same softmax also reads earlier layers' slots at each token.
 #pragma once
 #include <memory>
 
-#include "autograd/depth_stream.h"
 #include "layers/linear.h"
 #include "layers/model_config.h"
 #include "layers/rms_norm.h"
+#include "layers/token_mixer.h"
 
 namespace fathom {
 
-class Attention : public Module {
+class Attention : public TokenMixer {
  public:
   explicit Attention(const ModelConfig& config);
-  // x [B, T, d_model]; positions (I32) [T] or [B, T]. With a depth stream (MoDA) the softmax also
-  // reads the most recent written slots (all, or moda.max_slots of them), and when `write_kv` is
-  // set this layer's own K and V go into the next slot. The K is the one this layer used (after
-  // QK-norm and RoPE) with moda.depth_key: writer; with reader it is the raw projection, and this
-  // layer reads every depth key through its own k-norm (no RoPE).
-  Variable forward(const Variable& x, const Tensor& positions, DepthStream* depth = nullptr,
-                   bool write_kv = false) const;
+  // x [B, T, d_model]. With a depth stream the softmax also reads the most recent written slots (all,
+  // or moda.max_slots of them), and with write_depth this layer's own K and V go into the next slot.
+  // The K is the one this layer used (after QK-norm and RoPE) with moda.depth_key: writer; with
+  // reader it is the raw projection, and this layer reads every depth key through its own k-norm (no
+  // RoPE).
+  Variable forward(const Variable& x, const MixerContext& context) const override;
+  // Kept for backward: q and k after projection (when QK-norm keeps them) and after RoPE, v, the
+  // output (o_proj's input); the norms' rstd and the lse per query head. A MoDA reader that leaves
+  // weights (autograd/depth_stream.h) also keeps q, dO and two fp32 weights per head and read slot.
+  LayerCost cost(const CostQuery& query) const override;
+  int64_t depth_slots_written() const override { return moda_.enabled() ? 1 : 0; }
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
   double rope_theta_;
   RopeScaling rope_scaling_;
-  int64_t max_slots_;
-  bool reader_depth_keys_;
+  MoDAConfig moda_;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)
 };

@@ -1,17 +1,19 @@
 #include "layers/block.h"
 
 #include "autograd/ops.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
-Block::Block(const ModelConfig& c)
+Block::Block(const ModelConfig& c, int64_t layer)
     : pre_norm_(c.norm == "pre"),
-      moda_variant_(c.moda_variant),
-      self_attn_(c),
+      d_model_(c.d_model),
+      ffn_hidden_(c.ffn_hidden),
+      mixer_(make_token_mixer(c, layer)),
       mlp_(c),
       attn_norm_(c.d_model, c.norm_eps),
       ffn_norm_(c.d_model, c.norm_eps) {
-  add_child("self_attn", self_attn_);
+  add_child("self_attn", *mixer_);
   add_child("mlp", mlp_);
   if (pre_norm_) {
     add_child("input_layernorm", attn_norm_);
@@ -20,29 +22,49 @@ Block::Block(const ModelConfig& c)
     add_child("post_attention_layernorm", attn_norm_);
     add_child("post_feedforward_layernorm", ffn_norm_);
   }
-  if (moda_variant_ == "extra_attn_kv+ffn_kv") {
+  if (c.moda.extra_attention_writer()) {
     attn_depth_kv_ = std::make_unique<DepthKVProjection>(c);
     add_child("self_attn.depth_kv", *attn_depth_kv_);
   }
-  if (moda_variant_ == "attn_kv+ffn_kv" || moda_variant_ == "extra_attn_kv+ffn_kv") {
+  if (c.moda.ffn_writer()) {
     ffn_depth_kv_ = std::make_unique<DepthKVProjection>(c);
     add_child("mlp.depth_kv", *ffn_depth_kv_);
   }
 }
 
-Variable Block::forward(const Variable& x, const Tensor& positions, DepthStream* depth, bool write_depth) const {
-  const bool write = depth && write_depth;
+Variable Block::forward(const Variable& x, const MixerContext& context) const {
+  DepthStream* depth = context.depth;
+  const bool write = depth && context.write_depth;
   // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
-  const Variable attn_out = self_attn_.forward(attn_in, positions, depth, write && !attn_depth_kv_);
-  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, positions);
-  // Post-norm: the attention's projections keep x and the norm keeps attn_out, so selective
-  // recompute rebuilds h from them rather than keeping it for the FFN's projections.
+  MixerContext mixer_context = context;
+  mixer_context.write_depth = write && !attn_depth_kv_;
+  const Variable attn_out = mixer_->forward(attn_in, mixer_context);
+  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, context.positions);
+  // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
+  // rebuilds h from them rather than keeping it for the FFN's projections.
   const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out, true);
   const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
-  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, positions);
+  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, context.positions);
   const Variable ffn_out = mlp_.forward(ffn_in);
   return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
+}
+
+LayerCost Block::cost(const CostQuery& query) const {
+  LayerCost c = mixer_->cost(query);
+  const int64_t d = d_model_, f = ffn_hidden_;
+  // Residual-width tensors: the block input and the sublayer outputs (post-norm) or the normalised
+  // inputs (pre-norm): four either way. SwiGLU's gate and up, and its output (the down projection's input).
+  c.saved_elements += 4 * d + 3 * f;
+  c.saved_stats += 2;  // the two norms' rstd
+  // Selective recompute rebuilds SwiGLU's output, and the pre-norm block's normalised inputs or the
+  // post-norm block's stream after attention.
+  c.rebuilt_elements += f + (pre_norm_ ? 2 * d : d);
+  return c;
+}
+
+int64_t Block::depth_slots_written() const {
+  return (attn_depth_kv_ ? 1 : mixer_->depth_slots_written()) + (ffn_depth_kv_ ? 1 : 0);
 }
 
 }  // namespace fathom

@@ -1,29 +1,36 @@
-// A decoder block in one of two norm placements:
-//   post (OLMo2 "reordered norm"): h = x + norm_attn(attn(x));  out = h + norm_ffn(mlp(h))
-//   pre  (classic / Llama):        h = x + attn(norm_attn(x));  out = h + mlp(norm_ffn(h))
+// A decoder block: a token mixer (the layer's kind: attention by default, layers/layer_kinds.h) and
+// the SwiGLU MLP, in one of two norm placements:
+//   post (OLMo2 "reordered norm"): h = x + norm_attn(mix(x));  out = h + norm_ffn(mlp(h))
+//   pre  (classic / Llama):        h = x + mix(norm_attn(x));  out = h + mlp(norm_ffn(h))
 // Norm names follow HF: OLMo2 uses post_attention_layernorm / post_feedforward_layernorm on the
 // sublayer outputs; Llama uses input_layernorm and a post_attention_layernorm that is its PRE-MLP norm.
+// The mixer's parameters live under "self_attn" whatever its kind, so a teacher's q/k/v/o load into it.
 #pragma once
 #include <memory>
 
-#include "layers/attention.h"
 #include "layers/depth_kv.h"
 #include "layers/mlp.h"
+#include "layers/token_mixer.h"
 
 namespace fathom {
 
 class Block : public Module {
  public:
-  explicit Block(const ModelConfig& config);
-  // With a depth stream (MoDA), attention reads the slots of earlier blocks; when write_depth is
-  // set the block then writes its own slots (the last block's would never be read).
-  Variable forward(const Variable& x, const Tensor& positions, DepthStream* depth = nullptr,
-                   bool write_depth = false) const;
+  Block(const ModelConfig& config, int64_t layer);
+  // With a depth stream (MoDA), the mixer reads the slots of earlier blocks; with
+  // context.write_depth the block then writes its own slots (the last block's would never be read).
+  Variable forward(const Variable& x, const MixerContext& context) const;
+  // The mixer's cost plus the block's own: its input, the two sublayer outputs or normalised inputs,
+  // SwiGLU's gate, up and output, and the two norms' rstd.
+  LayerCost cost(const CostQuery& query) const;
+  // MoDA slots the block writes when it writes: the attention side's and the FFN writer's.
+  int64_t depth_slots_written() const;
+  const TokenMixer& mixer() const { return *mixer_; }
 
  private:
   bool pre_norm_;
-  std::string moda_variant_;
-  Attention self_attn_;
+  int64_t d_model_, ffn_hidden_;
+  std::unique_ptr<TokenMixer> mixer_;
   MLP mlp_;
   RMSNorm attn_norm_, ffn_norm_;
   std::unique_ptr<DepthKVProjection> attn_depth_kv_, ffn_depth_kv_;  // MoDA writers, by variant

@@ -14,7 +14,7 @@ Decoder::Body::Body(const ModelConfig& c)
       norm(c.d_model, c.norm_eps) {
   add_child("embed_tokens", embed_tokens);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    layers.push_back(std::make_unique<Block>(c));
+    layers.push_back(std::make_unique<Block>(c, i));
     add_child("layers." + std::to_string(i), *layers.back());
   }
   add_child("norm", norm);
@@ -29,13 +29,13 @@ Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config
   }
 }
 
-Variable Decoder::forward(const Tensor& ids) const { return linear(hidden(ids), head_weight()); }
+Variable Decoder::logits(const Tensor& ids) const { return linear(forward(ids).hidden, head_weight()); }
 
 const Variable& Decoder::head_weight() const {
   return lm_head_ ? lm_head_->weight() : model_.embed_tokens.weight();
 }
 
-Variable Decoder::hidden(const Tensor& ids) const {
+ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) const {
   FATHOM_CHECK(ids.rank() == 2, "decoder input ids must be [batch, seq], got ", describe(ids));
   const int64_t T = ids.dim(1);
   std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -43,32 +43,51 @@ Variable Decoder::hidden(const Tensor& ids) const {
   const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
   std::optional<RecomputeCheapOps> selective;
   if (recompute_ == Recompute::selective) selective.emplace();
+  ModelOutput out;
   Variable h = model_.embed_tokens.forward(ids);
   // Shared: with recompute, each block's re-run in backward uses the stream after this forward returns.
   std::shared_ptr<DepthStream> depth;
-  if (config_.moda())
+  if (config_.moda.enabled())
     depth = std::make_shared<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
                                           depth_dtype(ids.device()), ids.device());
   const int64_t L = int64_t(model_.layers.size());
+  if (options.attention_entropy) out.attention_entropy.resize(size_t(L));
   for (int64_t i = 0; i < L; ++i) {
     const Block* block = model_.layers[size_t(i)].get();
     const bool write = i + 1 < L;
-    if (recompute_ != Recompute::block) {
-      h = block->forward(h, positions, depth.get(), write);
+    // Taps are read while the forward runs, so a block asked for one runs as recorded.
+    if (recompute_ != Recompute::block || options.attention_entropy) {
+      MixerContext context{positions, depth.get(), write};
+      context.aux_losses = &out.aux_losses;
+      if (options.attention_entropy) context.attention_entropy = &out.attention_entropy[size_t(i)];
+      h = block->forward(h, context);
     } else if (!depth) {
-      h = checkpoint([block, positions](const Variable& x) { return block->forward(x, positions); }, h);
+      h = checkpoint([block, positions](const Variable& x) { return block->forward(x, MixerContext{positions}); },
+                     h);
     } else {
       // The re-run reads and writes the slots this run does (DepthStream::rewind, tie).
       const int64_t written = depth->slots_written();
       h = checkpoint(
           [block, positions, depth, write, written](const Variable& x) {
             depth->rewind(written);
-            return depth->tie(block->forward(x, positions, depth.get(), write));
+            return depth->tie(block->forward(x, MixerContext{positions, depth.get(), write}));
           },
           h);
     }
+    if (options.layer_outputs) out.layer_outputs.push_back(h);
   }
-  return model_.norm.forward(h);
+  out.hidden = model_.norm.forward(h);
+  return out;
+}
+
+std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {
+  std::vector<LayerCost> costs;
+  int64_t written = 0;
+  for (const auto& block : model_.layers) {
+    costs.push_back(block->cost(CostQuery{seq_len, written}));
+    written += block->depth_slots_written();
+  }
+  return costs;
 }
 
 void Decoder::set_recompute(Recompute recompute) { recompute_ = recompute; }
@@ -81,14 +100,26 @@ std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelC
   return shapes;
 }
 
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t count = 0;
+  for (const auto& [name, shape] : decoder_parameter_shapes(config)) count += shape.numel();
+  return count;
+}
+
 // Every block but the last writes its slots: the last block's would have no reader.
-int64_t Decoder::depth_slots() const { return std::max<int64_t>(config_.n_layers - 1, 1) * config_.moda_slots_per_block(); }
+int64_t Decoder::depth_slots() const {
+  if (!config_.moda.enabled()) return 0;
+  int64_t slots = 0;
+  for (size_t i = 0; i + 1 < model_.layers.size(); ++i) slots += model_.layers[i]->depth_slots_written();
+  // One block still gets a stream to read (none), so the buffers are never empty.
+  return std::max<int64_t>(slots, model_.layers.front()->depth_slots_written());
+}
 
 // The GPU's MoDA kernels read bf16 depth KV; the CPU reference computes in f32.
 DType Decoder::depth_dtype(Device device) { return device.is_cuda() ? DType::bf16 : DType::f32; }
 
 size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len, Device device) const {
-  if (!config_.moda()) return 0;
+  if (!config_.moda.enabled()) return 0;
   return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) *
          dtype_size(depth_dtype(device));
 }

@@ -3,6 +3,7 @@
 // tie_embeddings the lm_head multiplies by model.embed_tokens.weight and has no parameter of its own.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,22 +14,41 @@
 
 namespace fathom {
 
+// Per-layer observations a forward can be asked for (distillation's alignment and layer ranking).
+struct ForwardOptions {
+  bool layer_outputs = false;      // every block's output hidden state [B, T, d]
+  bool attention_entropy = false;  // every layer's mean attention entropy (kinds that have one)
+};
+
+// What a forward returns.
+struct ModelOutput {
+  Variable hidden;                      // the final norm's output [B, T, d] (what the head multiplies)
+  std::vector<NamedLoss> aux_losses;    // in layer order; the objective weighs them by name
+  std::vector<Variable> layer_outputs;  // per block, when asked
+  std::vector<std::optional<double>> attention_entropy;  // per block, when asked (none for kinds without)
+};
+
 class Decoder : public Module {
  public:
   explicit Decoder(const ModelConfig& config);
-  // ids (I32) [B, T] -> logits [B, T, vocab]. Positions are 0..T-1. Activations take the dtype of
-  // the embedding table's compute value: BF16 under mixed precision, else the weights' F32.
-  Variable forward(const Tensor& ids) const;
-  // The final norm's output [B, T, d] (what the head multiplies), and the head's weight [vocab, d]:
-  // lm_head's, or the embedding table when tied. forward(ids) = linear(hidden(ids), head_weight()).
-  Variable hidden(const Tensor& ids) const;
+  // ids (I32) [B, T] -> the output object. Positions are 0..T-1. Activations take the dtype of the
+  // embedding table's compute value: BF16 under mixed precision, else the weights' F32.
+  ModelOutput forward(const Tensor& ids, const ForwardOptions& options = {}) const;
+  // logits [B, T, vocab] = linear(forward(ids).hidden, head_weight()); the head's weight [vocab, d] is
+  // lm_head's, or the embedding table when tied.
+  Variable logits(const Tensor& ids) const;
   const Variable& head_weight() const;
+  // Each block's training cost per token for sequences of seq_len (the memory plan and MFU sum these).
+  std::vector<LayerCost> layer_costs(int64_t seq_len) const;
+  const std::vector<std::unique_ptr<Block>>& blocks() const { return model_.layers; }
   // train.recompute (layers/recompute.h). With block, MoDA's re-run reads and rewrites the same
   // depth slots (DepthStream::rewind / tie), so the gradients are the ordinary ones.
   void set_recompute(Recompute recompute);
   const ModelConfig& config() const { return config_; }
   // Bytes of MoDA's depth K/V buffers for one forward of [batch, seq_len] on `device` (0 without MoDA).
   size_t depth_cache_bytes(int64_t batch, int64_t seq_len, Device device = Device::cpu()) const;
+  // The slots of a forward's depth stream: every block but the last writes (0 without MoDA).
+  int64_t depth_slots() const;
   // The dtype of the depth K/V values on `device`: BF16 on CUDA (the MoDA kernels' input), else F32.
   static DType depth_dtype(Device device);
 
@@ -41,7 +61,6 @@ class Decoder : public Module {
     std::vector<std::unique_ptr<Block>> layers;
     RMSNorm norm;
   };
-  int64_t depth_slots() const;
 
   ModelConfig config_;
   Recompute recompute_ = Recompute::none;
@@ -50,7 +69,10 @@ class Decoder : public Module {
 };
 
 // Every parameter's name and shape for `config`, in the Decoder's order (what a checkpoint of that
-// model holds). Validates the config.
+// model holds), as the layers report them. Validates the config.
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config);
+// Their element count: embeddings, every block's mixer, MLP, norms and MoDA writers, the final norm
+// and the lm_head (none of its own when tie_embeddings).
+int64_t parameter_count(const ModelConfig& config);
 
 }  // namespace fathom

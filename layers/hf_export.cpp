@@ -54,6 +54,9 @@ bool folder_is_empty(const fs::path& dir) {
 }  // namespace
 
 std::string hf_architecture_for(const ModelConfig& c) {
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    FATHOM_CHECK(c.layer_kind(i) == "attention", "export: layer ", i, " is a '", c.layer_kind(i),
+                 "' layer, which Olmo2ForCausalLM and LlamaForCausalLM do not have (they are attention only)");
   if (c.norm == "post" && c.qk_norm) return "Olmo2ForCausalLM";
   if (c.norm == "pre" && !c.qk_norm) return "LlamaForCausalLM";
   FATHOM_FAIL("export: no transformers class has norm: ", c.norm, " with qk_norm: ", c.qk_norm ? "true" : "false",

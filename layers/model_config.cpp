@@ -44,32 +44,15 @@ void ModelConfig::validate() const {
       {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"init_std", init_std}, {"init_cutoff", init_cutoff}};
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
   validate_rope_scaling(rope_scaling);
-  const auto& variants = moda_variants();
-  FATHOM_CHECK(std::find(variants.begin(), variants.end(), moda_variant) != variants.end(),
-               "moda.variant must be one of ", join_names(variants), "; got '", moda_variant, "'");
-  const auto& keys = moda_depth_keys();
-  FATHOM_CHECK(std::find(keys.begin(), keys.end(), moda_depth_key) != keys.end(), "moda.depth_key must be one of ",
-               join_names(keys), "; got '", moda_depth_key, "'");
-  FATHOM_CHECK(moda_max_slots >= 0, "moda.max_slots must be >= 0 (0 reads every slot), got ", moda_max_slots);
+  moda.validate();
+  FATHOM_CHECK(layers.empty() || n_layers % int64_t(layers.size()) == 0, "layers lists ", layers.size(),
+               " kinds, which does not divide n_layers (", n_layers,
+               "): give one kind per layer, or a pattern whose length divides n_layers");
 }
 
-const std::vector<std::string>& moda_variants() {
-  static const std::vector<std::string> variants{"none", "attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"};
-  return variants;
-}
-
-const std::vector<std::string>& moda_depth_keys() {
-  static const std::vector<std::string> keys{"writer", "reader"};
-  return keys;
-}
-
-int64_t ModelConfig::moda_slots_per_block() const {
-  if (!moda()) return 0;
-  return moda_variant == "attn_kv" ? 1 : 2;
-}
-
-int64_t moda_first_read_slot(int64_t written, int64_t max_slots) {
-  return max_slots > 0 ? std::max<int64_t>(0, written - max_slots) : 0;
+const std::string& ModelConfig::layer_kind(int64_t layer) const {
+  static const std::string attention = "attention";
+  return layers.empty() ? attention : layers[size_t(layer) % layers.size()];
 }
 
 std::vector<std::string> model_size_names() {
@@ -94,22 +77,6 @@ ModelConfig named_model_size(const std::string& name) {
   const auto closest = closest_name(name, names);
   FATHOM_FAIL("unknown model size '", name, "'", closest ? "; did you mean '" + *closest + "'?" : std::string(),
               " (known sizes: ", join_names(names), ")");
-}
-
-int64_t parameter_count(const ModelConfig& c) {
-  const int64_t kv_width = c.n_kv_heads * c.head_dim();
-  const int64_t attention = c.d_model * c.d_model * 2 + c.d_model * kv_width * 2;  // q, o and k, v
-  const int64_t qk_norms = c.qk_norm ? c.d_model + kv_width : 0;
-  const int64_t block_norms = 2 * c.d_model;
-  const int64_t swiglu = 3 * c.d_model * c.ffn_hidden;
-  // A depth K/V projection: k and v (d -> kv_width each) and, with writer keys, the k-norm.
-  const int64_t depth_projection = 2 * c.d_model * kv_width + (c.moda_depth_key == "writer" ? kv_width : 0);
-  const int64_t depth_projections = (c.moda_variant == "attn_kv+ffn_kv" ? 1 : 0) +
-                                    (c.moda_variant == "extra_attn_kv+ffn_kv" ? 2 : 0);
-  const int64_t per_layer = attention + qk_norms + block_norms + swiglu + depth_projections * depth_projection;
-  const int64_t embeddings = c.vocab_size * c.d_model;
-  const int64_t lm_head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
-  return embeddings + c.n_layers * per_layer + c.d_model /* final norm */ + lm_head;
 }
 
 }  // namespace fathom

@@ -1,22 +1,38 @@
 #include "layers/parameter_arena.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/random.h"
 
 namespace fathom {
 
-ParameterArena::ParameterArena(const Module& model, Device device) {
+ParameterArena::ParameterArena(const Module& model, Device device, const std::set<std::string>& frozen) {
+  std::set<std::string> unmatched = frozen;
   int64_t total = 0;
   for (const Parameter& p : model.parameters()) {
-    entries_.push_back({p.name, total, p.var.shape(), p.init, p.var});
+    const bool trainable = unmatched.erase(p.name) == 0;
+    entries_.push_back({p.name, 0, total, p.var.shape(), p.init, p.var, trainable});
     total += p.var.shape().numel();
   }
+  FATHOM_CHECK(unmatched.empty(), "cannot freeze '", unmatched.empty() ? "" : *unmatched.begin(),
+               "': the model has no parameter of that name");
+  // Trainable entries first, in model order, so their gradients and moments are one prefix.
+  std::stable_partition(entries_.begin(), entries_.end(), [](const ArenaEntry& e) { return e.trainable; });
+  int64_t offset = 0, trainable = 0;
+  for (ArenaEntry& e : entries_) {
+    e.offset = offset;
+    offset += e.numel();
+    if (e.trainable) trainable = offset;
+  }
   values_ = Tensor::zeros({total}, DType::f32, device);
-  grads_ = Tensor::zeros({total}, DType::f32, device);
+  grads_ = Tensor::zeros({trainable}, DType::f32, device);
   for (ArenaEntry& e : entries_) {
     e.var.value() = values_.narrow(e.offset, e.numel()).view(e.shape);
-    e.var.set_grad(grads_.narrow(e.offset, e.numel()).view(e.shape));
+    if (e.trainable)
+      e.var.set_grad(grads_.narrow(e.offset, e.numel()).view(e.shape));
+    else
+      e.var.impl()->requires_grad = false;
   }
 }
 
@@ -27,7 +43,7 @@ void ParameterArena::initialise(uint64_t seed) {
     if (e.init.kind == ParameterInit::Kind::constant) {
       slice.fill_(e.init.value);
     } else {
-      Generator gen{seed, uint64_t(e.offset)};
+      Generator gen{seed, uint64_t(e.init_offset)};
       fill_truncated_normal(slice, gen, e.init.std, e.init.cutoff);
     }
   }
@@ -54,6 +70,7 @@ void ParameterArena::refresh_compute_copy() {
 std::vector<ParameterArena::Range> ParameterArena::decay_ranges() const {
   std::vector<Range> ranges;
   for (const ArenaEntry& e : entries_) {
+    if (!e.trainable) break;  // the frozen entries follow the trainable ones
     if (!ranges.empty() && ranges.back().weight_decay == e.init.weight_decay && ranges.back().end == e.offset)
       ranges.back().end = e.offset + e.numel();
     else

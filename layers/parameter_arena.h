@@ -6,7 +6,13 @@
 // exposes as VariableImpl::compute (the ops read it; gradients still go to the F32 arena). It is
 // written whenever the F32 values change: by initialise() and load(), and after each optimizer step
 // by the fused AdamW kernel in the same pass (optim/adamw.cpp).
+//
+// Frozen parameters (train.frozen / train.trainable) keep their values but hold no gradient: they sit
+// after the trainable ones in the value arena, the gradient arena (and the optimizer's moments) covers
+// only the trainable ones, and the ops record no weight gradient for them. Without frozen parameters
+// the layout is the model's order.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,21 +23,25 @@ namespace fathom {
 
 struct ArenaEntry {
   std::string name;
-  int64_t offset = 0;  // in elements
+  int64_t offset = 0;       // in elements, into the values (and, when trainable, the gradients)
+  int64_t init_offset = 0;  // where the entry sits in the model's order: its random init's counters
   Shape shape;
   ParameterInit init;
   Variable var;
+  bool trainable = true;
   int64_t numel() const { return shape.numel(); }
 };
 
 class ParameterArena {
  public:
   // Moves every parameter of `model` into the arenas on `device` (values uninitialised until
-  // initialise() or load()).
-  ParameterArena(const Module& model, Device device);
+  // initialise() or load()). Parameters named in `frozen` get no gradient; a name the model does not
+  // have is an error.
+  ParameterArena(const Module& model, Device device, const std::set<std::string>& frozen = {});
 
-  // Deterministic init: each entry draws Philox counters [offset, offset + numel) of `seed`, so a
-  // parameter's values do not depend on the order in which parameters are created.
+  // Deterministic init: each entry draws Philox counters [init_offset, init_offset + numel) of `seed`,
+  // so a parameter's values depend neither on the order in which parameters are created nor on which
+  // are frozen.
   void initialise(uint64_t seed);
   void zero_grad();
 
@@ -44,10 +54,13 @@ class ParameterArena {
   void refresh_compute_copy();
 
   Tensor& values() { return values_; }
+  // The trainable parameters' gradients: [trainable_numel()], the first trainable_numel() values' own.
   Tensor& grads() { return grads_; }
   const std::vector<ArenaEntry>& entries() const { return entries_; }
   int64_t numel() const { return values_.numel(); }
-  // Contiguous [begin, end) element ranges that share a weight-decay setting, in arena order.
+  int64_t trainable_numel() const { return grads_.numel(); }
+  // Contiguous [begin, end) element ranges of the trainable parameters that share a weight-decay
+  // setting, in arena order.
   struct Range {
     int64_t begin, end;
     bool weight_decay;

@@ -23,7 +23,7 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   EvalResult result;
   while (std::optional<TokenBatch> batch = batches.next()) {
     const int64_t rows = batch->inputs.dim(0) * batch->inputs.dim(1);
-    const Variable logits = model.forward(batch->inputs.to(device));
+    const Variable logits = model.logits(batch->inputs.to(device));
     const LossParts loss = cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
                                          batch->targets.to(device).view({rows}), 0.0);
     weighted_loss += loss.ce * double(loss.counted);

@@ -5,42 +5,13 @@
 
 #include "autograd/depth_stream.h"
 #include "core/error.h"
+#include "layers/decoder.h"
 
 namespace fathom {
 
 namespace {
 
 constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream workspace (kernels/cuda/matmul.cpp)
-
-// Elements and fp32 statistics one block keeps per token for its backward, read off the autograd
-// nodes: linears keep their input, RMSNorm its input and rstd, attention q, k, v, o and the lse,
-// SwiGLU gate and up; RoPE, reshapes and adds keep nothing.
-struct BlockSaved {
-  int64_t elements = 0;
-  int64_t stats = 0;  // fp32 values
-};
-
-// Selective recompute (layers/recompute.h) drops SwiGLU's output, the pre-norm block's normalised
-// inputs or the post-norm block's stream after attention, and RoPE's q and k where QK-norm keeps
-// their input.
-BlockSaved block_saved_per_token(const ModelConfig& c, bool selective) {
-  const int64_t d = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), f = c.ffn_hidden;
-  const int64_t qk = c.qk_norm ? 1 : 0;
-  BlockSaved s;
-  // Residual-width tensors: the block input and the sublayer outputs (post-norm) or the normalised
-  // inputs (pre-norm): four either way.
-  s.elements += 4 * d;
-  // q and k after projection (kept by QK-norm) and after RoPE (kept by attention), v, and o.
-  s.elements += (1 + qk) * q + q + (1 + qk) * kv + kv;
-  // SwiGLU's gate and up, and its output (the down projection's input).
-  s.elements += 3 * f;
-  s.stats += 2 + 2 * qk + c.n_heads;  // rstd of each norm, the attention lse per query head
-  if (selective) {
-    s.elements -= f + (c.norm == "pre" ? 2 * d : d);
-    if (c.qk_norm) s.elements -= q + kv;
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -81,46 +52,47 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   const size_t act = in.bf16 ? 2 : 4;  // bytes of an activation element
   const size_t tokens = size_t(in.batch_size) * size_t(in.seq_len);
 
+  const Decoder model(c);  // its parameters are unwritten host allocations: address space, not memory
   MemoryPlan p;
-  p.parameters = parameter_count(c);
-  const size_t n = size_t(p.parameters);
+  p.parameters = 0;
+  for (const Parameter& parameter : model.parameters()) p.parameters += parameter.var.shape().numel();
+  FATHOM_CHECK(in.frozen_parameters >= 0 && in.frozen_parameters <= p.parameters,
+               "memory plan: frozen parameters must be in [0, ", p.parameters, "], got ", in.frozen_parameters);
+  const size_t n = size_t(p.parameters), trainable = size_t(p.parameters - in.frozen_parameters);
   p.master_weights = 4 * n;
   p.compute_weights = in.bf16 ? 2 * n : 0;
-  p.gradients = 4 * n;
-  p.optimizer_state = 8 * n;
+  // Frozen parameters hold no gradient and no optimizer state.
+  p.gradients = 4 * trainable;
+  p.optimizer_state = 8 * trainable;
 
-  auto bytes_per_block = [&](bool selective) {
-    const BlockSaved saved = block_saved_per_token(c, selective);
-    return tokens * (size_t(saved.elements) * act + size_t(saved.stats) * 4);
+  // What each block keeps for its backward, as the block and its mixer report it.
+  auto block_bytes = [&](const LayerCost& cost, bool selective) {
+    const int64_t elements = cost.saved_elements - (selective ? cost.rebuilt_elements : 0);
+    return tokens * (size_t(elements) * act + size_t(cost.saved_stats) * 4);
   };
-  const size_t block = bytes_per_block(false);
   const bool selective = in.recompute == Recompute::selective, rerun = in.recompute == Recompute::block;
-  // Saved across the whole forward: every block's tensors (fewer with selective recompute), or with
-  // block recompute only each block's input.
-  const size_t kept_per_block = rerun ? tokens * size_t(c.d_model) * act : bytes_per_block(selective);
-  // While one block is backpropagated: its gradients in flight (about its activations' size), plus,
-  // with block recompute, its re-run activations.
-  const size_t working = block + (rerun ? block : 0);
+  size_t kept = 0, working = 0, depth = 0;
+  for (const LayerCost& cost : model.layer_costs(in.seq_len)) {
+    // Saved across the whole forward: every block's tensors (fewer with selective recompute), or with
+    // block recompute only each block's input.
+    kept += rerun ? tokens * size_t(c.d_model) * act : block_bytes(cost, selective);
+    // While one block is backpropagated: its gradients in flight (about its activations' size), plus,
+    // with block recompute, its re-run activations.
+    working = std::max(working, block_bytes(cost, false) * (rerun ? 2 : 1));
+    // MoDA readers keep their q, dO and weights until the writers ran, under any recompute.
+    depth += tokens * (size_t(cost.depth_elements) * act + size_t(cost.depth_stats) * 4);
+  }
   // After the blocks: the final norm's input and rstd (the head and loss keep no input, see below).
   const size_t head = tokens * (size_t(c.d_model) * act + 4);
-  size_t depth = 0;
-  if (c.moda()) {
-    // The depth K/V cache of a forward, and what backward keeps for the writers: readers that leave
-    // weights keep them with their q and dO until the writers ran; others fill fp32 gradient buffers
-    // of the cache's shape (autograd/depth_stream.h).
-    const int64_t spb = c.moda_slots_per_block(), slots = std::max<int64_t>(c.n_layers - 1, 1) * spb;
-    const size_t slot_elements = tokens * size_t(c.n_kv_heads * c.head_dim());
-    depth = 2 * size_t(slots) * slot_elements * act;
-    if (depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.moda_depth_key == "reader")) {
-      for (int64_t layer = 1; layer < c.n_layers; ++layer) {
-        const int64_t written = layer * spb, read = written - moda_first_read_slot(written, c.moda_max_slots);
-        depth += tokens * size_t(c.n_heads) * (2 * size_t(c.head_dim()) * act + 2 * size_t(read) * 4);
-      }
-    } else {
-      depth += 2 * size_t(slots) * slot_elements * 4;
-    }
+  if (c.moda.enabled()) {
+    // The depth K/V cache of a forward; readers that leave no weights fill fp32 gradient buffers of the
+    // cache's shape instead (autograd/depth_stream.h).
+    const size_t cache_elements = tokens * size_t(model.depth_slots() * c.n_kv_heads * c.head_dim());
+    depth += 2 * cache_elements * act;
+    if (!depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.moda.depth_key == DepthKey::reader))
+      depth += 2 * cache_elements * 4;
   }
-  p.activations = size_t(c.n_layers) * kept_per_block + working + head + depth;
+  p.activations = kept + working + head + depth;
   // The head and loss (linear_cross_entropy): one chunk of logits at a time (their gradient
   // overwrites them) with its fp32 lse per row, and the gradients it keeps for backward: dh and the
   // head's dW in the weights' fp32.

@@ -17,10 +17,11 @@ struct MemoryPlanInput {
   int64_t seq_len = 0;
   bool bf16 = false;       // mixed precision: bf16 weight copy and activations
   Recompute recompute = Recompute::none;  // train.recompute
+  int64_t frozen_parameters = 0;          // train.frozen: elements with no gradient or optimizer state
 };
 
 struct MemoryPlan {
-  int64_t parameters = 0;
+  int64_t parameters = 0;      // every parameter, frozen ones included
   size_t master_weights = 0;   // fp32 parameter arena
   size_t compute_weights = 0;  // bf16 copy of the arena (mixed precision only)
   size_t gradients = 0;        // fp32 gradient arena

@@ -122,7 +122,8 @@ class RecipeReader {
 
   void read_section(const YAML::Node& mapping, const std::string& section);
   void read_key(const RecipeKey& key, const GivenValue& given, Recipe& recipe) const;
-  StringList read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path) const;
+  StringList read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path,
+                        const std::string& item = "path") const;
   void check_steps_or_tokens(Recipe& recipe) const;
   std::optional<InitModel> read_init_source(Recipe& recipe) const;
   std::optional<std::string> given_run_folder() const;
@@ -191,6 +192,14 @@ void RecipeReader::read_section(const YAML::Node& mapping, const std::string& se
     if (auto [first, inserted] = seen.emplace(path, key.Mark()); !inserted) {
       fail_at(where(key.Mark()),
               "duplicate key '" + path + "' (first given at line " + std::to_string(first->second.line + 1) + ")");
+    }
+    if (!follow_init_from_ && path == "train.z_loss") {
+      // A run saved before the objective had terms: its z-loss weight is train.loss.z_loss now.
+      YAML::Node loss(YAML::NodeType::Map);
+      loss["ce"] = 1;
+      loss["z_loss"] = value;
+      given_["train.loss"] = {loss, where(value.Mark())};
+      continue;
     }
     if (find_recipe_key(path)) {
       // An empty value has no place of its own; its key's is the useful one.
@@ -284,21 +293,54 @@ struct ValueReader {
     scalar();
     if (!YAML::convert<bool>::decode(given.node, field(recipe))) wrong_type();
   }
+  // The index of `text` in the key's choices (-1 when it has none).
+  int64_t choice(const std::string& text, const std::string& path, const std::string& place) const {
+    if (key.choices.empty()) return -1;
+    const auto it = std::find(key.choices.begin(), key.choices.end(), text);
+    if (it == key.choices.end()) {
+      const auto closest = closest_name(text, key.choices);
+      fail_at(place, path + " must be one of " + join_names(key.choices) + "; got '" + text + "'" +
+                         (closest ? " (did you mean '" + *closest + "'?)" : ""));
+    }
+    return it - key.choices.begin();
+  }
   void operator()(std::string& (*field)(Recipe&)) const {
     const std::string& text = scalar();
     if (text.empty()) fail_at(given.where, key.path + " must not be empty");
-    if (!key.choices.empty() && std::find(key.choices.begin(), key.choices.end(), text) == key.choices.end()) {
-      const auto closest = closest_name(text, key.choices);
-      fail_at(given.where, key.path + " must be one of " + join_names(key.choices) + "; got '" + text + "'" +
-                               (closest ? " (did you mean '" + *closest + "'?)" : ""));
-    }
+    choice(text, key.path, given.where);
     field(recipe) = text;
   }
+  template <typename Enum>
+    requires std::is_enum_v<Enum>
+  void operator()(Enum& (*field)(Recipe&)) const {
+    field(recipe) = Enum(choice(scalar(), key.path, given.where));
+  }
   void operator()(StringList& (*field)(Recipe&)) const {
-    field(recipe) = reader.read_paths(given, given.node, key.path);
+    field(recipe) = reader.read_paths(given, given.node, key.path, key.item);
     if (field(recipe).empty() && key.presence == Presence::required) {
-      fail_at(given.where, key.path + " must list at least one path");
+      fail_at(given.where, key.path + " must list at least one " + key.item);
     }
+    for (size_t i = 0; i < field(recipe).size(); ++i)
+      choice(field(recipe)[i], key.path + "[" + std::to_string(i) + "]", given.where);
+  }
+  void operator()(WeightsByName& (*field)(Recipe&)) const {
+    if (!given.node.IsMap()) wrong_type();
+    WeightsByName weights;
+    for (const auto& entry : given.node) {
+      const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      const std::string path = key.path + "." + name;
+      const std::string place = reader.where_inside(given, entry.first);
+      choice(name, key.path, place);
+      const std::optional<double> value = entry.second.IsScalar() ? parse_number(entry.second.Scalar()) : std::nullopt;
+      if (!value) fail_at(reader.where_inside(given, entry.second), path + " must be a number, got " +
+                                                                        describe_node(entry.second));
+      if (!key.range.contains(*value)) {
+        fail_at(reader.where_inside(given, entry.second),
+                path + " must be " + key.range.describe() + ", got " + entry.second.Scalar());
+      }
+      if (!weights.emplace(name, *value).second) fail_at(place, "duplicate name '" + path + "'");
+    }
+    field(recipe) = std::move(weights);
   }
   void operator()(PathsByDomain& (*field)(Recipe&)) const {
     if (!given.node.IsMap()) wrong_type();
@@ -318,20 +360,22 @@ struct ValueReader {
   }
 };
 
-// One path or a list of them.
-StringList RecipeReader::read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path) const {
+// One path (or other item) or a list of them.
+StringList RecipeReader::read_paths(const GivenValue& given, const YAML::Node& node, const std::string& path,
+                                    const std::string& item) const {
   if (node.IsScalar()) {
-    if (node.Scalar().empty()) fail_at(where_inside(given, node), path + " must not be an empty path");
+    if (node.Scalar().empty()) fail_at(where_inside(given, node), path + " must not be an empty " + item);
     return {node.Scalar()};
   }
   if (!node.IsSequence()) {
-    fail_at(where_inside(given, node), path + " must be a path or a list of paths, got " + describe_node(node));
+    fail_at(where_inside(given, node),
+            path + " must be a " + item + " or a list of " + item + "s, got " + describe_node(node));
   }
   StringList paths;
   for (const YAML::Node& element : node) {
     if (!element.IsScalar() || element.Scalar().empty()) {
-      fail_at(where_inside(given, element), path + "[" + std::to_string(paths.size()) + "] must be a path, got " +
-                                                describe_node(element));
+      fail_at(where_inside(given, element), path + "[" + std::to_string(paths.size()) + "] must be a " + item +
+                                                ", got " + describe_node(element));
     }
     paths.push_back(element.Scalar());
   }
@@ -423,7 +467,7 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitMode
     std::visit(
         [&](auto field) {
           if (field(given) == field(from_source)) return;
-          auto text = [](const auto& v) {
+          auto text = [&](const auto& v) {
             using T = std::decay_t<decltype(v)>;
             if constexpr (std::is_same_v<T, bool>) {
               return std::string(v ? "true" : "false");
@@ -433,6 +477,8 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitMode
               return "'" + v + "'";
             } else if constexpr (std::is_integral_v<T>) {
               return std::to_string(v);
+            } else if constexpr (std::is_enum_v<T>) {
+              return "'" + key.choices[size_t(v)] + "'";
             } else {
               return std::string("another value");  // lists are no model keys
             }
@@ -493,6 +539,10 @@ Recipe RecipeReader::resolve() const {
   } catch (const Error& e) {
     fail_at(where_section("model"), "inconsistent model: " + e.message());
   }
+  // Attention everywhere is the default, spelt one way, so equal models compare equal.
+  std::vector<std::string>& layers = recipe.model.layers;
+  if (std::all_of(layers.begin(), layers.end(), [](const std::string& kind) { return kind == "attention"; }))
+    layers.clear();
   return recipe;
 }
 

@@ -57,7 +57,11 @@ struct Recipe {
     int64_t tokens = 0;      // the token budget when the recipe gave `tokens` instead of `steps`; else 0
     std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
     int64_t threads = 0;             // CPU threads; 0 = all cores
-    double z_loss = 1e-5;
+    // The objective's terms and weights (train/objective.h); a given map replaces this one whole.
+    std::map<std::string, double> loss{{"ce", 1.0}, {"z_loss", 1e-5}};
+    // Parameter-name globs (train/parameter_selection.h): train only these / freeze these.
+    std::vector<std::string> trainable;
+    std::vector<std::string> frozen;
     std::string recompute = "none";  // "none" | "selective" | "block" (layers/recompute.h)
     Optimizer optimizer;
     Schedule schedule;

@@ -7,7 +7,9 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "layers/layer_kinds.h"
 #include "layers/recompute.h"
+#include "train/objective.h"
 
 namespace fathom {
 
@@ -55,6 +57,8 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"initializer_range", "std"}},
       {.path = "model.init_cutoff", .field = FIELD(model.init_cutoff), .range = above(0),
        .aliases = {"init_cutoff_factor", "truncation"}},
+      {.path = "model.layers", .field = FIELD(model.layers), .choices = layer_kind_names(),
+       .aliases = {"layer_types", "block_pattern", "layer_pattern", "hybrid_pattern"}, .item = "layer kind"},
       {.path = "model.rope_scaling.type", .field = FIELD(model.rope_scaling.type), .choices = {"none", "llama3"},
        .aliases = {"rope_type"}},
       {.path = "model.rope_scaling.factor", .field = FIELD(model.rope_scaling.factor), .range = above(0),
@@ -66,11 +70,11 @@ std::vector<RecipeKey> build_schema() {
       {.path = "model.rope_scaling.original_max_position", .field = FIELD(model.rope_scaling.original_max_position),
        .range = at_least(1), .aliases = {"original_max_position_embeddings"}},
 
-      {.path = "moda.variant", .field = FIELD(model.moda_variant), .choices = moda_variants(),
+      {.path = "moda.variant", .field = FIELD(model.moda.variant), .choices = moda_variant_names(),
        .aliases = {"depth_kv", "moda_variant"}},
-      {.path = "moda.max_slots", .field = FIELD(model.moda_max_slots), .range = at_least(0),
+      {.path = "moda.max_slots", .field = FIELD(model.moda.max_slots), .range = at_least(0),
        .aliases = {"depth_slots", "slots", "window"}},
-      {.path = "moda.depth_key", .field = FIELD(model.moda_depth_key), .choices = moda_depth_keys(),
+      {.path = "moda.depth_key", .field = FIELD(model.moda.depth_key), .choices = depth_key_names(),
        .aliases = {"depth_keys", "key_source", "depth_key_source"}},
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
@@ -98,8 +102,12 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"dtype", "mixed_precision", "amp"}},
       {.path = "train.threads", .field = FIELD(train.threads), .range = at_least(0),
        .aliases = {"num_threads", "omp_threads"}},
-      {.path = "train.z_loss", .field = FIELD(train.z_loss), .range = at_least(0),
-       .aliases = {"z_loss_weight", "z_loss_multiplier"}},
+      {.path = "train.loss", .field = FIELD(train.loss), .range = at_least(0), .choices = objective_term_names(),
+       .aliases = {"z_loss", "z_loss_weight", "z_loss_multiplier", "loss_weights", "objective"}},
+      {.path = "train.trainable", .field = FIELD(train.trainable),
+       .aliases = {"trainable_parameters", "train_only", "unfrozen"}, .item = "parameter-name glob"},
+      {.path = "train.frozen", .field = FIELD(train.frozen),
+       .aliases = {"freeze", "frozen_parameters", "frozen_params"}, .item = "parameter-name glob"},
       {.path = "train.recompute", .field = FIELD(train.recompute), .choices = recompute_names(),
        .aliases = {"activation_checkpointing", "gradient_checkpointing"}},
       {.path = "train.optimizer.lr", .field = FIELD(train.optimizer.lr), .presence = P::required,
@@ -188,17 +196,24 @@ std::string Range::describe() const {
 }
 
 std::string RecipeKey::describe_type() const {
-  if (!choices.empty()) return "one of " + join_names(choices);
+  const bool names_values = std::holds_alternative<std::string& (*)(Recipe&)>(field) ||
+                            std::holds_alternative<MoDAVariant& (*)(Recipe&)>(field) ||
+                            std::holds_alternative<DepthKey& (*)(Recipe&)>(field);
+  if (names_values && !choices.empty()) return "one of " + join_names(choices);
   struct Describe {
     std::string operator()(int64_t& (*)(Recipe&)) const { return "an integer"; }
     std::string operator()(uint64_t& (*)(Recipe&)) const { return "a non-negative integer"; }
     std::string operator()(double& (*)(Recipe&)) const { return "a number"; }
     std::string operator()(bool& (*)(Recipe&)) const { return "true or false"; }
     std::string operator()(std::string& (*)(Recipe&)) const { return "a string"; }
-    std::string operator()(StringList& (*)(Recipe&)) const { return "a list of paths"; }
+    std::string operator()(StringList& (*)(Recipe&)) const { return "a list of " + item + "s"; }
     std::string operator()(PathsByDomain& (*)(Recipe&)) const { return "a mapping of domain name -> list of paths"; }
+    std::string operator()(WeightsByName& (*)(Recipe&)) const { return "a mapping of name -> number"; }
+    std::string operator()(MoDAVariant& (*)(Recipe&)) const { return ""; }  // enums have choices
+    std::string operator()(DepthKey& (*)(Recipe&)) const { return ""; }
+    const std::string& item;
   };
-  return std::visit(Describe{}, field);
+  return std::visit(Describe{item}, field);
 }
 
 const std::vector<RecipeKey>& recipe_keys() {

@@ -15,11 +15,14 @@ namespace fathom {
 
 using StringList = std::vector<std::string>;
 using PathsByDomain = std::map<std::string, StringList>;
+using WeightsByName = std::map<std::string, double>;
 
-// Where a key's value lives in a Recipe; the alternative held gives the key's value type.
+// Where a key's value lives in a Recipe; the alternative held gives the key's value type. An enum
+// key's choices are its names in the enum's order.
 using RecipeField = std::variant<int64_t& (*)(Recipe&), uint64_t& (*)(Recipe&), double& (*)(Recipe&),
                                  bool& (*)(Recipe&), std::string& (*)(Recipe&), StringList& (*)(Recipe&),
-                                 PathsByDomain& (*)(Recipe&)>;
+                                 PathsByDomain& (*)(Recipe&), WeightsByName& (*)(Recipe&),
+                                 MoDAVariant& (*)(Recipe&), DepthKey& (*)(Recipe&)>;
 
 enum class Presence {
   optional,               // absent: the Recipe member keeps its initializer
@@ -46,8 +49,10 @@ struct RecipeKey {
   RecipeField field;
   Presence presence = Presence::optional;
   Range range{};
-  std::vector<std::string> choices{};  // non-empty: a string that must be one of these
+  // Non-empty: a string (or each entry of a list, or each name of a mapping) must be one of these.
+  std::vector<std::string> choices{};
   std::vector<std::string> aliases{};  // what other stacks call it ("learning_rate"), for suggestions
+  std::string item = "path";           // what a list's entries are, for its messages
 
   std::string describe_type() const;  // "an integer", "a number", "one of post, pre", ...
 };

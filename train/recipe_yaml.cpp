@@ -24,6 +24,7 @@ void write_string(YAML::Emitter& out, const std::string& text) {
 struct ValueWriter {
   YAML::Emitter& out;
   Recipe& recipe;
+  const RecipeKey& key;
 
   void operator()(int64_t& (*field)(Recipe&)) const { out << std::to_string(field(recipe)); }
   void operator()(uint64_t& (*field)(Recipe&)) const { out << std::to_string(field(recipe)); }
@@ -41,6 +42,16 @@ struct ValueWriter {
       write_paths(paths);
     }
     out << YAML::EndMap;
+  }
+  void operator()(WeightsByName& (*field)(Recipe&)) const {
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& [name, weight] : field(recipe)) out << YAML::Key << name << YAML::Value << format_number(weight);
+    out << YAML::EndMap;
+  }
+  template <typename Enum>
+    requires std::is_enum_v<Enum>
+  void operator()(Enum& (*field)(Recipe&)) const {
+    write_string(out, key.choices[size_t(field(recipe))]);
   }
   void write_paths(const StringList& paths) const {
     out << YAML::BeginSeq;
@@ -88,7 +99,7 @@ std::string recipe_to_yaml(const Recipe& recipe) {
       out << YAML::Key << sections[open.size()] << YAML::Value << YAML::BeginMap;
     }
     out << YAML::Key << std::string(last_key_name(key.path)) << YAML::Value;
-    std::visit(ValueWriter{out, values}, key.field);
+    std::visit(ValueWriter{out, values, key}, key.field);
     if (key.path == "train.tokens") {
       out << YAML::Comment(std::to_string(recipe.train.steps) + " steps of " +
                            std::to_string(recipe.train.tokens_per_step()) + " tokens");

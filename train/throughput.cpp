@@ -2,11 +2,17 @@
 
 #include <utility>
 
+#include "layers/decoder.h"
+
 namespace fathom {
 
 double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
-  const double weights = double(parameter_count(c) - c.vocab_size * c.d_model);  // the lookup table does no FLOPs
-  return 6.0 * weights + 6.0 * double(c.n_layers) * double(c.d_model) * double(seq_len);
+  const Decoder model(c);
+  int64_t weights = -c.vocab_size * c.d_model;  // the lookup table does no FLOPs
+  for (const Parameter& p : model.parameters()) weights += p.var.shape().numel();
+  double flops = 6.0 * double(weights);
+  for (const LayerCost& cost : model.layer_costs(seq_len)) flops += cost.extra_flops;
+  return flops;
 }
 
 double dense_bf16_peak_flops(const std::string& device_name) {

@@ -7,8 +7,9 @@
 
 namespace fathom {
 
-// 6 N (forward and backward through every weight but the embedding lookup) + 6 L d T (attention
-// scores and values), per training token, as OLMo-core and the PaLM paper count them.
+// 6 N (forward and backward through every weight but the embedding lookup) plus what each layer
+// reports beyond its weights (attention's scores and values: 6 d T), per training token, as OLMo-core
+// and the PaLM paper count them.
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
 // Dense bf16 tensor-core peak in FLOP/s for a device name as the driver reports it; 0 when unknown

@@ -7,7 +7,6 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "optim/grad_clip.h"
-#include "train/memory_plan.h"
 
 namespace fathom {
 
@@ -25,19 +24,19 @@ std::ostream& operator<<(std::ostream& out, const Note& note) {
 }  // namespace
 
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
-                                    double z_loss_weight, double grad_scale) {
+                                    const Objective& objective, double grad_scale) {
   FATHOM_CHECK(batch.inputs.rank() == 2 && batch.targets.shape() == batch.inputs.shape(),
                "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
                describe(batch.targets));
-  const int64_t tokens = batch.inputs.numel(), vocab = model.config().vocab_size;
-  // The head and the loss run a chunk of rows at a time and form their gradients in the forward pass,
-  // for the gradient the loss will receive (grad_scale): the [tokens, vocab] logits are never whole.
-  const Variable h = reshape(model.hidden(batch.inputs.to(device)), {tokens, model.config().d_model});
-  LossParts loss = linear_cross_entropy(h, model.head_weight(), batch.targets.view({tokens}), z_loss_weight,
-                                        grad_scale, loss_chunk_rows(vocab, dtype_size(h.dtype())));
+  const ObjectiveValue value =
+      objective.evaluate(model, model.forward(batch.inputs.to(device)), batch.targets, grad_scale);
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
-  backward(grad_scale != 1.0 ? scale(loss.loss, grad_scale) : loss.loss);
-  return {loss.ce, loss.z};
+  backward(grad_scale != 1.0 ? scale(value.loss, grad_scale) : value.loss);
+  auto term = [&](const char* name) {
+    const auto it = value.terms.find(name);
+    return it == value.terms.end() ? 0.0 : it->second;
+  };
+  return {term("ce"), term("z_loss"), value.terms};
 }
 
 StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimizer,
@@ -49,12 +48,13 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
   StepResult result;
   for (int64_t micro = 0; micro < settings.grad_accum; ++micro) {
     const MicroBatchLoss loss =
-        accumulate_gradients(model, next_micro_batch(), device, settings.z_loss_weight, 1.0 / accum);
+        accumulate_gradients(model, next_micro_batch(), device, settings.objective, 1.0 / accum);
     FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
                  settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
                  "); lower train.optimizer.lr or check the data.", Note(settings));
     result.loss += loss.ce;
     result.z_loss += loss.z;
+    for (const auto& [name, term] : loss.terms) result.terms[name] += term / accum;
   }
   result.loss /= accum;
   result.z_loss /= accum;

@@ -10,25 +10,28 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
+#include "train/objective.h"
 
 namespace fathom {
 
 struct MicroBatchLoss {
-  double ce = 0;  // mean cross-entropy over the counted targets
-  double z = 0;   // z-loss term (already weighted)
+  double ce = 0;     // mean cross-entropy over the counted targets
+  double z = 0;      // z-loss term (already weighted)
+  TermValues terms;  // every term of the objective (ce and z_loss among them)
 };
 
-// Forward, loss (mean cross-entropy + z_loss_weight * z-loss over the targets that are not -100) and
-// backward of one micro-batch on `device`: adds d(grad_scale * loss)/d(parameter) to the gradients.
-// batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position has none).
+// Forward, objective (train/objective.h; over the targets that are not -100) and backward of one
+// micro-batch on `device`: adds d(grad_scale * loss)/d(parameter) to the gradients of the parameters
+// that have them. batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position
+// has none).
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
-                                    double z_loss_weight, double grad_scale);
+                                    const Objective& objective, double grad_scale);
 
 struct StepSettings {
   int64_t step = 0;          // the number of this step (1-based), for error messages
   double lr = 0;             // learning rate of this step
   double clip = 0;           // max global gradient norm; 0 disables clipping
-  double z_loss_weight = 0;
+  Objective objective = Objective::language_model(0.0);
   int64_t grad_accum = 1;    // micro-batches per step
   // Called only when the step fails: a sentence appended to the error (e.g. where the last checkpoint is).
   std::function<std::string()> failure_note = nullptr;
@@ -37,7 +40,8 @@ struct StepSettings {
 struct StepResult {
   double loss = 0;       // mean cross-entropy over the micro-batches
   double z_loss = 0;     // mean z-loss term over the micro-batches
-  double grad_norm = 0;  // global gradient norm before clipping
+  double grad_norm = 0;  // global gradient norm before clipping (over the trainable parameters)
+  TermValues terms;      // each objective term's mean over the micro-batches
 };
 
 // zero_grad, grad_accum micro-batches from next_micro_batch (each scaled by 1 / grad_accum), clipping

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
@@ -22,6 +23,8 @@
 #include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/model_source.h"
+#include "train/objective.h"
+#include "train/parameter_selection.h"
 #include "train/run_state.h"
 #include "train/stop_signal.h"
 #include "train/throughput.h"
@@ -84,7 +87,15 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
   const bool mixed = uses_mixed_precision(recipe.train.precision, device);
   const Recompute recompute = parse_recompute(recipe.train.recompute);
-  const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute};
+  // Which parameters train, from the layers' own report of their names (no model is built yet).
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : decoder_parameter_shapes(recipe.model)) names.push_back(name);
+  const std::set<std::string> frozen = frozen_parameters(names, recipe.train.trainable, recipe.train.frozen);
+  int64_t frozen_elements = 0;
+  for (const auto& [name, shape] : decoder_parameter_shapes(recipe.model))
+    if (frozen.count(name)) frozen_elements += shape.numel();
+  const Objective objective(recipe.train.loss);
+  const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute, frozen_elements};
   const MemoryPlan memory_plan = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
   // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
@@ -99,7 +110,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
 
   Decoder model(recipe.model);
   model.set_recompute(recompute);
-  ParameterArena arena(model, device);
+  ParameterArena arena(model, device, frozen);
   // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
   if (mixed) arena.enable_compute_copy(DType::bf16);
   if (!recipe.model_init_from.empty() && !options.resume) {
@@ -156,8 +167,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     }
   };
 
-  log_line("fathom train '" + recipe.name + "': " + std::to_string(parameter_count(recipe.model)) +
-           " parameters on " + device.str() + " (" + std::to_string(threads) + " threads), " +
+  log_line("fathom train '" + recipe.name + "': " + std::to_string(arena.numel()) + " parameters" +
+           (frozen.empty() ? "" : " (" + std::to_string(arena.trainable_numel()) + " trainable)") + " on " + device.str() + " (" + std::to_string(threads) + " threads), " +
            std::to_string(total_steps) + " steps of " + std::to_string(B * T * accum) + " tokens" +
            (options.resume ? ", resumed at step " + std::to_string(state.step) : ""));
   std::string precision = mixed ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
@@ -166,8 +177,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   plan_text.pop_back();  // log_line ends the line
   log_line("precision " + precision + ", recompute " + recipe.train.recompute + "; memory plan (estimate):\n" +
            plan_text);
-  if (recipe.model.moda())
-    log_line("MoDA " + recipe.model.moda_variant + ": depth KV cache " +
+  if (recipe.model.moda.enabled())
+    log_line("MoDA " + name_of(recipe.model.moda.variant) + ": depth KV cache " +
              std::to_string(model.depth_cache_bytes(B, T, device) >> 10) + " KiB per micro-batch");
 
   // MFU needs the device's peak; the CPU has no entry and shows none.
@@ -184,7 +195,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   while (state.step < total_steps) {
     const double lr = schedule.lr(state.step);
     StepSettings settings{.step = state.step + 1, .lr = lr, .clip = recipe.train.optimizer.clip,
-                          .z_loss_weight = recipe.train.z_loss, .grad_accum = accum};
+                          .objective = objective, .grad_accum = accum};
     settings.failure_note = [&] {
       const auto last = latest_checkpoint(run_dir);
       return "Last checkpoint: " + (last ? last->string() : std::string("none"));
@@ -210,6 +221,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
       std::vector<std::pair<std::string, double>> fields{
           {"loss", p.loss}, {"z_loss", step.z_loss}, {"lr", lr}, {"grad_norm", grad_norm},
           {"tokens_per_second", p.tokens_per_second}, {"tokens_seen", double(state.tokens_seen)}};
+      // Layer terms of the objective (ce and z_loss are logged above).
+      for (const auto& [name, term] : step.terms)
+        if (name != "ce" && name != "z_loss") fields.emplace_back("loss/" + name, term);
       if (peak_flops > 0) {
         p.mfu = p.tokens_per_second * flops_per_token / peak_flops;
         fields.emplace_back("mfu", p.mfu);

@@ -25,7 +25,7 @@ namespace {
 // Head dim 64 (what the MoDA CUDA kernels support: 64 and 128) and G = 3 (the paper's small models).
 ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
   return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
-          .norm = norm, .moda_variant = variant, .moda_depth_key = depth_key};
+          .norm = norm, .moda = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)}};
 }
 
 Tensor token_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
@@ -44,7 +44,7 @@ StepResult forward_backward(const ModelConfig& config, const Tensor& ids, const 
   ParameterArena arena(model, device);
   arena.initialise(17);
   arena.zero_grad();
-  const Variable logits = model.forward(ids.to(device));
+  const Variable logits = model.logits(ids.to(device));
   const int64_t rows = ids.numel();
   LossParts loss = cross_entropy(reshape(logits, {rows, config.vocab_size}), targets.to(device).view({rows}), 1e-5);
   backward(loss.loss);
@@ -248,7 +248,7 @@ TEST(GpuModaModel, TinyModelForwardBackwardMatchesTheCpu) {
   const int64_t B = 2, T = 45;  // T not a multiple of any tile
   for (const char* variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
     for (const char* norm : {"post", "pre"}) {
-      for (const std::string& key : moda_depth_keys()) {
+      for (const std::string& key : depth_key_names()) {
         const ModelConfig c = tiny_moda(variant, norm, key);
         const std::string what = test_name(variant) + "/" + norm + "/" + key;
         const Tensor ids = token_ids(B, T, c.vocab_size, 1), targets = token_ids(B, T, c.vocab_size, 2);

@@ -60,7 +60,7 @@ inline FathomGradients fathom_loss_and_gradients(const HfGradientFixture& f, con
   arena.load(f.model.weights, "HF fixture");
   arena.zero_grad();
   FathomGradients out;
-  out.loss = accumulate_gradients(model, batch, device, /*z_loss_weight=*/0.0, /*grad_scale=*/1.0).ce;
+  out.loss = accumulate_gradients(model, batch, device, Objective::language_model(0.0), /*grad_scale=*/1.0).ce;
   for (const ArenaEntry& entry : arena.entries()) out.grads.emplace_back(entry.name, entry.var.grad().to(Device::cpu()));
   return out;
 }

@@ -73,7 +73,7 @@ Tensor logits_of(const ModelConfig& config, const TensorMap& weights, const Tens
   Decoder model(config);
   ParameterArena arena(model, Device::cpu());
   arena.load(weights, "test");
-  return model.forward(ids).value();
+  return model.logits(ids).value();
 }
 
 Tensor random_ids(int64_t B, int64_t T, int64_t vocab) {

@@ -40,7 +40,7 @@ inline OverfitLosses overfit_one_batch(SeededModel& m, const Tensor& inputs, con
   OverfitLosses losses;
   for (int step = 0; step < steps; ++step) {
     arena.zero_grad();
-    LossParts loss = cross_entropy(reshape(model.forward(inputs), {tokens, model.config().vocab_size}), targets, 1e-5);
+    LossParts loss = cross_entropy(reshape(model.logits(inputs), {tokens, model.config().vocab_size}), targets, 1e-5);
     if (step == 0) losses.first = loss.ce;
     losses.last = loss.ce;
     backward(loss.loss);

@@ -97,12 +97,12 @@ TEST(Decoder, ForwardShapeAndCausality) {
   fathom::testing::SeededModel seeded(c, 3);
   const Decoder& model = seeded.model;
   Tensor ids = random_ids(2, 9, c.vocab_size, 11);
-  const Tensor logits = model.forward(ids).value();
+  const Tensor logits = model.logits(ids).value();
   EXPECT_EQ(logits.shape(), Shape({2, 9, c.vocab_size}));
   // Changing the last token must not change earlier positions' logits.
   Tensor changed = ids.clone();
   changed.data<int32_t>()[8] = (changed.data<int32_t>()[8] + 1) % int32_t(c.vocab_size);
-  const Tensor logits2 = model.forward(changed).value();
+  const Tensor logits2 = model.logits(changed).value();
   const float* a = logits.data<float>();
   const float* b = logits2.data<float>();
   for (int64_t t = 0; t < 8; ++t)
@@ -118,8 +118,8 @@ TEST(Decoder, BadIdsAreClearErrors) {
   const Decoder& model = seeded.model;
   Tensor ids = random_ids(1, 4, c.vocab_size, 1);
   ids.data<int32_t>()[2] = int32_t(c.vocab_size);
-  EXPECT_THROW(model.forward(ids), Error);
-  EXPECT_THROW(model.forward(random_ids(1, 4, c.vocab_size, 1).view({4})), Error);
+  EXPECT_THROW(model.logits(ids), Error);
+  EXPECT_THROW(model.logits(random_ids(1, 4, c.vocab_size, 1).view({4})), Error);
 }
 
 // The smallest end-to-end check that forward, backward and AdamW fit together.
@@ -184,7 +184,7 @@ TEST(Decoder, TiedEqualsUntiedWithACopiedHeadAndSumsBothGradients) {
   const std::vector<int32_t> targets_v = random_ids(1, 14, tied_config.vocab_size, 6).to_vector<int32_t>();
   const Tensor targets = Tensor::from_vector(targets_v, {14});
   auto loss_of = [&](const Decoder& m) {
-    return cross_entropy(reshape(m.forward(ids), {14, tied_config.vocab_size}), targets, 0.0).loss;
+    return cross_entropy(reshape(m.logits(ids), {14, tied_config.vocab_size}), targets, 0.0).loss;
   };
   tied_arena.zero_grad();
   untied_arena.zero_grad();

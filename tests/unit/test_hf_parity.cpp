@@ -23,7 +23,7 @@ Tensor fathom_logits(const HfModel& hf, const Tensor& ids) {
   Decoder model(hf.config);
   ParameterArena arena(model, Device::cpu());
   arena.load(hf.weights, "fixture");
-  return model.forward(ids).value();
+  return model.logits(ids).value();
 }
 
 // Printed as well as checked, so the test log records how close the match is.

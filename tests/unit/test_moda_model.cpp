@@ -24,7 +24,7 @@ ModelConfig moda_config(const std::string& variant, const std::string& norm = "p
                         const std::string& depth_key = "writer") {
   // G = 3, as in the paper's small models.
   return {.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31,
-          .norm = norm, .moda_variant = variant, .moda_depth_key = depth_key};
+          .norm = norm, .moda = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)}};
 }
 
 Tensor ids_for(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
@@ -34,7 +34,7 @@ Tensor ids_for(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
 }
 
 std::vector<float> logits_of(const ModelConfig& c, const Tensor& ids, uint64_t seed) {
-  return fathom::testing::SeededModel(c, seed).model.forward(ids).value().to_vector<float>();
+  return fathom::testing::SeededModel(c, seed).model.logits(ids).value().to_vector<float>();
 }
 
 }  // namespace
@@ -43,14 +43,14 @@ TEST(ModaModel, VariantNoneIsPlainOlmo2BitForBit) {
   ModelConfig plain = moda_config("none");
   const Tensor ids = ids_for(2, 9, plain.vocab_size, 3);
   ModelConfig none = plain;
-  none.moda_max_slots = 4;  // irrelevant without depth
+  none.moda.max_slots = 4;  // irrelevant without depth
   EXPECT_EQ(logits_of(plain, ids, 5), logits_of(none, ids, 5));
 }
 
 TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
-  for (const std::string& variant : moda_variants()) {
+  for (const std::string& variant : moda_variant_names()) {
     for (const char* norm : {"post", "pre"}) {
-     for (const std::string& key : moda_depth_keys()) {
+     for (const std::string& key : depth_key_names()) {
       const ModelConfig c = moda_config(variant, norm, key);
       Decoder model(c);
       ParameterArena arena(model, Device::cpu());
@@ -70,12 +70,12 @@ TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
 
 TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
   for (const std::string variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
-   for (const std::string& key : moda_depth_keys()) {
+   for (const std::string& key : depth_key_names()) {
     const ModelConfig c = moda_config(variant, "post", key);
     const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
     const std::vector<float> with_depth = logits_of(c, ids, 9);
     ModelConfig without = c;
-    without.moda_variant = "none";
+    without.moda.variant = MoDAVariant::none;
     if (variant == "attn_kv") {
       EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
     }
@@ -106,9 +106,7 @@ TEST(ModaModel, ReaderKeysDifferFromWriterKeys) {
 
 TEST(ModaModel, BadDepthKeyIsAClearError) {
   ModelConfig c = moda_config("attn_kv");
-  c.moda_depth_key = "both";
-  fathom::testing::expect_error([&] { c.validate(); }, {"moda.depth_key", "writer, reader", "'both'"});
-  fathom::testing::expect_error([&] { Decoder model(c); }, {"moda.depth_key"});
+  fathom::testing::expect_error([&] { parse_depth_key("both"); }, {"moda.depth_key", "writer, reader", "'both'"});
   const std::string recipe =
       "model: {d_model: 24, n_layers: 3, n_heads: 6, vocab_size: 31, ffn_hidden: 40}\n"
       "moda: {variant: attn_kv, depth_key: readers}\n"
@@ -123,7 +121,7 @@ TEST(ModaModel, BadDepthKeyIsAClearError) {
 // together.
 TEST(ModaModel, GradcheckThroughTheBlocks) {
   using fathom::test::random_tensor;
-  for (const std::string& key : moda_depth_keys()) {
+  for (const std::string& key : depth_key_names()) {
     for (const char* norm : {"post", "pre"}) {
       ModelConfig c = moda_config("attn_kv+ffn_kv", norm, key);
       c.d_model = 12;  // 6 query heads, 2 KV heads (G = 3) of dim 2
@@ -133,7 +131,7 @@ TEST(ModaModel, GradcheckThroughTheBlocks) {
       uint64_t seed = 100;
       std::vector<Parameter> params;
       for (int64_t i = 0; i < L; ++i) {
-        blocks.push_back(std::make_unique<Block>(c));
+        blocks.push_back(std::make_unique<Block>(c, i));
         for (Parameter& p : blocks.back()->parameters()) {
           const bool gain = p.init.kind == ParameterInit::Kind::constant;
           p.var.value() = random_tensor(p.var.shape(), DType::f64, seed++, gain ? 0.5 : -0.6, gain ? 1.5 : 0.6);
@@ -143,10 +141,10 @@ TEST(ModaModel, GradcheckThroughTheBlocks) {
       }
       const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
       auto run = [&](const Variable& x) {
-        DepthStream stream(B, T, (L - 1) * c.moda_slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
+        DepthStream stream(B, T, (L - 1) * c.moda.slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
                            Device::cpu());
         Variable h = x;
-        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, positions, &stream, i + 1 < L);
+        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, MixerContext{positions, &stream, i + 1 < L});
         return h;
       };
       const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
@@ -193,12 +191,12 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
       "moda: {variant: attn_kv+ffn_kv, depth_key: reader}\n"
       "data: {train: [x.txt]}\ntrain: {batch_size: 1, seq_len: 8, steps: 1, optimizer: {lr: 1.0e-3}}\n",
       "reader.yaml");
-  ASSERT_EQ(recipe.model.moda_depth_key, "reader");
+  ASSERT_EQ(name_of(recipe.model.moda.depth_key), "reader");
   Decoder model(recipe.model);
   ParameterArena arena(model, Device::cpu());
   arena.initialise(21);
   const Tensor ids = ids_for(2, 7, recipe.model.vocab_size, 5);
-  const std::vector<float> before = model.forward(ids).value().to_vector<float>();
+  const std::vector<float> before = model.logits(ids).value().to_vector<float>();
   save_checkpoint(dir.path(), 1, CheckpointData{arena.named_values(), {}, "{}", recipe_to_yaml(recipe)}, 1);
 
   const CheckpointData loaded = load_checkpoint(dir.path());
@@ -207,10 +205,10 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
   Decoder restored(again.model);
   ParameterArena restored_arena(restored, Device::cpu());
   restored_arena.load(loaded.model, "checkpoint");
-  EXPECT_EQ(restored.forward(ids).value().to_vector<float>(), before);
+  EXPECT_EQ(restored.logits(ids).value().to_vector<float>(), before);
   // A writer-key model has the FFN writers' k-norms: the reader checkpoint does not fit it.
   ModelConfig writer = again.model;
-  writer.moda_depth_key = "writer";
+  writer.moda.depth_key = DepthKey::writer;
   Decoder other(writer);
   ParameterArena other_arena(other, Device::cpu());
   fathom::testing::expect_error([&] { other_arena.load(loaded.model, "checkpoint"); }, {"missing tensor", "k_norm"});
@@ -219,9 +217,9 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
 TEST(ModaModel, MaxSlotsCoveringEverySlotEqualsUnbounded) {
   ModelConfig all = moda_config("attn_kv+ffn_kv");
   ModelConfig bounded = all;
-  bounded.moda_max_slots = 4;  // 2 slots per block, 2 writing blocks
+  bounded.moda.max_slots = 4;  // 2 slots per block, 2 writing blocks
   ModelConfig narrow = all;
-  narrow.moda_max_slots = 1;
+  narrow.moda.max_slots = 1;
   const Tensor ids = ids_for(2, 6, all.vocab_size, 2);
   EXPECT_EQ(logits_of(all, ids, 4), logits_of(bounded, ids, 4));
   EXPECT_NE(logits_of(all, ids, 4), logits_of(narrow, ids, 4));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "layers/decoder.h"
 #include "layers/model_config.h"
 
 using namespace fathom;

@@ -79,7 +79,7 @@ TEST(Recipe, MinimalRecipeGetsEveryDefault) {
   EXPECT_EQ(r.train.tokens, 0);
   EXPECT_EQ(r.train.precision, "bf16");
   EXPECT_EQ(r.train.threads, 0);
-  EXPECT_EQ(r.train.z_loss, 1e-5);
+  EXPECT_EQ(r.train.loss, (std::map<std::string, double>{{"ce", 1.0}, {"z_loss", 1e-5}}));
   EXPECT_EQ(r.train.recompute, "none");
   EXPECT_EQ(r.train.optimizer.lr, 3e-4);
   EXPECT_EQ(r.train.optimizer.beta1, 0.9);
@@ -317,7 +317,7 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
        {},
        "recipe.yaml:4:3: unknown key 'model.zzzzzzzzzz'; valid keys in 'model': size, init_from, d_model, n_layers, "
        "n_heads, n_kv_heads, ffn_hidden, vocab_size, norm, qk_norm, rope_theta, tie_embeddings, norm_eps, init_std, "
-       "init_cutoff, rope_scaling"},
+       "init_cutoff, layers, rope_scaling"},
       // ---- wrong types ----
       {minimal_with("batch_size: 4", "batch_size: eight"),
        {},
@@ -358,7 +358,7 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
       {kMinimal + "log: {every: 0}\n", {}, "log.every must be >= 1, got 0", Match::part},
       {kMinimal + "eval: {batches: 0}\n", {}, "eval.batches must be >= 1, got 0", Match::part},
       {kMinimal, {"train.threads=-2"}, "train.threads must be >= 0, got -2", Match::part},
-      {kMinimal, {"train.z_loss=-1e-5"}, "train.z_loss must be >= 0, got -1e-5", Match::part},
+      {kMinimal, {"train.loss={ce: 1, z_loss: -1e-5}"}, "train.loss.z_loss must be >= 0, got -1e-5", Match::part},
       {kMinimal,
        {"train.tokens=1e20"},
        "--set train.tokens=1e20: train.tokens must be at most 9223372036854775807, got 1e20"},
@@ -483,8 +483,8 @@ TEST(RecipeErrors, SuggestionsOverTheWholeSchema) {
   EXPECT_EQ(unknown_key_message("eval.evry"), "unknown key 'eval.evry'; did you mean 'eval.every'?");  // same section wins
   EXPECT_EQ(unknown_key_message("log.evry"), "unknown key 'log.evry'; did you mean 'log.every'?");
   EXPECT_EQ(unknown_key_message("train.x"), "unknown key 'train.x'; valid keys in 'train': device, seed, batch_size, "
-                                             "grad_accum, seq_len, steps, tokens, precision, threads, z_loss, "
-                                             "recompute, optimizer, schedule");
+                                             "grad_accum, seq_len, steps, tokens, precision, threads, loss, "
+                                             "trainable, frozen, recompute, optimizer, schedule");
 }
 
 // Found by fuzzing (tests/fuzz/findings): a ',' starting line 2 made yaml-cpp 0.7's LoadAll append
@@ -502,7 +502,7 @@ TEST(Recipe, BlockRecomputeWithMoDA) {
   const Recipe moda =
       parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml", {"moda.variant=attn_kv"});
   EXPECT_EQ(moda.train.recompute, "block");
-  EXPECT_EQ(moda.model.moda_variant, "attn_kv");
+  EXPECT_EQ(moda.model.moda.variant, MoDAVariant::attn_kv);
 }
 
 TEST(RecipeErrors, RecipeFiles) {
@@ -597,7 +597,7 @@ Recipe random_recipe(std::mt19937_64& rng) {
   }
   r.train.precision = pick({"fp32", "bf16"});
   r.train.threads = integer(0, 64);
-  r.train.z_loss = real(0, 1e-3);
+  r.train.loss["z_loss"] = real(0, 1e-3);
   r.train.recompute = pick({"none", "selective", "block"});
   r.train.optimizer = {real(1e-6, 1e-1), real(0, 0.999), real(0, 0.999), real(1e-12, 1e-6), real(0, 0.5), real(0, 5)};
   r.train.schedule = {pick({"cosine", "linear", "constant"}), integer(0, 10000), real(0, 1)};
@@ -634,7 +634,7 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
   }
   EXPECT_CONTAINS(text, "tokens: 25601  # 101 steps of 256 tokens");
   EXPECT_CONTAINS(text, "lr: 0.0003\n");
-  EXPECT_CONTAINS(text, "z_loss: 1e-05\n");
+  EXPECT_CONTAINS(text, "loss: {ce: 1, z_loss: 1e-05}\n");
   EXPECT_CONTAINS(text, "dir: runs/tiny\n");
   EXPECT_CONTAINS(text, "rope_theta: 500000\n");
   EXPECT_CONTAINS(text, "eps: 1e-08\n");

@@ -46,13 +46,13 @@ TEST(ShippedRecipes, ModaStepOverheadPairDiffersOnlyInTheVariant) {
   Recipe moda = load_recipe(folder + "moda-190m-attn_kv_ffn_kv.yaml");
   EXPECT_EQ(baseline.name, "moda-190m-baseline");
   EXPECT_EQ(moda.name, "moda-190m-attn_kv_ffn_kv");
-  EXPECT_EQ(baseline.model.moda_variant, "none");
-  EXPECT_EQ(moda.model.moda_variant, "attn_kv+ffn_kv");
+  EXPECT_EQ(baseline.model.moda.variant, MoDAVariant::none);
+  EXPECT_EQ(moda.model.moda.variant, MoDAVariant::attn_kv_ffn_kv);
   EXPECT_EQ(moda.train.seq_len, 2048);
   EXPECT_EQ(moda.model.d_model, 768);
   EXPECT_EQ(moda.model.n_heads / moda.model.n_kv_heads, 2);
   moda.name = baseline.name;
   moda.log.dir = baseline.log.dir;  // derived from the name
-  moda.model.moda_variant = baseline.model.moda_variant;
+  moda.model.moda.variant = baseline.model.moda.variant;
   EXPECT_EQ(recipe_to_yaml(moda), recipe_to_yaml(baseline));
 }

@@ -35,7 +35,7 @@ std::vector<float> arena_gradients(const ModelConfig& c, Recompute recompute) {
   for (uint32_t micro = 0; micro < 2; ++micro) {
     const Tensor ids = test::lcg_token_ids({B * T}, c.vocab_size, 5 + micro).view({B, T});
     const Tensor targets = test::lcg_token_ids({B * T}, c.vocab_size, 50 + micro);
-    LossParts loss = cross_entropy(reshape(model.forward(ids), {B * T, c.vocab_size}), targets, 1e-4);
+    LossParts loss = cross_entropy(reshape(model.logits(ids), {B * T, c.vocab_size}), targets, 1e-4);
     backward(scale(loss.loss, 0.5));
   }
   return arena.grads().to_vector<float>();
@@ -70,7 +70,7 @@ size_t live_after_forward(const ModelConfig& c, Recompute recompute, int64_t B, 
   arena.initialise(3);
   Allocator& host = allocator_for(Device::cpu());
   const size_t before = host.stats(Device::cpu()).current;
-  const Variable logits = model.forward(test::lcg_token_ids({B * T}, c.vocab_size, 9).view({B, T}));
+  const Variable logits = model.logits(test::lcg_token_ids({B * T}, c.vocab_size, 9).view({B, T}));
   return host.stats(Device::cpu()).current - before;
 }
 
@@ -143,9 +143,8 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
                             MoDACase{"attn_kv+ffn_kv", "post", "writer", 2}}) {
     ModelConfig c = small_config(m.norm, false);
     c.n_layers = 4;
-    c.moda_variant = m.variant;
-    c.moda_depth_key = m.depth_key;
-    c.moda_max_slots = m.max_slots;
+    c.moda = {.variant = parse_moda_variant(m.variant), .max_slots = m.max_slots,
+              .depth_key = parse_depth_key(m.depth_key)};
     for (Recompute recompute : {Recompute::block, Recompute::selective})
       expect_recompute_bit_identical(c, recompute, std::string(recompute_name(recompute)) + " " + m.variant + " " +
                                                        m.norm + " " + m.depth_key);
@@ -169,7 +168,7 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
   }
   // MoDA's depth attention rebuilds its q and k the same way; its slots hold copies of the keys.
   ModelConfig moda = small_config("post", false);
-  moda.moda_variant = "attn_kv+ffn_kv";
+  moda.moda.variant = MoDAVariant::attn_kv_ffn_kv;
   const int64_t q = moda.n_heads * moda.head_dim(), kv = moda.n_kv_heads * moda.head_dim();
   EXPECT_EQ(live_after_forward(moda, Recompute::none, B, T) - live_after_forward(moda, Recompute::selective, B, T),
             tokens * size_t(moda.n_layers * (moda.ffn_hidden + q + kv + moda.d_model) + moda.d_model) * sizeof(float));

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "layers/decoder.h"
 #include "layers/model_config.h"
 #include "train/metrics_log.h"
 #include "train/throughput.h"

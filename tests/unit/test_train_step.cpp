@@ -39,7 +39,7 @@ Trained one_step(const TokenBatch& batch, int64_t accum) {
   ParameterArena arena(model, Device::cpu());
   arena.initialise(5);
   AdamW optimizer(arena, AdamWConfig{});
-  const StepSettings settings{.step = 1, .lr = 1e-2, .clip = 0.5, .z_loss_weight = 1e-4, .grad_accum = accum};
+  const StepSettings settings{.step = 1, .lr = 1e-2, .clip = 0.5, .objective = Objective::language_model(1e-4), .grad_accum = accum};
   const StepResult r = train_step(model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings);
   return {r, arena.grads().to(DType::f32), arena.values().to_vector<float>()};
 }
@@ -72,16 +72,16 @@ TEST(TrainStep, TheHeadAndLossFuseTheirGradient) {
   const TokenBatch batch = random_batch(13);
   const int64_t tokens = batch.targets.numel(), vocab = tiny_config().vocab_size;
   {  // the statements of accumulate_gradients
-    const Variable h = reshape(model.hidden(batch.inputs), {tokens, tiny_config().d_model});
+    const Variable h = reshape(model.forward(batch.inputs).hidden, {tokens, tiny_config().d_model});
     const LossParts loss = linear_cross_entropy(h, model.head_weight(), batch.targets.view({tokens}), 1e-4, 0.5,
                                                 loss_chunk_rows(vocab, dtype_size(h.dtype())));
     EXPECT_EQ(std::string(loss.loss.grad_fn()->name()), "linear_cross_entropy");
   }
   arena.zero_grad();
-  const MicroBatchLoss fused = accumulate_gradients(model, batch, Device::cpu(), 1e-4, 1.0 / 3);
+  const MicroBatchLoss fused = accumulate_gradients(model, batch, Device::cpu(), Objective::language_model(1e-4), 1.0 / 3);
   const std::vector<double> fused_grads = values(arena.grads());
   arena.zero_grad();
-  const Variable kept = reshape(model.forward(batch.inputs), {tokens, vocab});
+  const Variable kept = reshape(model.logits(batch.inputs), {tokens, vocab});
   const LossParts plain = cross_entropy(kept, batch.targets.view({tokens}), 1e-4);
   backward(scale(plain.loss, 1.0 / 3));
   EXPECT_EQ(fused.ce, plain.ce);
@@ -111,7 +111,7 @@ TEST(TrainStep, BadInputsAreClearErrors) {
   expect_error([&] { train_step(model, arena, optimizer, [&] { return good; }, Device::cpu(), StepSettings{.step = 1, .lr = 1e-3, .grad_accum = 0}); },
                {"grad_accum must be at least 1", "0"});
   const TokenBatch uneven{good.inputs, random_ints({2, 7}, 40, 4, DType::i32)};
-  expect_error([&] { accumulate_gradients(model, uneven, Device::cpu(), 0.0, 1.0); },
+  expect_error([&] { accumulate_gradients(model, uneven, Device::cpu(), Objective::language_model(0.0), 1.0); },
                {"inputs and targets must both be [B, T]", "[2, 7]"});
 }
 
@@ -127,7 +127,7 @@ TEST(TrainStep, NonFiniteLossNamesTheStepAndTheNote) {
   ASSERT_NE(embed, arena.entries().end());
   float* values = arena.values().data<float>();
   for (int64_t i = embed->offset; i < embed->offset + embed->numel(); ++i) values[i] = std::numeric_limits<float>::quiet_NaN();
-  StepSettings settings{.step = 7, .lr = 1e-3, .clip = 1.0, .z_loss_weight = 1e-4};
+  StepSettings settings{.step = 7, .lr = 1e-3, .clip = 1.0, .objective = Objective::language_model(1e-4)};
   settings.failure_note = [] { return std::string("Last checkpoint: run/step_5."); };
   const TokenBatch batch = random_batch(9);
   expect_error([&] { train_step(model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings); },

@@ -1,0 +1,15 @@
+#include "layers/token_mixer.h"
+
+namespace fathom {
+
+LayerCost& LayerCost::operator+=(const LayerCost& other) {
+  saved_elements += other.saved_elements;
+  rebuilt_elements += other.rebuilt_elements;
+  saved_stats += other.saved_stats;
+  depth_elements += other.depth_elements;
+  depth_stats += other.depth_stats;
+  extra_flops += other.extra_flops;
+  return *this;
+}
+
+}  // namespace fathom

@@ -1,0 +1,65 @@
+// A block's token mixer: the sublayer that moves information between positions. Attention (with
+// MoDA's depth reads) is the first kind; each kind owns its parameters, says what it costs, and is
+// made by the factory it registers in layers/layer_kinds.cpp. Block, Decoder, the trainer and the
+// memory plan know only this interface (docs/DESIGN.md, "Layer kinds").
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/depth_stream.h"
+#include "layers/module.h"
+
+namespace fathom {
+
+// A named scalar loss a layer adds to its forward (MoD's router and predictor losses).
+struct NamedLoss {
+  std::string name;
+  Variable value;  // one element
+};
+
+// What a mixer reads besides its input, and where it leaves what it was asked for.
+struct MixerContext {
+  const Tensor& positions;        // I32 [T] (shared by the batch) or [B, T]: RoPE's positions
+  DepthStream* depth = nullptr;   // MoDA: the stream this forward reads, or none
+  bool write_depth = false;       // MoDA: also write this layer's own slot(s)
+  // Set by the caller to ask for the mean entropy of the mixer's attention distribution over heads
+  // and query positions (for kinds that have one); the mixer stores it here.
+  std::optional<double>* attention_entropy = nullptr;
+  // Where a layer adds its named auxiliary losses (none when unset).
+  std::vector<NamedLoss>* aux_losses = nullptr;
+};
+
+// What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these
+// (train/memory_plan.cpp, train/throughput.cpp), so a new kind is counted by reporting its own.
+struct LayerCost {
+  int64_t saved_elements = 0;    // activation-dtype elements kept for backward
+  int64_t rebuilt_elements = 0;  // of saved_elements, those train.recompute: selective rebuilds instead
+  int64_t saved_stats = 0;       // fp32 values kept for backward
+  // MoDA reads: what a reader keeps until the writers of its slots have run backward (under any
+  // recompute mode): activation elements and fp32 values.
+  int64_t depth_elements = 0;
+  int64_t depth_stats = 0;
+  // Training FLOPs (forward and backward) beyond 6 per weight: attention's scores and values.
+  double extra_flops = 0;
+
+  LayerCost& operator+=(const LayerCost& other);
+};
+
+// Where in the model a cost is asked for.
+struct CostQuery {
+  int64_t seq_len = 0;
+  int64_t depth_slots_before = 0;  // MoDA slots written by the earlier layers
+};
+
+class TokenMixer : public Module {
+ public:
+  // x [B, T, d_model] -> [B, T, d_model].
+  virtual Variable forward(const Variable& x, const MixerContext& context) const = 0;
+  virtual LayerCost cost(const CostQuery& query) const = 0;
+  // MoDA slots this mixer writes when asked to (its attention-side slot; 0 for kinds without one).
+  virtual int64_t depth_slots_written() const { return 0; }
+};
+
+}  // namespace fathom
