@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
@@ -306,17 +307,10 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
   // Reader keys: normalise every slot of every token with the reader's weight (slots outside
   // [begin, end) get no gradient from the softmax, so none flows back to them), then attend. Slots
   // not yet written hold zeros for it (garbage there would turn the weight's gradient into NaN).
-  if (!buffers_->unwritten_keys_zeroed) {
-    zero_depth_slots(buffers_->k, written_, slots());
-    buffers_->unwritten_keys_zeroed = true;
-  }
-  const Shape& s = buffers_->k.shape();
   const bool grad = any_requires_grad({q, k, v, key_norm.weight});
   const Variable raw = grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_})
                             : Variable(buffers_->k);
-  const Variable keys = reshape(rms_norm(reshape(raw, {s[0] * s[1] * s[2], s[3] * s[4]}),
-                                         cast(key_norm.weight, dtype()), key_norm.eps),
-                                s);
+  const Variable keys = normalised_keys(raw, key_norm);
   AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
                                                DepthSlots{keys.value(), buffers_->v, begin, end}, scale);
   if (!grad) return Variable(std::move(out.o));
@@ -324,6 +318,24 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
                                                   SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale,
                                                   false);
   return record(std::move(out.o), std::move(node), {q, k, v, version_, keys});
+}
+
+Variable DepthStream::normalised_keys(const Variable& raw, const DepthKeyNorm& key_norm) {
+  if (!buffers_->unwritten_keys_zeroed) {
+    zero_depth_slots(buffers_->k, written_, slots());
+    buffers_->unwritten_keys_zeroed = true;
+  }
+  const Shape& s = buffers_->k.shape();
+  return reshape(rms_norm(reshape(raw, {s[0] * s[1] * s[2], s[3] * s[4]}), cast(key_norm.weight, dtype()), key_norm.eps),
+                 s);
+}
+
+DepthSlots DepthStream::read(int64_t begin, int64_t end, const DepthKeyNorm& key_norm) {
+  FATHOM_CHECK(0 <= begin && begin <= end && end <= written_, "MoDA depth reads may read only written slots: asked [",
+               begin, ", ", end, ") with ", written_, " written");
+  if (!key_norm.weight.defined()) return DepthSlots{buffers_->k, buffers_->v, begin, end};
+  NoGrad no_grad;
+  return DepthSlots{normalised_keys(Variable(buffers_->k), key_norm).value(), buffers_->v, begin, end};
 }
 
 }  // namespace fathom

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "autograd/variable.h"
+#include "kernels/moda_attention.h"
 
 namespace fathom {
 
@@ -44,6 +45,10 @@ class DepthStream {
   Variable attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end, double scale,
                   const DepthKeyNorm& key_norm = {});
 
+  // Decoding (no gradient): the slots [begin, end) as a reader sees them, for decode_attention: as
+  // stored, or with reader keys every key through the reader's norm.
+  DepthSlots read(int64_t begin, int64_t end, const DepthKeyNorm& key_norm = {});
+
   // train.recompute: block. A block re-run in backward first rewinds the stream to the slots
   // written before it (its reads see the same slots, its writes land in the same ones, with the
   // same values) and starts a fresh version chain; tie() then makes the block's output depend on the
@@ -62,6 +67,9 @@ class DepthStream {
   struct Buffers;  // K/V values and their gradients, shared with the recorded nodes
 
  private:
+  // Reader keys: the whole key buffer through the reader's norm (unwritten slots zeroed first).
+  Variable normalised_keys(const Variable& raw, const DepthKeyNorm& key_norm);
+
   std::shared_ptr<Buffers> buffers_;
   Variable version_;
   int64_t written_ = 0;

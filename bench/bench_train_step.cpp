@@ -116,12 +116,6 @@ TokenBatch random_batch(int64_t batch, int64_t seq, int64_t vocab, uint64_t step
   return {Tensor::from_vector(inputs, {batch, seq}), Tensor::from_vector(targets, {batch, seq})};
 }
 
-void synchronize(Device device) {
-#ifdef FATHOM_WITH_CUDA
-  if (device.is_cuda()) cuda::synchronize(device.index);
-#endif
-}
-
 double peak_flops_of(Device device) {
 #ifdef FATHOM_WITH_CUDA
   if (device.is_cuda()) return dense_bf16_peak_flops(cuda::device_name(device.index));

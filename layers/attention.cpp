@@ -5,11 +5,22 @@
 
 #include "autograd/ops.h"
 #include "kernels/attention.h"
+#include "kernels/decode_attention.h"
+#include "kernels/kv_cache.h"
 
 namespace fathom {
 
 namespace {
+
 ParameterInit linear_init(const ModelConfig& c) { return ParameterInit::normal(c.init_std, c.init_cutoff); }
+
+struct KVCache final : MixerCache {
+  Tensor k, v;  // [B, Hk, capacity, d]
+  int64_t length = 0;
+  size_t bytes() const override { return k.nbytes() + v.nbytes(); }
+  size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }
+};
+
 }  // namespace
 
 Attention::Attention(const ModelConfig& c)
@@ -53,21 +64,36 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
+  const int64_t written = depth ? depth->slots_written() : 0;
+  DepthKeyNorm key_norm;
+  if (depth && reader_depth_keys && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
   Variable o;
+  // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
+  // later ones read the cache.
+  KVCache* cache = static_cast<KVCache*>(context.cache);
+  const int64_t past = cache ? cache->length : 0;
+  if (cache) {
+    FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
+    kv_cache_write(cache->k, k.value().to(cache->k.dtype()), past);
+    kv_cache_write(cache->v, v.value().to(cache->v.dtype()), past);
+    cache->length += T;
+  }
   if (context.attention_entropy) {
     FATHOM_CHECK(!depth, "attention entropy taps read the sequence softmax only; this model has MoDA depth reads");
     *context.attention_entropy = attention_entropy(q.value(), k.value(), scale);
   }
-  if (depth) {
-    const int64_t end = depth->slots_written();
-    const int64_t begin = moda_first_read_slot(end, moda_.max_slots);
-    DepthKeyNorm key_norm;
-    if (reader_depth_keys && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
-    o = depth->attend(q, k, v, begin, end, scale, key_norm);
-    if (context.write_depth) depth->write(end, reader_depth_keys ? raw_k : k, v);
+  const int64_t begin = moda_first_read_slot(written, moda_.max_slots);
+  if (past > 0) {
+    const DepthSlots slots = depth ? depth->read(begin, written, key_norm) : DepthSlots{};
+    const DType kernel_dtype = cache->k.dtype();
+    o = Variable(decode_attention(q.value().to(kernel_dtype), cache->k, cache->v, cache->length, slots, scale)
+                     .to(q.dtype()));
+  } else if (depth) {
+    o = depth->attend(q, k, v, begin, written, scale, key_norm);
   } else {
     o = attention(q, k, v, scale);
   }
+  if (depth && context.write_depth) depth->write(written, reader_depth_keys ? raw_k : k, v);
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
 }
 
@@ -88,6 +114,13 @@ LayerCost Attention::cost(const CostQuery& query) const {
     c.depth_stats = 2 * read * n_heads_;
   }
   return c;
+}
+
+std::unique_ptr<MixerCache> Attention::make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const {
+  auto cache = std::make_unique<KVCache>();
+  cache->k = Tensor::empty({batch, n_kv_heads_, capacity, head_dim_}, dtype, device);
+  cache->v = Tensor::empty({batch, n_kv_heads_, capacity, head_dim_}, dtype, device);
+  return cache;
 }
 
 }  // namespace fathom

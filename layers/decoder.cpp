@@ -80,6 +80,52 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   return out;
 }
 
+size_t DecodeState::bytes() const {
+  size_t total = 0;
+  for (const auto& cache : layers) total += cache->bytes();
+  return total;
+}
+
+size_t DecodeState::bytes_per_position() const {
+  size_t total = 0;
+  for (const auto& cache : layers) total += cache->bytes_per_position();
+  return total;
+}
+
+DecodeState Decoder::start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const {
+  FATHOM_CHECK(batch >= 1 && capacity >= 1, "decoding needs batch and capacity >= 1, got ", batch, " and ", capacity);
+  DecodeState state;
+  state.batch = batch;
+  state.capacity = capacity;
+  for (const auto& block : model_.layers) state.layers.push_back(block->mixer().make_cache(batch, capacity, dtype, device));
+  return state;
+}
+
+Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
+  FATHOM_CHECK(ids.rank() == 2 && ids.dim(0) == state.batch && ids.dim(1) >= 1, "decode: ids must be [", state.batch,
+               ", Tq >= 1] for this state, got ", describe(ids));
+  const int64_t T = ids.dim(1);
+  FATHOM_CHECK(state.length + T <= state.capacity, "decode: ", T, " more positions after ", state.length,
+               " exceed the cache's capacity of ", state.capacity);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), int32_t(state.length));
+  const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
+  Variable h = model_.embed_tokens.forward(ids);
+  // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
+  std::unique_ptr<DepthStream> depth;
+  if (config_.moda.enabled())
+    depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
+                                          depth_dtype(ids.device()), ids.device());
+  const int64_t L = int64_t(model_.layers.size());
+  for (int64_t i = 0; i < L; ++i) {
+    MixerContext context{positions, depth.get(), i + 1 < L};
+    context.cache = state.layers[size_t(i)].get();
+    h = model_.layers[size_t(i)]->forward(h, context);
+  }
+  state.length += T;
+  return model_.norm.forward(h);
+}
+
 std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {
   std::vector<LayerCost> costs;
   int64_t written = 0;

@@ -28,6 +28,15 @@ struct ModelOutput {
   std::vector<std::optional<double>> attention_entropy;  // per block, when asked (none for kinds without)
 };
 
+// Incremental decoding's state: every layer's cache for a batch of sequences, and how many positions
+// they hold (the same for every sequence).
+struct DecodeState {
+  std::vector<std::unique_ptr<MixerCache>> layers;
+  int64_t batch = 0, capacity = 0, length = 0;
+  size_t bytes() const;               // what the caches hold on the device
+  size_t bytes_per_position() const;  // what each cached position costs, summed over the layers
+};
+
 class Decoder : public Module {
  public:
   explicit Decoder(const ModelConfig& config);
@@ -38,6 +47,14 @@ class Decoder : public Module {
   // lm_head's, or the embedding table when tied.
   Variable logits(const Tensor& ids) const;
   const Variable& head_weight() const;
+  // Caches for decoding `batch` sequences of up to `capacity` positions, in `dtype` on `device` (the
+  // activations' dtype: BF16 with a mixed-precision arena, else F32).
+  DecodeState start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const;
+  // Reads the next ids [batch, Tq] of every sequence at positions state.length .. + Tq - 1 and
+  // extends the caches by them; returns the final norm's output for them [batch, Tq, d]. Each
+  // position sees exactly what a forward over the whole sequence would (the first call reads the
+  // prompt as training does). No gradient: run under NoGrad.
+  Variable decode(const Tensor& ids, DecodeState& state) const;
   // Each block's training cost per token for sequences of seq_len (the memory plan and MFU sum these).
   std::vector<LayerCost> layer_costs(int64_t seq_len) const;
   const std::vector<std::unique_ptr<Block>>& blocks() const { return model_.layers; }

@@ -3,7 +3,9 @@
 // made by the factory it registers in layers/layer_kinds.cpp. Block, Decoder, the trainer and the
 // memory plan know only this interface (docs/DESIGN.md, "Layer kinds").
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +21,15 @@ struct NamedLoss {
   Variable value;  // one element
 };
 
+// What a mixer keeps between decoding steps (attention: its KV cache; DSLA: its states). Made by the
+// mixer for a batch and a capacity in positions, before the prompt is read.
+class MixerCache {
+ public:
+  virtual ~MixerCache() = default;
+  virtual size_t bytes() const = 0;            // device bytes it holds
+  virtual size_t bytes_per_position() const = 0;  // what each cached position costs (0: constant state)
+};
+
 // What a mixer reads besides its input, and where it leaves what it was asked for.
 struct MixerContext {
   const Tensor& positions;        // I32 [T] (shared by the batch) or [B, T]: RoPE's positions
@@ -29,6 +40,9 @@ struct MixerContext {
   std::optional<double>* attention_entropy = nullptr;
   // Where a layer adds its named auxiliary losses (none when unset).
   std::vector<NamedLoss>* aux_losses = nullptr;
+  // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
+  // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
+  MixerCache* cache = nullptr;
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these
@@ -58,6 +72,9 @@ class TokenMixer : public Module {
   // x [B, T, d_model] -> [B, T, d_model].
   virtual Variable forward(const Variable& x, const MixerContext& context) const = 0;
   virtual LayerCost cost(const CostQuery& query) const = 0;
+  // The decoding state for `batch` sequences of up to `capacity` positions, in `dtype` on `device`.
+  virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype,
+                                                 Device device) const = 0;
   // MoDA slots this mixer writes when asked to (its attention-side slot; 0 for kinds without one).
   virtual int64_t depth_slots_written() const { return 0; }
 };

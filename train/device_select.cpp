@@ -46,4 +46,12 @@ bool uses_mixed_precision(const std::string& precision, Device device) {
   return device.is_cuda() && precision == "bf16";
 }
 
+void synchronize(Device device) {
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize(device.index);
+#else
+  (void)device;
+#endif
+}
+
 }  // namespace fathom

@@ -13,5 +13,7 @@ int configure_threads(int64_t threads);
 // train.precision on `device`: true for bf16 on a GPU (mixed precision: the arena's bf16 compute
 // copy, bf16 activations). The CPU always computes in fp32, whatever the recipe says.
 bool uses_mixed_precision(const std::string& precision, Device device);
+// Waits for the device's queued work (timing); nothing on the CPU.
+void synchronize(Device device);
 
 }  // namespace fathom

@@ -1,0 +1,138 @@
+// fathom generate: text from a fathom checkpoint or a HuggingFace folder, streamed as it is produced.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "core/file_io.h"
+#include "data/tokenizer.h"
+#include "layers/hf_import.h"
+#include "layers/parameter_arena.h"
+#include "train/checkpoint.h"
+#include "train/commands.h"
+#include "train/device_select.h"
+#include "train/generator.h"
+#include "train/memory_plan.h"
+#include "train/recipe.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#endif
+
+namespace fathom {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The model, its weights and its tokenizer's name, from `hf:DIR` or a checkpoint / run folder.
+struct LoadedModel {
+  ModelConfig config;
+  TensorMap weights;
+  std::string tokenizer;  // "" when the source names none
+  std::string origin;
+};
+
+LoadedModel load_for_generation(const std::string& spec) {
+  if (spec.starts_with("hf:")) {
+    const std::string dir = spec.substr(3);
+    HfModel hf = load_hf_model(dir);
+    const fs::path tokenizer = fs::path(dir) / "tokenizer.json";
+    return {hf.config, std::move(hf.weights), fs::exists(tokenizer) ? tokenizer.string() : "", spec};
+  }
+  const fs::path folder = resolve_checkpoint(spec);
+  CheckpointData checkpoint = load_checkpoint(folder);
+  const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
+  return {recipe.model, std::move(checkpoint.model), recipe.data.tokenizer, folder.string()};
+}
+
+std::string gib_or_mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, bytes >= (size_t(1) << 30) ? "%.2f GiB" : "%.1f MiB",
+                double(bytes) / double(bytes >= (size_t(1) << 30) ? size_t(1) << 30 : size_t(1) << 20));
+  return text;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, prompt, prompt_file, stop, tokenizer, device = "auto", precision = "bf16";
+    GenerationOptions options;
+    int64_t threads = 0;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint, streaming it as it is produced");
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "A checkpoint folder, a run folder (its latest checkpoint), or hf:DIR (a HuggingFace folder)")
+      ->required();
+  auto* prompt = cmd->add_option("--prompt", args->prompt, "The prompt text");
+  auto* prompt_file = cmd->add_option("--prompt-file", args->prompt_file, "A file holding the prompt")
+                          ->check(CLI::ExistingFile);
+  prompt->excludes(prompt_file);
+  cmd->add_option("--max-new-tokens", args->options.max_new_tokens, "Tokens to generate per sequence")
+      ->capture_default_str();
+  cmd->add_option("--temperature", args->options.sampling.temperature, "Sampling temperature; 0 is greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->options.sampling.top_k, "Sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", args->options.sampling.top_p, "Nucleus: the smallest set of tokens with this mass")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->options.sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--batch", args->options.batch, "Samples of the prompt generated together")->capture_default_str();
+  cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
+  cmd->add_option("--device", args->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", args->precision, "GPU compute precision: bf16 or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0: every core)")->capture_default_str();
+  cmd->callback([args] {
+    FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
+    const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
+    LoadedModel loaded = load_for_generation(args->checkpoint);
+    const std::string tokenizer_name = args->tokenizer.empty() ? loaded.tokenizer : args->tokenizer;
+    FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
+                 " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
+    const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_name);
+    const Device device = resolve_device(args->device);
+    configure_threads(args->threads);
+    Decoder model(loaded.config);
+    ParameterArena arena(model, device);
+    const bool mixed = uses_mixed_precision(args->precision, device);
+    if (mixed) arena.enable_compute_copy(DType::bf16);
+    arena.load(loaded.weights, loaded.origin);
+    const std::vector<uint32_t> prompt_ids = tokenizer->encode(text);
+    const int64_t positions = int64_t(prompt_ids.size()) + args->options.max_new_tokens;
+    // The caches are allocated whole before the prompt is read: one that cannot fit fails now.
+    const DType dtype = mixed ? DType::bf16 : DType::f32;
+    size_t per_position = 0;
+    for (const auto& block : model.blocks()) per_position += block->mixer().make_cache(1, 1, dtype, Device::cpu())->bytes();
+    const size_t cache_bytes = per_position * size_t(positions) * size_t(args->options.batch);
+#ifdef FATHOM_WITH_CUDA
+    if (device.is_cuda()) {
+      const size_t free = cuda::device_memory(device.index).free;
+      FATHOM_CHECK(cache_bytes < free, "the decoding caches for ", args->options.batch, " x ", positions,
+                   " positions need ", gib(cache_bytes), " but ", device.str(), " has ", gib(free),
+                   " free; lower --batch or --max-new-tokens");
+    }
+#endif
+    std::cerr << "fathom generate: " << loaded.origin << " on " << device.str() << ", " << prompt_ids.size()
+              << " prompt tokens, caches " << gib_or_mib(cache_bytes) << " (" << per_position
+              << " bytes per position and sequence)\n";
+    std::cout << text << std::flush;
+    const GenerationResult result =
+        generate(model, *tokenizer, prompt_ids, args->options, dtype, device,
+                 [](const std::string& piece) { std::cout << piece << std::flush; });
+    std::cout << std::endl;
+    for (size_t b = 1; b < result.texts.size(); ++b) std::cout << "--- sample " << b << "\n" << text << result.texts[b] << std::endl;
+    const double decode_tokens = double(result.decode_steps * args->options.batch);
+    std::fprintf(stderr, "prefill %lld tokens in %.1f ms (%.0f tok/s); decode %lld steps x %lld in %.1f ms (%.0f tok/s)\n",
+                 (long long)result.prompt_tokens * (long long)args->options.batch, 1e3 * result.prefill_seconds,
+                 double(result.prompt_tokens * args->options.batch) / std::max(result.prefill_seconds, 1e-9),
+                 (long long)result.decode_steps, (long long)args->options.batch, 1e3 * result.decode_seconds,
+                 decode_tokens / std::max(result.decode_seconds, 1e-9));
+  });
+}
+
+}  // namespace fathom

@@ -1,0 +1,122 @@
+#include "train/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "train/device_select.h"
+
+namespace fathom {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The logits [B, vocab] of each sequence's last position of hidden [B, T, d], as host floats: the
+// rows are gathered first (an embedding lookup of row indices), so only B rows meet the head.
+std::vector<float> last_logits(const Decoder& model, const Variable& hidden) {
+  const int64_t B = hidden.dim(0), T = hidden.dim(1), d = hidden.dim(2);
+  std::vector<int32_t> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = int32_t(b * T + T - 1);
+  const Variable last = embedding(Tensor::from_vector(rows, {B}).to(hidden.value().device()), reshape(hidden, {B * T, d}));
+  return linear(last, model.head_weight()).value().to(DType::f32).to(Device::cpu()).to_vector<float>();
+}
+
+// How much of `text`'s end could be the start of `stop` (held back from streaming until it is known
+// not to be the stop text).
+size_t stop_prefix_at_end(const std::string& text, const std::string& stop) {
+  for (size_t n = std::min(text.size(), stop.size() - 1); n > 0; --n)
+    if (text.compare(text.size() - n, n, stop, 0, n) == 0) return n;
+  return 0;
+}
+
+}  // namespace
+
+size_t complete_utf8_prefix(const std::string& text) {
+  // Walk back over at most 3 continuation bytes to the last lead byte; keep it only if its
+  // character is whole.
+  size_t n = text.size(), back = 0;
+  while (back < n && back < 4 && (static_cast<unsigned char>(text[n - 1 - back]) & 0xC0) == 0x80) ++back;
+  if (back == n) return n;
+  const auto lead = static_cast<unsigned char>(text[n - 1 - back]);
+  const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+  return back + 1 >= length ? n : n - 1 - back;
+}
+
+GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
+                          const GenerationOptions& options, DType dtype, Device device, const TextSink& sink) {
+  FATHOM_CHECK(!prompt.empty(), "generate: the prompt encodes to no tokens");
+  FATHOM_CHECK(options.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", options.max_new_tokens);
+  FATHOM_CHECK(options.batch >= 1, "--batch must be >= 1, got ", options.batch);
+  options.sampling.validate();
+  const int64_t vocab = model.config().vocab_size;
+  for (uint32_t id : prompt)
+    FATHOM_CHECK(int64_t(id) < vocab, "generate: prompt token ", id, " is outside the model's vocabulary of ", vocab,
+                 " (is this the model's tokenizer?)");
+  NoGrad no_grad;
+  const int64_t B = options.batch, P = int64_t(prompt.size());
+  DecodeState state = model.start_decoding(B, P + options.max_new_tokens, dtype, device);
+  GenerationResult result;
+  result.prompt_tokens = P;
+  result.tokens.resize(size_t(B));
+  result.texts.resize(size_t(B));
+  result.cache_bytes = state.bytes();
+  result.cache_bytes_per_position = state.bytes_per_position();
+  std::vector<bool> done(size_t(B), false);
+  size_t streamed = 0;
+
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+  Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
+  auto start = Clock::now();
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    const std::vector<float> logits = last_logits(model, model.decode(input, state));
+    if (step == 0) {
+      synchronize(device);
+      result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      start = Clock::now();
+    }
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      const std::span<const float> row(logits.data() + b * vocab, size_t(vocab));
+      const int64_t token = sample_token(row, options.sampling, uint64_t(step * B + b));
+      next[size_t(b)] = int32_t(token);
+      if (done[size_t(b)]) continue;
+      if (uint32_t(token) == tokenizer.eos_id()) {
+        done[size_t(b)] = true;
+        continue;
+      }
+      std::vector<uint32_t>& tokens = result.tokens[size_t(b)];
+      tokens.push_back(uint32_t(token));
+      std::string& text = result.texts[size_t(b)];
+      text = tokenizer.decode(tokens);
+      if (!options.stop.empty()) {
+        const size_t at = text.find(options.stop);
+        if (at != std::string::npos) {
+          text.resize(at);
+          done[size_t(b)] = true;
+        }
+      }
+    }
+    if (sink) {
+      const std::string& text = result.texts[0];
+      size_t whole = text.size();
+      if (!done[0]) {
+        whole = complete_utf8_prefix(text);
+        if (!options.stop.empty()) whole = std::min(whole, text.size() - stop_prefix_at_end(text, options.stop));
+      }
+      if (whole > streamed) sink(text.substr(streamed, whole - streamed));
+      streamed = std::max(streamed, whole);
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == options.max_new_tokens) break;
+    input = Tensor::from_vector(next, {B, 1}).to(device);
+    ++result.decode_steps;
+  }
+  synchronize(device);
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace fathom

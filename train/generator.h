@@ -1,0 +1,44 @@
+// Generation: the prompt read in one prefill step, then one token per sequence per step from the
+// decoding caches (Decoder::decode), each chosen by the sampler. The batch holds `batch` samples of
+// one prompt; a sequence stops at the tokenizer's end-of-text token, at the stop text, or after
+// max_new_tokens.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "layers/decoder.h"
+#include "train/sampler.h"
+
+namespace fathom {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 128;
+  int64_t batch = 1;
+  SamplingOptions sampling;
+  std::string stop;  // stop text ("" for none): a sequence ends where its continuation first holds it
+};
+
+struct GenerationResult {
+  std::vector<std::string> texts;                // per sequence: the continuation (cut at the stop text)
+  std::vector<std::vector<uint32_t>> tokens;     // per sequence: the generated ids
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_steps = 0;                      // steps after the prefill
+  size_t cache_bytes = 0, cache_bytes_per_position = 0;
+};
+
+// Called after each step with sequence 0's new text (complete UTF-8 only), for streaming.
+using TextSink = std::function<void(const std::string&)>;
+
+// `dtype` is the activations' (the caches'), on `device`. Throws when the prompt is empty, or when
+// prompt + max_new_tokens positions do not fit `max_positions` (0: no limit).
+GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
+                          const GenerationOptions& options, DType dtype, Device device, const TextSink& sink = {});
+
+// The length of the longest prefix of `text` that ends on a whole UTF-8 character.
+size_t complete_utf8_prefix(const std::string& text);
+
+}  // namespace fathom
