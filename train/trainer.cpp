@@ -107,6 +107,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const fs::path run_dir = recipe.log.dir;
   // Checks only: the folder is made (or an old run replaced) once everything below is valid.
   RunFolder folder(run_dir, {options.resume, options.overwrite, run_sources(recipe, options)});
+  if (options.resume) {
+    // Before the data is read: a changed run is the first thing to report.
+    const fs::path saved = *latest_checkpoint(run_dir) / kCheckpointRecipeFile;
+    check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), recipe, saved.string());
+  }
 
   DataSet data = load_data(recipe);
   TokenLoader loader(data.train, B, T, recipe.train.seed);
@@ -134,8 +139,6 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   if (options.resume) {
     const fs::path ckpt_dir = *latest_checkpoint(run_dir);
     const CheckpointData ckpt = load_checkpoint(ckpt_dir);
-    const std::string saved = (ckpt_dir / kCheckpointRecipeFile).string();
-    check_resume_compatible(parse_saved_recipe(ckpt.recipe_yaml, saved), recipe, saved);
     arena.load(ckpt.model, (ckpt_dir / "model.safetensors").string());
     optimizer.load_state(ckpt.optimizer, (ckpt_dir / "optimizer.safetensors").string());
     state = run_state_from_json(ckpt.state_json, (ckpt_dir / "state.json").string());

@@ -166,14 +166,14 @@ TEST(RunSafety, AReplacementInterruptedByAKillIsFinishedAtTheNextStart) {
   fs::rename(dir / "old", aside);
   fs::create_directories(dir / "run");
   write_bytes(dir / "run" / "metrics.jsonl", "");
-  { RunFolder folder(dir / "run", {.resume = true}); }
+  { RunFolder folder(dir / "run", RunFolderRequest{true, false, {}}); }
   EXPECT_FALSE(fs::exists(aside));
   EXPECT_EQ(latest_name(dir / "run"), "step_00000003");
   // Killed after the new run's first checkpoint: the old run is deleted.
   run_training(recipe_for(dir / "old", 3), options());
   const fs::path aside2 = dir / (".tmp-replaced-run-" + std::to_string(dead_pid()));
   fs::rename(dir / "old", aside2);
-  { RunFolder folder(dir / "run", {.resume = true}); }
+  { RunFolder folder(dir / "run", RunFolderRequest{true, false, {}}); }
   EXPECT_FALSE(fs::exists(aside2));
   EXPECT_EQ(latest_name(dir / "run"), "step_00000003");
 }
@@ -272,14 +272,14 @@ TEST(RunSafety, ShardsAreCheckedAgainstTheirManifest) {
   EXPECT_TRUE(fs::exists(dir / "prepared" / ".fathom-verified"));
 
   // One token changed for another valid one: same size, same header, different contents.
-  const fs::path shard = dir / "prepared" / "train" / "shard_00001.bin";
+  const fs::path shard = dir / "prepared" / "train" / "shard_00000.bin";
   std::string bytes = read_bytes(shard);
   bytes[100] = bytes[100] == 'a' ? 'b' : 'a';  // token 34 (little-endian uint16): 'a' or 'b', both < 257
   bytes[101] = 0;
   write_bytes(shard, bytes);
-  for (const std::string& mode : {"auto", "always"})
+  for (const char* mode : {"auto", "always"})
     expect_error([&] { run_training(recipe(mode), options(false, true)); },
-                 {"shard_00001.bin", "does not match", "manifest.json", "SHA-256"});
+                 {"shard_00000.bin", "does not match", "manifest.json", "SHA-256"});
   EXPECT_EQ(run_training(recipe("never"), options(false, true)).steps_done, 1);
   // A shard that no manifest names: only `always` insists.
   fs::create_directories(dir / "loose");
@@ -309,13 +309,15 @@ namespace {
 // Starts `fathom train` with SIGINT and SIGTERM blocked, so that signals sent at once stay pending
 // through its start-up: they arrive at the very start of the run, whatever the machine's speed.
 pid_t start_train_with_signals_pending(const fs::path& recipe, const std::string& extra = "") {
+  // Blocked before the fork, so that the child has them blocked from its first instruction on.
+  sigset_t stop, previous;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop, &previous);
   const pid_t child = fork();
+  if (child != 0) sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (child == 0) {
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    sigprocmask(SIG_BLOCK, &stop, nullptr);
     const int devnull = ::open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     if (extra.empty())

@@ -11,6 +11,7 @@
 #include "core/file_io.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
+#include "train/metrics_log.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -342,4 +343,19 @@ TEST(Checkpoint, LeftoversOfAKilledPruningAreRemovedAtTheNextStart) {
   EXPECT_FALSE(fs::exists(retired));
   EXPECT_EQ(saved_steps(dir.path()), (std::vector<int64_t>{1}));
   remove_checkpoint_leftovers(dir / "no-such-run");  // nothing to clean: no error
+}
+
+// Metrics share the run folder's disk: a full disk while appending is an error naming the file.
+TEST(MetricsLog, AFullDiskIsAClearError) {
+  ScratchFolder dir;
+  MetricsLog log(dir.path(), 0);
+  log.write("train", 1, {{"loss", 2.5}});
+  const uintmax_t size = fs::file_size(dir / "metrics.jsonl");
+  std::string message;
+  {
+    const FileSizeLimit limit(size);
+    message = fathom::testing::error_of([&] { log.write("train", 2, {{"loss", 2.25}}); });
+  }
+  EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
+  EXPECT_NE(message.find("free disk space"), std::string::npos) << message;
 }
