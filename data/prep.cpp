@@ -293,8 +293,8 @@ PrepResult prepare_data(const PrepOptions& options) {
   const fs::path out = output_path(options.out);
   FATHOM_CHECK(!options.train.empty(), "data prep: no training files given (--train)");
   FATHOM_CHECK(options.shard_tokens >= 1, "data prep: --shard-tokens must be at least 1, got ", options.shard_tokens);
-  FATHOM_CHECK(options.threads >= 0 && options.threads <= kMaxThreads, "data prep: --threads must be in [0, ",
-               kMaxThreads, "] (0 = every core), got ", options.threads);
+  FATHOM_CHECK(options.threads >= 0 && options.threads <= kMaxThreads,
+               "data prep: --threads must be >= 0 (0 = every core) and at most ", kMaxThreads, ", got ", options.threads);
   FATHOM_CHECK(options.piece_bytes >= 1, "data prep: piece size must be at least 1 byte");
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
 
