@@ -1,4 +1,5 @@
 #include "core/allocator.h"
+#include "core/host_memory_cache.h"
 
 #include <algorithm>
 #include <atomic>
@@ -90,6 +91,17 @@ class CpuAllocator final : public Allocator {
     stats_.peak = stats_.current;
     stats_.held_peak = stats_.held;
   }
+  void release_cached() {
+    std::map<size_t, std::vector<void*>> cached;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cached.swap(cache_);
+      stats_.held -= stats_.cached;
+      stats_.cached = 0;
+    }
+    for (auto& [size, blocks] : cached)
+      for (void* p : blocks) std::free(p);
+  }
 
  private:
   static constexpr size_t kCacheFrom = size_t(64) << 10;  // malloc serves small blocks well itself
@@ -107,6 +119,8 @@ class CpuAllocator final : public Allocator {
 CpuAllocator cpu_allocator;
 
 }  // namespace
+
+void release_cached_host_memory() { cpu_allocator.release_cached(); }
 
 void set_poison_host_allocations(bool on) { poison_host_allocations.store(on, std::memory_order_relaxed); }
 

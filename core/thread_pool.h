@@ -14,6 +14,10 @@
 
 namespace fathom {
 
+// The most threads a recipe or command may ask for: above any machine fathom runs on, below where
+// thread creation fails (100000 OpenMP threads crash the process).
+inline constexpr int kMaxThreads = 1024;
+
 class ThreadPool {
  public:
   // threads >= 1.

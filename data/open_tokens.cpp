@@ -38,7 +38,8 @@ bool is_shard(const std::string& path) { return fs::path(path).extension() == ".
 }  // namespace
 
 std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer,
-                                               DocumentSplit split, int64_t model_vocab_size) {
+                                               DocumentSplit split, int64_t model_vocab_size,
+                                               ShardVerify verify) {
   const std::vector<std::string> files = expand_folders(paths);
   FATHOM_CHECK(!files.empty(), "no data files given");
   const size_t shards = size_t(std::count_if(files.begin(), files.end(), is_shard));
@@ -47,6 +48,7 @@ std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& p
                *std::find_if_not(files.begin(), files.end(), is_shard), "'");
   std::shared_ptr<const TokenSource> source;
   if (shards) {
+    verify_shards(files, verify);
     source = std::make_shared<ShardTokenSource>(files);
     // Shards record their tokenizer's vocabulary size; a different one means another tokenizer.
     FATHOM_CHECK(source->vocab_size() == tokenizer.vocab_size(), source->describe(), " were written for a vocabulary of ",

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json.h"
+#include "core/path_safety.h"
 #include "core/progress_bar.h"
 #include "core/sha256.h"
 #include "core/thread_pool.h"
@@ -292,7 +293,8 @@ PrepResult prepare_data(const PrepOptions& options) {
   const fs::path out = output_path(options.out);
   FATHOM_CHECK(!options.train.empty(), "data prep: no training files given (--train)");
   FATHOM_CHECK(options.shard_tokens >= 1, "data prep: --shard-tokens must be at least 1, got ", options.shard_tokens);
-  FATHOM_CHECK(options.threads >= 0, "data prep: --threads must be >= 0 (0 = every core), got ", options.threads);
+  FATHOM_CHECK(options.threads >= 0 && options.threads <= kMaxThreads,
+               "data prep: --threads must be >= 0 (0 = every core) and at most ", kMaxThreads, ", got ", options.threads);
   FATHOM_CHECK(options.piece_bytes >= 1, "data prep: piece size must be at least 1 byte");
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
 
@@ -316,6 +318,11 @@ PrepResult prepare_data(const PrepOptions& options) {
   uint64_t total_bytes = 0;
   for (PrepSplit& split : result.splits) total_bytes += split.text_bytes = check_inputs(split);
   check_replaceable(out);
+  if (fs::exists(out)) {
+    std::vector<fs::path> inputs;
+    for (const PrepSplit& split : result.splits) inputs.insert(inputs.end(), split.files.begin(), split.files.end());
+    check_safe_to_replace(out, inputs, "data prep --out");
+  }
 
   StagingFolder stage(out);
   const int threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));

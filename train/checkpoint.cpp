@@ -127,6 +127,12 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   return folder;
 }
 
+void remove_checkpoint_leftovers(const fs::path& run_dir) {
+  const fs::path checkpoints = run_dir / kCheckpointsFolder;
+  std::error_code error;
+  if (fs::is_directory(checkpoints, error)) remove_stale_temp_entries(checkpoints);
+}
+
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   const fs::path checkpoints = run_dir / kCheckpointsFolder;
@@ -162,7 +168,7 @@ fs::path resolve_checkpoint(const fs::path& path) {
   return *folder;
 }
 
-CheckpointData load_checkpoint(const fs::path& path) {
+CheckpointData load_checkpoint(const fs::path& path, CheckpointUse use) {
   const fs::path folder = resolve_checkpoint(path);
   std::error_code error;
   const char* files[] = {kCheckpointModelFile, kCheckpointOptimizerFile, kCheckpointStateFile,
@@ -172,12 +178,18 @@ CheckpointData load_checkpoint(const fs::path& path) {
   FATHOM_CHECK(missing < 4, folder,
                " is neither a checkpoint folder (no model.safetensors, optimizer.safetensors, state.json, "
                "recipe.yaml) nor a run folder (no checkpoints/latest)");
-  for (const char* file : files)
-    FATHOM_CHECK(fs::is_regular_file(folder / file, error), "checkpoint ", folder, " is missing ", file);
+  const bool needs_optimizer = use == CheckpointUse::resume;
+  for (const char* file : files) {
+    if (file == kCheckpointOptimizerFile && !needs_optimizer) continue;
+    FATHOM_CHECK(fs::is_regular_file(folder / file, error), "checkpoint ", folder, " is missing ", file,
+                 needs_optimizer && file == kCheckpointOptimizerFile
+                     ? " (a model-only checkpoint serves eval and export, not --resume)"
+                     : "");
+  }
 
   CheckpointData data;
   data.model = load_all((folder / kCheckpointModelFile).string());
-  data.optimizer = load_all((folder / kCheckpointOptimizerFile).string());
+  if (needs_optimizer) data.optimizer = load_all((folder / kCheckpointOptimizerFile).string());
   const fs::path state = folder / kCheckpointStateFile;
   data.state_json = read_file(state);
   check_state_json(data.state_json, state.string());

@@ -2,10 +2,9 @@
 
 #include <omp.h>
 
-#include <Eigen/Core>
-
 #include "core/backend.h"
 #include "core/error.h"
+#include "kernels/cpu/eigen_core.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
 #endif

@@ -43,13 +43,14 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   ParameterArena arena(model, device);
   // Evaluated as it was trained: bf16 weights and activations on a GPU under train.precision: bf16.
   if (uses_mixed_precision(recipe.train.precision, device)) arena.enable_compute_copy(DType::bf16);
-  arena.load(load_checkpoint(dir).model, (dir / "model.safetensors").string());
+  arena.load(load_checkpoint(dir, CheckpointUse::model_only).model, (dir / "model.safetensors").string());
 
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(recipe.data.tokenizer);
   const DocumentSplit split = parse_document_split(recipe.data.documents);
   out << "checkpoint " << dir.string() << "\n";
   for (const auto& [domain, paths] : recipe.data.validation) {
-    const EvalResult e = evaluate(model, open_tokens(paths, *tokenizer, split, recipe.model.vocab_size),
+    const EvalResult e = evaluate(model, open_tokens(paths, *tokenizer, split, recipe.model.vocab_size,
+                                                      parse_shard_verify(recipe.data.verify)),
                                   recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device);
     char line[256];
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,

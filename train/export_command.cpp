@@ -1,6 +1,7 @@
 #include <iostream>
 #include <memory>
 
+#include "core/path_safety.h"
 #include "data/tokenizer.h"
 #include "layers/hf_export.h"
 #include "train/checkpoint.h"
@@ -23,7 +24,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--overwrite", args->overwrite, "Replace an existing output folder");
   cmd->callback([args] {
     const std::filesystem::path folder = resolve_checkpoint(args->checkpoint);
-    const CheckpointData checkpoint = load_checkpoint(folder);
+    // Replacing the output folder must not delete the run being exported, nor the current folder.
+    if (std::filesystem::exists(args->out)) check_safe_to_replace(args->out, {args->checkpoint, folder}, "export");
+    const CheckpointData checkpoint = load_checkpoint(folder, CheckpointUse::model_only);
     // The checkpoint's own recipe describes its model; an init_from source it names may be gone.
     const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
     HfExportOptions options;

@@ -1,7 +1,9 @@
 #include "train/metrics_log.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -50,7 +52,9 @@ void MetricsLog::write(const std::string& kind, int64_t step, const std::vector<
   w.end_object();
   std::ofstream out(path_, std::ios::app);
   out << w.str() << "\n";
-  FATHOM_CHECK(out.good(), "could not append to ", path_.string());
+  out.flush();
+  FATHOM_CHECK(out.good(), "cannot append to the metrics log ", path_, " (", std::strerror(errno),
+               "); free disk space or fix the folder's permissions, then train --resume from the last checkpoint");
 }
 
 std::string format_duration(double seconds) {

@@ -55,7 +55,7 @@ TensorMap read_model_source_weights(const ModelSource& source, const ModelConfig
     weights = std::move(model.weights);
   } else {
     found = read_model_source_config(source);
-    weights = load_checkpoint(source.path).model;
+    weights = load_checkpoint(source.path, CheckpointUse::model_only).model;
   }
   FATHOM_CHECK(without_init(found) == without_init(expected), "model.init_from ", spec_of(source),
                ": the source's model config changed since the recipe was read");

@@ -464,29 +464,9 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitMode
                                    key.path != "model.init_cutoff";
     const GivenValue* value = find(key.path);
     if (!describes_network || !value) continue;
-    std::visit(
-        [&](auto field) {
-          if (field(given) == field(from_source)) return;
-          auto text = [&](const auto& v) {
-            using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, bool>) {
-              return std::string(v ? "true" : "false");
-            } else if constexpr (std::is_same_v<T, double>) {
-              return format_number(v);
-            } else if constexpr (std::is_same_v<T, std::string>) {
-              return "'" + v + "'";
-            } else if constexpr (std::is_integral_v<T>) {
-              return std::to_string(v);
-            } else if constexpr (std::is_enum_v<T>) {
-              return "'" + key.choices[size_t(v)] + "'";
-            } else {
-              return std::string("another value");  // lists are no model keys
-            }
-          };
-          fail_at(value->where, key.path + " is " + text(field(given)) + ", but " + source.origin + " gives " +
-                                    text(field(from_source)) + "; drop the key or make it agree");
-        },
-        key.field);
+    if (same_value(key, given, from_source)) continue;
+    fail_at(value->where, key.path + " is " + describe_value(key, given) + ", but " + source.origin + " gives " +
+                              describe_value(key, from_source) + "; drop the key or make it agree");
   }
 }
 

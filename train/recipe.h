@@ -30,6 +30,7 @@ struct Recipe {
     std::vector<std::string> train;   // required, non-empty
     std::map<std::string, std::vector<std::string>> validation;  // domain -> files (sorted by domain); may be empty
     std::string documents = "lines";  // "lines" | "files": how a text file splits into documents
+    std::string verify = "auto";      // "auto" | "always" | "never": shard SHA-256 checks (data/manifest_verify.h)
     bool operator==(const Data&) const = default;
   };
   struct Optimizer {  // AdamW
@@ -56,7 +57,7 @@ struct Recipe {
     int64_t steps = 0;       // optimizer steps; always resolved (given, or derived from tokens)
     int64_t tokens = 0;      // the token budget when the recipe gave `tokens` instead of `steps`; else 0
     std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
-    int64_t threads = 0;             // CPU threads; 0 = all cores
+    int64_t threads = 0;             // CPU threads; 0 = all cores, else 1..kMaxThreads
     // The objective's terms and weights (train/objective.h); a given map replaces this one whole.
     std::map<std::string, double> loss{{"ce", 1.0}, {"z_loss", 1e-5}};
     // Parameter-name globs (train/parameter_selection.h): train only these / freeze these.
@@ -76,7 +77,7 @@ struct Recipe {
   };
   struct Checkpoint {
     int64_t every = 0;  // steps between checkpoints; 0 = only at the end
-    int64_t keep_last = 3;
+    int64_t keep_last = 3;  // step folders kept; 0 keeps all
     bool operator==(const Checkpoint&) const = default;
   };
   struct Log {

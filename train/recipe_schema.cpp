@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "core/thread_pool.h"
 #include "layers/layer_kinds.h"
 #include "layers/recompute.h"
 #include "train/objective.h"
@@ -84,6 +85,8 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"val", "valid", "eval", "validation_files", "eval_paths"}},
       {.path = "data.documents", .field = FIELD(data.documents), .choices = {"lines", "files"},
        .aliases = {"split", "document_split"}},
+      {.path = "data.verify", .field = FIELD(data.verify), .choices = {"auto", "always", "never"},
+       .aliases = {"verify_shards", "checksum", "check_sha256"}},
 
       {.path = "train.device", .field = FIELD(train.device), .choices = {"auto", "cpu", "cuda"}},
       {.path = "train.seed", .field = FIELD(train.seed), .aliases = {"random_seed"}},
@@ -100,7 +103,7 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"max_tokens", "total_tokens", "token_budget"}},
       {.path = "train.precision", .field = FIELD(train.precision), .choices = {"fp32", "bf16"},
        .aliases = {"dtype", "mixed_precision", "amp"}},
-      {.path = "train.threads", .field = FIELD(train.threads), .range = at_least(0),
+      {.path = "train.threads", .field = FIELD(train.threads), .range = closed(0, kMaxThreads),
        .aliases = {"num_threads", "omp_threads"}},
       {.path = "train.loss", .field = FIELD(train.loss), .range = at_least(0), .choices = objective_term_names(),
        .aliases = {"z_loss", "z_loss_weight", "z_loss_multiplier", "loss_weights", "objective"}},
@@ -134,7 +137,7 @@ std::vector<RecipeKey> build_schema() {
 
       {.path = "checkpoint.every", .field = FIELD(checkpoint.every), .range = at_least(0),
        .aliases = {"save_interval", "save_every", "save_steps", "checkpoint_every"}},
-      {.path = "checkpoint.keep_last", .field = FIELD(checkpoint.keep_last), .range = at_least(1),
+      {.path = "checkpoint.keep_last", .field = FIELD(checkpoint.keep_last), .range = closed(0, 2147483647),
        .aliases = {"save_total_limit", "keep"}},
 
       {.path = "log.every", .field = FIELD(log.every), .range = at_least(1),
@@ -279,6 +282,47 @@ std::string unknown_key_message(std::string_view path) {
   if (best) return message + "; did you mean '" + best->path + "'?";
   const std::string where = section.empty() ? "at the top level" : "in '" + std::string(section) + "'";
   return message + "; valid keys " + where + ": " + join_names(recipe_section_entries(section));
+}
+
+namespace {
+std::string quoted(const std::string& text) { return "'" + text + "'"; }
+std::string quoted_list(const StringList& list) {
+  std::string out = "[";
+  for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + quoted(list[i]);
+  return out + "]";
+}
+}  // namespace
+
+std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
+  Recipe values = recipe;  // the accessors take a mutable Recipe
+  struct Describe {
+    Recipe& r;
+    std::string operator()(int64_t& (*f)(Recipe&)) const { return std::to_string(f(r)); }
+    std::string operator()(uint64_t& (*f)(Recipe&)) const { return std::to_string(f(r)); }
+    std::string operator()(double& (*f)(Recipe&)) const { return format_number(f(r)); }
+    std::string operator()(bool& (*f)(Recipe&)) const { return f(r) ? "true" : "false"; }
+    std::string operator()(std::string& (*f)(Recipe&)) const { return quoted(f(r)); }
+    std::string operator()(StringList& (*f)(Recipe&)) const { return quoted_list(f(r)); }
+    std::string operator()(PathsByDomain& (*f)(Recipe&)) const {
+      std::string out = "{";
+      for (const auto& [domain, paths] : f(r)) out += (out.size() > 1 ? ", " : "") + domain + ": " + quoted_list(paths);
+      return out + "}";
+    }
+    std::string operator()(WeightsByName& (*f)(Recipe&)) const {
+      std::string out = "{";
+      for (const auto& [name, weight] : f(r)) out += (out.size() > 1 ? ", " : "") + name + ": " + format_number(weight);
+      return out + "}";
+    }
+    std::string operator()(MoDAVariant& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
+    std::string operator()(DepthKey& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
+    const RecipeKey& key;
+  };
+  return std::visit(Describe{values, key}, key.field);
+}
+
+bool same_value(const RecipeKey& key, const Recipe& a, const Recipe& b) {
+  Recipe x = a, y = b;
+  return std::visit([&](auto field) { return field(x) == field(y); }, key.field);
 }
 
 std::string format_number(double value) {

@@ -75,6 +75,13 @@ std::string unknown_key_message(std::string_view path);
 std::string_view parent_key_path(std::string_view path);
 std::string_view last_key_name(std::string_view path);
 
+// A key's value in `recipe` as messages show it: 8, 0.0003, true, 'bytes', ['a.txt', 'b.txt'],
+// {moby: ['m.txt']}.
+std::string describe_value(const RecipeKey& key, const Recipe& recipe);
+
+// True when the key's value is the same in both recipes.
+bool same_value(const RecipeKey& key, const Recipe& a, const Recipe& b);
+
 // The shortest text that reads back as exactly `value` ("0.1", "1e-05", "500000").
 std::string format_number(double value);
 

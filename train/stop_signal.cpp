@@ -18,9 +18,17 @@ StopSignalScope::StopSignalScope() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &previous_int_);
   sigaction(SIGTERM, &action, &previous_term_);
+  // A parent may have started us with them blocked; blocked, a stop request would never arrive
+  // (and one already pending arrives now).
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop, &previous_mask_);
 }
 
 StopSignalScope::~StopSignalScope() {
+  pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
   sigaction(SIGINT, &previous_int_, nullptr);
   sigaction(SIGTERM, &previous_term_, nullptr);
 }

@@ -3,6 +3,7 @@
 
 #include "train/commands.h"
 #include "train/recipe.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace fathom {
@@ -18,8 +19,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("recipe", args->recipe, "Recipe file (see recipes/)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.steps=100 (repeatable)");
   cmd->add_flag("--resume", args->options.resume, "Continue from the run folder's latest checkpoint");
-  cmd->add_flag("--overwrite", args->options.overwrite, "Delete an existing run folder and start again");
+  cmd->add_flag("--overwrite", args->options.overwrite, "Start the run again, replacing its folder once the new run has a checkpoint");
   cmd->callback([args] {
+    // From the start: a signal while the recipe is read stops the run after its first step.
+    const StopSignalScope stop_signals;
+    args->options.recipe_file = args->recipe;
     // A resumed run has its weights, and so its model, in its checkpoint: model.init_from's source
     // is not read again (it may be gone).
     const ModelOrigin origin{args->options.resume ? ModelOrigin::Kind::own_run : ModelOrigin::Kind::init_source, ""};

@@ -25,6 +25,8 @@
 #include "train/model_source.h"
 #include "train/objective.h"
 #include "train/parameter_selection.h"
+#include "train/resume_check.h"
+#include "train/run_dir.h"
 #include "train/run_state.h"
 #include "train/stop_signal.h"
 #include "train/throughput.h"
@@ -43,21 +45,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Decides what happens to an existing run folder before anything is written.
-void prepare_run_dir(const fs::path& run_dir, const TrainOptions& options) {
-  const bool has_checkpoint = latest_checkpoint(run_dir).has_value();
-  if (options.resume) {
-    FATHOM_CHECK(has_checkpoint, "--resume: no checkpoint to resume from in '", run_dir.string(), "'");
-    return;
-  }
-  if (fs::exists(run_dir) && options.overwrite) {
-    fs::remove_all(run_dir);
-  } else {
-    FATHOM_CHECK(!has_checkpoint, "run folder '", run_dir.string(),
-                 "' already holds checkpoints; pass --resume to continue that run, --overwrite to start it "
-                 "again, or set log.dir to another folder");
-  }
-  fs::create_directories(run_dir);
+// What the run reads, which --overwrite must never remove with the old run.
+std::vector<fs::path> run_sources(const Recipe& r, const TrainOptions& options) {
+  std::vector<fs::path> sources{options.recipe_file, r.data.tokenizer};
+  sources.insert(sources.end(), r.data.train.begin(), r.data.train.end());
+  for (const auto& [domain, paths] : r.data.validation) sources.insert(sources.end(), paths.begin(), paths.end());
+  if (!r.model_init_from.empty()) sources.push_back(parse_model_source(r.model_init_from).path);
+  std::erase_if(sources, [](const fs::path& p) {
+    std::error_code error;
+    return p.empty() || !fs::exists(p, error);  // tokenizer names ("bytes") are no paths
+  });
+  return sources;
+}
+
+std::string join_paths(const std::vector<std::string>& paths) {
+  std::string out;
+  for (const std::string& p : paths) out += (out.empty() ? "'" : ", '") + p + "'";
+  return out;
 }
 
 struct DataSet {
@@ -73,15 +77,24 @@ DataSet load_data(const Recipe& r) {
                d.tokenizer->vocab_size(), " token ids but model.vocab_size is ", r.model.vocab_size,
                "; raise model.vocab_size to at least ", d.tokenizer->vocab_size());
   const DocumentSplit split = parse_document_split(r.data.documents);
-  d.train = open_tokens(r.data.train, *d.tokenizer, split, r.model.vocab_size);
-  for (const auto& [domain, paths] : r.data.validation)
-    d.validation.emplace_back(domain, open_tokens(paths, *d.tokenizer, split, r.model.vocab_size));
+  const ShardVerify verify = parse_shard_verify(r.data.verify);
+  d.train = open_tokens(r.data.train, *d.tokenizer, split, r.model.vocab_size, verify);
+  for (const auto& [domain, paths] : r.data.validation) {
+    auto source = open_tokens(paths, *d.tokenizer, split, r.model.vocab_size, verify);
+    // Checked now: the evaluation after the last step must not be the first to find out.
+    FATHOM_CHECK(source->size() >= size_t(r.train.seq_len) + 1, "validation domain '", domain, "' (",
+                 join_paths(paths), ") has ", source->size(), " tokens, too few for one sequence of train.seq_len ",
+                 r.train.seq_len, " (needs ", r.train.seq_len + 1, "); give it more text or drop the domain");
+    d.validation.emplace_back(domain, std::move(source));
+  }
   return d;
 }
 
 }  // namespace
 
 TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
+  // First: a signal during start-up stops the run after its first step too, with a checkpoint.
+  const StopSignalScope stop_signals;
   const Device device = resolve_device(recipe.train.device);
   const int threads = configure_threads(recipe.train.threads);
   const int64_t B = recipe.train.batch_size, T = recipe.train.seq_len, accum = recipe.train.grad_accum;
@@ -103,7 +116,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     check_memory_plan_fits(memory_plan, cuda::device_memory(device.index).free, plan_input, device.str());
 #endif
   const fs::path run_dir = recipe.log.dir;
-  prepare_run_dir(run_dir, options);
+  // Checks only: the folder is made (or an old run replaced) once everything below is valid.
+  RunFolder folder(run_dir, {options.resume, options.overwrite, run_sources(recipe, options)});
+  if (options.resume) {
+    // Before the data is read: a changed run is the first thing to report.
+    const fs::path saved = *latest_checkpoint(run_dir) / kCheckpointRecipeFile;
+    check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), recipe, saved.string());
+  }
 
   DataSet data = load_data(recipe);
   TokenLoader loader(data.train, B, T, recipe.train.seed);
@@ -137,19 +156,28 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     loader.restore(state.loader);
   }
   const std::string recipe_yaml = recipe_to_yaml(recipe);
+  folder.open();
   write_file_atomically(run_dir / "recipe.yaml", recipe_yaml);
   MetricsLog metrics(run_dir, state.step);
-  const StopSignalScope stop_signals;
 
   auto log_line = [&](const std::string& line) {
     if (!options.quiet) std::cout << line << std::endl;
   };
   auto save = [&]() {
     state.loader = loader.state();
-    const fs::path dir = save_checkpoint(
-        run_dir, state.step,
-        CheckpointData{arena.named_values(), optimizer.state(), run_state_to_json(state), recipe_yaml},
-        int(recipe.checkpoint.keep_last));
+    fs::path dir;
+    try {
+      dir = save_checkpoint(run_dir, state.step,
+                            CheckpointData{arena.named_values(), optimizer.state(), run_state_to_json(state), recipe_yaml},
+                            int(recipe.checkpoint.keep_last));
+    } catch (const Error& e) {
+      const auto previous = latest_checkpoint(run_dir);
+      FATHOM_FAIL("saving the checkpoint of step ", state.step, " failed: ", e.message(), "; ",
+                  previous ? "the latest checkpoint on disk, " + previous->string() + ", is intact (train --resume continues from it)"
+                           : std::string("no earlier checkpoint exists"),
+                  "; free disk space or fix the folder's permissions");
+    }
+    folder.commit();  // the new run has a checkpoint: a run it replaced can go
     log_line("checkpoint " + dir.string());
   };
   TrainResult result;
@@ -239,10 +267,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
       interval_start = Clock::now();
       interval_tokens = 0;
     }
-    if ((recipe.eval.every > 0 && state.step % recipe.eval.every == 0) || last) run_eval();
     const bool stopping = stop_requested() && !last;
     if (stopping) log_line("stop requested: saving a checkpoint at step " + std::to_string(state.step));
+    // The checkpoint comes before the evaluation: nothing after the step can lose it.
     if ((recipe.checkpoint.every > 0 && state.step % recipe.checkpoint.every == 0) || last || stopping) save();
+    if ((recipe.eval.every > 0 && state.step % recipe.eval.every == 0) || last) run_eval();
     if (stopping) {
       result.stopped_by_signal = true;
       break;

@@ -11,8 +11,9 @@ namespace fathom {
 
 struct TrainOptions {
   bool resume = false;     // continue from the run folder's latest checkpoint
-  bool overwrite = false;  // delete an existing run folder first
+  bool overwrite = false;  // replace an existing run folder once the new run has a checkpoint (train/run_dir.h)
   bool quiet = false;      // no progress lines (tests)
+  std::filesystem::path recipe_file;  // the recipe's file, if any: --overwrite must not delete it
 };
 
 struct TrainResult {

@@ -1,8 +1,9 @@
 // Eigen views over fathom's row-major buffers, shared by the CPU kernels that hand work to Eigen
 // (GEMMs, and vectorised exp/log/sums over rows).
 #pragma once
-#include <Eigen/Core>
 #include <vector>
+
+#include "kernels/cpu/eigen_core.h"
 
 namespace fathom::cpu {
 

@@ -1,14 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <random>
 
 #include "core/file_io.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
+#include "train/metrics_log.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -269,4 +272,90 @@ TEST(FileIo, AtomicWriterLeavesNothingWhenAbandoned) {
   EXPECT_EQ(read_file(dir / "f"), "new");
   expect_error([&] { read_file(dir / "f", 2); }, {"3 bytes"});
   expect_error([&] { read_file(dir / "absent"); }, {"absent", "cannot open"});
+}
+
+namespace {
+// While alive, files of this process cannot grow past `bytes` (write() fails with EFBIG, as on a
+// full disk). Unlike permission bits, this limit holds for root too.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &previous_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // the default action would end the process
+    rlimit limit = previous_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+
+ private:
+  rlimit previous_{};
+  void (*previous_handler_)(int) = nullptr;
+};
+}  // namespace
+
+TEST(Checkpoint, AFullDiskDuringASaveLeavesTheLatestIntact) {
+  ScratchFolder dir;
+  const CheckpointData first = random_checkpoint(1);
+  save_checkpoint(dir.path(), 1, first, 3);
+  CheckpointData big = random_checkpoint(2);
+  std::mt19937_64 rng(3);
+  big.model.emplace_back("model.norm.weight", random_tensor({1 << 16}, DType::f32, rng));  // 256 KiB
+  std::string message;
+  {
+    const FileSizeLimit limit(64 << 10);
+    message = fathom::testing::error_of([&] { save_checkpoint(dir.path(), 2, big, 3); });
+  }
+  EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
+  EXPECT_EQ(latest_checkpoint(dir.path())->filename(), "step_00000001");
+  expect_same(load_checkpoint(dir.path()), first);
+  EXPECT_EQ(entry_names(dir / "checkpoints"), (std::vector<std::string>{"latest", "step_00000001"}));
+}
+
+TEST(Checkpoint, KeepLastZeroKeepsAll) {
+  ScratchFolder dir;
+  for (int64_t step = 1; step <= 5; ++step) save_checkpoint(dir.path(), step, random_checkpoint(uint64_t(step)), 0);
+  EXPECT_EQ(saved_steps(dir.path()), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+TEST(Checkpoint, ModelOnlyCheckpointsServeEverythingButResume) {
+  ScratchFolder dir;
+  const CheckpointData data = random_checkpoint(4);
+  const fs::path folder = save_checkpoint(dir.path(), 7, data, 3);
+  fs::remove(folder / kCheckpointOptimizerFile);
+  const CheckpointData model_only = load_checkpoint(dir.path(), CheckpointUse::model_only);
+  expect_same(model_only.model, data.model);
+  EXPECT_TRUE(model_only.optimizer.empty());
+  EXPECT_EQ(model_only.recipe_yaml, data.recipe_yaml);
+  expect_error([&] { load_checkpoint(dir.path()); },
+               {"is missing optimizer.safetensors", "model-only checkpoint serves eval and export"});
+}
+
+TEST(Checkpoint, LeftoversOfAKilledPruningAreRemovedAtTheNextStart) {
+  ScratchFolder dir;
+  save_checkpoint(dir.path(), 1, random_checkpoint(5), 3);
+  const fs::path retired = dir / "checkpoints" / (".tmp-retired-step_00000000-" + std::to_string(dead_pid()));
+  fs::create_directories(retired / "inside");
+  remove_checkpoint_leftovers(dir.path());
+  EXPECT_FALSE(fs::exists(retired));
+  EXPECT_EQ(saved_steps(dir.path()), (std::vector<int64_t>{1}));
+  remove_checkpoint_leftovers(dir / "no-such-run");  // nothing to clean: no error
+}
+
+// Metrics share the run folder's disk: a full disk while appending is an error naming the file.
+TEST(MetricsLog, AFullDiskIsAClearError) {
+  ScratchFolder dir;
+  MetricsLog log(dir.path(), 0);
+  log.write("train", 1, {{"loss", 2.5}});
+  const uintmax_t size = fs::file_size(dir / "metrics.jsonl");
+  std::string message;
+  {
+    const FileSizeLimit limit(size);
+    message = fathom::testing::error_of([&] { log.write("train", 2, {{"loss", 2.25}}); });
+  }
+  EXPECT_NE(message.find("metrics.jsonl"), std::string::npos) << message;
+  EXPECT_NE(message.find("free disk space"), std::string::npos) << message;
 }

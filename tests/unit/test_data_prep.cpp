@@ -263,6 +263,7 @@ TEST(DataPrep, BadInputsAreClearErrorsAndWriteNothing) {
       {[&](PrepOptions& o) { o.out.clear(); }, "no output folder given"},
       {[&](PrepOptions& o) { o.shard_tokens = 0; }, "--shard-tokens must be at least 1"},
       {[&](PrepOptions& o) { o.threads = -1; }, "--threads must be >= 0"},
+      {[&](PrepOptions& o) { o.threads = 100000; }, "--threads must be >= 0 (0 = every core) and at most 1024"},
       {[&](PrepOptions& o) { o.validation = {{"a", train}, {"a", train}}; }, "validation domain 'a' is given twice"},
       {[&](PrepOptions& o) { o.validation = {{"../escape", train}}; }, "validation domain name '../escape' may hold only"},
   };

@@ -1,0 +1,40 @@
+#include "train/resume_check.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "train/recipe_schema.h"
+
+namespace fathom {
+
+const std::vector<std::string>& keys_changeable_on_resume() {
+  // Not the batch geometry (batch_size, grad_accum, seq_len) nor the seed: the loader's saved
+  // position means something only for the order they give. train.steps / train.tokens stretch or
+  // shorten the schedule from the current step on. data.validation is only evaluated, never trained on.
+  static const std::vector<std::string> keys = {
+      "name",          "train.steps",     "train.tokens",     "train.device",   "train.threads",
+      "train.recompute", "data.validation", "data.verify",    "eval.every",     "eval.batches",
+      "checkpoint.every", "checkpoint.keep_last", "log.every", "log.dir"};
+  return keys;
+}
+
+void check_resume_compatible(const Recipe& saved, const Recipe& now, const std::string& saved_source) {
+  const std::vector<std::string>& allowed = keys_changeable_on_resume();
+  std::string changes;
+  for (const RecipeKey& key : recipe_keys()) {
+    if (std::find(allowed.begin(), allowed.end(), key.path) != allowed.end()) continue;
+    if (same_value(key, saved, now)) continue;
+    changes += "\n  " + key.path + ": " + describe_value(key, saved) + " in the run, " + describe_value(key, now) +
+               " in the recipe";
+  }
+  FATHOM_CHECK(changes.empty(), "--resume: the recipe changes the run saved in ", saved_source, ":", changes,
+               "\nput those keys back to the run's values, or start a new run (another log.dir, or --overwrite); "
+               "keys that may change on resume: ",
+               [&] {
+                 std::string list;
+                 for (const std::string& k : allowed) list += (list.empty() ? "" : ", ") + k;
+                 return list;
+               }());
+}
+
+}  // namespace fathom
