@@ -58,7 +58,14 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   if (common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v}).is_cpu())
     return cpu::decode_attention(q, k_cache, v_cache, length, depth, scale);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::decode_attention(q, k_cache, v_cache, length, depth, scale);
+  if (q.dim(3) == 64 || q.dim(3) == 128) return cuda::decode_attention(q, k_cache, v_cache, length, depth, scale);
+  // Other head dims (tiny models such as the quickstart's 16) have no kernel: the reference decodes
+  // them on the host, in f32, and the output goes back.
+  auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu()).to(DType::f32) : t; };
+  return cpu::decode_attention(host(q), host(k_cache), host(v_cache), length,
+                               DepthSlots{host(depth.k), host(depth.v), depth.begin, depth.end}, scale)
+      .to(q.dtype())
+      .to(q.device());
 #else
   no_cuda_kernel(kOp);
 #endif

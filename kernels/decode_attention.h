@@ -18,8 +18,8 @@
 // sequence of T tokens (length = T), o equals the last Tq rows of attention_forward (or of
 // moda_attention_forward with the same slots).
 // Returns o [B, Tq, Hq, d] in q's dtype. Forward only: generation needs no gradient.
-// DTypes: one for all inputs: F32 or F64 on the CPU; BF16 on CUDA (fp32 accumulation), head dim 64
-// or 128 there.
+// DTypes: one for all inputs: F32 or F64 on the CPU; BF16 on CUDA (fp32 accumulation). The CUDA
+// kernel takes head dims 64 and 128; other head dims on CUDA are decoded by the CPU reference.
 #pragma once
 #include <cstdint>
 

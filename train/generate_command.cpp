@@ -80,6 +80,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->options.sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--batch", args->options.batch, "Samples of the prompt generated together")->capture_default_str();
   cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
+  cmd->add_flag("--ignore-eos", args->options.ignore_eos, "Go on past the end-of-text token (fixed-length runs)");
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

@@ -84,12 +84,14 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
       const int64_t token = sample_token(row, options.sampling, uint64_t(step * B + b));
       next[size_t(b)] = int32_t(token);
       if (done[size_t(b)]) continue;
-      if (uint32_t(token) == tokenizer.eos_id()) {
+      if (uint32_t(token) == tokenizer.eos_id() && !options.ignore_eos) {
         done[size_t(b)] = true;
         continue;
       }
       std::vector<uint32_t>& tokens = result.tokens[size_t(b)];
       tokens.push_back(uint32_t(token));
+      // The text is needed as it grows only to find the stop text or to stream; else once at the end.
+      if (options.stop.empty() && !(sink && b == 0)) continue;
       std::string& text = result.texts[size_t(b)];
       text = tokenizer.decode(tokens);
       if (!options.stop.empty()) {
@@ -116,6 +118,8 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
   }
   synchronize(device);
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.stop.empty())
+    for (int64_t b = 0; b < B; ++b) result.texts[size_t(b)] = tokenizer.decode(result.tokens[size_t(b)]);
   return result;
 }
 

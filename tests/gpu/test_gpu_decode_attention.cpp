@@ -108,7 +108,11 @@ TEST(GpuDecodeAttentionDeterminism, TwoRunsAreBitIdentical) {
 TEST(GpuDecodeAttentionErrors, UnsupportedHeadDimAndDtype) {
   FATHOM_REQUIRE_GPU();
   const Tensor q = Tensor::zeros({1, 1, 2, 96}, DType::bf16, kGpu), kv = Tensor::zeros({1, 2, 4, 96}, DType::bf16, kGpu);
-  expect_error([&] { decode_attention(q, kv, kv, 4, 0.1); }, {"head dim d = 96", "64 and 128"});
+  expect_error([&] { cuda::decode_attention(q, kv, kv, 4, DepthSlots{}, 0.1); }, {"head dim d = 96", "64 and 128"});
+  // The dispatch decodes head dims without a kernel through the host reference.
+  const Tensor o = decode_attention(q, kv, kv, 4, 0.1);
+  EXPECT_EQ(o.shape(), q.shape());
+  EXPECT_TRUE(o.device() == kGpu && o.dtype() == DType::bf16);
   const Tensor q32 = Tensor::zeros({1, 1, 2, 64}, DType::f32, kGpu), kv32 = Tensor::zeros({1, 2, 4, 64}, DType::f32, kGpu);
   expect_error([&] { decode_attention(q32, kv32, kv32, 4, 0.1); }, {"q F32[1, 1, 2, 64]", "must be BF16"});
   const Tensor kv_cpu = Tensor::zeros({1, 2, 4, 96}, DType::bf16);

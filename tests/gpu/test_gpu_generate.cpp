@@ -38,7 +38,10 @@ std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
           {"attn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv})},
           {"attn_kv+ffn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv})},
           {"extra/reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
-                                                   .depth_key = DepthKey::reader})}};
+                                                   .depth_key = DepthKey::reader})},
+          // Head dim 16: no decode kernel; the host reference decodes it.
+          {"olmo2/d16", {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
+                         .vocab_size = 257}}};
 }
 
 }  // namespace

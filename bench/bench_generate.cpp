@@ -1,0 +1,76 @@
+// fathom's generation speed, in the rows bench/hf_generate_reference.py prints for HF transformers:
+// greedy decoding of a fixed prompt to exactly N new tokens (past the end-of-text token) with the
+// decoding caches, bf16 on the GPU.
+//
+//   bench_generate CHECKPOINT IDS_FILE N BATCH...
+//
+// CHECKPOINT is a fathom checkpoint or run folder; IDS_FILE the prompt's token ids, whitespace
+// separated. After two warm-up generations, prefill (the prompt's step, to its first token's logits) and
+// decode (the N - 1 steps after it) are the medians of 5 runs; each run synchronises the device before
+// it reads its clock.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "layers/parameter_arena.h"
+#include "train/checkpoint.h"
+#include "train/device_select.h"
+#include "train/generator.h"
+#include "train/recipe.h"
+
+using namespace fathom;
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: bench_generate CHECKPOINT IDS_FILE N BATCH...\n");
+    return 2;
+  }
+  try {
+    const auto folder = resolve_checkpoint(argv[1]);
+    CheckpointData checkpoint = load_checkpoint(folder);
+    const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
+    std::ifstream ids_file(argv[2]);
+    const std::vector<uint32_t> prompt{std::istream_iterator<uint32_t>(ids_file), std::istream_iterator<uint32_t>()};
+    const int64_t new_tokens = std::stoll(argv[3]);
+    const Device device = resolve_device("auto");
+    const bool mixed = device.is_cuda();
+    Decoder model(recipe.model);
+    ParameterArena arena(model, device);
+    if (mixed) arena.enable_compute_copy(DType::bf16);
+    arena.load(checkpoint.model, folder.string());
+    const auto tokenizer = make_tokenizer(recipe.data.tokenizer);
+    const std::string label = recipe.model_size.empty() ? recipe.name : recipe.model_size;
+    for (int i = 4; i < argc; ++i) {
+      GenerationOptions options{.max_new_tokens = new_tokens, .batch = std::stoll(argv[i]),
+                                .sampling = {.temperature = 0}, .ignore_eos = true};
+      std::vector<double> prefill, decode;
+      for (int run = 0; run < 7; ++run) {
+        const GenerationResult r =
+            generate(model, *tokenizer, prompt, options, mixed ? DType::bf16 : DType::f32, device);
+        if (run < 2) continue;
+        prefill.push_back(r.prefill_seconds);
+        decode.push_back(r.decode_seconds / double(std::max<int64_t>(r.decode_steps, 1)));
+      }
+      const double p = median(prefill), step = median(decode);
+      std::printf("| fathom generate | %s | %lld | %zu | %lld | %.1f | %.0f | %.2f | %.0f |\n", label.c_str(),
+                  (long long)options.batch, prompt.size(), (long long)new_tokens, 1e3 * p,
+                  double(options.batch) * double(prompt.size()) / p, 1e3 * step, double(options.batch) / step);
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_generate: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
