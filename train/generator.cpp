@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "kernels/argmax.h"
 #include "train/device_select.h"
 
 namespace fathom {
@@ -14,14 +15,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The logits [B, vocab] of each sequence's last position of hidden [B, T, d], as host floats: the
-// rows are gathered first (an embedding lookup of row indices), so only B rows meet the head.
-std::vector<float> last_logits(const Decoder& model, const Variable& hidden) {
+// The logits [B, vocab] of each sequence's last position of hidden [B, T, d], on the device: the rows
+// are gathered first (an embedding lookup of row indices), so only B rows meet the head.
+Tensor last_logits(const Decoder& model, const Variable& hidden) {
   const int64_t B = hidden.dim(0), T = hidden.dim(1), d = hidden.dim(2);
   std::vector<int32_t> rows(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = int32_t(b * T + T - 1);
   const Variable last = embedding(Tensor::from_vector(rows, {B}).to(hidden.value().device()), reshape(hidden, {B * T, d}));
-  return linear(last, model.head_weight()).value().to(DType::f32).to(Device::cpu()).to_vector<float>();
+  return linear(last, model.head_weight()).value();
+}
+
+// The next token of every sequence: greedy choices are made on the device (only B ids cross to the
+// host); sampling reads each row's logits on the host.
+std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step) {
+  const int64_t B = logits.dim(0), vocab = logits.dim(1);
+  std::vector<int64_t> out(static_cast<size_t>(B));
+  if (sampling.temperature == 0) {
+    const std::vector<int32_t> ids = argmax_rows(logits).to(Device::cpu()).to_vector<int32_t>();
+    std::copy(ids.begin(), ids.end(), out.begin());
+    return out;
+  }
+  const std::vector<float> host = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();
+  for (int64_t b = 0; b < B; ++b)
+    out[size_t(b)] = sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling,
+                                  uint64_t(step * B + b));
+  return out;
 }
 
 // How much of `text`'s end could be the start of `stop` (held back from streaming until it is known
@@ -72,7 +90,7 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
   Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
   auto start = Clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    const std::vector<float> logits = last_logits(model, model.decode(input, state));
+    const std::vector<int64_t> chosen = next_tokens(last_logits(model, model.decode(input, state)), options.sampling, step);
     if (step == 0) {
       synchronize(device);
       result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -80,8 +98,7 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
     }
     std::vector<int32_t> next(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-      const std::span<const float> row(logits.data() + b * vocab, size_t(vocab));
-      const int64_t token = sample_token(row, options.sampling, uint64_t(step * B + b));
+      const int64_t token = chosen[size_t(b)];
       next[size_t(b)] = int32_t(token);
       if (done[size_t(b)]) continue;
       if (uint32_t(token) == tokenizer.eos_id() && !options.ignore_eos) {

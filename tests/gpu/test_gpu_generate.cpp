@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
+#include "kernels/argmax.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "train/generator.h"
@@ -90,5 +91,25 @@ TEST(GpuGenerate, ChunkedDecodingMatchesTheFullForward) {
     }
     const Tensor joined = Tensor::from_vector(got, full.shape());
     EXPECT_GPU_CLOSE(joined, full.to(DType::f32).to(Device::cpu()), DType::bf16, name);
+  }
+}
+
+TEST(GpuArgmaxRows, MatchesTheCpuOnAwkwardRows) {
+  FATHOM_REQUIRE_GPU();
+  for (const int64_t n : {1, 7, 1000, 100352}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      // Coarse values make ties common; the lowest index must win on both.
+      const GpuInput x = random_input({5, n}, dtype, uint64_t(n), -3, 3);
+      const Tensor rounded = Tensor::from_vector(
+          [&] {
+            std::vector<float> v = x.cpu.to_vector<float>();
+            for (float& e : v) e = std::round(e * 2) / 2;
+            return v;
+          }(),
+          x.cpu.shape());
+      EXPECT_EQ(argmax_rows(rounded.to(dtype).to(kGpu)).to(Device::cpu()).to_vector<int32_t>(),
+                argmax_rows(rounded).to_vector<int32_t>())
+          << n << " " << dtype_name(dtype);
+    }
   }
 }

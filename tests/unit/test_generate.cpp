@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "data/tokenizer.h"
+#include "kernels/argmax.h"
 #include "kernels/kv_cache.h"
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
@@ -164,4 +165,11 @@ TEST(KvCache, WritesRowsIntoTheHeadMajorCache) {
         }
   expect_error([&] { kv_cache_write(cache, rows, 4); }, {"overrun", "capacity of 5"});
   expect_error([&] { kv_cache_write(cache, Tensor::zeros({2, 1, 2, 4}, DType::f32), 0); }, {"do not fit"});
+}
+
+TEST(ArgmaxRows, LowestIndexWinsTiesAndNaNsAreSkipped) {
+  const float nan = std::nanf("");
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 5, 5, 2, nan, -1, 7, nan, nan, nan, nan, nan}, {3, 4});
+  EXPECT_EQ(argmax_rows(x).to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 0}));
+  expect_error([&] { argmax_rows(Tensor::zeros({4}, DType::f32)); }, {"argmax_rows", "[rows, n]"});
 }
