@@ -35,21 +35,31 @@ const Variable& Decoder::head_weight() const {
   return lm_head_ ? lm_head_->weight() : model_.embed_tokens.weight();
 }
 
+namespace {
+// Positions first .. first + T - 1, shared by the batch.
+Tensor positions_from(int64_t first, int64_t T, Device device) {
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), int32_t(first));
+  return Tensor::from_vector(pos, {T}).to(device);
+}
+}  // namespace
+
+std::shared_ptr<DepthStream> Decoder::new_depth_stream(const Tensor& ids) const {
+  if (!config_.moda.enabled()) return nullptr;
+  return std::make_shared<DepthStream>(ids.dim(0), ids.dim(1), depth_slots(), config_.n_kv_heads, config_.head_dim(),
+                                       depth_dtype(ids.device()), ids.device());
+}
+
 ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) const {
   FATHOM_CHECK(ids.rank() == 2, "decoder input ids must be [batch, seq], got ", describe(ids));
   const int64_t T = ids.dim(1);
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  std::iota(pos.begin(), pos.end(), 0);
-  const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
+  const Tensor positions = positions_from(0, T, ids.device());
   std::optional<RecomputeCheapOps> selective;
   if (recompute_ == Recompute::selective) selective.emplace();
   ModelOutput out;
   Variable h = model_.embed_tokens.forward(ids);
   // Shared: with recompute, each block's re-run in backward uses the stream after this forward returns.
-  std::shared_ptr<DepthStream> depth;
-  if (config_.moda.enabled())
-    depth = std::make_shared<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
-                                          depth_dtype(ids.device()), ids.device());
+  const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
   if (options.attention_entropy) out.attention_entropy.resize(size_t(L));
   for (int64_t i = 0; i < L; ++i) {
@@ -107,15 +117,10 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   const int64_t T = ids.dim(1);
   FATHOM_CHECK(state.length + T <= state.capacity, "decode: ", T, " more positions after ", state.length,
                " exceed the cache's capacity of ", state.capacity);
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  std::iota(pos.begin(), pos.end(), int32_t(state.length));
-  const Tensor positions = Tensor::from_vector(pos, {T}).to(ids.device());
+  const Tensor positions = positions_from(state.length, T, ids.device());
   Variable h = model_.embed_tokens.forward(ids);
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
-  std::unique_ptr<DepthStream> depth;
-  if (config_.moda.enabled())
-    depth = std::make_unique<DepthStream>(ids.dim(0), T, depth_slots(), config_.n_kv_heads, config_.head_dim(),
-                                          depth_dtype(ids.device()), ids.device());
+  const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
   for (int64_t i = 0; i < L; ++i) {
     MixerContext context{positions, depth.get(), i + 1 < L};

@@ -78,6 +78,8 @@ class Decoder : public Module {
     std::vector<std::unique_ptr<Block>> layers;
     RMSNorm norm;
   };
+  // The MoDA depth stream of a forward over ids [B, T] (none without MoDA).
+  std::shared_ptr<DepthStream> new_depth_stream(const Tensor& ids) const;
 
   ModelConfig config_;
   Recompute recompute_ = Recompute::none;
