@@ -101,11 +101,12 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   const bool mixed = uses_mixed_precision(recipe.train.precision, device);
   const Recompute recompute = parse_recompute(recipe.train.recompute);
   // Which parameters train, from the layers' own report of their names (no model is built yet).
+  const std::vector<std::pair<std::string, Shape>> shapes = decoder_parameter_shapes(recipe.model);
   std::vector<std::string> names;
-  for (const auto& [name, shape] : decoder_parameter_shapes(recipe.model)) names.push_back(name);
+  for (const auto& [name, shape] : shapes) names.push_back(name);
   const std::set<std::string> frozen = frozen_parameters(names, recipe.train.trainable, recipe.train.frozen);
   int64_t frozen_elements = 0;
-  for (const auto& [name, shape] : decoder_parameter_shapes(recipe.model))
+  for (const auto& [name, shape] : shapes)
     if (frozen.count(name)) frozen_elements += shape.numel();
   const Objective objective(recipe.train.loss);
   const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute, frozen_elements};
