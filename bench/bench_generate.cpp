@@ -10,17 +10,16 @@
 // it reads its clock.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "layers/parameter_arena.h"
-#include "train/checkpoint.h"
 #include "train/device_select.h"
 #include "train/generator.h"
-#include "train/recipe.h"
+#include "train/inference_model.h"
 
 using namespace fathom;
 
@@ -37,27 +36,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const auto folder = resolve_checkpoint(argv[1]);
-    CheckpointData checkpoint = load_checkpoint(folder);
-    const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
+    const ModelFiles files = read_model_files(argv[1]);
     std::ifstream ids_file(argv[2]);
     const std::vector<uint32_t> prompt{std::istream_iterator<uint32_t>(ids_file), std::istream_iterator<uint32_t>()};
     const int64_t new_tokens = std::stoll(argv[3]);
     const Device device = resolve_device("auto");
     const bool mixed = device.is_cuda();
-    Decoder model(recipe.model);
-    ParameterArena arena(model, device);
-    if (mixed) arena.enable_compute_copy(DType::bf16);
-    arena.load(checkpoint.model, folder.string());
-    const auto tokenizer = make_tokenizer(recipe.data.tokenizer);
-    const std::string label = recipe.model_size.empty() ? recipe.name : recipe.model_size;
+    const InferenceModel inference(files.config, files.weights, files.origin, device, mixed);
+    const Decoder& model = inference.decoder();
+    const auto tokenizer = make_tokenizer(files.tokenizer);
+    // The run folder's name (RUN/checkpoints/step_N).
+    const std::string label = std::filesystem::path(files.origin).parent_path().parent_path().filename().string();
     for (int i = 4; i < argc; ++i) {
       GenerationOptions options{.max_new_tokens = new_tokens, .batch = std::stoll(argv[i]),
                                 .sampling = {.temperature = 0}, .ignore_eos = true};
       std::vector<double> prefill, decode;
       for (int run = 0; run < 7; ++run) {
         const GenerationResult r =
-            generate(model, *tokenizer, prompt, options, mixed ? DType::bf16 : DType::f32, device);
+            generate(model, *tokenizer, prompt, options, inference.activation_dtype(), device);
         if (run < 2) continue;
         prefill.push_back(r.prefill_seconds);
         decode.push_back(r.decode_seconds / double(std::max<int64_t>(r.decode_steps, 1)));

@@ -8,9 +8,9 @@
 #include "autograd/ops.h"
 #include "data/eval_iterator.h"
 #include "data/open_tokens.h"
-#include "layers/parameter_arena.h"
 #include "train/checkpoint.h"
 #include "train/device_select.h"
+#include "train/inference_model.h"
 #include "train/recipe.h"
 
 namespace fathom {
@@ -39,11 +39,11 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   const Device device = resolve_device(recipe.train.device);
   configure_threads(recipe.train.threads);
   const std::filesystem::path dir = resolve_checkpoint(checkpoint);
-  Decoder model(recipe.model);
-  ParameterArena arena(model, device);
   // Evaluated as it was trained: bf16 weights and activations on a GPU under train.precision: bf16.
-  if (uses_mixed_precision(recipe.train.precision, device)) arena.enable_compute_copy(DType::bf16);
-  arena.load(load_checkpoint(dir, CheckpointUse::model_only).model, (dir / "model.safetensors").string());
+  const InferenceModel inference(recipe.model, load_checkpoint(dir, CheckpointUse::model_only).model,
+                                 (dir / "model.safetensors").string(), device,
+                                 uses_mixed_precision(recipe.train.precision, device));
+  const Decoder& model = inference.decoder();
 
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(recipe.data.tokenizer);
   const DocumentSplit split = parse_document_split(recipe.data.documents);

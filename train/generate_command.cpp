@@ -6,14 +6,11 @@
 
 #include "core/file_io.h"
 #include "data/tokenizer.h"
-#include "layers/hf_import.h"
-#include "layers/parameter_arena.h"
-#include "train/checkpoint.h"
 #include "train/commands.h"
 #include "train/device_select.h"
 #include "train/generator.h"
+#include "train/inference_model.h"
 #include "train/memory_plan.h"
-#include "train/recipe.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
 #endif
@@ -21,29 +18,6 @@
 namespace fathom {
 
 namespace {
-
-namespace fs = std::filesystem;
-
-// The model, its weights and its tokenizer's name, from `hf:DIR` or a checkpoint / run folder.
-struct LoadedModel {
-  ModelConfig config;
-  TensorMap weights;
-  std::string tokenizer;  // "" when the source names none
-  std::string origin;
-};
-
-LoadedModel load_for_generation(const std::string& spec) {
-  if (spec.starts_with("hf:")) {
-    const std::string dir = spec.substr(3);
-    HfModel hf = load_hf_model(dir);
-    const fs::path tokenizer = fs::path(dir) / "tokenizer.json";
-    return {hf.config, std::move(hf.weights), fs::exists(tokenizer) ? tokenizer.string() : "", spec};
-  }
-  const fs::path folder = resolve_checkpoint(spec);
-  CheckpointData checkpoint = load_checkpoint(folder);
-  const Recipe recipe = parse_saved_recipe(checkpoint.recipe_yaml, (folder / kCheckpointRecipeFile).string());
-  return {recipe.model, std::move(checkpoint.model), recipe.data.tokenizer, folder.string()};
-}
 
 std::string gib_or_mib(size_t bytes) {
   char text[32];
@@ -91,22 +65,20 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([args] {
     FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
     const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
-    LoadedModel loaded = load_for_generation(args->checkpoint);
+    const ModelFiles loaded = read_model_files(args->checkpoint);
     const std::string tokenizer_name = args->tokenizer.empty() ? loaded.tokenizer : args->tokenizer;
     FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
                  " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
     const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_name);
     const Device device = resolve_device(args->device);
     configure_threads(args->threads);
-    Decoder model(loaded.config);
-    ParameterArena arena(model, device);
-    const bool mixed = uses_mixed_precision(args->precision, device);
-    if (mixed) arena.enable_compute_copy(DType::bf16);
-    arena.load(loaded.weights, loaded.origin);
+    const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device,
+                                   uses_mixed_precision(args->precision, device));
+    const Decoder& model = inference.decoder();
     const std::vector<uint32_t> prompt_ids = tokenizer->encode(text);
     const int64_t positions = int64_t(prompt_ids.size()) + args->options.max_new_tokens;
     // The caches are allocated whole before the prompt is read: one that cannot fit fails now.
-    const DType dtype = mixed ? DType::bf16 : DType::f32;
+    const DType dtype = inference.activation_dtype();
     size_t per_position = 0;
     for (const auto& block : model.blocks()) per_position += block->mixer().make_cache(1, 1, dtype, Device::cpu())->bytes();
     const size_t cache_bytes = per_position * size_t(positions) * size_t(args->options.batch);
