@@ -18,7 +18,7 @@ struct GenerationOptions {
   int64_t max_new_tokens = 128;
   int64_t batch = 1;
   SamplingOptions sampling;
-  std::string stop;  // stop text ("" for none): a sequence ends where its continuation first holds it
+  std::string stop{};  // stop text ("" for none): a sequence ends where its continuation first holds it
   bool ignore_eos = false;  // keep going past the end-of-text token (benchmarks: a fixed length)
 };
 
