@@ -144,6 +144,30 @@ TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
   expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
 }
 
+// Frozen parameters: the run trains only the unfrozen ones, its checkpoints hold moments for those
+// only, and a resume from a mid-run checkpoint is bit-exact.
+TEST(Train, FrozenParametersStayPutAndResumeBitExact) {
+  fathom::testing::ScratchFolder dir;
+  const std::vector<std::string> frozen{"train.frozen=[model.embed_tokens.*, 'model.layers.0.*']"};
+  run_training(recipe_for(dir / "a", 6, frozen), quiet());
+  const TensorMap first = load_checkpoint(dir / "a" / "checkpoints" / "step_00000003").model;
+  const CheckpointData last = load_checkpoint(dir / "a");
+  for (size_t i = 0; i < first.size(); ++i) {
+    const bool is_frozen = first[i].first.starts_with("model.embed_tokens.") || first[i].first.starts_with("model.layers.0.");
+    EXPECT_EQ(first[i].second.to_vector<float>() == last.model[i].second.to_vector<float>(), is_frozen) << first[i].first;
+  }
+  for (const auto& [name, t] : last.optimizer)
+    EXPECT_TRUE(name == "step" || (name.find("embed_tokens") == std::string::npos && name.find(".layers.0.") == std::string::npos))
+        << name;
+  fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
+  fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
+  std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  run_training(recipe_for(dir / "b", 6, frozen), resume);
+  expect_same_weights(dir / "a", dir / "b");
+}
+
 // Two micro-batches of 2 sequences see the same windows as one batch of 4: same update up to rounding.
 TEST(Train, GradientAccumulationMatchesTheLargerBatch) {
   fathom::testing::ScratchFolder dir;
