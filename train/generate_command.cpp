@@ -79,8 +79,8 @@ void add_generate_command(CLI::App& app) {
     const int64_t positions = int64_t(prompt_ids.size()) + args->options.max_new_tokens;
     // The caches are allocated whole before the prompt is read: one that cannot fit fails now.
     const DType dtype = inference.activation_dtype();
-    size_t per_position = 0;
-    for (const auto& block : model.blocks()) per_position += block->mixer().make_cache(1, 1, dtype, Device::cpu())->bytes();
+    // A one-position state on the host says what a position costs, before the device is touched.
+    const size_t per_position = model.start_decoding(1, 1, dtype, Device::cpu()).bytes_per_position();
     const size_t cache_bytes = per_position * size_t(positions) * size_t(args->options.batch);
 #ifdef FATHOM_WITH_CUDA
     if (device.is_cuda()) {

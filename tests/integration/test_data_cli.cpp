@@ -10,22 +10,12 @@
 
 #include "data/prep.h"
 #include "../unit/test_support.h"
+#include "cli_test_helpers.h"
 
 namespace fs = std::filesystem;
 using fathom::testing::read_bytes;
+using fathom::testing::run_fathom;
 using fathom::testing::write_bytes;
-
-namespace {
-
-// Runs the fathom binary with `arguments`; returns its exit status, stdout and stderr in files.
-int run_fathom(const fathom::testing::ScratchFolder& dir, const std::string& arguments) {
-  const std::string command = std::string(FATHOM_BINARY) + " " + arguments + " > " + (dir / "out.txt").string() +
-                              " 2> " + (dir / "err.txt").string();
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-}  // namespace
 
 TEST(DataCli, PrepWritesShardsAndManifestAndPrintsASummary) {
   fathom::testing::ScratchFolder dir;

@@ -1,27 +1,17 @@
 // fathom generate end to end: a run trained by the trainer generates from its folder, greedy output is
 // reproducible and streams after the prompt, and bad invocations are clear errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 
 #include "train/recipe.h"
 #include "train/trainer.h"
 #include "../unit/test_support.h"
+#include "cli_test_helpers.h"
 
 namespace fs = std::filesystem;
 using fathom::testing::read_bytes;
-
-namespace {
-
-int run_fathom(const fathom::testing::ScratchFolder& dir, const std::string& arguments) {
-  const std::string command = std::string(FATHOM_BINARY) + " " + arguments + " > " + (dir / "out.txt").string() +
-                              " 2> " + (dir / "err.txt").string();
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-}  // namespace
+using fathom::testing::run_fathom;
 
 TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
   fathom::testing::ScratchFolder dir;
