@@ -5,7 +5,7 @@
 
 #include "kernels/dispatch.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention/attention.h"
 #endif
 
 namespace fathom {

@@ -2,7 +2,7 @@
 
 #include "kernels/dispatch.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/moda_tensor.h"
+#include "kernels/cuda/moda/moda_tensor.h"
 #endif
 
 namespace fathom {

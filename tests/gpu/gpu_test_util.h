@@ -14,7 +14,7 @@
 #include "tests/unit/op_test_util.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/runtime/runtime.h"
 #endif
 
 namespace fathom::test {

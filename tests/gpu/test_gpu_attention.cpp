@@ -18,7 +18,7 @@
 #if FATHOM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention/attention.h"
 #endif
 
 using namespace fathom;

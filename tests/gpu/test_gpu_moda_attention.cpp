@@ -22,7 +22,7 @@
 #if FATHOM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/moda_attention.h"
+#include "kernels/cuda/moda/moda_attention.h"
 #endif
 
 using namespace fathom;

@@ -1,0 +1,93 @@
+// CUDA rotary embedding: a (cos, sin) table per (position entry, frequency) computed in f64 by a small
+// kernel, then one pass over x rotating the pairs (i, i + d/2) in f32.
+#include "kernels/cuda/runtime/device_errors.cuh"
+#include "kernels/cuda/runtime/device_math.cuh"
+#include "kernels/cuda/runtime/float_dispatch.h"
+#include "kernels/cuda/runtime/runtime.h"
+#include "kernels/dispatch.h"
+#include "kernels/rope.h"
+
+namespace fathom::cuda {
+
+namespace {
+
+template <typename I>
+__global__ void rope_table_kernel(const I* positions, int64_t n_pos, int64_t half, const double* inv_freq,
+                                  double sign, float2* table, DeviceErrorRecord* errors) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n_pos * half; e += stride) {
+    const int64_t p = e / half, i = e % half;
+    const int64_t pos = int64_t(positions[p]);
+    if (pos < 0 && i == 0) report_device_error(errors, kRopeNegativePosition, pos, p, 0);
+    // As the CPU reference: angle = pos * inv_freq[i] in double, then cos and sin.
+    const double angle = double(pos) * inv_freq[i];
+    double s, c;
+    sincos(angle, &s, &c);
+    table[e] = make_float2(float(c), float(sign * s));
+  }
+}
+
+// One thread per (token, pack of N frequencies): its cos/sin stay in registers across the H heads.
+template <int N, typename T>
+__global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t tokens, int64_t seq, int64_t heads,
+                                  int64_t half, bool per_row) {
+  const int64_t packs_per_token = half / N;
+  const int64_t total = tokens * packs_per_token;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t bt = idx / packs_per_token, i = (idx % packs_per_token) * N;  // bt = b * T + t
+    const int64_t p = per_row ? bt : bt % seq;
+    float2 cs[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) cs[k] = table[p * half + i + k];
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t offset = (bt * heads + h) * 2 * half;
+      const Pack<T, N> x1 = load_pack<N>(x + offset + i), x2 = load_pack<N>(x + offset + half + i);
+      Pack<T, N> y1, y2;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float a = to_float(x1.v[k]), b = to_float(x2.v[k]);
+        y1.v[k] = from_float<T>(a * cs[k].x - b * cs[k].y);
+        y2.v[k] = from_float<T>(b * cs[k].x + a * cs[k].y);
+      }
+      store_pack<N>(y + offset + i, y1);
+      store_pack<N>(y + offset + half + i, y2);
+    }
+  }
+}
+
+}  // namespace
+
+Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse) {
+  const int64_t B = x.dim(0), seq = x.dim(1), H = x.dim(2), d = x.dim(3), half = d / 2;
+  const int64_t n_pos = positions.numel();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.numel() == 0) return y;
+  cudaStream_t stream = stream_for(x.device());
+  Tensor table = Tensor::empty({n_pos * half * 2}, DType::f32, x.device());
+  // The frequencies (with any llama3 scaling) come from the host code every backend shares.
+  const Tensor inv_freq = Tensor::from_vector(rope_inverse_frequencies(d, theta, scaling), {half}).to(x.device());
+  float2* t = reinterpret_cast<float2*>(table.raw());
+  dispatch_index("rope", "positions", positions.dtype(), [&]<typename I>() {
+    rope_table_kernel<I><<<grid_for(n_pos * half, 256), 256, 0, stream>>>(
+        static_cast<const I*>(positions.raw()), n_pos, half, inv_freq.data<double>(), inverse ? -1.0 : 1.0, t,
+        device_error_record());
+    CUDA_CHECK_LAUNCH();
+  });
+  const bool per_row = positions.rank() == 2;
+  dispatch_device_float("rope", x.dtype(), [&]<typename T>() {
+    const T* xp = static_cast<const T*>(x.raw());
+    T* yp = static_cast<T*>(y.raw());
+    constexpr int N = 4;
+    const int64_t tokens = B * seq;
+    if (half % N == 0 && all_aligned(N * sizeof(T), xp, yp))
+      rope_apply_kernel<N, T><<<grid_for(tokens * half / N, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half,
+                                                                                  per_row);
+    else
+      rope_apply_kernel<1, T><<<grid_for(tokens * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half, per_row);
+    CUDA_CHECK_LAUNCH();
+  });
+  return y;
+}
+
+}  // namespace fathom::cuda
