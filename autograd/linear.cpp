@@ -10,14 +10,16 @@ namespace {
 
 class LinearNode final : public Node {
  public:
-  LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad)
-      : x_(std::move(x)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)) {}
+  LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad, DType compute_dtype)
+      : x_(std::move(x)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)),
+        compute_dtype_(compute_dtype) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
 
   // dx = dy W, or dx_sum += dy W in the same product when x already has a gradient sum of dx's dtype.
   std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor*>& partial) override {
-    const Tensor dy = grad_output.view({grad_output.shape().rows(), grad_output.dim(-1)});
+    // A wide output (linear_wide) sends back a wide gradient; the GEMMs take x's dtype.
+    const Tensor dy = grad_output.to(compute_dtype_).view({grad_output.shape().rows(), grad_output.dim(-1)});
     Tensor* dx_sum = partial.empty() ? nullptr : partial[0];
     Tensor dx, dweight;
     if (needs_input_grad(0)) {
@@ -51,11 +53,11 @@ class LinearNode final : public Node {
   // Mixed precision: the weight's F32 gradient, which the bf16 GEMM accumulates into directly (no
   // weight-sized temporary, and fp32 accumulation across micro-batches and tied uses).
   Tensor weight_grad_;
+  DType compute_dtype_;
 };
 
-}  // namespace
-
-Variable linear(const Variable& x, const Variable& weight) {
+// y in out_dtype: x's, or F32 for BF16 x (the GEMM accumulates in f32 and writes it unrounded).
+Variable linear_into(const Variable& x, const Variable& weight, DType out_dtype) {
   FATHOM_CHECK(x.defined() && weight.defined(), "linear: undefined input");
   FATHOM_CHECK(weight.value().rank() == 2, "linear: weight must be [out, in], got ", describe(weight.value()));
   FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear: x ", describe(x.value()),
@@ -65,14 +67,28 @@ Variable linear(const Variable& x, const Variable& weight) {
   const Tensor x2d = x.value().view({xs.rows(), xs.last()});
   std::vector<int64_t> out_dims = xs.vec();
   out_dims.back() = weight.dim(0);
-  Tensor y = matmul(x2d, false, w, true).view(Shape(out_dims));
+  Tensor y = Tensor::empty(Shape(out_dims), out_dtype, x.device());
+  Tensor y2d = y.view({xs.rows(), weight.dim(0)});
+  matmul(x2d, false, w, true, y2d);
   if (!any_requires_grad({x, weight})) return Variable(std::move(y));
   const bool into_arena = weight.requires_grad() && weight.is_leaf() && weight.has_compute_copy() &&
                           weight.grad().defined() && weight.grad().dtype() == DType::f32;
   auto node = std::make_shared<LinearNode>(weight.requires_grad() ? SavedTensor::of(x) : SavedTensor(),
                                            x.requires_grad() ? w : Tensor(), xs,
-                                           into_arena ? weight.grad().view(weight.shape()) : Tensor());
+                                           into_arena ? weight.grad().view(weight.shape()) : Tensor(), x.dtype());
   return record(std::move(y), std::move(node), {x, weight});
+}
+
+}  // namespace
+
+Variable linear(const Variable& x, const Variable& weight) {
+  FATHOM_CHECK(x.defined(), "linear: undefined input");
+  return linear_into(x, weight, x.dtype());
+}
+
+Variable linear_wide(const Variable& x, const Variable& weight) {
+  FATHOM_CHECK(x.defined(), "linear_wide: undefined input");
+  return linear_into(x, weight, x.dtype() == DType::bf16 ? DType::f32 : x.dtype());
 }
 
 }  // namespace fathom

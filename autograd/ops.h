@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "autograd/variable.h"
+#include "kernels/mod_routing.h"
 #include "kernels/rope.h"
 
 namespace fathom {
@@ -14,6 +15,9 @@ namespace fathom {
 
 // x [..., in] @ weight[out, in]^T -> [..., out]  (bias-free, as in OLMo2).
 Variable linear(const Variable& x, const Variable& weight);
+// The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
+// MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
+Variable linear_wide(const Variable& x, const Variable& weight);
 
 // ids (I32 or I64) [...] -> table rows [..., d]. An id outside [0, vocab) is an error naming it.
 Variable embedding(const Tensor& ids, const Variable& table);
@@ -34,6 +38,8 @@ Variable rope(const Variable& x, const Tensor& positions, double theta, const Ro
 
 // silu(gate) * up, elementwise.
 Variable swiglu(const Variable& gate, const Variable& up);
+// x * sigmoid(x), elementwise.
+Variable silu(const Variable& x);
 
 // Causal grouped-query attention: q [B, T, Hq, d], k and v [B, T, Hk, d], Hq = G * Hk (query head h
 // reads KV head h / G), softmax(q k^T * scale) v over keys j <= t. Returns [B, T, Hq, d].
@@ -61,6 +67,16 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
 // per-chunk counts are read from them without waiting on the device) or on h's device.
 LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
                                double expected_grad, int64_t chunk_rows, int64_t ignore_index = -100);
+
+// Mixture-of-Depths routing (kernels/mod_routing.h). x [B, S, ...] -> x[b, idx[b, j]] [B, k, ...];
+// the gradient scatters back (idx distinct per row, as top-k's are).
+Variable gather_rows(const Variable& x, const Tensor& idx);
+// The routed residual: x except out[b, idx_j] = x + g(r) (y_j - x) at the chosen rows, y [B, k, d] the
+// block's output on them, r F32 [B, S] the router logits (unused for RouteWeight::one). x, y and r get
+// their gradients; r only through g(r) * delta.
+Variable routed_mix(const Variable& x, const Variable& y, const Variable& r, const Tensor& idx, RouteWeight weight);
+// Mean BCE with logits against fixed targets in [0, 1] (logits F32/F64, targets of their shape and dtype).
+Variable routing_bce(const Variable& logits, const Tensor& targets);
 
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.

@@ -1,4 +1,4 @@
-// swiglu: silu(gate) * up, the gated activation of the OLMo2 feed-forward block.
+// swiglu: silu(gate) * up, the gated activation of the OLMo2 feed-forward block; silu alone.
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
@@ -26,6 +26,17 @@ class SwigluNode final : public Node {
   Tensor gate_, up_;
 };
 
+class SiluNode final : public Node {
+ public:
+  explicit SiluNode(Tensor x) : x_(std::move(x)) {}
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return {silu_backward(grad_output, x_)}; }
+  void release_saved() override { x_ = Tensor(); }
+  const char* name() const override { return "silu"; }
+
+ private:
+  Tensor x_;
+};
+
 }  // namespace
 
 Variable swiglu(const Variable& gate, const Variable& up) {
@@ -36,6 +47,13 @@ Variable swiglu(const Variable& gate, const Variable& up) {
   // The node keeps gate and up anyway: the down projection need not keep their product too.
   set_rebuild(out, [gate = gate.value(), up = up.value()] { return swiglu_forward(gate, up); });
   return out;
+}
+
+Variable silu(const Variable& x) {
+  FATHOM_CHECK(x.defined(), "silu: undefined input");
+  Tensor y = silu_forward(x.value());
+  if (!any_requires_grad({x})) return Variable(std::move(y));
+  return record(std::move(y), std::make_shared<SiluNode>(x.value()), {x});
 }
 
 }  // namespace fathom

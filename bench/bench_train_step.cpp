@@ -141,7 +141,7 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     for (int i = 0; i < o.warmup + o.steps; ++i) {
       const TokenBatch batch = random_batch(c.batch, c.seq, config.vocab_size, ++step);
       const StepSettings settings{.step = int64_t(step), .lr = kLearningRate, .clip = opt.clip,
-                                  .objective = Objective(defaults.train.loss)};
+                                  .objective = Objective::for_model(defaults.train.loss, config)};
       synchronize(device);
       const auto start = std::chrono::steady_clock::now();
       train_step(model, arena, optimizer, [&] { return batch; }, device, settings);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/error.h"
+
 namespace fathom {
 
 namespace {
@@ -53,6 +55,14 @@ std::string join_names(const std::vector<std::string>& names, std::string_view s
     joined += names[i];
   }
   return joined;
+}
+
+std::size_t choice_index(const std::string& name, const std::vector<std::string>& names, std::string_view what) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it != names.end()) return std::size_t(it - names.begin());
+  const auto closest = closest_name(name, names);
+  FATHOM_FAIL(what, " must be one of ", join_names(names), "; got '", name, "'",
+              closest ? " (did you mean '" + *closest + "'?)" : std::string());
 }
 
 }  // namespace fathom

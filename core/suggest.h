@@ -18,6 +18,10 @@ std::size_t suggestion_threshold(std::string_view typed);
 // The candidate closest to `typed` (the first one on ties), if within suggestion_threshold(typed).
 std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& candidates);
 
+// The index of `name` in `names`; anything else is an error "<what> must be one of a, b; got 'x'" with
+// the closest name as a suggestion (the recipe's enum choices).
+std::size_t choice_index(const std::string& name, const std::vector<std::string>& names, std::string_view what);
+
 // "a, b, c": for messages that list the valid choices.
 std::string join_names(const std::vector<std::string>& names, std::string_view separator = ", ");
 

@@ -33,4 +33,24 @@ SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tens
 #endif
 }
 
+Tensor silu_forward(const Tensor& x) {
+  FATHOM_CHECK(x.defined(), "silu: undefined input");
+  if (x.device().is_cpu()) return cpu::silu_forward(x);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::silu_forward(x);
+#else
+  no_cuda_kernel("silu");
+#endif
+}
+
+Tensor silu_backward(const Tensor& grad_y, const Tensor& x) {
+  check_same("silu_backward", "grad_y", grad_y, x);
+  if (common_device("silu_backward", {&grad_y, &x}).is_cpu()) return cpu::silu_backward(grad_y, x);
+#ifdef FATHOM_WITH_CUDA
+  return cuda::silu_backward(grad_y, x);
+#else
+  no_cuda_kernel("silu_backward");
+#endif
+}
+
 }  // namespace fathom

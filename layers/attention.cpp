@@ -16,9 +16,10 @@ ParameterInit linear_init(const ModelConfig& c) { return ParameterInit::normal(c
 
 struct KVCache final : MixerCache {
   Tensor k, v;  // [B, Hk, capacity, d]
-  int64_t length = 0;
+  int64_t held = 0;  // positions written
   size_t bytes() const override { return k.nbytes() + v.nbytes(); }
   size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }
+  int64_t length() const override { return held; }
 };
 
 }  // namespace
@@ -71,12 +72,12 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
   // later ones read the cache.
   KVCache* cache = static_cast<KVCache*>(context.cache);
-  const int64_t past = cache ? cache->length : 0;
+  const int64_t past = cache ? cache->held : 0;
   if (cache) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     kv_cache_write(cache->k, k.value().to(cache->k.dtype()), past);
     kv_cache_write(cache->v, v.value().to(cache->v.dtype()), past);
-    cache->length += T;
+    cache->held += T;
   }
   if (context.attention_entropy) {
     FATHOM_CHECK(!depth, "attention entropy taps read the sequence softmax only; this model has MoDA depth reads");
@@ -86,7 +87,7 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   if (past > 0) {
     const DepthSlots slots = depth ? depth->read(begin, written, key_norm) : DepthSlots{};
     const DType kernel_dtype = cache->k.dtype();
-    o = Variable(decode_attention(q.value().to(kernel_dtype), cache->k, cache->v, cache->length, slots, scale)
+    o = Variable(decode_attention(q.value().to(kernel_dtype), cache->k, cache->v, cache->held, slots, scale)
                      .to(q.dtype()));
   } else if (depth) {
     o = depth->attend(q, k, v, begin, written, scale, key_norm);

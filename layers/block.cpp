@@ -60,6 +60,7 @@ LayerCost Block::cost(const CostQuery& query) const {
   // Selective recompute rebuilds SwiGLU's output, and the pre-norm block's normalised inputs or the
   // post-norm block's stream after attention.
   c.rebuilt_elements += f + (pre_norm_ ? 2 * d : d);
+  for (const Parameter& p : parameters()) c.weight_flops += 6.0 * double(p.var.shape().numel());
   return c;
 }
 

@@ -8,23 +8,28 @@
 #pragma once
 #include <memory>
 
+#include "layers/decoder_layer.h"
 #include "layers/depth_kv.h"
 #include "layers/mlp.h"
 #include "layers/token_mixer.h"
 
 namespace fathom {
 
-class Block : public Module {
+class Block : public DecoderLayer {
  public:
   Block(const ModelConfig& config, int64_t layer);
   // With a depth stream (MoDA), the mixer reads the slots of earlier blocks; with
   // context.write_depth the block then writes its own slots (the last block's would never be read).
-  Variable forward(const Variable& x, const MixerContext& context) const;
+  Variable forward(const Variable& x, const MixerContext& context) const override;
   // The mixer's cost plus the block's own: its input, the two sublayer outputs or normalised inputs,
   // SwiGLU's gate, up and output, and the two norms' rstd.
-  LayerCost cost(const CostQuery& query) const;
+  LayerCost cost(const CostQuery& query) const override;
   // MoDA slots the block writes when it writes: the attention side's and the FFN writer's.
-  int64_t depth_slots_written() const;
+  int64_t depth_slots_written() const override;
+  // The mixer's decoding state (the MLP keeps none).
+  std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const override {
+    return mixer_->make_cache(batch, capacity, dtype, device);
+  }
   const TokenMixer& mixer() const { return *mixer_; }
 
  private:

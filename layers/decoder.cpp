@@ -14,7 +14,10 @@ Decoder::Body::Body(const ModelConfig& c)
       norm(c.d_model, c.norm_eps) {
   add_child("embed_tokens", embed_tokens);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    layers.push_back(std::make_unique<Block>(c, i));
+    if (c.mod.routes(i))
+      layers.push_back(std::make_unique<RoutedBlock>(c, i));
+    else
+      layers.push_back(std::make_unique<Block>(c, i));
     add_child("layers." + std::to_string(i), *layers.back());
   }
   add_child("norm", norm);
@@ -62,14 +65,23 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
   if (options.attention_entropy) out.attention_entropy.resize(size_t(L));
+  if (options.routing_counts) out.routing_counts.resize(size_t(L));
+  const uint64_t forward_index = forwards_++;
   for (int64_t i = 0; i < L; ++i) {
-    const Block* block = model_.layers[size_t(i)].get();
+    const DecoderLayer* block = model_.layers[size_t(i)].get();
     const bool write = i + 1 < L;
-    // Taps are read while the forward runs, so a block asked for one runs as recorded.
-    if (recompute_ != Recompute::block || options.attention_entropy) {
+    // Taps are read while the forward runs, so a block asked for one runs as recorded; a layer that is
+    // not rerunnable recomputes inside itself.
+    if (recompute_ != Recompute::block || options.attention_entropy || !block->rerunnable()) {
       MixerContext context{positions, depth.get(), write};
       context.aux_losses = &out.aux_losses;
+      context.causal_routing = options.causal_routing;
+      context.forward_index = forward_index;
       if (options.attention_entropy) context.attention_entropy = &out.attention_entropy[size_t(i)];
+      if (options.routing_counts && dynamic_cast<const RoutedBlock*>(block)) {
+        out.routing_counts[size_t(i)].emplace();
+        context.routing_counts = &*out.routing_counts[size_t(i)];
+      }
       h = block->forward(h, context);
     } else if (!depth) {
       h = checkpoint([block, positions](const Variable& x) { return block->forward(x, MixerContext{positions}); },
@@ -107,7 +119,7 @@ DecodeState Decoder::start_decoding(int64_t batch, int64_t capacity, DType dtype
   DecodeState state;
   state.batch = batch;
   state.capacity = capacity;
-  for (const auto& block : model_.layers) state.layers.push_back(block->mixer().make_cache(batch, capacity, dtype, device));
+  for (const auto& block : model_.layers) state.layers.push_back(block->make_cache(batch, capacity, dtype, device));
   return state;
 }
 
@@ -141,7 +153,10 @@ std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {
   return costs;
 }
 
-void Decoder::set_recompute(Recompute recompute) { recompute_ = recompute; }
+void Decoder::set_recompute(Recompute recompute) {
+  recompute_ = recompute;
+  for (const auto& layer : model_.layers) layer->set_recompute(recompute == Recompute::block);
+}
 
 std::vector<std::pair<std::string, Shape>> decoder_parameter_shapes(const ModelConfig& config) {
   // A Decoder's parameters are unwritten host allocations until an arena fills them, so building

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "layers/block.h"
+#include "layers/routed_block.h"
 #include "layers/embedding.h"
 #include "layers/recompute.h"
 
@@ -18,6 +19,10 @@ namespace fathom {
 struct ForwardOptions {
   bool layer_outputs = false;      // every block's output hidden state [B, T, d]
   bool attention_entropy = false;  // every layer's mean attention entropy (kinds that have one)
+  // MoD: route each token by the causal router (the predictor, or sigmoid(r) > 0.5) instead of each
+  // sequence's top-k, as generation does (evaluation only: under NoGrad).
+  bool causal_routing = false;
+  bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
 };
 
 // What a forward returns.
@@ -26,6 +31,7 @@ struct ModelOutput {
   std::vector<NamedLoss> aux_losses;    // in layer order; the objective weighs them by name
   std::vector<Variable> layer_outputs;  // per block, when asked
   std::vector<std::optional<double>> attention_entropy;  // per block, when asked (none for kinds without)
+  std::vector<std::optional<RoutingCounts>> routing_counts;  // per block, when asked (none for dense blocks)
 };
 
 // Incremental decoding's state: every layer's cache for a batch of sequences, and how many positions
@@ -57,7 +63,8 @@ class Decoder : public Module {
   Variable decode(const Tensor& ids, DecodeState& state) const;
   // Each block's training cost per token for sequences of seq_len (the memory plan and MFU sum these).
   std::vector<LayerCost> layer_costs(int64_t seq_len) const;
-  const std::vector<std::unique_ptr<Block>>& blocks() const { return model_.layers; }
+  // The layers: Blocks, and with MoD the routed blocks that wrap them (where mod.every says).
+  const std::vector<std::unique_ptr<DecoderLayer>>& blocks() const { return model_.layers; }
   // train.recompute (layers/recompute.h). With block, MoDA's re-run reads and rewrites the same
   // depth slots (DepthStream::rewind / tie), so the gradients are the ordinary ones.
   void set_recompute(Recompute recompute);
@@ -75,7 +82,7 @@ class Decoder : public Module {
    public:
     explicit Body(const ModelConfig& config);
     Embedding embed_tokens;
-    std::vector<std::unique_ptr<Block>> layers;
+    std::vector<std::unique_ptr<DecoderLayer>> layers;
     RMSNorm norm;
   };
   // The MoDA depth stream of a forward over ids [B, T] (none without MoDA).
@@ -83,6 +90,7 @@ class Decoder : public Module {
 
   ModelConfig config_;
   Recompute recompute_ = Recompute::none;
+  mutable uint64_t forwards_ = 0;  // forwards run: MixerContext::forward_index
   Body model_;
   std::unique_ptr<Linear> lm_head_;  // absent when the embeddings are tied
 };

@@ -7,20 +7,6 @@
 
 namespace fathom {
 
-namespace {
-
-// An enum whose names are listed in its order.
-template <typename Enum>
-Enum parse_named(const std::string& name, const std::vector<std::string>& names, const char* what) {
-  const auto it = std::find(names.begin(), names.end(), name);
-  if (it != names.end()) return Enum(it - names.begin());
-  const auto closest = closest_name(name, names);
-  FATHOM_FAIL(what, " must be one of ", join_names(names), "; got '", name, "'",
-              closest ? " (did you mean '" + *closest + "'?)" : std::string());
-}
-
-}  // namespace
-
 const std::vector<std::string>& moda_variant_names() {
   static const std::vector<std::string> names{"none", "attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"};
   return names;
@@ -35,11 +21,11 @@ const std::string& name_of(MoDAVariant variant) { return moda_variant_names()[si
 const std::string& name_of(DepthKey key) { return depth_key_names()[size_t(key)]; }
 
 MoDAVariant parse_moda_variant(const std::string& name) {
-  return parse_named<MoDAVariant>(name, moda_variant_names(), "moda.variant");
+  return MoDAVariant(choice_index(name, moda_variant_names(), "moda.variant"));
 }
 
 DepthKey parse_depth_key(const std::string& name) {
-  return parse_named<DepthKey>(name, depth_key_names(), "moda.depth_key");
+  return DepthKey(choice_index(name, depth_key_names(), "moda.depth_key"));
 }
 
 void MoDAConfig::validate() const {

@@ -45,6 +45,13 @@ void ModelConfig::validate() const {
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
   validate_rope_scaling(rope_scaling);
   moda.validate();
+  mod.validate(n_layers);
+  // A token that skips a routed block would write no depth slot there, so the readers after it would
+  // see a stream with holes in some token positions: an operator fathom does not define.
+  FATHOM_CHECK(!(mod.enabled() && moda.enabled()), "mod.capacity ", mod.capacity, " with moda.variant '",
+               name_of(moda.variant),
+               "': MoD and MoDA cannot be combined (a token that skips a routed block writes no depth slot there, "
+               "which MoDA's depth stream does not define); turn one of them off");
   FATHOM_CHECK(layers.empty() || n_layers % int64_t(layers.size()) == 0, "layers lists ", layers.size(),
                " kinds, which does not divide n_layers (", n_layers,
                "): give one kind per layer, or a pattern whose length divides n_layers");

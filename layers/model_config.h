@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/rope.h"
+#include "layers/mod_config.h"
 #include "layers/moda_config.h"
 
 namespace fathom {
@@ -28,6 +29,7 @@ struct ModelConfig {
   double init_cutoff = 3.0;  // ... cut at +-init_cutoff standard deviations
 
   MoDAConfig moda{};  // MoDA's depth reads and writes (layers/moda_config.h); off by default
+  ModConfig mod{};    // Mixture-of-Depths routing of blocks (layers/mod_config.h); off by default
   // The token mixer of each layer, by kind name (layers/layer_kinds.h): empty for attention everywhere,
   // else a pattern repeated over the layers (n_layers a multiple of its length; a full list is one repeat).
   std::vector<std::string> layers{};
@@ -39,7 +41,8 @@ struct ModelConfig {
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
   // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a valid
-  // rope_scaling, moda.max_slots >= 0, and a layer pattern that divides n_layers. (Unknown kind names
+  // rope_scaling, moda.max_slots >= 0, valid mod options (not combined with MoDA), and a layer pattern
+  // that divides n_layers. (Unknown kind names
   // are the layer registry's to refuse: layers/layer_kinds.h.)
   void validate() const;
 

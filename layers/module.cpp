@@ -18,7 +18,7 @@ void Module::add_child(const std::string& name, Module& child) { children_.empla
 
 void Module::collect(const std::string& prefix, std::vector<Parameter>& out) const {
   for (const Parameter& p : params_) out.push_back({prefix + p.name, p.var, p.init});
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+  for (const auto& [name, child] : children_) child->collect(name.empty() ? prefix : prefix + name + ".", out);
 }
 
 }  // namespace fathom

@@ -41,6 +41,8 @@ class Module {
  protected:
   // A new F32 CPU parameter (values are set when the model's arena is built).
   Variable add_parameter(const std::string& name, const Shape& shape, ParameterInit init);
+  // An empty name adds the child's parameters under this module's own prefix (a wrapper that keeps
+  // the names of what it wraps).
   void add_child(const std::string& name, Module& child);
 
  private:

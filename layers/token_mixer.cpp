@@ -8,6 +8,7 @@ LayerCost& LayerCost::operator+=(const LayerCost& other) {
   saved_stats += other.saved_stats;
   depth_elements += other.depth_elements;
   depth_stats += other.depth_stats;
+  weight_flops += other.weight_flops;
   extra_flops += other.extra_flops;
   return *this;
 }

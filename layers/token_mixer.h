@@ -28,7 +28,11 @@ class MixerCache {
   virtual ~MixerCache() = default;
   virtual size_t bytes() const = 0;            // device bytes it holds
   virtual size_t bytes_per_position() const = 0;  // what each cached position costs (0: constant state)
+  // Positions the state holds (0 for kinds whose state does not grow with them).
+  virtual int64_t length() const { return 0; }
 };
+
+struct RoutingCounts;  // layers/routed_block.h
 
 // What a mixer reads besides its input, and where it leaves what it was asked for.
 struct MixerContext {
@@ -43,6 +47,13 @@ struct MixerContext {
   // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
+  // MoD routed blocks (layers/routed_block.h): route causally (the predictor or the router's
+  // threshold, per token) instead of by each sequence's top-k; decoding always routes causally.
+  bool causal_routing = false;
+  // Where a routed block adds how its causal router agreed with top-k (none when unset).
+  RoutingCounts* routing_counts = nullptr;
+  // This forward's number, the same when train.recompute: block re-runs it: the random router's draws.
+  uint64_t forward_index = 0;
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these
@@ -55,7 +66,10 @@ struct LayerCost {
   // recompute mode): activation elements and fp32 values.
   int64_t depth_elements = 0;
   int64_t depth_stats = 0;
-  // Training FLOPs (forward and backward) beyond 6 per weight: attention's scores and values.
+  // Training FLOPs (forward and backward) of the layer's weights: 6 per weight for every token they
+  // see (fewer than every token in a MoD routed block).
+  double weight_flops = 0;
+  // Training FLOPs (forward and backward) beyond those: attention's scores and values.
   double extra_flops = 0;
 
   LayerCost& operator+=(const LayerCost& other);

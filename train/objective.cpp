@@ -27,6 +27,8 @@ const std::vector<ObjectiveTerm>& objective_terms() {
   static const std::vector<ObjectiveTerm> terms{
       {"ce", TermSource::cross_entropy},
       {"z_loss", TermSource::z_loss},
+      {"mod_router", TermSource::layer},     // MoD: the router's BCE against top-k membership
+      {"mod_predictor", TermSource::layer},  // MoD: the causal predictor's BCE against it
   };
   return terms;
 }
@@ -66,6 +68,18 @@ Objective Objective::language_model(double z_loss_weight) {
   return Objective({{"ce", 1.0}, {"z_loss", z_loss_weight}});
 }
 
+Objective Objective::for_model(const std::map<std::string, double>& loss, const ModelConfig& model) {
+  std::map<std::string, double> weights = loss;
+  const std::pair<const char*, const char*> mod_terms[] = {{"mod_router", "mod.aux_loss_weight"},
+                                                           {"mod_predictor", "mod.predictor_loss_weight"}};
+  for (const auto& [term, key] : mod_terms)
+    FATHOM_CHECK(!weights.contains(term), "train.loss.", term, ": the weight of MoD's ", term, " loss is ", key,
+                 "; set it there");
+  if (model.mod.has_aux_loss()) weights["mod_router"] = model.mod.aux_loss_weight;
+  if (model.mod.has_predictor()) weights["mod_predictor"] = model.mod.predictor_loss_weight;
+  return Objective(std::move(weights));
+}
+
 double Objective::weight(const std::string& term) const {
   const auto it = weights_.find(term);
   return it == weights_.end() ? 0.0 : it->second;
@@ -93,7 +107,7 @@ ObjectiveValue Objective::evaluate(const Decoder& model, const ModelOutput& outp
     FATHOM_CHECK(term && term->source == TermSource::layer, "objective: a layer reports loss '", aux.name,
                  "', which is no registered layer term (train/objective.cpp)");
     const double w = weight(aux.name);
-    value.terms[aux.name] = aux.value.value().to(DType::f64).to(Device::cpu()).item();
+    value.terms[aux.name] += aux.value.value().to(DType::f64).to(Device::cpu()).item();
     if (w == 0) continue;
     const Variable weighted = w == 1.0 ? aux.value : scale(aux.value, w);
     value.loss = value.loss.defined() ? add(value.loss, weighted) : weighted;

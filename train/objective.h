@@ -15,7 +15,8 @@ namespace fathom {
 const std::vector<std::string>& objective_term_names();
 
 // Unweighted per-term values of one micro-batch, for logging: ce is the mean cross-entropy, z_loss
-// the weighted z-loss term (as the loss kernel reports it), layer terms their loss.
+// the weighted z-loss term (as the loss kernel reports it), layer terms their loss summed over the
+// layers that report it.
 using TermValues = std::map<std::string, double>;
 
 struct ObjectiveValue {
@@ -30,6 +31,10 @@ class Objective {
   explicit Objective(std::map<std::string, double> weights);
   // Next-token cross-entropy plus z_loss_weight * logsumexp^2: the pretraining objective.
   static Objective language_model(double z_loss_weight);
+  // A run's objective: the terms of train.loss (`loss`) plus, for a model with MoD, the routed blocks'
+  // losses at mod.aux_loss_weight (mod_router) or mod.predictor_loss_weight (mod_predictor). Those two
+  // are set by the mod keys only: train.loss naming them is an error that says so.
+  static Objective for_model(const std::map<std::string, double>& loss, const ModelConfig& model);
 
   double weight(const std::string& term) const;  // 0 for a term not in the objective
   const std::map<std::string, double>& weights() const { return weights_; }

@@ -20,6 +20,7 @@
 #include "core/suggest.h"
 #include "core/yaml_documents.h"
 #include "train/model_source.h"
+#include "train/objective.h"
 #include "train/recipe_schema.h"
 
 namespace fathom {
@@ -518,6 +519,12 @@ Recipe RecipeReader::resolve() const {
     recipe.model.validate();
   } catch (const Error& e) {
     fail_at(where_section("model"), "inconsistent model: " + e.message());
+  }
+  try {
+    (void)Objective::for_model(recipe.train.loss, recipe.model);
+  } catch (const Error& e) {
+    const GivenValue* loss = find("train.loss");
+    fail_at(loss ? loss->where : where_section("train"), e.message());
   }
   // Attention everywhere is the default, spelt one way, so equal models compare equal.
   std::vector<std::string>& layers = recipe.model.layers;

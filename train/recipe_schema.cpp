@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/suggest.h"
@@ -77,6 +78,21 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"depth_slots", "slots", "window"}},
       {.path = "moda.depth_key", .field = FIELD(model.moda.depth_key), .choices = depth_key_names(),
        .aliases = {"depth_keys", "key_source", "depth_key_source"}},
+
+      {.path = "mod.capacity", .field = FIELD(model.mod.capacity), .range = closed(0, 1),
+       .aliases = {"capacity_factor", "capacity_fraction", "mod_capacity"}},
+      {.path = "mod.every", .field = FIELD(model.mod.every), .range = at_least(1),
+       .aliases = {"route_every", "routed_every", "interleave"}},
+      {.path = "mod.router_weight", .field = FIELD(model.mod.router_weight), .choices = mod_router_weight_names(),
+       .aliases = {"gate", "weight", "router_activation"}},
+      {.path = "mod.causal", .field = FIELD(model.mod.causal), .choices = mod_causal_names(),
+       .aliases = {"causal_routing", "sampling"}},
+      {.path = "mod.aux_loss_weight", .field = FIELD(model.mod.aux_loss_weight), .range = at_least(0),
+       .aliases = {"aux_loss", "router_loss_weight", "aux_weight"}},
+      {.path = "mod.predictor_loss_weight", .field = FIELD(model.mod.predictor_loss_weight), .range = at_least(0),
+       .aliases = {"predictor_loss", "predictor_weight"}},
+      {.path = "mod.router", .field = FIELD(model.mod.router), .choices = mod_router_names(),
+       .aliases = {"routing", "router_type"}},
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
@@ -199,9 +215,9 @@ std::string Range::describe() const {
 }
 
 std::string RecipeKey::describe_type() const {
-  const bool names_values = std::holds_alternative<std::string& (*)(Recipe&)>(field) ||
-                            std::holds_alternative<MoDAVariant& (*)(Recipe&)>(field) ||
-                            std::holds_alternative<DepthKey& (*)(Recipe&)>(field);
+  const bool names_values = std::visit(
+      []<typename Value>(Value& (*)(Recipe&)) { return std::is_enum_v<Value> || std::is_same_v<Value, std::string>; },
+      field);
   if (names_values && !choices.empty()) return "one of " + join_names(choices);
   struct Describe {
     std::string operator()(int64_t& (*)(Recipe&)) const { return "an integer"; }
@@ -212,8 +228,12 @@ std::string RecipeKey::describe_type() const {
     std::string operator()(StringList& (*)(Recipe&)) const { return "a list of " + item + "s"; }
     std::string operator()(PathsByDomain& (*)(Recipe&)) const { return "a mapping of domain name -> list of paths"; }
     std::string operator()(WeightsByName& (*)(Recipe&)) const { return "a mapping of name -> number"; }
-    std::string operator()(MoDAVariant& (*)(Recipe&)) const { return ""; }  // enums have choices
+    // Enums have choices.
+    std::string operator()(MoDAVariant& (*)(Recipe&)) const { return ""; }
     std::string operator()(DepthKey& (*)(Recipe&)) const { return ""; }
+    std::string operator()(ModRouterWeight& (*)(Recipe&)) const { return ""; }
+    std::string operator()(ModCausal& (*)(Recipe&)) const { return ""; }
+    std::string operator()(ModRouter& (*)(Recipe&)) const { return ""; }
     const std::string& item;
   };
   return std::visit(Describe{item}, field);
@@ -313,8 +333,12 @@ std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
       for (const auto& [name, weight] : f(r)) out += (out.size() > 1 ? ", " : "") + name + ": " + format_number(weight);
       return out + "}";
     }
-    std::string operator()(MoDAVariant& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
-    std::string operator()(DepthKey& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
+    std::string operator()(MoDAVariant& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(DepthKey& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(ModRouterWeight& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(ModCausal& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(ModRouter& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string choice(size_t index) const { return quoted(key.choices[index]); }
     const RecipeKey& key;
   };
   return std::visit(Describe{values, key}, key.field);

@@ -8,10 +8,14 @@ namespace fathom {
 
 double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const Decoder model(c);
-  int64_t weights = -c.vocab_size * c.d_model;  // the lookup table does no FLOPs
+  // Weights outside the layers (the final norm, the head) see every token; the lookup table does no
+  // FLOPs; the layers count their own (a MoD routed block's weights see only its routed tokens).
+  int64_t weights = -c.vocab_size * c.d_model;
   for (const Parameter& p : model.parameters()) weights += p.var.shape().numel();
+  for (const auto& layer : model.blocks())
+    for (const Parameter& p : layer->parameters()) weights -= p.var.shape().numel();
   double flops = 6.0 * double(weights);
-  for (const LayerCost& cost : model.layer_costs(seq_len)) flops += cost.extra_flops;
+  for (const LayerCost& cost : model.layer_costs(seq_len)) flops += cost.weight_flops + cost.extra_flops;
   return flops;
 }
 

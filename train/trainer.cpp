@@ -108,7 +108,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
   int64_t frozen_elements = 0;
   for (const auto& [name, shape] : shapes)
     if (frozen.count(name)) frozen_elements += shape.numel();
-  const Objective objective(recipe.train.loss);
+  const Objective objective = Objective::for_model(recipe.train.loss, recipe.model);
   const MemoryPlanInput plan_input{recipe.model, B, T, mixed, recompute, frozen_elements};
   const MemoryPlan memory_plan = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA

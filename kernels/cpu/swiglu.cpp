@@ -53,4 +53,32 @@ SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tens
   return grads;
 }
 
+Tensor silu_forward(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  dispatch_float("silu", x.dtype(), [&]<typename T>() {
+    const T* xp = x.data<T>();
+    T* out = y.data<T>();
+    for_chunks(x.numel(), [&](int64_t begin, int64_t count) {
+      const ConstArrayView<T> xc(xp + begin, count);
+      ArrayView<T>(out + begin, count) = xc / (T(1) + (-xc).exp());
+    });
+  });
+  return y;
+}
+
+Tensor silu_backward(const Tensor& grad_y, const Tensor& x) {
+  Tensor dx = Tensor::empty(x.shape(), x.dtype());
+  dispatch_float("silu_backward", x.dtype(), [&]<typename T>() {
+    const T* dy = grad_y.data<T>();
+    const T* xp = x.data<T>();
+    T* out = dx.data<T>();
+    for_chunks(x.numel(), [&](int64_t begin, int64_t count) {
+      const ConstArrayView<T> dyc(dy + begin, count), xc(xp + begin, count);
+      const Eigen::Array<T, Eigen::Dynamic, 1> sig = T(1) / (T(1) + (-xc).exp());
+      ArrayView<T>(out + begin, count) = dyc * sig * (T(1) + xc * (T(1) - sig));
+    });
+  });
+  return dx;
+}
+
 }  // namespace fathom::cpu

@@ -420,11 +420,11 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
       {"# nothing but a comment\n\n", {}, "recipe.yaml: the recipe is empty"},
       {"- model\n- train\n",
        {},
-       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, "
+       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, data, train, eval, checkpoint, "
        "log), got a list"},
       {"just some words\n",
        {},
-       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, data, train, eval, checkpoint, "
+       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, data, train, eval, checkpoint, "
        "log), got 'just some words'"},
       {"# a comment\n, name: tiny\n",
        {},

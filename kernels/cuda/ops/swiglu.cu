@@ -52,6 +52,41 @@ struct SwigluBackwardOp {
   }
 };
 
+template <typename T>
+struct SiluForwardOp {
+  const T* x;
+  T* y;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const Pack<T, N> in = load_pack<N>(x + i);
+    Pack<T, N> out;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float xk = to_float(in.v[k]);
+      out.v[k] = from_float<T>(xk * sigmoid(xk));
+    }
+    store_pack<N>(y + i, out);
+  }
+};
+
+template <typename T>
+struct SiluBackwardOp {
+  const T* grad_y;
+  const T* x;
+  T* dx;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const Pack<T, N> dy = load_pack<N>(grad_y + i), in = load_pack<N>(x + i);
+    Pack<T, N> out;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float xk = to_float(in.v[k]), s = sigmoid(xk);
+      out.v[k] = from_float<T>(to_float(dy.v[k]) * s * (1.0f + xk * (1.0f - s)));
+    }
+    store_pack<N>(dx + i, out);
+  }
+};
+
 }  // namespace
 
 Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
@@ -77,6 +112,25 @@ SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tens
                    stream);
   });
   return grads;
+}
+
+Tensor silu_forward(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_device_float("silu", x.dtype(), [&]<typename T>() {
+    const SiluForwardOp<T> op{static_cast<const T*>(x.raw()), static_cast<T*>(y.raw())};
+    run_map<kPack>(x.numel(), all_aligned(kPack * sizeof(T), op.x, op.y), op, stream_for(x.device()));
+  });
+  return y;
+}
+
+Tensor silu_backward(const Tensor& grad_y, const Tensor& x) {
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_device_float("silu_backward", x.dtype(), [&]<typename T>() {
+    const SiluBackwardOp<T> op{static_cast<const T*>(grad_y.raw()), static_cast<const T*>(x.raw()),
+                               static_cast<T*>(dx.raw())};
+    run_map<kPack>(x.numel(), all_aligned(kPack * sizeof(T), op.grad_y, op.x, op.dx), op, stream_for(x.device()));
+  });
+  return dx;
 }
 
 }  // namespace fathom::cuda

@@ -216,6 +216,9 @@ void check_device_errors() {
     case kRopeNegativePosition:
       FATHOM_FAIL("rope: position ", value, " at index ", index,
                   " is negative (found by a GPU kernel; reported at the next synchronisation)");
+    case kRouteIndexOutOfRange:
+      FATHOM_FAIL("MoD routing: index ", value, " at place ", index, " of idx is outside the sequence [0, ", bound,
+                  ") (found by a GPU kernel; reported at the next synchronisation)");
     default:
       FATHOM_FAIL("a GPU kernel reported an unknown error code ", code);
   }

@@ -33,6 +33,7 @@ enum DeviceErrorCode : int {
   kEmbeddingIdOutOfRange = 1,       // value = id, index = position in ids, bound = vocabulary size
   kCrossEntropyTargetOutOfRange = 2,  // value = target, index = row, bound = vocabulary size
   kRopeNegativePosition = 3,        // value = position, index = its index in positions
+  kRouteIndexOutOfRange = 4,        // value = index, index = its place in idx, bound = sequence length
 };
 struct DeviceErrorRecord {
   int code;  // 0 none, -1 while being written, else a DeviceErrorCode
