@@ -139,7 +139,8 @@ Variable RoutedBlock::forward(const Variable& x, const MixerContext& context) co
   const int64_t B = x.dim(0), S = x.dim(1);
   const Variable r = router_logits(x);
   if (context.cache || context.causal_routing) return forward_causal(x, r, context);
-  const Tensor idx = topk_per_sequence(r.defined() ? r.value() : random_scores(B, S, context.forward_index, x.device()),
+  // Ranked in f32 (the value itself when it is f32: the router's logits are).
+  const Tensor idx = topk_per_sequence(r.defined() ? r.value().to(DType::f32) : random_scores(B, S, context.forward_index, x.device()),
                                        mod_.tokens_routed(S));
   // The chosen tokens keep their original positions: idx is their RoPE position.
   const Variable y = run_block(gather_rows(x, idx), idx, context, nullptr);
@@ -211,7 +212,7 @@ Variable RoutedBlock::forward_causal(const Variable& x, const Variable& r, const
   }
   if (context.routing_counts && !cache) {
     const int64_t k = mod_.tokens_routed(T);
-    const Tensor scores = r.defined() ? r.value() : random_scores(B, T, context.forward_index, x.device());
+    const Tensor scores = r.defined() ? r.value().to(DType::f32) : random_scores(B, T, context.forward_index, x.device());
     count(x, r, topk_membership(topk_per_sequence(scores, k), T), context);
   }
   return Variable(out);
