@@ -144,7 +144,7 @@ RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, cons
 }
 
 Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets) {
-  Tensor loss = Tensor::empty({1}, logits.dtype());
+  Tensor loss = Tensor::empty(Shape{}, logits.dtype());
   dispatch_float("routing_bce", logits.dtype(), [&]<typename T>() {
     const T* l = logits.data<T>();
     const T* t = targets.data<T>();

@@ -255,7 +255,7 @@ RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, cons
 
 Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets) {
   check_f32("routing_bce", logits);
-  Tensor loss = Tensor::empty({1}, DType::f32, logits.device());
+  Tensor loss = Tensor::empty(Shape{}, DType::f32, logits.device());
   bce_forward_kernel<<<1, kBceThreads, 0, stream_for(logits.device())>>>(logits.data<float>(), targets.data<float>(),
                                                                           logits.numel(), loss.data<float>());
   CUDA_CHECK_LAUNCH();
