@@ -40,7 +40,8 @@ RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, cons
 // Mean binary cross-entropy with logits over all elements: logits F32 [N...], targets F32 of the same
 // shape in [0, 1] -> an F32 scalar (f64 for f64 logits). Computed stably: max(l, 0) - l t + log1p(exp(-|l|)).
 Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets);
-// grad_loss (one element, on the logits' device) -> dlogits = grad_loss (sigmoid(l) - t) / N.
+// grad_loss (one element, on the logits' device) -> dlogits = grad_loss (sigmoid(l) - t) / N, formed as
+// ((1 - t) sigmoid(l) - t sigmoid(-l)) / N so a confident right prediction keeps its small gradient.
 Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
 
 namespace cpu {

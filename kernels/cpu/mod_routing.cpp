@@ -166,7 +166,11 @@ Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const
     T* out = dl.data<T>();
     const double scale = grad_loss.item() / double(logits.numel());
     for (int64_t i = 0; i < logits.numel(); ++i)
-      out[i] = T(scale * (1.0 / (1.0 + std::exp(-double(l[i]))) - double(t[i])));
+    {
+      // sigmoid(l) - t without cancellation for confident right predictions (as the CUDA kernel).
+      const double li = double(l[i]), ti = double(t[i]);
+      out[i] = T(scale * ((1.0 - ti) / (1.0 + std::exp(-li)) - ti / (1.0 + std::exp(li))));
+    }
   });
   return dl;
 }

@@ -174,7 +174,9 @@ __global__ void bce_backward_kernel(const float* grad_loss, const float* l, cons
   const float scale = *grad_loss / float(n);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dl[i] = scale * (1.0f / (1.0f + expf(-l[i])) - t[i]);
+    // sigmoid(l) - t as (1 - t) sigmoid(l) - t sigmoid(-l): no cancellation where the prediction is
+    // right and confident (t = 1, l >> 0), whose small gradient 1 - sigmoid(l) would round to 0.
+    dl[i] = scale * ((1.0f - t[i]) / (1.0f + expf(-l[i])) - t[i] / (1.0f + expf(l[i])));
 }
 
 void check_f32(const char* op, const Tensor& t) {
