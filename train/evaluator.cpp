@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/suggest.h"
 #include "data/eval_iterator.h"
 #include "data/open_tokens.h"
 #include "train/checkpoint.h"
@@ -15,15 +16,25 @@
 
 namespace fathom {
 
+EvalRouting parse_eval_routing(const std::string& name) {
+  return EvalRouting(choice_index(name, {"topk", "causal"}, "--routing"));
+}
+
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device) {
+                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing) {
   NoGrad no_grad;
   EvalIterator batches(std::move(source), batch_size, seq_len, max_batches);
   double weighted_loss = 0;
   EvalResult result;
+  const bool mod = model.config().mod.enabled();
+  const ForwardOptions options{.causal_routing = routing == EvalRouting::causal, .routing_counts = mod};
+  std::vector<RoutingCounts> counts(model.blocks().size());
   while (std::optional<TokenBatch> batch = batches.next()) {
     const int64_t rows = batch->inputs.dim(0) * batch->inputs.dim(1);
-    const Variable logits = model.logits(batch->inputs.to(device));
+    const ModelOutput output = model.forward(batch->inputs.to(device), options);
+    for (size_t l = 0; l < output.routing_counts.size(); ++l)
+      if (output.routing_counts[l]) counts[l] += *output.routing_counts[l];
+    const Variable logits = linear(output.hidden, model.head_weight());
     const LossParts loss = cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
                                          batch->targets.to(device).view({rows}), 0.0);
     weighted_loss += loss.ce * double(loss.counted);
@@ -31,10 +42,39 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   }
   result.loss = result.tokens ? weighted_loss / double(result.tokens) : 0.0;
   result.perplexity = std::exp(result.loss);
+  for (size_t l = 0; l < counts.size(); ++l)
+    if (model.config().mod.routes(int64_t(l))) result.routing.emplace_back(int64_t(l), counts[l]);
   return result;
 }
 
-void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out) {
+std::vector<std::pair<std::string, double>> routing_metrics(const EvalResult& result, const std::string& domain) {
+  std::vector<std::pair<std::string, double>> fields;
+  for (const auto& [layer, c] : result.routing) {
+    const std::string prefix = "mod.L" + std::to_string(layer) + ".";
+    const std::pair<const char*, double> values[] = {
+        {"accuracy", c.accuracy()},          {"precision", c.precision()},
+        {"recall", c.recall()},              {"router_agreement", c.router_agreement()},
+        {"routed_fraction", c.causal_fraction()}, {"topk_fraction", c.topk_fraction()}};
+    for (const auto& [name, value] : values) fields.emplace_back(prefix + name + "/" + domain, value);
+  }
+  return fields;
+}
+
+std::vector<std::string> routing_report(const EvalResult& result) {
+  std::vector<std::string> lines;
+  for (const auto& [layer, c] : result.routing) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "  mod L%lld | causal routes %.1f%% (top-k %.1f%%) | accuracy %.4f | precision %.4f | recall %.4f | "
+                  "router agreement %.4f",
+                  (long long)layer, 100 * c.causal_fraction(), 100 * c.topk_fraction(), c.accuracy(), c.precision(),
+                  c.recall(), c.router_agreement());
+    lines.emplace_back(line);
+  }
+  return lines;
+}
+
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out, EvalRouting routing) {
   FATHOM_CHECK(!recipe.data.validation.empty(), "the recipe has no data.validation domains to evaluate");
   const Device device = resolve_device(recipe.train.device);
   configure_threads(recipe.train.threads);
@@ -51,11 +91,12 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   for (const auto& [domain, paths] : recipe.data.validation) {
     const EvalResult e = evaluate(model, open_tokens(paths, *tokenizer, split, recipe.model.vocab_size,
                                                       parse_shard_verify(recipe.data.verify)),
-                                  recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device);
+                                  recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device, routing);
     char line[256];
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
                   (long long)e.tokens);
     out << line << "\n";
+    for (const std::string& routing_line : routing_report(e)) out << routing_line << "\n";
   }
 }
 

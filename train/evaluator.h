@@ -3,6 +3,8 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "data/token_source.h"
 #include "layers/decoder.h"
@@ -15,15 +17,30 @@ struct EvalResult {
   double loss = 0;        // mean CE per predicted token
   double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;
+  // MoD: per routed layer, how its causal router agreed with top-k over the evaluated tokens.
+  std::vector<std::pair<int64_t, RoutingCounts>> routing;
 };
+
+// How MoD's routed blocks choose their tokens in an evaluation: each sequence's top-k (as in
+// training) or the causal router (the predictor or sigmoid(r) > 0.5, as generation does).
+enum class EvalRouting { topk, causal };
+EvalRouting parse_eval_routing(const std::string& name);  // "topk" | "causal"; else an error naming them
 
 // Runs up to max_batches batches of consecutive windows of `source` through the model, without
 // recording a graph.
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device);
+                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing = EvalRouting::topk);
+
+// The routing metrics of an evaluation of `domain` for metrics.jsonl, per routed layer L:
+// mod.L<i>.{accuracy, precision, recall, router_agreement, routed_fraction, topk_fraction}/<domain>.
+std::vector<std::pair<std::string, double>> routing_metrics(const EvalResult& result, const std::string& domain);
+// The same as console lines, one per routed layer.
+std::vector<std::string> routing_report(const EvalResult& result);
 
 // `fathom eval`: loads a checkpoint's weights into the recipe's model and prints loss and
 // perplexity for every validation domain of the recipe.
-void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out);
+// With MoD it also prints each routed layer's routing metrics; `routing` as evaluate() takes it.
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out,
+                    EvalRouting routing = EvalRouting::topk);
 
 }  // namespace fathom

@@ -188,11 +188,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options) {
     for (const auto& [domain, source] : data.validation) {
       const EvalResult e = evaluate(model, source, B, T, recipe.eval.batches, device);
       result.validation_loss[domain] = e.loss;
-      metrics.write("eval", state.step, {{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}});
+      std::vector<std::pair<std::string, double>> fields{{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}};
+      for (auto& field : routing_metrics(e, domain)) fields.push_back(std::move(field));
+      metrics.write("eval", state.step, fields);
       char line[256];
       std::snprintf(line, sizeof line, "eval %s @ step %lld | loss %.4f | ppl %.2f | %lld tokens", domain.c_str(),
                     (long long)state.step, e.loss, e.perplexity, (long long)e.tokens);
       log_line(line);
+      for (const std::string& routing_line : routing_report(e)) log_line(routing_line);
     }
   };
 
