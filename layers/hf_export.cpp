@@ -54,6 +54,8 @@ bool folder_is_empty(const fs::path& dir) {
 }  // namespace
 
 std::string hf_architecture_for(const ModelConfig& c) {
+  FATHOM_CHECK(!c.mod.enabled(), "export: the model routes blocks with MoD (mod.capacity ", c.mod.capacity,
+               "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; a dense copy would compute another function");
   for (int64_t i = 0; i < c.n_layers; ++i)
     FATHOM_CHECK(c.layer_kind(i) == "attention", "export: layer ", i, " is a '", c.layer_kind(i),
                  "' layer, which Olmo2ForCausalLM and LlamaForCausalLM do not have (they are attention only)");

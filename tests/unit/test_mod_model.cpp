@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "layers/decoder.h"
+#include "layers/hf_export.h"
 #include "layers/parameter_arena.h"
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
@@ -303,4 +304,9 @@ TEST(ModModel, CausalRoutingNeedsNoGrad) {
   fathom::testing::SeededModel m(mod_config(0.5), 18);
   expect_error([&] { m.model.forward(test::lcg_token_ids({1, 5}, 37, 19), {.causal_routing = true}); },
                {"causal routing is for evaluation and generation"});
+}
+
+TEST(ModModel, HfExportRefusesARoutedModel) {
+  expect_error([] { hf_architecture_for(mod_config(0.125)); }, {"routes blocks with MoD", "mod.capacity 0.125"});
+  EXPECT_EQ(hf_architecture_for(mod_config(0)), "Olmo2ForCausalLM");
 }
