@@ -107,17 +107,22 @@ __device__ __forceinline__ float gate_of(const float* r, int64_t i, RouteWeight 
   return weight == RouteWeight::sigmoid ? 1.0f / (1.0f + expf(-v)) : v;
 }
 
+// The row of [B * S] that chosen row `row` of [B * k] stands for; -1 (reported) for a bad index.
+__device__ __forceinline__ int64_t sequence_row(const int32_t* idx, int64_t row, int64_t k, int64_t S,
+                                                DeviceErrorRecord* errors) {
+  const int32_t pos = idx[row];
+  if (pos >= 0 && pos < S) return (row / k) * S + pos;
+  if (threadIdx.x == 0) report_device_error(errors, kRouteIndexOutOfRange, pos, row, S);
+  return -1;
+}
+
 // One block per chosen row: out[i] = (1 - w) x[i] + w y[j].
 template <typename T>
 __global__ void routed_mix_kernel(const T* x, const T* y, const float* r, const int32_t* idx, T* out, int64_t k,
                                   int64_t S, int64_t d, RouteWeight weight, DeviceErrorRecord* errors) {
-  const int64_t row = blockIdx.x, b = row / k;
-  const int32_t pos = idx[row];
-  if (pos < 0 || pos >= S) {
-    if (threadIdx.x == 0) report_device_error(errors, kRouteIndexOutOfRange, pos, row, S);
-    return;
-  }
-  const int64_t i = b * S + pos;
+  const int64_t row = blockIdx.x;
+  const int64_t i = sequence_row(idx, row, k, S, errors);
+  if (i < 0) return;
   const float w = gate_of(r, i, weight);
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
     out[i * d + c] = from_float<T>((1.0f - w) * to_float(x[i * d + c]) + w * to_float(y[row * d + c]));
@@ -129,13 +134,9 @@ __global__ void routed_mix_backward_kernel(const T* g, const T* x, const T* y, c
                                            T* dx, T* dy, float* dr, int64_t k, int64_t S, int64_t d,
                                            RouteWeight weight, DeviceErrorRecord* errors) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x, b = row / k;
-  const int32_t pos = idx[row];
-  if (pos < 0 || pos >= S) {
-    if (threadIdx.x == 0) report_device_error(errors, kRouteIndexOutOfRange, pos, row, S);
-    return;
-  }
-  const int64_t i = b * S + pos;
+  const int64_t row = blockIdx.x;
+  const int64_t i = sequence_row(idx, row, k, S, errors);
+  if (i < 0) return;
   const float w = gate_of(r, i, weight);
   float dot = 0;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
