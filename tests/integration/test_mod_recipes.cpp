@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "train/evaluator.h"
 #include "train/recipe.h"
@@ -50,6 +51,13 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
     EXPECT_EQ(text.find("\"mod.L1.recall/moby_dick\"") != std::string::npos, mod) << text;
     if (mod && recipe.model.mod.router == ModRouter::learned)
       EXPECT_NE(text.find("loss/mod_predictor"), std::string::npos) << text;
+    // fathom eval, routing as training does and as generation does: the same tokens counted, and the
+    // routed layers' report.
+    std::ostringstream topk, causal;
+    run_evaluation(recipe, run.string(), topk, EvalRouting::topk);
+    run_evaluation(recipe, run.string(), causal, EvalRouting::causal);
+    EXPECT_EQ(topk.str().find("mod L1 |") != std::string::npos, mod) << topk.str();
+    EXPECT_EQ(causal.str().find("mod L1 |") != std::string::npos, mod) << causal.str();
   }
 }
 
