@@ -8,8 +8,11 @@
 // the peak of what it held from the driver (live and cached blocks), torch.cuda.max_memory_reserved's.
 //
 // Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|selective|block]
-//                         [--warmup N] [--steps N] [--threads N]
+//                         [--warmup N] [--steps N] [--threads N] [--mod CAPACITY]
 //                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
+// --mod C routes every other block (block 0 dense) at capacity C with the causal predictor (MoD,
+// layers/routed_block.h); the last column is the counted training FLOPs per token, so a MoD row and
+// the dense one give both the FLOP ratio and the step-time ratio.
 // Without CONFIG: olmo2_190M:16x2048 and olmo2_1B:4x4096. scripts/bench_train_device.sh runs this and
 // the HF reference side by side.
 #include <algorithm>
@@ -55,6 +58,7 @@ struct Options {
   int warmup = 5;
   int steps = 20;
   int64_t threads = 0;
+  double mod_capacity = 0;  // 0: dense
   std::vector<BenchConfig> configs;
 };
 
@@ -97,6 +101,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--warmup") o.warmup = int(positive_int(value(), "--warmup"));
     else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
     else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
+    else if (arg == "--mod") o.mod_capacity = std::strtod(value().c_str(), nullptr);
     else if (arg.rfind("--", 0) == 0) FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
     else o.configs.push_back(parse_config(arg));
   }
@@ -124,7 +129,9 @@ double peak_flops_of(Device device) {
 }
 
 void run_config(const BenchConfig& c, const Options& o, Device device) {
-  const ModelConfig config = named_model_size(c.size);
+  ModelConfig config = named_model_size(c.size);
+  config.mod.capacity = o.mod_capacity;
+  config.validate();  // a --mod outside (0, 1] fails here, naming mod.capacity
   const Recipe defaults;  // the trainer's default clip, z-loss and AdamW betas, eps and weight decay
   Allocator& allocator = allocator_for(device);
   allocator.reset_peak(device);
@@ -157,9 +164,11 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
     const MemoryStats memory = allocator.stats(device);
     const double peak_gib = double(memory.peak) / double(1 << 30), held_gib = double(memory.held_peak) / double(1 << 30);
-    std::printf("| fathom (%s, %s, recompute %s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f | %.1f |\n",
-                device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), c.size.c_str(),
-                (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib);
+    const std::string routing = o.mod_capacity > 0 ? ", MoD c " + format_number(o.mod_capacity) : std::string();
+    std::printf("| fathom (%s, %s, recompute %s%s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f | %.1f | %.3f |\n",
+                device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), routing.c_str(),
+                c.size.c_str(), (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib,
+                training_flops_per_token(config, c.seq) / 1e9);
     std::fflush(stdout);
   }
 #ifdef FATHOM_WITH_CUDA
@@ -174,8 +183,8 @@ int main(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     const Device device = resolve_device(o.device);
     configure_threads(o.threads);
-    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB |\n");
-    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB | train GFLOP/token |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const BenchConfig& c : o.configs) run_config(c, o, device);
     return 0;
   } catch (const std::exception& e) {

@@ -22,6 +22,9 @@ struct EvalResult {
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
                     int64_t seq_len, int64_t max_batches, Device device);
 
+// "loss 2.1234 | ppl 8.37 | 4096 tokens"
+std::string format_eval(const EvalResult& result);
+
 // `fathom eval`: loads a checkpoint's weights into the recipe's model and prints loss and
 // perplexity for every validation domain of the recipe.
 void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out);

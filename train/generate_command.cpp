@@ -10,10 +10,6 @@
 #include "train/device_select.h"
 #include "train/generator.h"
 #include "train/inference_model.h"
-#include "train/memory_plan.h"
-#ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
-#endif
 
 namespace fathom {
 
@@ -81,15 +77,8 @@ void add_generate_command(CLI::App& app) {
     const DType dtype = inference.activation_dtype();
     // A one-position state on the host says what a position costs, before the device is touched.
     const size_t per_position = model.start_decoding(1, 1, dtype, Device::cpu()).bytes_per_position();
-    const size_t cache_bytes = per_position * size_t(positions) * size_t(args->options.batch);
-#ifdef FATHOM_WITH_CUDA
-    if (device.is_cuda()) {
-      const size_t free = cuda::device_memory(device.index).free;
-      FATHOM_CHECK(cache_bytes < free, "the decoding caches for ", args->options.batch, " x ", positions,
-                   " positions need ", gib(cache_bytes), " but ", device.str(), " has ", gib(free),
-                   " free; lower --batch or --max-new-tokens");
-    }
-#endif
+    const size_t cache_bytes = check_decoding_caches_fit(per_position, args->options.batch, positions,
+                                                         available_memory(device), device.str());
     std::cerr << "fathom generate: " << loaded.origin << " on " << device.str() << ", " << prompt_ids.size()
               << " prompt tokens, caches " << gib_or_mib(cache_bytes) << " (" << per_position
               << " bytes per position and sequence)\n";

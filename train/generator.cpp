@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/argmax.h"
 #include "train/device_select.h"
+#include "train/memory_plan.h"
 
 namespace fathom {
 
@@ -138,6 +139,17 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
   if (options.stop.empty())
     for (int64_t b = 0; b < B; ++b) result.texts[size_t(b)] = tokenizer.decode(result.tokens[size_t(b)]);
   return result;
+}
+
+size_t check_decoding_caches_fit(size_t bytes_per_position, int64_t batch, int64_t positions, size_t free_bytes,
+                                 const std::string& device_name) {
+  FATHOM_CHECK(batch >= 1 && positions >= 1, "decoding needs at least one sequence and one position, got ", batch,
+               " x ", positions);
+  const double bytes = double(bytes_per_position) * double(batch) * double(positions);
+  FATHOM_CHECK(bytes < double(free_bytes), "the decoding caches for ", batch, " x ", positions, " positions need ",
+               gib(size_t(std::min(bytes, 1e18))), " but ", device_name, " has ", gib(free_bytes),
+               " free; lower --batch or --max-new-tokens");
+  return size_t(bytes);
 }
 
 }  // namespace fathom

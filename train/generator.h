@@ -39,6 +39,11 @@ using TextSink = std::function<void(const std::string&)>;
 GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
                           const GenerationOptions& options, DType dtype, Device device, const TextSink& sink = {});
 
+// The decoding caches of `batch` sequences of `positions` positions at `bytes_per_position` each, against
+// the `free_bytes` of `device_name`: their size, or an error naming both that says what to lower.
+size_t check_decoding_caches_fit(size_t bytes_per_position, int64_t batch, int64_t positions, size_t free_bytes,
+                                 const std::string& device_name);
+
 // The length of the longest prefix of `text` that ends on a whole UTF-8 character.
 size_t complete_utf8_prefix(const std::string& text);
 

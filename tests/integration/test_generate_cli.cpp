@@ -23,7 +23,7 @@ TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
       "train: {device: cpu, threads: 2, batch_size: 2, seq_len: 32, steps: 3, optimizer: {lr: 1.0e-3}}\n"
       "log: {dir: " + (dir / "run").string() + "}\n",
       "tiny.yaml");
-  fathom::TrainOptions quiet;
+  fathom::RunOptions quiet;
   quiet.quiet = true;
   fathom::run_training(recipe, quiet);
 
@@ -42,6 +42,11 @@ TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
   EXPECT_NE(read_bytes(dir / "err.txt").find("--prompt"), std::string::npos) << read_bytes(dir / "err.txt");
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --top-p 0"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("--top-p must be in (0, 1]"), std::string::npos);
+  // Caches larger than the host's memory are refused before anything is allocated.
+  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --max-new-tokens 1000000000000 --batch 64 "
+                            "--device cpu"), 1);
+  EXPECT_NE(read_bytes(dir / "err.txt").find("lower --batch or --max-new-tokens"), std::string::npos)
+      << read_bytes(dir / "err.txt");
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "missing").string() + " --prompt x"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("fathom: error:"), std::string::npos);
 }

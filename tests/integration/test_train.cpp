@@ -45,8 +45,8 @@ Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::str
   return parse_recipe(tiny_recipe(run_dir, steps), "tiny.yaml", overrides);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
+RunOptions quiet() {
+  RunOptions o;
   o.quiet = true;
   return o;
 }
@@ -97,7 +97,7 @@ TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
   clear_stop_request();
   EXPECT_TRUE(stopped.stopped_by_signal);
   EXPECT_EQ(stopped.steps_done, 1);
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   const TrainResult finished = run_training(recipe_for(dir / "resumed", 7), resume);
   EXPECT_EQ(finished.steps_done, 7);
@@ -137,7 +137,7 @@ TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000009");
   std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   run_training(recipe_for(dir / "b", 9), resume);
   expect_same_weights(dir / "a", dir / "b");
@@ -162,7 +162,7 @@ TEST(Train, FrozenParametersStayPutAndResumeBitExact) {
   fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
   std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   run_training(recipe_for(dir / "b", 6, frozen), resume);
   expect_same_weights(dir / "a", dir / "b");
@@ -222,11 +222,11 @@ TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
   fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "run", 3), quiet());
   EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "run", 3), quiet()); }).find("--resume"), std::string::npos);
-  TrainOptions overwrite = quiet();
+  RunOptions overwrite = quiet();
   overwrite.overwrite = true;
   EXPECT_EQ(run_training(recipe_for(dir / "run", 3), overwrite).steps_done, 3);
 
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "fresh", 3), resume); }).find("no checkpoint"),
             std::string::npos);

@@ -14,6 +14,7 @@
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
 #include "train/generator.h"
+#include "train/inference_model.h"
 #include "train/sampler.h"
 
 using namespace fathom;
@@ -69,6 +70,33 @@ TEST(Generate, GreedyEqualsTheArgmaxOfAFullForwardAtEveryStep) {
     }
     EXPECT_EQ(r.cache_bytes_per_position, size_t(3 * 2 * 2 * 4 * 4)) << c.name;  // L x K,V x Hk x d x f32
   }
+}
+
+// A HuggingFace folder (hf:DIR, as `fathom generate --checkpoint hf:DIR` opens it) decodes like its full
+// forward too: the tiny OLMo2 fixture of the parity tests, its ids (vocab 97) decoded as bytes.
+TEST(Generate, AHuggingFaceFolderDecodesAsItsFullForward) {
+  const ModelFiles files = read_model_files("hf:" + std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/hf/olmo2");
+  const InferenceModel inference(files.config, files.weights, files.origin, Device::cpu(), false);
+  const auto tokenizer = make_tokenizer("bytes");
+  const std::vector<uint32_t> prompt{5, 17, 42, 3};
+  NoGrad no_grad;
+  GenerationOptions options{.max_new_tokens = 6, .sampling = {.temperature = 0}};
+  const GenerationResult r = generate(inference.decoder(), *tokenizer, prompt, options, DType::f32, Device::cpu());
+  ASSERT_EQ(r.tokens[0].size(), 6u);
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  for (uint32_t token : r.tokens[0]) {
+    const std::vector<float> logits = full_last_logits(inference.decoder(), seq);
+    ASSERT_EQ(int64_t(token), std::max_element(logits.begin(), logits.end()) - logits.begin()) << seq.size();
+    seq.push_back(int32_t(token));
+  }
+}
+
+TEST(Generate, CachesThatCannotFitAreAClearError) {
+  EXPECT_EQ(check_decoding_caches_fit(1024, 4, 100, size_t(1) << 30, "cuda:0"), size_t(1024 * 4 * 100));
+  expect_error([] { check_decoding_caches_fit(1 << 20, 64, 1 << 20, size_t(8) << 30, "cuda:0"); },
+               {"decoding caches for 64 x 1048576 positions need", "cuda:0 has 8.00 GiB free",
+                "lower --batch or --max-new-tokens"});
+  expect_error([] { check_decoding_caches_fit(16, 0, 10, 1 << 20, "cpu"); }, {"at least one sequence"});
 }
 
 TEST(Generate, ChunkedDecodingSeesWhatTheFullForwardSees) {
