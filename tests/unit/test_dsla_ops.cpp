@@ -136,6 +136,23 @@ TEST(DslaOps, BackwardGivesGammaItsMixGradient) {
   expect_close(g.dgamma, want, 1e-12, 1e-12, "dgamma");
 }
 
+TEST(DslaOps, FirstGateGetsNoGradient) {
+  // g_0 multiplies the zero initial state: its gradient is zero, and with T = 1 all of dg is.
+  const DslaInputs in = make_inputs(2, 70, 2, 1, 4, true, DType::f64, 110);
+  const DslaGrads g = dsla_backward(random_tensor(in.q.shape(), DType::f64, 111), in.q, in.k, in.v, in.g1, in.g2,
+                                    in.gamma);
+  const std::vector<double> dg1 = values(g.dg1), dg2 = values(g.dg2);
+  const int64_t row = 2 * 4, per_batch = 70 * row;
+  double largest = 0;
+  for (double x : dg1) largest = std::max(largest, std::abs(x));
+  EXPECT_GT(largest, 1e-3);  // later gates do get gradients
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < row; ++i) {
+      EXPECT_NEAR(dg1[size_t(b * per_batch + i)], 0.0, 1e-12);
+      EXPECT_NEAR(dg2[size_t(b * per_batch + i)], 0.0, 1e-12);
+    }
+}
+
 TEST(DslaOps, BadInputsNameTheProblem) {
   const DslaInputs in = make_inputs(1, 4, 4, 2, 8, true, DType::f32, 120);
   auto fwd = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
