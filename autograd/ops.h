@@ -69,6 +69,12 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
 LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
                                double expected_grad, int64_t chunk_rows, int64_t ignore_index = -100);
 
+// DSLA's gates (kernels/gates.h), in fp32 whatever z's dtype: g = scale * logsigmoid(z + bias) for z
+// [..., n] and bias [n] (read in its fp32 master precision); and sigmoid(logits) for logits [m]
+// repeated to n outputs (n / m consecutive outputs per logit).
+Variable log_sigmoid_gate(const Variable& z, const Variable& bias, double scale);
+Variable sigmoid_expand(const Variable& logits, int64_t n);
+
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.
 Variable cast(const Variable& x, DType dtype);
