@@ -1,6 +1,7 @@
 // Generation (train/generator.h, Decoder::decode): greedy decoding with the caches equals the argmax
-// of a full forward over the sequence so far at every step, for OLMo2, a Llama-style model and every
-// MoDA variant; chunked prefill; the sampler; clear errors.
+// of a full forward over the sequence so far at every step, for OLMo2, a Llama-style model, every
+// MoDA variant and attention + dsla hybrids (one and two states); chunked prefill; the sampler; clear
+// errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,6 +40,13 @@ std::vector<Case> cases() {
       out.push_back({name_of(v) + "/" + name_of(key), small("post", true, {.variant = v, .depth_key = key})});
   out.push_back({"attn_kv+ffn_kv/pre/max_slots_3",
                  small("pre", true, {.variant = MoDAVariant::attn_kv_ffn_kv, .max_slots = 3})});
+  // Hybrids: layer 1 of 3 is dsla, with its constant state instead of a KV cache.
+  for (int64_t states : {1, 2}) {
+    ModelConfig hybrid = small(states == 2 ? "post" : "pre", states == 2);
+    hybrid.layers = {"attention", "dsla", "attention"};
+    hybrid.dsla = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+    out.push_back({"dsla/" + std::to_string(states) + "_states", hybrid});
+  }
   return out;
 }
 
@@ -67,7 +75,9 @@ TEST(Generate, GreedyEqualsTheArgmaxOfAFullForwardAtEveryStep) {
       ASSERT_EQ(int64_t(token), argmax) << c.name << " after " << seq.size() << " tokens";
       seq.push_back(int32_t(token));
     }
-    EXPECT_EQ(r.cache_bytes_per_position, size_t(3 * 2 * 2 * 4 * 4)) << c.name;  // L x K,V x Hk x d x f32
+    // Attention layers x K,V x Hk x d x f32; a dsla layer's states do not grow.
+    const size_t attention_layers = c.config.layers.empty() ? 3 : 2;
+    EXPECT_EQ(r.cache_bytes_per_position, attention_layers * 2 * 2 * 4 * 4) << c.name;
   }
 }
 
