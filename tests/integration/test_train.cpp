@@ -164,7 +164,7 @@ TEST(Train, DslaRecipesTrainAndTheLossFalls) {
                                       {"train.device=cpu", "train.threads=2", "train.batch_size=2", "train.seq_len=96",
                                        "train.steps=12", "train.schedule.warmup_steps=2",
                                        "data.train=[" + kCorpus + "/train/sotu_2009-2019.txt]",
-                                       "data.validation={}", "eval.every=0", "checkpoint.every=0",
+                                       "data.validation={}", "eval.every=0", "checkpoint.every=0", "log.every=1",
                                        "log.dir=" + (dir / "run").string()});
     EXPECT_EQ(recipe.model.layers.empty(), std::string(name) == "attention_baseline") << name;
     const TrainResult r = run_training(recipe, quiet());
