@@ -11,7 +11,6 @@ namespace {
 
 // g = logsigmoid(z) / 16: GLA's gate normaliser keeps the retention exp(g) near 1 (0.958 at z = 0).
 constexpr double kGateScale = 1.0 / 16;
-ParameterInit linear_init(const ModelConfig& c) { return ParameterInit::normal(c.init_std, c.init_cutoff); }
 
 struct DslaCache final : MixerCache {
   DslaState state;  // s1, s2 [B, H, d, d] F32 (s2 undefined with one state)
@@ -32,30 +31,16 @@ Variable DslaGate::forward(const Variable& x) const { return log_sigmoid_gate(li
 // state 2 a small random W (the model's init std), b = 0: z near 0, retention about 0.96. With
 // n_heads * head_dim != d_model the identity is rectangular (the extra gates start at z = 0).
 Dsla::Dsla(const ModelConfig& c)
-    : n_heads_(c.n_heads),
-      n_kv_heads_(c.n_kv_heads),
-      head_dim_(c.head_dim()),
+    : ProjectedMixer(c),
       states_(c.dsla.states),
-      q_proj_(c.d_model, c.n_heads * c.head_dim(), linear_init(c)),
-      k_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
-      v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), linear_init(c)),
-      o_proj_(c.n_heads * c.head_dim(), c.d_model, linear_init(c)),
       gate1_(c.d_model, c.n_heads * c.head_dim(), ParameterInit::identity()) {
-  add_child("q_proj", q_proj_);
-  add_child("k_proj", k_proj_);
-  add_child("v_proj", v_proj_);
-  add_child("o_proj", o_proj_);
-  // Kept from the teacher's attention: its q and k are normalised, so a teacher-initialised layer
-  // reads the q and k the teacher did (and the state's inputs stay bounded without a softmax).
-  if (c.qk_norm) {
-    q_norm_ = std::make_unique<RMSNorm>(c.n_heads * c.head_dim(), c.norm_eps);
-    k_norm_ = std::make_unique<RMSNorm>(c.n_kv_heads * c.head_dim(), c.norm_eps);
-    add_child("q_norm", *q_norm_);
-    add_child("k_norm", *k_norm_);
-  }
+  // QK-norm (ProjectedMixer's, with model.qk_norm) is kept from the teacher's attention: its q and k
+  // are normalised, so a teacher-initialised layer reads the q and k the teacher did (and the state's
+  // inputs stay bounded without a softmax).
   add_child("gate1_proj", gate1_);
   if (states_ == 2) {
-    gate2_ = std::make_unique<DslaGate>(c.d_model, c.n_heads * c.head_dim(), linear_init(c));
+    gate2_ = std::make_unique<DslaGate>(c.d_model, c.n_heads * c.head_dim(),
+                                        ParameterInit::normal(c.init_std, c.init_cutoff));
     add_child("gate2_proj", *gate2_);
     const int64_t logits = c.dsla.gamma == DslaGamma::head ? c.n_heads : 1;
     gamma_logit_ = add_parameter("gamma_logit", {logits}, ParameterInit::zeros());  // gamma = 0.5

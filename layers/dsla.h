@@ -9,10 +9,7 @@
 #pragma once
 #include <memory>
 
-#include "layers/linear.h"
-#include "layers/model_config.h"
-#include "layers/rms_norm.h"
-#include "layers/token_mixer.h"
+#include "layers/projected_mixer.h"
 
 namespace fathom {
 
@@ -26,7 +23,7 @@ class DslaGate : public Module {
   Variable weight_, bias_;
 };
 
-class Dsla : public TokenMixer {
+class Dsla : public ProjectedMixer {
  public:
   explicit Dsla(const ModelConfig& config);
   // x [B, T, d_model]. With a decoding state: the first call (the prompt) runs the chunked form and
@@ -40,9 +37,7 @@ class Dsla : public TokenMixer {
   std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const override;
 
  private:
-  int64_t n_heads_, n_kv_heads_, head_dim_, states_;
-  Linear q_proj_, k_proj_, v_proj_, o_proj_;
-  std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)
+  int64_t states_;
   DslaGate gate1_;
   std::unique_ptr<DslaGate> gate2_;  // two states only
   Variable gamma_logit_;             // two states only: c, [1] (dsla.gamma: layer) or [n_heads]
