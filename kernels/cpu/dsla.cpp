@@ -87,6 +87,19 @@ Matrix intra_scores(const Chunk& ch, const Matrix& q, const Matrix& k) {
   return A;
 }
 
+// S <- e^{b_L} S + sum_j (k_j e^{b_L - b_j})^T v_j: the state carried past the chunk.
+void advance_state(const Chunk& ch, const Matrix& k, const Matrix& v, Matrix& S) {
+  const int64_t d = ch.d, t0 = ch.t0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double decay = ch.from_start(ch.L - 1, c);
+    for (int64_t e = 0; e < d; ++e) {
+      double s = decay * S[c * d + e];
+      for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
+      S[c * d + e] = s;
+    }
+  }
+}
+
 // One state's output o = scale q_t S_t over the sequence, chunk by chunk; S holds the initial state on
 // entry and the final state on return.
 void gla_forward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& g, int64_t len, int64_t d,
@@ -102,14 +115,7 @@ void gla_forward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix
         for (int64_t j = 0; j <= t; ++j) s += A[t * ch.L + j] * v[(t0 + j) * d + e];
         o[(t0 + t) * d + e] = scale * s;
       }
-    for (int64_t c = 0; c < d; ++c) {
-      const double decay = ch.from_start(ch.L - 1, c);
-      for (int64_t e = 0; e < d; ++e) {
-        double s = decay * S[c * d + e];
-        for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
-        S[c * d + e] = s;
-      }
-    }
+    advance_state(ch, k, v, S);
   }
 }
 
@@ -123,14 +129,7 @@ void gla_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matri
   for (int64_t t0 = 0; t0 < len; t0 += kDslaChunk) {
     starts.push_back(S);
     const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d);
-    for (int64_t c = 0; c < d; ++c) {
-      const double decay = ch.from_start(ch.L - 1, c);
-      for (int64_t e = 0; e < d; ++e) {
-        double s = decay * S[c * d + e];
-        for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
-        S[c * d + e] = s;
-      }
-    }
+    advance_state(ch, k, v, S);
   }
   Matrix dqi(size_t(len * d), 0.0), dki(size_t(len * d), 0.0);
   Matrix dH(size_t(d * d), 0.0);
