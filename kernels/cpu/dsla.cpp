@@ -61,17 +61,31 @@ void scatter_state(Tensor& s, int64_t b, int64_t h, const Matrix& m) {
 }
 
 // One chunk [t0, t0 + L) of one head: its gates' cumulative sums b (restarting at 0) and the exact
-// pairwise ratio e^{b_t - b_j} per key dimension, computed from the difference so nothing overflows.
+// ratios e^{b_t - b_j} per key dimension, each computed from the difference so nothing overflows. The
+// table of all pairwise ratios (j <= t) is built only where the intra-chunk terms need it.
 struct Chunk {
   int64_t t0, L, d;
-  Matrix b;  // [L, d]
-  Chunk(const Matrix& g, int64_t t0_, int64_t L_, int64_t d_) : t0(t0_), L(L_), d(d_), b(size_t(L_ * d_)) {
+  Matrix b;          // [L, d]
+  Matrix start, end;  // e^{b_t} and e^{b_L - b_t}, [L, d]
+  Matrix pairs;       // e^{b_t - b_j} at (t * L + j) * d + c for j <= t; empty unless asked for
+  Chunk(const Matrix& g, int64_t t0_, int64_t L_, int64_t d_, bool with_pairs)
+      : t0(t0_), L(L_), d(d_), b(size_t(L_ * d_)), start(b.size()), end(b.size()) {
     for (int64_t t = 0; t < L; ++t)
       for (int64_t c = 0; c < d; ++c) b[t * d + c] = g[(t0 + t) * d + c] + (t > 0 ? b[(t - 1) * d + c] : 0.0);
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t c = 0; c < d; ++c) {
+        start[t * d + c] = std::exp(b[t * d + c]);
+        end[t * d + c] = std::exp(b[(L - 1) * d + c] - b[t * d + c]);
+      }
+    if (!with_pairs) return;
+    pairs.assign(size_t(L * L * d), 0.0);
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t j = 0; j <= t; ++j)
+        for (int64_t c = 0; c < d; ++c) pairs[(t * L + j) * d + c] = std::exp(b[t * d + c] - b[j * d + c]);
   }
-  double ratio(int64_t t, int64_t j, int64_t c) const { return std::exp(b[t * d + c] - b[j * d + c]); }
-  double to_end(int64_t j, int64_t c) const { return ratio(L - 1, j, c); }   // e^{b_L - b_j}
-  double from_start(int64_t t, int64_t c) const { return std::exp(b[t * d + c]); }  // e^{b_t}
+  double ratio(int64_t t, int64_t j, int64_t c) const { return pairs[(t * L + j) * d + c]; }  // j <= t
+  double to_end(int64_t j, int64_t c) const { return end[j * d + c]; }       // e^{b_L - b_j}
+  double from_start(int64_t t, int64_t c) const { return start[t * d + c]; }  // e^{b_t}
 };
 
 // A_tj = sum_c q_tc k_jc e^{b_tc - b_jc} for j <= t within the chunk ([L, L], zero above the diagonal).
@@ -87,13 +101,26 @@ Matrix intra_scores(const Chunk& ch, const Matrix& q, const Matrix& k) {
   return A;
 }
 
+// S <- e^{b_L} S + sum_j (k_j e^{b_L - b_j})^T v_j: the state carried past the chunk.
+void advance_state(const Chunk& ch, const Matrix& k, const Matrix& v, Matrix& S) {
+  const int64_t d = ch.d, t0 = ch.t0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double decay = ch.from_start(ch.L - 1, c);
+    for (int64_t e = 0; e < d; ++e) {
+      double s = decay * S[c * d + e];
+      for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
+      S[c * d + e] = s;
+    }
+  }
+}
+
 // One state's output o = scale q_t S_t over the sequence, chunk by chunk; S holds the initial state on
 // entry and the final state on return.
 void gla_forward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& g, int64_t len, int64_t d,
                  double scale, Matrix& S, Matrix& o) {
   o.assign(size_t(len * d), 0.0);
   for (int64_t t0 = 0; t0 < len; t0 += kDslaChunk) {
-    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d);
+    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d, true);
     const Matrix A = intra_scores(ch, q, k);
     for (int64_t t = 0; t < ch.L; ++t)
       for (int64_t e = 0; e < d; ++e) {
@@ -102,41 +129,28 @@ void gla_forward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix
         for (int64_t j = 0; j <= t; ++j) s += A[t * ch.L + j] * v[(t0 + j) * d + e];
         o[(t0 + t) * d + e] = scale * s;
       }
-    for (int64_t c = 0; c < d; ++c) {
-      const double decay = ch.from_start(ch.L - 1, c);
-      for (int64_t e = 0; e < d; ++e) {
-        double s = decay * S[c * d + e];
-        for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
-        S[c * d + e] = s;
-      }
-    }
+    advance_state(ch, k, v, S);
   }
 }
 
 // One state's gradients from zero initial state, for the output gradient Gr (already weighted by the
-// state's mixing weight): adds to dq, dk, dv; writes dg; o is the state's own output (for dgamma).
+// state's mixing weight): adds to dq, dk, dv; writes dg, and the state's own output o (for dgamma).
 void gla_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& g, const Matrix& Gr,
-                  int64_t len, int64_t d, double scale, Matrix& dq, Matrix& dk, Matrix& dv, Matrix& dg) {
+                  int64_t len, int64_t d, double scale, Matrix& dq, Matrix& dk, Matrix& dv, Matrix& dg, Matrix& o) {
   // The forward pass again, keeping each chunk's starting state.
   std::vector<Matrix> starts;
-  Matrix S(size_t(d * d), 0.0), o;
+  Matrix S(size_t(d * d), 0.0);
   for (int64_t t0 = 0; t0 < len; t0 += kDslaChunk) {
     starts.push_back(S);
-    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d);
-    for (int64_t c = 0; c < d; ++c) {
-      const double decay = ch.from_start(ch.L - 1, c);
-      for (int64_t e = 0; e < d; ++e) {
-        double s = decay * S[c * d + e];
-        for (int64_t j = 0; j < ch.L; ++j) s += k[(t0 + j) * d + c] * ch.to_end(j, c) * v[(t0 + j) * d + e];
-        S[c * d + e] = s;
-      }
-    }
+    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d, false);
+    advance_state(ch, k, v, S);
   }
   Matrix dqi(size_t(len * d), 0.0), dki(size_t(len * d), 0.0);
   Matrix dH(size_t(d * d), 0.0);
+  o.assign(size_t(len * d), 0.0);
   for (int64_t ci = int64_t(starts.size()) - 1; ci >= 0; --ci) {
     const int64_t t0 = ci * kDslaChunk;
-    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d);
+    const Chunk ch(g, t0, std::min(kDslaChunk, len - t0), d, true);
     const int64_t L = ch.L;
     const Matrix& Sp = starts[size_t(ci)];
     const Matrix A = intra_scores(ch, q, k);
@@ -146,6 +160,13 @@ void gla_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matri
         double s = 0;
         for (int64_t e = 0; e < d; ++e) s += Gr[(t0 + t) * d + e] * v[(t0 + j) * d + e];
         D[t * L + j] = s;
+      }
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t e = 0; e < d; ++e) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += q[(t0 + t) * d + c] * ch.from_start(t, c) * Sp[c * d + e];
+        for (int64_t j = 0; j <= t; ++j) s += A[t * L + j] * v[(t0 + j) * d + e];
+        o[(t0 + t) * d + e] = scale * s;
       }
     for (int64_t t = 0; t < L; ++t)
       for (int64_t c = 0; c < d; ++c) {
@@ -253,22 +274,15 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
       for (int64_t h = hk * n.group(); h < (hk + 1) * n.group(); ++h) {
         const Matrix qh = gather_head<T>(q, b, h), doh = gather_head<T>(grad_o, b, h);
         const auto [w1, w2] = mix_weights<T>(gamma, two, h);
-        Matrix dq(qh.size(), 0.0), dg, Gr(doh.size());
+        Matrix dq(qh.size(), 0.0), dg, Gr(doh.size()), o1, o2;
         for (size_t i = 0; i < Gr.size(); ++i) Gr[i] = w1 * doh[i];
-        const Matrix g1h = gather_head<T>(g1, b, h);
-        gla_backward(qh, kh, vh, g1h, Gr, n.T, n.d, scale, dq, dk, dv, dg);
+        gla_backward(qh, kh, vh, gather_head<T>(g1, b, h), Gr, n.T, n.d, scale, dq, dk, dv, dg, o1);
         scatter_head<T>(grads.dg1, b, h, dg);
         if (two) {
           for (size_t i = 0; i < Gr.size(); ++i) Gr[i] = w2 * doh[i];
-          const Matrix g2h = gather_head<T>(g2, b, h);
-          gla_backward(qh, kh, vh, g2h, Gr, n.T, n.d, scale, dq, dk, dv, dg);
+          gla_backward(qh, kh, vh, gather_head<T>(g2, b, h), Gr, n.T, n.d, scale, dq, dk, dv, dg, o2);
           scatter_head<T>(grads.dg2, b, h, dg);
-          // dgamma = sum do . (o1 - o2), from each state's own output.
-          Matrix S(size_t(n.d * n.d), 0.0), o1, o2;
-          gla_forward(qh, kh, vh, g1h, n.T, n.d, scale, S, o1);
-          S.assign(S.size(), 0.0);
-          gla_forward(qh, kh, vh, g2h, n.T, n.d, scale, S, o2);
-          double s = 0;
+          double s = 0;  // dgamma = sum do . (o1 - o2)
           for (size_t i = 0; i < o1.size(); ++i) s += doh[i] * (o1[i] - o2[i]);
           dgamma[size_t(b * n.H + h)] = s;
         }
