@@ -65,8 +65,8 @@ Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
   Variable o;
   if (auto* cache = static_cast<DslaCache*>(context.cache)) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
-    const Tensor& g2_value = g2.defined() ? g2.value() : Tensor();
-    const Tensor& gamma_value = gamma.defined() ? gamma.value() : Tensor();
+    const Tensor g2_value = g2.defined() ? g2.value() : Tensor();
+    const Tensor gamma_value = gamma.defined() ? gamma.value() : Tensor();
     if (cache->length == 0) {
       DslaForward prompt = dsla_forward(q.value(), k.value(), v.value(), g1.value(), g2_value, gamma_value, {}, true);
       cache->state = std::move(prompt.final_state);
