@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/suggest.h"
@@ -77,6 +78,11 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"depth_slots", "slots", "window"}},
       {.path = "moda.depth_key", .field = FIELD(model.moda.depth_key), .choices = depth_key_names(),
        .aliases = {"depth_keys", "key_source", "depth_key_source"}},
+
+      {.path = "dsla.states", .field = FIELD(model.dsla.states), .range = closed(1, 2),
+       .aliases = {"num_states", "n_states", "dual_state"}},
+      {.path = "dsla.gamma", .field = FIELD(model.dsla.gamma), .choices = dsla_gamma_names(),
+       .aliases = {"mix", "mixing", "gamma_per"}},
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
@@ -200,8 +206,7 @@ std::string Range::describe() const {
 
 std::string RecipeKey::describe_type() const {
   const bool names_values = std::holds_alternative<std::string& (*)(Recipe&)>(field) ||
-                            std::holds_alternative<MoDAVariant& (*)(Recipe&)>(field) ||
-                            std::holds_alternative<DepthKey& (*)(Recipe&)>(field);
+                            std::visit([]<typename Value>(Value& (*)(Recipe&)) { return std::is_enum_v<Value>; }, field);
   if (names_values && !choices.empty()) return "one of " + join_names(choices);
   struct Describe {
     std::string operator()(int64_t& (*)(Recipe&)) const { return "an integer"; }
@@ -214,6 +219,7 @@ std::string RecipeKey::describe_type() const {
     std::string operator()(WeightsByName& (*)(Recipe&)) const { return "a mapping of name -> number"; }
     std::string operator()(MoDAVariant& (*)(Recipe&)) const { return ""; }  // enums have choices
     std::string operator()(DepthKey& (*)(Recipe&)) const { return ""; }
+    std::string operator()(DslaGamma& (*)(Recipe&)) const { return ""; }
     const std::string& item;
   };
   return std::visit(Describe{item}, field);
@@ -315,6 +321,7 @@ std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
     }
     std::string operator()(MoDAVariant& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
     std::string operator()(DepthKey& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
+    std::string operator()(DslaGamma& (*f)(Recipe&)) const { return quoted(key.choices[size_t(f(r))]); }
     const RecipeKey& key;
   };
   return std::visit(Describe{values, key}, key.field);

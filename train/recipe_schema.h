@@ -22,7 +22,7 @@ using WeightsByName = std::map<std::string, double>;
 using RecipeField = std::variant<int64_t& (*)(Recipe&), uint64_t& (*)(Recipe&), double& (*)(Recipe&),
                                  bool& (*)(Recipe&), std::string& (*)(Recipe&), StringList& (*)(Recipe&),
                                  PathsByDomain& (*)(Recipe&), WeightsByName& (*)(Recipe&),
-                                 MoDAVariant& (*)(Recipe&), DepthKey& (*)(Recipe&)>;
+                                 MoDAVariant& (*)(Recipe&), DepthKey& (*)(Recipe&), DslaGamma& (*)(Recipe&)>;
 
 enum class Presence {
   optional,               // absent: the Recipe member keeps its initializer
