@@ -1,13 +1,10 @@
 #include "autograd/depth_stream.h"
 
-#include <algorithm>
-#include <map>
-#include <vector>
-
+#include "autograd/depth_buffers.h"
 #include "autograd/grad_mode.h"
+#include "autograd/moda_attention.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "autograd/saved_tensor.h"
 #include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/moda_attention.h"
@@ -21,110 +18,13 @@ bool depth_reader_leaves_weights(int64_t query_heads_per_kv_head, bool reader_ke
   return !reader_keys && query_heads_per_kv_head <= 4;
 }
 
-struct DepthStream::Buffers {
-  Tensor k, v;
-  bool unwritten_keys_zeroed = false;  // reader keys normalise every slot, written or not
-  // stats_dtype(k), allocated by the first reader's backward and not zeroed: a slot's gradients are
-  // defined once a reader has put its own there (grad_defined).
-  Tensor grad_k, grad_v;
-  std::vector<bool> grad_defined;
-
-  // Readers that return weights: per slot, how many were recorded and how many have run backward;
-  // their records until every slot of their range has its gradients formed; and gradients formed
-  // for slots whose write node has not run yet.
-  struct WeightsReader {
-    DepthReader reader;
-    int64_t unformed;  // slots of the range without gradients yet
-  };
-  std::vector<int64_t> weights_recorded, weights_done;
-  std::vector<bool> formed;
-  std::vector<DType> slot_dtype;
-  std::vector<WeightsReader> readers;
-  std::map<int64_t, SlotGrads> pending;
-
-  bool has_grad(int64_t slot) const { return grad_k.defined() && grad_defined[size_t(slot)]; }
-  bool has_weights(int64_t slot) const { return weights_recorded[size_t(slot)] > 0; }
-
-  void record_weights_reader(int64_t begin, int64_t end) {
-    for (int64_t s = begin; s < end; ++s) ++weights_recorded[size_t(s)];
-  }
-  void add_weights(DepthReader reader) {
-    for (int64_t s = reader.begin; s < reader.end; ++s) ++weights_done[size_t(s)];
-    const int64_t unformed = reader.end - reader.begin;
-    readers.push_back({std::move(reader), unformed});
-  }
-  bool weights_complete(int64_t s) const {
-    return has_weights(s) && weights_done[size_t(s)] == weights_recorded[size_t(s)] && !formed[size_t(s)];
-  }
-
-  // The gradients the weights readers give `slot`. The first write node to ask forms them for the
-  // run of earlier slots whose readers have all run too (a layer's writes share their readers), so
-  // each reader's q and dO are read once per run; the others are kept for their write nodes.
-  SlotGrads take_weighted(int64_t slot) {
-    if (auto it = pending.find(slot); it != pending.end()) {
-      SlotGrads g = std::move(it->second);
-      pending.erase(it);
-      return g;
-    }
-    FATHOM_CHECK(weights_complete(slot), "depth stream: slot ", slot, "'s gradients were asked for before all ",
-                 weights_recorded[size_t(slot)], " of its readers ran backward (", weights_done[size_t(slot)], " did)");
-    int64_t first = slot;
-    while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)])
-      --first;
-    // Every reader still held: depth_slot_grads adds each one to the slots of its range only.
-    std::vector<const DepthReader*> held;
-    for (const WeightsReader& r : readers) held.push_back(&r.reader);
-    std::vector<SlotGrads> grads = depth_slot_grads(held, first, slot + 1, k.dim(3), slot_dtype[size_t(slot)]);
-    for (int64_t s = first; s <= slot; ++s) {
-      formed[size_t(s)] = true;
-      if (s < slot) pending[s] = std::move(grads[size_t(s - first)]);
-    }
-    for (WeightsReader& r : readers)
-      r.unformed -= std::max<int64_t>(0, std::min(slot + 1, r.reader.end) - std::max(first, r.reader.begin));
-    std::erase_if(readers, [](const WeightsReader& r) { return r.unformed == 0; });
-    return std::move(grads.back());
-  }
-
-  // Readies slots [begin, end) of the gradient buffers for a reader and says how it puts its own
-  // there: it stores them if no reader has reached any of these slots yet (and may_store); otherwise
-  // it adds them, after the slots no reader has reached yet are zeroed.
-  DepthGradMode prepare_grads(int64_t begin, int64_t end, bool may_store) {
-    if (!grad_k.defined()) {
-      grad_k = Tensor::empty(k.shape(), stats_dtype(k.dtype()), k.device());
-      grad_v = Tensor::empty(v.shape(), stats_dtype(v.dtype()), v.device());
-      grad_defined.assign(size_t(k.dim(2)), false);
-    }
-    bool any_defined = false;
-    for (int64_t s = begin; s < end; ++s) any_defined = any_defined || grad_defined[size_t(s)];
-    const DepthGradMode mode = may_store && !any_defined ? DepthGradMode::store : DepthGradMode::add;
-    for (int64_t s = begin; s < end;) {
-      if (grad_defined[size_t(s)]) {
-        ++s;
-        continue;
-      }
-      int64_t run_end = s;
-      while (run_end < end && !grad_defined[size_t(run_end)]) grad_defined[size_t(run_end++)] = true;
-      if (mode == DepthGradMode::add) {
-        zero_depth_slots(grad_k, s, run_end);
-        zero_depth_slots(grad_v, s, run_end);
-      }
-      s = run_end;
-    }
-    return mode;
-  }
-};
-
 namespace {
-
-// The version chain orders nodes only; its values are never read, so a token holds no elements
-// (nothing to fill, and the engine's sums of its gradients touch no memory).
-Tensor version_token(Device device) { return Tensor::empty({0}, DType::f32, device); }
 
 // Inputs (previous version, k, v); output the next version. Backward passes the version gradient
 // on and returns the slot's accumulated depth gradients to the writer, in the writer's dtypes.
 class DepthWriteNode final : public Node {
  public:
-  DepthWriteNode(std::shared_ptr<DepthStream::Buffers> buffers, int64_t slot, DType k_dtype, DType v_dtype)
+  DepthWriteNode(std::shared_ptr<DepthBuffers> buffers, int64_t slot, DType k_dtype, DType v_dtype)
       : buffers_(std::move(buffers)), slot_(slot), k_dtype_(k_dtype), v_dtype_(v_dtype) {}
   std::vector<Tensor> backward(const Tensor& grad_version) override {
     Tensor dk, dv;  // undefined: no reader reached the slot
@@ -149,7 +49,7 @@ class DepthWriteNode final : public Node {
   const char* name() const override { return "depth_write"; }
 
  private:
-  std::shared_ptr<DepthStream::Buffers> buffers_;
+  std::shared_ptr<DepthBuffers> buffers_;
   int64_t slot_;
   DType k_dtype_, v_dtype_;
 };
@@ -159,7 +59,7 @@ class DepthWriteNode final : public Node {
 // key norm produced into the side buffer, whence the write nodes hand it to the writers.
 class DepthKeysNode final : public Node {
  public:
-  explicit DepthKeysNode(std::shared_ptr<DepthStream::Buffers> buffers) : buffers_(std::move(buffers)) {}
+  explicit DepthKeysNode(std::shared_ptr<DepthBuffers> buffers) : buffers_(std::move(buffers)) {}
   std::vector<Tensor> backward(const Tensor& grad_keys) override {
     buffers_->prepare_grads(0, buffers_->k.dim(2), false);
     add_inplace(buffers_->grad_k, grad_keys.to(buffers_->grad_k.dtype()));
@@ -169,61 +69,7 @@ class DepthKeysNode final : public Node {
   const char* name() const override { return "depth_keys"; }
 
  private:
-  std::shared_ptr<DepthStream::Buffers> buffers_;
-};
-
-// Inputs (q, k, v, version) and, with reader keys, the normalised key buffer; output o. With
-// `weights`, the node hands its depth weights, q and dO to the buffers, whence the write nodes form
-// the slots' gradients. Otherwise the depth value gradients go to the shared side buffer; the depth
-// key gradients too, except with reader keys, where they are this node's gradient for its key input
-// (they flow through the reader's norm first).
-class ModaAttentionNode final : public Node {
- public:
-  ModaAttentionNode(std::shared_ptr<DepthStream::Buffers> buffers, Tensor depth_keys, int64_t begin, int64_t end,
-                    SavedTensor q, SavedTensor k, Tensor v, Tensor o, Tensor lse, double scale, bool weights)
-      : buffers_(std::move(buffers)), depth_keys_(std::move(depth_keys)), begin_(begin), end_(end), q_(std::move(q)),
-        k_(std::move(k)), v_(std::move(v)), o_(std::move(o)), lse_(std::move(lse)), scale_(scale), weights_(weights) {
-    if (weights_) buffers_->record_weights_reader(begin_, end_);
-  }
-  std::vector<Tensor> backward(const Tensor& grad_o) override {
-    if (weights_) {
-      DepthReader reader{q_.get(), grad_o, {}, begin_, end_};
-      AttentionGrads g = moda_attention_backward(grad_o, reader.q, k_.get(), v_,
-                                                 DepthSlots{buffers_->k, buffers_->v, begin_, end_}, o_, lse_, scale_,
-                                                 reader.weights);
-      buffers_->add_weights(std::move(reader));
-      return {g.dq, g.dk, g.dv, version_token(grad_o.device())};
-    }
-    const bool own_keys = depth_keys_.defined();
-    // With reader keys the key gradients go to a zeroed buffer of this reader's, where storing the
-    // range is adding it; the shared key buffer is prepared (zeroed) for its later sum.
-    const DepthGradMode mode = buffers_->prepare_grads(begin_, end_, !own_keys);
-    Tensor grad_keys = own_keys ? Tensor::zeros(depth_keys_.shape(), buffers_->grad_k.dtype(), depth_keys_.device())
-                                : buffers_->grad_k;
-    AttentionGrads g = moda_attention_backward(
-        grad_o, q_.get(), k_.get(), v_, DepthSlots{own_keys ? depth_keys_ : buffers_->k, buffers_->v, begin_, end_},
-        o_, lse_, scale_, grad_keys, buffers_->grad_v, mode);
-    // A defined version gradient makes the engine run the write nodes of the slots read here.
-    std::vector<Tensor> grads{g.dq, g.dk, g.dv, version_token(grad_o.device())};
-    if (own_keys) grads.push_back(grad_keys.to(depth_keys_.dtype()));
-    return grads;
-  }
-  void release_saved() override {
-    buffers_.reset();
-    q_.release();
-    k_.release();
-    depth_keys_ = v_ = o_ = lse_ = Tensor();
-  }
-  const char* name() const override { return "moda_attention"; }
-
- private:
-  std::shared_ptr<DepthStream::Buffers> buffers_;
-  Tensor depth_keys_;  // reader keys only
-  int64_t begin_, end_;
-  SavedTensor q_, k_;  // RoPE's outputs: rebuilt under selective recompute
-  Tensor v_, o_, lse_;
-  double scale_;
-  bool weights_;
+  std::shared_ptr<DepthBuffers> buffers_;
 };
 
 // y unchanged; its backward passes y's gradient on and a version gradient to the version it was tied
@@ -251,7 +97,7 @@ Variable DepthStream::tie(const Variable& y) const {
 
 DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim,
                          DType dtype, Device device)
-    : buffers_(std::make_shared<Buffers>()), version_(version_token(device), true) {
+    : buffers_(std::make_shared<DepthBuffers>()), version_(version_token(device), true) {
   FATHOM_CHECK(slots >= 1, "a depth stream needs at least one slot");
   FATHOM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
                "a depth stream holds F32, F64 or BF16 values, got ", dtype_name(dtype));
@@ -293,31 +139,14 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
                  " must have the depth stream's dtype ", dtype_name(dtype()), " (or be F32 for a BF16 stream)");
     return cast(attend(cast(q, dtype()), cast(k, dtype()), cast(v, dtype()), begin, end, scale, key_norm), q.dtype());
   }
-  if (!key_norm.weight.defined()) {
-    AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
-                                                 DepthSlots{buffers_->k, buffers_->v, begin, end}, scale);
-    if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
-    const bool weights = end > begin && depth_reader_leaves_weights(q.dim(2) / k.dim(2), false) &&
-                         moda_depth_weights_supported(q.value(), k.value());
-    auto node = std::make_shared<ModaAttentionNode>(buffers_, Tensor(), begin, end, SavedTensor::of(q),
-                                                    SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale,
-                                                    weights);
-    return record(std::move(out.o), std::move(node), {q, k, v, version_});
-  }
+  if (!key_norm.weight.defined()) return moda_attention(buffers_, version_, q, k, v, begin, end, scale);
   // Reader keys: normalise every slot of every token with the reader's weight (slots outside
   // [begin, end) get no gradient from the softmax, so none flows back to them), then attend. Slots
   // not yet written hold zeros for it (garbage there would turn the weight's gradient into NaN).
   const bool grad = any_requires_grad({q, k, v, key_norm.weight});
   const Variable raw = grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_})
                             : Variable(buffers_->k);
-  const Variable keys = normalised_keys(raw, key_norm);
-  AttentionOutput out = moda_attention_forward(q.value(), k.value(), v.value(),
-                                               DepthSlots{keys.value(), buffers_->v, begin, end}, scale);
-  if (!grad) return Variable(std::move(out.o));
-  auto node = std::make_shared<ModaAttentionNode>(buffers_, keys.value(), begin, end, SavedTensor::of(q),
-                                                  SavedTensor::of(k), v.value(), out.o, std::move(out.lse), scale,
-                                                  false);
-  return record(std::move(out.o), std::move(node), {q, k, v, version_, keys});
+  return moda_attention(buffers_, version_, q, k, v, begin, end, scale, normalised_keys(raw, key_norm));
 }
 
 Variable DepthStream::normalised_keys(const Variable& raw, const DepthKeyNorm& key_norm) {

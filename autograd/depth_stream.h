@@ -20,6 +20,8 @@
 
 namespace fathom {
 
+struct DepthBuffers;  // autograd/depth_buffers.h
+
 // Reader depth keys (moda.depth_key: reader): the slots hold raw keys and the reader normalises
 // them with its own RMSNorm weight [Hk * d] (over each token's full KV width, like the attention
 // k-norm) before the softmax. An undefined weight reads the keys as stored.
@@ -64,13 +66,11 @@ class DepthStream {
   // Bytes of the K and V buffers (the depth cache of one forward).
   size_t bytes() const;
 
-  struct Buffers;  // K/V values and their gradients, shared with the recorded nodes
-
  private:
   // Reader keys: the whole key buffer through the reader's norm (unwritten slots zeroed first).
   Variable normalised_keys(const Variable& raw, const DepthKeyNorm& key_norm);
 
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<DepthBuffers> buffers_;  // shared with the nodes the stream records
   Variable version_;
   int64_t written_ = 0;
 };

@@ -45,6 +45,13 @@ Variable silu(const Variable& x);
 // reads KV head h / G), softmax(q k^T * scale) v over keys j <= t. Returns [B, T, Hq, d].
 Variable attention(const Variable& q, const Variable& k, const Variable& v, double scale);
 
+// Dual-state gated linear attention (DSLA, kernels/dsla.h): q [B, T, H, d], k and v [B, T, Hk, d],
+// per-key-dimension log gates g1, g2 [B, T, H, d] (<= 0), gamma [H] the first state's mixing weight:
+// o_t = (q_t / sqrt(d)) (gamma S1_t + (1 - gamma) S2_t), S_i,t = diag(e^{g_i,t}) S_i,t-1 + k_t^T v_t, from
+// zero states. An undefined g2 is one state (plain GLA; gamma may then be undefined too).
+Variable dsla_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& g1,
+                        const Variable& g2, const Variable& gamma);
+
 // Mean over counted rows of cross-entropy + z_loss_weight * logsumexp^2. logits [N, V], targets
 // (I32/I64) [N]; rows whose target equals ignore_index do not count. A target outside [0, V) other
 // than ignore_index is an error. `ce` and `z` are the two terms' means, for logging.
@@ -77,6 +84,11 @@ Variable gather_rows(const Variable& x, const Tensor& idx);
 Variable routed_mix(const Variable& x, const Variable& y, const Variable& r, const Tensor& idx, RouteWeight weight);
 // Mean BCE with logits against fixed targets in [0, 1] (logits F32/F64, targets of their shape and dtype).
 Variable routing_bce(const Variable& logits, const Tensor& targets);
+// DSLA's gates (kernels/gates.h), in fp32 whatever z's dtype: g = scale * logsigmoid(z + bias) for z
+// [..., n] and bias [n] (read in its fp32 master precision); and sigmoid(logits) for logits [m]
+// repeated to n outputs (n / m consecutive outputs per logit).
+Variable log_sigmoid_gate(const Variable& z, const Variable& bias, double scale);
+Variable sigmoid_expand(const Variable& logits, int64_t n);
 
 Variable add(const Variable& a, const Variable& b);
 // The same values in another element type (e.g. F32 -> BF16 for a bf16 kernel); the gradient is cast back.

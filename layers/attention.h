@@ -4,14 +4,11 @@
 #pragma once
 #include <memory>
 
-#include "layers/linear.h"
-#include "layers/model_config.h"
-#include "layers/rms_norm.h"
-#include "layers/token_mixer.h"
+#include "layers/projected_mixer.h"
 
 namespace fathom {
 
-class Attention : public TokenMixer {
+class Attention : public ProjectedMixer {
  public:
   explicit Attention(const ModelConfig& config);
   // x [B, T, d_model]. With a depth stream the softmax also reads the most recent written slots (all,
@@ -31,12 +28,9 @@ class Attention : public TokenMixer {
   std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const override;
 
  private:
-  int64_t n_heads_, n_kv_heads_, head_dim_;
   double rope_theta_;
   RopeScaling rope_scaling_;
   MoDAConfig moda_;
-  Linear q_proj_, k_proj_, v_proj_, o_proj_;
-  std::unique_ptr<RMSNorm> q_norm_, k_norm_;  // absent when qk_norm is off (Llama)
 };
 
 }  // namespace fathom

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/suggest.h"
 #include "layers/attention.h"
+#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -20,6 +21,7 @@ const std::vector<LayerKind>& layer_kinds() {
       {"attention", [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> {
          return std::make_unique<Attention>(c);
        }},
+      {"dsla", [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> { return std::make_unique<Dsla>(c); }},
   };
   return kinds;
 }

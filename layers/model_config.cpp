@@ -55,6 +55,17 @@ void ModelConfig::validate() const {
   FATHOM_CHECK(layers.empty() || n_layers % int64_t(layers.size()) == 0, "layers lists ", layers.size(),
                " kinds, which does not divide n_layers (", n_layers,
                "): give one kind per layer, or a pattern whose length divides n_layers");
+  dsla.validate();
+  // A MoDA depth read joins one softmax over the sequence and the depth slots (DESIGN.md 3.2); a dsla
+  // layer has no softmax to join, nor per-token keys a later layer could read.
+  FATHOM_CHECK(!(moda.enabled() && has_layer_kind("dsla")), "moda.variant '", name_of(moda.variant),
+               "' cannot be combined with dsla layers (model.layers): MoDA's depth reads join the attention "
+               "softmax and a dsla layer has none; use moda.variant: none in a model with dsla layers");
+}
+
+bool ModelConfig::has_layer_kind(const std::string& kind) const {
+  if (layers.empty()) return kind == "attention";
+  return std::find(layers.begin(), layers.end(), kind) != layers.end();
 }
 
 const std::string& ModelConfig::layer_kind(int64_t layer) const {

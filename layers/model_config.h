@@ -7,6 +7,7 @@
 
 #include "kernels/rope.h"
 #include "layers/mod_config.h"
+#include "layers/dsla_config.h"
 #include "layers/moda_config.h"
 
 namespace fathom {
@@ -33,16 +34,19 @@ struct ModelConfig {
   // The token mixer of each layer, by kind name (layers/layer_kinds.h): empty for attention everywhere,
   // else a pattern repeated over the layers (n_layers a multiple of its length; a full list is one repeat).
   std::vector<std::string> layers{};
+  DslaConfig dsla{};  // the options of the dsla layers in `layers` (layers/dsla_config.h)
 
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
   // Layer i's mixer kind: "attention" unless `layers` says otherwise.
   const std::string& layer_kind(int64_t layer) const;
+  // Whether some layer is of this kind.
+  bool has_layer_kind(const std::string& kind) const;
 
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
   // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a valid
-  // rope_scaling, moda.max_slots >= 0, valid mod options (not combined with MoDA), and a layer pattern
-  // that divides n_layers. (Unknown kind names
+  // rope_scaling, moda.max_slots >= 0, valid mod options (not combined with MoDA), a layer pattern that
+  // divides n_layers, dsla.states 1 or 2, and no MoDA in a model with dsla layers. (Unknown kind names
   // are the layer registry's to refuse: layers/layer_kinds.h.)
   void validate() const;
 

@@ -9,9 +9,10 @@
 
 namespace fathom {
 
-// How a parameter is initialised: truncated normal (std, cutoff in sigmas) or a constant.
+// How a parameter is initialised: truncated normal (std, cutoff in sigmas), a constant, or the
+// identity of a matrix [out, in] (ones where row == column, the rest zero, for any out and in).
 struct ParameterInit {
-  enum class Kind { truncated_normal, constant } kind = Kind::truncated_normal;
+  enum class Kind { truncated_normal, constant, identity } kind = Kind::truncated_normal;
   double std = 0.02;
   double cutoff = 3.0;
   double value = 0.0;
@@ -20,6 +21,8 @@ struct ParameterInit {
 
   static ParameterInit normal(double std, double cutoff) { return {Kind::truncated_normal, std, cutoff, 0.0, true}; }
   static ParameterInit ones() { return {Kind::constant, 0.0, 0.0, 1.0, true}; }
+  static ParameterInit zeros() { return {Kind::constant, 0.0, 0.0, 0.0, true}; }
+  static ParameterInit identity() { return {Kind::identity, 0.0, 0.0, 0.0, true}; }
 };
 
 struct Parameter {

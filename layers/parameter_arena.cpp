@@ -42,6 +42,11 @@ void ParameterArena::initialise(uint64_t seed) {
     Tensor slice = host.narrow(e.offset, e.numel());
     if (e.init.kind == ParameterInit::Kind::constant) {
       slice.fill_(e.init.value);
+    } else if (e.init.kind == ParameterInit::Kind::identity) {
+      FATHOM_CHECK(e.shape.rank() == 2, "parameter '", e.name, "': an identity init needs a matrix, got ", e.shape.str());
+      slice.zero_();
+      float* w = slice.data<float>();
+      for (int64_t i = 0; i < std::min(e.shape.dim(0), e.shape.dim(1)); ++i) w[i * e.shape.dim(1) + i] = 1.0f;
     } else {
       Generator gen{seed, uint64_t(e.init_offset)};
       fill_truncated_normal(slice, gen, e.init.std, e.init.cutoff);

@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#include <fstream>
+#include <limits>
+#include <string>
+
 #include "core/backend.h"
 #include "core/error.h"
 #include "kernels/cpu/eigen_core.h"
@@ -43,6 +47,21 @@ int configure_threads(int64_t threads) {
 
 bool uses_mixed_precision(const std::string& precision, Device device) {
   return device.is_cuda() && precision == "bf16";
+}
+
+size_t available_memory(Device device) {
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda()) return cuda::device_memory(device.index).free;
+#endif
+  FATHOM_CHECK(device.is_cpu(), "available_memory: no backend for ", device.str());
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib << 10;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return std::numeric_limits<size_t>::max();  // not Linux: no limit known
 }
 
 void synchronize(Device device) {

@@ -1,5 +1,7 @@
-// Resolves `train.device` (auto | cpu | cuda), the CPU thread count and the compute precision.
+// Resolves `train.device` (auto | cpu | cuda), the CPU thread count and the compute precision, and
+// says how much memory a device has left.
 #pragma once
+#include <cstddef>
 #include <string>
 
 #include "core/device.h"
@@ -13,6 +15,9 @@ int configure_threads(int64_t threads);
 // train.precision on `device`: true for bf16 on a GPU (mixed precision: the arena's bf16 compute
 // copy, bf16 activations). The CPU always computes in fp32, whatever the recipe says.
 bool uses_mixed_precision(const std::string& precision, Device device);
+// Bytes of memory `device` can still give: MemAvailable of /proc/meminfo for the CPU (free pages and
+// reclaimable cache), the driver's free count for a GPU.
+size_t available_memory(Device device);
 // Waits for the device's queued work (timing); nothing on the CPU.
 void synchronize(Device device);
 

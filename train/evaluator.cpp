@@ -8,11 +8,11 @@
 #include "autograd/ops.h"
 #include "core/suggest.h"
 #include "data/eval_iterator.h"
-#include "data/open_tokens.h"
 #include "train/checkpoint.h"
 #include "train/device_select.h"
 #include "train/inference_model.h"
 #include "train/recipe.h"
+#include "train/run_data.h"
 
 namespace fathom {
 
@@ -74,6 +74,12 @@ std::vector<std::string> routing_report(const EvalResult& result) {
   return lines;
 }
 
+std::string format_eval(const EvalResult& e) {
+  char line[128];
+  std::snprintf(line, sizeof line, "loss %.4f | ppl %.2f | %lld tokens", e.loss, e.perplexity, (long long)e.tokens);
+  return line;
+}
+
 void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out, EvalRouting routing) {
   FATHOM_CHECK(!recipe.data.validation.empty(), "the recipe has no data.validation domains to evaluate");
   const Device device = resolve_device(recipe.train.device);
@@ -85,13 +91,11 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
                                  uses_mixed_precision(recipe.train.precision, device));
   const Decoder& model = inference.decoder();
 
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(recipe.data.tokenizer);
-  const DocumentSplit split = parse_document_split(recipe.data.documents);
+  const RunData data = open_run_data(recipe, DataUse::validation_only);
   out << "checkpoint " << dir.string() << "\n";
-  for (const auto& [domain, paths] : recipe.data.validation) {
-    const EvalResult e = evaluate(model, open_tokens(paths, *tokenizer, split, recipe.model.vocab_size,
-                                                      parse_shard_verify(recipe.data.verify)),
-                                  recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device, routing);
+  for (const auto& [domain, source] : data.validation) {
+    const EvalResult e = evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches,
+                                  device, routing);
     char line[256];
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
                   (long long)e.tokens);

@@ -37,6 +37,9 @@ std::vector<std::pair<std::string, double>> routing_metrics(const EvalResult& re
 // The same as console lines, one per routed layer.
 std::vector<std::string> routing_report(const EvalResult& result);
 
+// "loss 2.1234 | ppl 8.37 | 4096 tokens"
+std::string format_eval(const EvalResult& result);
+
 // `fathom eval`: loads a checkpoint's weights into the recipe's model and prints loss and
 // perplexity for every validation domain of the recipe.
 // With MoD it also prints each routed layer's routing metrics; `routing` as evaluate() takes it.

@@ -5,24 +5,22 @@
 #include <memory>
 
 #include "core/file_io.h"
+#include "core/suggest.h"
 #include "data/tokenizer.h"
 #include "train/commands.h"
 #include "train/device_select.h"
 #include "train/generator.h"
 #include "train/inference_model.h"
-#include "train/memory_plan.h"
-#ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
-#endif
 
 namespace fathom {
 
 namespace {
 
 std::string gib_or_mib(size_t bytes) {
+  const int shift = bytes >= (size_t(1) << 30) ? 30 : bytes >= (size_t(1) << 20) ? 20 : 10;
   char text[32];
-  std::snprintf(text, sizeof text, bytes >= (size_t(1) << 30) ? "%.2f GiB" : "%.1f MiB",
-                double(bytes) / double(bytes >= (size_t(1) << 30) ? size_t(1) << 30 : size_t(1) << 20));
+  std::snprintf(text, sizeof text, shift == 30 ? "%.2f GiB" : shift == 20 ? "%.1f MiB" : "%.1f KiB",
+                double(bytes) / double(size_t(1) << shift));
   return text;
 }
 
@@ -80,19 +78,18 @@ void add_generate_command(CLI::App& app) {
     // The caches are allocated whole before the prompt is read: one that cannot fit fails now.
     const DType dtype = inference.activation_dtype();
     // A one-position state on the host says what a position costs, before the device is touched.
-    const size_t per_position = model.start_decoding(1, 1, dtype, Device::cpu()).bytes_per_position();
-    const size_t cache_bytes = per_position * size_t(positions) * size_t(args->options.batch);
-#ifdef FATHOM_WITH_CUDA
-    if (device.is_cuda()) {
-      const size_t free = cuda::device_memory(device.index).free;
-      FATHOM_CHECK(cache_bytes < free, "the decoding caches for ", args->options.batch, " x ", positions,
-                   " positions need ", gib(cache_bytes), " but ", device.str(), " has ", gib(free),
-                   " free; lower --batch or --max-new-tokens");
-    }
-#endif
+    const DecodeMemory memory = decode_memory(model, dtype);
+    const size_t per_position = memory.bytes_per_position;
+    const size_t cache_bytes =
+        check_decoding_caches_fit(memory, args->options.batch, positions, available_memory(device), device.str());
     std::cerr << "fathom generate: " << loaded.origin << " on " << device.str() << ", " << prompt_ids.size()
               << " prompt tokens, caches " << gib_or_mib(cache_bytes) << " (" << per_position
               << " bytes per position and sequence)\n";
+    if (memory.state_layers > 0)
+      std::cerr << "  " << memory.state_layers << " " << join_names(memory.state_kinds, "/")
+                << (memory.state_layers == 1 ? " layer keeps " : " layers keep ")
+                << gib_or_mib(memory.state_bytes) << " of constant state per sequence instead of a KV cache of "
+                << gib_or_mib(memory.kv_bytes_saved_per_position * 1024) << " per 1K tokens\n";
     std::cout << text << std::flush;
     const GenerationResult result =
         generate(model, *tokenizer, prompt_ids, args->options, dtype, device,

@@ -7,7 +7,9 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "kernels/argmax.h"
+#include "layers/attention.h"
 #include "train/device_select.h"
+#include "train/memory_plan.h"
 
 namespace fathom {
 
@@ -51,6 +53,25 @@ size_t stop_prefix_at_end(const std::string& text, const std::string& stop) {
 }
 
 }  // namespace
+
+DecodeMemory decode_memory(const Decoder& model, DType dtype) {
+  const DecodeState one = model.start_decoding(1, 1, dtype, Device::cpu());
+  // An attention layer's cache for one position: what a layer without one saves.
+  const size_t kv_per_position = Attention(model.config()).make_cache(1, 1, dtype, Device::cpu())->bytes_per_position();
+  DecodeMemory memory;
+  for (size_t i = 0; i < one.layers.size(); ++i) {
+    const MixerCache& cache = *one.layers[i];
+    memory.bytes_per_position += cache.bytes_per_position();
+    if (cache.bytes_per_position() > 0) continue;
+    memory.state_bytes += cache.bytes();
+    ++memory.state_layers;
+    memory.kv_bytes_saved_per_position += kv_per_position;
+    const std::string& kind = model.config().layer_kind(int64_t(i));
+    if (std::find(memory.state_kinds.begin(), memory.state_kinds.end(), kind) == memory.state_kinds.end())
+      memory.state_kinds.push_back(kind);
+  }
+  return memory;
+}
 
 size_t complete_utf8_prefix(const std::string& text) {
   // Walk back over at most 3 continuation bytes to the last lead byte; keep it only if its
@@ -138,6 +159,18 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
   if (options.stop.empty())
     for (int64_t b = 0; b < B; ++b) result.texts[size_t(b)] = tokenizer.decode(result.tokens[size_t(b)]);
   return result;
+}
+
+size_t check_decoding_caches_fit(const DecodeMemory& memory, int64_t batch, int64_t positions, size_t free_bytes,
+                                 const std::string& device_name) {
+  FATHOM_CHECK(batch >= 1 && positions >= 1, "decoding needs at least one sequence and one position, got ", batch,
+               " x ", positions);
+  const double bytes =
+      (double(memory.bytes_per_position) * double(positions) + double(memory.state_bytes)) * double(batch);
+  FATHOM_CHECK(bytes < double(free_bytes), "the decoding caches for ", batch, " x ", positions, " positions need ",
+               gib(size_t(std::min(bytes, 1e18))), " but ", device_name, " has ", gib(free_bytes),
+               " free; lower --batch or --max-new-tokens");
+  return size_t(bytes);
 }
 
 }  // namespace fathom

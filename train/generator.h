@@ -31,6 +31,18 @@ struct GenerationResult {
   size_t cache_bytes = 0, cache_bytes_per_position = 0;
 };
 
+// What decoding keeps per sequence: the KV caches' bytes per position, and the constant states of the
+// layers that keep one instead (dsla), with the KV cache those layers would hold as attention layers.
+struct DecodeMemory {
+  size_t bytes_per_position = 0;
+  size_t state_bytes = 0;  // constant: whatever the length
+  int64_t state_layers = 0;
+  std::vector<std::string> state_kinds;      // the kinds of those layers
+  size_t kv_bytes_saved_per_position = 0;    // by those layers, against attention in their place
+};
+// Measured from a one-position decoding state of `model` on the host, activations in `dtype`.
+DecodeMemory decode_memory(const Decoder& model, DType dtype);
+
 // Called after each step with sequence 0's new text (complete UTF-8 only), for streaming.
 using TextSink = std::function<void(const std::string&)>;
 
@@ -38,6 +50,11 @@ using TextSink = std::function<void(const std::string&)>;
 // prompt + max_new_tokens positions do not fit `max_positions` (0: no limit).
 GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
                           const GenerationOptions& options, DType dtype, Device device, const TextSink& sink = {});
+
+// The decoding caches and states of `batch` sequences of `positions` positions, against the `free_bytes`
+// of `device_name`: their size, or an error naming both that says what to lower.
+size_t check_decoding_caches_fit(const DecodeMemory& memory, int64_t batch, int64_t positions, size_t free_bytes,
+                                 const std::string& device_name);
 
 // The length of the longest prefix of `text` that ends on a whole UTF-8 character.
 size_t complete_utf8_prefix(const std::string& text);

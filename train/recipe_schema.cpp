@@ -93,6 +93,10 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"predictor_loss", "predictor_weight"}},
       {.path = "mod.router", .field = FIELD(model.mod.router), .choices = mod_router_names(),
        .aliases = {"routing", "router_type"}},
+      {.path = "dsla.states", .field = FIELD(model.dsla.states), .range = closed(1, 2),
+       .aliases = {"num_states", "n_states", "dual_state"}},
+      {.path = "dsla.gamma", .field = FIELD(model.dsla.gamma), .choices = dsla_gamma_names(),
+       .aliases = {"mix", "mixing", "gamma_per"}},
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
@@ -234,6 +238,7 @@ std::string RecipeKey::describe_type() const {
     std::string operator()(ModRouterWeight& (*)(Recipe&)) const { return ""; }
     std::string operator()(ModCausal& (*)(Recipe&)) const { return ""; }
     std::string operator()(ModRouter& (*)(Recipe&)) const { return ""; }
+    std::string operator()(DslaGamma& (*)(Recipe&)) const { return ""; }
     const std::string& item;
   };
   return std::visit(Describe{item}, field);
@@ -338,6 +343,7 @@ std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
     std::string operator()(ModRouterWeight& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
     std::string operator()(ModCausal& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
     std::string operator()(ModRouter& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(DslaGamma& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
     std::string choice(size_t index) const { return quoted(key.choices[index]); }
     const RecipeKey& key;
   };

@@ -23,7 +23,7 @@ using RecipeField = std::variant<int64_t& (*)(Recipe&), uint64_t& (*)(Recipe&), 
                                  bool& (*)(Recipe&), std::string& (*)(Recipe&), StringList& (*)(Recipe&),
                                  PathsByDomain& (*)(Recipe&), WeightsByName& (*)(Recipe&),
                                  MoDAVariant& (*)(Recipe&), DepthKey& (*)(Recipe&), ModRouterWeight& (*)(Recipe&),
-                                 ModCausal& (*)(Recipe&), ModRouter& (*)(Recipe&)>;
+                                 ModCausal& (*)(Recipe&), ModRouter& (*)(Recipe&), DslaGamma& (*)(Recipe&)>;
 
 enum class Presence {
   optional,               // absent: the Recipe member keeps its initializer

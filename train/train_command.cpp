@@ -12,7 +12,7 @@ void add_train_command(CLI::App& app) {
   struct Args {
     std::string recipe;
     std::vector<std::string> overrides;
-    TrainOptions options;
+    RunOptions options;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a YAML recipe");

@@ -1,20 +1,16 @@
-// The training loop: recipe -> model, data, optimizer; progress lines, metrics.jsonl, periodic
-// evaluation and checkpoints, bit-exact resume, clean stop on SIGINT/SIGTERM, NaN detection.
+// `fathom train`'s loop over a TrainingRun (train/run.h): progress lines and metrics at log.every,
+// checkpoints at checkpoint.every, evaluation at eval.every, both after the last step, and a clean
+// stop with a checkpoint on SIGINT/SIGTERM.
 #pragma once
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include "train/recipe.h"
+#include "train/run_options.h"
 
 namespace fathom {
 
-struct TrainOptions {
-  bool resume = false;     // continue from the run folder's latest checkpoint
-  bool overwrite = false;  // replace an existing run folder once the new run has a checkpoint (train/run_dir.h)
-  bool quiet = false;      // no progress lines (tests)
-  std::filesystem::path recipe_file;  // the recipe's file, if any: --overwrite must not delete it
-};
 
 struct TrainResult {
   std::filesystem::path run_dir;
@@ -24,6 +20,6 @@ struct TrainResult {
   std::map<std::string, double> validation_loss;  // per domain, from the last evaluation
 };
 
-TrainResult run_training(const Recipe& recipe, const TrainOptions& options);
+TrainResult run_training(const Recipe& recipe, const RunOptions& options);
 
 }  // namespace fathom

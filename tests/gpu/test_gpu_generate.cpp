@@ -1,6 +1,7 @@
 // Generation on the GPU (bf16 weights and activations, the KV cache and decode-attention kernels):
 // greedy decoding equals the argmax of a full forward at every step (up to bf16 near-ties), and
-// chunked decoding matches the full forward's hidden states, for OLMo2, Llama-style and MoDA models.
+// chunked decoding matches the full forward's hidden states, for OLMo2, Llama-style, MoDA and
+// attention + dsla models.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,14 @@ ModelConfig gpu_small(const std::string& norm, bool qk_norm, MoDAConfig moda = {
           .norm = norm, .qk_norm = qk_norm, .moda = moda};
 }
 
+// Layer 1 of 3 a dsla layer (gamma per head with two states).
+ModelConfig gpu_hybrid(int64_t states, const std::string& norm = "post") {
+  ModelConfig c = gpu_small(norm, norm == "post");
+  c.layers = {"attention", "dsla", "attention"};
+  c.dsla = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+  return c;
+}
+
 struct GpuModel {
   explicit GpuModel(const ModelConfig& c) : model(c), arena(model, kGpu) {
     arena.enable_compute_copy(DType::bf16);
@@ -40,6 +49,9 @@ std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
           {"attn_kv+ffn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv})},
           {"extra/reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
                                                    .depth_key = DepthKey::reader})},
+          // Hybrids: the dsla layer's chunked prefill and step kernels (head dim 64, G = 3).
+          {"dsla/2_states", gpu_hybrid(2)},
+          {"dsla/1_state/pre", gpu_hybrid(1, "pre")},
           // Head dim 16: no decode kernel; the host reference decodes it.
           {"olmo2/d16", {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
                          .vocab_size = 257}}};

@@ -186,7 +186,7 @@ TEST(GpuMixedPrecision, TrainerRefusesARunThatCannotFitBeforeAllocating) {
       "train: {device: cuda, batch_size: 256, seq_len: 4096, steps: 1, optimizer: {lr: 1.0e-3}}\n"
       "log: {dir: " + (dir / "run").string() + "}\n",
       "too-big.yaml");
-  TrainOptions options;
+  RunOptions options;
   options.quiet = true;
   // The data file does not exist: the memory check comes first, before the run folder and the data.
   fathom::testing::expect_error([&] { run_training(recipe, options); },
@@ -212,7 +212,7 @@ TEST(GpuMixedPrecision, ResumeAndEvalRebuildTheBf16CopyFromTheSavedMasters) {
         "log: {every: 1, dir: " + (dir / run).string() + "}\n",
         "resume.yaml");
   };
-  TrainOptions options;
+  RunOptions options;
   options.quiet = true;
   const TrainResult straight = run_training(recipe("straight"), options);
   request_stop();  // as SIGINT would: step 1, a checkpoint, return

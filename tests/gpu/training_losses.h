@@ -28,7 +28,7 @@ inline std::vector<double> tiny_training_losses(const std::filesystem::path& run
           ", optimizer: {lr: 3.0e-3}}\n"
           "log: {every: 1, dir: " + run_dir.string() + "}\n",
       "gpu-vs-cpu.yaml");
-  TrainOptions options;
+  RunOptions options;
   options.quiet = true;
   run_training(recipe, options);
   std::vector<double> losses;

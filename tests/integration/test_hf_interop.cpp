@@ -48,8 +48,8 @@ const std::string kLlama =
     "tie_embeddings: true, rope_theta: 10000, rope_scaling: {type: llama3, factor: 4, low_freq_factor: 1, "
     "high_freq_factor: 4, original_max_position: 16}}";
 
-TrainOptions quiet() {
-  TrainOptions o;
+RunOptions quiet() {
+  RunOptions o;
   o.quiet = true;
   return o;
 }

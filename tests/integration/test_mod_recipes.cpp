@@ -41,7 +41,7 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
                                             "train.schedule.warmup_steps=1", "eval.batches=1", "checkpoint.every=0",
                                             "log.every=1", "log.dir=" + run.string()});
     EXPECT_EQ(recipe.name, name);
-    TrainOptions options;
+    RunOptions options;
     options.quiet = true;
     const TrainResult result = run_training(recipe, options);
     EXPECT_EQ(result.steps_done, 3);

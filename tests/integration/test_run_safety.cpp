@@ -54,8 +54,8 @@ Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::str
   return parse_recipe(tiny_recipe(run_dir, steps), "tiny.yaml", overrides);
 }
 
-TrainOptions options(bool resume = false, bool overwrite = false) {
-  TrainOptions o;
+RunOptions options(bool resume = false, bool overwrite = false) {
+  RunOptions o;
   o.quiet = true;
   o.resume = resume;
   o.overwrite = overwrite;
@@ -153,7 +153,7 @@ TEST(RunSafety, OverwriteNeverRemovesTheCurrentFolderOrWhatTheRunReads) {
   EXPECT_TRUE(fs::exists(dir / "run" / "train.txt"));
   // And the recipe file itself.
   write_bytes(dir / "run" / "r.yaml", tiny_recipe(dir / "run", 3));
-  TrainOptions o = options(false, true);
+  RunOptions o = options(false, true);
   o.recipe_file = dir / "run" / "r.yaml";
   expect_error([&] { run_training(recipe_for(dir / "run", 3), o); }, {"r.yaml"});
 }

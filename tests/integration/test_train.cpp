@@ -45,8 +45,8 @@ Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::str
   return parse_recipe(tiny_recipe(run_dir, steps), "tiny.yaml", overrides);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
+RunOptions quiet() {
+  RunOptions o;
   o.quiet = true;
   return o;
 }
@@ -97,7 +97,7 @@ TEST(Train, StopThenResumeEqualsUninterruptedRunBitForBit) {
   clear_stop_request();
   EXPECT_TRUE(stopped.stopped_by_signal);
   EXPECT_EQ(stopped.steps_done, 1);
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   const TrainResult finished = run_training(recipe_for(dir / "resumed", 7), resume);
   EXPECT_EQ(finished.steps_done, 7);
@@ -129,19 +129,50 @@ TEST(Train, SignalHandlersComeBackAfterTheRun) {
   EXPECT_EQ(seen.sa_handler, previous.sa_handler);
 }
 
-TEST(Train, ResumeFromAMidRunCheckpointIsBitExact) {
+// For the OLMo2 model and for a hybrid whose second layer is dsla (two states, gamma per head).
+class ResumeFromAMidRunCheckpoint : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(ResumeFromAMidRunCheckpoint, IsBitExact) {
   fathom::testing::ScratchFolder dir;
-  run_training(recipe_for(dir / "a", 9), quiet());
+  const std::vector<std::string>& model = GetParam();
+  const TrainResult first = run_training(recipe_for(dir / "a", 9, model), quiet());
+  EXPECT_LT(first.last_loss, 5.3);  // from ln(264) = 5.58
   // Resume a copy of the run from its step-3 checkpoint (as if it had crashed after step 3).
   fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000009");
   std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
-  run_training(recipe_for(dir / "b", 9), resume);
+  run_training(recipe_for(dir / "b", 9, model), resume);
   expect_same_weights(dir / "a", dir / "b");
   expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
+}
+
+INSTANTIATE_TEST_SUITE_P(Train, ResumeFromAMidRunCheckpoint,
+                         ::testing::Values(std::vector<std::string>{},
+                                           std::vector<std::string>{"model.layers=[attention, dsla]",
+                                                                    "dsla.gamma=head"}),
+                         [](const auto& info) { return info.param.empty() ? "olmo2" : "dsla_hybrid"; });
+
+// recipes/dsla: each hybrid (and its baseline) trains a few steps of its own model on the CPU and the
+// loss falls (shorter batches than the recipe's, for the test's time).
+TEST(Train, DslaRecipesTrainAndTheLossFalls) {
+  for (const char* name : {"hybrid_2state", "hybrid_1state", "attention_baseline"}) {
+    fathom::testing::ScratchFolder dir;
+    const Recipe recipe = load_recipe(std::string(FATHOM_SOURCE_DIR) + "/recipes/dsla/" + std::string(name) + ".yaml",
+                                      {"train.device=cpu", "train.threads=2", "train.batch_size=2", "train.seq_len=96",
+                                       "train.steps=12", "train.schedule.warmup_steps=2",
+                                       "data.train=[" + kCorpus + "/train/sotu_2009-2019.txt]",
+                                       "data.validation={}", "eval.every=0", "checkpoint.every=0", "log.every=1",
+                                       "log.dir=" + (dir / "run").string()});
+    EXPECT_EQ(recipe.model.layers.empty(), std::string(name) == "attention_baseline") << name;
+    const TrainResult r = run_training(recipe, quiet());
+    const std::vector<std::string> metrics = lines_of(dir / "run" / "metrics.jsonl");
+    ASSERT_EQ(metrics.size(), 12u) << name;
+    const auto loss_of = [](const std::string& line) { return std::stod(line.substr(line.find("\"loss\":") + 7)); };
+    EXPECT_LT(r.last_loss, loss_of(metrics.front()) - 1.0) << name;  // from about ln(264) = 5.58
+  }
 }
 
 // Frozen parameters: the run trains only the unfrozen ones, its checkpoints hold moments for those
@@ -162,7 +193,7 @@ TEST(Train, FrozenParametersStayPutAndResumeBitExact) {
   fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
   std::ofstream(dir / "b" / "checkpoints" / "latest") << "step_00000003\n";
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   run_training(recipe_for(dir / "b", 6, frozen), resume);
   expect_same_weights(dir / "a", dir / "b");
@@ -222,11 +253,11 @@ TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
   fathom::testing::ScratchFolder dir;
   run_training(recipe_for(dir / "run", 3), quiet());
   EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "run", 3), quiet()); }).find("--resume"), std::string::npos);
-  TrainOptions overwrite = quiet();
+  RunOptions overwrite = quiet();
   overwrite.overwrite = true;
   EXPECT_EQ(run_training(recipe_for(dir / "run", 3), overwrite).steps_done, 3);
 
-  TrainOptions resume = quiet();
+  RunOptions resume = quiet();
   resume.resume = true;
   EXPECT_NE(error_of([&] { run_training(recipe_for(dir / "fresh", 3), resume); }).find("no checkpoint"),
             std::string::npos);

@@ -47,7 +47,7 @@ TEST(TrainPrepared, TrainsFromPreparedShardsAndReportsEveryValidationDomain) {
       "checkpoint: {every: 0}\n"
       "log: {every: 1, dir: " + (dir / "run").string() + "}\n";
   const Recipe recipe = parse_recipe(yaml, "tiny-prepared.yaml");
-  TrainOptions quiet;
+  RunOptions quiet;
   quiet.quiet = true;
   const TrainResult result = run_training(recipe, quiet);
   EXPECT_EQ(result.steps_done, 5);

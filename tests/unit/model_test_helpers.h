@@ -2,7 +2,13 @@
 // on one fixed batch until it memorises it, the smallest end-to-end check that forward, backward
 // and AdamW fit together.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
@@ -47,6 +53,27 @@ inline OverfitLosses overfit_one_batch(SeededModel& m, const Tensor& inputs, con
     optimizer.step(1e-2);
   }
   return losses;
+}
+
+// The gradient a backward left in parameter p (F64, no arena) against central differences of `loss`
+// (the same objective, evaluated without recording) at the given elements.
+inline void expect_gradient_matches_differences(const Parameter& p, const std::function<double()>& loss,
+                                                const std::vector<int64_t>& elements, double rtol,
+                                                const std::string& what) {
+  ASSERT_TRUE(p.var.grad().defined()) << what << " " << p.name << " has no gradient";
+  const Tensor grad = p.var.grad().to(DType::f64);
+  const double* analytic = grad.data<double>();
+  double* values = p.var.impl()->value.data<double>();
+  for (int64_t e : elements) {
+    const double saved = values[e], eps = 1e-6;
+    values[e] = saved + eps;
+    const double up = loss();
+    values[e] = saved - eps;
+    const double down = loss();
+    values[e] = saved;
+    const double numeric = (up - down) / (2 * eps);
+    EXPECT_NEAR(analytic[e], numeric, 1e-6 + rtol * std::abs(numeric)) << what << " " << p.name << "[" << e << "]";
+  }
 }
 
 }  // namespace fathom::testing

@@ -1,6 +1,7 @@
 // Generation (train/generator.h, Decoder::decode): greedy decoding with the caches equals the argmax
-// of a full forward over the sequence so far at every step, for OLMo2, a Llama-style model and every
-// MoDA variant; chunked prefill; the sampler; clear errors.
+// of a full forward over the sequence so far at every step, for OLMo2, a Llama-style model, every
+// MoDA variant and attention + dsla hybrids (one and two states); chunked prefill; the sampler; clear
+// errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
 #include "train/generator.h"
+#include "train/inference_model.h"
 #include "train/sampler.h"
 
 using namespace fathom;
@@ -39,6 +41,13 @@ std::vector<Case> cases() {
       out.push_back({name_of(v) + "/" + name_of(key), small("post", true, {.variant = v, .depth_key = key})});
   out.push_back({"attn_kv+ffn_kv/pre/max_slots_3",
                  small("pre", true, {.variant = MoDAVariant::attn_kv_ffn_kv, .max_slots = 3})});
+  // Hybrids: layer 1 of 3 is dsla, with its constant state instead of a KV cache.
+  for (int64_t states : {1, 2}) {
+    ModelConfig hybrid = small(states == 2 ? "post" : "pre", states == 2);
+    hybrid.layers = {"attention", "dsla", "attention"};
+    hybrid.dsla = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+    out.push_back({"dsla/" + std::to_string(states) + "_states", hybrid});
+  }
   return out;
 }
 
@@ -67,8 +76,40 @@ TEST(Generate, GreedyEqualsTheArgmaxOfAFullForwardAtEveryStep) {
       ASSERT_EQ(int64_t(token), argmax) << c.name << " after " << seq.size() << " tokens";
       seq.push_back(int32_t(token));
     }
-    EXPECT_EQ(r.cache_bytes_per_position, size_t(3 * 2 * 2 * 4 * 4)) << c.name;  // L x K,V x Hk x d x f32
+    // Attention layers x K,V x Hk x d x f32; a dsla layer's states do not grow.
+    const size_t attention_layers = c.config.layers.empty() ? 3 : 2;
+    EXPECT_EQ(r.cache_bytes_per_position, attention_layers * 2 * 2 * 4 * 4) << c.name;
   }
+}
+
+// A HuggingFace folder (hf:DIR, as `fathom generate --checkpoint hf:DIR` opens it) decodes like its full
+// forward too: the tiny OLMo2 fixture of the parity tests, its ids (vocab 97) decoded as bytes.
+TEST(Generate, AHuggingFaceFolderDecodesAsItsFullForward) {
+  const ModelFiles files = read_model_files("hf:" + std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/hf/olmo2");
+  const InferenceModel inference(files.config, files.weights, files.origin, Device::cpu(), false);
+  const auto tokenizer = make_tokenizer("bytes");
+  const std::vector<uint32_t> prompt{5, 17, 42, 3};
+  NoGrad no_grad;
+  GenerationOptions options{.max_new_tokens = 6, .sampling = {.temperature = 0}};
+  const GenerationResult r = generate(inference.decoder(), *tokenizer, prompt, options, DType::f32, Device::cpu());
+  ASSERT_EQ(r.tokens[0].size(), 6u);
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  for (uint32_t token : r.tokens[0]) {
+    const std::vector<float> logits = full_last_logits(inference.decoder(), seq);
+    ASSERT_EQ(int64_t(token), std::max_element(logits.begin(), logits.end()) - logits.begin()) << seq.size();
+    seq.push_back(int32_t(token));
+  }
+}
+
+TEST(Generate, CachesThatCannotFitAreAClearError) {
+  const DecodeMemory kv{.bytes_per_position = 1024}, hybrid{.bytes_per_position = 1024, .state_bytes = 4096};
+  EXPECT_EQ(check_decoding_caches_fit(kv, 4, 100, size_t(1) << 30, "cuda:0"), size_t(1024 * 4 * 100));
+  EXPECT_EQ(check_decoding_caches_fit(hybrid, 4, 100, size_t(1) << 30, "cuda:0"), size_t((1024 * 100 + 4096) * 4));
+  const DecodeMemory large{.bytes_per_position = 1 << 20};
+  expect_error([&] { check_decoding_caches_fit(large, 64, 1 << 20, size_t(8) << 30, "cuda:0"); },
+               {"decoding caches for 64 x 1048576 positions need", "cuda:0 has 8.00 GiB free",
+                "lower --batch or --max-new-tokens"});
+  expect_error([&] { check_decoding_caches_fit(kv, 0, 10, 1 << 20, "cpu"); }, {"at least one sequence"});
 }
 
 TEST(Generate, ChunkedDecodingSeesWhatTheFullForwardSees) {

@@ -420,12 +420,12 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
       {"# nothing but a comment\n\n", {}, "recipe.yaml: the recipe is empty"},
       {"- model\n- train\n",
        {},
-       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, data, train, eval, checkpoint, "
-       "log), got a list"},
+       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, dsla, data, train, eval, "
+       "checkpoint, log), got a list"},
       {"just some words\n",
        {},
-       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, data, train, eval, checkpoint, "
-       "log), got 'just some words'"},
+       "recipe.yaml:1:1: a recipe must be a mapping of sections (name, model, moda, mod, dsla, data, train, eval, "
+       "checkpoint, log), got 'just some words'"},
       {"# a comment\n, name: tiny\n",
        {},
        "recipe.yaml:2:1: YAML syntax error: ',' outside [...] or {...} (quote a value that holds a comma)"},

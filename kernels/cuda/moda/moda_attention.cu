@@ -2,11 +2,10 @@
 // sizes and the switch over the four kernels (moda_naive.cu, moda_flash.cu).
 #include "kernels/cuda/moda/moda_attention.h"
 
-#include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
-#include "kernels/cuda/runtime/argument_checks.h"
+#include "kernels/cuda/attention/attention_host.h"
 #include "kernels/cuda/moda/moda_kernels.cuh"
 
 namespace fathom::cuda {
@@ -34,17 +33,12 @@ void check_shape(const char* op, ModaKernel kernel, const ModaShape& m) {
   check_kernel(op, kernel);
   const FlashShape& s = m.seq;
   const char* name = moda_kernel_name(kernel);
-  FATHOM_CHECK(s.B > 0 && s.T > 0 && s.Hq > 0 && s.Hk > 0 && s.d > 0, op, ": sizes must be positive, got B = ", s.B,
-               ", T = ", s.T, ", Hq = ", s.Hq, ", Hk = ", s.Hk, ", d = ", s.d);
-  FATHOM_CHECK(s.Hq % s.Hk == 0, op, ": query heads Hq = ", s.Hq, " must be a multiple of KV heads Hk = ", s.Hk);
+  check_sequence_shape(op, s);
   FATHOM_CHECK(s.d == 64 || s.d == 128, op, ": head dim d = ", s.d, " is not supported by the MoDA kernels (64 or 128)");
-  // Positive: the kernels keep each row's running max over raw scores.
-  FATHOM_CHECK(std::isfinite(s.scale) && s.scale > 0, op, ": scale must be finite and positive, got ", s.scale);
   FATHOM_CHECK(m.slots >= 0, op, ": depth slot count S = ", m.slots, " is negative");
   FATHOM_CHECK(0 <= m.slot_begin && m.slot_begin <= m.slot_end && m.slot_end <= m.slots, op, ": slot range [",
                m.slot_begin, ", ", m.slot_end, ") outside the depth buffers' S = ", m.slots, " slots");
   const int64_t L = m.slot_end - m.slot_begin;
-  FATHOM_CHECK(s.T <= (int64_t(1) << 30), op, ": sequence length T = ", s.T, " exceeds 2^30");
   FATHOM_CHECK(m.slots <= 4096, op, ": S = ", m.slots, " depth slots exceed 4096");
   FATHOM_CHECK(s.T * L <= (int64_t(1) << 30), op, ": T * (slot_end - slot_begin) = ", s.T * L,
                " depth columns exceed 2^30");
@@ -87,11 +81,7 @@ size_t moda_backward_workspace_bytes(ModaKernel kernel, const ModaShape& shape) 
 void moda_attention_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t stream) {
   const char* op = "moda_attention_forward";
   check_shape(op, kernel, p.shape);
-  check_pointer(op, "q", p.q, 16);
-  check_pointer(op, "k", p.k, 16);
-  check_pointer(op, "v", p.v, 16);
-  check_pointer(op, "o", p.o, 16);
-  check_pointer(op, "lse", p.lse, 4);
+  check_forward_pointers(op, p);
   if (reads_depth(p.shape)) {
     check_pointer(op, "depth_k", p.depth_k, 16);
     check_pointer(op, "depth_v", p.depth_v, 16);
@@ -104,15 +94,7 @@ void moda_attention_forward(ModaKernel kernel, const ModaParams& p, cudaStream_t
 void moda_attention_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t stream) {
   const char* op = "moda_attention_backward";
   check_shape(op, kernel, p.shape);
-  check_pointer(op, "q", p.q, 16);
-  check_pointer(op, "k", p.k, 16);
-  check_pointer(op, "v", p.v, 16);
-  check_pointer(op, "o", p.o, 16);
-  check_pointer(op, "grad_o", p.grad_o, 16);
-  check_pointer(op, "lse", p.lse, 4);
-  check_pointer(op, "dq", p.dq, 16);
-  check_pointer(op, "dk", p.dk, 16);
-  check_pointer(op, "dv", p.dv, 16);
+  check_backward_pointers(op, p);
   if (reads_depth(p.shape)) {
     check_pointer(op, "depth_k", p.depth_k, 16);
     check_pointer(op, "depth_v", p.depth_v, 16);

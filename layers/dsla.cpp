@@ -1,0 +1,104 @@
+#include "layers/dsla.h"
+
+#include <algorithm>
+
+#include "autograd/ops.h"
+#include "kernels/dsla.h"
+
+namespace fathom {
+
+namespace {
+
+// g = logsigmoid(z) / 16: GLA's gate normaliser keeps the retention exp(g) near 1 (0.958 at z = 0).
+constexpr double kGateScale = 1.0 / 16;
+
+struct DslaCache final : MixerCache {
+  DslaState state;  // s1, s2 [B, H, d, d] F32 (s2 undefined with one state)
+  int64_t length = 0;
+  size_t bytes() const override { return state.s1.nbytes() + (state.s2.defined() ? state.s2.nbytes() : 0); }
+  size_t bytes_per_position() const override { return 0; }
+};
+
+}  // namespace
+
+DslaGate::DslaGate(int64_t d_model, int64_t width, ParameterInit weight_init)
+    : weight_(add_parameter("weight", {width, d_model}, weight_init)),
+      bias_(add_parameter("bias", {width}, ParameterInit::zeros())) {}
+
+Variable DslaGate::forward(const Variable& x) const { return log_sigmoid_gate(linear(x, weight_), bias_, kGateScale); }
+
+// Gate init (DESIGN.md 3.4): state 1 W = I, b = 0, so its gates follow the input from the first step;
+// state 2 a small random W (the model's init std), b = 0: z near 0, retention about 0.96. With
+// n_heads * head_dim != d_model the identity is rectangular (the extra gates start at z = 0).
+Dsla::Dsla(const ModelConfig& c)
+    : ProjectedMixer(c),
+      states_(c.dsla.states),
+      gate1_(c.d_model, c.n_heads * c.head_dim(), ParameterInit::identity()) {
+  // QK-norm (ProjectedMixer's, with model.qk_norm) is kept from the teacher's attention: its q and k
+  // are normalised, so a teacher-initialised layer reads the q and k the teacher did (and the state's
+  // inputs stay bounded without a softmax).
+  add_child("gate1_proj", gate1_);
+  if (states_ == 2) {
+    gate2_ = std::make_unique<DslaGate>(c.d_model, c.n_heads * c.head_dim(),
+                                        ParameterInit::normal(c.init_std, c.init_cutoff));
+    add_child("gate2_proj", *gate2_);
+    const int64_t logits = c.dsla.gamma == DslaGamma::head ? c.n_heads : 1;
+    gamma_logit_ = add_parameter("gamma_logit", {logits}, ParameterInit::zeros());  // gamma = 0.5
+  }
+}
+
+Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
+  FATHOM_CHECK(!context.depth, "a dsla layer reads no MoDA depth stream (validation refuses moda with dsla layers)");
+  const int64_t B = x.dim(0), T = x.dim(1);
+  Variable q = q_proj_.forward(x);
+  Variable k = k_proj_.forward(x);
+  if (q_norm_) {
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k);
+  }
+  q = reshape(q, {B, T, n_heads_, head_dim_});
+  k = reshape(k, {B, T, n_kv_heads_, head_dim_});
+  const Variable v = reshape(v_proj_.forward(x), {B, T, n_kv_heads_, head_dim_});
+  const Variable g1 = reshape(gate1_.forward(x), {B, T, n_heads_, head_dim_});
+  const Variable g2 = gate2_ ? reshape(gate2_->forward(x), {B, T, n_heads_, head_dim_}) : Variable();
+  const Variable gamma = gate2_ ? sigmoid_expand(gamma_logit_, n_heads_) : Variable();
+  Variable o;
+  if (auto* cache = static_cast<DslaCache*>(context.cache)) {
+    FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
+    const Tensor g2_value = g2.defined() ? g2.value() : Tensor();
+    const Tensor gamma_value = gamma.defined() ? gamma.value() : Tensor();
+    if (cache->length == 0) {
+      DslaForward prompt = dsla_forward(q.value(), k.value(), v.value(), g1.value(), g2_value, gamma_value, {}, true);
+      cache->state = std::move(prompt.final_state);
+      o = Variable(std::move(prompt.o));
+    } else {
+      o = Variable(dsla_step(q.value(), k.value(), v.value(), g1.value(), g2_value, gamma_value, cache->state));
+    }
+    cache->length += T;
+  } else {
+    o = dsla_attention(q, k, v, g1, g2, gamma);
+  }
+  return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
+}
+
+LayerCost Dsla::cost(const CostQuery& query) const {
+  const int64_t q = n_heads_ * head_dim_, kv = n_kv_heads_ * head_dim_, qk = q_norm_ ? 1 : 0;
+  LayerCost c;
+  c.saved_elements = (1 + qk) * q + (1 + qk) * kv + kv + q;
+  c.saved_stats = 2 * qk + states_ * q;
+  // Per head and state, forward: causal intra-chunk scores and values (C d each, C = 64 or the
+  // sequence if shorter) and the inter-chunk state read and update (2 d^2 each); backward twice that.
+  const double d = double(head_dim_), chunk = double(std::min(kDslaChunk, query.seq_len));
+  c.extra_flops = 3.0 * double(states_ * n_heads_) * (2.0 * chunk * d + 4.0 * d * d);
+  return c;
+}
+
+std::unique_ptr<MixerCache> Dsla::make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const {
+  auto cache = std::make_unique<DslaCache>();
+  const Shape state{batch, n_heads_, head_dim_, head_dim_};
+  cache->state.s1 = Tensor::zeros(state, DType::f32, device);
+  if (states_ == 2) cache->state.s2 = Tensor::zeros(state, DType::f32, device);
+  return cache;
+}
+
+}  // namespace fathom

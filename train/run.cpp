@@ -1,0 +1,181 @@
+#include "train/run.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "autograd/grad_mode.h"
+#include "core/file_io.h"
+#include "train/checkpoint.h"
+#include "train/device_select.h"
+#include "train/model_source.h"
+#include "train/parameter_selection.h"
+#include "train/resume_check.h"
+#ifdef FATHOM_WITH_CUDA
+#include "kernels/cuda/backend.h"
+#endif
+
+namespace fathom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What the run reads, which --overwrite must never remove with the old run.
+std::vector<fs::path> run_sources(const Recipe& r, const RunOptions& options) {
+  std::vector<fs::path> sources{options.recipe_file, r.data.tokenizer};
+  sources.insert(sources.end(), r.data.train.begin(), r.data.train.end());
+  for (const auto& [domain, paths] : r.data.validation) sources.insert(sources.end(), paths.begin(), paths.end());
+  if (!r.model_init_from.empty()) sources.push_back(parse_model_source(r.model_init_from).path);
+  std::erase_if(sources, [](const fs::path& p) {
+    std::error_code error;
+    return p.empty() || !fs::exists(p, error);  // tokenizer names ("bytes") are no paths
+  });
+  return sources;
+}
+
+}  // namespace
+
+TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
+    : recipe_(recipe), options_(options), objective_(Objective::for_model(recipe.train.loss, recipe.model)) {
+  const Recipe& r = recipe_;
+  device_ = resolve_device(r.train.device);
+  threads_ = configure_threads(r.train.threads);
+  const int64_t B = r.train.batch_size, T = r.train.seq_len;
+  tokens_per_step_ = B * T * r.train.grad_accum;
+  mixed_ = uses_mixed_precision(r.train.precision, device_);
+  const Recompute recompute = parse_recompute(r.train.recompute);
+  // Which parameters train, from the layers' own report of their names (no model is built yet).
+  const std::vector<std::pair<std::string, Shape>> shapes = decoder_parameter_shapes(r.model);
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : shapes) names.push_back(name);
+  frozen_ = frozen_parameters(names, r.train.trainable, r.train.frozen);
+  int64_t frozen_elements = 0;
+  for (const auto& [name, shape] : shapes)
+    if (frozen_.count(name)) frozen_elements += shape.numel();
+  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements};
+  memory_plan_ = plan_training_memory(plan_input);
+#ifdef FATHOM_WITH_CUDA
+  // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
+  if (device_.is_cuda())
+    check_memory_plan_fits(memory_plan_, cuda::device_memory(device_.index).free, plan_input, device_.str());
+#endif
+  const fs::path run_dir = r.log.dir;
+  // Checks only: the folder is made (or an old run replaced) once everything below is valid.
+  folder_ = std::make_unique<RunFolder>(run_dir, RunFolderRequest{options.resume, options.overwrite,
+                                                                  run_sources(r, options)});
+  if (options.resume) {
+    // Before the data is read: a changed run is the first thing to report.
+    const fs::path saved = *latest_checkpoint(run_dir) / kCheckpointRecipeFile;
+    check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), r, saved.string());
+  }
+
+  data_ = open_run_data(r, DataUse::training);
+  loader_ = std::make_unique<TokenLoader>(data_.train, B, T, r.train.seed);
+
+  model_ = std::make_unique<Decoder>(r.model);
+  model_->set_recompute(recompute);
+  arena_ = std::make_unique<ParameterArena>(*model_, device_, frozen_);
+  // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
+  if (mixed_) arena_->enable_compute_copy(DType::bf16);
+  if (!r.model_init_from.empty() && !options.resume) {
+    // Existing weights instead of a random init; a resumed run gets its own from the checkpoint.
+    const ModelSource source = parse_model_source(r.model_init_from);
+    arena_->load(read_model_source_weights(source, r.model), "model.init_from " + r.model_init_from);
+  } else {
+    arena_->initialise(r.train.seed);
+  }
+  optimizer_ = std::make_unique<AdamW>(*arena_, AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
+                                                            r.train.optimizer.eps, r.train.optimizer.weight_decay});
+  schedule_ = Schedule{r.train.schedule.type, r.train.optimizer.lr, r.train.schedule.warmup_steps, r.train.steps,
+                       r.train.schedule.final_lr_fraction};
+
+  state_.seed = r.train.seed;
+  if (options.resume) {
+    const fs::path ckpt_dir = *latest_checkpoint(run_dir);
+    const CheckpointData ckpt = load_checkpoint(ckpt_dir);
+    arena_->load(ckpt.model, (ckpt_dir / "model.safetensors").string());
+    optimizer_->load_state(ckpt.optimizer, (ckpt_dir / "optimizer.safetensors").string());
+    state_ = run_state_from_json(ckpt.state_json, (ckpt_dir / "state.json").string());
+    loader_->restore(state_.loader);
+  }
+  recipe_yaml_ = recipe_to_yaml(r);
+  folder_->open();
+  write_file_atomically(run_dir / "recipe.yaml", recipe_yaml_);
+  metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
+}
+
+StepResult TrainingRun::step() {
+  StepSettings settings{.step = state_.step + 1, .lr = lr(), .clip = recipe_.train.optimizer.clip,
+                        .objective = objective_, .grad_accum = recipe_.train.grad_accum};
+  settings.failure_note = [this] {
+    const auto last = latest_checkpoint(folder());
+    return "Last checkpoint: " + (last ? last->string() : std::string("none"));
+  };
+  const StepResult result =
+      train_step(*model_, *arena_, *optimizer_, [this] { return loader_->next_batch(); }, device_, settings);
+  ++state_.step;
+  state_.tokens_seen += tokens_per_step_;
+  return result;
+}
+
+fs::path TrainingRun::save() {
+  state_.loader = loader_->state();
+  fs::path dir;
+  try {
+    dir = save_checkpoint(folder(), state_.step,
+                          CheckpointData{arena_->named_values(), optimizer_->state(), run_state_to_json(state_),
+                                         recipe_yaml_},
+                          int(recipe_.checkpoint.keep_last));
+  } catch (const Error& e) {
+    const auto previous = latest_checkpoint(folder());
+    FATHOM_FAIL("saving the checkpoint of step ", state_.step, " failed: ", e.message(), "; ",
+                previous ? "the latest checkpoint on disk, " + previous->string() +
+                               ", is intact (train --resume continues from it)"
+                         : std::string("no earlier checkpoint exists"),
+                "; free disk space or fix the folder's permissions");
+  }
+  folder_->commit();  // the new run has a checkpoint: a run it replaced can go
+  log("checkpoint " + dir.string());
+  return dir;
+}
+
+std::map<std::string, EvalResult> TrainingRun::evaluate() {
+  NoGrad no_grad;
+  std::map<std::string, EvalResult> results;
+  for (const auto& [domain, source] : data_.validation) {
+    const EvalResult e = fathom::evaluate(*model_, source, recipe_.train.batch_size, recipe_.train.seq_len,
+                                          recipe_.eval.batches, device_);
+    results[domain] = e;
+    std::vector<std::pair<std::string, double>> fields{{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}};
+    for (auto& field : routing_metrics(e, domain)) fields.push_back(std::move(field));
+    metrics_->write("eval", state_.step, fields);
+    log("eval " + domain + " @ step " + std::to_string(state_.step) + " | " + format_eval(e));
+    for (const std::string& line : routing_report(e)) log(line);
+  }
+  return results;
+}
+
+void TrainingRun::log(const std::string& line) const {
+  if (!options_.quiet) std::cout << line << std::endl;
+}
+
+std::string TrainingRun::describe() const {
+  const Recipe& r = recipe_;
+  std::string text = "fathom train '" + r.name + "': " + std::to_string(arena_->numel()) + " parameters" +
+                     (frozen_.empty() ? "" : " (" + std::to_string(arena_->trainable_numel()) + " trainable)") +
+                     " on " + device_.str() + " (" + std::to_string(threads_) + " threads), " +
+                     std::to_string(r.train.steps) + " steps of " + std::to_string(tokens_per_step_) + " tokens" +
+                     (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
+  std::string precision = mixed_ ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
+  if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
+  std::string plan_text = memory_plan_.describe();
+  plan_text.pop_back();  // the caller ends the line
+  text += "\nprecision " + precision + ", recompute " + r.train.recompute + "; memory plan (estimate):\n" + plan_text;
+  if (r.model.moda.enabled())
+    text += "\nMoDA " + name_of(r.model.moda.variant) + ": depth KV cache " +
+            std::to_string(model_->depth_cache_bytes(r.train.batch_size, r.train.seq_len, device_) >> 10) +
+            " KiB per micro-batch";
+  return text;
+}
+
+}  // namespace fathom

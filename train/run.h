@@ -1,0 +1,83 @@
+// A training run opened from its recipe: device, data, model and its parameters (frozen ones
+// included), optimizer, schedule, resumable state, run folder, metrics, checkpoints and evaluation.
+// `fathom train` drives one (train/trainer.cpp); `fathom distill` drives one per converted layer.
+// Opening checks everything that can be checked before a file is written: the memory plan fits, the
+// run folder may be taken, a resumed run matches its checkpoint.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "data/loader.h"
+#include "layers/decoder.h"
+#include "layers/parameter_arena.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "train/evaluator.h"
+#include "train/memory_plan.h"
+#include "train/metrics_log.h"
+#include "train/objective.h"
+#include "train/recipe.h"
+#include "train/run_data.h"
+#include "train/run_dir.h"
+#include "train/run_options.h"
+#include "train/run_state.h"
+#include "train/train_step.h"
+
+namespace fathom {
+
+class TrainingRun {
+ public:
+  TrainingRun(const Recipe& recipe, const RunOptions& options);
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  // One optimizer step on the next global batch at the schedule's learning rate; advances the state.
+  StepResult step();
+  bool finished() const { return state_.step >= recipe_.train.steps; }
+  // Saves a checkpoint of the current step (the folder's first one lets a replaced run go).
+  std::filesystem::path save();
+  // Every validation domain, without gradients; written to metrics.jsonl and the console.
+  std::map<std::string, EvalResult> evaluate();
+  // A console line (none when quiet).
+  void log(const std::string& line) const;
+
+  const Recipe& recipe() const { return recipe_; }
+  Device device() const { return device_; }
+  const Decoder& model() const { return *model_; }
+  const ParameterArena& parameters() const { return *arena_; }
+  const RunState& state() const { return state_; }
+  MetricsLog& metrics() { return *metrics_; }
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
+  const std::filesystem::path& folder() const { return folder_->path(); }
+  int64_t tokens_per_step() const { return tokens_per_step_; }
+  double lr() const { return schedule_.lr(state_.step); }
+  // What the start-up prints: parameters, device, steps, precision and the memory plan.
+  std::string describe() const;
+
+ private:
+  Recipe recipe_;
+  RunOptions options_;
+  Device device_;
+  int threads_ = 0;
+  bool mixed_ = false;
+  std::set<std::string> frozen_;
+  Objective objective_;
+  MemoryPlan memory_plan_;
+  std::unique_ptr<RunFolder> folder_;
+  RunData data_;
+  std::unique_ptr<TokenLoader> loader_;
+  std::unique_ptr<Decoder> model_;
+  std::unique_ptr<ParameterArena> arena_;
+  std::unique_ptr<AdamW> optimizer_;
+  Schedule schedule_;
+  RunState state_;
+  std::string recipe_yaml_;
+  std::unique_ptr<MetricsLog> metrics_;
+  int64_t tokens_per_step_ = 0;
+};
+
+}  // namespace fathom
