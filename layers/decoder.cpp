@@ -66,7 +66,8 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   const int64_t L = int64_t(model_.layers.size());
   if (options.attention_entropy) out.attention_entropy.resize(size_t(L));
   if (options.routing_counts) out.routing_counts.resize(size_t(L));
-  const uint64_t forward_index = forwards_++;
+  const uint64_t forward_counted = forwards_++;
+  const uint64_t forward_index = options.router_draw.value_or(forward_counted);
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer* block = model_.layers[size_t(i)].get();
     const bool write = i + 1 < L;

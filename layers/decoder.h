@@ -23,6 +23,9 @@ struct ForwardOptions {
   // sequence's top-k, as generation does (evaluation only: under NoGrad).
   bool causal_routing = false;
   bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
+  // Which draw of the random MoD router this forward uses. Training names it by its micro-batch so a
+  // resumed run draws what the uninterrupted one would; unset, the decoder counts its forwards.
+  std::optional<uint64_t> router_draw;
 };
 
 // What a forward returns.

@@ -27,7 +27,9 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   double weighted_loss = 0;
   EvalResult result;
   const bool mod = model.config().mod.enabled();
-  const ForwardOptions options{.causal_routing = routing == EvalRouting::causal, .routing_counts = mod};
+  ForwardOptions options;
+  options.causal_routing = routing == EvalRouting::causal;
+  options.routing_counts = mod;
   std::vector<RoutingCounts> counts(model.blocks().size());
   while (std::optional<TokenBatch> batch = batches.next()) {
     const int64_t rows = batch->inputs.dim(0) * batch->inputs.dim(1);

@@ -23,9 +23,10 @@ struct MicroBatchLoss {
 // Forward, objective (train/objective.h; over the targets that are not -100) and backward of one
 // micro-batch on `device`: adds d(grad_scale * loss)/d(parameter) to the gradients of the parameters
 // that have them. batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position
-// has none).
+// has none). `options` reach the decoder's forward (e.g. the random router's draw).
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
-                                    const Objective& objective, double grad_scale);
+                                    const Objective& objective, double grad_scale,
+                                    const ForwardOptions& options = {});
 
 struct StepSettings {
   int64_t step = 0;          // the number of this step (1-based), for error messages

@@ -49,8 +49,9 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const bool mod = recipe.model.mod.enabled();
     EXPECT_EQ(text.find("\"mod.L1.recall/moby_dick\"") != std::string::npos, mod) << text;
-    if (mod && recipe.model.mod.router == ModRouter::learned)
+    if (mod && recipe.model.mod.router == ModRouter::learned) {
       EXPECT_NE(text.find("loss/mod_predictor"), std::string::npos) << text;
+    }
     // fathom eval, routing as training does and as generation does: the same tokens counted, and the
     // routed layers' report.
     std::ostringstream topk, causal;

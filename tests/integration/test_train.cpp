@@ -129,7 +129,8 @@ TEST(Train, SignalHandlersComeBackAfterTheRun) {
   EXPECT_EQ(seen.sa_handler, previous.sa_handler);
 }
 
-// For the OLMo2 model and for a hybrid whose second layer is dsla (two states, gamma per head).
+// For the OLMo2 model, a hybrid whose second layer is dsla (two states, gamma per head), and MoD with
+// the random router (whose draws are named by the micro-batch, not by the process's forward count).
 class ResumeFromAMidRunCheckpoint : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(ResumeFromAMidRunCheckpoint, IsBitExact) {
@@ -152,8 +153,14 @@ TEST_P(ResumeFromAMidRunCheckpoint, IsBitExact) {
 INSTANTIATE_TEST_SUITE_P(Train, ResumeFromAMidRunCheckpoint,
                          ::testing::Values(std::vector<std::string>{},
                                            std::vector<std::string>{"model.layers=[attention, dsla]",
-                                                                    "dsla.gamma=head"}),
-                         [](const auto& info) { return info.param.empty() ? "olmo2" : "dsla_hybrid"; });
+                                                                    "dsla.gamma=head"},
+                                           std::vector<std::string>{"mod.capacity=0.25", "mod.every=2", "mod.router=random",
+                                                                    "train.grad_accum=2"}),
+                         [](const auto& info) {
+                           return info.param.empty() ? "olmo2" : info.param[0].starts_with("mod.")
+                                                                     ? "mod_random"
+                                                                     : "dsla_hybrid";
+                         });
 
 // recipes/dsla: each hybrid (and its baseline) trains a few steps of its own model on the CPU and the
 // loss falls (shorter batches than the recipe's, for the test's time).
