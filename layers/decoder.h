@@ -23,6 +23,7 @@ struct ForwardOptions {
   // sequence's top-k, as generation does (evaluation only: under NoGrad).
   bool causal_routing = false;
   bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
+  bool gate_similarity = false;  // dsla: each two-state layer's gate_cos loss (layers/token_mixer.h)
 };
 
 // What a forward returns.
