@@ -23,7 +23,8 @@ struct ForwardOptions {
   // sequence's top-k, as generation does (evaluation only: under NoGrad).
   bool causal_routing = false;
   bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
-  bool gate_similarity = false;  // dsla: each two-state layer's gate_cos loss (layers/token_mixer.h)
+  // dsla: this layer (if two-state) reports its gate_cos loss (layers/token_mixer.h); -1 for none.
+  int64_t gate_similarity_layer = -1;
 };
 
 // What a forward returns.

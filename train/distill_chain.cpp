@@ -118,7 +118,6 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
 
   const int64_t K = plan.count, S = recipe.distill.steps_per_layer;
   const Clock::time_point start = Clock::now();
-  const ForwardOptions forward = distill_forward_options(recipe.distill);
   for (int64_t k = 1; k <= K; ++k) {
     const int64_t layer = result.order[size_t(k - 1)];
     const std::vector<int64_t> converted(result.order.begin(), result.order.begin() + k);
@@ -147,7 +146,7 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     run_options.start_weights = [&source, &source_name](TensorMap& weights) {
       overlay_weights(weights, source, source_name);
     };
-    run_options.forward = forward;
+    run_options.forward = distill_forward_options(recipe.distill, layer);
     run_options.extra_losses = distill_teacher_losses(teacher, recipe.distill, layer);
     TrainingRun run(layer_recipe, run_options);
     source.clear();

@@ -22,10 +22,10 @@ std::map<std::string, double> distill_objective_weights(const Recipe::Distill& d
   return weights;
 }
 
-ForwardOptions distill_forward_options(const Recipe::Distill& distill) {
+ForwardOptions distill_forward_options(const Recipe::Distill& distill, int64_t layer) {
   ForwardOptions options;
   options.layer_outputs = weight_of(distill, "layer_align") > 0;
-  options.gate_similarity = weight_of(distill, "gate_cos") > 0;
+  if (weight_of(distill, "gate_cos") > 0) options.gate_similarity_layer = layer;
   return options;
 }
 

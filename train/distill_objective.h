@@ -16,8 +16,9 @@ namespace fathom {
 // train.loss of a layer's run: distill.loss with ce's z-loss off.
 std::map<std::string, double> distill_objective_weights(const Recipe::Distill& distill);
 
-// What the student's forward must report for these weights (layer outputs, gate similarity).
-ForwardOptions distill_forward_options(const Recipe::Distill& distill);
+// What the student's forward must report for these weights when converting `layer`: the layer
+// outputs, and that layer's gate similarity (the frozen dsla layers converted before report none).
+ForwardOptions distill_forward_options(const Recipe::Distill& distill, int64_t layer);
 
 // The teacher terms for converting `layer`; the teacher must outlive the result.
 ExtraLosses distill_teacher_losses(const Teacher& teacher, const Recipe::Distill& distill, int64_t layer);

@@ -214,3 +214,29 @@ TEST(Distill, HfTeacherLoadsAndRanksItsLayers) {
   const Variable h0 = model.forward(Tensor::from_vector(ids, Shape{2, 16}), options).layer_outputs[0];
   EXPECT_EQ(mse_to_target(h0, t.layer_output).value().item(), 0.0);
 }
+
+TEST(Distill, OnlyTheTrainedLayerReportsGateCos) {
+  Recipe recipe;
+  recipe.model = Teacher("checkpoint:" + tiny_teacher().string(), Device::cpu(), false).decoder().config();
+  recipe.distill.steps_per_layer = 1;
+  const Recipe both = converted_layer_recipe(recipe, {0, 1}, "/tmp/unused");
+  Decoder model(both.model);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(3);
+  std::vector<int32_t> ids(2 * 8);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 13 % 264);
+  NoGrad no_grad;
+  for (int64_t layer : {-1, 0, 1}) {
+    ForwardOptions options;
+    options.gate_similarity_layer = layer;
+    const ModelOutput out = model.forward(Tensor::from_vector(ids, Shape{2, 8}), options);
+    int64_t reported = 0;
+    for (const NamedLoss& loss : out.aux_losses) {
+      if (loss.name != "gate_cos") continue;
+      ++reported;
+      const double cos = loss.value.value().item();
+      EXPECT_TRUE(cos > -1.0 - 1e-9 && cos < 1.0 + 1e-9) << cos;
+    }
+    EXPECT_EQ(reported, layer < 0 ? 0 : 1) << "layer " << layer;
+  }
+}
