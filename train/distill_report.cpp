@@ -29,21 +29,24 @@ std::string layer_list(const std::vector<int64_t>& layers) {
 ModelMeasures measure_decoding(const Decoder& model, DType activations, Device device, int64_t tokens) {
   NoGrad no_grad;
   ModelMeasures m;
-  DecodeState state = model.start_decoding(1, tokens + 1, activations, device);
-  m.kv_bytes_per_1k_tokens = double(state.bytes_per_position()) * 1000.0;
   const int64_t vocab = model.config().vocab_size;
-  auto next = [&](int64_t i) {
-    const Tensor ids = Tensor::from_vector(std::vector<int32_t>{int32_t(i % vocab)}, Shape{1, 1}).to(device);
-    const Variable h = model.decode(ids, state);
-    // The head too, and its result on the host: a decode step is done when its logits are.
-    (void)linear(reshape(h, {1, model.config().d_model}), model.head_weight()).value().to(Device::cpu());
-  };
-  next(0);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 1; i <= tokens; ++i) next(i);
-  synchronize(device);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.decode_tokens_per_second = double(tokens) / std::max(seconds, 1e-9);
+  // The fastest of three passes: a shared machine's stalls slow single passes, never speed them up.
+  for (int pass = 0; pass < 3; ++pass) {
+    DecodeState state = model.start_decoding(1, tokens + 1, activations, device);
+    m.kv_bytes_per_1k_tokens = double(state.bytes_per_position()) * 1000.0;
+    auto next = [&](int64_t i) {
+      const Tensor ids = Tensor::from_vector(std::vector<int32_t>{int32_t(i % vocab)}, Shape{1, 1}).to(device);
+      const Variable h = model.decode(ids, state);
+      // The head too, and its result on the host: a decode step is done when its logits are.
+      (void)linear(reshape(h, {1, model.config().d_model}), model.head_weight()).value().to(Device::cpu());
+    };
+    next(0);
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 1; i <= tokens; ++i) next(i);
+    synchronize(device);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    m.decode_tokens_per_second = std::max(m.decode_tokens_per_second, double(tokens) / std::max(seconds, 1e-9));
+  }
   return m;
 }
 

@@ -91,3 +91,14 @@ TEST(DistillRecipe, OrdinaryRecipesHaveNoDistillSection) {
   EXPECT_TRUE(r.distill.teacher.empty());
   EXPECT_EQ(recipe_to_yaml(r).find("\ndistill:"), std::string::npos) << recipe_to_yaml(r);
 }
+
+TEST(DistillRecipe, TheExampleRecipeParses) {
+  const std::string file = std::string(FATHOM_SOURCE_DIR) + "/recipes/dsla/distill_quickstart.yaml";
+  const std::string teacher = "distill.teacher=checkpoint:" + fathom::testing::tiny_teacher().string();
+  // The tiny teacher has 2 layers: 0.25 and 0.5 of them both round to one layer.
+  expect_error([&] { load_recipe(file, {teacher}); }, {"distill.layers", "as an earlier fraction does"});
+  const Recipe r = load_recipe(file, {teacher, "distill.layers=[0.5, 1.0]"});
+  EXPECT_EQ(r.distill.steps_per_layer, 200);
+  EXPECT_EQ(r.distill.loss.at("gate_cos"), 0.1);
+  EXPECT_EQ(distill_plan(r).count, 2);
+}
