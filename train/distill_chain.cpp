@@ -13,6 +13,7 @@
 #include "train/distill_order.h"
 #include "train/distill_teacher.h"
 #include "train/metrics_log.h"
+#include "train/resume_check.h"
 #include "train/run.h"
 #include "train/run_state.h"
 #include "train/stop_signal.h"
@@ -90,6 +91,11 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
   auto log = [&](const std::string& line) {
     if (!options.quiet) std::printf("%s\n", line.c_str()), std::fflush(stdout);
   };
+  if (options.resume) {
+    // The chain continues only as it started: same teacher, order, loss, data and model.
+    const fs::path saved = folder / "recipe.yaml";
+    check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), recipe, saved.string());
+  }
   write_file_atomically(folder / "recipe.yaml", recipe_to_yaml(recipe));
 
   const Device device = resolve_device(recipe.train.device);

@@ -163,6 +163,11 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   const DistillResult first = run_distillation(parts, quiet(7));
   EXPECT_TRUE(first.stopped);
   EXPECT_FALSE(fs::exists(dir / "parts" / "M_2"));
+  // A resumed chain is the one that started: a changed loss is refused, naming the key.
+  const Recipe changed = parse_recipe(
+      distill_yaml(dir / "parts", "order: entropy, layers: 2, loss: {ce: 1, layer_align: 2, gate_cos: 0.1}", 10),
+      "distill.yaml");
+  fathom::testing::expect_error([&] { run_distillation(changed, quiet(0, true)); }, {"distill.loss"});
   const DistillResult second = run_distillation(parts, quiet(6, true));
   EXPECT_TRUE(second.stopped);
   EXPECT_EQ(second.models.size(), 1u);
