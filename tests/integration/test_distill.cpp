@@ -3,8 +3,13 @@
 // aligned layer's MSE, the frozen parameters stay bit for bit the teacher's, only the converted
 // layer has optimizer state, and a stopped chain resumes to the uninterrupted chain's weights.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -244,4 +249,38 @@ TEST(Distill, OnlyTheTrainedLayerReportsGateCos) {
     }
     EXPECT_EQ(reported, layer < 0 ? 0 : 1) << "layer " << layer;
   }
+}
+
+// The real binary killed with SIGKILL mid-chain, then `fathom distill --resume`: the uninterrupted
+// chain's weights bit for bit.
+TEST(DistillCli, KillNineThenResumeGivesTheUninterruptedWeights) {
+  ScratchFolder dir;
+  const std::string section = "order: [1, 0], loss: {ce: 1, logit_kl: 1, layer_align: 1, gate_cos: 0.1}";
+  run_distillation(parse_recipe(distill_yaml(dir / "whole", section, 300), "distill.yaml"), quiet());
+  const fs::path recipe = dir / "distill.yaml";
+  std::ofstream(recipe) << distill_yaml(dir / "killed", section, 300);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    freopen("/dev/null", "w", stdout);
+    execl(FATHOM_BINARY, FATHOM_BINARY, "distill", recipe.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Killed once layer 1 has saved a few checkpoints (every 4 steps).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(dir / "killed" / "M_1" / "checkpoints" / "step_00000012") &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the chain ended before it was killed";
+  ASSERT_FALSE(fs::exists(dir / "killed" / "distill.json") &&
+               text_of(dir / "killed" / "distill.json").find("\"k\": 2") != std::string::npos);
+  const std::string resume = std::string(FATHOM_BINARY) + " distill " + recipe.string() + " --resume > /dev/null";
+  ASSERT_EQ(std::system(resume.c_str()), 0);
+  for (int k = 1; k <= 2; ++k)
+    EXPECT_EQ(weights_of(dir / "killed" / ("M_" + std::to_string(k))),
+              weights_of(dir / "whole" / ("M_" + std::to_string(k))))
+        << "M_" << k;
 }
