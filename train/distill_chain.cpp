@@ -161,6 +161,13 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
         std::to_string(run.parameters().numel()) + " parameters train" +
         (saved ? ", resumed at step " + std::to_string(*saved) : ""));
     while (!run.finished()) {
+      // The step budget ran out at the end of the previous layer: this one has nothing to save yet.
+      if (options.max_steps > 0 && result.steps_done >= options.max_steps) {
+        log("distill stopped before layer " + std::to_string(k) + "; --resume continues here");
+        result.stopped = true;
+        write_distill_report(folder, teacher_measures, result.models);
+        return result;
+      }
       const StepResult step = run.step();
       ++result.steps_done;
       const int64_t done = run.state().step;

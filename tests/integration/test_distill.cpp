@@ -182,6 +182,15 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   for (int k = 1; k <= 2; ++k)
     EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))), weights_of(dir / "whole" / ("M_" + std::to_string(k))))
         << "M_" << k;
+  // A budget that ends with a layer stops before the next one trains a step.
+  const Recipe edge = parse_recipe(distill_yaml(dir / "edge", section, 10), "distill.yaml");
+  const DistillResult at_boundary = run_distillation(edge, quiet(10));
+  EXPECT_TRUE(at_boundary.stopped);
+  EXPECT_EQ(at_boundary.steps_done, 10);
+  EXPECT_EQ(at_boundary.models.size(), 1u);
+  EXPECT_FALSE(latest_checkpoint(dir / "edge" / "M_2").has_value());
+  EXPECT_EQ(run_distillation(edge, quiet(0, true)).steps_done, 10);
+  EXPECT_EQ(weights_of(dir / "edge" / "M_2"), weights_of(dir / "whole" / "M_2"));
   // The entropy order is the same each time, and its table has a score per layer.
   EXPECT_EQ(text_of(dir / "parts" / "order.json"), text_of(dir / "whole" / "order.json"));
   EXPECT_NE(text_of(dir / "whole" / "order.json").find("\"score\""), std::string::npos);
