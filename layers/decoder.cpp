@@ -73,11 +73,13 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
     const bool write = i + 1 < L;
     // Taps are read while the forward runs, so a block asked for one runs as recorded; a layer that is
     // not rerunnable recomputes inside itself.
-    if (recompute_ != Recompute::block || options.attention_entropy || !block->rerunnable()) {
+    const bool tapped = options.attention_entropy || i == options.gate_similarity_layer;
+    if (recompute_ != Recompute::block || tapped || !block->rerunnable()) {
       MixerContext context{positions, depth.get(), write};
       context.aux_losses = &out.aux_losses;
       context.causal_routing = options.causal_routing;
       context.forward_index = forward_index;
+      context.gate_similarity = i == options.gate_similarity_layer;
       if (options.attention_entropy) context.attention_entropy = &out.attention_entropy[size_t(i)];
       if (options.routing_counts && dynamic_cast<const RoutedBlock*>(block)) {
         out.routing_counts[size_t(i)].emplace();

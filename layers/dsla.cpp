@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "autograd/distill_losses.h"
 #include "autograd/ops.h"
 #include "kernels/dsla.h"
 
@@ -62,6 +63,11 @@ Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
   const Variable g1 = reshape(gate1_.forward(x), {B, T, n_heads_, head_dim_});
   const Variable g2 = gate2_ ? reshape(gate2_->forward(x), {B, T, n_heads_, head_dim_}) : Variable();
   const Variable gamma = gate2_ ? sigmoid_expand(gamma_logit_, n_heads_) : Variable();
+  if (context.gate_similarity && context.aux_losses && g2.defined()) {
+    // One row per token and head: the two states' per-key-dimension gates, compared as vectors.
+    const Shape rows{B * T * n_heads_, head_dim_};
+    context.aux_losses->push_back({"gate_cos", mean_row_cosine(reshape(g1, rows), reshape(g2, rows))});
+  }
   Variable o;
   if (auto* cache = static_cast<DslaCache*>(context.cache)) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");

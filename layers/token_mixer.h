@@ -54,6 +54,9 @@ struct MixerContext {
   RoutingCounts* routing_counts = nullptr;
   // This forward's number, the same when train.recompute: block re-runs it: the random router's draws.
   uint64_t forward_index = 0;
+  // Distillation (train/distill_objective.h): a two-state dsla layer adds "gate_cos", the mean cosine
+  // similarity of its two gates' values per token and head, to aux_losses.
+  bool gate_similarity = false;
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these

@@ -6,6 +6,7 @@
 namespace fathom {
 
 void add_train_command(CLI::App& app);
+void add_distill_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_data_command(CLI::App& app);

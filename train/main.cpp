@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
                "fathom"};
   app.require_subcommand(1);
   fathom::add_train_command(app);
+  fathom::add_distill_command(app);
   fathom::add_eval_command(app);
   fathom::add_export_command(app);
   fathom::add_generate_command(app);

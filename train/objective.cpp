@@ -29,6 +29,11 @@ const std::vector<ObjectiveTerm>& objective_terms() {
       {"z_loss", TermSource::z_loss},
       {"mod_router", TermSource::layer},     // MoD: the router's BCE against top-k membership
       {"mod_predictor", TermSource::layer},  // MoD: the causal predictor's BCE against it
+      // Distillation (train/distill_objective.h): against the teacher's logits and converted layer's output,
+      // and dsla's similarity of its two gates.
+      {"logit_kl", TermSource::layer},
+      {"layer_align", TermSource::layer},
+      {"gate_cos", TermSource::layer},
   };
   return terms;
 }

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/suggest.h"
 #include "core/yaml_documents.h"
+#include "train/distill_config.h"
 #include "train/model_source.h"
 #include "train/objective.h"
 #include "train/recipe_schema.h"
@@ -393,6 +394,15 @@ void RecipeReader::check_steps_or_tokens(Recipe& recipe) const {
   if (steps && tokens) {
     fail_at(tokens->where, "train.steps (at " + steps->where + ") and train.tokens are both given; give exactly one");
   }
+  // Distillation: steps_per_layer may give each converted layer's length instead.
+  if (const GivenValue* per_layer = find("distill.steps_per_layer")) {
+    if (steps || tokens)
+      fail_at(per_layer->where, "distill.steps_per_layer and train." + std::string(steps ? "steps" : "tokens") +
+                                    " (at " + (steps ? steps : tokens)->where +
+                                    ") both give each layer's training length; give only one");
+    recipe.train.steps = recipe.distill.steps_per_layer;
+    return;
+  }
   if (!steps && !tokens) {
     fail_at(where_section("train"), "missing required key: give train.steps or train.tokens (the training length)");
   }
@@ -422,21 +432,26 @@ std::optional<std::string> RecipeReader::given_run_folder() const {
 // The model config that model.init_from stands for, which the recipe's model starts from; nullopt
 // when the recipe has no init_from or is a saved one (whose model keys are all explicit).
 std::optional<InitModel> RecipeReader::read_init_source(Recipe& recipe) const {
-  const GivenValue* init_from = find("model.init_from");
+  // A distillation recipe's model is its teacher's.
+  std::string key = "model.init_from";
+  const GivenValue* init_from = find(key);
+  if (!init_from && (init_from = find("distill.teacher"))) key = "distill.teacher";
   if (!init_from) return std::nullopt;
-  read_key(*find_recipe_key("model.init_from"), *init_from, recipe);
+  read_key(*find_recipe_key(key), *init_from, recipe);
+  const std::string& spec = key == "model.init_from" ? recipe.model_init_from : recipe.distill.teacher;
   if (const GivenValue* size = find("model.size")) {
     fail_at(init_from->where,
-            "model.init_from and model.size (at " + size->where + ") both give the model; give only one of them");
+            key + " and model.size (at " + size->where + ") both give the model; give only one of them");
   }
   try {
-    const ModelSource source = parse_model_source(recipe.model_init_from);
+    const ModelSource source = parse_model_source(spec);
     if (!follow_init_from_) return std::nullopt;
     if (origin_.kind == ModelOrigin::Kind::init_source) {
-      return InitModel{read_model_source_config(source), "model.init_from " + recipe.model_init_from};
+      return InitModel{read_model_source_config(source), key + " " + spec};
     }
   } catch (const Error& e) {
-    fail_at(init_from->where, "model.init_from: " + e.message());
+    fail_at(init_from->where, key + ": " + e.message() +
+                                  (key == "distill.teacher" ? " (the teacher must be a decoder fathom can load)" : ""));
   }
   // The run already has weights: its checkpoint says what model they belong to.
   std::string folder = origin_.checkpoint;
@@ -450,8 +465,7 @@ std::optional<InitModel> RecipeReader::read_init_source(Recipe& recipe) const {
                      "the checkpoint in '" + folder + "'"};
   } catch (const Error& e) {
     const char* which = origin_.kind == ModelOrigin::Kind::own_run ? "the run's latest checkpoint" : "the checkpoint";
-    fail_at(init_from->where, std::string("model.init_from: the model comes from ") + which + ", not from " +
-                                  recipe.model_init_from + ": " + e.message());
+    fail_at(init_from->where, key + ": the model comes from " + which + ", not from " + spec + ": " + e.message());
   }
 }
 
@@ -473,6 +487,11 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitMode
 
 Recipe RecipeReader::resolve() const {
   Recipe recipe;
+  const bool distills = std::any_of(given_.begin(), given_.end(),
+                                    [](const auto& entry) { return entry.first.starts_with("distill."); });
+  // Before the model keys: a distillation recipe's model is its teacher's.
+  if (distills && !find("distill.teacher"))
+    fail_at(where_section("distill"), "distill.teacher: missing: give the teacher as checkpoint:DIR or hf:DIR");
   // The ladder rung is the base that explicit model keys override, wherever they are written.
   if (const GivenValue* size = find("model.size")) {
     read_key(*find_recipe_key("model.size"), *size, recipe);
@@ -525,6 +544,13 @@ Recipe RecipeReader::resolve() const {
   } catch (const Error& e) {
     const GivenValue* loss = find("train.loss");
     fail_at(loss ? loss->where : where_section("train"), e.message());
+  }
+  if (distills) {
+    if (recipe.distill.steps_per_layer == 0) recipe.distill.steps_per_layer = recipe.train.steps;
+    if (const std::optional<DistillProblem> problem = distill_problem(recipe)) {
+      const GivenValue* at = find(problem->key);
+      fail_at(at ? at->where : where_section("distill"), problem->message);
+    }
   }
   // Attention everywhere is the default, spelt one way, so equal models compare equal.
   std::vector<std::string>& layers = recipe.model.layers;

@@ -80,6 +80,20 @@ struct Recipe {
     int64_t keep_last = 3;  // step folders kept; 0 keeps all
     bool operator==(const Checkpoint&) const = default;
   };
+  // `fathom distill` (DESIGN.md 3.4, train/distill_config.h): the section exists when teacher is set.
+  // The recipe's model is the teacher's (distill.teacher stands for model.init_from); train.steps or
+  // train.tokens, or steps_per_layer, is the length of each converted layer's training.
+  struct Distill {
+    std::string teacher;                         // "checkpoint:DIR" | "hf:DIR"
+    std::vector<std::string> order{"entropy"};   // entropy | sensitivity | layer indices, first converted first
+    std::vector<std::string> layers;             // a count ("2") or fractions of the layers ("0.25", "0.5")
+    int64_t steps_per_layer = 0;                 // resolved: train.steps when not given
+    std::map<std::string, double> loss{{"layer_align", 1.0}};  // ce, logit_kl, layer_align, gate_cos
+    double temperature = 1.0;                    // logit_kl's softmax temperature
+    std::string align = "mse";                   // layer_align: mse | kl (over the hidden dimension)
+    int64_t calibration_batches = 1;             // order entropy: batches of training data it averages
+    bool operator==(const Distill&) const = default;
+  };
   struct Log {
     int64_t every = 10;  // steps between progress lines
     std::string dir;     // the run folder; defaults to "runs/<name>"
@@ -95,6 +109,7 @@ struct Recipe {
   Eval eval;
   Checkpoint checkpoint;
   Log log;
+  Distill distill;
 
   bool operator==(const Recipe&) const = default;
 };

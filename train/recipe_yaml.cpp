@@ -61,13 +61,16 @@ struct ValueWriter {
 };
 
 // Keys that exist only in some recipes: model.size when the model came from a ladder rung,
-// model.init_from when it started from existing weights, and
+// model.init_from when it started from existing weights, distill.* in a distillation recipe, and
 // one of train.steps / train.tokens (both spell the training length; tokens if that was given).
 bool is_written(const RecipeKey& key, const Recipe& recipe) {
   if (key.path == "model.size") return !recipe.model_size.empty();
   if (key.path == "model.init_from") return !recipe.model_init_from.empty();
   if (key.path == "train.steps") return recipe.train.tokens == 0;
   if (key.path == "train.tokens") return recipe.train.tokens != 0;
+  // steps_per_layer is train.steps, written there.
+  if (key.path == "distill.steps_per_layer") return false;
+  if (key.path.starts_with("distill.")) return !recipe.distill.teacher.empty();
   return true;
 }
 

@@ -83,6 +83,12 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
     arena_->load(read_model_source_weights(source, r.model), "model.init_from " + r.model_init_from);
   } else {
     arena_->initialise(r.train.seed);
+    if (options.start_weights && !options.resume) {
+      TensorMap weights;
+      for (const auto& [name, value] : arena_->named_values()) weights.emplace_back(name, value.clone());
+      options.start_weights(weights);
+      arena_->load(weights, "the run's starting weights");
+    }
   }
   optimizer_ = std::make_unique<AdamW>(*arena_, AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
                                                             r.train.optimizer.eps, r.train.optimizer.weight_decay});
@@ -106,7 +112,8 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
 
 StepResult TrainingRun::step() {
   StepSettings settings{.step = state_.step + 1, .lr = lr(), .clip = recipe_.train.optimizer.clip,
-                        .objective = objective_, .grad_accum = recipe_.train.grad_accum};
+                        .objective = objective_, .grad_accum = recipe_.train.grad_accum,
+                        .forward = options_.forward, .extra_losses = options_.extra_losses};
   settings.failure_note = [this] {
     const auto last = latest_checkpoint(folder());
     return "Last checkpoint: " + (last ? last->string() : std::string("none"));

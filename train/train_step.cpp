@@ -24,13 +24,15 @@ std::ostream& operator<<(std::ostream& out, const Note& note) {
 }  // namespace
 
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
-                                    const Objective& objective, double grad_scale,
-                                    const ForwardOptions& options) {
+                                    const Objective& objective, double grad_scale, const ForwardOptions& forward,
+                                    const ExtraLosses& extra) {
   FATHOM_CHECK(batch.inputs.rank() == 2 && batch.targets.shape() == batch.inputs.shape(),
                "accumulate_gradients: inputs and targets must both be [B, T], got ", describe(batch.inputs), " and ",
                describe(batch.targets));
-  const ObjectiveValue value =
-      objective.evaluate(model, model.forward(batch.inputs.to(device), options), batch.targets, grad_scale);
+  const Tensor inputs = batch.inputs.to(device);
+  ModelOutput output = model.forward(inputs, forward);
+  if (extra) extra(model, inputs, output);
+  const ObjectiveValue value = objective.evaluate(model, output, batch.targets, grad_scale);
   // An unscaled loss is seeded as is, so a single micro-batch computes exactly its own gradients.
   backward(grad_scale != 1.0 ? scale(value.loss, grad_scale) : value.loss);
   auto term = [&](const char* name) {
@@ -49,9 +51,11 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
   StepResult result;
   for (int64_t micro = 0; micro < settings.grad_accum; ++micro) {
     // Step s's micro-batch m is the run's ((s - 1) * grad_accum + m)-th, however often the run resumed.
-    const ForwardOptions options{.router_draw = uint64_t((settings.step - 1) * settings.grad_accum + micro)};
+    ForwardOptions forward = settings.forward;
+    forward.router_draw = uint64_t((settings.step - 1) * settings.grad_accum + micro);
     const MicroBatchLoss loss =
-        accumulate_gradients(model, next_micro_batch(), device, settings.objective, 1.0 / accum, options);
+        accumulate_gradients(model, next_micro_batch(), device, settings.objective, 1.0 / accum, forward,
+                             settings.extra_losses);
     FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
                  settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
                  "); lower train.optimizer.lr or check the data.", Note(settings));

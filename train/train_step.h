@@ -10,6 +10,7 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
+#include "train/extra_losses.h"
 #include "train/objective.h"
 
 namespace fathom {
@@ -23,10 +24,10 @@ struct MicroBatchLoss {
 // Forward, objective (train/objective.h; over the targets that are not -100) and backward of one
 // micro-batch on `device`: adds d(grad_scale * loss)/d(parameter) to the gradients of the parameters
 // that have them. batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position
-// has none). `options` reach the decoder's forward (e.g. the random router's draw).
+// has none). `forward` reaches the decoder's forward (e.g. the random router's draw).
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
                                     const Objective& objective, double grad_scale,
-                                    const ForwardOptions& options = {});
+                                    const ForwardOptions& forward = {}, const ExtraLosses& extra = nullptr);
 
 struct StepSettings {
   int64_t step = 0;          // the number of this step (1-based), for error messages
@@ -34,6 +35,8 @@ struct StepSettings {
   double clip = 0;           // max global gradient norm; 0 disables clipping
   Objective objective = Objective::language_model(0.0);
   int64_t grad_accum = 1;    // micro-batches per step
+  ForwardOptions forward{};  // what the forward also reports (the extra losses read it)
+  ExtraLosses extra_losses = nullptr;
   // Called only when the step fails: a sentence appended to the error (e.g. where the last checkpoint is).
   std::function<std::string()> failure_note = nullptr;
 };
