@@ -80,11 +80,15 @@ def this_invocation():
             "command": "scripts/tables.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])}
 
 
-def measured_by(path, measured_now):
+def measured_by(path, measured_now, device=None):
     """Where the numbers come from: this invocation when it ran anything, else the one that did
-    (kept in PATH), so a report redrawn elsewhere still names the device that measured it."""
+    (kept in PATH), so a report redrawn elsewhere still names the device that measured it. device:
+    the one a kept benchmark log names, which outranks this machine's."""
     if measured_now or not os.path.isfile(path):
         info = this_invocation()
+        if device and not measured_now:
+            info["device"] = device
+            info["command"] += " (report redrawn from the kept benchmark logs)"
         with open(path, "w", encoding="utf-8") as f:
             json.dump(info, f)
         return info
@@ -127,7 +131,7 @@ def training_table(table, args, fathom, log):
         f"`fathom train` command in the .log beside it)",
         f"- figure: [{table.name}.png]({table.name}.png)"]), sections + [summary(effects)])
     require_matplotlib(md)
-    report.plot_loss_curves(png, table.title, table.plot_rows(measured), table.routing_rows(measured))
+    report.plot_loss_curves(png, table.title.split(":")[0], table.plot_rows(measured), table.routing_rows(measured))
     log(f"{table.name}: wrote {md} and {png}")
 
 
@@ -140,10 +144,9 @@ def require_matplotlib(written):
                          "again with the same --out to draw it from the finished runs)") from None
 
 
-def summary(effects):
+def summary(effects, caveat="signs only: one seed, small models, short runs"):
     agree = sum(e.verdict() == "agrees" for e in effects)
-    return [f"{agree} of {len(effects)} effects agree with the paper in direction (signs only: one seed, "
-            "small models, short runs)."]
+    return [f"{agree} of {len(effects)} effects agree with the paper in direction ({caveat})."]
 
 
 class KernelTable:
@@ -169,14 +172,14 @@ def kernel_table(name, args, log):
         rows, header, effects, points, ran = kernels.table7(binary, args.scale, out, log)
     else:
         rows, header, effects, points, ran = kernels.table2(binary, REPO, args.scale, out, log)
-    info = measured_by(os.path.join(out, f"{name}.measured_by.json"), ran)
+    info = measured_by(os.path.join(out, f"{name}.measured_by.json"), ran, kernels.bench_device(out, name))
     md = os.path.join(out, f"{name}.md")
     report.write_markdown(md, table.title,
                           provenance(table, args, info,
                                      [f"- benchmark arguments: `{' '.join(kernels.BENCH_ARGS[args.scale])}` "
                                       f"(raw output: {name}.bench.log)", f"- figure: [{name}.png]({name}.png)"]),
                           [report.markdown_table(header, rows), ["Effects (b - a):", ""] + report.effects_table(effects),
-                           summary(effects)])
+                           summary(effects, "signs only; A100 against H200, the paper's Triton kernels against fathom's")])
     require_matplotlib(md)
     (kernels.plot_table7 if name == "moda-table7" else kernels.plot_table2)(os.path.join(out, f"{name}.png"), points)
     log(f"{name}: wrote {md} and {name}.png")

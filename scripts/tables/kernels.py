@@ -9,7 +9,7 @@ from .runs import TableError
 
 # Table 7 (p. 13), A100 fwd+bwd ms at T = 1024.
 TABLE7_PAPER = {"naive": 2128.900, "flat": 13.102, "chunk": 6.286, "group": 1.460}
-TABLE7_NAMES = {"naive": "naive PyTorch", "flat": "Flash-compatible", "chunk": "+ chunk-aware",
+TABLE7_NAMES = {"naive": "naive (paper: PyTorch; fathom: a naive CUDA kernel)", "flat": "Flash-compatible", "chunk": "+ chunk-aware",
                 "group": "+ group-aware"}
 # Table 2 (p. 9), extra time (MoDA - FA2) / MoDA in %, where the paper prints it.
 TABLE2_PAPER_EXTRA = {("T", 4096): 25.86, ("T", 8192): 18.99, ("T", 16384): 8.59, ("T", 32768): 4.38,
@@ -44,6 +44,17 @@ def number(row, key):
 
 def have_logs(name, out_dir):
     return os.path.isfile(os.path.join(out_dir, f"{name}.bench.log"))
+
+
+def bench_device(out_dir, name):
+    """The device line the benchmark printed into its kept log ("device: NVIDIA H200, ..."), or None."""
+    path = os.path.join(out_dir, f"{name}.bench.log")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("device: "):
+                    return line[len("device: "):].split(";")[0].strip()
+    return None
 
 
 def run_bench(command, log_path, log):
@@ -113,7 +124,8 @@ def cudnn_reference(repo, scale, out_dir, log):
 
 def table2(binary, repo, scale, out_dir, log):
     text, ran = run_bench([binary, "table2"] + BENCH_ARGS[scale], os.path.join(out_dir, "moda-table2.bench.log"), log)
-    rows = parse_markdown_rows(text, "sweep")
+    # The benchmark also prints fp32-accumulation and gradient-add variants; Table 2 sweeps T, G and L.
+    rows = [r for r in parse_markdown_rows(text, "sweep") if r["sweep"] in ("T", "G", "L")]
     cudnn = cudnn_reference(repo, scale, out_dir, log)
     table, points = [], []
     for r in rows:
@@ -132,7 +144,7 @@ def table2(binary, repo, scale, out_dir, log):
     effects = []
     for sweep, sign, text_ in (("T", -1, "longer sequences"), ("G", -1, "larger GQA groups"),
                                ("L", 1, "more depth slots")):
-        pts = [p for p in points if p[0] == sweep]
+        pts = sorted((p for p in points if p[0] == sweep), key=lambda p: p[1])
         if len(pts) >= 2:
             first, last = pts[0], pts[-1]
             pf = TABLE2_PAPER_EXTRA.get((sweep, first[1]))
@@ -172,12 +184,13 @@ def plot_table2(path, points):
     sweeps = [s for s in ("T", "G", "L") if any(p[0] == s for p in points)]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(5 * len(sweeps), 4), squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
-        pts = [p for p in points if p[0] == sweep]
+        pts = sorted((p for p in points if p[0] == sweep), key=lambda p: p[1])
         ax.plot([p[1] for p in pts], [p[3] for p in pts], "o-", label="fathom")
         paper = [(p[1], p[2]) for p in pts if p[2] is not None]
         if paper:
             ax.plot(*zip(*paper), "s--", label="paper (A100)")
-        ax.set_xscale("log", base=2)
+        ax.set_xscale("symlog", base=2, linthresh=1) if any(p[1] == 0 for p in pts) else \
+            ax.set_xscale("log", base=2)
         ax.set_xlabel(sweep)
         ax.set_ylabel("extra time / MoDA (%)")
         ax.grid(alpha=0.3)
