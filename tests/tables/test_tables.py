@@ -105,6 +105,42 @@ class Gathering(unittest.TestCase):
         self.assertIn("| hybrid, 2 states | 81.19 | 3.2000 |", text)
 
 
+BENCH_TABLE2 = """device: NVIDIA X, 1 SMs; medians
+## Table 2
+
+| sweep | T | G | Hq | Hk | L | flash fwd ms | flash fwd+bwd ms | group fwd ms | group fwd+bwd ms | extra / MoDA | reps |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| T | 4096 | 8 | 64 | 8 | 64 | 1 | 2.0 | 1 | 3.0 | 30.00% | 5 |
+| T | 8192 | 8 | 64 | 8 | 64 | 1 | 8.0 | 1 | 10.0 | 20.00% | 5 |
+| L | 16384 | 8 | 64 | 8 | 128 | 1 | 8.0 | 1 | 12.0 | 33.00% | 5 |
+| L | 16384 | 8 | 64 | 8 | 0 | 1 | 8.0 | 1 | 8.1 | 1.00% | 5 |
+| f32 | 16384 | 8 | 64 | 8 | 64 | 1 | 8.0 | 1 | 9.0 | 11.00% | 5 |
+"""
+
+
+class KernelOutput(unittest.TestCase):
+    def test_table2_rows_and_effects_come_from_the_benchmark_text(self):
+        from tables import kernels
+        with tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(out, "moda-table2.bench.log"), "w") as f:
+                f.write("bench table2\n" + BENCH_TABLE2)
+            open(os.path.join(out, "moda-table2.cudnn.log"), "w").write(
+                "ref\n| size | backend | fwd+bwd ms |\n|---|---|---:|\n| T4K-G8 | cudnn | 1.5 |\n")
+            rows, _, effects, points, ran = kernels.table2(None, REPO, "small", out, lambda _: None)
+            self.assertFalse(ran)  # the kept log was read, nothing timed
+            self.assertEqual([r[0] for r in rows], ["T", "T", "L", "L"])  # the f32 variant is not Table 2
+            self.assertEqual(rows[0][5], "1.500")  # cuDNN beside its T row
+            self.assertEqual(rows[1][5], "-")      # not measured: no number
+            self.assertEqual([(e.verdict(), round(e.measured, 2)) for e in effects],
+                             [("agrees", -10.0), ("agrees", 32.0)])
+            self.assertEqual(kernels.bench_device(out, "moda-table2"), "NVIDIA X, 1 SMs")
+
+    def test_a_missing_kernel_row_is_an_error(self):
+        from tables import kernels
+        with self.assertRaisesRegex(TableError, "no table headed 'kernel'"):
+            kernels.parse_markdown_rows(BENCH_TABLE2, "kernel")
+
+
 def tables(*args):
     return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), *args],
                           capture_output=True, text=True, cwd=REPO)
