@@ -201,7 +201,7 @@ def main(argv):
             failures.append(name)
             print(f"tables: error: {name}: {e}", file=sys.stderr, flush=True)
     if failures:
-        print(f"tables: {len(failures)} table(s) failed, nothing written for them: {', '.join(failures)}",
+        print(f"tables: {len(failures)} table(s) failed (see the errors above): {', '.join(failures)}",
               file=sys.stderr)
         return 1
     return 0
