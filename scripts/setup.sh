@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkg-config libeigen3-dev libyaml-cpp-dev libcli11-dev libgtest-dev libpcre2-dev)
+packages=(cmake ninja-build g++ pkg-config libeigen3-dev libyaml-cpp-dev libcli11-dev libgtest-dev libpcre2-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
+#include "core/sha256.h"
 #include "distributed/world.h"
 #include "train/checkpoint.h"
 #include "train/device_select.h"
@@ -34,6 +35,17 @@ std::vector<fs::path> run_sources(const Recipe& r, const RunOptions& options) {
   return sources;
 }
 
+// Every rank must train the same recipe (a launcher given different arguments per rank would
+// otherwise mix two runs): rank 0's digest of the resolved recipe against each rank's own.
+void check_same_recipe(Communicator& comm, const std::string& recipe_yaml) {
+  if (comm.world() == 1) return;
+  const std::string mine = sha256_hex(recipe_yaml);
+  std::string rank0 = mine;
+  comm.broadcast_bytes(rank0.data(), int64_t(rank0.size()), 0);
+  FATHOM_CHECK(rank0 == mine, "rank ", comm.rank(), "'s recipe differs from rank 0's (sha256 ", mine.substr(0, 12),
+               " against ", rank0.substr(0, 12), "); start every rank with the same recipe file and --set values");
+}
+
 }  // namespace
 
 TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
@@ -42,6 +54,7 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   restrict_gpus_to_local_rank(launch_environment());
   device_ = resolve_device(r.train.device);
   comm_ = &join_job(device_);
+  check_same_recipe(*comm_, recipe_to_yaml(r));
   threads_ = configure_threads(r.train.threads);
   const int64_t B = r.train.batch_size, T = r.train.seq_len;
   tokens_per_step_ = B * T * r.train.grad_accum * comm_->world();
