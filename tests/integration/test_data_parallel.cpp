@@ -192,52 +192,68 @@ TEST_F(DataParallel, RanksWithDifferentRecipesStopWithAnErrorNamingTheRank) {
   EXPECT_FALSE(fs::exists(dir_ / "mixed" / "run" / "checkpoints" / "latest"));
 }
 
-// A rank killed mid-run ends the whole job (no rank hangs in a collective) with an error, and the
-// checkpoints on disk stay whole.
-TEST_F(DataParallel, AKilledRankEndsTheJobWithAnError) {
-  std::ofstream(dir_ / "recipe.yaml") << recipe_text(1000000);
-  const fs::path folder = dir_ / "killed";
-  fs::create_directories(folder);
-  fs::copy_file(dir_ / "recipe.yaml", folder / "recipe.yaml");
+// The fathom process of rank `rank` whose working folder is `folder`; 0 when none runs (yet).
+pid_t find_rank(const fs::path& folder, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = read_text(entry.path() / "cmdline"), environ = read_text(entry.path() / "environ");
+    std::error_code error;
+    if (cmdline.find(FATHOM_BINARY) == 0 && fs::equivalent(entry.path() / "cwd", folder, error) &&
+        environ.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+      return pid_t(std::stoi(name));
+  }
+  return 0;
+}
+
+// Starts a long two-rank run in dir/name, sends `signal` to its rank 1 once a checkpoint exists, and
+// returns mpirun's wait status (a job still running 30 s after the signal is killed: a hang).
+int signal_rank1_of_a_long_run(const fs::path& dir, const std::string& name, int signal) {
+  std::ofstream(dir / name / "recipe.yaml") << recipe_text(1000000);
+  const fs::path folder = dir / name;
   const pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
   if (launcher == 0) {
     setpgid(0, 0);
     ::_exit(train(folder, 2, "--set checkpoint.every=5"));
   }
-  // Rank 1: the fathom process whose environment says so and whose command names this test's recipe.
-  auto find_rank1 = [&]() -> pid_t {
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string cmdline = read_text(entry.path() / "cmdline"), environ = read_text(entry.path() / "environ");
-      std::error_code error;
-      if (cmdline.find(FATHOM_BINARY) == 0 && fs::equivalent(entry.path() / "cwd", folder, error) &&
-          environ.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos)
-        return pid_t(std::stoi(name));
-    }
-    return 0;
-  };
   pid_t rank1 = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  // Wait until training runs (a checkpoint exists), then kill rank 1.
   while (std::chrono::steady_clock::now() < deadline &&
-         (!fs::exists(folder / "run" / "checkpoints" / "latest") || (rank1 = find_rank1()) == 0))
+         (!fs::exists(folder / "run" / "checkpoints" / "latest") || (rank1 = find_rank(folder, 1)) == 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_GT(rank1, 0) << "rank 1 never started: " << read_text(folder / "err.txt");
-  ::kill(rank1, SIGKILL);
+  if (rank1 > 0) ::kill(rank1, signal);
   int status = 0;
   pid_t done = 0;
-  while (std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10) &&
-         (done = waitpid(launcher, &status, WNOHANG)) == 0)
+  const auto hang = std::chrono::steady_clock::now() + std::chrono::seconds(rank1 > 0 ? 30 : 0);
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < hang)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (done == 0) {
     ::kill(-launcher, SIGKILL);
     waitpid(launcher, &status, 0);
-    FAIL() << "the job hung after rank 1 was killed";
+    ADD_FAILURE() << (rank1 > 0 ? "the job hung after the signal" : "rank 1 never started: ")
+                  << read_text(folder / "err.txt");
   }
+  return status;
+}
+
+// A rank killed mid-run ends the whole job (no rank hangs in a collective) with an error, and the
+// checkpoints on disk stay whole.
+TEST_F(DataParallel, AKilledRankEndsTheJobWithAnError) {
+  fs::create_directories(dir_ / "killed");
+  const int status = signal_rank1_of_a_long_run(dir_.path(), "killed", SIGKILL);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  const std::string err = read_text(folder / "err.txt");
+  const std::string err = read_text(dir_ / "killed" / "err.txt");
   EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
-  EXPECT_NO_THROW(load_checkpoint(folder / "run"));  // the latest checkpoint is whole
+  EXPECT_NO_THROW(load_checkpoint(dir_ / "killed" / "run"));  // the latest checkpoint is whole
+}
+
+// SIGTERM to any one rank stops every rank at the same step with a checkpoint, and the job exits 0.
+TEST_F(DataParallel, SigtermToOneRankCheckpointsEveryRankAndExitsCleanly) {
+  fs::create_directories(dir_ / "stopped");
+  const int status = signal_rank1_of_a_long_run(dir_.path(), "stopped", SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(dir_ / "stopped" / "err.txt");
+  const std::string out = read_text(dir_ / "stopped" / "out.txt");
+  EXPECT_NE(out.find("stopped at step"), std::string::npos) << out;
+  const CheckpointData saved = load_checkpoint(dir_ / "stopped" / "run");
+  EXPECT_NE(saved.state_json.find("\"step\""), std::string::npos);
 }
