@@ -58,6 +58,9 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   threads_ = configure_threads(r.train.threads);
   const int64_t B = r.train.batch_size, T = r.train.seq_len;
   tokens_per_step_ = B * T * r.train.grad_accum * comm_->world();
+  // A token budget counts every rank's tokens: the recipe derived its steps for one process.
+  if (r.train.tokens > 0)
+    recipe_.train.steps = r.train.tokens / tokens_per_step_ + (r.train.tokens % tokens_per_step_ != 0);
   mixed_ = uses_mixed_precision(r.train.precision, device_);
   const Recompute recompute = parse_recompute(r.train.recompute);
   // Which parameters train, from the layers' own report of their names (no model is built yet).

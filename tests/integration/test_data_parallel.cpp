@@ -257,3 +257,15 @@ TEST_F(DataParallel, SigtermToOneRankCheckpointsEveryRankAndExitsCleanly) {
   const CheckpointData saved = load_checkpoint(dir_ / "stopped" / "run");
   EXPECT_NE(saved.state_json.find("\"step\""), std::string::npos);
 }
+
+// train.tokens counts every rank's tokens: two ranks take half the steps of one process.
+TEST_F(DataParallel, TokenBudgetCountsEveryRanksTokens) {
+  std::string text = recipe_text(6);
+  text.replace(text.find("steps: 6"), 8, "tokens: 1024");
+  std::ofstream(dir_ / "recipe.yaml") << text;
+  run("one", 0, "");
+  run("two", 2, "");
+  EXPECT_NE(read_text(dir_ / "one" / "out.txt").find("done at step 16"), std::string::npos);
+  EXPECT_NE(read_text(dir_ / "two" / "out.txt").find("done at step 8;"), std::string::npos)
+      << read_text(dir_ / "two" / "out.txt");
+}
