@@ -64,6 +64,10 @@ struct Recipe {
     std::vector<std::string> trainable;
     std::vector<std::string> frozen;
     std::string recompute = "none";  // "none" | "selective" | "block" (layers/recompute.h)
+    // Data parallel (distributed/): the precision gradients travel in between ranks, and ZeRO stage
+    // (0: every rank holds the whole optimizer state; 1: AdamW moments and updates sharded over ranks).
+    std::string grad_reduce = "fp32";  // "fp32" | "bf16"
+    int64_t zero = 0;                  // 0 | 1
     Optimizer optimizer;
     Schedule schedule;
 

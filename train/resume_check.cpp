@@ -8,12 +8,15 @@
 namespace fathom {
 
 const std::vector<std::string>& keys_changeable_on_resume() {
-  // Not the batch geometry (batch_size, grad_accum, seq_len) nor the seed: the loader's saved
-  // position means something only for the order they give. train.steps / train.tokens stretch or
-  // shorten the schedule from the current step on. data.validation is only evaluated, never trained on.
+  // Not batch_size, seq_len nor the seed: the loader's saved position means something only for the
+  // order they give. train.grad_accum may change, so that a run resumed over another world size can
+  // keep its global batch (batch_size x grad_accum x world): the position counts global windows. train.steps / train.tokens stretch or
+  // shorten the schedule from the current step on. The world size is no key: the loader's position
+  // counts global windows, so another world continues on the next unseen ones; ZeRO checkpoints are
+  // whole, so train.zero may change too. data.validation is only evaluated, never trained on.
   static const std::vector<std::string> keys = {
       "name",          "train.steps",     "train.tokens",     "train.device",   "train.threads",
-      "train.recompute", "data.validation", "data.verify",    "eval.every",     "eval.batches",
+      "train.recompute", "train.grad_accum", "train.grad_reduce", "train.zero", "data.validation", "data.verify",    "eval.every",     "eval.batches",
       "checkpoint.every", "checkpoint.keep_last", "log.every", "log.dir"};
   return keys;
 }

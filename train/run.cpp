@@ -5,6 +5,8 @@
 
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
+#include "core/sha256.h"
+#include "distributed/world.h"
 #include "train/checkpoint.h"
 #include "train/device_select.h"
 #include "train/model_source.h"
@@ -33,15 +35,32 @@ std::vector<fs::path> run_sources(const Recipe& r, const RunOptions& options) {
   return sources;
 }
 
+// Every rank must train the same recipe (a launcher given different arguments per rank would
+// otherwise mix two runs): rank 0's digest of the resolved recipe against each rank's own.
+void check_same_recipe(Communicator& comm, const std::string& recipe_yaml) {
+  if (comm.world() == 1) return;
+  const std::string mine = sha256_hex(recipe_yaml);
+  std::string rank0 = mine;
+  comm.broadcast_bytes(rank0.data(), int64_t(rank0.size()), 0);
+  FATHOM_CHECK(rank0 == mine, "rank ", comm.rank(), "'s recipe differs from rank 0's (sha256 ", mine.substr(0, 12),
+               " against ", rank0.substr(0, 12), "); start every rank with the same recipe file and --set values");
+}
+
 }  // namespace
 
 TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
     : recipe_(recipe), options_(options), objective_(Objective::for_model(recipe.train.loss, recipe.model)) {
   const Recipe& r = recipe_;
+  restrict_gpus_to_local_rank(launch_environment());
   device_ = resolve_device(r.train.device);
+  comm_ = &join_job(device_);
+  check_same_recipe(*comm_, recipe_to_yaml(r));
   threads_ = configure_threads(r.train.threads);
   const int64_t B = r.train.batch_size, T = r.train.seq_len;
-  tokens_per_step_ = B * T * r.train.grad_accum;
+  tokens_per_step_ = B * T * r.train.grad_accum * comm_->world();
+  // A token budget counts every rank's tokens: the recipe derived its steps for one process.
+  if (r.train.tokens > 0)
+    recipe_.train.steps = r.train.tokens / tokens_per_step_ + (r.train.tokens % tokens_per_step_ != 0);
   mixed_ = uses_mixed_precision(r.train.precision, device_);
   const Recompute recompute = parse_recompute(r.train.recompute);
   // Which parameters train, from the layers' own report of their names (no model is built yet).
@@ -60,9 +79,15 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
     check_memory_plan_fits(memory_plan_, cuda::device_memory(device_.index).free, plan_input, device_.str());
 #endif
   const fs::path run_dir = r.log.dir;
-  // Checks only: the folder is made (or an old run replaced) once everything below is valid.
-  folder_ = std::make_unique<RunFolder>(run_dir, RunFolderRequest{options.resume, options.overwrite,
-                                                                  run_sources(r, options)});
+  run_dir_ = run_dir;
+  // Checks only: the folder is made (or an old run replaced) once everything below is valid. Rank 0
+  // alone owns it; the others read a resumed run's checkpoint from it (a shared file system).
+  if (writes())
+    folder_ = std::make_unique<RunFolder>(run_dir, RunFolderRequest{options.resume, options.overwrite,
+                                                                    run_sources(r, options)});
+  else if (options.resume)
+    FATHOM_CHECK(latest_checkpoint(run_dir), "--resume: rank ", comm_->rank(), " finds no checkpoint in ",
+                 run_dir.string(), "; every machine must see the run folder (a shared file system)");
   if (options.resume) {
     // Before the data is read: a changed run is the first thing to report.
     const fs::path saved = *latest_checkpoint(run_dir) / kCheckpointRecipeFile;
@@ -70,7 +95,8 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   }
 
   data_ = open_run_data(r, DataUse::training);
-  loader_ = std::make_unique<TokenLoader>(data_.train, B, T, r.train.seed);
+  loader_ = std::make_unique<TokenLoader>(data_.train, B, T, r.train.seed,
+                                          LoaderShard{comm_->rank(), comm_->world()});
 
   model_ = std::make_unique<Decoder>(r.model);
   model_->set_recompute(recompute);
@@ -90,8 +116,14 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
       arena_->load(weights, "the run's starting weights");
     }
   }
-  optimizer_ = std::make_unique<AdamW>(*arena_, AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
-                                                            r.train.optimizer.eps, r.train.optimizer.weight_decay});
+  // Every rank initialises (or loads) the same weights from the same seed and files.
+  data_parallel_ = std::make_unique<DataParallel>(
+      *comm_, *arena_, DataParallelConfig{.wire = r.train.grad_reduce == "bf16" ? DType::bf16 : DType::f32,
+                                          .zero = int(r.train.zero)});
+  optimizer_ = std::make_unique<AdamW>(*arena_,
+                                       AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
+                                                   r.train.optimizer.eps, r.train.optimizer.weight_decay},
+                                       data_parallel_->optimizer_shard());
   schedule_ = Schedule{r.train.schedule.type, r.train.optimizer.lr, r.train.schedule.warmup_steps, r.train.steps,
                        r.train.schedule.final_lr_fraction};
 
@@ -105,15 +137,18 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
     loader_->restore(state_.loader);
   }
   recipe_yaml_ = recipe_to_yaml(r);
-  folder_->open();
-  write_file_atomically(run_dir / "recipe.yaml", recipe_yaml_);
-  metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
+  if (writes()) {
+    folder_->open();
+    write_file_atomically(run_dir / "recipe.yaml", recipe_yaml_);
+    metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
+  }
 }
 
 StepResult TrainingRun::step() {
   StepSettings settings{.step = state_.step + 1, .lr = lr(), .clip = recipe_.train.optimizer.clip,
                         .objective = objective_, .grad_accum = recipe_.train.grad_accum,
-                        .forward = options_.forward, .extra_losses = options_.extra_losses};
+                        .forward = options_.forward, .extra_losses = options_.extra_losses,
+                        .data_parallel = data_parallel_.get()};
   settings.failure_note = [this] {
     const auto last = latest_checkpoint(folder());
     return "Last checkpoint: " + (last ? last->string() : std::string("none"));
@@ -127,10 +162,16 @@ StepResult TrainingRun::step() {
 
 fs::path TrainingRun::save() {
   state_.loader = loader_->state();
+  // ZeRO-1 gathers the moments: a collective every rank joins. The file is the single-process one.
+  TensorMap optimizer_state = data_parallel_->optimizer_state(*optimizer_);
+  if (!writes()) {
+    comm_->barrier();  // rank 0 has committed the checkpoint (or ended the job)
+    return folder() / "checkpoints" / checkpoint_folder_name(state_.step);
+  }
   fs::path dir;
   try {
     dir = save_checkpoint(folder(), state_.step,
-                          CheckpointData{arena_->named_values(), optimizer_->state(), run_state_to_json(state_),
+                          CheckpointData{arena_->named_values(), std::move(optimizer_state), run_state_to_json(state_),
                                          recipe_yaml_},
                           int(recipe_.checkpoint.keep_last));
   } catch (const Error& e) {
@@ -142,6 +183,7 @@ fs::path TrainingRun::save() {
                 "; free disk space or fix the folder's permissions");
   }
   folder_->commit();  // the new run has a checkpoint: a run it replaced can go
+  comm_->barrier();
   log("checkpoint " + dir.string());
   return dir;
 }
@@ -149,6 +191,8 @@ fs::path TrainingRun::save() {
 std::map<std::string, EvalResult> TrainingRun::evaluate() {
   NoGrad no_grad;
   std::map<std::string, EvalResult> results;
+  // Every rank holds the same weights: rank 0 evaluates for all of them.
+  if (!writes()) return results;
   for (const auto& [domain, source] : data_.validation) {
     const EvalResult e = fathom::evaluate(*model_, source, recipe_.train.batch_size, recipe_.train.seq_len,
                                           recipe_.eval.batches, device_);
@@ -162,8 +206,15 @@ std::map<std::string, EvalResult> TrainingRun::evaluate() {
   return results;
 }
 
+bool TrainingRun::any_rank(bool flag) {
+  if (comm_->world() == 1) return flag;
+  double count = flag ? 1.0 : 0.0;
+  comm_->all_reduce_sum(&count, 1);
+  return count > 0;
+}
+
 void TrainingRun::log(const std::string& line) const {
-  if (!options_.quiet) std::cout << line << std::endl;
+  if (!options_.quiet && writes()) std::cout << line << std::endl;
 }
 
 std::string TrainingRun::describe() const {
@@ -177,6 +228,13 @@ std::string TrainingRun::describe() const {
   if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
   std::string plan_text = memory_plan_.describe();
   plan_text.pop_back();  // the caller ends the line
+  if (comm_->world() > 1) {
+    text += "\ndata parallel over " + std::to_string(comm_->world()) + " ranks (" + comm_->backend_name() +
+            "): global batch " + std::to_string(r.train.batch_size * r.train.grad_accum * comm_->world()) +
+            " sequences, gradients reduced in " + r.train.grad_reduce + ", ZeRO stage " + std::to_string(r.train.zero) +
+            ": optimizer moments " + std::to_string(data_parallel_->optimizer_bytes_per_rank() >> 10) +
+            " KiB per rank";
+  }
   text += "\nprecision " + precision + ", recompute " + r.train.recompute + "; memory plan (estimate):\n" + plan_text;
   if (r.model.moda.enabled())
     text += "\nMoDA " + name_of(r.model.moda.variant) + ": depth KV cache " +

@@ -3,6 +3,11 @@
 // `fathom train` drives one (train/trainer.cpp); `fathom distill` drives one per converted layer.
 // Opening checks everything that can be checked before a file is written: the memory plan fits, the
 // run folder may be taken, a resumed run matches its checkpoint.
+//
+// Data parallel (launched by mpirun, distributed/world.h): every rank opens the same run and trains
+// on its part of each global batch (batch_size x grad_accum x world sequences); only rank 0 takes the
+// run folder and writes logs, metrics and checkpoints, and every rank waits until a checkpoint is
+// complete before it goes on.
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -12,6 +17,8 @@
 #include <string>
 
 #include "data/loader.h"
+#include "distributed/communicator.h"
+#include "distributed/data_parallel.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
@@ -42,8 +49,13 @@ class TrainingRun {
   std::filesystem::path save();
   // Every validation domain, without gradients; written to metrics.jsonl and the console.
   std::map<std::string, EvalResult> evaluate();
-  // A console line (none when quiet).
+  // A console line (none when quiet, and none on ranks other than 0).
   void log(const std::string& line) const;
+  // Rank 0 of the world writes the run's files and console lines; the other ranks only train.
+  bool writes() const { return comm_->rank() == 0; }
+  // True on every rank when `flag` is true on any (a stop signal one rank saw: all save together).
+  bool any_rank(bool flag);
+  const Communicator& communicator() const { return *comm_; }
 
   const Recipe& recipe() const { return recipe_; }
   Device device() const { return device_; }
@@ -52,7 +64,8 @@ class TrainingRun {
   const RunState& state() const { return state_; }
   MetricsLog& metrics() { return *metrics_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
-  const std::filesystem::path& folder() const { return folder_->path(); }
+  const std::filesystem::path& folder() const { return run_dir_; }
+  // Tokens of one global batch (every rank's).
   int64_t tokens_per_step() const { return tokens_per_step_; }
   double lr() const { return schedule_.lr(state_.step); }
   // What the start-up prints: parameters, device, steps, precision and the memory plan.
@@ -61,7 +74,9 @@ class TrainingRun {
  private:
   Recipe recipe_;
   RunOptions options_;
+  Communicator* comm_ = nullptr;
   Device device_;
+  std::filesystem::path run_dir_;
   int threads_ = 0;
   bool mixed_ = false;
   std::set<std::string> frozen_;
@@ -73,6 +88,7 @@ class TrainingRun {
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<ParameterArena> arena_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DataParallel> data_parallel_;
   Schedule schedule_;
   RunState state_;
   std::string recipe_yaml_;

@@ -28,8 +28,9 @@ void add_train_command(CLI::App& app) {
     // is not read again (it may be gone).
     const ModelOrigin origin{args->options.resume ? ModelOrigin::Kind::own_run : ModelOrigin::Kind::init_source, ""};
     const TrainResult result = run_training(load_recipe(args->recipe, args->overrides, origin), args->options);
-    std::cout << (result.stopped_by_signal ? "stopped" : "done") << " at step " << result.steps_done
-              << "; run folder " << result.run_dir.string() << "\n";
+    if (result.reports)
+      std::cout << (result.stopped_by_signal ? "stopped" : "done") << " at step " << result.steps_done
+                << "; run folder " << result.run_dir.string() << "\n";
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <ostream>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
@@ -47,15 +48,19 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
                       const StepSettings& settings) {
   FATHOM_CHECK(settings.grad_accum >= 1, "train_step: grad_accum must be at least 1, got ", settings.grad_accum);
   const double accum = double(settings.grad_accum);
+  DataParallel* parallel = settings.data_parallel;
+  // Each rank's micro-batch is seeded with 1 / (grad_accum x world): summed over ranks, the global mean.
+  const double seed = 1.0 / accum * (parallel ? parallel->loss_scale() : 1.0);
   arena.zero_grad();
   StepResult result;
   for (int64_t micro = 0; micro < settings.grad_accum; ++micro) {
-    // Step s's micro-batch m is the run's ((s - 1) * grad_accum + m)-th, however often the run resumed.
+    // Step s's micro-batch m on rank r of W is the run's (((s - 1) * grad_accum + m) * W + r)-th, however
+    // often the run resumed.
     ForwardOptions forward = settings.forward;
-    forward.router_draw = uint64_t((settings.step - 1) * settings.grad_accum + micro);
-    const MicroBatchLoss loss =
-        accumulate_gradients(model, next_micro_batch(), device, settings.objective, 1.0 / accum, forward,
-                             settings.extra_losses);
+    const uint64_t micro_index = uint64_t((settings.step - 1) * settings.grad_accum + micro);
+    forward.router_draw = parallel ? micro_index * uint64_t(parallel->world()) + uint64_t(parallel->rank()) : micro_index;
+    const MicroBatchLoss loss = accumulate_gradients(model, next_micro_batch(), device, settings.objective, seed,
+                                                     forward, settings.extra_losses);
     FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
                  settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
                  "); lower train.optimizer.lr or check the data.", Note(settings));
@@ -65,11 +70,27 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
   }
   result.loss /= accum;
   result.z_loss /= accum;
-  result.grad_norm = grad_norm(arena.grads());
+  if (parallel) {
+    // The logged losses are the global batch's: every rank's, averaged (the terms' names agree on all ranks).
+    std::vector<double> values{result.loss, result.z_loss};
+    for (const auto& [name, term] : result.terms) values.push_back(term);
+    parallel->average(values.data(), int64_t(values.size()));
+    result.loss = values[0];
+    result.z_loss = values[1];
+    size_t i = 2;
+    for (auto& [name, term] : result.terms) term = values[i++];
+    result.grad_norm = parallel->reduce_gradients();
+  } else {
+    result.grad_norm = grad_norm(arena.grads());
+  }
   FATHOM_CHECK(std::isfinite(result.grad_norm), "gradient norm is not finite at step ", settings.step,
                "; lower train.optimizer.lr.", Note(settings));
   // Clipping rides in the update: the optimizer scales each gradient as it reads it.
-  optimizer.step(settings.lr, clip_coefficient(result.grad_norm, settings.clip));
+  const double coefficient = clip_coefficient(result.grad_norm, settings.clip);
+  if (parallel)
+    parallel->update(optimizer, settings.lr, coefficient);
+  else
+    optimizer.step(settings.lr, coefficient);
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "data/windows.h"
+#include "distributed/data_parallel.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
@@ -37,12 +38,15 @@ struct StepSettings {
   int64_t grad_accum = 1;    // micro-batches per step
   ForwardOptions forward{};  // what the forward also reports (the extra losses read it)
   ExtraLosses extra_losses = nullptr;
+  // Data parallel: reduces the gradients and losses over ranks and runs the (possibly sharded) update;
+  // none: a single process.
+  DataParallel* data_parallel = nullptr;
   // Called only when the step fails: a sentence appended to the error (e.g. where the last checkpoint is).
   std::function<std::string()> failure_note = nullptr;
 };
 
 struct StepResult {
-  double loss = 0;       // mean cross-entropy over the micro-batches
+  double loss = 0;       // mean cross-entropy over the micro-batches (of every rank)
   double z_loss = 0;     // mean z-loss term over the micro-batches
   double grad_norm = 0;  // global gradient norm before clipping (over the trainable parameters)
   TermValues terms;      // each objective term's mean over the micro-batches

@@ -59,7 +59,7 @@ class ProgressReport {
       fields.emplace_back("memory_peak_bytes", double(memory.peak));
     }
     run_.log(format_progress(p));
-    run_.metrics().write("train", state.step, fields);
+    if (run_.writes()) run_.metrics().write("train", state.step, fields);
     interval_start_ = Clock::now();
     interval_tokens_ = 0;
   }
@@ -82,6 +82,7 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
   run.log(run.describe());
   TrainResult result;
   result.run_dir = run.folder();
+  result.reports = run.writes();
   ProgressReport progress(run);
   const int64_t total_steps = recipe.train.steps;
   while (!run.finished()) {
@@ -92,7 +93,8 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
     const int64_t done = run.state().step;
     const bool last = done == total_steps;
     if (done % recipe.log.every == 0 || last) progress.write(step, lr);
-    const bool stopping = stop_requested() && !last;
+    // Every rank stops at the same step, whichever saw the signal: the checkpoint is a collective.
+    const bool stopping = run.any_rank(stop_requested()) && !last;
     if (stopping) run.log("stop requested: saving a checkpoint at step " + std::to_string(done));
     // The checkpoint comes before the evaluation: nothing after the step can lose it.
     if ((recipe.checkpoint.every > 0 && done % recipe.checkpoint.every == 0) || last || stopping) run.save();

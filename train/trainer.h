@@ -17,7 +17,8 @@ struct TrainResult {
   int64_t steps_done = 0;  // optimizer steps in the run, including resumed ones
   double last_loss = 0;    // training loss of the last step (mean over its micro-batches)
   bool stopped_by_signal = false;
-  std::map<std::string, double> validation_loss;  // per domain, from the last evaluation
+  std::map<std::string, double> validation_loss;  // per domain, from the last evaluation (rank 0's)
+  bool reports = true;  // this process speaks for the run (rank 0 of a data-parallel job)
 };
 
 TrainResult run_training(const Recipe& recipe, const RunOptions& options);
