@@ -46,12 +46,18 @@ __device__ __forceinline__ int chunk_rows(int64_t t0, int64_t T_len) {
 template <int D>
 __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t b, int64_t t0, int L, int64_t T_len,
                                           int heads, int head) {
-  constexpr int V = D / 8;
-  for (int i = threadIdx.x; i < kChunk * V; i += kThreads) {
-    const int t = i / V, c = i % V * 8;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (t < L) val = *reinterpret_cast<const uint4*>(src + ((b * T_len + t0 + t) * heads + head) * int64_t(D) + c);
-    *reinterpret_cast<uint4*>(dst + t * ldb<D>() + c) = val;
+  constexpr int V = D / 8, ITER = kChunk * V / kThreads;  // every load issued before the first store
+  uint4 val[ITER];
+#pragma unroll
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 8;
+    val[k] = t < L ? *reinterpret_cast<const uint4*>(src + ((b * T_len + t0 + t) * heads + head) * int64_t(D) + c)
+                   : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 8;
+    *reinterpret_cast<uint4*>(dst + t * ldb<D>() + c) = val[k];
   }
 }
 
@@ -60,13 +66,19 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t b,
 template <int D>
 __device__ __forceinline__ void load_cumulative_gates(float* dst, const float* g, int64_t b, int64_t t0, int L,
                                                       int64_t T_len, int H, int h) {
-  constexpr int V = D / 4;
-  for (int i = threadIdx.x; i < kChunk * V; i += kThreads) {
-    const int t = i / V, c = i % V * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < L) x = *reinterpret_cast<const float4*>(g + ((b * T_len + t0 + t) * H + h) * int64_t(D) + c);
+  constexpr int V = D / 4, ITER = kChunk * V / kThreads;
+  float4 x[ITER];
+#pragma unroll
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 4;
+    x[k] = t < L ? *reinterpret_cast<const float4*>(g + ((b * T_len + t0 + t) * H + h) * int64_t(D) + c)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 4;
     *reinterpret_cast<float4*>(dst + t * ldf<D>() + c) =
-        make_float4(x.x * kLog2e, x.y * kLog2e, x.z * kLog2e, x.w * kLog2e);
+        make_float4(x[k].x * kLog2e, x[k].y * kLog2e, x[k].z * kLog2e, x[k].w * kLog2e);
   }
   __syncthreads();
   for (int c = threadIdx.x; c < D; c += kThreads) {
@@ -83,13 +95,22 @@ __device__ __forceinline__ void load_cumulative_gates(float* dst, const float* g
 // A fp32 [D][D] state (key x value) into bf16 dst[D][ldb].
 template <int D>
 __device__ __forceinline__ void load_state(bf16* dst, const float* src) {
-  constexpr int V = D / 4;
-  for (int i = threadIdx.x; i < D * V; i += kThreads) {
-    const int c = i / V, e = i % V * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + int64_t(c) * D + e);
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dst + c * ldb<D>() + e);
-    out[0] = __floats2bfloat162_rn(x.x, x.y);
-    out[1] = __floats2bfloat162_rn(x.z, x.w);
+  constexpr int V = D / 4, ITER = D * V / kThreads, BATCH = ITER < 8 ? ITER : 8;  // 8 loads in flight per thread
+#pragma unroll
+  for (int k0 = 0; k0 < ITER; k0 += BATCH) {
+    float4 x[BATCH];
+#pragma unroll
+    for (int k = 0; k < BATCH; ++k) {
+      const int i = threadIdx.x + (k0 + k) * kThreads;
+      x[k] = *reinterpret_cast<const float4*>(src + int64_t(i / V) * D + i % V * 4);
+    }
+#pragma unroll
+    for (int k = 0; k < BATCH; ++k) {
+      const int i = threadIdx.x + (k0 + k) * kThreads, c = i / V, e = i % V * 4;
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dst + c * ldb<D>() + e);
+      out[0] = __floats2bfloat162_rn(x[k].x, x[k].y);
+      out[1] = __floats2bfloat162_rn(x[k].z, x[k].w);
+    }
   }
 }
 
