@@ -67,6 +67,8 @@ const DslaCase kCases[] = {
     {3, 77, 4, 2, 128, false, DType::bf16},  // one state, GQA
     {2, 64, 2, 1, 128, true, DType::f32},    // exactly one CPU chunk, f32
     {1, 40, 2, 2, 64, true, DType::bf16, -30.0},  // strong gates: the pairwise ratios must not overflow
+    {2, 300, 4, 2, 128, true, DType::bf16, -8.0},  // several 64-chunks with strong gates, GQA 2
+    {1, 200, 2, 1, 64, false, DType::bf16, -30.0},  // one state, GQA 2, strong gates over four chunks
 };
 
 }  // namespace

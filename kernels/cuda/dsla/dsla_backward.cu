@@ -284,6 +284,10 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
     grads.dv.zero_();
     return grads;
   }
+  if (dsla_tensor_core_applies({&q, &grad_o, &k, &v, &g1, &g2})) {
+    dsla_tensor_core_backward(grad_o, q, k, v, g1, g2, gamma, grads);
+    return grads;
+  }
   dispatch_device_float("dsla_backward", q.dtype(), [&]<typename T>() {
     dispatch_dsla_shape(q.dim(3), two, [&]<int D, bool TWO>() { launch_backward<T, D, TWO>(grad_o, q, k, v, g1, g2, gamma, grads); });
   });

@@ -153,6 +153,10 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
       if (dst->defined()) src->defined() ? dst->copy_from(*src) : dst->zero_();
     return out;
   }
+  if (dsla_tensor_core_applies({&q, &k, &v, &g1, &g2, &initial.s1, &initial.s2, &out.final_state.s1, &out.final_state.s2})) {
+    dsla_tensor_core_forward(q, k, v, g1, g2, gamma, initial, out);
+    return out;
+  }
   dispatch_device_float("dsla_forward", q.dtype(), [&]<typename T>() {
     dispatch_dsla_shape(q.dim(3), two, [&]<int D, bool TWO>() { launch_forward<T, D, TWO>(q, k, v, g1, g2, gamma, initial, out); });
   });

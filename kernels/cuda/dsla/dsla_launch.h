@@ -1,9 +1,11 @@
 // Host-side helpers of the DSLA kernels: the compile-time shape dispatch and optional pointers.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "kernels/dsla.h"
 
 namespace fathom::cuda {
 
@@ -23,5 +25,13 @@ void dispatch_dsla_shape(int64_t d, bool two, F&& f) {
 inline float* optional_data(const Tensor& t) {
   return t.defined() ? static_cast<float*>(const_cast<Tensor&>(t).raw()) : nullptr;
 }
+
+// The tensor-core chunked kernels (dsla_tensor_core.cu): BF16 q, k, v (and grad_o) whose data are 16-byte
+// aligned. F32 inputs take the SIMT kernels (dsla_forward.cu, dsla_backward.cu), which keep fp32 operands.
+bool dsla_tensor_core_applies(std::initializer_list<const Tensor*> tensors);
+void dsla_tensor_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
+                              const Tensor& gamma, const DslaState& initial, DslaForward& out);
+void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& g1, const Tensor& g2, const Tensor& gamma, DslaGrads& grads);
 
 }  // namespace fathom::cuda
