@@ -25,7 +25,7 @@ struct ForwardOptions {
   bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
   // Which draw of the random MoD router this forward uses. Training names it by its micro-batch so a
   // resumed run draws what the uninterrupted one would; unset, the decoder counts its forwards.
-  std::optional<uint64_t> router_draw;
+  std::optional<uint64_t> router_draw = std::nullopt;
   // dsla: this layer (if two-state) reports its gate_cos loss (layers/token_mixer.h); -1 for none.
   int64_t gate_similarity_layer = -1;
 };
