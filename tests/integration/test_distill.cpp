@@ -101,13 +101,17 @@ TEST(Distill, ChainConvertsBothLayersTrainsOnlyEachAndBeatsTheUntrainedConversio
   EXPECT_GT(trained_tensors, 4);  // q, k, v, o, the gates and gamma
   EXPECT_NE(m1.at("model.layers." + std::to_string(r.order[0]) + ".self_attn.q_proj.weight"),
             t.at("model.layers." + std::to_string(r.order[0]) + ".self_attn.q_proj.weight"));
-  for (const auto& [name, values] : m2)
-    if (!in_layer_mixer(name, r.order[1])) EXPECT_EQ(values, m1.at(name)) << name << " changed in M_2";
+  for (const auto& [name, values] : m2) {
+    if (!in_layer_mixer(name, r.order[1])) {
+      EXPECT_EQ(values, m1.at(name)) << name << " changed in M_2";
+    }
+  }
   // Optimizer state only for the converted layer.
   int64_t moments = 0;
   for (const auto& [name, value] : load_checkpoint(dir / "chain" / "M_2").optimizer)
-    if (name.starts_with("exp_avg") && ++moments)
+    if (name.starts_with("exp_avg") && ++moments) {
       EXPECT_NE(name.find("model.layers." + std::to_string(r.order[1]) + ".self_attn."), std::string::npos) << name;
+    }
   EXPECT_GT(moments, 0);
 
   // M_k is an ordinary checkpoint whose recipe has the dsla layers and no distill section.
