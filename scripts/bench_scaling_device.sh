@@ -175,7 +175,9 @@ else
   victim=$(pgrep -P $mpirun_pid | tail -1)   # Open MPI starts the ranks of one machine as its children
   if [ -n "$victim" ]; then
     sleep 1; kill -9 "$victim"
-    timeout 300 tail --pid=$mpirun_pid -f /dev/null; wait $mpirun_pid; kill_rc=$?
+    # The job must end by itself; one still running after 5 minutes hangs, which fails the check.
+    timeout 300 tail --pid=$mpirun_pid -f /dev/null || { echo "   the job outlived its killed rank by 5 minutes" >&2; kill -9 $mpirun_pid; }
+    wait $mpirun_pid; kill_rc=$?
     half=""
     for c in "$kill_dir"/checkpoints/step_*; do
       [ -f "$c/model.safetensors" ] && [ -f "$c/optimizer.safetensors" ] && [ -f "$c/state.json" ] || half+=" $c"
