@@ -21,9 +21,17 @@ is torch.cuda.max_memory_allocated over the whole run of a config (weights, grad
 activations); held is torch.cuda.max_memory_reserved, what PyTorch's caching allocator took from the
 driver (live, cached and fragmented blocks). Prints one markdown row per config, in the columns bench/bench_train_step prints.
 Needs a CUDA GPU, torch and transformers (5.x).
+
+Under torchrun (WORLD_SIZE set) it is PyTorch DDP: one process per GPU (LOCAL_RANK), NCCL, every rank at
+the batch above (global batch = batch x world, each rank drawing its own tokens), the model wrapped in
+DistributedDataParallel before torch.compile. Rank 0 prints one row per config with the world size, the
+global tokens/s and tokens/s per GPU (median step over CUDA events, the slowest rank's event time each
+step), MFU per GPU and rank 0's peak memory (the ranks hold the same tensors).
+  torchrun --standalone --nproc-per-node 8 bench/hf_train_reference.py olmo2_1B
 """
 import argparse
 import gc
+import os
 import statistics
 
 import torch
@@ -38,6 +46,8 @@ CONFIGS = {
     "olmo2_1B": (2048, 16, 16, 8192, 4, 4096),
 }
 
+DDP_HEADER = ("| system | model | world | batch x seq per GPU | step ms (median) | tokens/s | tokens/s per GPU | MFU | "
+              "peak GiB | held GiB |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 HEADER = ("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB |\n"
           "| --- | --- | --- | --- | --- | --- | --- | --- |")
 
@@ -51,14 +61,17 @@ def build_model(d, layers, heads, ffn, seq):
     return Olmo2ForCausalLM(config).to("cuda", dtype=torch.float32).train()
 
 
-def run_config(name, steps, warmup, lr, clip, loss_mode):
+def run_config(name, steps, warmup, lr, clip, loss_mode, world):
     d, layers, heads, ffn, batch, seq = CONFIGS[name]
     torch.cuda.reset_peak_memory_stats()
     model = build_model(d, layers, heads, ffn, seq)
     weights = sum(p.numel() for p in model.parameters()) - VOCAB * d  # the lookup table does no FLOPs
     flops_per_token = 6.0 * weights + 6.0 * layers * d * seq
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    compiled = torch.compile(model)
+    # DDP wraps the eager module first, so its gradient hooks bucket the all-reduce under compiled code.
+    wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()]) \
+        if world > 1 else model
+    compiled = torch.compile(wrapped)
 
     def step():
         ids = torch.randint(0, VOCAB, (batch, seq), device="cuda")
@@ -85,6 +98,10 @@ def run_config(name, steps, warmup, lr, clip, loss_mode):
         end.record()
         end.synchronize()
         times_ms.append(start.elapsed_time(end))
+    if world > 1:  # a step lasts as long as its slowest rank
+        slowest = torch.tensor(times_ms, device="cuda")
+        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
+        times_ms = slowest.tolist()
     assert torch.isfinite(loss).item(), f"{name}: loss is not finite"
     median_ms = statistics.median(times_ms)
     tokens_per_s = batch * seq / (median_ms / 1e3)
@@ -92,10 +109,14 @@ def run_config(name, steps, warmup, lr, clip, loss_mode):
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
     held_gib = torch.cuda.max_memory_reserved() / 2**30
     system = "HF+torch.compile" + (" (eager loss)" if loss_mode == "eager" else "")
-    print(f"| {system} | {name} | {batch} x {seq} | {median_ms:.1f} | {tokens_per_s:,.0f} | "
-          f"{100 * mfu:.1f}% | {peak_gib:.1f} | {held_gib:.1f} |", flush=True)
+    if world == 1:
+        print(f"| {system} | {name} | {batch} x {seq} | {median_ms:.1f} | {tokens_per_s:,.0f} | "
+              f"{100 * mfu:.1f}% | {peak_gib:.1f} | {held_gib:.1f} |", flush=True)
+    elif torch.distributed.get_rank() == 0:
+        print(f"| {system} DDP | {name} | {world} | {batch} x {seq} | {median_ms:.1f} | {world * tokens_per_s:,.0f} | "
+              f"{tokens_per_s:,.0f} | {100 * mfu:.1f}% | {peak_gib:.1f} | {held_gib:.1f} |", flush=True)
 
-    del compiled, model, optimizer
+    del compiled, wrapped, model, optimizer
     gc.collect()
     torch._dynamo.reset()
     torch.cuda.empty_cache()
@@ -115,11 +136,19 @@ def main():
         parser.error("--steps and --warmup must be at least 1")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
-    torch.manual_seed(0)
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    print(HEADER, flush=True)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # torchrun: one process per GPU
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group("nccl")
+    rank = torch.distributed.get_rank() if world > 1 else 0
+    torch.manual_seed(rank)  # each rank draws its own batches; DDP broadcasts rank 0's initial weights
+    if rank == 0:
+        print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+        print(HEADER if world == 1 else DDP_HEADER, flush=True)
     for name in args.configs or list(CONFIGS):
-        run_config(name, args.steps, args.warmup, args.lr, args.clip, args.loss)
+        run_config(name, args.steps, args.warmup, args.lr, args.clip, args.loss, world)
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
