@@ -71,6 +71,7 @@ def distill(fathom, repo, out, key, sets, log=print):
     (folder, whether it ran now). A failing fathom is a TableError naming the chain and its log."""
     chain_dir = os.path.join(out, "runs", FOLDER, key)
     if is_complete(chain_dir):
+        check_not_stale(chain_dir, sets["distill.teacher"].split(":", 1)[1])
         log(f"  {FOLDER}/{key}: complete, skipped")
         return chain_dir, False
     all_sets = dict(sets)
@@ -96,6 +97,16 @@ def distill(fathom, repo, out, key, sets, log=print):
                          + tail(log_path, 8))
     DistillResult(chain_dir)  # exited 0: its distill.json must now be whole, else say what is missing
     return chain_dir, True
+
+
+def check_not_stale(chain_dir, teacher_dir):
+    """A chain finished before its teacher's metrics were last written was distilled from an earlier
+    teacher (one trained again, e.g. with other --steps): its numbers are not this teacher's."""
+    teacher_metrics = os.path.join(teacher_dir, "metrics.jsonl")
+    chain = os.path.join(chain_dir, "distill.json")
+    if os.path.isfile(teacher_metrics) and os.path.getmtime(chain) < os.path.getmtime(teacher_metrics):
+        raise TableError(f"{chain_dir} was distilled from an earlier teacher ({teacher_metrics} is newer); "
+                         f"remove {chain_dir} to distill it again from this one")
 
 
 def read_json(path, what):

@@ -247,6 +247,15 @@ class DistillLaunching(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertEqual(len(calls()), 4)  # teacher and entropy chain reused
             self.assertEqual(r.stdout.count("complete, skipped"), 2, r.stdout)
+            # A teacher trained again after the chains: they are stale, and the table says so.
+            metrics = os.path.join(runs, "teacher", "metrics.jsonl")
+            later = os.path.getmtime(os.path.join(runs, "entropy", "distill.json")) + 10
+            os.utime(metrics, (later, later))
+            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-conversion",
+                                "--scale", "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True,
+                               env=env)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("was distilled from an earlier teacher", r.stderr)
 
 
 BENCH_TABLE2 = """device: NVIDIA X, 1 SMs; medians
