@@ -7,8 +7,9 @@ OUT/<table>.png.
   scripts/tables.py TABLE|all [--scale tiny|small|paper] [--out DIR] [--steps N] [--jobs N]
                     [--fathom PATH] [--bench PATH] [--set key=value ...]
 
-Tables: moda-table3, moda-table6, mod, dsla-states (training); moda-table7, moda-table2 (GPU kernels).
-The DSLA conversion-fraction and layer-order tables need `fathom distill` and are not here yet.
+Tables: moda-table3, moda-table6, mod, dsla-states (training); dsla-conversion, dsla-order (a teacher
+trained once, then `fathom distill` chains; --steps sets the teacher's steps); moda-table7, moda-table2
+(GPU kernels).
 """
 
 import argparse
@@ -24,13 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tables import kernels, report  # noqa: E402
+from tables.distill_runs import FOLDER as DISTILL_FOLDER  # noqa: E402
+from tables.distill_tables import DISTILL_TABLES  # noqa: E402
 from tables.metrics import RunMetrics  # noqa: E402
 from tables.runs import SCALES, TableError, fathom_binary, read_metrics, scale_sets, train  # noqa: E402
 from tables.training_tables import TABLES  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_TABLES = ["moda-table7", "moda-table2"]
-ALL = [t.name for t in TABLES] + KERNEL_TABLES
+ALL = [t.name for t in TABLES] + [t.name for t in DISTILL_TABLES] + KERNEL_TABLES
 
 
 def parse_args(argv):
@@ -135,6 +138,27 @@ def training_table(table, args, fathom, log):
     log(f"{table.name}: wrote {md} and {png}")
 
 
+def distill_table(table, args, fathom, log):
+    out = os.path.abspath(args.out)
+    log(f"{table.name}: teacher and {len(table.orders)} distillation chain(s) at scale {args.scale} in "
+        f"{out}/runs/{DISTILL_FOLDER}")
+    results, ran = table.chains(fathom, REPO, out, args, log)
+    # One record per table: the chains are shared, but each table may be redrawn from them on its own.
+    info = measured_by(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
+    sections, effects = table.sections(results)
+    md = os.path.join(out, f"{table.name}.md")
+    png = os.path.join(out, f"{table.name}.png")
+    report.write_markdown(md, table.title, provenance(table, args, info, [
+        f"- run folders: runs/{DISTILL_FOLDER}/teacher (`fathom train`) and runs/{DISTILL_FOLDER}/"
+        f"{{{','.join(table.orders)}}} (`fathom distill`, each with distill.md, order.md and its exact command in "
+        f"the .log beside it)",
+        f"- figure: [{table.name}.png]({table.name}.png)"]),
+        sections + [summary(effects, "signs only: one seed, a small teacher, short chains")])
+    require_matplotlib(md)
+    table.plot(png, results)
+    log(f"{table.name}: wrote {md} and {png}")
+
+
 def require_matplotlib(written):
     try:
         import matplotlib  # noqa: F401
@@ -193,8 +217,11 @@ def main(argv):
     for name in names:
         try:
             training = next((t for t in TABLES if t.name == name), None)
+            distilled = next((t for t in DISTILL_TABLES if t.name == name), None)
             if training:
                 training_table(training, args, fathom_binary(args.fathom, REPO), log)
+            elif distilled:
+                distill_table(distilled, args, fathom_binary(args.fathom, REPO), log)
             else:
                 kernel_table(name, args, log)
         except TableError as e:

@@ -92,3 +92,45 @@ def plot_loss_curves(path, title, runs, routing=None):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_bars(path, title, labels, series, grouped=False, reference=None):
+    """Bar charts of per-row values. series: (name, values per label). Not grouped: one panel per
+    series; grouped: one panel, the series side by side per label, with an optional (name, value)
+    reference line (the teacher)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 1 if grouped else len(series)
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
+    if grouped:
+        ax = axes[0][0]
+        width = 0.8 / len(series)
+        for i, (name, values) in enumerate(series):
+            ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))], values, width,
+                   label=name, color=f"C{i % 10}")
+        if reference:
+            ax.axhline(reference[1], color="black", linestyle="--", linewidth=1, label=reference[0])
+        lows = [v for _, values in series for v in values] + ([reference[1]] if reference else [])
+        span = max(lows) - min(lows) or abs(max(lows)) * 0.01  # show the differences, not the distance from zero
+        ax.set_ylim(min(lows) - span, max(lows) + span)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    else:
+        for ax, (name, values) in zip(axes[0], series):
+            ax.bar(range(len(labels)), values, color=[f"C{i % 10}" for i in range(len(labels))])
+            if min(values) > 0:  # a loss: show the differences, not the distance from zero
+                span = max(values) - min(values) or abs(max(values)) * 0.01
+                ax.set_ylim(min(values) - span, max(values) + span)
+            ax.set_xticks(range(len(labels)), labels)
+            ax.set_ylabel(name)
+            ax.set_title(name, fontsize=10)
+            ax.grid(alpha=0.3, axis="y")
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -3,6 +3,7 @@ reading a finished run's metrics.jsonl."""
 
 import json
 import os
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 
@@ -114,7 +115,7 @@ def train(fathom, repo, out, table, run, sets, log=print):
     log_path = run_dir + ".log"
     log(f"  {table}/{run.key}: training ({'resuming' if started else 'new'}, log {log_path})")
     with open(log_path, "w", encoding="utf-8") as f:
-        f.write(" ".join(command) + "\n")
+        f.write(shlex.join(command) + "\n")
         f.flush()
         try:
             rc = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=repo)

@@ -3,6 +3,7 @@ messages, and one table end to end at tiny scale on the CPU.
 Usage: python3 tests/tables/test_tables.py FATHOM_BINARY   (exit 77: skipped, no matplotlib)"""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from tables.metrics import RunMetrics  # noqa: E402
 from tables.report import Effect  # noqa: E402
 from tables.runs import TableError, is_complete, read_metrics  # noqa: E402
 from tables.training_tables import DslaStates  # noqa: E402
+from tables import distill_runs  # noqa: E402
+from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
 
 FATHOM = None
 
@@ -105,6 +108,156 @@ class Gathering(unittest.TestCase):
         self.assertIn("| hybrid, 2 states | 81.19 | 3.2000 |", text)
 
 
+def write_chain(folder, teacher_loss, losses, layers, kv_saved=(256000, 512000), named=(True, True)):
+    """A fabricated distill.json (the layout `fathom distill` writes) with one model per entry of losses."""
+    os.makedirs(folder, exist_ok=True)
+    models = [{"k": k + 1, "layers": layers[:k + 1], "fraction": (k + 1) / 4, "named": named[k],
+               "checkpoint": f"{folder}/M_{k + 1}",
+               "validation": {"moby_dick": {"loss": loss, "ppl": math.exp(loss), "teacher_loss": teacher_loss,
+                                            "teacher_ppl": math.exp(teacher_loss)}},
+               "kv_bytes_saved_per_1k_tokens": kv_saved[k], "decode_tokens_per_second": 100.0}
+              for k, loss in enumerate(losses)]
+    data = {"teacher": {"validation": {"moby_dick": {"loss": teacher_loss, "ppl": math.exp(teacher_loss)}},
+                        "kv_bytes_per_1k_tokens": 1024000, "decode_tokens_per_second": 200.0}, "models": models}
+    with open(os.path.join(folder, "distill.json"), "w") as f:
+        json.dump(data, f)
+    with open(os.path.join(folder, "order.json"), "w") as f:
+        json.dump({"order": "entropy", "layers": [{"rank": i + 1, "layer": l} for i, l in enumerate(layers)]}, f)
+    return folder
+
+
+class DistillGathering(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def chain(self, key, *args, **kwargs):
+        return distill_runs.DistillResult(write_chain(os.path.join(self.tmp.name, key), *args, **kwargs))
+
+    def test_models_are_read_per_fraction(self):
+        r = self.chain("entropy", 3.0, [3.1, 3.3], [2, 0, 1, 3])
+        self.assertEqual(r.domain, "moby_dick")
+        self.assertAlmostEqual(r.at(0.25).loss, 3.1)
+        self.assertEqual(r.at(0.5).layers, [2, 0])
+        self.assertEqual(r.at(0.5).kv_saved, 512000)
+        self.assertEqual(distill_runs.attention_layers(r.dir), [2, 0, 1, 3])
+
+    def test_conversion_effects_follow_the_measured_chain(self):
+        table = DslaConversion()
+        sections, effects = table.sections({"entropy": self.chain("entropy", 3.0, [3.1, 3.3], [2, 0, 1, 3])})
+        self.assertEqual([e.verdict() for e in effects], ["agrees", "agrees", "agrees"])
+        self.assertAlmostEqual(effects[0].measured, math.exp(3.3) - math.exp(3.1))
+        text = "\n".join(sum(sections, []))
+        self.assertIn("| DSLA 50% | 2: 2, 0 | 9.89 | 6.19 | 3.3000 |", text)
+        self.assertIn("512,000 (50%)", text)
+        # 50% closer to the teacher than 25%: the paper's direction is contradicted, and said so
+        _, effects = table.sections({"entropy": self.chain("flipped", 3.0, [3.3, 3.1], [2, 0, 1, 3])})
+        self.assertEqual(effects[0].verdict(), "disagrees")
+
+    def test_order_effects_compare_against_the_random_chain(self):
+        results = {"entropy": self.chain("entropy", 3.0, [3.1, 3.2], [2, 0, 1, 3]),
+                   "sensitivity": self.chain("sensitivity", 3.0, [3.05, 3.4], [1, 3, 0, 2]),
+                   "random": self.chain("random", 3.0, [3.2, 3.3], [0, 2, 3, 1])}
+        sections, effects = DslaOrder().sections(results)
+        self.assertEqual([e.verdict() for e in effects], ["agrees", "disagrees"])
+        self.assertAlmostEqual(effects[1].measured, 0.1)
+        text = "\n".join(sum(sections, []))
+        self.assertIn("converts the same set as the random order", text)  # entropy: {0, 2} both
+
+    def test_random_order_is_a_fixed_shuffle(self):
+        order = distill_runs.random_order([3, 0, 2, 1])
+        self.assertEqual(sorted(order), [0, 1, 2, 3])
+        self.assertEqual(order, distill_runs.random_order([0, 1, 2, 3]))
+        self.assertNotEqual(distill_runs.random_order(list(range(16))), list(range(16)))
+
+    def test_an_incomplete_or_malformed_chain_is_an_error(self):
+        folder = os.path.join(self.tmp.name, "c")
+        with self.assertRaisesRegex(TableError, "no distill.json"):
+            distill_runs.DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))
+        write_chain(folder, 3.0, [3.1], [0, 1, 2, 3])
+        with self.assertRaisesRegex(TableError, "1 named models, expected one per fraction"):
+            distill_runs.DistillResult(folder)
+        write_chain(folder, 3.0, [3.1, 3.2, 3.3], [0, 1, 2, 3], kv_saved=(1, 2, 3), named=(True, False, True))
+        self.assertEqual(distill_runs.DistillResult(folder).at(0.5).k, 3)  # the intermediate M_2 is skipped
+        write_chain(folder, 3.0, [3.1, float("nan")], [0, 1, 2, 3])
+        with self.assertRaisesRegex(TableError, "validation.moby_dick.loss: not a finite number"):
+            distill_runs.DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))
+        with open(os.path.join(folder, "distill.json"), "w") as f:
+            f.write("{")
+        with self.assertRaisesRegex(TableError, "distill.json: not JSON"):
+            distill_runs.DistillResult(folder)
+
+    def test_distill_sets_name_the_teacher_order_and_fractions(self):
+        sets = distill_runs.distill_sets("tiny", None, {"train.threads": 2}, "/t/teacher", [3, 1, 0, 2])
+        self.assertEqual(sets["distill.teacher"], "checkpoint:/t/teacher")
+        self.assertEqual(sets["distill.order"], "[3, 1, 0, 2]")
+        self.assertEqual(sets["distill.layers"], "[0.25, 0.5]")
+        self.assertEqual(sets["train.threads"], 2)
+        self.assertNotIn("train.steps", sets)
+
+
+FAKE_FATHOM = """#!%s
+# Stands in for fathom: logs its arguments, then writes what a finished run or chain leaves.
+import json, math, os, sys
+sys.path.insert(0, %r)
+from test_tables import fabricated, write_chain, write_metrics
+args = sys.argv[1:]
+sets = dict(value.split("=", 1) for flag, value in zip(args, args[1:]) if flag == "--set")
+with open(os.environ["FAKE_FATHOM_LOG"], "a") as f:
+    f.write(" ".join(args[:1] + [a for a in args if a.startswith("--resume")] +
+                     [sets.get("distill.order", "")]).strip() + "\\n")
+if args[0] == "train":
+    write_metrics(sets["log.dir"], fabricated(3.0, int(sets["train.steps"])))
+else:
+    order = json.loads(sets["distill.order"]) if sets["distill.order"].startswith("[") else [2, 0, 1, 3]
+    write_chain(sets["log.dir"], 3.0, [3.1, 3.2], order)
+"""
+
+
+class DistillLaunching(unittest.TestCase):
+    def test_chains_share_the_teacher_skip_complete_ones_and_resume_started_ones(self):
+        with tempfile.TemporaryDirectory() as out:
+            fake = os.path.join(out, "fathom")
+            with open(fake, "w") as f:
+                f.write(FAKE_FATHOM % (sys.executable, os.path.dirname(os.path.abspath(__file__))))
+            os.chmod(fake, 0o755)
+            log = os.path.join(out, "calls")
+            env = dict(os.environ, FAKE_FATHOM_LOG=log)
+            runs = os.path.join(out, "runs", "dsla-distill")
+            os.makedirs(os.path.join(runs, "sensitivity", "M_1"))  # a chain stopped in its first layer
+
+            def calls():
+                with open(log) as f:
+                    return f.read().splitlines()
+            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-order", "--scale",
+                                "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            random_order = "[" + ", ".join(map(str, distill_runs.random_order([0, 1, 2, 3]))) + "]"
+            self.assertEqual(calls(), ["train", "distill entropy", "distill --resume sensitivity",
+                                       f"distill {random_order}"])
+            with open(os.path.join(out, "dsla-order.md")) as f:
+                self.assertIn("| random (seed 2506 shuffle) | not reported |", f.read())
+            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-conversion",
+                                "--scale", "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True,
+                               env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(len(calls()), 4)  # teacher and entropy chain reused
+            self.assertEqual(r.stdout.count("complete, skipped"), 2, r.stdout)
+            # A teacher trained again after the chains: they are stale, and the table says so.
+            metrics = os.path.join(runs, "teacher", "metrics.jsonl")
+            later = os.path.getmtime(os.path.join(runs, "entropy", "distill.json")) + 10
+            os.utime(metrics, (later, later))
+            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-conversion",
+                                "--scale", "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True,
+                               env=env)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("was distilled from an earlier teacher", r.stderr)
+
+
 BENCH_TABLE2 = """device: NVIDIA X, 1 SMs; medians
 ## Table 2
 
@@ -155,6 +308,13 @@ class EndToEnd(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(out, "dsla-states.md")))
             r = tables("dsla-states", "--scale", "tiny", "--out", out, "--fathom", os.path.join(out, "nothing"))
             self.assertIn("no fathom binary", r.stderr)
+
+    def test_a_failing_chain_is_reported_and_no_table_written(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = tables("dsla-order", "--scale", "tiny", "--out", out, "--fathom", "/bin/false")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("run dsla-distill/teacher failed (exit status 1)", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "dsla-order.md")))
 
     def test_kernel_tables_skip_at_tiny_scale(self):
         with tempfile.TemporaryDirectory() as out:
