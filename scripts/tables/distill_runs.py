@@ -6,10 +6,8 @@ import json
 import math
 import os
 import random
-import shlex
-import subprocess
 
-from .runs import Run, TableError, scale_sets, tail, train
+from .runs import Run, TableError, run_logged, scale_sets, train
 
 FOLDER = "dsla-distill"  # runs/dsla-distill/{teacher,entropy,sensitivity,random}: shared by both tables
 TEACHER_RECIPE = "recipes/quickstart.yaml"
@@ -82,19 +80,9 @@ def distill(fathom, repo, out, key, sets, log=print):
     started = os.path.isdir(chain_dir) and any(name.startswith("M_") for name in os.listdir(chain_dir))
     if started:
         command.append("--resume")
-    os.makedirs(os.path.dirname(chain_dir), exist_ok=True)
     log_path = chain_dir + ".log"
     log(f"  {FOLDER}/{key}: distilling ({'resuming' if started else 'new'}, log {log_path})")
-    with open(log_path, "w", encoding="utf-8") as f:
-        f.write(shlex.join(command) + "\n")
-        f.flush()
-        try:
-            rc = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=repo)
-        except OSError as e:
-            raise TableError(f"chain {FOLDER}/{key}: cannot start {fathom}: {e.strerror}") from None
-    if rc != 0:
-        raise TableError(f"chain {FOLDER}/{key} failed (exit status {rc}); last lines of {log_path}:\n"
-                         + tail(log_path, 8))
+    run_logged(command, log_path, repo, f"chain {FOLDER}/{key}")
     DistillResult(chain_dir)  # exited 0: its distill.json must now be whole, else say what is missing
     return chain_dir, True
 

@@ -111,23 +111,28 @@ def train(fathom, repo, out, table, run, sets, log=print):
         command += ["--set", f"{key}={value}"]
     started = os.path.isdir(os.path.join(run_dir, "checkpoints"))
     command.append("--resume" if started else "--overwrite")
-    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     log_path = run_dir + ".log"
     log(f"  {table}/{run.key}: training ({'resuming' if started else 'new'}, log {log_path})")
+    run_logged(command, log_path, repo, f"run {table}/{run.key}")
+    if not is_complete(run_dir, steps):
+        raise TableError(f"run {table}/{run.key} exited 0 but its metrics.jsonl has no evaluation at step "
+                         f"{steps}; see {log_path}")
+    return run_dir, True
+
+
+def run_logged(command, log_path, repo, what):
+    """Runs `command` in `repo` with its output in log_path (led by the command, shell-quoted, so it can
+    be pasted back); a start failure or a non-zero exit raises TableError naming `what` and the log."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as f:
         f.write(shlex.join(command) + "\n")
         f.flush()
         try:
             rc = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=repo)
         except OSError as e:
-            raise TableError(f"run {table}/{run.key}: cannot start {fathom}: {e.strerror}") from None
+            raise TableError(f"{what}: cannot start {command[0]}: {e.strerror}") from None
     if rc != 0:
-        raise TableError(f"run {table}/{run.key} failed (exit status {rc}); last lines of {log_path}:\n"
-                         + tail(log_path, 8))
-    if not is_complete(run_dir, steps):
-        raise TableError(f"run {table}/{run.key} exited 0 but its metrics.jsonl has no evaluation at step "
-                         f"{steps}; see {log_path}")
-    return run_dir, True
+        raise TableError(f"{what} failed (exit status {rc}); last lines of {log_path}:\n" + tail(log_path, 8))
 
 
 def recipe_steps(recipe_path):
