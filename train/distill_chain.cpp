@@ -1,8 +1,10 @@
 #include "train/distill_chain.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/checkpoint.h"
@@ -12,6 +14,7 @@
 #include "train/distill_objective.h"
 #include "train/distill_order.h"
 #include "train/distill_teacher.h"
+#include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/resume_check.h"
 #include "train/run.h"
@@ -27,6 +30,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 fs::path model_folder(const fs::path& chain, int64_t k) { return chain / ("M_" + std::to_string(k)); }
+
+// Where a finished model's measures (and the teacher's, in the chain's folder) are recorded.
+constexpr const char* kMeasuresFile = "measures.json";
+constexpr const char* kTeacherMeasuresFile = "teacher_measures.json";
+
+double weight_of(const Recipe::Distill& distill, const std::string& term) {
+  const auto it = distill.loss.find(term);
+  return it == distill.loss.end() ? 0.0 : it->second;
+}
+
+// The teacher as the memory plan counts it: loaded before each layer's run starts.
+TeacherMemoryInput teacher_memory(const Teacher& teacher, const Recipe::Distill& distill) {
+  TeacherMemoryInput t;
+  t.model = teacher.decoder().config();
+  t.bf16 = teacher.activation_dtype() == DType::bf16;
+  t.logits = weight_of(distill, "logit_kl") > 0;
+  t.layer_output = weight_of(distill, "layer_align") > 0;
+  t.resident = true;
+  return t;
+}
 
 // The step of a run folder's latest checkpoint; nullopt when it has none.
 std::optional<int64_t> saved_step(const fs::path& folder) {
@@ -107,14 +130,21 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
   DistillResult result;
   result.folder = folder;
   for (int64_t k = 0; k < plan.count; ++k) result.order.push_back(ranking.ranked[size_t(k)].layer);
+  std::vector<std::string> domains;
+  for (const auto& [domain, source] : data.validation) domains.push_back(domain);
   ModelMeasures& teacher_measures = result.teacher;
-  for (const auto& [domain, source] : data.validation)
-    teacher_measures.validation[domain] = evaluate(teacher.decoder(), source, recipe.train.batch_size,
-                                                   recipe.train.seq_len, recipe.eval.batches, device);
-  {
+  // Measured once per chain: a resumed chain reads the teacher's results back.
+  if (const auto recorded = read_measures(folder / kTeacherMeasuresFile, recipe.eval.batches, domains)) {
+    teacher_measures = *recorded;
+  } else {
+    for (const auto& [domain, source] : data.validation)
+      teacher_measures.validation[domain] = evaluate(teacher.decoder(), source, recipe.train.batch_size,
+                                                     recipe.train.seq_len, recipe.eval.batches, device);
     const ModelMeasures decoding = measure_decoding(teacher.decoder(), teacher.activation_dtype(), device);
     teacher_measures.kv_bytes_per_1k_tokens = decoding.kv_bytes_per_1k_tokens;
     teacher_measures.decode_tokens_per_second = decoding.decode_tokens_per_second;
+    write_measures(folder / kTeacherMeasuresFile, teacher_measures, recipe.eval.batches);
+    result.teacher_measured = true;
   }
   std::string order_text;
   for (int64_t layer : result.order) order_text += (order_text.empty() ? "" : ", ") + std::to_string(layer);
@@ -132,6 +162,23 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     const std::optional<int64_t> saved = saved_step(dir);
     // A run that saved nothing holds nothing to keep (it stopped before its first checkpoint).
     if (!saved && fs::exists(dir)) fs::remove_all(dir);
+    DistilledModel model;
+    model.k = k;
+    model.layers = converted;
+    model.fraction = double(k) / double(recipe.model.n_layers);
+    model.named = std::find(plan.named_models.begin(), plan.named_models.end(), k) != plan.named_models.end();
+    model.checkpoint = dir;
+    // A model finished and measured before: its recorded results, without building its run again.
+    if (saved == S) {
+      if (const auto recorded = read_measures(dir / kMeasuresFile, recipe.eval.batches, domains)) {
+        model.measures = *recorded;
+        log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
+            " finished before; its measures are read from " + (dir / kMeasuresFile).string());
+        result.models.push_back(std::move(model));
+        write_distill_report(folder, teacher_measures, result.models);
+        continue;
+      }
+    }
 
     // Layer k starts from M_{k-1} (the teacher for k = 1) with the new layer's gates initialised.
     TensorMap source;
@@ -154,6 +201,9 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     };
     run_options.forward = distill_forward_options(recipe.distill, layer);
     run_options.extra_losses = distill_teacher_losses(teacher, recipe.distill, layer);
+    run_options.teacher_memory = teacher_memory(teacher, recipe.distill);
+    const Clock::time_point layer_start = Clock::now();
+    if (device.is_cuda()) allocator_for(device).reset_peak(device);
     TrainingRun run(layer_recipe, run_options);
     source.clear();
     log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
@@ -194,15 +244,22 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
         return result;
       }
     }
-    DistilledModel model;
-    model.k = k;
-    model.layers = converted;
-    model.fraction = double(k) / double(recipe.model.n_layers);
-    model.named = std::find(plan.named_models.begin(), plan.named_models.end(), k) != plan.named_models.end();
-    model.checkpoint = dir;
+    // Its training's cost, before the measuring below adds to either.
+    const double train_seconds = std::chrono::duration<double>(Clock::now() - layer_start).count();
+    const double peak = device.is_cuda() ? double(allocator_for(device).stats(device).peak) : 0.0;
     model.measures = measure_decoding(run.model(), run.parameters().has_compute_copy() ? DType::bf16 : DType::f32,
                                       device);
     model.measures.validation = run.evaluate();
+    model.measures.train_seconds = train_seconds;
+    model.measures.peak_memory_bytes = peak;
+    model.measures.planned_memory_bytes = device.is_cuda() ? double(run.memory_plan().total()) : 0.0;
+    char cost[160];
+    std::snprintf(cost, sizeof cost, "layer %lld of %lld trained in %.1f s", (long long)k, (long long)K, train_seconds);
+    log(std::string(cost) + (device.is_cuda() ? ", peak memory " + gib(size_t(peak)) + " (plan " +
+                                                    gib(run.memory_plan().total()) + ")"
+                                              : std::string()));
+    write_measures(dir / kMeasuresFile, model.measures, recipe.eval.batches);
+    ++result.models_measured;
     result.models.push_back(std::move(model));
     write_distill_report(folder, teacher_measures, result.models);
   }

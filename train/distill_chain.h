@@ -9,7 +9,9 @@
 // Crash safety: a layer's run saves checkpoints as checkpoint.every says (and when stopped); --resume
 // skips the layers whose run finished, resumes the one that did not from its latest checkpoint, and,
 // since each run resumes bit for bit and every input of the next is a finished run's checkpoint, ends
-// with the weights of the uninterrupted chain.
+// with the weights of the uninterrupted chain. A finished M_k's measures (validation per domain,
+// decoding) are recorded in M_k/measures.json, the teacher's in teacher_measures.json: a resumed
+// chain reads them back and neither evaluates nor rebuilds a finished model.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -37,6 +39,9 @@ struct DistillResult {
   ModelMeasures teacher;
   bool stopped = false;                // stopped before the chain's end (resume continues it)
   int64_t steps_done = 0;              // training steps of this invocation
+  // What this invocation measured; a resumed chain reads the earlier results back (measures.json).
+  int64_t models_measured = 0;
+  bool teacher_measured = false;
 };
 
 DistillResult run_distillation(const Recipe& recipe, const DistillOptions& options);

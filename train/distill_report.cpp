@@ -5,7 +5,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/error.h"
 #include "core/file_io.h"
+#include "core/json.h"
 #include "train/device_select.h"
 
 namespace fathom {
@@ -50,6 +52,55 @@ ModelMeasures measure_decoding(const Decoder& model, DType activations, Device d
   return m;
 }
 
+void write_measures(const std::filesystem::path& file, const ModelMeasures& measures, int64_t eval_batches) {
+  JsonWriter w;
+  w.begin_object().key("eval_batches").value(eval_batches).key("validation").begin_object();
+  for (const auto& [domain, e] : measures.validation)
+    w.key(domain).begin_object().key("loss").value(e.loss).key("perplexity").value(e.perplexity).key("tokens")
+        .value(e.tokens).end_object();
+  w.end_object()
+      .key("kv_bytes_per_1k_tokens").value(measures.kv_bytes_per_1k_tokens)
+      .key("decode_tokens_per_second").value(measures.decode_tokens_per_second)
+      .key("train_seconds").value(measures.train_seconds)
+      .key("peak_memory_bytes").value(measures.peak_memory_bytes)
+      .key("planned_memory_bytes").value(measures.planned_memory_bytes)
+      .end_object();
+  write_file_atomically(file, w.str() + "\n");
+}
+
+std::optional<ModelMeasures> read_measures(const std::filesystem::path& file, int64_t eval_batches,
+                                           const std::vector<std::string>& domains) {
+  std::error_code error;
+  if (!std::filesystem::exists(file, error)) return std::nullopt;
+  const std::string source = file.string();
+  const YAML::Node root = parse_json(read_file(file), source);
+  auto number = [&](const YAML::Node& parent, const char* key) {
+    FATHOM_CHECK(parent.IsMap() && parent[key] && parent[key].IsScalar() && parent[key].Tag() == "?", source, ": '",
+                 key, "' must be a number (delete the file to measure the model again)");
+    return parent[key].as<double>();
+  };
+  int64_t batches = 0;
+  FATHOM_CHECK(root.IsMap() && root["eval_batches"] && json_integer(root["eval_batches"], batches), source,
+               ": 'eval_batches' must be an integer (delete the file to measure the model again)");
+  const YAML::Node validation = root["validation"];
+  FATHOM_CHECK(validation && validation.IsMap(), source, ": 'validation' must be an object");
+  if (batches != eval_batches || validation.size() != domains.size()) return std::nullopt;
+  ModelMeasures m;
+  for (const std::string& domain : domains) {
+    if (!validation[domain]) return std::nullopt;
+    EvalResult& e = m.validation[domain];
+    e.loss = number(validation[domain], "loss");
+    e.perplexity = number(validation[domain], "perplexity");
+    e.tokens = int64_t(number(validation[domain], "tokens"));
+  }
+  m.kv_bytes_per_1k_tokens = number(root, "kv_bytes_per_1k_tokens");
+  m.decode_tokens_per_second = number(root, "decode_tokens_per_second");
+  m.train_seconds = number(root, "train_seconds");
+  m.peak_memory_bytes = number(root, "peak_memory_bytes");
+  m.planned_memory_bytes = number(root, "planned_memory_bytes");
+  return m;
+}
+
 void write_distill_report(const std::filesystem::path& folder, const ModelMeasures& teacher,
                           const std::vector<DistilledModel>& models) {
   std::string md = "# Distillation\n\n| model | layers converted | which | fraction |";
@@ -58,10 +109,11 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
     md += " val loss " + domain + " (teacher) | val PPL " + domain + " (teacher) |";
     rule += "---|---|";
   }
-  md += " KV-cache bytes saved / 1K tokens | decode tokens/s |\n" + rule + "---|---|\n";
+  md += " KV-cache bytes saved / 1K tokens | decode tokens/s | layer train s | peak memory GiB (plan) |\n" + rule +
+        "---|---|---|---|\n";
   md += "| teacher | 0 | | 0 |";
   for (const auto& [domain, e] : teacher.validation) md += " " + fixed(e.loss, 4) + " | " + fixed(e.perplexity, 3) + " |";
-  md += " 0 | " + fixed(teacher.decode_tokens_per_second, 1) + " |\n";
+  md += " 0 | " + fixed(teacher.decode_tokens_per_second, 1) + " | | |\n";
 
   std::string json = "{\"teacher\": {\"validation\": {";
   bool first = true;
@@ -91,9 +143,18 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
               ", \"teacher_ppl\": " + fixed(t.perplexity, 6) + "}";
       first = false;
     }
-    md += " " + fixed(saved, 0) + " | " + fixed(m.measures.decode_tokens_per_second, 1) + " |\n";
+    const double gib = double(size_t(1) << 30);
+    md += " " + fixed(saved, 0) + " | " + fixed(m.measures.decode_tokens_per_second, 1) + " | " +
+          fixed(m.measures.train_seconds, 1) + " | " +
+          (m.measures.peak_memory_bytes > 0 ? fixed(m.measures.peak_memory_bytes / gib, 2) + " (" +
+                                                  fixed(m.measures.planned_memory_bytes / gib, 2) + ")"
+                                            : std::string("-")) +
+          " |\n";
     json += "}, \"kv_bytes_saved_per_1k_tokens\": " + fixed(saved, 0) +
-            ", \"decode_tokens_per_second\": " + fixed(m.measures.decode_tokens_per_second, 3) + "}";
+            ", \"decode_tokens_per_second\": " + fixed(m.measures.decode_tokens_per_second, 3) +
+            ", \"train_seconds\": " + fixed(m.measures.train_seconds, 3) +
+            ", \"peak_memory_bytes\": " + fixed(m.measures.peak_memory_bytes, 0) +
+            ", \"planned_memory_bytes\": " + fixed(m.measures.planned_memory_bytes, 0) + "}";
   }
   json += "]}\n";
   write_file_atomically(folder / "distill.md", md);

@@ -13,10 +13,38 @@ namespace {
 
 constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream workspace (kernels/cuda/matmul.cpp)
 
+// The teacher's part of a distillation step (the student's activations are already in the plan).
+void plan_teacher_memory(const TeacherMemoryInput& t, int64_t batch_size, int64_t seq_len, size_t student_act,
+                         MemoryPlan& p) {
+  const ModelConfig& c = t.model;
+  c.validate();
+  const size_t act = t.bf16 ? 2 : 4;
+  const size_t tokens = size_t(batch_size) * size_t(seq_len);
+  const Decoder teacher(c);  // unwritten host allocations, as above
+  size_t n = 0;
+  for (const Parameter& parameter : teacher.parameters()) n += size_t(parameter.var.shape().numel());
+  p.teacher_weights = n * (t.bf16 ? 6 : 4);
+  p.teacher_resident = t.resident;
+  // Under NoGrad a block's tensors live only while it runs: at most what it would save for backward,
+  // beside the residual stream; with layer_align every layer's output is kept until the forward ends.
+  size_t block = 0;
+  for (const LayerCost& cost : teacher.layer_costs(seq_len))
+    block = std::max(block, tokens * (size_t(cost.saved_elements) * act + size_t(cost.saved_stats) * 4));
+  const size_t hidden = tokens * size_t(c.d_model) * act;
+  const size_t layer_outputs = t.layer_output ? size_t(c.n_layers) * hidden : 0;
+  // What the step holds until its backward: the teacher's logits (and one layer's output), the
+  // student's whole logits (logit_kl forms them at once, not in chunks) with their fp32 lse and the
+  // teacher's, and in the backward the logits' gradient.
+  const size_t vocab_rows = tokens * size_t(c.vocab_size);
+  const size_t logits = t.logits ? vocab_rows * act + vocab_rows * student_act * 2 + tokens * 8 : 0;
+  p.teacher_forward = 2 * hidden + block + layer_outputs + logits;
+}
+
 }  // namespace
 
 size_t MemoryPlan::total() const {
-  return master_weights + compute_weights + gradients + optimizer_state + activations + logits + workspace;
+  return master_weights + compute_weights + gradients + optimizer_state + activations + logits + workspace +
+         teacher_weights + teacher_forward;
 }
 
 std::string gib(size_t bytes) {
@@ -40,6 +68,8 @@ std::string MemoryPlan::describe() const {
   line("activations", activations);
   line("logits", logits);
   line("workspace", workspace);
+  line(teacher_resident ? "teacher (loaded)" : "teacher weights", teacher_weights);
+  line("teacher forward", teacher_forward);
   line("total", total());
   return out;
 }
@@ -102,6 +132,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   // In fp32 the embeddings' weight gradient is a temporary before it is added into the arena; mixed
   // precision accumulates into the arena directly. (The head's dW is the loss's, counted above.)
   p.workspace = kGemmWorkspace + (in.bf16 ? 0 : 4 * size_t(c.vocab_size) * size_t(c.d_model));
+  if (in.teacher) plan_teacher_memory(*in.teacher, in.batch_size, in.seq_len, act, p);
   return p;
 }
 
@@ -114,6 +145,7 @@ int64_t loss_chunk_rows(int64_t vocab, size_t logit_bytes) {
 
 void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
                             const std::string& device) {
+  if (plan.teacher_resident) free_bytes += plan.teacher_weights;
   if (plan.total() <= free_bytes) return;
   std::string hints = "lower train.batch_size (now " + std::to_string(input.batch_size) +
                       "; activations and logits scale with it, raise train.grad_accum to keep the tokens per step)";
@@ -121,8 +153,11 @@ void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const Mem
     hints += ", set train.recompute: " + std::string(input.recompute == Recompute::none ? "selective or " : "") +
              "block (activations " + gib(plan.activations) + ")";
   if (!input.bf16) hints += ", use train.precision: bf16";
+  if (input.teacher && input.teacher->logits)
+    hints += "; the teacher's logits and the student's (" + gib(plan.teacher_forward) +
+             " with the teacher's forward) scale with train.batch_size too";
   FATHOM_FAIL("training needs about ", gib(plan.total()), " on ", device, " but only ", gib(free_bytes),
-              " are free (", plan.total(), " > ", free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ",
+              plan.teacher_resident ? " (with the loaded teacher's weights)" : "", " are free (", plan.total(), " > ", free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ",
               hints, ".");
 }
 

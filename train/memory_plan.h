@@ -4,12 +4,25 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "layers/model_config.h"
 #include "layers/recompute.h"
 
 namespace fathom {
+
+// Distillation (DESIGN.md 3.4): the frozen teacher beside the student, and what the teacher terms add
+// to each step.
+struct TeacherMemoryInput {
+  ModelConfig model;         // the teacher's
+  bool bf16 = false;         // a bf16 compute copy beside its fp32 weights, and bf16 activations
+  bool logits = false;       // logit_kl: the teacher's logits, and the student's whole logits and their gradient
+  bool layer_output = false;  // layer_align: the teacher's forward keeps every layer's output
+  // Its weights are on the device already (loaded before the run starts), so the device's free
+  // memory no longer includes them: the fit check gives them back.
+  bool resident = false;
+};
 
 struct MemoryPlanInput {
   ModelConfig model;
@@ -18,6 +31,7 @@ struct MemoryPlanInput {
   bool bf16 = false;       // mixed precision: bf16 weight copy and activations
   Recompute recompute = Recompute::none;  // train.recompute
   int64_t frozen_parameters = 0;          // train.frozen: elements with no gradient or optimizer state
+  std::optional<TeacherMemoryInput> teacher = std::nullopt;  // a distillation's teacher
 };
 
 struct MemoryPlan {
@@ -30,6 +44,10 @@ struct MemoryPlan {
                                // working set of the block being backpropagated
   size_t logits = 0;           // the head and loss: one chunk of logits, and the dh and dW they keep
   size_t workspace = 0;        // GEMM workspace and the fp32 path's weight-gradient temporaries
+  size_t teacher_weights = 0;  // a distillation's teacher: fp32 weights and their bf16 copy
+  size_t teacher_forward = 0;  // its NoGrad forward's working set, the targets it hands the step (logits,
+                               // layer output), and the student's whole logits and their gradient
+  bool teacher_resident = false;  // teacher_weights are on the device already (TeacherMemoryInput::resident)
 
   size_t total() const;
   // A few lines: one per part, in GiB, and the total.
@@ -39,7 +57,8 @@ struct MemoryPlan {
 MemoryPlan plan_training_memory(const MemoryPlanInput& input);
 
 // Throws, naming the requested and the available bytes and what to change (a smaller
-// train.batch_size, train.recompute: block, train.precision: bf16), when the plan exceeds free_bytes.
+// train.batch_size, train.recompute: block, train.precision: bf16), when the plan exceeds free_bytes
+// (plus the teacher's weights when they are resident: free_bytes was measured with them loaded).
 void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const MemoryPlanInput& input,
                             const std::string& device);
 

@@ -6,6 +6,7 @@
 #include "core/safetensors.h"
 #include "layers/decoder.h"
 #include "train/extra_losses.h"
+#include "train/memory_plan.h"
 
 namespace fathom {
 
@@ -20,6 +21,8 @@ struct RunOptions {
   // What each step's forward also reports, and losses added to its output before the objective.
   ForwardOptions forward{};
   ExtraLosses extra_losses = nullptr;
+  // The teacher those losses read: counted in the run's memory plan and its fit check.
+  std::optional<TeacherMemoryInput> teacher_memory = std::nullopt;
 };
 
 }  // namespace fathom

@@ -183,6 +183,27 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   const DistillResult third = run_distillation(parts, quiet(0, true));
   EXPECT_FALSE(third.stopped);
   EXPECT_EQ(third.steps_done, 7);
+  // Measured once each: the teacher by the first invocation, M_1 by the second (where it finished);
+  // the third reads both back from their records, bit for bit, and measures only M_2.
+  EXPECT_TRUE(first.teacher_measured);
+  EXPECT_FALSE(second.teacher_measured);
+  EXPECT_FALSE(third.teacher_measured);
+  EXPECT_EQ(second.models_measured, 1);
+  EXPECT_EQ(third.models_measured, 1);
+  ASSERT_EQ(third.models.size(), 2u);
+  const EvalResult& recorded = third.models[0].measures.validation.at("moby_dick");
+  const EvalResult& measured = second.models[0].measures.validation.at("moby_dick");
+  EXPECT_EQ(recorded.loss, measured.loss);
+  EXPECT_EQ(recorded.perplexity, measured.perplexity);
+  EXPECT_EQ(recorded.tokens, measured.tokens);
+  EXPECT_EQ(third.models[0].measures.decode_tokens_per_second, second.models[0].measures.decode_tokens_per_second);
+  EXPECT_EQ(third.teacher.validation.at("moby_dick").loss, first.teacher.validation.at("moby_dick").loss);
+  // A resume of the finished chain trains and measures nothing, and writes the same table.
+  const std::string table = text_of(dir / "parts" / "distill.json");
+  const DistillResult again = run_distillation(parts, quiet(0, true));
+  EXPECT_EQ(again.steps_done, 0);
+  EXPECT_EQ(again.models_measured, 0);
+  EXPECT_EQ(text_of(dir / "parts" / "distill.json"), table);
   for (int k = 1; k <= 2; ++k)
     EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))), weights_of(dir / "whole" / ("M_" + std::to_string(k))))
         << "M_" << k;
@@ -193,7 +214,9 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   EXPECT_EQ(at_boundary.steps_done, 10);
   EXPECT_EQ(at_boundary.models.size(), 1u);
   EXPECT_FALSE(latest_checkpoint(dir / "edge" / "M_2").has_value());
-  EXPECT_EQ(run_distillation(edge, quiet(0, true)).steps_done, 10);
+  const DistillResult edge_resumed = run_distillation(edge, quiet(0, true));
+  EXPECT_EQ(edge_resumed.steps_done, 10);
+  EXPECT_EQ(edge_resumed.models_measured, 1);  // M_2 only: M_1 finished and was measured before the stop
   EXPECT_EQ(weights_of(dir / "edge" / "M_2"), weights_of(dir / "whole" / "M_2"));
   // The entropy order is the same each time, and its table has a score per layer.
   EXPECT_EQ(text_of(dir / "parts" / "order.json"), text_of(dir / "whole" / "order.json"));

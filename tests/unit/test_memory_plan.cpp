@@ -2,6 +2,8 @@
 // start-up check that refuses a run which cannot fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "layers/decoder.h"
 #include "tests/unit/test_support.h"
 #include "train/memory_plan.h"
@@ -93,6 +95,58 @@ TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {
       fathom::testing::error_of([&] { check_memory_plan_fits(plan_training_memory(fp32), 1 << 30, fp32, "cuda:0"); });
   EXPECT_EQ(message.find("set train.recompute"), std::string::npos) << "recompute is already on: " << message;
   EXPECT_NE(message.find("train.precision: bf16"), std::string::npos) << message;
+}
+
+TEST(MemoryPlan, ADistillationCountsItsTeacher) {
+  // A 190M teacher (bf16) beside its student at 16 x 2048 tokens, with logit_kl and layer_align.
+  MemoryPlanInput in = olmo2_190m(true);
+  const MemoryPlan student = plan_training_memory(in);
+  in.teacher = TeacherMemoryInput{named_model_size("olmo2_190M"), true, true, true, false};
+  const MemoryPlan p = plan_training_memory(in);
+  const size_t n = size_t(parameter_count(named_model_size("olmo2_190M")));
+  EXPECT_EQ(p.teacher_weights, 6 * n);  // fp32 weights and their bf16 copy
+  const size_t tokens = 16 * 2048, hidden = tokens * 768 * 2, vocab_rows = tokens * size_t(100352);
+  const size_t block = tokens * (16896 * 2 + 16 * 4);  // a block's working set under NoGrad (as saved for backward)
+  // The residual stream twice, one block's working set, every layer's output (layer_align), the
+  // teacher's logits, the student's whole logits and their gradient, two fp32 lse per row.
+  EXPECT_EQ(p.teacher_forward, 2 * hidden + block + 12 * hidden + 3 * vocab_rows * 2 + tokens * 8);
+  EXPECT_EQ(p.total(), student.total() + p.teacher_weights + p.teacher_forward);
+  EXPECT_NE(p.describe().find("teacher weights"), std::string::npos) << p.describe();
+  EXPECT_NE(p.describe().find("teacher forward"), std::string::npos) << p.describe();
+  // Room for the student alone is not enough; the message names the teacher's part.
+  const std::string message =
+      fathom::testing::error_of([&] { check_memory_plan_fits(p, student.total(), in, "cuda:0"); });
+  EXPECT_NE(message.find("teacher forward"), std::string::npos) << message;
+  EXPECT_NE(message.find("the teacher's logits and the student's"), std::string::npos) << message;
+  check_memory_plan_fits(p, p.total(), in, "cuda:0");
+}
+
+TEST(MemoryPlan, ALoadedTeacherIsGivenBackToTheFreeMemory) {
+  ModelConfig small = named_model_size("olmo2_190M");
+  small.d_model = 128, small.n_layers = 2, small.n_heads = small.n_kv_heads = 2, small.ffn_hidden = 256;
+  small.vocab_size = 1000;
+  MemoryPlanInput in{small, 4, 64, true, Recompute::none};
+  in.teacher = TeacherMemoryInput{small, true, false, false, false};
+  const MemoryPlan plan = plan_training_memory(in);
+  // Without logit_kl nor layer_align only the forward's working set remains: the residual stream
+  // twice and one block's tensors.
+  const size_t tokens = 4 * 64;
+  size_t block = 0;
+  for (const LayerCost& cost : Decoder(small).layer_costs(64))
+    block = std::max(block, tokens * (size_t(cost.saved_elements) * 2 + size_t(cost.saved_stats) * 4));
+  EXPECT_EQ(plan.teacher_forward, 2 * tokens * 128 * 2 + block);
+  EXPECT_FALSE(plan.teacher_resident);
+  // A teacher loaded before the check is no longer in the free memory: its weights are given back.
+  in.teacher->resident = true;
+  const MemoryPlan loaded = plan_training_memory(in);
+  EXPECT_TRUE(loaded.teacher_resident);
+  EXPECT_EQ(loaded.total(), plan.total());
+  check_memory_plan_fits(loaded, plan.total() - plan.teacher_weights, in, "cuda:0");
+  fathom::testing::expect_error(
+      [&] { check_memory_plan_fits(loaded, plan.total() - plan.teacher_weights - 1, in, "cuda:0"); },
+      {"with the loaded teacher's weights", "teacher (loaded)"});
+  fathom::testing::expect_error([&] { check_memory_plan_fits(plan, plan.total() - 1, in, "cuda:0"); },
+                                {"teacher weights"});
 }
 
 TEST(MemoryPlan, BadInputsAreErrors) {
