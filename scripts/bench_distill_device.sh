@@ -5,7 +5,10 @@
 # measurement), then, side by side, two 25% variants for the paper's comparisons: one state instead
 # of two (gate_cos off: it compares two states' gates) and a fixed random order (Python's
 # random.Random(2506).shuffle of layers 0..11, as scripts/tables/distill_runs.py draws it).
-# Copies each run's log and each chain's distill.md/json and order.md to OUT.
+# Writes two files to OUT (a device session returns few): distill_bench.md (each chain's distill.md
+# and order.md, the per-layer time and memory lines, the teacher's last steps) and distill_bench.json
+# (each chain's distill.json by name); the runs' logs stay beside their folders in RUNS, and their
+# tails go to stdout when a run fails.
 # Usage: scripts/bench_distill_device.sh BIN OUT [RUNS] [TEACHER_STEPS] [STEPS_PER_LAYER]
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_distill_device.sh BIN OUT [RUNS] [TEACHER_STEPS] [STEPS_PER_LAYER]}
@@ -18,13 +21,13 @@ mkdir -p "$OUT" "$RUNS" || exit 2
 RUNS=$(cd "$RUNS" && pwd)
 F="$BIN/fathom"
 
-stage() {  # name, limit in seconds, command...: the command's output in OUT/name.log, its time on stdout
+stage() {  # name, limit in seconds, command...: the command's output in RUNS/name.log, its time on stdout
   local name=$1 limit=$2 start=$SECONDS
   shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" > "$RUNS/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc after $((SECONDS - start)) s"
-  [ $rc -eq 0 ] || tail -25 "$OUT/$name.log"
+  [ $rc -eq 0 ] || tail -25 "$RUNS/$name.log"
   return $rc
 }
 
@@ -39,10 +42,34 @@ stage one_state 200 "$F" distill recipes/dsla/distill_190m.yaml "${common[@]}" -
 stage random 200 "$F" distill recipes/dsla/distill_190m.yaml "${common[@]}" --set "log.dir=$RUNS/random" \
   --set "distill.order=$RANDOM_ORDER" --set "distill.layers=[0.25]" &
 wait
-for chain in entropy one_state random; do
-  for file in distill.md distill.json order.md; do
-    [ -f "$RUNS/$chain/$file" ] && cp "$RUNS/$chain/$file" "$OUT/$chain.$file"
+md="$OUT/distill_bench.md"
+{
+  echo "# fathom distill on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%Y-%m-%d)"
+  echo
+  echo "## teacher (last log lines)"
+  echo
+  tail -4 "$RUNS/teacher.log" | sed 's/^/    /'
+  for chain in entropy one_state random; do
+    echo
+    echo "## chain $chain"
+    echo
+    grep -h "fathom distill\|trained in" "$RUNS/$chain.log" 2>/dev/null | sed 's/^/    /'
+    for file in distill.md order.md; do
+      echo
+      cat "$RUNS/$chain/$file" 2>/dev/null || echo "(no $file: the chain did not finish)"
+    done
   done
-done
-grep -h "fathom distill\|trained in\|layers to dsla" "$OUT"/entropy.log "$OUT"/one_state.log "$OUT"/random.log
-cat "$OUT/entropy.distill.md" 2>/dev/null
+} > "$md"
+{
+  echo "{"
+  first=1
+  for chain in entropy one_state random; do
+    [ -f "$RUNS/$chain/distill.json" ] || continue
+    [ $first -eq 1 ] || echo ","
+    printf '"%s": ' "$chain"
+    cat "$RUNS/$chain/distill.json"
+    first=0
+  done
+  echo "}"
+} > "$OUT/distill_bench.json"
+cat "$md"
