@@ -4,7 +4,9 @@
 // FLOPs counted per state, token and head (d the head dim, C = 64 the usual chunk): forward
 // 4 d^2 (q S and the k^T v state update) + 2 C d (causal half of the chunk's scores and A v);
 // backward 2.5x the forward. Bytes: what the kernels must read and write at least (inputs once).
-// Usage: bench_dsla [--json PATH] [--min-reps N]
+// Usage: bench_dsla [--json PATH] [--min-reps N] [--once]
+// --once: one forward + backward of each training size with two states and no timing, for a profiler
+// (ncu) to time each kernel.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -87,19 +89,23 @@ double forward_flops(const Size& s) {
 int main(int argc, char** argv) {
   std::string json_path;
   int min_reps = 5;
+  bool once = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
+    if (a == "--once") {
+      once = true;
+    } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (a == "--min-reps" && i + 1 < argc) {
       min_reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: bench_dsla [--json PATH] [--min-reps N]\n");
+      std::fprintf(stderr, "usage: bench_dsla [--json PATH] [--min-reps N] [--once]\n");
       return 2;
     }
   }
 #if !FATHOM_WITH_CUDA
   (void)min_reps;
+  (void)once;
   std::printf("bench_dsla: fathom was built without CUDA; nothing to measure\n");
   return 0;
 #else
@@ -113,6 +119,13 @@ int main(int argc, char** argv) {
     const Tensor q = bf16_tensor(shape, 1, 1.f), k = bf16_tensor(shape, 2, 1.f), v = bf16_tensor(shape, 3, 1.f);
     const Tensor dout = bf16_tensor(shape, 4, 1.f), g1 = gate_tensor(shape, 5), g2 = gate_tensor(shape, 6);
     const Tensor gamma = Tensor::full({s.H}, 0.5, DType::f32, kGpu);
+    if (once) {
+      (void)fathom::dsla_forward(q, k, v, g1, g2, gamma);
+      (void)fathom::dsla_backward(dout, q, k, v, g1, g2, gamma);
+      check(cudaDeviceSynchronize(), "synchronize");
+      std::printf("| %s | 2 | (once, untimed) |\n", s.name);
+      continue;
+    }
     for (int states : {1, 2}) {
       const Tensor g2s = states == 2 ? g2 : Tensor();
       const double fwd = time_ms(min_reps, [&] { (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma); });
@@ -136,6 +149,7 @@ int main(int argc, char** argv) {
       add_json(line);
     }
   }
+  if (once) return 0;
   std::printf("\n| decode batch | states | step ms (one token per sequence) | state bytes per layer MB |\n");
   std::printf("|---:|---:|---:|---:|\n");
   for (int64_t B : {1, 64}) {

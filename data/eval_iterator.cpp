@@ -32,4 +32,10 @@ std::optional<TokenBatch> EvalIterator::next() {
   return gather_windows(*source_, windows, seq_len_);
 }
 
+bool EvalIterator::skip() {
+  if (next_window_ >= num_windows_) return false;
+  next_window_ += std::min(uint64_t(batch_size_), num_windows_ - next_window_);
+  return true;
+}
+
 }  // namespace fathom

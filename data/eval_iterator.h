@@ -19,6 +19,9 @@ class EvalIterator {
   // The next batch, or nullopt when done. Batches have batch_size rows except the last, which holds
   // the remaining windows.
   std::optional<TokenBatch> next();
+  // Passes over the next batch without reading it (a rank skipping the batches another rank
+  // evaluates); false when done.
+  bool skip();
   // Starts again from the first window.
   void reset() { next_window_ = 0; }
 

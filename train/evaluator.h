@@ -11,6 +11,7 @@
 
 namespace fathom {
 
+class Communicator;
 struct Recipe;
 
 struct EvalResult {
@@ -27,9 +28,12 @@ enum class EvalRouting { topk, causal };
 EvalRouting parse_eval_routing(const std::string& name);  // "topk" | "causal"; else an error naming them
 
 // Runs up to max_batches batches of consecutive windows of `source` through the model, without
-// recording a graph.
+// recording a graph. With `ranks` (data parallel: every rank holds the same weights and calls this
+// together), rank r evaluates batches r, r + world, ... and every rank returns the whole result, equal
+// bit for bit to one process evaluating every batch.
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing = EvalRouting::topk);
+                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing = EvalRouting::topk,
+                    Communicator* ranks = nullptr);
 
 // The routing metrics of an evaluation of `domain` for metrics.jsonl, per routed layer L:
 // mod.L<i>.{accuracy, precision, recall, router_agreement, routed_fraction, topk_fraction}/<domain>.

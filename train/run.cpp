@@ -191,12 +191,13 @@ fs::path TrainingRun::save() {
 std::map<std::string, EvalResult> TrainingRun::evaluate() {
   NoGrad no_grad;
   std::map<std::string, EvalResult> results;
-  // Every rank holds the same weights: rank 0 evaluates for all of them.
-  if (!writes()) return results;
+  // Every rank holds the same weights: each evaluates its share of the batches, and each gets the
+  // whole result; rank 0 records it.
   for (const auto& [domain, source] : data_.validation) {
     const EvalResult e = fathom::evaluate(*model_, source, recipe_.train.batch_size, recipe_.train.seq_len,
-                                          recipe_.eval.batches, device_);
+                                          recipe_.eval.batches, device_, EvalRouting::topk, comm_);
     results[domain] = e;
+    if (!writes()) continue;
     std::vector<std::pair<std::string, double>> fields{{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}};
     for (auto& field : routing_metrics(e, domain)) fields.push_back(std::move(field));
     metrics_->write("eval", state_.step, fields);

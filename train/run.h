@@ -47,7 +47,8 @@ class TrainingRun {
   bool finished() const { return state_.step >= recipe_.train.steps; }
   // Saves a checkpoint of the current step (the folder's first one lets a replaced run go).
   std::filesystem::path save();
-  // Every validation domain, without gradients; written to metrics.jsonl and the console.
+  // Every validation domain, without gradients, its batches shared among the ranks (every rank must
+  // call it); written to metrics.jsonl and the console.
   std::map<std::string, EvalResult> evaluate();
   // A console line (none when quiet, and none on ranks other than 0).
   void log(const std::string& line) const;

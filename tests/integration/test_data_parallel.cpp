@@ -33,10 +33,14 @@ const char* const kMpiexec = nullptr;
 
 const std::string kCorpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart";
 
-std::string recipe_text(int steps) {
+// validation: with a Moby Dick domain evaluated every 3 steps on 5 batches.
+std::string recipe_text(int steps, bool validation = false) {
+  const std::string eval = validation ? ", validation: {moby: [" + kCorpus + "/validation/moby_dick.txt]}}\n"
+                                        "eval: {every: 3, batches: 5}\n"
+                                      : "}\n";
   return "name: dp\n"
          "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
-         "data: {tokenizer: bytes, train: [" + kCorpus + "/train/sotu_2009-2019.txt]}\n"
+         "data: {tokenizer: bytes, train: [" + kCorpus + "/train/sotu_2009-2019.txt]" + eval +
          "train: {device: cpu, threads: 1, batch_size: 2, seq_len: 32, steps: " + std::to_string(steps) +
          ", optimizer: {lr: 3.0e-3, clip: 1.0}, schedule: {warmup_steps: 2}}\n"
          "checkpoint: {every: 3, keep_last: 10}\n"
@@ -136,6 +140,28 @@ TEST_F(DataParallel, TwoRanksTrainBitForBitAsOneProcessWithTheSameGlobalBatch) {
   // Only rank 0 speaks: one closing line.
   EXPECT_NE(out.find("done at step 6"), std::string::npos) << out;
   EXPECT_EQ(out.find("done at step 6"), out.rfind("done at step 6")) << out;
+}
+
+// The ranks share the validation batches (rank 0 takes 0, 2, 4 of the five, rank 1 takes 1 and 3)
+// and sum each batch's loss into its own slot: the evaluation is one process's, bit for bit.
+TEST_F(DataParallel, TwoRanksShareTheValidationBatchesAndMatchOneProcess) {
+  std::ofstream(dir_ / "recipe.yaml") << recipe_text(6, true);
+  const fs::path one = run("one", 0, "--set train.grad_accum=2");
+  const fs::path two = run("two", 2, "");
+  const auto evals = [](const fs::path& run_dir) {
+    std::vector<std::string> lines;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"kind\":\"eval\"") != std::string::npos) lines.push_back(line);
+    return lines;
+  };
+  const std::vector<std::string> a = evals(one), b = evals(two);
+  ASSERT_EQ(a.size(), 2u) << "evaluations at steps 3 and 6";
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a[0].find("\"loss/moby\""), std::string::npos) << a[0];
+  const std::string out = read_text(dir_ / "two" / "out.txt");
+  EXPECT_NE(out.find("eval moby @ step 6 | loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 320 tokens"), std::string::npos) << out;  // 5 batches of 2 x 32: every batch counted
 }
 
 TEST_F(DataParallel, ThreeRanksTrainAsOneProcessWithinRoundingOfTheReductionOrder) {

@@ -276,6 +276,24 @@ TEST(EvalIterator, CappedAtMaxBatches) {
   EXPECT_NE(message.find("T = 1001"), std::string::npos) << message;
 }
 
+TEST(EvalIterator, SkipPassesOverABatchWithoutChangingTheOthers) {
+  const std::vector<uint32_t> tokens = random_tokens(1001, 257, 42);
+  auto source = vector_source(tokens, 257);
+  EvalIterator skipping(source, 3, 10, 5), full(source, 3, 10, 5);
+  for (int b = 0; b < 5; ++b) {
+    std::optional<TokenBatch> expected = full.next();
+    if (b % 2 == 1) {
+      EXPECT_TRUE(skipping.skip());
+    } else {
+      std::optional<TokenBatch> got = skipping.next();
+      ASSERT_TRUE(got.has_value());
+      EXPECT_TRUE(same_batch(*got, *expected)) << "batch " << b;
+    }
+  }
+  EXPECT_FALSE(skipping.skip());
+  EXPECT_FALSE(skipping.next().has_value());
+}
+
 TEST(QuickstartCorpus, TokenizedIntoAShardTheLoaderReads) {
   const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/validation/moby_dick.txt";
   const std::unique_ptr<Tokenizer> tok = make_tokenizer("bytes");

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/dsla/dsla_chunk.cuh"
 #include "kernels/cuda/dsla/dsla_launch.h"
+#include "kernels/cuda/dsla/dsla_reduce.cuh"
 #include "kernels/cuda/runtime/float_dispatch.h"
 #include "kernels/cuda/runtime/runtime.h"
 #include "kernels/dsla.h"
@@ -203,37 +204,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dk[b, t, hk] = sum of dk_heads over the G query heads of hk (when G > 1); dv[b, t, hk] = sum over the
-// key slices and the G query heads of the partials. Fixed order: the same bits every run.
-template <typename T>
-__global__ void dsla_reduce_kv_kernel(const float* __restrict__ dk_heads, const float* __restrict__ dv_parts,
-                                      T* __restrict__ dk, T* __restrict__ dv, int64_t rows, int Hk, int G, int D,
-                                      int slices, bool reduce_dk) {
-  const int64_t n = rows * Hk * D, stride_part = rows * Hk * G * D;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (int64_t(Hk) * D);
-    const int hk = int(i / D % Hk), e = int(i % D);
-    float sk = 0.0f, sv = 0.0f;
-    for (int g = 0; g < G; ++g) {
-      const int64_t src = (r * Hk * G + int64_t(hk) * G + g) * D + e;
-      if (reduce_dk) sk += dk_heads[src];
-      for (int p = 0; p < slices; ++p) sv += dv_parts[p * stride_part + src];
-    }
-    if (reduce_dk) dk[i] = from_float<T>(sk);
-    dv[i] = from_float<T>(sv);
-  }
-}
-
-__global__ void dsla_reduce_dgamma_kernel(const float* __restrict__ parts, float* __restrict__ dgamma, int64_t B,
-                                          int H, int slices) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= H) return;
-  float s = 0.0f;
-  for (int64_t b = 0; b < B; ++b)
-    for (int p = 0; p < slices; ++p) s += parts[(b * H + h) * slices + p];
-  dgamma[h] = s;
-}
-
 template <typename T, int D, bool TWO>
 void launch_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
                      const Tensor& g2, const Tensor& gamma, DslaGrads& grads) {
@@ -258,12 +228,12 @@ void launch_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, con
       optional_data(grads.dg2), static_cast<float*>(dgamma_parts.raw()), T_len, H, Hk);
   CUDA_CHECK_LAUNCH();
   const int64_t n = B * T_len * Hk * D;
-  dsla_reduce_kv_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
+  reduce_kv_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
       static_cast<const float*>(dk_heads.raw()), static_cast<const float*>(dv_parts.raw()),
       static_cast<T*>(grads.dk.raw()), static_cast<T*>(grads.dv.raw()), B * T_len, Hk, G, D, slices, !dk_direct);
   CUDA_CHECK_LAUNCH();
   if (TWO) {
-    dsla_reduce_dgamma_kernel<<<unsigned((H + 127) / 128), 128, 0, stream>>>(
+    reduce_dgamma_kernel<<<unsigned((H + 127) / 128), 128, 0, stream>>>(
         static_cast<const float*>(dgamma_parts.raw()), static_cast<float*>(grads.dgamma.raw()), B, H, slices);
     CUDA_CHECK_LAUNCH();
   }

@@ -2,9 +2,10 @@
 // Both states are handled by every block from one load of its chunk's q, k, v (and do); only the gates
 // and states differ. The sequence is parallel over chunks in two passes:
 //   1. per chunk n and state: U_n = (k e^{b_L - b})^T v (and for the backward W_n = scale (q e^{b})^T do),
-//      the chunk's contribution to the state (to the state gradient), and the chunk's total gate b_L;
-//   2. a scan over chunks per state element turns them, in place, into each chunk's starting state
-//      S_n (forward order, from the initial state) and state gradient dH_n (reverse order, from zero);
+//      the chunk's contribution to the state (to the state gradient), in fp32, and the chunk's total b_L;
+//   2. a scan over chunks per state element, in fp32, turns them into each chunk's starting state S_n
+//      (forward order, from the initial state) and state gradient dH_n (reverse order, from zero), stored
+//      in bf16: the form in which the tensor cores read them (the final state stays fp32);
 //   3. per chunk: the outputs (forward) or dq, dk, dv and the gate gradient (backward, three kernels
 //      that each read the chunk once for both states), with the intra-chunk terms as in
 //      dsla_tensor_core.cuh.
@@ -19,6 +20,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/dsla/dsla_launch.h"
+#include "kernels/cuda/dsla/dsla_reduce.cuh"
 #include "kernels/cuda/dsla/dsla_tensor_core.cuh"
 #include "kernels/cuda/runtime/device_math.cuh"
 #include "kernels/cuda/runtime/runtime.h"
@@ -32,9 +34,14 @@ using namespace dsla_tc;
 using RowM = wm::row_major;
 using ColM = wm::col_major;
 
+static_assert(kWarps == 16, "chunk_scores splits the block into 6 warps of tiles and 10 of exact diagonals");
+
 // The six sub-block pairs (I, J), J < I, of a chunk's off-diagonal scores.
 __constant__ int kPairI[6] = {1, 2, 2, 3, 3, 3};
 __constant__ int kPairJ[6] = {0, 0, 1, 0, 1, 2};
+// The ten 4 x 4 tiles (I, J), J <= I, of a 16 x 16 diagonal sub-block's lower triangle.
+__constant__ int kTileI[10] = {0, 1, 1, 2, 2, 2, 3, 3, 3, 3};
+__constant__ int kTileJ[10] = {0, 0, 1, 0, 1, 2, 0, 1, 2, 3};
 
 template <int D>
 struct Strides {
@@ -42,13 +49,72 @@ struct Strides {
   static constexpr int rows_bytes = kChunk * LB * 2;    // bf16 [64][LB]
   static constexpr int gates_bytes = kChunk * LF * 4;   // fp32 [64][LF]
   static constexpr int score_f_bytes = kChunk * kLdScoreF * 4, score_b_bytes = kChunk * kLdScoreB * 2;
+  static constexpr int scratch_bytes = kThreads * 4;    // ColumnScan's exchange, block_sum's
   __host__ __device__ static constexpr int bf16_rows(int rows) { return rows * LB * 2; }
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
-// Qt (q_t e^{b_t - b_16I} for rows t >= 16, row t - 16) and Kt (k_j e^{b_16I - b_j}, j < 16 I, rows from
-// key_rows_offset(I)): the factor operands of the off-diagonal scores.
+// Four bf16 at p (8-byte aligned) as floats; four floats at p (16-byte aligned).
+__device__ __forceinline__ void load4(float (&x)[4], const bf16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  x[0] = a.x, x[1] = a.y, x[2] = c.x, x[3] = c.y;
+}
+__device__ __forceinline__ void load4(float (&x)[4], const float* p) {
+  const float4 u = *reinterpret_cast<const float4*>(p);
+  x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w;
+}
+
+// The chunk's position: block (n, h, b) of the grid (chunks, query heads, batch).
+struct ChunkPos {
+  int n, h, hk, L;
+  int64_t b, t0;
+  __device__ ChunkPos(int64_t T_len, int H, int Hk)
+      : n(blockIdx.x), h(blockIdx.y), hk(blockIdx.y / (H / Hk)), L(0), b(blockIdx.z), t0(int64_t(blockIdx.x) * kChunk) {
+    L = chunk_rows(t0, T_len);
+  }
+  // Element (t, c) of a [B, T, heads, D] tensor at this chunk's row t.
+  __device__ int64_t at(int t, int c, int64_t T_len, int heads, int head, int D) const {
+    return ((b * T_len + t0 + t) * heads + head) * int64_t(D) + c;
+  }
+  // The chunk's row 0 of `head` in a [B, T, heads, D] tensor; row t, column c is at t heads D + c from it.
+  template <typename T>
+  __device__ T* first_row(T* x, int64_t T_len, int heads, int head, int D) const {
+    return x + at(0, 0, T_len, heads, head, D);
+  }
+};
+
+// For each state s: a barrier (the previous state's work is done with the block's buffers), its
+// cumulative gates into bs, then f(s, w, slot) with the state's weight w (1 without gamma) and its
+// [.., NS, N] slot.
+template <int D, bool TWO, typename F>
+__device__ __forceinline__ void for_each_state(const ChunkPos& p, float* bs, float* scratch, const float* g1,
+                                               const float* g2, const float* gamma, int64_t T_len, int H, int N, F&& f) {
+  constexpr int NS = TWO ? 2 : 1;
+#pragma unroll 1  // one state at a time keeps the per-state registers once
+  for (int s = 0; s < NS; ++s) {
+    const float w = TWO && gamma != nullptr ? (s == 0 ? gamma[p.h] : 1.0f - gamma[p.h]) : 1.0f;
+    const int64_t slot = ((p.b * H + p.h) * NS + s) * N + p.n;
+    __syncthreads();
+    load_cumulative_gates<D>(bs, scratch, s == 0 ? g1 : g2, p.b, p.t0, p.L, T_len, H, p.h);
+    f(s, w, slot);
+  }
+}
+
+// Kt (k_j e^{b_16I - b_j}, j < 16 I, rows from key_rows_offset(I)): the key factors of the off-diagonal
+// scores.
+template <int D>
+__device__ __forceinline__ void build_key_factors(bf16* kt, const bf16* ks, const float* bs) {
+  constexpr int LB = ldb<D>(), LF = ldf<D>();
+  for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {
+    const int r = i / D, c = i % D, I = r < 16 ? 1 : r < 48 ? 2 : 3, j = r - key_rows_offset(I);
+    kt[r * LB + c] = __float2bfloat16_rn(bf(ks[j * LB + c]) * exp2f(bs[16 * I * LF + c] - bs[j * LF + c]));
+  }
+}
+// Qt (q_t e^{b_t - b_16I} for rows t >= 16, row t - 16) and Kt: the factor operands of the off-diagonal
+// scores.
 template <int D>
 __device__ __forceinline__ void build_score_factors(bf16* qt, bf16* kt, const bf16* qs, const bf16* ks, const float* bs) {
   constexpr int LB = ldb<D>(), LF = ldf<D>();
@@ -56,62 +122,92 @@ __device__ __forceinline__ void build_score_factors(bf16* qt, bf16* kt, const bf
     const int r = i / D, c = i % D, t = 16 + r, ref = t / 16 * 16;
     qt[r * LB + c] = __float2bfloat16_rn(bf(qs[t * LB + c]) * exp2f(bs[t * LF + c] - bs[ref * LF + c]));
   }
-  for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {
-    const int r = i / D, c = i % D, I = r < 16 ? 1 : r < 48 ? 2 : 3, j = r - key_rows_offset(I);
-    kt[r * LB + c] = __float2bfloat16_rn(bf(ks[j * LB + c]) * exp2f(bs[16 * I * LF + c] - bs[j * LF + c]));
+  build_key_factors<D>(kt, ks, bs);
+}
+
+// The exact diagonal sub-blocks of the scores, by warps 6..15: each of the 4 x 10 lower-triangle 4 x 4
+// tiles is summed by 8 threads over interleaved groups of 4 columns c (registers hold the tile's rows),
+// then reduced across them by shuffles. Entries above the diagonal are left unwritten.
+template <int D>
+__device__ __forceinline__ void diagonal_scores(float* as, const bf16* qs, const bf16* ks, const float* bs) {
+  constexpr int LB = ldb<D>(), LF = ldf<D>(), kSlices = 8, kGroups = D / 4 / kSlices;
+  const int d = threadIdx.x - 6 * 32, slice = d % kSlices, tile = d / kSlices, sub = tile / 10;
+  const int t0 = 16 * sub + 4 * kTileI[tile % 10], j0 = 16 * sub + 4 * kTileJ[tile % 10];
+  float a[4][4] = {};
+#pragma unroll
+  for (int grp = 0; grp < kGroups; ++grp) {
+    const int c = (grp * kSlices + slice) * 4;
+    float q[4][4], bq[4][4], k[4][4], bk[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      load4(q[u], qs + (t0 + u) * LB + c);
+      load4(bq[u], bs + (t0 + u) * LF + c);
+      load4(k[u], ks + (j0 + u) * LB + c);
+      load4(bk[u], bs + (j0 + u) * LF + c);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[u][e] += q[u][x] * k[e][x] * exp2f(bq[u][x] - bk[e][x]);
   }
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+#pragma unroll
+      for (int m = 1; m < kSlices; m <<= 1) a[u][e] += __shfl_xor_sync(0xffffffffu, a[u][e], m);
+      if ((u * 4 + e) / 2 == slice && j0 + e <= t0 + u) as[(t0 + u) * kLdScoreF + j0 + e] = a[u][e];
+    }
 }
 
 // A[t][j] = sum_c q_tc k_jc e^{b_tc - b_jc} for j <= t into as (fp32 [64][kLdScoreF]; entries above the
-// diagonal are left unwritten): warps 0..5 take the off-diagonal tiles, every thread the exact diagonal.
+// diagonal are left unwritten): warps 0..5 take the off-diagonal tiles, warps 6..15 the exact diagonal.
 template <int D>
 __device__ __forceinline__ void chunk_scores(float* as, const bf16* qt, const bf16* kt, const bf16* qs, const bf16* ks,
                                              const float* bs) {
-  constexpr int LB = ldb<D>(), LF = ldf<D>();
+  constexpr int LB = ldb<D>();
   const int warp = threadIdx.x / 32;
   if (warp < 6) {
     const int I = kPairI[warp], J = kPairJ[warp];
     tile_product<RowM, ColM>(0, 0, D, qt + 16 * (I - 1) * LB, LB, kt + (key_rows_offset(I) + 16 * J) * LB, LB,
                              as + 16 * I * kLdScoreF + 16 * J, kLdScoreF, false);
-  }
-  for (int idx = threadIdx.x; idx < 4 * kSub * kSub; idx += kThreads) {
-    const int I = idx / (kSub * kSub), tl = idx / kSub % kSub, jl = idx % kSub, t = 16 * I + tl, j = 16 * I + jl;
-    float a = 0.0f;
-    if (jl <= tl) {
-#pragma unroll 8
-      for (int c = 0; c < D; ++c)
-        a += bf(qs[t * LB + c]) * bf(ks[j * LB + c]) * exp2f(bs[t * LF + c] - bs[j * LF + c]);
-    }
-    as[t * kLdScoreF + j] = a;
+  } else {
+    diagonal_scores<D>(as, qs, ks, bs);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Pass 1: chunk contributions. KEYS: x = k, y = v (KV head), factor e^{b_L - b_t}, and the totals b_L.
-// Otherwise x = q, y = do (query head), factor scale e^{b_t}.
+// Otherwise x = q, y = do (query head), factor scale e^{b_t}. About 100 KB of shared memory: two blocks
+// per multiprocessor.
+template <int D>
+struct ContributionsLayout {
+  using St = Strides<D>;
+  static constexpr int x = 0, xf = x + St::rows_bytes, y = xf + 2 * St::rows_bytes, b = y + St::rows_bytes,
+                       scratch = b + St::gates_bytes, bytes = scratch + St::scratch_bytes;
+};
+
 template <int D, bool TWO, bool KEYS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     chunk_contributions_kernel(const bf16* __restrict__ x, const bf16* __restrict__ y, const float* __restrict__ g1,
                                const float* __restrict__ g2, float* __restrict__ states, float* __restrict__ totals,
                                int64_t T_len, int H, int Hk, int N) {
   using St = Strides<D>;
-  constexpr int NS = TWO ? 2 : 1, LB = St::LB, LF = St::LF;
+  using Ly = ContributionsLayout<D>;
+  constexpr int LB = St::LB, LF = St::LF;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* xs = reinterpret_cast<bf16*>(smem);
-  bf16* xf = reinterpret_cast<bf16*>(smem + St::rows_bytes);      // [128][LB]: high parts, then low parts
-  bf16* ys = reinterpret_cast<bf16*>(smem + 3 * St::rows_bytes);  // [128][LB]: y twice
-  float* bs = reinterpret_cast<float*>(smem + 5 * St::rows_bytes);
-  const int n = blockIdx.x, h = blockIdx.y, hk = h / (H / Hk);
-  const int64_t b = blockIdx.z, t0 = int64_t(n) * kChunk;
-  const int L = chunk_rows(t0, T_len);
-  const int heads = KEYS ? Hk : H, head = KEYS ? hk : h;
+  bf16* xs = reinterpret_cast<bf16*>(smem + Ly::x);
+  bf16* xf = reinterpret_cast<bf16*>(smem + Ly::xf);  // [128][LB]: high parts, then low parts
+  bf16* ys = reinterpret_cast<bf16*>(smem + Ly::y);
+  float *bs = reinterpret_cast<float*>(smem + Ly::b), *scratch = reinterpret_cast<float*>(smem + Ly::scratch);
+  const ChunkPos p(T_len, H, Hk);
+  const int heads = KEYS ? Hk : H, head = KEYS ? p.hk : p.h;
   const float scale = rsqrtf(float(D));
-  load_rows<D>(xs, x, b, t0, L, T_len, heads, head);
-  load_rows<D>(ys, y, b, t0, L, T_len, heads, head);
-  load_rows<D>(ys + kChunk * LB, y, b, t0, L, T_len, heads, head);
-  for (int s = 0; s < NS; ++s) {
-    __syncthreads();  // the previous state's product is done with xf and bs
-    load_cumulative_gates<D>(bs, s == 0 ? g1 : g2, b, t0, L, T_len, H, h);
+  load_rows<D>(xs, x, p.b, p.t0, p.L, T_len, heads, head);
+  load_rows<D>(ys, y, p.b, p.t0, p.L, T_len, heads, head);
+  for_each_state<D, TWO>(p, bs, scratch, g1, g2, nullptr, T_len, H, N, [&](int, float, int64_t slot) {
     for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
       const int t = i / D, c = i % D;
       const float bt = bs[t * LF + c];
@@ -121,27 +217,42 @@ __global__ void __launch_bounds__(kThreads)
       xf[t * LB + c] = hi;
       xf[(t + kChunk) * LB + c] = __float2bfloat16_rn(val - bf(hi));
     }
-    const int64_t slot = ((b * H + h) * NS + s) * N + n;
     if (KEYS)
       for (int c = threadIdx.x; c < D; c += kThreads) totals[slot * D + c] = bs[(kChunk - 1) * LF + c];
     __syncthreads();
-    // [D x 128] (xf^T, column-major view of [t][c]) times [128 x D] (ys), straight into the global slot.
-    block_product<ColM, RowM>(D, D, 2 * kChunk, xf, LB, ys, LB, states + slot * D * D, D, false);
-  }
+    // [D x 128] (xf^T, column-major view of [t][c]) times [128 x D] (ys for the high rows, again for the
+    // low rows), straight into the global slot.
+    for (int tile = threadIdx.x / 32; tile < (D / 16) * (D / 16); tile += kWarps) {
+      const int i0 = tile / (D / 16) * 16, j0 = tile % (D / 16) * 16;
+      wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
+      wm::fill_fragment(acc, 0.0f);
+#pragma unroll 4
+      for (int k0 = 0; k0 < 2 * kChunk; k0 += 16) {
+        wm::fragment<wm::matrix_a, 16, 16, 16, bf16, ColM> af;
+        wm::fragment<wm::matrix_b, 16, 16, 16, bf16, RowM> bfrag;
+        wm::load_matrix_sync(af, xf + k0 * LB + i0, LB);
+        wm::load_matrix_sync(bfrag, ys + (k0 % kChunk) * LB + j0, LB);
+        wm::mma_sync(acc, af, bfrag, acc);
+      }
+      wm::store_matrix_sync(states + slot * D * D + int64_t(i0) * D + j0, acc, D, wm::mem_row_major);
+    }
+  });
 }
 
-// Pass 2: per state element, the chunks' contributions become each chunk's starting value in place:
+// Pass 2: per state element, the chunks' fp32 contributions become each chunk's bf16 starting value:
 // forward from `init` (zeros when null; the end value goes to `fin` when not null), or in reverse from 0.
-__global__ void state_scan_kernel(float* __restrict__ states, const float* __restrict__ totals, const float* init1,
-                                  const float* init2, float* fin1, float* fin2, int64_t BH, int NS, int N, int D,
-                                  bool reverse) {
+__global__ void state_scan_kernel(const float* __restrict__ contributions, bf16* __restrict__ starts,
+                                  const float* __restrict__ totals, const float* init1, const float* init2, float* fin1,
+                                  float* fin2, int64_t BH, int NS, int N, int D, bool reverse) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, DD = int64_t(D) * D;
   if (i >= BH * NS * DD) return;
   const int64_t ce = i % DD, bh = i / (DD * NS);
   const int s = int(i / DD % NS), c = int(ce / D);
   const float* init = s == 0 ? init1 : init2;
   float cur = init != nullptr ? init[bh * DD + ce] : 0.0f;
-  float* col = states + (bh * NS + s) * N * DD + ce;
+  const int64_t first = (bh * NS + s) * N * DD + ce;
+  const float* col = contributions + first;
+  bf16* out = starts + first;
   const float* tot = totals + (bh * NS + s) * int64_t(N) * D + c;
   constexpr int U = 8;  // loads issued ahead of the dependent chain
   for (int base = 0; base < N; base += U) {
@@ -155,7 +266,7 @@ __global__ void state_scan_kernel(float* __restrict__ states, const float* __res
     for (int k = 0; k < U; ++k) {
       const int n = reverse ? N - 1 - (base + k) : base + k;
       if (base + k < N) {
-        col[n * DD] = cur;
+        out[n * DD] = __float2bfloat16_rn(cur);
         cur = exp2f(a[k]) * cur + u[k];
       }
     }
@@ -172,17 +283,18 @@ struct ForwardOutLayout {
   static constexpr int x_rows = 64 + D > 144 ? 64 + D : 144;
   static constexpr int q = 0, k = q + St::rows_bytes, v = k + St::rows_bytes, b = v + St::rows_bytes,
                        x = b + St::gates_bytes, acc = x + St::bf16_rows(x_rows), as = acc + St::gates_bytes,
-                       ab = as + St::score_f_bytes, bytes = ab + St::score_b_bytes;
+                       ab = as + St::score_f_bytes, scratch = ab + St::score_b_bytes,
+                       bytes = scratch + St::scratch_bytes;
 };
 
 template <int D, bool TWO>
 __global__ void __launch_bounds__(kThreads)
     forward_output_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                           const float* __restrict__ g1, const float* __restrict__ g2, const float* __restrict__ gamma,
-                          const float* __restrict__ states, bf16* __restrict__ o, int64_t T_len, int H, int Hk, int N) {
+                          const bf16* __restrict__ states, bf16* __restrict__ o, int64_t T_len, int H, int Hk, int N) {
   using St = Strides<D>;
   using Ly = ForwardOutLayout<D>;
-  constexpr int NS = TWO ? 2 : 1, LB = St::LB, LF = St::LF, NE = St::NE;
+  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *qs = reinterpret_cast<bf16*>(smem + Ly::q), *ks = reinterpret_cast<bf16*>(smem + Ly::k),
        *vs = reinterpret_cast<bf16*>(smem + Ly::v);
@@ -191,22 +303,14 @@ __global__ void __launch_bounds__(kThreads)
   bf16 *qt = qh, *kt = qh + 48 * LB;                                        // phase 2
   float *acc = reinterpret_cast<float*>(smem + Ly::acc), *as = reinterpret_cast<float*>(smem + Ly::as);
   bf16* ab = reinterpret_cast<bf16*>(smem + Ly::ab);
-  const int n = blockIdx.x, h = blockIdx.y, hk = h / (H / Hk);
-  const int64_t b = blockIdx.z, t0 = int64_t(n) * kChunk;
-  const int L = chunk_rows(t0, T_len);
+  float* scratch = reinterpret_cast<float*>(smem + Ly::scratch);
+  const ChunkPos p(T_len, H, Hk);
   const float scale = rsqrtf(float(D));
-  load_rows<D>(qs, q, b, t0, L, T_len, H, h);
-  load_rows<D>(ks, k, b, t0, L, T_len, Hk, hk);
-  load_rows<D>(vs, v, b, t0, L, T_len, Hk, hk);
-  float out[NE];
-#pragma unroll
-  for (int i = 0; i < NE; ++i) out[i] = 0.0f;
-#pragma unroll 1  // one state at a time keeps the per-state registers once
-  for (int s = 0; s < NS; ++s) {
-    const float w = TWO ? (s == 0 ? gamma[h] : 1.0f - gamma[h]) : 1.0f;
-    const int64_t slot = ((b * H + h) * NS + s) * N + n;
-    __syncthreads();
-    load_cumulative_gates<D>(bs, s == 0 ? g1 : g2, b, t0, L, T_len, H, h);
+  load_rows<D>(qs, q, p.b, p.t0, p.L, T_len, H, p.h);
+  load_rows<D>(ks, k, p.b, p.t0, p.L, T_len, Hk, p.hk);
+  load_rows<D>(vs, v, p.b, p.t0, p.L, T_len, Hk, p.hk);
+  float out[NE] = {};
+  for_each_state<D, TWO>(p, bs, scratch, g1, g2, gamma, T_len, H, N, [&](int, float w, int64_t slot) {
     for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
       const int t = i / D, c = i % D;
       qh[t * LB + c] = __float2bfloat16_rn(bf(qs[t * LB + c]) * exp2f(bs[t * LF + c]));
@@ -231,11 +335,11 @@ __global__ void __launch_bounds__(kThreads)
       const int idx = threadIdx.x + i * kThreads;
       out[i] += w * scale * acc[idx / D * LF + idx % D];
     }
-  }
+  });
 #pragma unroll
   for (int i = 0; i < NE; ++i) {
     const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < L) o[((b * T_len + t0 + t) * H + h) * int64_t(D) + c] = __float2bfloat16_rn(out[i]);
+    if (t < p.L) o[p.at(t, c, T_len, H, p.h, D)] = __float2bfloat16_rn(out[i]);
   }
 }
 
@@ -250,13 +354,13 @@ struct BackwardLayout {
                        b = dO + St::rows_bytes, dm = b + St::gates_bytes, db = dm + St::score_f_bytes,
                        x = db + St::score_b_bytes, acc = x + St::bf16_rows(x_rows),
                        as = acc,  // the scores (dv kernel) are done before acc is written
-                       ab = acc + St::gates_bytes, red = ab + St::score_b_bytes, bytes = red + 32 * 4;
+                       ab = acc + St::gates_bytes, scratch = ab + St::score_b_bytes, bytes = scratch + St::scratch_bytes;
 };
 
 template <int D>
 struct BackwardSmem {
   bf16 *qs, *ks, *vs, *dos, *db, *x, *ab;
-  float *bs, *dm, *acc, *as, *red;
+  float *bs, *dm, *acc, *as, *scratch;
   __device__ explicit BackwardSmem(unsigned char* smem) {
     using Ly = BackwardLayout<D>;
     qs = reinterpret_cast<bf16*>(smem + Ly::q), ks = reinterpret_cast<bf16*>(smem + Ly::k);
@@ -265,16 +369,16 @@ struct BackwardSmem {
     ab = reinterpret_cast<bf16*>(smem + Ly::ab);
     bs = reinterpret_cast<float*>(smem + Ly::b), dm = reinterpret_cast<float*>(smem + Ly::dm);
     acc = reinterpret_cast<float*>(smem + Ly::acc), as = reinterpret_cast<float*>(smem + Ly::as);
-    red = reinterpret_cast<float*>(smem + Ly::red);
+    scratch = reinterpret_cast<float*>(smem + Ly::scratch);
   }
 };
 
 struct BackwardArgs {
   const bf16 *grad_o, *q, *k, *v;
   const float *g1, *g2, *gamma;
-  const float *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
-  bf16* dq;
-  float *dk_heads, *dv_heads;  // [B, T, H, D]
+  const bf16 *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
+  bf16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
+  float *dk_heads, *dv_heads;    // [B, T, H, D] otherwise, summed over each KV head's group after
   float *dg1, *dg2;
   float* chunk_totals;  // [B, H, NS, N, D]
   float* dgamma_parts;  // [B, H, N]
@@ -282,13 +386,14 @@ struct BackwardArgs {
   int H, Hk, N;
 };
 
-template <int D>
-__device__ __forceinline__ void load_backward_chunk(const BackwardSmem<D>& m, const BackwardArgs& a, int64_t b,
-                                                    int64_t t0, int L, int h, int hk) {
-  load_rows<D>(m.qs, a.q, b, t0, L, a.T_len, a.H, h);
-  load_rows<D>(m.ks, a.k, b, t0, L, a.T_len, a.Hk, hk);
-  load_rows<D>(m.vs, a.v, b, t0, L, a.T_len, a.Hk, hk);
-  load_rows<D>(m.dos, a.grad_o, b, t0, L, a.T_len, a.H, h);
+// The chunk of block (n, h, b) in shared memory, with D = do v^T; then for_each_state over it.
+template <int D, bool TWO, typename F>
+__device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const BackwardArgs& a, const ChunkPos& p,
+                                               F&& per_state) {
+  load_rows<D>(m.qs, a.q, p.b, p.t0, p.L, a.T_len, a.H, p.h);
+  load_rows<D>(m.ks, a.k, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
+  load_rows<D>(m.vs, a.v, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
+  load_rows<D>(m.dos, a.grad_o, p.b, p.t0, p.L, a.T_len, a.H, p.h);
   __syncthreads();
   block_product<RowM, ColM>(kChunk, kChunk, D, m.dos, ldb<D>(), m.vs, ldb<D>(), m.dm, kLdScoreF, false);
   __syncthreads();
@@ -296,46 +401,76 @@ __device__ __forceinline__ void load_backward_chunk(const BackwardSmem<D>& m, co
     const int t = idx / kChunk, j = idx % kChunk;
     m.db[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? m.dm[t * kLdScoreF + j] : 0.0f);
   }
+  for_each_state<D, TWO>(p, m.bs, m.scratch, a.g1, a.g2, a.gamma, a.T_len, a.H, a.N, per_state);
+}
+
+// dk or dv of the chunk's rows from the per-thread values (element threadIdx.x + i kThreads): bf16 into
+// the output where each KV head has one query head, else fp32 per query head.
+template <int D>
+__device__ __forceinline__ void store_kv_grad(const float (&x)[Strides<D>::NE], bf16* direct, float* heads,
+                                              const BackwardArgs& a, const ChunkPos& p) {
+#pragma unroll
+  for (int i = 0; i < Strides<D>::NE; ++i) {
+    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
+    if (t >= p.L) continue;
+    const int64_t at = p.at(t, c, a.T_len, a.H, p.h, D);
+    if (a.H == a.Hk) direct[at] = __float2bfloat16_rn(x[i]);
+    else heads[at] = x[i];
+  }
+}
+
+// The state's term, per element of the thread: dq's e^{b_t} (do S^T) from S_n, or (KEYS) dk's
+// e^{b_L - b_j} (v dH^T) from dH_n, the bf16 state read into buf. Ends with acc free and buf unused.
+template <int D, bool KEYS>
+__device__ __forceinline__ void state_term(float (&out)[Strides<D>::NE], const BackwardSmem<D>& m, bf16* buf,
+                                           const bf16* state) {
+  constexpr int LB = ldb<D>(), LF = ldf<D>();
+  load_state<D>(buf, state);
+  __syncthreads();
+  block_product<RowM, ColM>(kChunk, D, D, KEYS ? m.vs : m.dos, LB, buf, LB, m.acc, LF, false);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < Strides<D>::NE; ++i) {
+    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
+    const float bt = m.bs[t * LF + c];
+    out[i] = exp2f(KEYS ? m.bs[(kChunk - 1) * LF + c] - bt : bt) * m.acc[t * LF + c];
+  }
+}
+
+// Rows 16 I .. 16 I + 15 of column c: x from the bf16 rows xs, bx from the cumulative gates.
+template <int D>
+__device__ __forceinline__ void load_sub_block_column(float (&x)[kSub], float (&bx)[kSub], const bf16* xs,
+                                                      const float* bs, int I, int c) {
+#pragma unroll
+  for (int r = 0; r < kSub; ++r) {
+    x[r] = bf(xs[(16 * I + r) * ldb<D>() + c]);
+    bx[r] = bs[(16 * I + r) * ldf<D>() + c];
+  }
+}
+
+// Row 0 of the chunk in state s's gate gradient (row t, column c at t H D + c).
+template <int D>
+__device__ __forceinline__ float* gate_grad_rows(const BackwardArgs& a, const ChunkPos& p, int s) {
+  return p.first_row(s == 0 ? a.dg1 : a.dg2, a.T_len, a.H, p.h, D);
 }
 
 // dq, and w q dq' parked in dg_s for the dk kernel.
 template <int D, bool TWO>
 __global__ void __launch_bounds__(kThreads) backward_dq_kernel(BackwardArgs a) {
   using St = Strides<D>;
-  constexpr int NS = TWO ? 2 : 1, LB = St::LB, LF = St::LF, NE = St::NE;
+  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardSmem<D> m(smem);
   bf16 *sb = m.x, *kt = m.x;  // the state, then the key factors
-  const int n = blockIdx.x, h = blockIdx.y, hk = h / (a.H / a.Hk);
-  const int64_t b = blockIdx.z, t0 = int64_t(n) * kChunk;
-  const int L = chunk_rows(t0, a.T_len);
+  const ChunkPos p(a.T_len, a.H, a.Hk);
   const float scale = rsqrtf(float(D));
-  load_backward_chunk<D>(m, a, b, t0, L, h, hk);
-  float total[NE];
-#pragma unroll
-  for (int i = 0; i < NE; ++i) total[i] = 0.0f;
-#pragma unroll 1  // one state at a time keeps the per-state registers once
-  for (int s = 0; s < NS; ++s) {
-    const float w = TWO ? (s == 0 ? a.gamma[h] : 1.0f - a.gamma[h]) : 1.0f;
-    const int64_t slot = ((b * a.H + h) * NS + s) * a.N + n;
-    float* dg = s == 0 ? a.dg1 : a.dg2;
-    __syncthreads();
-    load_cumulative_gates<D>(m.bs, s == 0 ? a.g1 : a.g2, b, t0, L, a.T_len, a.H, h);
-    load_state<D>(sb, a.states + slot * D * D);
-    __syncthreads();
-    block_product<RowM, ColM>(kChunk, D, D, m.dos, LB, sb, LB, m.acc, LF, false);  // do S^T
-    __syncthreads();
+  float total[NE] = {};
+  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
+    float* dg = gate_grad_rows<D>(a, p, s);
+    const int row_stride = a.H * D;
     float dqs[NE];
-#pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-      dqs[i] = exp2f(m.bs[t * LF + c]) * m.acc[t * LF + c];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {
-      const int r = i / D, c = i % D, I = r < 16 ? 1 : r < 48 ? 2 : 3, j = r - key_rows_offset(I);
-      kt[r * LB + c] = __float2bfloat16_rn(bf(m.ks[j * LB + c]) * exp2f(m.bs[16 * I * LF + c] - m.bs[j * LF + c]));
-    }
+    state_term<D, false>(dqs, m, sb, a.states + slot * D * D);
+    build_key_factors<D>(kt, m.ks, m.bs);  // kt overwrites sb: state_term is done with it
     __syncthreads();
     for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
       const int I = 1 + tile / (D / 16), j0 = tile % (D / 16) * 16;
@@ -343,60 +478,55 @@ __global__ void __launch_bounds__(kThreads) backward_dq_kernel(BackwardArgs a) {
                                m.acc + 16 * I * LF, LF, false);
     }
     __syncthreads();
+    // Element i of the thread is row t = 16 I + tl of column c (I = i / M, tl = part + kParts (i % M)):
+    // the sub-block's keys and gates of column c are read once for its M rows; tl is warp-uniform.
+    constexpr int kParts = kThreads / D, M = kSub / kParts;
+    const int c = threadIdx.x % D, part = threadIdx.x / D;
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D, I = t / 16;
-      const float bt = m.bs[t * LF + c];
-      float intra = I > 0 ? exp2f(bt - m.bs[16 * I * LF + c]) * m.acc[t * LF + c] : 0.0f;
-      for (int j = 16 * I; j <= t; ++j) intra += m.dm[t * kLdScoreF + j] * bf(m.ks[j * LB + c]) * exp2f(bt - m.bs[j * LF + c]);
-      const float d = scale * (dqs[i] + intra);
-      total[i] += w * d;
-      if (t < L) dg[((b * a.T_len + t0 + t) * a.H + h) * int64_t(D) + c] = w * bf(m.qs[t * LB + c]) * d;
+    for (int I = 0; I < 4; ++I) {
+      float kj[kSub], bj[kSub];
+      load_sub_block_column<D>(kj, bj, m.ks, m.bs, I, c);
+#pragma unroll
+      for (int u = 0; u < M; ++u) {
+        const int i = I * M + u, tl = part + kParts * u, t = 16 * I + tl;
+        const float bt = m.bs[t * LF + c];
+        float intra = I > 0 ? exp2f(bt - bj[0]) * m.acc[t * LF + c] : 0.0f;
+        const float* dm_row = m.dm + t * kLdScoreF + 16 * I;
+#pragma unroll
+        for (int jl = 0; jl < kSub; ++jl)
+          if (jl <= tl) intra += dm_row[jl] * kj[jl] * exp2f(bt - bj[jl]);
+        const float d = scale * (dqs[i] + intra);
+        total[i] += w * d;
+        if (t < p.L) dg[t * row_stride + c] = w * bf(m.qs[t * LB + c]) * d;
+      }
     }
-  }
+  });
 #pragma unroll
   for (int i = 0; i < NE; ++i) {
     const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < L) a.dq[((b * a.T_len + t0 + t) * a.H + h) * int64_t(D) + c] = __float2bfloat16_rn(total[i]);
+    if (t < p.L) a.dq[p.at(t, c, a.T_len, a.H, p.h, D)] = __float2bfloat16_rn(total[i]);
   }
 }
 
-// dk (per query head, fp32), and the gate gradient within the chunk: dg_s <- suffix sums of the parked
-// w q dq' minus w k dk', the chunk's total in chunk_totals.
+// dk, and the gate gradient within the chunk: dg_s <- suffix sums of the parked w q dq' minus w k dk',
+// the chunk's total in chunk_totals.
 template <int D, bool TWO>
 __global__ void __launch_bounds__(kThreads) backward_dk_kernel(BackwardArgs a) {
   using St = Strides<D>;
-  constexpr int NS = TWO ? 2 : 1, LB = St::LB, LF = St::LF, NE = St::NE;
+  using Suffix = ColumnScan<D, true>;
+  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardSmem<D> m(smem);
   bf16 *hb = m.x, *qr = m.x;  // the state gradient, then the query factors
-  const int n = blockIdx.x, h = blockIdx.y, hk = h / (a.H / a.Hk);
-  const int64_t b = blockIdx.z, t0 = int64_t(n) * kChunk;
-  const int L = chunk_rows(t0, a.T_len);
+  const ChunkPos p(a.T_len, a.H, a.Hk);
   const float scale = rsqrtf(float(D));
-  load_backward_chunk<D>(m, a, b, t0, L, h, hk);
-  float total[NE];
-#pragma unroll
-  for (int i = 0; i < NE; ++i) total[i] = 0.0f;
-#pragma unroll 1  // one state at a time keeps the per-state registers once
-  for (int s = 0; s < NS; ++s) {
-    const float w = TWO ? (s == 0 ? a.gamma[h] : 1.0f - a.gamma[h]) : 1.0f;
-    const int64_t slot = ((b * a.H + h) * NS + s) * a.N + n;
-    float* dg = s == 0 ? a.dg1 : a.dg2;
-    __syncthreads();
-    load_cumulative_gates<D>(m.bs, s == 0 ? a.g1 : a.g2, b, t0, L, a.T_len, a.H, h);
-    load_state<D>(hb, a.dstates + slot * D * D);
-    __syncthreads();
-    block_product<RowM, ColM>(kChunk, D, D, m.vs, LB, hb, LB, m.acc, LF, false);  // v dH^T
-    __syncthreads();
+  float total[NE] = {};
+  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
+    float* dg = gate_grad_rows<D>(a, p, s);
+    const int row_stride = a.H * D;
     float dks[NE];
-#pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads, j = idx / D, c = idx % D;
-      dks[i] = exp2f(m.bs[(kChunk - 1) * LF + c] - m.bs[j * LF + c]) * m.acc[j * LF + c];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {
+    state_term<D, true>(dks, m, hb, a.dstates + slot * D * D);
+    for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {  // qr overwrites hb: state_term is done
       const int r = i / D, c = i % D, J = r < 48 ? 0 : r < 80 ? 1 : 2, ref = 16 * (J + 1);
       const int t = ref + r - query_rows_offset(J);
       qr[r * LB + c] = __float2bfloat16_rn(bf(m.qs[t * LB + c]) * exp2f(m.bs[t * LF + c] - m.bs[ref * LF + c]));
@@ -409,64 +539,57 @@ __global__ void __launch_bounds__(kThreads) backward_dk_kernel(BackwardArgs a) {
                                qr + query_rows_offset(J) * LB, LB, m.acc + 16 * J * LF, LF, false);
     }
     __syncthreads();
-    float r[NE];
+    // Element i of the thread is row j = 16 J + jl of column c (J = i / M, jl = part + kParts (i % M)):
+    // the sub-block's queries and gates of column c are read once for its M rows; jl is warp-uniform.
+    // Each thread reads acc at its own elements only, then overwrites them.
+    constexpr int kParts = kThreads / D, M = kSub / kParts;
+    const int c = threadIdx.x % D, part = threadIdx.x / D;
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads, j = idx / D, c = idx % D, J = j / 16;
-      const float bj = m.bs[j * LF + c];
-      float intra = J < 3 ? exp2f(m.bs[16 * (J + 1) * LF + c] - bj) * m.acc[j * LF + c] : 0.0f;
-      for (int t = j; t < 16 * J + 16; ++t)
-        intra += m.dm[t * kLdScoreF + j] * bf(m.qs[t * LB + c]) * exp2f(m.bs[t * LF + c] - bj);
-      const float d = dks[i] + scale * intra;
-      total[i] += w * d;
-      r[i] = j < L ? dg[((b * a.T_len + t0 + j) * a.H + h) * int64_t(D) + c] - w * bf(m.ks[j * LB + c]) * d : 0.0f;
-    }
-    __syncthreads();
+    for (int J = 0; J < 4; ++J) {
+      float qt[kSub], bt[kSub];
+      load_sub_block_column<D>(qt, bt, m.qs, m.bs, J, c);
+      const float b_next = J < 3 ? m.bs[16 * (J + 1) * LF + c] : 0.0f;
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
-      m.acc[idx / D * LF + idx % D] = r[i];
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < D; c += kThreads) {
-      float run = 0.0f;
-      for (int t = kChunk - 1; t >= 0; --t) {
-        run += m.acc[t * LF + c];
-        if (t < L) dg[((b * a.T_len + t0 + t) * a.H + h) * int64_t(D) + c] = run;
+      for (int u = 0; u < M; ++u) {
+        const int i = J * M + u, jl = part + kParts * u, j = 16 * J + jl;
+        const float bj = m.bs[j * LF + c];
+        float intra = J < 3 ? exp2f(b_next - bj) * m.acc[j * LF + c] : 0.0f;
+        const float* dm_col = m.dm + 16 * J * kLdScoreF + j;
+#pragma unroll
+        for (int tl = 0; tl < kSub; ++tl)
+          if (tl >= jl) intra += dm_col[tl * kLdScoreF] * qt[tl] * exp2f(bt[tl] - bj);
+        const float d = dks[i] + scale * intra;
+        total[i] += w * d;
+        m.acc[j * LF + c] = j < p.L ? dg[j * row_stride + c] - w * bf(m.ks[j * LB + c]) * d : 0.0f;
       }
-      a.chunk_totals[slot * D + c] = run;
     }
-  }
+    __syncthreads();
+    const int t0 = Suffix::first_row();
+    float x[Suffix::R];
 #pragma unroll
-  for (int i = 0; i < NE; ++i) {
-    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < L) a.dk_heads[((b * a.T_len + t0 + t) * a.H + h) * int64_t(D) + c] = total[i];
-  }
+    for (int u = 0; u < Suffix::R; ++u) x[u] = m.acc[(t0 + u) * LF + c];
+    Suffix::scan(x, m.scratch);
+#pragma unroll
+    for (int u = 0; u < Suffix::R; ++u)
+      if (t0 + u < p.L) dg[(t0 + u) * row_stride + c] = x[u];
+    if (t0 == 0) a.chunk_totals[slot * D + c] = x[0];
+  });
+  store_kv_grad<D>(total, a.dk, a.dk_heads, a, p);
 }
 
-// dv (per query head, fp32) and the chunk's part of dgamma.
+// dv and the chunk's part of dgamma.
 template <int D, bool TWO>
 __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
   using St = Strides<D>;
-  constexpr int NS = TWO ? 2 : 1, LB = St::LB, LF = St::LF, NE = St::NE;
+  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardSmem<D> m(smem);
-  bf16 *qt = m.x, *kt = m.x + 48 * LB;          // score factors
-  bf16 *kf = m.x, *hb = m.x + kChunk * LB;      // then k e^{b_L - b} and dH
-  const int n = blockIdx.x, h = blockIdx.y, hk = h / (a.H / a.Hk);
-  const int64_t b = blockIdx.z, t0 = int64_t(n) * kChunk;
-  const int L = chunk_rows(t0, a.T_len);
+  bf16 *qt = m.x, *kt = m.x + 48 * LB;      // score factors
+  bf16 *kf = m.x, *hb = m.x + kChunk * LB;  // then k e^{b_L - b} and dH
+  const ChunkPos p(a.T_len, a.H, a.Hk);
   const float scale = rsqrtf(float(D));
-  load_backward_chunk<D>(m, a, b, t0, L, h, hk);
-  float total[NE], gam = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NE; ++i) total[i] = 0.0f;
-#pragma unroll 1  // one state at a time keeps the per-state registers once
-  for (int s = 0; s < NS; ++s) {
-    const float w = TWO ? (s == 0 ? a.gamma[h] : 1.0f - a.gamma[h]) : 1.0f;
-    const int64_t slot = ((b * a.H + h) * NS + s) * a.N + n;
-    __syncthreads();
-    load_cumulative_gates<D>(m.bs, s == 0 ? a.g1 : a.g2, b, t0, L, a.T_len, a.H, h);
+  float total[NE] = {}, gam = 0.0f;
+  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
     build_score_factors<D>(qt, kt, m.qs, m.ks, m.bs);
     __syncthreads();
     chunk_scores<D>(m.as, qt, kt, m.qs, m.ks, m.bs);
@@ -493,15 +616,11 @@ __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
       total[i] += w * d;
       if (TWO) gam += (s == 0 ? d : -d) * bf(m.vs[j * LB + e]);
     }
-  }
-#pragma unroll
-  for (int i = 0; i < NE; ++i) {
-    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < L) a.dv_heads[((b * a.T_len + t0 + t) * a.H + h) * int64_t(D) + c] = total[i];
-  }
+  });
+  store_kv_grad<D>(total, a.dv, a.dv_heads, a, p);
   if (TWO) {
-    const float sum = block_sum(gam, m.red);
-    if (threadIdx.x == 0) a.dgamma_parts[(b * a.H + h) * a.N + n] = sum;
+    const float sum = block_sum(gam, m.scratch);
+    if (threadIdx.x == 0) a.dgamma_parts[(p.b * a.H + p.h) * a.N + p.n] = sum;
   }
 }
 
@@ -528,34 +647,6 @@ __global__ void add_chunk_suffix_kernel(float* __restrict__ dg, const float* __r
   }
 }
 
-// dk, dv [B, T, Hk, D] (bf16) = the sums of the per-query-head fp32 gradients over each KV head's group.
-__global__ void reduce_group_kernel(const float* __restrict__ dk_heads, const float* __restrict__ dv_heads,
-                                    bf16* __restrict__ dk, bf16* __restrict__ dv, int64_t rows, int Hk, int G, int D) {
-  const int64_t n = rows * Hk * D;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (int64_t(Hk) * D);
-    const int hk = int(i / D % Hk), e = int(i % D);
-    float sk = 0.0f, sv = 0.0f;
-    for (int g = 0; g < G; ++g) {
-      const int64_t src = (r * Hk * G + int64_t(hk) * G + g) * D + e;
-      sk += dk_heads[src];
-      sv += dv_heads[src];
-    }
-    dk[i] = __float2bfloat16_rn(sk);
-    dv[i] = __float2bfloat16_rn(sv);
-  }
-}
-
-__global__ void reduce_dgamma_kernel(const float* __restrict__ parts, float* __restrict__ dgamma, int64_t B, int H,
-                                     int N) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= H) return;
-  float s = 0.0f;
-  for (int64_t b = 0; b < B; ++b)
-    for (int n = 0; n < N; ++n) s += parts[(b * H + h) * N + n];
-  dgamma[h] = s;
-}
-
 template <typename K>
 void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -564,25 +655,27 @@ void set_smem(K kernel, size_t bytes) {
 const bf16* bf16_data(const Tensor& t) { return static_cast<const bf16*>(t.raw()); }
 const float* f32_data(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
 
-constexpr size_t contributions_bytes(int D) { return size_t(5 * kChunk * (D + 8) * 2 + kChunk * (D + 4) * 4); }
-
+// The chunk-parallel state passes: contributions (fp32, into `contributions`) then the scan into the
+// bf16 chunk starting values `starts`. KEYS: the states S_n from the initial state (x = k, y = v), with
+// the final state where requested; otherwise the state gradients dH_n in reverse (x = q, y = do).
 template <int D, bool TWO, bool KEYS>
-void launch_contributions(const Tensor& x, const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& states,
-                          Tensor& totals, int64_t B, int64_t T_len, int H, int Hk, int N, cudaStream_t stream) {
+void chunk_states(const Tensor& x, const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& contributions,
+                  Tensor& starts, Tensor& totals, const DslaState* initial, DslaState* final_state, int64_t B,
+                  int64_t T_len, int H, int Hk, int N, cudaStream_t stream) {
+  constexpr int NS = TWO ? 2 : 1;
   auto kernel = chunk_contributions_kernel<D, TWO, KEYS>;
-  set_smem(kernel, contributions_bytes(D));
-  kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, contributions_bytes(D), stream>>>(
-      bf16_data(x), bf16_data(y), f32_data(g1), TWO ? f32_data(g2) : nullptr, static_cast<float*>(states.raw()),
+  const size_t smem = ContributionsLayout<D>::bytes;
+  set_smem(kernel, smem);
+  kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(
+      bf16_data(x), bf16_data(y), f32_data(g1), TWO ? f32_data(g2) : nullptr, static_cast<float*>(contributions.raw()),
       static_cast<float*>(totals.raw()), T_len, H, Hk, N);
   CUDA_CHECK_LAUNCH();
-}
-
-void launch_scan(Tensor& states, const Tensor& totals, const float* i1, const float* i2, float* f1, float* f2,
-                 int64_t BH, int NS, int N, int D, bool reverse, cudaStream_t stream) {
-  const int64_t n = BH * NS * int64_t(D) * D;
-  state_scan_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(static_cast<float*>(states.raw()),
-                                                                   static_cast<const float*>(totals.raw()), i1, i2, f1,
-                                                                   f2, BH, NS, N, D, reverse);
+  const int64_t n = B * H * NS * int64_t(D) * D;
+  state_scan_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(
+      static_cast<const float*>(contributions.raw()), static_cast<bf16*>(starts.raw()),
+      static_cast<const float*>(totals.raw()), initial ? f32_data(initial->s1) : nullptr,
+      initial && TWO ? f32_data(initial->s2) : nullptr, final_state ? optional_data(final_state->s1) : nullptr,
+      final_state && TWO ? optional_data(final_state->s2) : nullptr, B * H, NS, N, D, !KEYS);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -594,18 +687,17 @@ void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
   const Device device = q.device();
   cudaStream_t stream = stream_for(device);
-  Tensor states = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
+  Tensor contributions = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
+  Tensor starts = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
   Tensor totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
-  launch_contributions<D, TWO, true>(k, v, g1, g2, states, totals, B, T_len, H, Hk, N, stream);
-  launch_scan(states, totals, f32_data(initial.s1), TWO ? f32_data(initial.s2) : nullptr,
-              optional_data(out.final_state.s1), TWO ? optional_data(out.final_state.s2) : nullptr, B * H, NS, N, D,
-              false, stream);
+  chunk_states<D, TWO, true>(k, v, g1, g2, contributions, starts, totals, &initial, &out.final_state, B, T_len, H, Hk,
+                             N, stream);
   auto kernel = forward_output_kernel<D, TWO>;
   const size_t smem = ForwardOutLayout<D>::bytes;
   set_smem(kernel, smem);
   kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(
       bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1), TWO ? f32_data(g2) : nullptr, f32_data(gamma),
-      static_cast<const float*>(states.raw()), static_cast<bf16*>(out.o.raw()), T_len, H, Hk, N);
+      bf16_data(starts), static_cast<bf16*>(out.o.raw()), T_len, H, Hk, N);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -615,24 +707,29 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   constexpr int NS = TWO ? 2 : 1;
   const int64_t B = q.dim(0), T_len = q.dim(1);
   const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
+  const bool grouped = H != Hk;
   const Device device = q.device();
   cudaStream_t stream = stream_for(device);
-  Tensor states = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
-  Tensor dstates = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
+  // One fp32 contribution buffer serves both passes (stream order: the scan has read it before the
+  // second pass writes it).
+  Tensor contributions = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
+  Tensor states = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
+  Tensor dstates = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
   Tensor totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
   Tensor chunk_totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
-  Tensor dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
+  Tensor dk_heads, dv_heads;
+  if (grouped) dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
   Tensor dgamma_parts = Tensor::empty({B, H, N}, DType::f32, device);
-  launch_contributions<D, TWO, true>(k, v, g1, g2, states, totals, B, T_len, H, Hk, N, stream);
-  launch_contributions<D, TWO, false>(q, grad_o, g1, g2, dstates, totals, B, T_len, H, Hk, N, stream);
-  launch_scan(states, totals, nullptr, nullptr, nullptr, nullptr, B * H, NS, N, D, false, stream);
-  launch_scan(dstates, totals, nullptr, nullptr, nullptr, nullptr, B * H, NS, N, D, true, stream);
+  chunk_states<D, TWO, true>(k, v, g1, g2, contributions, states, totals, nullptr, nullptr, B, T_len, H, Hk, N, stream);
+  chunk_states<D, TWO, false>(q, grad_o, g1, g2, contributions, dstates, totals, nullptr, nullptr, B, T_len, H, Hk, N,
+                              stream);
   BackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
-                    TWO ? f32_data(g2) : nullptr, f32_data(gamma), static_cast<const float*>(states.raw()),
-                    static_cast<const float*>(dstates.raw()), static_cast<bf16*>(grads.dq.raw()),
-                    static_cast<float*>(dk_heads.raw()), static_cast<float*>(dv_heads.raw()),
-                    static_cast<float*>(grads.dg1.raw()), optional_data(grads.dg2),
-                    static_cast<float*>(chunk_totals.raw()), static_cast<float*>(dgamma_parts.raw()), T_len, H, Hk, N};
+                    TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
+                    static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
+                    static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
+                    grouped ? static_cast<float*>(dv_heads.raw()) : nullptr, static_cast<float*>(grads.dg1.raw()),
+                    optional_data(grads.dg2), static_cast<float*>(chunk_totals.raw()),
+                    static_cast<float*>(dgamma_parts.raw()), T_len, H, Hk, N};
   const size_t smem = BackwardLayout<D>::bytes;
   const dim3 grid{unsigned(N), unsigned(H), unsigned(B)};
   using Kernel = void (*)(BackwardArgs);
@@ -653,13 +750,15 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
         NS, T_len, H, D, N, elems);
     CUDA_CHECK_LAUNCH();
   }
-  const int64_t kv = B * T_len * Hk * int64_t(D);
-  reduce_group_kernel<<<grid_for(kv, 256), 256, 0, stream>>>(
-      static_cast<const float*>(dk_heads.raw()), static_cast<const float*>(dv_heads.raw()),
-      static_cast<bf16*>(grads.dk.raw()), static_cast<bf16*>(grads.dv.raw()), B * T_len, Hk, H / Hk, D);
-  CUDA_CHECK_LAUNCH();
+  if (grouped) {
+    const int64_t kv = B * T_len * Hk * int64_t(D);
+    dsla::reduce_kv_kernel<bf16><<<grid_for(kv, 256), 256, 0, stream>>>(
+        static_cast<const float*>(dk_heads.raw()), static_cast<const float*>(dv_heads.raw()),
+        static_cast<bf16*>(grads.dk.raw()), static_cast<bf16*>(grads.dv.raw()), B * T_len, Hk, H / Hk, D, 1, true);
+    CUDA_CHECK_LAUNCH();
+  }
   if (TWO) {
-    reduce_dgamma_kernel<<<unsigned((H + 127) / 128), 128, 0, stream>>>(
+    dsla::reduce_dgamma_kernel<<<unsigned((H + 127) / 128), 128, 0, stream>>>(
         static_cast<const float*>(dgamma_parts.raw()), static_cast<float*>(grads.dgamma.raw()), B, H, N);
     CUDA_CHECK_LAUNCH();
   }

@@ -23,7 +23,7 @@ namespace fathom::cuda::dsla_tc {
 using bf16 = __nv_bfloat16;
 namespace wm = nvcuda::wmma;
 
-constexpr int kChunk = 64, kSub = 16, kThreads = 256, kWarps = kThreads / 32;
+constexpr int kChunk = 64, kSub = 16, kThreads = 512, kWarps = kThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Row strides (elements) padded so that rows start on different banks; every 16-row step stays 32-byte
@@ -61,56 +61,67 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t b,
   }
 }
 
-// The chunk's gates of head h (fp32 [B, T, H, D]) as cumulative log2 sums into dst[64][ldf]. Rows past L
-// are zero gates, so b stays constant there and row 63 holds the chunk's total.
-template <int D>
-__device__ __forceinline__ void load_cumulative_gates(float* dst, const float* g, int64_t b, int64_t t0, int L,
-                                                      int64_t T_len, int H, int h) {
-  constexpr int V = D / 4, ITER = kChunk * V / kThreads;
-  float4 x[ITER];
+// Inclusive prefix (or, REVERSE, suffix) sums over the 64 rows of a chunk's column c, in registers: each
+// of the kThreads / D parts of the block holds R consecutive rows x[0..R) of column c (thread c + D part).
+// Every thread adds the totals of the parts before (after) its own, exchanged through scratch[kThreads];
+// the caller puts a barrier between this and the next use of scratch.
+template <int D, bool REVERSE = false>
+struct ColumnScan {
+  static constexpr int kParts = kThreads / D, R = kChunk / kParts;
+  static_assert(kThreads % D == 0 && kChunk % kParts == 0, "the block splits the chunk's rows evenly");
+  __device__ static int column() { return threadIdx.x % D; }
+  __device__ static int first_row() { return threadIdx.x / D * R; }
+  __device__ static void scan(float (&x)[R], float* scratch) {
+    const int c = column(), part = threadIdx.x / D;
 #pragma unroll
-  for (int k = 0; k < ITER; ++k) {
-    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 4;
-    x[k] = t < L ? *reinterpret_cast<const float4*>(g + ((b * T_len + t0 + t) * H + h) * int64_t(D) + c)
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int k = 0; k < ITER; ++k) {
-    const int i = threadIdx.x + k * kThreads, t = i / V, c = i % V * 4;
-    *reinterpret_cast<float4*>(dst + t * ldf<D>() + c) =
-        make_float4(x[k].x * kLog2e, x[k].y * kLog2e, x[k].z * kLog2e, x[k].w * kLog2e);
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < D; c += kThreads) {
-    float run = 0.0f;
-#pragma unroll 8
-    for (int t = 0; t < kChunk; ++t) {
-      run += dst[t * ldf<D>() + c];
-      dst[t * ldf<D>() + c] = run;
+    for (int r = 1; r < R; ++r) {
+      const int i = REVERSE ? R - 1 - r : r;
+      x[i] += x[REVERSE ? i + 1 : i - 1];
     }
+    scratch[part * D + c] = x[REVERSE ? 0 : R - 1];
+    __syncthreads();
+    float offset = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kParts; ++p)
+      if (REVERSE ? p > part : p < part) offset += scratch[p * D + c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) x[r] += offset;
   }
+};
+
+// The chunk's gates of head h (fp32 [B, T, H, D]) as cumulative log2 sums into dst[64][ldf]. Rows past L
+// are zero gates, so b stays constant there and row 63 holds the chunk's total. Ends with a barrier.
+template <int D>
+__device__ __forceinline__ void load_cumulative_gates(float* dst, float* scratch, const float* g, int64_t b,
+                                                      int64_t t0, int L, int64_t T_len, int H, int h) {
+  using Scan = ColumnScan<D>;
+  const int c = Scan::column(), r0 = Scan::first_row();
+  float x[Scan::R];
+#pragma unroll
+  for (int r = 0; r < Scan::R; ++r) {
+    const int t = r0 + r;
+    x[r] = t < L ? g[((b * T_len + t0 + t) * H + h) * int64_t(D) + c] * kLog2e : 0.0f;
+  }
+  Scan::scan(x, scratch);
+#pragma unroll
+  for (int r = 0; r < Scan::R; ++r) dst[(r0 + r) * ldf<D>() + c] = x[r];
   __syncthreads();
 }
 
-// A fp32 [D][D] state (key x value) into bf16 dst[D][ldb].
+// A bf16 [D][D] state (key x value) into dst[D][ldb].
 template <int D>
-__device__ __forceinline__ void load_state(bf16* dst, const float* src) {
-  constexpr int V = D / 4, ITER = D * V / kThreads, BATCH = ITER < 8 ? ITER : 8;  // 8 loads in flight per thread
+__device__ __forceinline__ void load_state(bf16* dst, const bf16* src) {
+  constexpr int V = D / 8, ITER = D * V / kThreads;  // every load issued before the first store
+  uint4 x[ITER];
 #pragma unroll
-  for (int k0 = 0; k0 < ITER; k0 += BATCH) {
-    float4 x[BATCH];
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    x[k] = *reinterpret_cast<const uint4*>(src + int64_t(i / V) * D + i % V * 8);
+  }
 #pragma unroll
-    for (int k = 0; k < BATCH; ++k) {
-      const int i = threadIdx.x + (k0 + k) * kThreads;
-      x[k] = *reinterpret_cast<const float4*>(src + int64_t(i / V) * D + i % V * 4);
-    }
-#pragma unroll
-    for (int k = 0; k < BATCH; ++k) {
-      const int i = threadIdx.x + (k0 + k) * kThreads, c = i / V, e = i % V * 4;
-      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dst + c * ldb<D>() + e);
-      out[0] = __floats2bfloat162_rn(x[k].x, x[k].y);
-      out[1] = __floats2bfloat162_rn(x[k].z, x[k].w);
-    }
+  for (int k = 0; k < ITER; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    *reinterpret_cast<uint4*>(dst + i / V * ldb<D>() + i % V * 8) = x[k];
   }
 }
 
