@@ -16,7 +16,8 @@ constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream wo
 }  // namespace
 
 size_t MemoryPlan::total() const {
-  return master_weights + compute_weights + gradients + optimizer_state + activations + logits + workspace;
+  return master_weights + compute_weights + gradients + optimizer_state + reduction + activations + logits +
+         workspace;
 }
 
 std::string gib(size_t bytes) {
@@ -37,6 +38,7 @@ std::string MemoryPlan::describe() const {
   line("weights (bf16)", compute_weights);
   line("gradients", gradients);
   line("optimizer", optimizer_state);
+  line("reduction", reduction);
   line("activations", activations);
   line("logits", logits);
   line("workspace", workspace);
@@ -63,7 +65,11 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   p.compute_weights = in.bf16 ? 2 * n : 0;
   // Frozen parameters hold no gradient and no optimizer state.
   p.gradients = 4 * trainable;
-  p.optimizer_state = 8 * trainable;
+  FATHOM_CHECK(in.world >= 1 && (in.zero == 0 || in.zero == 1), "memory plan: world must be >= 1 and zero 0 or 1, got ",
+               in.world, " and ", in.zero);
+  const size_t world = size_t(in.world), shard = (trainable + world - 1) / world;  // ZeRO-1: padded
+  p.optimizer_state = 8 * (in.zero == 1 ? shard : trainable);
+  if (in.world > 1) p.reduction = in.zero == 1 ? 4 * (shard * world + shard) : (in.bf16_wire ? 2 * trainable : 0);
 
   // What each block keeps for its backward, as the block and its mixer report it.
   auto block_bytes = [&](const LayerCost& cost, bool selective) {

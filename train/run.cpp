@@ -71,7 +71,9 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   int64_t frozen_elements = 0;
   for (const auto& [name, shape] : shapes)
     if (frozen_.count(name)) frozen_elements += shape.numel();
-  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements};
+  // One rank's plan: ZeRO-1 shards the moments, and the reduction keeps buffers of its own.
+  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements, comm_->world(), r.train.zero,
+                                   r.train.grad_reduce == "bf16"};
   memory_plan_ = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
   // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
