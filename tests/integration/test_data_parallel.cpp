@@ -138,20 +138,6 @@ TEST_F(DataParallel, TwoRanksTrainBitForBitAsOneProcessWithTheSameGlobalBatch) {
   EXPECT_EQ(out.find("done at step 6"), out.rfind("done at step 6")) << out;
 }
 
-// With 8 KiB buckets the gradient arena is 18 all-reduces, started during backward as their gradients
-// become final: two ranks still train bit for bit as one process, also with blocks re-run in
-// backward and with the embedding frozen.
-TEST_F(DataParallel, OverlappedSmallBucketsKeepTwoRanksBitForBit) {
-  const std::string small = "--set train.grad_bucket_kib=8 ";
-  expect_same_training(run("one", 0, "--set train.grad_accum=2"), run("two", 2, small + "--set train.recompute=block"),
-                       0, 0);
-  const std::string out = read_text(dir_ / "two" / "out.txt");
-  EXPECT_NE(out.find("18 buckets of 8 KiB, each as soon as backward has finished it"), std::string::npos) << out;
-  const std::string frozen = "--set 'train.frozen=[model.embed_tokens.*]' ";
-  expect_same_training(run("one_frozen", 0, frozen + "--set train.grad_accum=2"), run("two_frozen", 2, small + frozen),
-                       0, 0);
-}
-
 TEST_F(DataParallel, ThreeRanksTrainAsOneProcessWithinRoundingOfTheReductionOrder) {
   const fs::path one = run("one", 0, "--set train.grad_accum=3");
   const fs::path three = run("three", 3, "");
@@ -166,6 +152,20 @@ TEST_F(DataParallel, ZeroOneEqualsPlainDataParallel) {
   expect_same_training(run("plain3", 3, ""), run("zero3", 3, "--set train.zero=1"), 1e-6, 1e-5);
   const std::string out = read_text(dir_ / "zero2" / "out.txt");
   EXPECT_NE(out.find("ZeRO stage 1: optimizer moments 139 KiB per rank"), std::string::npos) << out;
+}
+
+// With 8 KiB buckets the gradient arena is 18 all-reduces, started during backward as their gradients
+// become final: two ranks still train bit for bit as one process, also with blocks re-run in
+// backward and with the embedding frozen.
+TEST_F(DataParallel, OverlappedSmallBucketsKeepTwoRanksBitForBit) {
+  const std::string small = "--set train.grad_bucket_kib=8 ";
+  expect_same_training(run("one", 0, "--set train.grad_accum=2"), run("two", 2, small + "--set train.recompute=block"),
+                       0, 0);
+  const std::string out = read_text(dir_ / "two" / "out.txt");
+  EXPECT_NE(out.find("18 buckets of 8 KiB, each as soon as backward has finished it"), std::string::npos) << out;
+  const std::string frozen = "--set 'train.frozen=[model.embed_tokens.*]' ";
+  expect_same_training(run("one_frozen", 0, frozen + "--set train.grad_accum=2"), run("two_frozen", 2, small + frozen),
+                       0, 0);
 }
 
 TEST_F(DataParallel, Bf16GradientReductionTrainsCloseToFp32) {
