@@ -19,10 +19,9 @@ class CollectiveThread::Queued final : public PendingCollective {
   ~Queued() override {
     if (!waited_) finished();  // dropped unwaited (an error unwinds): the buffer outlives the job
   }
-  void wait() override {
-    if (waited_) return;
-    waited_ = true;
+  void wait() override {  // each call reports the job's error again
     const std::string error = finished();
+    waited_ = true;
     FATHOM_CHECK(error.empty(), error);
   }
 
