@@ -15,8 +15,10 @@ namespace {
 
 class CheckpointNode final : public Node {
  public:
-  CheckpointNode(std::function<Variable(const Variable&)> segment, Tensor input, bool input_needs_grad)
-      : segment_(std::move(segment)), input_(std::move(input)), input_needs_grad_(input_needs_grad) {}
+  CheckpointNode(std::function<Variable(const Variable&)> segment, Tensor input, bool input_needs_grad,
+                 std::vector<VariableImpl*> parameters)
+      : segment_(std::move(segment)), input_(std::move(input)), input_needs_grad_(input_needs_grad),
+        parameters_(std::move(parameters)) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {
     EnableGrad recording;  // the engine runs nodes under NoGrad
@@ -28,6 +30,7 @@ class CheckpointNode final : public Node {
     if (output.requires_grad()) fathom::backward(output, grad_output);
     return {input_needs_grad_ ? leaf.grad() : Tensor()};
   }
+  std::vector<VariableImpl*> nested_leaves() const override { return parameters_; }
   void release_saved() override {
     input_ = Tensor();
     segment_ = nullptr;
@@ -38,11 +41,14 @@ class CheckpointNode final : public Node {
   std::function<Variable(const Variable&)> segment_;
   Tensor input_;
   bool input_needs_grad_;
+  // The parameters the segment reads that need gradients (kept alive by their modules).
+  std::vector<VariableImpl*> parameters_;
 };
 
 }  // namespace
 
-Variable checkpoint(std::function<Variable(const Variable&)> segment, const Variable& x) {
+Variable checkpoint(std::function<Variable(const Variable&)> segment, const Variable& x,
+                    const std::vector<Variable>& parameters) {
   FATHOM_CHECK(x.defined(), "checkpoint: undefined input");
   FATHOM_CHECK(segment != nullptr, "checkpoint: no segment to run");
   // Nothing will be backpropagated: an ordinary run.
@@ -53,7 +59,10 @@ Variable checkpoint(std::function<Variable(const Variable&)> segment, const Vari
     y = segment(x.detach());
   }
   // Recorded even when x needs no gradient: the parameters inside the segment may.
-  auto node = std::make_shared<CheckpointNode>(std::move(segment), x.value(), x.requires_grad());
+  std::vector<VariableImpl*> leaves;
+  for (const Variable& p : parameters)
+    if (p.requires_grad() && p.is_leaf()) leaves.push_back(p.impl().get());
+  auto node = std::make_shared<CheckpointNode>(std::move(segment), x.value(), x.requires_grad(), std::move(leaves));
   return record(y.value(), std::move(node), {x});
 }
 

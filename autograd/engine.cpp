@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "autograd/gradient_ready.h"
 #include "autograd/node.h"
 #include "kernels/elementwise.h"
 
@@ -54,6 +55,62 @@ std::vector<Tensor*> partial_sums(const Node& node, std::unordered_map<Node*, Te
   return partial;
 }
 
+// The leaves a node may write: those of its edges (once per edge) and those it declares.
+template <class F>
+void for_each_leaf(const Node& node, F&& f) {
+  for (const Edge& e : node.edges())
+    if (e.leaf) f(e.leaf.get());
+  for (VariableImpl* leaf : node.nested_leaves()) f(leaf);
+}
+
+// The outermost backward's count of the nodes left that may write each leaf (autograd/gradient_ready.h).
+struct FinalGradients {
+  GradientListener* listener = nullptr;
+  std::unordered_map<VariableImpl*, int64_t> writers;
+  std::unordered_set<VariableImpl*> reported;
+
+  void count(const std::vector<std::shared_ptr<Node>>& nodes) {
+    for (const auto& n : nodes) for_each_leaf(*n, [&](VariableImpl* leaf) { ++writers[leaf]; });
+  }
+  // Before `node` runs, at any depth: none of its leaves may have been reported final.
+  void check_unreported(const Node& node) const {
+    for (const Edge& e : node.edges())
+      FATHOM_CHECK(!e.leaf || !reported.contains(e.leaf.get()), node.name(),
+                   " writes the gradient of a leaf ", describe(e.leaf->value),
+                   " after backward reported it final: a checkpoint segment must declare every parameter it reads");
+  }
+  // After `node` ran (or was skipped) in the outermost backward.
+  void done(const Node& node) {
+    for_each_leaf(node, [&](VariableImpl* leaf) {
+      if (--writers[leaf] == 0 && reported.insert(leaf).second) listener->gradient_final(*leaf);
+    });
+  }
+};
+
+thread_local FinalGradients* tracking = nullptr;  // set while the outermost backward reports
+
+// Installs the tracking for the outermost backward when a listener is current.
+class TrackingScope {
+ public:
+  explicit TrackingScope(const std::vector<std::shared_ptr<Node>>& nodes) {
+    if (tracking != nullptr || current_gradient_listener() == nullptr) return;
+    state_.listener = current_gradient_listener();
+    state_.count(nodes);
+    tracking = &state_;
+    owner_ = true;
+  }
+  ~TrackingScope() {
+    if (owner_) tracking = nullptr;
+  }
+  TrackingScope(const TrackingScope&) = delete;
+  TrackingScope& operator=(const TrackingScope&) = delete;
+  bool outermost() const { return owner_; }
+
+ private:
+  FinalGradients state_;
+  bool owner_ = false;
+};
+
 }  // namespace
 
 void backward(const Variable& root, const Tensor& seed) {
@@ -70,15 +127,26 @@ void backward(const Variable& root, const Tensor& seed) {
   NoGrad no_grad;  // backward kernels never record
   if (root.is_leaf()) {
     Tensor& g = root.impl()->grad;
+    if (tracking != nullptr)
+      FATHOM_CHECK(!tracking->reported.contains(root.impl().get()),
+                   "backward writes the gradient of a leaf after backward reported it final");
     if (g.defined()) add_inplace(g, root_grad); else g = root_grad.clone();
+    if (tracking == nullptr && current_gradient_listener() != nullptr)
+      current_gradient_listener()->gradient_final(*root.impl());
     return;
   }
   std::unordered_map<Node*, Tensor> pending;
   pending[root.grad_fn().get()] = root_grad;
-  for (const std::shared_ptr<Node>& owned : reachable_nodes(root.grad_fn())) {
+  const std::vector<std::shared_ptr<Node>> nodes = reachable_nodes(root.grad_fn());
+  const TrackingScope scope(nodes);
+  for (const std::shared_ptr<Node>& owned : nodes) {
     Node* node = owned.get();
     auto it = pending.find(node);
-    if (it == pending.end()) continue;  // no gradient flowed here
+    if (it == pending.end()) {  // no gradient flowed here
+      if (scope.outermost()) tracking->done(*node);
+      continue;
+    }
+    if (tracking != nullptr) tracking->check_unreported(*node);
     Tensor grad_output = std::move(it->second);
     pending.erase(it);
     std::vector<Tensor> grads = node->backward_into(grad_output, partial_sums(*node, pending));
@@ -96,6 +164,7 @@ void backward(const Variable& root, const Tensor& seed) {
         if (slot.defined()) add_inplace(slot, grads[i]); else slot = grads[i].clone();
       }
     }
+    if (scope.outermost()) tracking->done(*node);
     node->release_saved();
     node->clear_edges();
   }

@@ -37,6 +37,9 @@ class Node {
     (void)partial;
     return backward(grad_output);
   }
+  // Leaves whose gradients this node's backward writes other than through its edges (a checkpoint's
+  // segment reaches its parameters in a backward of its own), for autograd/gradient_ready.h.
+  virtual std::vector<VariableImpl*> nested_leaves() const { return {}; }
   // Frees the tensors saved for backward.
   virtual void release_saved() = 0;
   virtual const char* name() const = 0;

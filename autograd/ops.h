@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "autograd/variable.h"
 #include "kernels/mod_routing.h"
@@ -100,6 +101,9 @@ Variable reshape(const Variable& x, const Shape& shape);
 // segment without recording; backward runs it again from the saved input and backpropagates through
 // that local graph, so parameter gradients equal the ordinary ones bit for bit. The segment must be
 // deterministic and must not write state that outlives it (MoDA's depth stream does: no checkpoint there).
-Variable checkpoint(std::function<Variable(const Variable&)> segment, const Variable& x);
+// `parameters`: the leaves the segment reads, so that backward can tell when their gradients are
+// final (autograd/gradient_ready.h; a segment reading one it does not name fails there).
+Variable checkpoint(std::function<Variable(const Variable&)> segment, const Variable& x,
+                    const std::vector<Variable>& parameters = {});
 
 }  // namespace fathom

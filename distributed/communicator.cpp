@@ -2,6 +2,21 @@
 
 namespace fathom {
 
+namespace {
+
+// A collective that finished before its handle was made.
+class Finished final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_all_reduce_sum(Tensor& tensor) {
+  all_reduce_sum(tensor);
+  return std::make_unique<Finished>();
+}
+
 void check_collective_tensor(const Tensor& tensor, const char* collective) {
   FATHOM_CHECK(tensor.defined(), collective, ": the tensor is undefined");
   FATHOM_CHECK(tensor.dtype() == DType::f32 || tensor.dtype() == DType::bf16, collective,

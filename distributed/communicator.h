@@ -4,6 +4,7 @@
 // call the same collectives in the same order with the same element counts.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -14,6 +15,16 @@ struct RankInfo {
   int rank = 0;        // this process, 0-based
   int world = 1;       // how many processes train together
   int local_rank = 0;  // this process among those of its machine: the GPU it takes
+};
+
+// A collective started without waiting for it (Communicator::start_all_reduce_sum). Its tensor must
+// be left alone until wait() returns; every rank starts the same collectives in the same order.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Returns once the result is in place: on the host, or (NCCL) ordered before any work issued to
+  // the current stream from now on.
+  virtual void wait() = 0;
 };
 
 class Communicator {
@@ -27,6 +38,11 @@ class Communicator {
 
   // In place: every rank ends with the element-wise sum over ranks. F32 or BF16 tensors, contiguous.
   virtual void all_reduce_sum(Tensor& tensor) = 0;
+  // all_reduce_sum without waiting: MPI's on a collective thread (no MPI call of the caller's until
+  // every started one is waited for), NCCL's on a communication stream of its own ordered after the
+  // work queued so far on the current stream. The same reduction as all_reduce_sum, bit for bit.
+  // Backends that cannot overlap it reduce at once (this default).
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(Tensor& tensor);
   // Sums of host doubles (losses, norms), in place on every rank.
   virtual void all_reduce_sum(double* values, int64_t count) = 0;
   // `input` holds world() equal chunks; rank r's `output` (one chunk) gets the sum of chunk r over ranks.

@@ -29,7 +29,15 @@ DataParallel::DataParallel(Communicator& communicator, ParameterArena& arena, Da
     shard_grads_ = Tensor::zeros({chunk_}, DType::f32, device);
   } else {
     shard_ = {0, n};
+    if (comm_.world() > 1)
+      buckets_ = std::make_unique<BucketedReduction>(comm_, arena_, config_.bucket_elements, config_.wire);
   }
+}
+
+GradientListener* DataParallel::listen_to_backward() {
+  if (!buckets_) return nullptr;
+  buckets_->arm();
+  return buckets_.get();
 }
 
 void DataParallel::average(double* values, int64_t count) {
@@ -38,25 +46,10 @@ void DataParallel::average(double* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i) values[i] /= double(comm_.world());
 }
 
-void DataParallel::all_reduce_in_buckets(Tensor& grads) {
-  const int64_t n = grads.numel();
-  for (int64_t begin = 0; begin < n; begin += config_.bucket_elements) {
-    Tensor bucket = grads.narrow(begin, std::min(config_.bucket_elements, n - begin));
-    if (config_.wire == DType::f32) {
-      comm_.all_reduce_sum(bucket);
-    } else {
-      // bf16 on the wire: half the bytes; each rank's gradients round once, the sums as they travel.
-      Tensor wire = bucket.to(DType::bf16);
-      comm_.all_reduce_sum(wire);
-      bucket.copy_from(wire.to(DType::f32));
-    }
-  }
-}
-
 double DataParallel::reduce_gradients() {
   Tensor& grads = arena_.grads();
   if (config_.zero == 0) {
-    if (comm_.world() > 1) all_reduce_in_buckets(grads);
+    if (buckets_) buckets_->finish();
     return grad_norm(grads);  // the single-process norm, bit for bit
   }
   // ZeRO-1: the arena, padded to world equal chunks, reduce-scattered into this rank's chunk.

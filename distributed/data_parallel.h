@@ -2,16 +2,19 @@
 // the gradients of its part of the global batch (seeded with 1 / (grad_accum x world), so summing
 // over ranks gives the global batch's mean gradient), then
 //   - plain (train.zero: 0): the gradient arena is summed over ranks in buckets of bucket_elements,
-//     each in train.grad_reduce's precision; every rank runs the same AdamW update;
+//     each in train.grad_reduce's precision, started while the step's last backward still runs
+//     (distributed/bucketed_reduction.h); every rank runs the same AdamW update;
 //   - ZeRO-1 (train.zero: 1): the arena is reduce-scattered so that rank r holds the summed gradients
 //     of its shard, AdamW keeps moments for that shard only and updates only its values, and the
 //     updated values are all-gathered. The fp32 master values stay whole on every rank (the CPU model
 //     reads them); the moments, 2/3 of AdamW's state, shrink to 1/world.
-// The CPU (MPI) path reduces after the whole backward, bucket by bucket.
+// ZeRO-1's reduce-scatter covers the whole arena in one collective, after backward.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "distributed/bucketed_reduction.h"
 #include "distributed/communicator.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
@@ -21,7 +24,7 @@ namespace fathom {
 struct DataParallelConfig {
   DType wire = DType::f32;          // train.grad_reduce
   int zero = 0;                     // train.zero
-  int64_t bucket_elements = 1 << 22;  // 16 MiB of fp32 gradients per all-reduce
+  int64_t bucket_elements = 1 << 22;  // 16 MiB of fp32 gradients per all-reduce (train.grad_bucket_kib)
 };
 
 // The slice of the trainable arena [0, numel) that rank `rank` of `world` owns under ZeRO-1: equal
@@ -41,8 +44,15 @@ class DataParallel {
   double loss_scale() const { return 1.0 / double(comm_.world()); }
   // Means over ranks of per-rank means, in place (losses and objective terms).
   void average(double* values, int64_t count);
+  // The listener the step's last backward runs under, so that buckets start as their gradients are
+  // final; null when nothing overlaps (a world of 1, ZeRO-1). Call reduce_gradients after it.
+  GradientListener* listen_to_backward();
   // Sums the gradients over ranks (ZeRO-1: this rank's shard of them) and returns the global norm.
+  // The buckets started during backward are waited for; the others start now.
   double reduce_gradients();
+  // Buckets that started while the last step's backward still ran (plain data parallel).
+  int64_t buckets_started_early() const { return buckets_ ? buckets_->started_early() : 0; }
+  int64_t bucket_count() const { return buckets_ ? buckets_->bucket_count() : 0; }
   // The AdamW update from the reduced gradients; ZeRO-1 gathers every rank's updated values after.
   void update(AdamW& optimizer, double lr, double grad_scale);
   // Whole moments for a checkpoint (ZeRO-1 gathers the shards; a collective: every rank calls it).
@@ -51,7 +61,6 @@ class DataParallel {
   int64_t optimizer_bytes_per_rank() const { return 2 * shard_.length * int64_t(sizeof(float)); }
 
  private:
-  void all_reduce_in_buckets(Tensor& grads);
   // The shard's chunks padded to world equal parts, for reduce-scatter and all-gather.
   Tensor padded(const Tensor& whole);
 
@@ -59,6 +68,7 @@ class DataParallel {
   ParameterArena& arena_;
   DataParallelConfig config_;
   OptimizerShard shard_;
+  std::unique_ptr<BucketedReduction> buckets_;  // plain data parallel over more than one rank
   int64_t chunk_ = 0;     // ZeRO-1: elements per rank's chunk (padded)
   Tensor staging_;        // ZeRO-1: world x chunk elements
   Tensor shard_grads_;    // ZeRO-1: this rank's summed gradients

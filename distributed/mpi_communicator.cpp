@@ -20,6 +20,7 @@ void sum_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
 
 struct MpiSession {
   bool started = false;
+  int thread_level = MPI_THREAD_SINGLE;  // what MPI_Init_thread provided
   MPI_Op bf16_sum = MPI_OP_NULL;
   ~MpiSession() {
     int finalized = 0;
@@ -63,8 +64,11 @@ RankInfo start_mpi(int local_rank) {
   MpiSession& s = session();
   if (!s.started) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // SERIALIZED: the overlapped all-reduce runs on a thread of its own while the main thread makes no
+    // MPI call (distributed/collective_thread.h).
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     s.started = true;
+    s.thread_level = provided;
     // Errors come back as codes, so that fathom reports them with the collective's name.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     check_mpi(MPI_Op_create(&sum_bf16, 1, &s.bf16_sum), "MPI_Op_create");
@@ -104,6 +108,21 @@ void MpiCommunicator::all_reduce_sum(Tensor& tensor) {
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, tensor.raw(), mpi_count(tensor.numel(), "all_reduce_sum"), mpi_type(tensor),
                           sum_op(tensor), MPI_COMM_WORLD),
             "all_reduce_sum");
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_sum(Tensor& tensor) {
+  check_collective_tensor(tensor, "all_reduce_sum");
+  check_host(tensor, "all_reduce_sum");
+  // Without MPI_THREAD_SERIALIZED no other thread may call MPI: the reduction runs now.
+  if (session().thread_level < MPI_THREAD_SERIALIZED) return Communicator::start_all_reduce_sum(tensor);
+  if (!thread_) thread_ = std::make_unique<CollectiveThread>();
+  // The very MPI_Allreduce all_reduce_sum makes (the same algorithm, so the same sums bit for bit),
+  // on the collective thread. The copied handle keeps the memory until the job has run.
+  return thread_->submit([t = tensor]() mutable {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw(), mpi_count(t.numel(), "all_reduce_sum"), mpi_type(t), sum_op(t),
+                            MPI_COMM_WORLD),
+              "all_reduce_sum (overlapped)");
+  });
 }
 
 void MpiCommunicator::all_reduce_sum(double* values, int64_t count) {

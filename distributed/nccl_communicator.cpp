@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@ namespace fathom {
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   bool aborted = false;
+  std::optional<cuda::Stream> comm_stream;  // start_all_reduce_sum's, made on first use
 };
 
 namespace {
@@ -57,9 +59,14 @@ NcclCommunicator::~NcclCommunicator() {
 
 void NcclCommunicator::wait(const char* collective) {
   const cudaStream_t stream = stream_of(device_);
+  poll(collective, [stream] { return cudaStreamQuery(stream); });
+}
+
+template <class Finished>
+void NcclCommunicator::poll(const char* collective, Finished finished) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const cudaError_t done = cudaStreamQuery(stream);
+    const cudaError_t done = finished();
     if (done == cudaSuccess) return;
     if (done != cudaErrorNotReady)
       abort(std::string(collective) + ": CUDA reports " + cudaGetErrorString(done));
@@ -81,6 +88,48 @@ void NcclCommunicator::all_reduce_sum(Tensor& tensor) {
                                        state_->comm, stream_of(device_));
   if (r != ncclSuccess) abort(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
   wait("all_reduce_sum");
+}
+
+// One all-reduce on the communication stream: `done` is recorded after it there.
+class NcclCommunicator::Pending final : public PendingCollective {
+ public:
+  Pending(NcclCommunicator& owner, Tensor tensor) : owner_(owner), tensor_(std::move(tensor)) {
+    cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+  }
+  ~Pending() override {
+    if (!waited_) cudaEventSynchronize(done_);  // an error unwinds: the buffer outlives the reduction
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    owner_.poll("all_reduce_sum (overlapped)", [this] { return cudaEventQuery(done_); });
+    cudaStreamWaitEvent(stream_of(owner_.device_), done_, 0);
+    waited_ = true;
+  }
+
+  NcclCommunicator& owner_;
+  Tensor tensor_;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool waited_ = false;
+};
+
+std::unique_ptr<PendingCollective> NcclCommunicator::start_all_reduce_sum(Tensor& tensor) {
+  check_collective_tensor(tensor, "all_reduce_sum");
+  check_device(tensor, device_, "all_reduce_sum");
+  if (!state_->comm_stream) state_->comm_stream.emplace(cuda::Stream::create(device_.index));
+  const cudaStream_t comm_stream = reinterpret_cast<cudaStream_t>(state_->comm_stream->handle());
+  auto pending = std::make_unique<Pending>(*this, tensor);
+  // After the gradient writes queued on the compute stream. The handle keeps the memory until wait()
+  // has ordered the compute stream (whose allocator reuses freed blocks) after the reduction.
+  cudaEventRecord(pending->ready_, stream_of(device_));
+  cudaStreamWaitEvent(comm_stream, pending->ready_, 0);
+  const ncclResult_t r = ncclAllReduce(tensor.raw(), tensor.raw(), size_t(tensor.numel()), nccl_type(tensor), ncclSum,
+                                       state_->comm, comm_stream);
+  if (r != ncclSuccess) abort(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  cudaEventRecord(pending->done_, comm_stream);
+  return pending;
 }
 
 void NcclCommunicator::all_reduce_sum(double* values, int64_t count) {

@@ -88,7 +88,7 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
       h = block->forward(h, context);
     } else if (!depth) {
       h = checkpoint([block, positions](const Variable& x) { return block->forward(x, MixerContext{positions}); },
-                     h);
+                     h, block->parameter_variables());
     } else {
       // The re-run reads and writes the slots this run does (DepthStream::rewind, tie).
       const int64_t written = depth->slots_written();
@@ -97,7 +97,7 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
             depth->rewind(written);
             return depth->tie(block->forward(x, MixerContext{positions, depth.get(), write}));
           },
-          h);
+          h, block->parameter_variables());
     }
     if (options.layer_outputs) out.layer_outputs.push_back(h);
   }

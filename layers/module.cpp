@@ -8,6 +8,12 @@ std::vector<Parameter> Module::parameters() const {
   return out;
 }
 
+std::vector<Variable> Module::parameter_variables() const {
+  std::vector<Variable> out;
+  for (const Parameter& p : parameters()) out.push_back(p.var);
+  return out;
+}
+
 Variable Module::add_parameter(const std::string& name, const Shape& shape, ParameterInit init) {
   for (const Parameter& p : params_) FATHOM_CHECK(p.name != name, "parameter '", name, "' registered twice");
   params_.push_back({name, Variable(Tensor::empty(shape, DType::f32), true), init});

@@ -40,6 +40,8 @@ class Module {
 
   // All parameters of this module and its children, depth first in registration order, full names.
   std::vector<Parameter> parameters() const;
+  // The same parameters' handles, without names (what a checkpointed segment declares it reads).
+  std::vector<Variable> parameter_variables() const;
 
  protected:
   // A new F32 CPU parameter (values are set when the model's arena is built).

@@ -126,7 +126,8 @@ Tensor RoutedBlock::causal_logits(const Variable& x, const Variable& r, const Te
 Variable RoutedBlock::run_block(const Variable& x, const Tensor& positions, const MixerContext& context,
                                 MixerCache* cache) const {
   if (recompute_block_ && !cache && GradMode::enabled() && x.requires_grad())
-    return checkpoint([this, positions](const Variable& v) { return block_.forward(v, MixerContext{positions}); }, x);
+    return checkpoint([this, positions](const Variable& v) { return block_.forward(v, MixerContext{positions}); }, x,
+                      block_.parameter_variables());
   MixerContext inner{positions};
   inner.attention_entropy = context.attention_entropy;
   inner.cache = cache;

@@ -43,8 +43,8 @@ void plan_teacher_memory(const TeacherMemoryInput& t, int64_t batch_size, int64_
 }  // namespace
 
 size_t MemoryPlan::total() const {
-  return master_weights + compute_weights + gradients + optimizer_state + activations + logits + workspace +
-         teacher_weights + teacher_forward;
+  return master_weights + compute_weights + gradients + optimizer_state + reduction + activations + logits +
+         workspace + teacher_weights + teacher_forward;
 }
 
 std::string gib(size_t bytes) {
@@ -65,6 +65,7 @@ std::string MemoryPlan::describe() const {
   line("weights (bf16)", compute_weights);
   line("gradients", gradients);
   line("optimizer", optimizer_state);
+  line("reduction", reduction);
   line("activations", activations);
   line("logits", logits);
   line("workspace", workspace);
@@ -93,7 +94,11 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   p.compute_weights = in.bf16 ? 2 * n : 0;
   // Frozen parameters hold no gradient and no optimizer state.
   p.gradients = 4 * trainable;
-  p.optimizer_state = 8 * trainable;
+  FATHOM_CHECK(in.world >= 1 && (in.zero == 0 || in.zero == 1), "memory plan: world must be >= 1 and zero 0 or 1, got ",
+               in.world, " and ", in.zero);
+  const size_t world = size_t(in.world), shard = (trainable + world - 1) / world;  // ZeRO-1: padded
+  p.optimizer_state = 8 * (in.zero == 1 ? shard : trainable);
+  if (in.world > 1) p.reduction = in.zero == 1 ? 4 * (shard * world + shard) : (in.bf16_wire ? 2 * trainable : 0);
 
   // What each block keeps for its backward, as the block and its mixer report it.
   auto block_bytes = [&](const LayerCost& cost, bool selective) {

@@ -31,6 +31,10 @@ struct MemoryPlanInput {
   bool bf16 = false;       // mixed precision: bf16 weight copy and activations
   Recompute recompute = Recompute::none;  // train.recompute
   int64_t frozen_parameters = 0;          // train.frozen: elements with no gradient or optimizer state
+  // Data parallel (distributed/data_parallel.h): the plan is one rank's.
+  int64_t world = 1;        // ranks
+  int64_t zero = 0;         // train.zero: 1 shards AdamW's moments over the ranks
+  bool bf16_wire = false;   // train.grad_reduce: bf16
   std::optional<TeacherMemoryInput> teacher = std::nullopt;  // a distillation's teacher
 };
 
@@ -39,7 +43,10 @@ struct MemoryPlan {
   size_t master_weights = 0;   // fp32 parameter arena
   size_t compute_weights = 0;  // bf16 copy of the arena (mixed precision only)
   size_t gradients = 0;        // fp32 gradient arena
-  size_t optimizer_state = 0;  // AdamW's two fp32 moments
+  size_t optimizer_state = 0;  // AdamW's two fp32 moments (ZeRO-1: this rank's shard of them)
+  size_t reduction = 0;        // data parallel: ZeRO-1's fp32 staging of the padded arena and the
+                               // shard's sums, or every bucket's bf16 copy while the buckets overlap
+                               // backward (train.grad_reduce: bf16)
   size_t activations = 0;      // tensors saved for backward at the end of the forward, plus the
                                // working set of the block being backpropagated
   size_t logits = 0;           // the head and loss: one chunk of logits, and the dh and dW they keep

@@ -67,6 +67,7 @@ struct Recipe {
     // Data parallel (distributed/): the precision gradients travel in between ranks, and ZeRO stage
     // (0: every rank holds the whole optimizer state; 1: AdamW moments and updates sharded over ranks).
     std::string grad_reduce = "fp32";  // "fp32" | "bf16"
+    int64_t grad_bucket_kib = 16384;   // fp32 gradients per all-reduce bucket (16 MiB)
     int64_t zero = 0;                  // 0 | 1
     Optimizer optimizer;
     Schedule schedule;

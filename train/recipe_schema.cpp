@@ -135,6 +135,8 @@ std::vector<RecipeKey> build_schema() {
        .aliases = {"activation_checkpointing", "gradient_checkpointing"}},
       {.path = "train.grad_reduce", .field = FIELD(train.grad_reduce), .choices = {"fp32", "bf16"},
        .aliases = {"reduce_dtype", "allreduce_dtype", "grad_reduce_dtype"}},
+      {.path = "train.grad_bucket_kib", .field = FIELD(train.grad_bucket_kib), .range = closed(1, 1 << 21),
+       .aliases = {"bucket_size", "bucket_cap_mb", "grad_bucket_mb", "bucket_kib"}},
       {.path = "train.zero", .field = FIELD(train.zero), .range = closed(0, 1),
        .aliases = {"zero_stage", "zero_optimization"}},
       {.path = "train.optimizer.lr", .field = FIELD(train.optimizer.lr), .presence = P::required,

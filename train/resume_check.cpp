@@ -16,7 +16,7 @@ const std::vector<std::string>& keys_changeable_on_resume() {
   // whole, so train.zero may change too. data.validation is only evaluated, never trained on.
   static const std::vector<std::string> keys = {
       "name",          "train.steps",     "train.tokens",     "train.device",   "train.threads",
-      "train.recompute", "train.grad_accum", "train.grad_reduce", "train.zero", "data.validation", "data.verify",    "eval.every",     "eval.batches",
+      "train.recompute", "train.grad_accum", "train.grad_reduce", "train.grad_bucket_kib", "train.zero", "data.validation", "data.verify",    "eval.every",     "eval.batches",
       "checkpoint.every", "checkpoint.keep_last", "log.every", "log.dir"};
   return keys;
 }

@@ -71,7 +71,9 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   int64_t frozen_elements = 0;
   for (const auto& [name, shape] : shapes)
     if (frozen_.count(name)) frozen_elements += shape.numel();
-  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements, options.teacher_memory};
+  // One rank's plan: ZeRO-1 shards the moments, and the reduction keeps buffers of its own.
+  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements, comm_->world(),
+                                   r.train.zero, r.train.grad_reduce == "bf16", options.teacher_memory};
   memory_plan_ = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
   // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
@@ -119,7 +121,8 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   // Every rank initialises (or loads) the same weights from the same seed and files.
   data_parallel_ = std::make_unique<DataParallel>(
       *comm_, *arena_, DataParallelConfig{.wire = r.train.grad_reduce == "bf16" ? DType::bf16 : DType::f32,
-                                          .zero = int(r.train.zero)});
+                                          .zero = int(r.train.zero),
+                                          .bucket_elements = r.train.grad_bucket_kib * 1024 / int64_t(sizeof(float))});
   optimizer_ = std::make_unique<AdamW>(*arena_,
                                        AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
                                                    r.train.optimizer.eps, r.train.optimizer.weight_decay},
@@ -235,6 +238,9 @@ std::string TrainingRun::describe() const {
             " sequences, gradients reduced in " + r.train.grad_reduce + ", ZeRO stage " + std::to_string(r.train.zero) +
             ": optimizer moments " + std::to_string(data_parallel_->optimizer_bytes_per_rank() >> 10) +
             " KiB per rank";
+    if (r.train.zero == 0)
+      text += "; " + std::to_string(data_parallel_->bucket_count()) + " buckets of " +
+              std::to_string(r.train.grad_bucket_kib) + " KiB, each as soon as backward has finished it";
   }
   text += "\nprecision " + precision + ", recompute " + r.train.recompute + "; memory plan (estimate):\n" + plan_text;
   if (r.model.moda.enabled())

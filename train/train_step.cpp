@@ -1,10 +1,12 @@
 #include "train/train_step.h"
 
 #include <cmath>
+#include <optional>
 #include <ostream>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/gradient_ready.h"
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "optim/grad_clip.h"
@@ -59,8 +61,13 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
     ForwardOptions forward = settings.forward;
     const uint64_t micro_index = uint64_t((settings.step - 1) * settings.grad_accum + micro);
     forward.router_draw = parallel ? micro_index * uint64_t(parallel->world()) + uint64_t(parallel->rank()) : micro_index;
+    // The last micro-batch's backward finishes each gradient: its buckets may start reducing then.
+    std::optional<ListenToGradients> overlap;
+    if (parallel && micro + 1 == settings.grad_accum)
+      if (GradientListener* listener = parallel->listen_to_backward()) overlap.emplace(*listener);
     const MicroBatchLoss loss = accumulate_gradients(model, next_micro_batch(), device, settings.objective, seed,
                                                      forward, settings.extra_losses);
+    overlap.reset();
     FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
                  settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
                  "); lower train.optimizer.lr or check the data.", Note(settings));
@@ -71,6 +78,8 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
   result.loss /= accum;
   result.z_loss /= accum;
   if (parallel) {
+    // The buckets started during backward are waited for (before the clip and the update).
+    result.grad_norm = parallel->reduce_gradients();
     // The logged losses are the global batch's: every rank's, averaged (the terms' names agree on all ranks).
     std::vector<double> values{result.loss, result.z_loss};
     for (const auto& [name, term] : result.terms) values.push_back(term);
@@ -79,7 +88,6 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
     result.z_loss = values[1];
     size_t i = 2;
     for (auto& [name, term] : result.terms) term = values[i++];
-    result.grad_norm = parallel->reduce_gradients();
   } else {
     result.grad_norm = grad_norm(arena.grads());
   }

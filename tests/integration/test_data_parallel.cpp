@@ -180,6 +180,20 @@ TEST_F(DataParallel, ZeroOneEqualsPlainDataParallel) {
   EXPECT_NE(out.find("ZeRO stage 1: optimizer moments 139 KiB per rank"), std::string::npos) << out;
 }
 
+// With 8 KiB buckets the gradient arena is 18 all-reduces, started during backward as their gradients
+// become final: two ranks still train bit for bit as one process, also with blocks re-run in
+// backward and with the embedding frozen.
+TEST_F(DataParallel, OverlappedSmallBucketsKeepTwoRanksBitForBit) {
+  const std::string small = "--set train.grad_bucket_kib=8 ";
+  expect_same_training(run("one", 0, "--set train.grad_accum=2"), run("two", 2, small + "--set train.recompute=block"),
+                       0, 0);
+  const std::string out = read_text(dir_ / "two" / "out.txt");
+  EXPECT_NE(out.find("18 buckets of 8 KiB, each as soon as backward has finished it"), std::string::npos) << out;
+  const std::string frozen = "--set 'train.frozen=[model.embed_tokens.*]' ";
+  expect_same_training(run("one_frozen", 0, frozen + "--set train.grad_accum=2"), run("two_frozen", 2, small + frozen),
+                       0, 0);
+}
+
 TEST_F(DataParallel, Bf16GradientReductionTrainsCloseToFp32) {
   const fs::path fp32 = run("fp32", 2, ""), bf16 = run("bf16", 2, "--set train.grad_reduce=bf16");
   const std::vector<double> a = losses(fp32), b = losses(bf16);

@@ -154,3 +154,31 @@ TEST(MemoryPlan, BadInputsAreErrors) {
   in.batch_size = 0;
   fathom::testing::expect_error([&] { plan_training_memory(in); }, {"batch size", "must be >= 1"});
 }
+
+// A data-parallel run plans one rank: ZeRO-1 keeps a quarter of the moments on each of 4 ranks plus
+// the fp32 staging of the padded arena and its shard; overlapped bf16 buckets keep a bf16 copy of
+// every gradient until they are waited for; fp32 buckets reduce in place.
+TEST(MemoryPlan, DataParallelPlansOneRank) {
+  const MemoryPlan alone = plan_training_memory(olmo2_190m(true));
+  const size_t n = size_t(alone.parameters), chunk = (n + 3) / 4;
+  MemoryPlanInput in = olmo2_190m(true);
+  in.world = 4;
+  const MemoryPlan plain = plan_training_memory(in);
+  EXPECT_EQ(plain.optimizer_state, 8 * n);
+  EXPECT_EQ(plain.reduction, 0u);
+  EXPECT_EQ(plain.total(), alone.total());
+  in.bf16_wire = true;
+  EXPECT_EQ(plan_training_memory(in).reduction, 2 * n);
+  in.bf16_wire = false;
+  in.zero = 1;
+  const MemoryPlan zero = plan_training_memory(in);
+  EXPECT_EQ(zero.optimizer_state, 8 * chunk);
+  EXPECT_EQ(zero.reduction, 4 * (4 * chunk + chunk));
+  EXPECT_NE(zero.describe().find("reduction"), std::string::npos) << zero.describe();
+  EXPECT_EQ(alone.describe().find("reduction"), std::string::npos) << alone.describe();
+  in.world = 0;
+  fathom::testing::expect_error([&] { plan_training_memory(in); }, {"world must be >= 1"});
+  in.world = 2;
+  in.zero = 2;
+  fathom::testing::expect_error([&] { plan_training_memory(in); }, {"zero 0 or 1"});
+}

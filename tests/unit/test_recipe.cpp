@@ -486,7 +486,8 @@ TEST(RecipeErrors, SuggestionsOverTheWholeSchema) {
   EXPECT_EQ(unknown_key_message("log.evry"), "unknown key 'log.evry'; did you mean 'log.every'?");
   EXPECT_EQ(unknown_key_message("train.x"), "unknown key 'train.x'; valid keys in 'train': device, seed, batch_size, "
                                              "grad_accum, seq_len, steps, tokens, precision, threads, loss, "
-                                             "trainable, frozen, recompute, grad_reduce, zero, optimizer, schedule");
+                                             "trainable, frozen, recompute, grad_reduce, grad_bucket_kib, zero, optimizer, "
+                                             "schedule");
 }
 
 // Found by fuzzing (tests/fuzz/findings): a ',' starting line 2 made yaml-cpp 0.7's LoadAll append
