@@ -32,7 +32,6 @@ DecodeStep::DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bo
   const Device device = state.device_length.defined() ? state.device_length.device() : Device::cpu();
   if (!graphs) eager_reason_ = "CUDA graphs were turned off";
   else if (!device.is_cuda()) eager_reason_ = "CUDA graphs are for GPU decoding";
-  else if (!state.replayable()) eager_reason_ = "a layer's decoding state cannot be replayed (MoD routing)";
 #ifndef FATHOM_WITH_CUDA
   else eager_reason_ = "this build has no CUDA backend";
 #endif
@@ -90,6 +89,8 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
     state_.set_length(state_.length + 1);
     return output_;
   }
+  if (eager_reason_.empty() && steps_ >= 2 && !state_.replayable())
+    eager_reason_ = "a layer's decoding state cannot be replayed (MoD's routed blocks)";
   if (eager_reason_.empty() && steps_ >= 2) {
     try_capture();
     if (graphed()) {

@@ -28,8 +28,8 @@ class DecodeStep {
     Tensor logits;  // [B, vocab] on the device, in the activations' dtype
     Tensor ids;     // I32 [B] on the device: each row's argmax (greedy only; else undefined)
   };
-  // `state` must outlive the step object and be advanced only through it from here on (its prompt
-  // already read). graphs: use CUDA graphs where they can be used.
+  // `state` must outlive the step object; once its prompt is read, it is advanced only through run().
+  // graphs: use CUDA graphs where they can be used.
   DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bool graphs);
   ~DecodeStep();
   DecodeStep(const DecodeStep&) = delete;

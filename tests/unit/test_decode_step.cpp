@@ -78,6 +78,14 @@ TEST(DecodeStep, OnlyStatesWhoseHostSideIsTheirLengthReplay) {
   EXPECT_EQ(state.length, 5);
   for (const auto& cache : state.layers) EXPECT_EQ(cache->length(), 5);
   expect_error([&] { state.set_length(9); }, {"length 9", "capacity of 8"});
+  // dsla's states replay once the prompt made them (in place from then on).
+  ModelConfig hybrid = small();
+  hybrid.layers = {"attention", "dsla", "attention"};
+  HostModel with_dsla(hybrid);
+  DecodeState dsla_state = with_dsla.model.start_decoding(1, 8, DType::f32, Device::cpu());
+  EXPECT_FALSE(dsla_state.replayable());
+  with_dsla.model.decode(Tensor::from_vector(std::vector<int32_t>{4, 5, 6}, {1, 3}), dsla_state);
+  EXPECT_TRUE(dsla_state.replayable());
   HostModel routed(small({.capacity = 0.5}));
   DecodeState routed_state = routed.model.start_decoding(2, 8, DType::f32, Device::cpu());
   EXPECT_FALSE(routed_state.replayable());
