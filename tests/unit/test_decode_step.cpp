@@ -117,6 +117,9 @@ TEST(DecodeStep, OnTheCpuItStaysEagerAndEqualsDecode) {
   expect_error([&] { step.run({1}); }, {"1 ids for a batch of 2"});
   DecodeState full = m.model.start_decoding(1, 4, DType::f32, Device::cpu());
   m.model.decode(Tensor::from_vector(prompt, {1, 4}), full);
+  DecodeState fresh = m.model.start_decoding(1, 4, DType::f32, Device::cpu());
+  DecodeStep before_prompt(m.model, fresh, true, true);
+  expect_error([&] { before_prompt.run({1}); }, {"read no prompt"});
   DecodeStep at_capacity(m.model, full, false, false);
   expect_error([&] { at_capacity.run({1}); }, {"capacity of 4"});
   EXPECT_NE(at_capacity.eager_reason().find("turned off"), std::string::npos);
