@@ -7,7 +7,8 @@
 // CHECKPOINT is a fathom checkpoint or run folder; IDS_FILE the prompt's token ids, whitespace
 // separated. After two warm-up generations, prefill (the prompt's step, to its first token's logits) and
 // decode (the N - 1 steps after it) are the medians of 5 runs; each run synchronises the device before
-// it reads its clock.
+// it reads its clock. On a GPU each batch size gives two rows: the decoding steps replayed as a CUDA
+// graph (train/decode_step.h, what `fathom generate` does), and "(eager steps)" without graphs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -48,21 +49,32 @@ int main(int argc, char** argv) {
     // The run folder's name (RUN/checkpoints/step_N).
     const std::string label = std::filesystem::path(files.origin).parent_path().parent_path().filename().string();
     for (int i = 4; i < argc; ++i) {
-      GenerationOptions options{.max_new_tokens = new_tokens, .batch = std::stoll(argv[i]),
-                                .sampling = {.temperature = 0}, .ignore_eos = true};
-      std::vector<double> prefill, decode;
-      for (int run = 0; run < 7; ++run) {
-        const GenerationResult r =
-            generate(model, *tokenizer, prompt, options, inference.activation_dtype(), device);
-        if (run < 2) continue;
-        prefill.push_back(r.prefill_seconds);
-        decode.push_back(r.decode_seconds / double(std::max<int64_t>(r.decode_steps, 1)));
+      // The decoding steps as CUDA graphs (what `fathom generate` runs), then eagerly for comparison.
+      for (const bool graphs : {true, false}) {
+        GenerationOptions options{.max_new_tokens = new_tokens, .batch = std::stoll(argv[i]),
+                                  .sampling = {.temperature = 0}, .ignore_eos = true, .cuda_graphs = graphs};
+        std::vector<double> prefill, decode;
+        bool graphed = false;
+        std::string reason;
+        for (int run = 0; run < 7; ++run) {
+          const GenerationResult r =
+              generate(model, *tokenizer, prompt, options, inference.activation_dtype(), device);
+          graphed = r.cuda_graph;
+          reason = r.eager_reason;
+          if (run < 2) continue;
+          prefill.push_back(r.prefill_seconds);
+          decode.push_back(r.decode_seconds / double(std::max<int64_t>(r.decode_steps, 1)));
+        }
+        if (graphs && !graphed && device.is_cuda())
+          std::fprintf(stderr, "bench_generate: the decoding steps ran eagerly: %s\n", reason.c_str());
+        const double p = median(prefill), step = median(decode);
+        std::printf("| fathom generate%s | %s | %lld | %zu | %lld | %.1f | %.0f | %.2f | %.0f |\n",
+                    graphed ? "" : " (eager steps)", label.c_str(), (long long)options.batch, prompt.size(),
+                    (long long)new_tokens, 1e3 * p, double(options.batch) * double(prompt.size()) / p, 1e3 * step,
+                    double(options.batch) / step);
+        std::fflush(stdout);
+        if (!device.is_cuda()) break;  // the CPU has no graphs: one row
       }
-      const double p = median(prefill), step = median(decode);
-      std::printf("| fathom generate | %s | %lld | %zu | %lld | %.1f | %.0f | %.2f | %.0f |\n", label.c_str(),
-                  (long long)options.batch, prompt.size(), (long long)new_tokens, 1e3 * p,
-                  double(options.batch) * double(prompt.size()) / p, 1e3 * step, double(options.batch) / step);
-      std::fflush(stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());

@@ -71,4 +71,22 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 #endif
 }
 
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                        const DepthSlots& depth, double scale) {
+  FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.shape() == Shape{1}, kOp,
+               ": the position count must be I32 [1], got ", past.defined() ? describe(past) : "an undefined tensor");
+  FATHOM_CHECK(q.defined() && k_cache.defined() && k_cache.rank() == 4, kOp, ": q and a [B, Hk, capacity, d] k_cache are needed");
+  // Every check but the length's, which only the device knows: for it, the longest the cache holds.
+  check_arguments(q, k_cache, v_cache, k_cache.dim(2), depth, scale);
+  const Device device = common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v, &past});
+#ifdef FATHOM_WITH_CUDA
+  if (device.is_cuda() && (q.dim(3) == 64 || q.dim(3) == 128))
+    return cuda::decode_attention(q, k_cache, v_cache, past, depth, scale);
+#endif
+  // Elsewhere the count is read on the host (a copy and a wait, which a graph capture refuses).
+  (void)device;
+  return decode_attention(q, k_cache, v_cache, int64_t(past.to(Device::cpu()).data<int32_t>()[0]) + q.dim(1), depth,
+                          scale);
+}
+
 }  // namespace fathom

@@ -34,6 +34,13 @@ inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Ten
                                double scale) {
   return decode_attention(q, k_cache, v_cache, length, DepthSlots{}, scale);
 }
+// The same with the length read from the device when the kernels run: length = past[0] + Tq, where
+// past (I32 [1] on q's device) counts the positions held before this step (kernels/kv_cache.h), so a
+// decoding step captured as a CUDA graph attends over each replay's length. The CUDA kernels give
+// bit for bit what the overload above gives for that length. A kernel cannot throw: the caller checks
+// its own count (past[0] + Tq <= capacity); a larger one reads no further than the capacity.
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                        const DepthSlots& depth, double scale);
 
 namespace cpu {
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
@@ -44,6 +51,8 @@ namespace cuda {
 // Split-K flash decoding (kernels/cuda/decode_attention.cu); the output comes from the device's
 // allocator and the kernels run on its current stream.
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                        const DepthSlots& depth, double scale);
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale);
 }  // namespace cuda
 

@@ -18,6 +18,9 @@ struct KVCache final : MixerCache {
   size_t bytes() const override { return k.nbytes() + v.nbytes(); }
   size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }
   int64_t length() const override { return held; }
+  // With MixerContext::device_past (GPU decoding) the writes and reads take their position from it.
+  bool replayable() const override { return true; }
+  void set_length(int64_t positions) override { held = positions; }
 };
 
 }  // namespace
@@ -51,10 +54,20 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   // later ones read the cache.
   KVCache* cache = static_cast<KVCache*>(context.cache);
   const int64_t past = cache ? cache->held : 0;
+  // On a GPU the position comes from the device (context.device_past, equal to `past`), so the
+  // step can be replayed as a CUDA graph at later positions.
+  const Tensor* device_past = cache ? context.device_past : nullptr;
   if (cache) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
-    kv_cache_write(cache->k, k.value().to(cache->k.dtype()), past);
-    kv_cache_write(cache->v, v.value().to(cache->v.dtype()), past);
+    FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
+                 " exceed the KV cache's capacity of ", cache->k.dim(2));
+    if (device_past) {
+      kv_cache_write(cache->k, k.value().to(cache->k.dtype()), *device_past);
+      kv_cache_write(cache->v, v.value().to(cache->v.dtype()), *device_past);
+    } else {
+      kv_cache_write(cache->k, k.value().to(cache->k.dtype()), past);
+      kv_cache_write(cache->v, v.value().to(cache->v.dtype()), past);
+    }
     cache->held += T;
   }
   if (context.attention_entropy) {
@@ -65,7 +78,9 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   if (past > 0) {
     const DepthSlots slots = depth ? depth->read(begin, written, key_norm) : DepthSlots{};
     const DType kernel_dtype = cache->k.dtype();
-    o = Variable(decode_attention(q.value().to(kernel_dtype), cache->k, cache->v, cache->held, slots, scale)
+    const Tensor q_value = q.value().to(kernel_dtype);
+    o = Variable((device_past ? decode_attention(q_value, cache->k, cache->v, *device_past, slots, scale)
+                              : decode_attention(q_value, cache->k, cache->v, cache->held, slots, scale))
                      .to(q.dtype()));
   } else if (depth) {
     o = depth->attend(q, k, v, begin, written, scale, key_norm);

@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
+#include "kernels/kv_cache.h"
 
 namespace fathom {
 
@@ -117,12 +118,26 @@ size_t DecodeState::bytes_per_position() const {
   return total;
 }
 
+bool DecodeState::replayable() const {
+  for (const auto& cache : layers)
+    if (!cache->replayable()) return false;
+  return true;
+}
+
+void DecodeState::set_length(int64_t positions) {
+  FATHOM_CHECK(positions >= 0 && positions <= capacity, "decoding state: length ", positions,
+               " outside its capacity of ", capacity);
+  for (const auto& cache : layers) cache->set_length(positions);
+  length = positions;
+}
+
 DecodeState Decoder::start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const {
   FATHOM_CHECK(batch >= 1 && capacity >= 1, "decoding needs batch and capacity >= 1, got ", batch, " and ", capacity);
   DecodeState state;
   state.batch = batch;
   state.capacity = capacity;
   for (const auto& block : model_.layers) state.layers.push_back(block->make_cache(batch, capacity, dtype, device));
+  if (device.is_cuda()) state.device_length = Tensor::zeros({1}, DType::i32, device);
   return state;
 }
 
@@ -132,7 +147,11 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   const int64_t T = ids.dim(1);
   FATHOM_CHECK(state.length + T <= state.capacity, "decode: ", T, " more positions after ", state.length,
                " exceed the cache's capacity of ", state.capacity);
-  const Tensor positions = positions_from(state.length, T, ids.device());
+  // On a GPU the positions come from the device-held length (a replayed step finds its own there).
+  const bool on_device = state.device_length.defined();
+  FATHOM_CHECK(!on_device || state.device_length.device() == ids.device(), "decode: ids ", describe(ids),
+               " are not on the decoding state's device ", state.device_length.device().str());
+  const Tensor positions = on_device ? positions_after(state.device_length, T) : positions_from(state.length, T, ids.device());
   Variable h = model_.embed_tokens.forward(ids);
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
@@ -140,9 +159,11 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   for (int64_t i = 0; i < L; ++i) {
     MixerContext context{positions, depth.get(), i + 1 < L};
     context.cache = state.layers[size_t(i)].get();
+    context.device_past = on_device ? &state.device_length : nullptr;
     h = model_.layers[size_t(i)]->forward(h, context);
   }
   state.length += T;
+  if (on_device) advance_positions(state.device_length, T);
   return model_.norm.forward(h);
 }
 

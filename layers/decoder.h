@@ -44,8 +44,15 @@ struct ModelOutput {
 struct DecodeState {
   std::vector<std::unique_ptr<MixerCache>> layers;
   int64_t batch = 0, capacity = 0, length = 0;
+  // On a GPU: `length` on the device too, I32 [1], which the step's kernels read (MixerContext::
+  // device_past), so a step can be replayed as a CUDA graph. Undefined on the CPU.
+  Tensor device_length;
   size_t bytes() const;               // what the caches hold on the device
   size_t bytes_per_position() const;  // what each cached position costs, summed over the layers
+  // Whether every layer's state can be replayed (MixerCache::replayable).
+  bool replayable() const;
+  // A replayed step's host-side bookkeeping: length and every layer's count become `positions`.
+  void set_length(int64_t positions);
 };
 
 class Decoder : public Module {

@@ -18,6 +18,9 @@ struct DslaCache final : MixerCache {
   int64_t length = 0;
   size_t bytes() const override { return state.s1.nbytes() + (state.s2.defined() ? state.s2.nbytes() : 0); }
   size_t bytes_per_position() const override { return 0; }
+  // After the prompt the states stay where they are and each step updates them in place.
+  bool replayable() const override { return length > 0; }
+  void set_length(int64_t positions) override { length = positions; }
 };
 
 }  // namespace

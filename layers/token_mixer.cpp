@@ -1,6 +1,12 @@
 #include "layers/token_mixer.h"
 
+#include "core/error.h"
+
 namespace fathom {
+
+void MixerCache::set_length(int64_t) {
+  FATHOM_FAIL("this decoding state cannot be replayed (replayable() is false), so its length is not set from outside");
+}
 
 LayerCost& LayerCost::operator+=(const LayerCost& other) {
   saved_elements += other.saved_elements;

@@ -30,6 +30,13 @@ class MixerCache {
   virtual size_t bytes_per_position() const = 0;  // what each cached position costs (0: constant state)
   // Positions the state holds (0 for kinds whose state does not grow with them).
   virtual int64_t length() const { return 0; }
+  // Whether a decoding step of one token per sequence over this state can be captured once as a CUDA
+  // graph and replayed (train/decode_step.h): its kernels find the step's position in
+  // MixerContext::device_past, keep the state at fixed addresses, and the only host-side state is
+  // the count of positions, which a replay moves on with set_length().
+  virtual bool replayable() const { return false; }
+  // Only for replayable states: the host's count of positions held.
+  virtual void set_length(int64_t positions);
 };
 
 struct RoutingCounts;  // layers/routed_block.h
@@ -47,6 +54,10 @@ struct MixerContext {
   // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
+  // Decoding on a GPU: the positions the state held before this step, I32 [1] on the device (the
+  // decoding state's; kernels/kv_cache.h). Kernels that depend on the position read it there rather
+  // than take it from the host, so the step can be replayed as a CUDA graph. Null elsewhere.
+  const Tensor* device_past = nullptr;
   // MoD routed blocks (layers/routed_block.h): route causally (the predictor or the router's
   // threshold, per token) instead of by each sequence's top-k; decoding always routes causally.
   bool causal_routing = false;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/argmax.h"
 #include "layers/attention.h"
+#include "train/decode_step.h"
 #include "train/device_select.h"
 #include "train/memory_plan.h"
 
@@ -17,23 +18,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The logits [B, vocab] of each sequence's last position of hidden [B, T, d], on the device: the rows
-// are gathered first (an embedding lookup of row indices), so only B rows meet the head.
-Tensor last_logits(const Decoder& model, const Variable& hidden) {
-  const int64_t B = hidden.dim(0), T = hidden.dim(1), d = hidden.dim(2);
-  std::vector<int32_t> rows(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = int32_t(b * T + T - 1);
-  const Variable last = embedding(Tensor::from_vector(rows, {B}).to(hidden.value().device()), reshape(hidden, {B * T, d}));
-  return linear(last, model.head_weight()).value();
-}
-
 // The next token of every sequence: greedy choices are made on the device (only B ids cross to the
 // host); sampling reads each row's logits on the host.
-std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step) {
+// `greedy_ids`: the argmax of the logits when already taken on the device (undefined: take it here).
+std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step,
+                                 const Tensor& greedy_ids = {}) {
   const int64_t B = logits.dim(0), vocab = logits.dim(1);
   std::vector<int64_t> out(static_cast<size_t>(B));
   if (sampling.temperature == 0) {
-    const std::vector<int32_t> ids = argmax_rows(logits).to(Device::cpu()).to_vector<int32_t>();
+    const Tensor chosen = greedy_ids.defined() ? greedy_ids : argmax_rows(logits);
+    const std::vector<int32_t> ids = chosen.to(Device::cpu()).to_vector<int32_t>();
     std::copy(ids.begin(), ids.end(), out.begin());
     return out;
   }
@@ -108,16 +102,24 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
 
   std::vector<int32_t> ids;
   for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
-  Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
+  const Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
+  // The prompt is one decode call; every later step one token per sequence (a CUDA graph on a GPU).
+  DecodeStep decode_step(model, state, options.sampling.temperature == 0, options.cuda_graphs);
+  std::vector<int32_t> next(static_cast<size_t>(B));
   auto start = Clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    const std::vector<int64_t> chosen = next_tokens(last_logits(model, model.decode(input, state)), options.sampling, step);
+    std::vector<int64_t> chosen;
+    if (step == 0) {
+      chosen = next_tokens(last_logits(model, model.decode(input, state)), options.sampling, step);
+    } else {
+      const DecodeStep::Output out = decode_step.run(next);
+      chosen = next_tokens(out.logits, options.sampling, step, out.ids);
+    }
     if (step == 0) {
       synchronize(device);
       result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       start = Clock::now();
     }
-    std::vector<int32_t> next(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       const int64_t token = chosen[size_t(b)];
       next[size_t(b)] = int32_t(token);
@@ -151,9 +153,10 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
       streamed = std::max(streamed, whole);
     }
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == options.max_new_tokens) break;
-    input = Tensor::from_vector(next, {B, 1}).to(device);
     ++result.decode_steps;
   }
+  result.cuda_graph = decode_step.graphed();
+  result.eager_reason = decode_step.eager_reason();
   synchronize(device);
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.stop.empty())

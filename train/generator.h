@@ -20,6 +20,7 @@ struct GenerationOptions {
   SamplingOptions sampling;
   std::string stop{};  // stop text ("" for none): a sequence ends where its continuation first holds it
   bool ignore_eos = false;  // keep going past the end-of-text token (benchmarks: a fixed length)
+  bool cuda_graphs = true;  // GPU: replay the decoding steps as a CUDA graph where they can be (train/decode_step.h)
 };
 
 struct GenerationResult {
@@ -29,6 +30,8 @@ struct GenerationResult {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;                      // steps after the prefill
   size_t cache_bytes = 0, cache_bytes_per_position = 0;
+  bool cuda_graph = false;   // the decoding steps replayed a CUDA graph
+  std::string eager_reason;  // else why not (train/decode_step.h)
 };
 
 // What decoding keeps per sequence: the KV caches' bytes per position, and the constant states of the

@@ -7,6 +7,8 @@
 // for a scope. Host-visible results (copies to the host, reductions returned as numbers) synchronise
 // the current stream only.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -85,5 +87,30 @@ void record_stream(const Tensor& t, StreamHandle stream);
 
 // Returns every cached (free) block of `device` to the driver.
 void empty_cache(int device = 0);
+
+// A CUDA graph: the device work that one run of `body` issues to this thread's current stream of
+// `device`, captured (not run) and then replayed on that stream as one launch. A replay redoes exactly
+// the captured launches with the captured arguments and addresses, so `body` must read whatever
+// changes between replays from device memory. Memory `body` frees while capturing stays the graph's
+// until the graph is destroyed (the caching allocator sets it aside), so the addresses it captured
+// stay valid; tensors `body` reads or writes that outlive it must be kept alive by the caller.
+class Graph {
+ public:
+  // Captures `body`. When the capture fails (body throws, or issues work a graph cannot hold, such as
+  // a copy to the host or a synchronisation), the work is discarded, the stream leaves capture mode,
+  // and the result is an empty Graph with the reason in *reason.
+  static Graph capture(int device, const std::function<void()>& body, std::string* reason);
+  Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  ~Graph();
+  bool captured() const { return state_ != nullptr; }
+  // Launches the graph on the stream it was captured on (it must be captured).
+  void replay() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace fathom::cuda

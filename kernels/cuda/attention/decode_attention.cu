@@ -35,6 +35,7 @@ constexpr int kScoreGroups = kThreads / kTileKeys;
 constexpr int kScoreRows = kMaxRows / kScoreGroups;  // score rows per thread
 constexpr int kScoreStride = kTileKeys + 1;    // odd: the row groups of the PV step read distinct banks
 constexpr int kCombineWarps = 4;
+constexpr int kMaxDevices = 64;
 static_assert(kTileKeys == 64, "the row-statistics step gives each lane two keys of a tile");
 
 struct DecodeArgs {
@@ -48,7 +49,24 @@ struct DecodeArgs {
   int splits, row_blocks;
   int S, slot_begin, slot_end;
   float scale_log2;  // scale * log2(e)
+  // A decoding step captured as a CUDA graph: the positions held before the step, read at run time
+  // (length = *past + Tq); then chunk and splits follow from it on the device as plan_splits() would
+  // make them on the host, the grid holding the most splits any length up to capacity takes (null:
+  // length, chunk and splits as given).
+  const int32_t* past;
+  int64_t want_splits;  // plan_splits' blocks-per-SM target, before clamping to the tiles
 };
+
+// Both kernels' view of the split plan (see plan_splits, which this mirrors for a device-held length).
+__device__ __forceinline__ void resolve_length(DecodeArgs& a) {
+  if (a.past == nullptr) return;
+  a.length = min(int64_t(*a.past) + a.Tq, a.capacity);  // never past the cache (the host checks its count)
+  const int64_t tiles = (a.length + kTileKeys - 1) / kTileKeys;
+  const int64_t want = max(int64_t(1), min(a.want_splits, tiles));
+  const int64_t tiles_per_split = (tiles + want - 1) / want;
+  a.chunk = tiles_per_split * kTileKeys;
+  a.splits = int((tiles + tiles_per_split - 1) / tiles_per_split);
+}
 
 // Shared memory of the split kernel: K and V tiles (two buffers each, rows padded by 16 bytes so
 // that 8 consecutive rows start in 8 distinct bank groups), the block's query rows in fp32, the
@@ -63,7 +81,10 @@ struct SplitSmem {
 };
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args) {
+  DecodeArgs a = args;
+  resolve_length(a);
+  if (int(blockIdx.x) >= a.splits) return;  // a split this length does not have (the whole block leaves)
   constexpr int kStride = SplitSmem<D>::kStride;
   constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   constexpr int kPvGroups = kThreads / kChunks;       // PV step: thread groups, one chunk per thread
@@ -259,7 +280,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs a) {
 // One warp per output row (b, i, h): merges the row's partials over the splits and its token's depth
 // slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
 template <int D>
-__global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs args) {
+  DecodeArgs a = args;
+  resolve_length(a);
   constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;  // ((b * Tq + i) * Hq + h)
@@ -322,13 +345,17 @@ struct SplitPlan {
 };
 constexpr int kWaves = 4;
 
+// Splits wanted before clamping to the tiles: enough blocks for kWaves per SM.
+int64_t wanted_splits(int64_t B, int64_t Hk, int row_blocks, int sm_count) {
+  const int64_t blocks_per_split = B * Hk * row_blocks;
+  return (int64_t(kWaves) * sm_count + blocks_per_split - 1) / blocks_per_split;
+}
+
 SplitPlan plan_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, int sm_count) {
   SplitPlan p{};
   p.row_blocks = int((R + kMaxRows - 1) / kMaxRows);
-  const int64_t blocks_per_split = B * Hk * p.row_blocks;
   const int64_t tiles = (length + kTileKeys - 1) / kTileKeys;
-  const int64_t want = std::clamp<int64_t>((int64_t(kWaves) * sm_count + blocks_per_split - 1) / blocks_per_split,
-                                           1, tiles);
+  const int64_t want = std::clamp<int64_t>(wanted_splits(B, Hk, p.row_blocks, sm_count), 1, tiles);
   const int64_t tiles_per_split = (tiles + want - 1) / want;
   p.chunk = tiles_per_split * kTileKeys;
   p.splits = int((tiles + tiles_per_split - 1) / tiles_per_split);
@@ -342,10 +369,10 @@ void check_tensor(const char* name, const Tensor& t, Device device) {
   check_pointer(kOp, name, t.raw(), 16);
 }
 
-}  // namespace
-
-Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
-                        const DepthSlots& depth, double scale) {
+// past: null, or the device-held count of positions before the step (then `length` is the capacity,
+// which sizes the grid and the partials for the longest cache).
+Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length, const Tensor* past,
+                  const DepthSlots& depth, double scale) {
   const Device device = q.device();
   check_tensor("q", q, device);
   check_tensor("k_cache", k_cache, device);
@@ -359,7 +386,12 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   FATHOM_CHECK(d == 64 || d == 128, kOp, ": head dim d = ", d, " of q ", describe(q),
                " is not supported (the kernel is built for 64 and 128)");
   const int64_t G = Hq / Hk, R = G * Tq;
-  const SplitPlan plan = plan_splits(B, Hk, R, length, device_properties(device.index).multiProcessorCount);
+  const int sm_count = device_properties(device.index).multiProcessorCount;
+  SplitPlan plan = plan_splits(B, Hk, R, length, sm_count);
+  const int64_t want_splits = wanted_splits(B, Hk, plan.row_blocks, sm_count);
+  // With a device-held length, room for the most splits any length up to the capacity takes: a plan
+  // never has more than min(wanted, tiles) (the capacity's own plan may have fewer: 5 tiles in 3).
+  if (past) plan.splits = int(std::clamp<int64_t>(want_splits, 1, (length + kTileKeys - 1) / kTileKeys));
   FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp,
                ": q ", describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
 
@@ -384,11 +416,19 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   a.slot_begin = has_depth ? int(depth.begin) : 0;
   a.slot_end = has_depth ? int(depth.end) : 0;
   a.scale_log2 = float(scale * double(flash::kLog2e));
+  a.past = past ? past->data<int32_t>() : nullptr;
+  a.want_splits = want_splits;
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
     const int smem = int(SplitSmem<D>::bytes());
-    CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    // Once per head dim and device (the attribute is the current device's).
+    static bool attribute_set[kMaxDevices] = {};
+    FATHOM_CHECK(device.index < kMaxDevices, kOp, ": device ", device.str(), " beyond the ", kMaxDevices, " supported");
+    if (!attribute_set[device.index]) {
+      CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      attribute_set[device.index] = true;
+    }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
     decode_split_kernel<D><<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
@@ -403,6 +443,19 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   // The partials return to the allocator here, before the kernels ran: safe, as the caching allocator
   // hands a block out again only in this stream's order.
   return o;
+}
+
+}  // namespace
+
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                        const DepthSlots& depth, double scale) {
+  return run_decode(q, k_cache, v_cache, length, nullptr, depth, scale);
+}
+
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                        const DepthSlots& depth, double scale) {
+  check_device_tensor(kOp, "past", past, DType::i32, q.device(), "the position count is I32 [1] on q's device");
+  return run_decode(q, k_cache, v_cache, k_cache.dim(2), &past, depth, scale);
 }
 
 }  // namespace fathom::cuda

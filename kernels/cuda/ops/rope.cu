@@ -1,5 +1,12 @@
 // CUDA rotary embedding: a (cos, sin) table per (position entry, frequency) computed in f64 by a small
-// kernel, then one pass over x rotating the pairs (i, i + d/2) in f32.
+// kernel, then one pass over x rotating the pairs (i, i + d/2) in f32. The inverse frequencies are
+// copied to each device once per (head dim, theta, scaling) and kept, so a call issues no copy from the
+// host (and a decoding step that applies RoPE can be captured as a CUDA graph).
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
 #include "kernels/cuda/runtime/device_errors.cuh"
 #include "kernels/cuda/runtime/device_math.cuh"
 #include "kernels/cuda/runtime/float_dispatch.h"
@@ -56,6 +63,26 @@ __global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t
   }
 }
 
+// The d/2 inverse frequencies on `device`, made on the first call for their key and kept for the
+// process (never destroyed: CUDA memory must not be freed by static destructors).
+const Tensor& device_inverse_frequencies(int64_t d, double theta, const RopeScaling& scaling, Device device) {
+  using Key = std::tuple<int, int64_t, double, std::string, double, double, double, int64_t>;
+  static std::mutex mutex;
+  static auto* tables = new std::map<Key, Tensor>;
+  const Key key{device.index,          d,                      theta,
+                scaling.type,          scaling.factor,         scaling.low_freq_factor,
+                scaling.high_freq_factor, scaling.original_max_position};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = tables->find(key);
+  if (it == tables->end()) {
+    Tensor t = Tensor::from_vector(rope_inverse_frequencies(d, theta, scaling), {d / 2}).to(device);
+    // Complete before any stream reads it (later calls may come from other streams).
+    CUDA_CHECK(cudaStreamSynchronize(stream_for(device)));
+    it = tables->emplace(key, std::move(t)).first;
+  }
+  return it->second;
+}
+
 }  // namespace
 
 Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse) {
@@ -66,7 +93,7 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const
   cudaStream_t stream = stream_for(x.device());
   Tensor table = Tensor::empty({n_pos * half * 2}, DType::f32, x.device());
   // The frequencies (with any llama3 scaling) come from the host code every backend shares.
-  const Tensor inv_freq = Tensor::from_vector(rope_inverse_frequencies(d, theta, scaling), {half}).to(x.device());
+  const Tensor& inv_freq = device_inverse_frequencies(d, theta, scaling, x.device());
   float2* t = reinterpret_cast<float2*>(table.raw());
   dispatch_index("rope", "positions", positions.dtype(), [&]<typename I>() {
     rope_table_kernel<I><<<grid_for(n_pos * half, 256), 256, 0, stream>>>(

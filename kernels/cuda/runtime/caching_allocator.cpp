@@ -43,6 +43,16 @@ class DeviceScope {
   int previous_ = 0;
 };
 
+// A graph replays a copy from the address it captured, long after this host buffer is gone, and a copy
+// to the host waits for the stream: neither belongs in a capture (kernels/cuda/backend.h Graph).
+void refuse_host_copy_in_capture(cudaStream_t stream, const char* what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  FATHOM_CHECK(status == cudaStreamCaptureStatusNone, what,
+               " cannot be part of a CUDA graph capture (the graph would replay it from memory that is gone, "
+               "or the host would wait for work not yet run)");
+}
+
 bool caching_enabled() {
   const char* v = std::getenv("FATHOM_CUDA_NO_CACHE");
   return !(v && std::strcmp(v, "1") == 0);
@@ -157,6 +167,10 @@ void CachingAllocator::deallocate(void* ptr, size_t, Device device) {
   live_.erase(it);
   DeviceState& state = devices_[size_t(block.device)];
   state.stats.current -= block.size;
+  if (state.retaining) {  // a capture is running: the block stays the graph's
+    state.retained.push_back({ptr, block.size, block.stream});
+    return;
+  }
   if (!caching_) {
     DeviceScope scope(block.device);
     CUDA_CHECK(cudaFree(ptr));  // waits for the device, so no stream can still be using it
@@ -204,6 +218,38 @@ void CachingAllocator::empty_cache(int device) {
   release_free_blocks(device, state);
 }
 
+void CachingAllocator::begin_retaining(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FATHOM_CHECK(device >= 0 && device < int(devices_.size()), "begin_retaining: no device cuda:", device);
+  DeviceState& state = devices_[size_t(device)];
+  FATHOM_CHECK(!state.retaining, "begin_retaining: cuda:", device, " already retains freed blocks for a capture");
+  state.retaining = true;
+}
+
+std::vector<CachingAllocator::Retained> CachingAllocator::end_retaining(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FATHOM_CHECK(device >= 0 && device < int(devices_.size()), "end_retaining: no device cuda:", device);
+  DeviceState& state = devices_[size_t(device)];
+  state.retaining = false;
+  return std::exchange(state.retained, {});
+}
+
+void CachingAllocator::release_retained(int device, const std::vector<Retained>& blocks) {
+  if (blocks.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceState& state = devices_[size_t(device)];
+  for (const Retained& b : blocks) {
+    if (!caching_) {
+      DeviceScope scope(device);
+      CUDA_CHECK(cudaFree(b.ptr));  // waits for the device: no replay can still be writing it
+      state.stats.held -= b.size;
+      continue;
+    }
+    state.free_blocks.insert({{b.stream, b.size}, b.ptr});
+    state.stats.cached += b.size;
+  }
+}
+
 void CachingAllocator::copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
@@ -211,11 +257,14 @@ void CachingAllocator::copy(void* dst, Device dst_device, const void* src, Devic
     return;
   }
   if (src_device.is_cpu()) {  // pageable source: returns once the bytes are staged, so src may be freed
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_for(dst_device)));
+    cudaStream_t stream = stream_for(dst_device);
+    refuse_host_copy_in_capture(stream, "a copy from the host");
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
     return;
   }
   cudaStream_t src_stream = stream_for(src_device);
   if (dst_device.is_cpu()) {
+    refuse_host_copy_in_capture(src_stream, "a copy to the host");
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, src_stream));
     CUDA_CHECK(cudaStreamSynchronize(src_stream));
     check_device_errors();

@@ -37,6 +37,19 @@ class CachingAllocator final : public Allocator {
   void record_stream(const void* ptr, cudaStream_t stream);
   void empty_cache(int device);
 
+  // CUDA graph capture (kernels/cuda/graph.cpp): while `device` retains, a freed block is set aside
+  // instead of cached, so no later allocation can take memory a captured graph still writes at each
+  // replay. end_retaining() hands the blocks set aside to the graph; release_retained() caches them
+  // again once the graph is gone (for the stream each was allocated on, whose order makes reuse safe).
+  struct Retained {
+    void* ptr;
+    size_t size;
+    cudaStream_t stream;
+  };
+  void begin_retaining(int device);
+  std::vector<Retained> end_retaining(int device);
+  void release_retained(int device, const std::vector<Retained>& blocks);
+
  private:
   struct Block {
     void* ptr = nullptr;
@@ -54,6 +67,8 @@ class CachingAllocator final : public Allocator {
     std::vector<PendingBlock> pending;
     std::vector<cudaEvent_t> spare_events;
     MemoryStats stats;
+    bool retaining = false;
+    std::vector<Retained> retained;
   };
 
   void* take_cached(int device, DeviceState& state, cudaStream_t stream, size_t size);

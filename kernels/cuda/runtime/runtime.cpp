@@ -197,6 +197,8 @@ void record_stream(const Tensor& t, StreamHandle stream) {
 
 void empty_cache(int device) { rt().allocator->empty_cache(device); }
 
+CachingAllocator& caching_allocator() { return *rt().allocator; }
+
 DeviceErrorRecord* device_error_record() { return rt().error_record; }
 
 void check_device_errors() {

@@ -23,6 +23,8 @@ void check_launch(const char* file, int line);
 // tensors of that device launches to.
 cudaStream_t stream_for(Device device);
 const cudaDeviceProp& device_properties(int device);
+class CachingAllocator;
+CachingAllocator& caching_allocator();
 
 // Errors kernels find in device-resident arguments. The first one is written to a host-mapped record
 // (so no kernel ever reads out of bounds and nothing waits for the device); the host reads it after

@@ -1,0 +1,61 @@
+// One decoding step of a batch: Decoder::decode of one new token per sequence, the head's logits for
+// them and, when decoding greedily, each row's argmax. On a GPU the step is captured once as a CUDA
+// graph (kernels/cuda/backend.h) and replayed at every later position: the step's kernels read the
+// position from the decoding state's device-held length and write to the same buffers each time, so
+// a replay is one launch instead of every layer's kernels and the host work around them. The first
+// step runs eagerly (it warms the GEMM plans and kernels), the second is captured and replayed, the
+// rest replay. Where a graph cannot be used the steps stay eager, with the same results: on the CPU,
+// when asked, when a layer's state is not replayable (MixerCache::replayable: MoD's routed blocks),
+// and when the capture fails (a kernel that needs the host, such as decode attention's host
+// reference for head dims without a kernel); eager_reason() says which.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/decoder.h"
+
+namespace fathom {
+
+// The logits [B, vocab] of each sequence's last position of hidden [B, T, d]; for T > 1 the last rows
+// are gathered first, so only B rows meet the head.
+Tensor last_logits(const Decoder& model, const Variable& hidden);
+
+class DecodeStep {
+ public:
+  struct Output {
+    Tensor logits;  // [B, vocab] on the device, in the activations' dtype
+    Tensor ids;     // I32 [B] on the device: each row's argmax (greedy only; else undefined)
+  };
+  // `state` must outlive the step object; once its prompt is read, it is advanced only through run().
+  // graphs: use CUDA graphs where they can be used.
+  DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bool graphs);
+  ~DecodeStep();
+  DecodeStep(const DecodeStep&) = delete;
+  DecodeStep& operator=(const DecodeStep&) = delete;
+
+  // Reads one token per sequence (ids.size() == batch) at position state.length and extends the
+  // caches by it. The output's tensors are overwritten by the next run: read them before.
+  Output run(const std::vector<int32_t>& ids);
+  // Whether the steps are replaying a captured graph.
+  bool graphed() const;
+  // Why the steps run eagerly ("" while graphed, or before a capture was tried).
+  const std::string& eager_reason() const { return eager_reason_; }
+
+ private:
+  Output compute(const Tensor& input) const;
+  void try_capture();
+
+  const Decoder& model_;
+  DecodeState& state_;
+  bool greedy_;
+  int64_t steps_ = 0;
+  Tensor input_;  // I32 [B, 1] on the device: the graph's input
+  Output output_;
+  std::string eager_reason_;
+  struct Graphed;
+  std::unique_ptr<Graphed> graph_;
+};
+
+}  // namespace fathom
