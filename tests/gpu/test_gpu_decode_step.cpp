@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "kernels/kv_cache.h"
 #include "layers/parameter_arena.h"
+#include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "train/decode_step.h"
 #include "train/generator.h"
@@ -24,19 +25,8 @@ using namespace fathom::test;
 
 namespace {
 
-ModelConfig gpu_small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 257,
-          .norm = norm, .qk_norm = qk_norm, .moda = moda};
-}
+constexpr uint64_t kSeed = 17;
 
-struct GpuModel {
-  explicit GpuModel(const ModelConfig& c) : model(c), arena(model, kGpu) {
-    arena.enable_compute_copy(DType::bf16);
-    arena.initialise(17);
-  }
-  Decoder model;
-  ParameterArena arena;
-};
 
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
 
@@ -44,7 +34,7 @@ Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
 // (the eager side's greedy choices). Returns whether the graphed side replayed.
 bool replay_equals_eager(const std::string& name, const ModelConfig& config, int64_t B, int64_t P, int64_t steps,
                          int64_t capacity) {
-  GpuModel m(config);
+  GpuModel m(config, kSeed);
   NoGrad no_grad;
   std::vector<int32_t> prompt(static_cast<size_t>(B * P));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 257);
@@ -146,7 +136,7 @@ TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   const ModelConfig d16{.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
                         .vocab_size = 257};
   EXPECT_FALSE(replay_equals_eager("olmo2/d16", d16, 2, 9, 5, 32));
-  GpuModel m(d16);
+  GpuModel m(d16, kSeed);
   NoGrad no_grad;
   DecodeState state = m.model.start_decoding(1, 8, DType::bf16, kGpu);
   m.model.decode(Tensor::from_vector(std::vector<int32_t>{1, 2, 3}, {1, 3}).to(kGpu), state);
@@ -161,7 +151,7 @@ TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {
   FATHOM_REQUIRE_GPU();
   const auto tokenizer = make_tokenizer("bytes");
   const std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
-  GpuModel m(gpu_small("post", true));
+  GpuModel m(gpu_small("post", true), kSeed);
   NoGrad no_grad;
   for (const SamplingOptions& sampling :
        {SamplingOptions{.temperature = 0}, SamplingOptions{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 11}}) {

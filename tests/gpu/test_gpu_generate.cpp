@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "kernels/argmax.h"
 #include "layers/parameter_arena.h"
+#include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "train/generator.h"
 
@@ -18,12 +19,6 @@ using namespace fathom;
 using namespace fathom::test;
 
 namespace {
-
-// Head dim 64 (the decode kernel takes 64 and 128), G = 3; the bytes tokenizer's 257 ids.
-ModelConfig gpu_small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 257,
-          .norm = norm, .qk_norm = qk_norm, .moda = moda};
-}
 
 // Layer 1 of 3 a dsla layer (gamma per head with two states).
 ModelConfig gpu_hybrid(int64_t states, const std::string& norm = "post") {
@@ -33,14 +28,7 @@ ModelConfig gpu_hybrid(int64_t states, const std::string& norm = "post") {
   return c;
 }
 
-struct GpuModel {
-  explicit GpuModel(const ModelConfig& c) : model(c), arena(model, kGpu) {
-    arena.enable_compute_copy(DType::bf16);
-    arena.initialise(31);
-  }
-  Decoder model;
-  ParameterArena arena;
-};
+constexpr uint64_t kSeed = 31;
 
 std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
   return {{"olmo2", gpu_small("post", true)},
@@ -64,7 +52,7 @@ TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
   const auto tokenizer = make_tokenizer("bytes");
   const std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
   for (const auto& [name, config] : gpu_cases()) {
-    GpuModel m(config);
+    GpuModel m(config, kSeed);
     NoGrad no_grad;
     const GenerationOptions options{.max_new_tokens = 12, .sampling = {.temperature = 0}};
     const GenerationResult r = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
@@ -85,7 +73,7 @@ TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
 TEST(GpuGenerate, ChunkedDecodingMatchesTheFullForward) {
   FATHOM_REQUIRE_GPU();
   for (const auto& [name, config] : gpu_cases()) {
-    GpuModel m(config);
+    GpuModel m(config, kSeed);
     NoGrad no_grad;
     std::vector<int32_t> ids(45);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % 257);

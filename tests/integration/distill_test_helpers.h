@@ -2,8 +2,11 @@
 // around it, shared by the distillation tests.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "train/checkpoint.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 #include "../unit/test_support.h"
@@ -54,6 +57,13 @@ inline std::string distill_yaml(const std::filesystem::path& dir, const std::str
          "eval: {every: 0, batches: 2}\n"
          "checkpoint: {every: 4, keep_last: 0}\n"
          "log: {every: 5, dir: " + dir.string() + "}\n";
+}
+
+// A run's (or checkpoint's) weights by name, as floats.
+inline std::map<std::string, std::vector<float>> weights_of(const std::filesystem::path& run) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : load_checkpoint(run, CheckpointUse::model_only).model) out[name] = t.to_vector<float>();
+  return out;
 }
 
 }  // namespace fathom::testing

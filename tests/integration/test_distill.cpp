@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 using fathom::testing::distill_yaml;
 using fathom::testing::ScratchFolder;
 using fathom::testing::tiny_teacher;
+using fathom::testing::weights_of;
 
 namespace {
 
@@ -47,12 +48,6 @@ std::string text_of(const fs::path& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::map<std::string, std::vector<float>> weights_of(const fs::path& run) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : load_checkpoint(run, CheckpointUse::model_only).model) out[name] = t.to_vector<float>();
-  return out;
 }
 
 bool in_layer_mixer(const std::string& name, int64_t layer) {

@@ -19,14 +19,9 @@ namespace fs = std::filesystem;
 using fathom::testing::distill_yaml;
 using fathom::testing::ScratchFolder;
 using fathom::testing::tiny_teacher;
+using fathom::testing::weights_of;
 
 namespace {
-
-std::map<std::string, std::vector<float>> weights_of(const fs::path& run) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : load_checkpoint(run, CheckpointUse::model_only).model) out[name] = t.to_vector<float>();
-  return out;
-}
 
 // The distillation recipe of the tiny teacher, with `teacher` as its teacher.
 std::string with_teacher(std::string yaml, const std::string& teacher) {
