@@ -133,6 +133,12 @@ void remove_checkpoint_leftovers(const fs::path& run_dir) {
   if (fs::is_directory(checkpoints, error)) remove_stale_temp_entries(checkpoints);
 }
 
+void remove_checkpoints(const fs::path& run_dir) {
+  fs::remove(run_dir / kCheckpointsFolder / kLatestFile);
+  for (const auto& [step, folder] : list_checkpoints(run_dir)) fs::remove_all(folder);
+  remove_checkpoint_leftovers(run_dir);
+}
+
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   const fs::path checkpoints = run_dir / kCheckpointsFolder;

@@ -60,6 +60,10 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // Deletes the ".tmp-*" entries of run_dir/checkpoints that no running process owns.
 void remove_checkpoint_leftovers(const std::filesystem::path& run_dir);
 
+// Deletes every checkpoint of the run: `latest` first, so an interrupted removal reads as "nothing
+// saved" and never as a dangling `latest`; then the step folders and temporary leftovers.
+void remove_checkpoints(const std::filesystem::path& run_dir);
+
 // Every step folder of the run, ascending by step (temporary folders excluded).
 std::vector<std::pair<int64_t, std::filesystem::path>> list_checkpoints(const std::filesystem::path& run_dir);
 

@@ -84,6 +84,18 @@ void open_chain_folder(const fs::path& folder, bool resume) {
   fs::create_directories(folder);
 }
 
+// An intermediate model (a k that distill.layers did not name) is needed only to start the next one:
+// once that has finished, its checkpoints go. Its recipe, metrics and measures stay, so the table
+// keeps its row and --resume reads it back instead of training it again. Called again on resume, so
+// a release cut short by a crash completes.
+void release_finished_intermediate(std::vector<DistilledModel>& models) {
+  if (models.size() < 2) return;
+  DistilledModel& previous = models[models.size() - 2];
+  if (previous.named || previous.checkpoint.empty()) return;
+  remove_checkpoints(previous.checkpoint);
+  previous.checkpoint.clear();
+}
+
 }  // namespace
 
 Recipe converted_layer_recipe(const Recipe& recipe, const std::vector<int64_t>& converted, const fs::path& folder) {
@@ -160,25 +172,28 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     const fs::path dir = model_folder(folder, k);
     const Recipe layer_recipe = converted_layer_recipe(recipe, converted, dir);
     const std::optional<int64_t> saved = saved_step(dir);
-    // A run that saved nothing holds nothing to keep (it stopped before its first checkpoint).
-    if (!saved && fs::exists(dir)) fs::remove_all(dir);
     DistilledModel model;
     model.k = k;
     model.layers = converted;
     model.fraction = double(k) / double(recipe.model.n_layers);
     model.named = std::find(plan.named_models.begin(), plan.named_models.end(), k) != plan.named_models.end();
     model.checkpoint = dir;
-    // A model finished and measured before: its recorded results, without building its run again.
-    if (saved == S) {
+    // A model finished and measured before (its measures are written only after its last step): its
+    // recorded results, without building its run again. An intermediate one may have no checkpoint left.
+    if (saved == S || (!saved && !model.named)) {
       if (const auto recorded = read_measures(dir / kMeasuresFile, recipe.eval.batches, domains)) {
         model.measures = *recorded;
+        if (!saved) model.checkpoint.clear();
         log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
             " finished before; its measures are read from " + (dir / kMeasuresFile).string());
         result.models.push_back(std::move(model));
+        release_finished_intermediate(result.models);
         write_distill_report(folder, teacher_measures, result.models);
         continue;
       }
     }
+    // A run that saved nothing holds nothing to keep (it stopped before its first checkpoint).
+    if (!saved && fs::exists(dir)) fs::remove_all(dir);
 
     // Layer k starts from M_{k-1} (the teacher for k = 1) with the new layer's gates initialised.
     TensorMap source;
@@ -261,6 +276,7 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     write_measures(dir / kMeasuresFile, model.measures, recipe.eval.batches);
     ++result.models_measured;
     result.models.push_back(std::move(model));
+    release_finished_intermediate(result.models);
     write_distill_report(folder, teacher_measures, result.models);
   }
   log("distill: table in " + (folder / "distill.md").string());

@@ -127,7 +127,7 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
   for (size_t i = 0; i < models.size(); ++i) {
     const DistilledModel& m = models[i];
     const double saved = teacher.kv_bytes_per_1k_tokens - m.measures.kv_bytes_per_1k_tokens;
-    md += "| M_" + std::to_string(m.k) + (m.named ? "" : " (intermediate)") + " | " + std::to_string(m.k) + " | " +
+    md += "| M_" + std::to_string(m.k) + (m.named ? "" : m.checkpoint.empty() ? " (intermediate, not kept)" : " (intermediate)") + " | " + std::to_string(m.k) + " | " +
           layer_list(m.layers) + " | " + fixed(m.fraction, 3) + " |";
     json += std::string(i ? ", " : "") + "{\"k\": " + std::to_string(m.k) + ", \"layers\": [" + layer_list(m.layers) +
             "], \"fraction\": " + fixed(m.fraction, 6) + ", \"named\": " + (m.named ? "true" : "false") +

@@ -56,6 +56,36 @@ TEST(GpuDistillLosses, SoftmaxKlMatchesTheCpu) {
       }
 }
 
+// A student that starts one row into its storage: with an odd width its rows sit at another offset
+// within 16 bytes than the teacher's, so the kernels take their one-element-at-a-time path.
+TEST(GpuDistillLosses, RowsAtAnotherAlignmentThanTheirPartnersMatchTheCpu) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 400;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const RowCase& c : {RowCase{5, 50257}, RowCase{33, 1003}, RowCase{3, 7}}) {
+      const std::string w = what("shifted rows", dt, c);
+      const GpuInput padded = random_input({c.rows + 1, c.width}, dt, seed++, -8, 8);
+      const Tensor s_gpu = padded.gpu.narrow(1, c.rows), s_cpu = padded.cpu.narrow(1, c.rows);
+      ASSERT_NE(s_gpu.storage_offset() % 16, 0u) << w << ": the shift must break the 16-byte alignment";
+      const GpuInput t = random_input({c.rows, c.width}, dt, seed++, -8, 8);
+      const SoftmaxKlOutput got = softmax_kl_forward(s_gpu, t.gpu, 2.0);
+      const SoftmaxKlOutput want = softmax_kl_forward(s_cpu, t.cpu, 2.0);
+      expect_scalar_close(got.loss, want.loss, 1e-5, 2e-5, w + " kl loss");
+      EXPECT_GPU_CLOSE(got.lse_student, want.lse_student, DType::f32, w + " lse_student");
+      const Tensor grad = softmax_kl_backward(Tensor::full({}, 0.75, DType::f32, kGpu), s_gpu, t.gpu,
+                                              got.lse_student, got.lse_teacher, 2.0);
+      EXPECT_GPU_CLOSE(grad, softmax_kl_backward(Tensor::full({}, 0.75, DType::f32), s_cpu, t.cpu, want.lse_student,
+                                                 want.lse_teacher, 2.0),
+                       dt, w + " kl gradient");
+      const RowCosineOutput cos = row_cosine_forward(s_gpu, t.gpu), cos_want = row_cosine_forward(s_cpu, t.cpu);
+      expect_scalar_close(cos.loss, cos_want.loss, 1e-5, 1e-7, w + " cosine");
+      const auto [ga, gb] = row_cosine_backward(Tensor::full({}, 2.0, DType::f32, kGpu), s_gpu, t.gpu, cos.sums);
+      const auto [wa, wb] = row_cosine_backward(Tensor::full({}, 2.0, DType::f32), s_cpu, t.cpu, cos_want.sums);
+      EXPECT_GPU_CLOSE(ga, wa, dt, w + " cosine d a");
+      EXPECT_GPU_CLOSE(gb, wb, dt, w + " cosine d b");
+    }
+}
+
 TEST(GpuDistillLosses, SoftmaxKlOfNearbyRowsIsSmallAndAccurate) {
   FATHOM_REQUIRE_GPU();
   // A student close to its teacher (the case training reaches): the KL is small, and the kernel's

@@ -222,6 +222,44 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   fathom::testing::expect_error([&] { run_distillation(fresh, quiet(0, true)); }, {"no distillation to continue"});
 }
 
+TEST(Distill, AnUnnamedModelsCheckpointsGoOnceTheNextHasFinished) {
+  ScratchFolder dir;
+  // layers: [1.0] names M_2 only; M_1 is intermediate.
+  const std::string section = "order: entropy, layers: [1.0], loss: {ce: 1, layer_align: 1}";
+  const Recipe whole = parse_recipe(distill_yaml(dir / "whole", section, 6), "distill.yaml");
+  const DistillResult uninterrupted = run_distillation(whole, quiet());
+  ASSERT_EQ(uninterrupted.models.size(), 2u);
+  EXPECT_FALSE(uninterrupted.models[0].named);
+  EXPECT_TRUE(uninterrupted.models[0].checkpoint.empty());
+  EXPECT_TRUE(list_checkpoints(dir / "whole" / "M_1").empty());
+  EXPECT_TRUE(fs::exists(dir / "whole" / "M_1" / "measures.json"));
+  EXPECT_TRUE(latest_checkpoint(dir / "whole" / "M_2").has_value());
+  const std::string json = text_of(dir / "whole" / "distill.json");
+  EXPECT_NE(json.find("\"k\": 1, \"layers\": [" + std::to_string(uninterrupted.order[0]) +
+                      "], \"fraction\": 0.500000, \"named\": false, \"checkpoint\": \"\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(text_of(dir / "whole" / "distill.md").find("M_1 (intermediate, not kept)"), std::string::npos);
+
+  // Stopped inside M_2: M_1 is still needed (M_2 has not finished), so it is kept.
+  const Recipe parts = parse_recipe(distill_yaml(dir / "parts", section, 6), "distill.yaml");
+  EXPECT_TRUE(run_distillation(parts, quiet(8)).stopped);
+  EXPECT_TRUE(latest_checkpoint(dir / "parts" / "M_1").has_value());
+  const DistillResult resumed = run_distillation(parts, quiet(0, true));
+  EXPECT_EQ(resumed.steps_done, 4);
+  EXPECT_EQ(resumed.models_measured, 1);
+  EXPECT_TRUE(list_checkpoints(dir / "parts" / "M_1").empty());
+  EXPECT_EQ(weights_of(dir / "parts" / "M_2"), weights_of(dir / "whole" / "M_2"));
+  // The released M_1 is read back from its measures, not trained again.
+  const DistillResult again = run_distillation(parts, quiet(0, true));
+  EXPECT_EQ(again.steps_done, 0);
+  EXPECT_EQ(again.models_measured, 0);
+  ASSERT_EQ(again.models.size(), 2u);
+  EXPECT_EQ(again.models[0].measures.validation.at("moby_dick").loss,
+            uninterrupted.models[0].measures.validation.at("moby_dick").loss);
+  EXPECT_TRUE(again.models[0].checkpoint.empty());
+}
+
 TEST(Distill, HfTeacherLoadsAndRanksItsLayers) {
   const std::string spec = "hf:" + std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/hf/llama_tied";
   const Teacher teacher(spec, Device::cpu(), false);

@@ -142,6 +142,20 @@ TEST(Checkpoint, ResavingAStepReplacesIt) {
   EXPECT_EQ(entry_names(run / "checkpoints"), (std::vector<std::string>{"latest", "step_00000003"}));
 }
 
+TEST(Checkpoint, RemovingARunsCheckpointsLeavesNothingSaved) {
+  ScratchFolder run;
+  for (int64_t step = 1; step <= 3; ++step) save_checkpoint(run.path(), step, random_checkpoint(uint64_t(step)), 0);
+  remove_checkpoints(run.path());
+  EXPECT_FALSE(latest_checkpoint(run.path()).has_value());
+  EXPECT_TRUE(saved_steps(run.path()).empty());
+  EXPECT_TRUE(entry_names(run / "checkpoints").empty());
+  remove_checkpoints(run.path());  // again, and on a run that never saved: nothing to do, no error
+  ScratchFolder never_saved;
+  remove_checkpoints(never_saved.path());
+  save_checkpoint(run.path(), 4, random_checkpoint(4), 0);  // the run can save again afterwards
+  EXPECT_EQ(saved_steps(run.path()), (std::vector<int64_t>{4}));
+}
+
 TEST(Checkpoint, LeftoverTemporariesAreIgnoredThenCleaned) {
   ScratchFolder run;
   save_checkpoint(run.path(), 1, random_checkpoint(1), 5);
