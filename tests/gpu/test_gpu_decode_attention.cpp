@@ -1,7 +1,7 @@
 // CUDA decode attention against the CPU reference (in f32 on the same bf16-rounded inputs, itself
 // checked against causal and MoDA attention in tests/unit/test_decode_attention.cpp), within 1e-2
-// relative L2: cache lengths 1 to 16385 (single keys, tile tails, several splits), Tq 1, 3 and 5,
-// batch 1 and 3, G 1, 3, 4 and 8 (G * Tq = 40 rows take two row blocks), head dims 64 and 128, with
+// relative L2: cache lengths 1 to 16385 (single keys, tile tails, several splits), Tq 1 to 5,
+// batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row blocks), head dims 64 and 128, with
 // and without depth slots. Every cache has room past `length` filled with huge keys and NaN values, so
 // a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests skip.
 #include <gtest/gtest.h>
@@ -94,12 +94,16 @@ const Case kCases[] = {
     {1, 1, 4, 1, 128, 64},      {3, 3, 1, 4, 64, 64, 1},    {1, 3, 2, 8, 128, 1000},     {3, 1, 2, 3, 128, 1000, 24},
     {3, 1, 2, 4, 64, 4097},     {1, 3, 3, 3, 128, 4097, 8}, {1, 1, 4, 1, 128, 16385},    {1, 3, 2, 8, 64, 16385, 24},
     {3, 1, 1, 8, 128, 16385},   {1, 5, 2, 8, 128, 129},     {1, 5, 2, 8, 64, 1000, 3},   {3, 3, 2, 1, 64, 4097, 2},
+    // Few rows per KV head (the register kernel): a decoding batch of 32, R = 2 from G or from Tq,
+    // R = 4 from four tokens, cache lengths off every tile and step size.
+    {32, 1, 4, 1, 128, 200},    {2, 1, 2, 2, 64, 77, 3},    {1, 2, 2, 1, 128, 130},      {3, 4, 1, 1, 64, 300},
+    {1, 1, 1, 1, 64, 2},        {2, 1, 3, 1, 128, 16385, 1},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuDecodeAttention, ::testing::ValuesIn(kCases), case_name);
 
 TEST(GpuDecodeAttentionDeterminism, TwoRunsAreBitIdentical) {
   FATHOM_REQUIRE_GPU();
-  for (const Case& c : {Case{1, 3, 2, 8, 128, 16385, 24}, Case{3, 1, 2, 1, 64, 4097}}) {
+  for (const Case& c : {Case{1, 3, 2, 8, 128, 16385, 24}, Case{3, 1, 2, 1, 64, 4097}, Case{32, 1, 4, 1, 128, 200}}) {
     const Problem p(c, 99);
     EXPECT_TRUE(bitwise_equal(p.run_gpu(), p.run_gpu())) << "length " << c.length;
   }

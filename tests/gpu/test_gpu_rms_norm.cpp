@@ -1,5 +1,5 @@
-// CUDA RMSNorm, full-width and per-head, against the CPU reference: narrow rows (one warp each) and
-// wide ones (one block each), widths that are and are not multiples of the pack, row counts that
+// CUDA RMSNorm, full-width and per-head, against the CPU reference: narrow rows (one warp each),
+// register rows, wide ones and fewer rows than the H200's 132 SMs (one block each), widths that are and are not multiples of the pack, row counts that
 // are not multiples of anything; plus a bit-identical weight gradient across runs.
 #include "kernels/rms_norm.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -13,11 +13,13 @@ TEST(GpuRmsNorm, ForwardAndBackwardMatchTheCpu) {
       {3, 5, 64},      // per-head, d = 64
       {2, 37, 6, 128},  // per-head [B, T, H, d], d = 128
       {301, 77},       // odd width, warp rows, unpacked
-      {129, 1000},     // register rows (bf16: 125 packs of 8), f32 warp rows
-      {67, 2048},      // register rows (bf16), f32 block rows
-      {45, 768},       // register rows, 96 packs of a lane's 128 slots (bf16)
-      {3, 384},        // register rows, fewer rows than a block's warps
-      {70, 520},       // register rows (bf16: 65 packs), f32 warp rows
+      {229, 1000},     // register rows (bf16: 125 packs of 8), f32 warp rows
+      {167, 2048},     // register rows (bf16), f32 block rows
+      {145, 768},      // register rows, 96 packs of a lane's 128 slots (bf16)
+      {170, 520},      // register rows (bf16: 65 packs), f32 warp rows
+      {3, 384},        // fewer rows than SMs: a block per row (bf16)
+      {32, 2048},      // a decoding batch's rows: a block per row (bf16)
+      {67, 520},       // fewer rows than SMs, 65 packs
       {33, 4100},      // wide, packed, not a power of two
       {19, 3001},      // wide, odd
   };

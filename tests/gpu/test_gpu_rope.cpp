@@ -1,5 +1,6 @@
 // CUDA rotary embedding against the CPU reference: head dims 64, 128 and an odd half (6), positions
-// shared by the batch or per row, large positions (angles computed in double).
+// shared by the batch or per row, large positions (angles computed in double); token counts that give
+// each thread every head (4096 tokens), a few heads, or one (a decoding step's 32 tokens of 16 heads).
 #include "kernels/rope.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -8,7 +9,7 @@ using namespace fathom::test;
 
 TEST(GpuRope, ForwardAndBackwardMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
-  const Shape shapes[] = {{2, 37, 3, 64}, {1, 129, 4, 128}, {3, 5, 2, 6}};
+  const Shape shapes[] = {{2, 37, 3, 64}, {1, 129, 4, 128}, {3, 5, 2, 6}, {2, 2048, 4, 128}, {32, 1, 16, 128}, {3, 1, 5, 64}};
   for (DType dt : {DType::f32, DType::bf16})
     for (const Shape& shape : shapes)
       for (bool per_row : {false, true}) {

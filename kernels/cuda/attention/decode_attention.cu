@@ -6,7 +6,9 @@
 //  - the cache length is split into chunks so that even batch 1 has blocks for every SM; each block
 //    keeps an online softmax (running max, sum, unnormalised numerator, fp32) over its chunk's tiles
 //    and writes them as a partial;
-//  - a second kernel merges a row's partials and its token's depth slots into one softmax.
+//  - a second kernel merges a row's partials and its token's depth slots into one softmax;
+//  - with at most 4 rows per KV head the split kernel keeps keys in registers instead of tiles
+//    (decode_split_rows_kernel), so short caches at large batch are not latency-bound.
 // Tiles move global -> shared with 16-byte cp.async copies, double buffered. Every sum runs in a
 // fixed order (no atomics): two runs give bit-identical outputs. Scores are kept in the log2 domain
 // (q is prescaled by scale * log2 e) so the exponentials are exp2.
@@ -277,6 +279,137 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
   if (tid < rows) a.part_ml[part0 + tid] = make_float2(row_m[tid], row_l[tid]);
 }
 
+// The split kernel for few query rows per KV head (R <= 4: decoding one token with G <= 4, as MHA and
+// narrow GQA models do). The tile kernel above stages 64-key tiles through shared memory for up to 32
+// rows; with one row most of its threads idle and its 94 KB of shared memory keep two blocks per SM,
+// so a batch of short caches is latency-bound. Here every lane group of D / 8 lanes owns one key at a
+// time (16 bytes of its K and V row per lane, read straight into registers, U keys in flight per
+// lane) and keeps its own online softmax per row; the groups are merged by shuffles within a warp and
+// through shared memory across warps, in a fixed order. Same grid, partials and split plan as the tile
+// kernel, so the combine kernel serves both.
+template <int D, int NR>
+__global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs args) {
+  DecodeArgs a = args;
+  resolve_length(a);
+  if (int(blockIdx.x) >= a.splits) return;
+  constexpr int kLanesPerKey = D / 8;                        // 16-byte chunks per row
+  constexpr int kKeysPerWarp = 32 / kLanesPerKey;
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kSlots = kWarps * kKeysPerWarp;             // keys the block reads side by side
+  constexpr int kInFlight = 4;                               // keys per lane group per step
+  __shared__ float red_acc[kWarps][NR][D];
+  __shared__ float2 red_ml[kWarps][NR];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int slot = warp * kKeysPerWarp + lane / kLanesPerKey, c = lane % kLanesPerKey;
+  const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z / a.row_blocks;
+  const int r0 = (blockIdx.z % a.row_blocks) * kMaxRows, rows = min(NR, a.R - r0);
+  const int64_t last_visible = a.length - a.Tq + (r0 + rows - 1) / a.G;
+  const int64_t key0 = int64_t(split) * a.chunk, key1 = min(min(a.length, key0 + a.chunk), last_visible + 1);
+  const int64_t head = (int64_t(b) * a.Hk + hk) * a.capacity;
+  const bf16_t* k_base = a.k + head * D + c * 8;
+  const bf16_t* v_base = a.v + head * D + c * 8;
+
+  float q[NR][8], acc[NR][8], m[NR], l[NR];
+  int64_t visible_to[NR];  // the last cache position row r sees
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int qr = r0 + min(r, rows - 1);
+    const int64_t h = int64_t(hk) * a.G + qr % a.G;
+    const Pack<bf16_t, 8> p = load_pack<8>(a.q + ((int64_t(b) * a.Tq + qr / a.G) * a.Hq + h) * D + c * 8);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q[r][e] = to_float(p.v[e]) * a.scale_log2, acc[r][e] = 0.f;
+    m[r] = -INFINITY, l[r] = 0.f;
+    visible_to[r] = r < rows ? a.length - a.Tq + qr / a.G : -1;  // a padding row sees nothing
+  }
+
+  // Every lane runs the same steps (the shuffles need the whole warp); keys past key1 are masked.
+  for (int64_t base = key0; base < key1; base += int64_t(kInFlight) * kSlots) {
+    Pack<bf16_t, 8> kp[kInFlight], vp[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t t = base + int64_t(u) * kSlots + slot;
+      if (t < key1) {
+        kp[u] = load_pack<8>(k_base + t * D);
+        vp[u] = load_pack<8>(v_base + t * D);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      float s[kInFlight];
+      float s_max = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t t = base + int64_t(u) * kSlots + slot;
+        float dot = 0.f;
+        if (t < key1)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dot += q[r][e] * to_float(kp[u].v[e]);
+#pragma unroll
+        for (int offset = kLanesPerKey / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        s[u] = t < key1 && t <= visible_to[r] ? dot : -INFINITY;
+        s_max = fmaxf(s_max, s[u]);
+      }
+      const float m_new = fmaxf(m[r], s_max);
+      if (m_new == -INFINITY) continue;  // nothing visible to this row in its keys yet
+      const float alpha = exp2f(m[r] - m_new);
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] *= alpha;
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (s[u] == -INFINITY) continue;
+        const float p = exp2f(s[u] - m_new);
+        l[r] += p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[r][e] += p * to_float(vp[u].v[e]);
+      }
+      m[r] = m_new;
+    }
+  }
+
+  // Two softmax partials (m, l, acc) of the same row as one.
+  auto merge = [](float& m, float& l, float* acc, float m2, float l2, const float* acc2) {
+    const float top = fmaxf(m, m2), ref = top == -INFINITY ? 0.f : top;
+    const float w1 = exp2f(m - ref), w2 = exp2f(m2 - ref);
+    l = l * w1 + l2 * w2;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = acc[e] * w1 + acc2[e] * w2;
+    m = top;
+  };
+  // The warp's lane groups, by butterfly: afterwards every group holds the warp's sums.
+#pragma unroll
+  for (int offset = kLanesPerKey; offset < 32; offset <<= 1)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      float other[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) other[e] = __shfl_xor_sync(0xffffffffu, acc[r][e], offset);
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], offset), l2 = __shfl_xor_sync(0xffffffffu, l[r], offset);
+      merge(m[r], l[r], acc[r], m2, l2, other);
+    }
+  // The warps, through shared memory, in warp order.
+  if (lane < kLanesPerKey)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red_acc[warp][r][c * 8 + e] = acc[r][e];
+      if (lane == 0) red_ml[warp][r] = make_float2(m[r], l[r]);
+    }
+  __syncthreads();
+  if (warp != 0 || lane >= kLanesPerKey) return;
+  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.splits + split) * a.R + r0;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (r >= rows) break;
+    for (int w = 1; w < kWarps; ++w) merge(m[r], l[r], acc[r], red_ml[w][r].x, red_ml[w][r].y, &red_acc[w][r][c * 8]);
+    float4* dst = reinterpret_cast<float4*>(a.part_acc + (part0 + r) * D + c * 8);
+    dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+    if (lane == 0) a.part_ml[part0 + r] = make_float2(m[r], l[r]);
+  }
+}
+
 // One warp per output row (b, i, h): merges the row's partials over the splits and its token's depth
 // slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
 template <int D>
@@ -430,7 +563,14 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       attribute_set[device.index] = true;
     }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
-    decode_split_kernel<D><<<grid, kThreads, smem, stream>>>(a);
+    if (R == 1)
+      decode_split_rows_kernel<D, 1><<<grid, kThreads, 0, stream>>>(a);
+    else if (R == 2)
+      decode_split_rows_kernel<D, 2><<<grid, kThreads, 0, stream>>>(a);
+    else if (R <= 4)
+      decode_split_rows_kernel<D, 4><<<grid, kThreads, 0, stream>>>(a);
+    else
+      decode_split_kernel<D><<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
     decode_combine_kernel<D><<<combine_blocks, kCombineWarps * 32, 0, stream>>>(a);

@@ -1,7 +1,7 @@
 // CUDA RMSNorm over the last dimension, statistics in f32. The forward gives full-width rows of 33 to
 // 256 16-byte packs (hidden sizes 264-2048 in bf16) one warp each with the row held in registers.
-// Otherwise narrow rows (per-head norms, n <= 1024) get one warp each; wide rows one block of 256
-// threads. The weight gradient is deterministic: each block sums its fixed range of rows per column in
+// Otherwise narrow rows (per-head norms, n <= 1024) get one warp each; wide rows, and full-width rows
+// when there are fewer of them than SMs (decoding), one block of 256 threads. The weight gradient is deterministic: each block sums its fixed range of rows per column in
 // shared memory (every column owned by one thread), writes one partial row, and a second kernel sums
 // the partials in order.
 #include <initializer_list>
@@ -216,6 +216,17 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     T* yp = static_cast<T*>(out.y.raw());
     const T* rp = residual.defined() ? static_cast<const T*>(residual.raw()) : nullptr;
     float* rstd_p = static_cast<float*>(out.rstd.raw());
+    // Fewer rows than SMs (a decoding step's batch): a block per row, so every row's loads spread over
+    // 256 threads instead of queueing in one warp.
+    constexpr int kPack = 16 / sizeof(T);
+    const bool few_rows = rows < device_properties(x.device().index).multiProcessorCount;
+    if (few_rows && n % kPack == 0 && n / kPack > 32 && all_aligned(16, xp, wp, yp) &&
+        (rp == nullptr || aligned_to(16, rp))) {
+      rms_norm_forward_kernel<kThreads, kPack, T><<<unsigned(rows), kThreads, 0, stream>>>(xp, wp, rp, yp, rstd_p, rows,
+                                                                                          n, float(eps));
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     dispatch_forward_layout<T>(
         n, {xp, wp, yp, rp},
         [&]<int N, int PACKS>() {

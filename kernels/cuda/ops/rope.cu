@@ -2,6 +2,7 @@
 // kernel, then one pass over x rotating the pairs (i, i + d/2) in f32. The inverse frequencies are
 // copied to each device once per (head dim, theta, scaling) and kept, so a call issues no copy from the
 // host (and a decoding step that applies RoPE can be captured as a CUDA graph).
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,20 +35,23 @@ __global__ void rope_table_kernel(const I* positions, int64_t n_pos, int64_t hal
   }
 }
 
-// One thread per (token, pack of N frequencies): its cos/sin stay in registers across the H heads.
+// One thread per (token, head group, pack of N frequencies): its cos/sin stay in registers across the
+// heads hg, hg + head_groups, ... Training shapes take one group (every head in one thread); a decoding
+// step's few tokens spread their heads over more threads so that the device has work for every SM.
 template <int N, typename T>
 __global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t tokens, int64_t seq, int64_t heads,
-                                  int64_t half, bool per_row) {
+                                  int64_t head_groups, int64_t half, bool per_row) {
   const int64_t packs_per_token = half / N;
-  const int64_t total = tokens * packs_per_token;
+  const int64_t total = tokens * head_groups * packs_per_token;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t bt = idx / packs_per_token, i = (idx % packs_per_token) * N;  // bt = b * T + t
+    const int64_t i = (idx % packs_per_token) * N, group = idx / packs_per_token;
+    const int64_t bt = group / head_groups, hg = group % head_groups;  // bt = b * T + t
     const int64_t p = per_row ? bt : bt % seq;
     float2 cs[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) cs[k] = table[p * half + i + k];
-    for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t h = hg; h < heads; h += head_groups) {
       const int64_t offset = (bt * heads + h) * 2 * half;
       const Pack<T, N> x1 = load_pack<N>(x + offset + i), x2 = load_pack<N>(x + offset + half + i);
       Pack<T, N> y1, y2;
@@ -61,6 +65,13 @@ __global__ void rope_apply_kernel(const T* x, T* y, const float2* table, int64_t
       store_pack<N>(y + offset + half + i, y2);
     }
   }
+}
+
+// Head groups per token: one, unless the tokens' packs alone give fewer than kMinThreads threads.
+constexpr int64_t kMinThreads = 32768;
+int64_t head_groups_for(int64_t tokens, int64_t packs_per_token, int64_t heads) {
+  const int64_t threads = std::max<int64_t>(tokens * packs_per_token, 1);
+  return std::clamp<int64_t>((kMinThreads + threads - 1) / threads, 1, std::max<int64_t>(heads, 1));
 }
 
 // The d/2 inverse frequencies on `device`, made on the first call for their key and kept for the
@@ -107,11 +118,15 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const
     T* yp = static_cast<T*>(y.raw());
     constexpr int N = 4;
     const int64_t tokens = B * seq;
-    if (half % N == 0 && all_aligned(N * sizeof(T), xp, yp))
-      rope_apply_kernel<N, T><<<grid_for(tokens * half / N, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half,
-                                                                                  per_row);
-    else
-      rope_apply_kernel<1, T><<<grid_for(tokens * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, half, per_row);
+    if (half % N == 0 && all_aligned(N * sizeof(T), xp, yp)) {
+      const int64_t groups = head_groups_for(tokens, half / N, H);
+      rope_apply_kernel<N, T><<<grid_for(tokens * groups * half / N, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H,
+                                                                                           groups, half, per_row);
+    } else {
+      const int64_t groups = head_groups_for(tokens, half, H);
+      rope_apply_kernel<1, T><<<grid_for(tokens * groups * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H,
+                                                                                       groups, half, per_row);
+    }
     CUDA_CHECK_LAUNCH();
   });
   return y;
