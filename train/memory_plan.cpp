@@ -98,7 +98,11 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
                in.world, " and ", in.zero);
   const size_t world = size_t(in.world), shard = (trainable + world - 1) / world;  // ZeRO-1: padded
   p.optimizer_state = 8 * (in.zero == 1 ? shard : trainable);
-  if (in.world > 1) p.reduction = in.zero == 1 ? 4 * (shard * world + shard) : (in.bf16_wire ? 2 * trainable : 0);
+  // ZeRO-1: the fp32 staging of the padded arena and the shard's sums; with bf16 on the wire, also the
+  // bf16 copies of both and the shard's conversion back to fp32 (DataParallel::reduce_gradients).
+  if (in.world > 1)
+    p.reduction = in.zero == 1 ? 4 * (shard * world + shard) + (in.bf16_wire ? 2 * (shard * world + shard) + 4 * shard : 0)
+                               : (in.bf16_wire ? 2 * trainable : 0);
 
   // What each block keeps for its backward, as the block and its mixer report it.
   auto block_bytes = [&](const LayerCost& cost, bool selective) {

@@ -156,7 +156,8 @@ TEST(MemoryPlan, BadInputsAreErrors) {
 }
 
 // A data-parallel run plans one rank: ZeRO-1 keeps a quarter of the moments on each of 4 ranks plus
-// the fp32 staging of the padded arena and its shard; overlapped bf16 buckets keep a bf16 copy of
+// the fp32 staging of the padded arena and its shard (with bf16 on the wire, bf16 copies of both and
+// the shard's fp32 conversion); overlapped bf16 buckets keep a bf16 copy of
 // every gradient until they are waited for; fp32 buckets reduce in place.
 TEST(MemoryPlan, DataParallelPlansOneRank) {
   const MemoryPlan alone = plan_training_memory(olmo2_190m(true));
@@ -174,6 +175,9 @@ TEST(MemoryPlan, DataParallelPlansOneRank) {
   const MemoryPlan zero = plan_training_memory(in);
   EXPECT_EQ(zero.optimizer_state, 8 * chunk);
   EXPECT_EQ(zero.reduction, 4 * (4 * chunk + chunk));
+  in.bf16_wire = true;  // the bf16 wire copies of the staging and the shard, and the shard back in fp32
+  EXPECT_EQ(plan_training_memory(in).reduction, 4 * (4 * chunk + chunk) + 2 * (4 * chunk + chunk) + 4 * chunk);
+  in.bf16_wire = false;
   EXPECT_NE(zero.describe().find("reduction"), std::string::npos) << zero.describe();
   EXPECT_EQ(alone.describe().find("reduction"), std::string::npos) << alone.describe();
   in.world = 0;
