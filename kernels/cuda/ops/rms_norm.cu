@@ -189,12 +189,16 @@ void dispatch_layout(int64_t n, std::initializer_list<const void*> pointers, F&&
 // The forward's layouts: register rows from 33 16-byte packs up to 32 * kMaxRowPacks of them (rows_f),
 // else dispatch_layout's (f). The backward keeps dispatch_layout's: holding dy and the weight-gradient
 // sums in registers too took 240 registers at 2048 wide and was 1.6x slower than its block rows.
+// Fewer rows than SMs (few_rows: a decoding step's batch) take a block per row instead of register
+// rows, so every row's loads spread over 256 threads instead of queueing in one warp.
 template <typename T, typename RowsF, typename F>
-void dispatch_forward_layout(int64_t n, std::initializer_list<const void*> pointers, RowsF&& rows_f, F&& f) {
+void dispatch_forward_layout(int64_t n, bool few_rows, std::initializer_list<const void*> pointers, RowsF&& rows_f,
+                             F&& f) {
   constexpr int kPack = 16 / sizeof(T);
   const int64_t packs = n / kPack;
   bool packed = n % kPack == 0;
   for (const void* p : pointers) packed = packed && aligned_to(size_t(kPack) * sizeof(T), p);
+  if (packed && packs > 32 && few_rows) return f.template operator()<kThreads, kPack>();
   if (packed && packs > 32 && packs <= 32 * kMaxRowPacks) {
     if (packs <= 32 * 2) return rows_f.template operator()<kPack, 2>();
     if (packs <= 32 * 4) return rows_f.template operator()<kPack, 4>();
@@ -216,19 +220,9 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     T* yp = static_cast<T*>(out.y.raw());
     const T* rp = residual.defined() ? static_cast<const T*>(residual.raw()) : nullptr;
     float* rstd_p = static_cast<float*>(out.rstd.raw());
-    // Fewer rows than SMs (a decoding step's batch): a block per row, so every row's loads spread over
-    // 256 threads instead of queueing in one warp.
-    constexpr int kPack = 16 / sizeof(T);
     const bool few_rows = rows < device_properties(x.device().index).multiProcessorCount;
-    if (few_rows && n % kPack == 0 && n / kPack > 32 && all_aligned(16, xp, wp, yp) &&
-        (rp == nullptr || aligned_to(16, rp))) {
-      rms_norm_forward_kernel<kThreads, kPack, T><<<unsigned(rows), kThreads, 0, stream>>>(xp, wp, rp, yp, rstd_p, rows,
-                                                                                          n, float(eps));
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
     dispatch_forward_layout<T>(
-        n, {xp, wp, yp, rp},
+        n, few_rows, {xp, wp, yp, rp},
         [&]<int N, int PACKS>() {
           rms_norm_forward_rows_kernel<N, PACKS, T>
               <<<grid_for(rows, kRowWarps, 65535), kRowWarps * 32, 0, stream>>>(xp, wp, rp, yp, rstd_p, rows, n, float(eps));
