@@ -9,10 +9,13 @@
 //
 // Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|selective|block]
 //                         [--warmup N] [--steps N] [--threads N] [--mod CAPACITY]
+//                         [--layers KIND,KIND,...] [--dsla-states 1|2]
 //                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
 // --mod C routes every other block (block 0 dense) at capacity C with the causal predictor (MoD,
 // layers/routed_block.h); the last column is the counted training FLOPs per token, so a MoD row and
 // the dense one give both the FLOP ratio and the step-time ratio.
+// --layers sets model.layers (a pattern repeated over the layers: attention,dsla is the hybrid with every
+// other layer DSLA), --dsla-states its dsla.states.
 // Without CONFIG: olmo2_190M:16x2048 and olmo2_1B:4x4096. scripts/bench_train_device.sh runs this and
 // the HF reference side by side.
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/suggest.h"
 #include "layers/decoder.h"
 #include "layers/model_config.h"
 #include "layers/parameter_arena.h"
@@ -60,8 +64,19 @@ struct Options {
   int steps = 20;
   int64_t threads = 0;
   double mod_capacity = 0;  // 0: dense
+  std::vector<std::string> layers;  // model.layers; empty: attention everywhere
+  int64_t dsla_states = 2;
   std::vector<BenchConfig> configs;
 };
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1)
+    items.push_back(text.substr(start, comma - start));
+  items.push_back(text.substr(start));
+  return items;
+}
 
 int64_t positive_int(const std::string& text, const std::string& what) {
   char* end = nullptr;
@@ -103,6 +118,8 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
     else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
     else if (arg == "--mod") o.mod_capacity = std::strtod(value().c_str(), nullptr);
+    else if (arg == "--layers") o.layers = split_list(value());
+    else if (arg == "--dsla-states") o.dsla_states = positive_int(value(), "--dsla-states");
     else if (arg.rfind("--", 0) == 0) FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
     else o.configs.push_back(parse_config(arg));
   }
@@ -132,7 +149,9 @@ double peak_flops_of(Device device) {
 void run_config(const BenchConfig& c, const Options& o, Device device) {
   ModelConfig config = named_model_size(c.size);
   config.mod.capacity = o.mod_capacity;
-  config.validate();  // a --mod outside (0, 1] fails here, naming mod.capacity
+  config.layers = o.layers;
+  config.dsla.states = o.dsla_states;
+  config.validate();  // a --mod outside (0, 1] or an unknown layer kind fails here, naming the field
   const Recipe defaults;  // the trainer's default clip, z-loss and AdamW betas, eps and weight decay
   Allocator& allocator = allocator_for(device);
   allocator.reset_peak(device);
@@ -165,7 +184,9 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
     const MemoryStats memory = allocator.stats(device);
     const double peak_gib = double(memory.peak) / double(1 << 30), held_gib = double(memory.held_peak) / double(1 << 30);
-    const std::string routing = o.mod_capacity > 0 ? ", MoD c " + format_number(o.mod_capacity) : std::string();
+    std::string routing = o.mod_capacity > 0 ? ", MoD c " + format_number(o.mod_capacity) : std::string();
+    if (config.has_layer_kind("dsla"))
+      routing += ", layers " + join_names(o.layers, "+") + ", dsla states " + std::to_string(o.dsla_states);
     std::printf("| fathom (%s, %s, recompute %s%s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f | %.1f | %.3f |\n",
                 device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), routing.c_str(),
                 c.size.c_str(), (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib,

@@ -69,6 +69,7 @@ const DslaCase kCases[] = {
     {1, 40, 2, 2, 64, true, DType::bf16, -30.0},  // strong gates: the pairwise ratios must not overflow
     {2, 300, 4, 2, 128, true, DType::bf16, -8.0},  // several 64-chunks with strong gates, GQA 2
     {1, 200, 2, 1, 64, false, DType::bf16, -30.0},  // one state, GQA 2, strong gates over four chunks
+    {1, 1000, 2, 2, 128, true, DType::bf16, -0.5},  // 16 chunks of weak gates: the states carry far
 };
 
 }  // namespace

@@ -31,6 +31,21 @@ inline float* optional_data(const Tensor& t) {
 bool dsla_tensor_core_applies(std::initializer_list<const Tensor*> tensors);
 void dsla_tensor_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
                               const Tensor& gamma, const DslaState& initial, DslaForward& out);
+// One pass of the tensor-core kernels' chunk starting states (dsla_state_pass.cu), into `starts`
+// [B, H, NS, N, D, D] bf16 with chunks of 64. keys: x = k, y = v, forward from `initial` (zeros when null),
+// the fp32 end state into `final_state` where not null. Otherwise x = q, y = grad_o, the state gradients
+// in reverse from zero, and `later` [B, H, NS, N, D] fp32 gets each chunk's gate-gradient share of the
+// later chunks, from the forward-order `states`.
+struct DslaStatePass {
+  bool keys;
+  const Tensor &x, &y, &g1, &g2;
+  Tensor& starts;
+  const DslaState* initial = nullptr;
+  DslaState* final_state = nullptr;
+  const Tensor* states = nullptr;
+  Tensor* later = nullptr;
+};
+void dsla_chunk_states(const DslaStatePass& pass);
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g1, const Tensor& g2, const Tensor& gamma, DslaGrads& grads);
 

@@ -1,21 +1,17 @@
 // Tensor-core DSLA training kernels (bf16 q, k, v, do; fp32 gates, states and accumulation), chunks of 64.
 // Both states are handled by every block from one load of its chunk's q, k, v (and do); only the gates
-// and states differ. The sequence is parallel over chunks in two passes:
-//   1. per chunk n and state: U_n = (k e^{b_L - b})^T v (and for the backward W_n = scale (q e^{b})^T do),
-//      the chunk's contribution to the state (to the state gradient), in fp32, and the chunk's total b_L;
-//   2. a scan over chunks per state element, in fp32, turns them into each chunk's starting state S_n
-//      (forward order, from the initial state) and state gradient dH_n (reverse order, from zero), stored
-//      in bf16: the form in which the tensor cores read them (the final state stays fp32);
-//   3. per chunk: the outputs (forward) or dq, dk, dv and the gate gradient (backward, three kernels
-//      that each read the chunk once for both states), with the intra-chunk terms as in
-//      dsla_tensor_core.cuh.
-// The state contribution's bf16 operand k e^{b_L - b} is split into a high and a low bf16 part (one
-// product over both), so the carried fp32 states keep about 16 bits of that factor, not 8.
+// and states differ. Two steps:
+//   1. the chunks' starting states S_n (forward order, from the initial state) and state gradients dH_n
+//      (reverse order, from zero), stored in bf16, the form in which the tensor cores read them: one
+//      sequential pass each over the chunks, the state in registers (dsla_state_pass.cu);
+//   2. per chunk, in parallel: the outputs (forward), or (backward) dq, dk and the gate gradient in one
+//      kernel and dv in another, each reading the chunk once for both states, with the intra-chunk terms
+//      as in dsla_tensor_core.cuh.
 // Backward, per state with unweighted output gradient (w_1 = gamma, w_2 = 1 - gamma weigh them after):
 //   dq' = scale (e^{b} (do S^T) + sum_j D_tj k_j e^{b_t - b_j}),  D = do v^T
 //   dk' = scale sum_t D_tj q_t e^{b_t - b_j} + e^{b_L - b_j} (v dH^T)
 //   dv' = scale A^T do + (k e^{b_L - b}) dH
-//   dg  = w suffix sums of (q dq' - k dk'),  dgamma = sum v . (dv'_1 - dv'_2) (= sum do . (o_1 - o_2), as
+//   dg  = w suffix sums of (q dq' - k dk') (the later chunks' share from the reverse state pass),  dgamma = sum v . (dv'_1 - dv'_2) (= sum do . (o_1 - o_2), as
 //   o is linear in v from a zero state). Sums across blocks run in a fixed order: bit-identical runs.
 #include <algorithm>
 
@@ -179,103 +175,6 @@ __device__ __forceinline__ void chunk_scores(float* as, const bf16* qt, const bf
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Pass 1: chunk contributions. KEYS: x = k, y = v (KV head), factor e^{b_L - b_t}, and the totals b_L.
-// Otherwise x = q, y = do (query head), factor scale e^{b_t}. About 100 KB of shared memory: two blocks
-// per multiprocessor.
-template <int D>
-struct ContributionsLayout {
-  using St = Strides<D>;
-  static constexpr int x = 0, xf = x + St::rows_bytes, y = xf + 2 * St::rows_bytes, b = y + St::rows_bytes,
-                       scratch = b + St::gates_bytes, bytes = scratch + St::scratch_bytes;
-};
-
-template <int D, bool TWO, bool KEYS>
-__global__ void __launch_bounds__(kThreads, 2)
-    chunk_contributions_kernel(const bf16* __restrict__ x, const bf16* __restrict__ y, const float* __restrict__ g1,
-                               const float* __restrict__ g2, float* __restrict__ states, float* __restrict__ totals,
-                               int64_t T_len, int H, int Hk, int N) {
-  using St = Strides<D>;
-  using Ly = ContributionsLayout<D>;
-  constexpr int LB = St::LB, LF = St::LF;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* xs = reinterpret_cast<bf16*>(smem + Ly::x);
-  bf16* xf = reinterpret_cast<bf16*>(smem + Ly::xf);  // [128][LB]: high parts, then low parts
-  bf16* ys = reinterpret_cast<bf16*>(smem + Ly::y);
-  float *bs = reinterpret_cast<float*>(smem + Ly::b), *scratch = reinterpret_cast<float*>(smem + Ly::scratch);
-  const ChunkPos p(T_len, H, Hk);
-  const int heads = KEYS ? Hk : H, head = KEYS ? p.hk : p.h;
-  const float scale = rsqrtf(float(D));
-  load_rows<D>(xs, x, p.b, p.t0, p.L, T_len, heads, head);
-  load_rows<D>(ys, y, p.b, p.t0, p.L, T_len, heads, head);
-  for_each_state<D, TWO>(p, bs, scratch, g1, g2, nullptr, T_len, H, N, [&](int, float, int64_t slot) {
-    for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
-      const int t = i / D, c = i % D;
-      const float bt = bs[t * LF + c];
-      const float f = KEYS ? exp2f(bs[(kChunk - 1) * LF + c] - bt) : scale * exp2f(bt);
-      const float val = bf(xs[t * LB + c]) * f;
-      const bf16 hi = __float2bfloat16_rn(val);
-      xf[t * LB + c] = hi;
-      xf[(t + kChunk) * LB + c] = __float2bfloat16_rn(val - bf(hi));
-    }
-    if (KEYS)
-      for (int c = threadIdx.x; c < D; c += kThreads) totals[slot * D + c] = bs[(kChunk - 1) * LF + c];
-    __syncthreads();
-    // [D x 128] (xf^T, column-major view of [t][c]) times [128 x D] (ys for the high rows, again for the
-    // low rows), straight into the global slot.
-    for (int tile = threadIdx.x / 32; tile < (D / 16) * (D / 16); tile += kWarps) {
-      const int i0 = tile / (D / 16) * 16, j0 = tile % (D / 16) * 16;
-      wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
-      wm::fill_fragment(acc, 0.0f);
-#pragma unroll 4
-      for (int k0 = 0; k0 < 2 * kChunk; k0 += 16) {
-        wm::fragment<wm::matrix_a, 16, 16, 16, bf16, ColM> af;
-        wm::fragment<wm::matrix_b, 16, 16, 16, bf16, RowM> bfrag;
-        wm::load_matrix_sync(af, xf + k0 * LB + i0, LB);
-        wm::load_matrix_sync(bfrag, ys + (k0 % kChunk) * LB + j0, LB);
-        wm::mma_sync(acc, af, bfrag, acc);
-      }
-      wm::store_matrix_sync(states + slot * D * D + int64_t(i0) * D + j0, acc, D, wm::mem_row_major);
-    }
-  });
-}
-
-// Pass 2: per state element, the chunks' fp32 contributions become each chunk's bf16 starting value:
-// forward from `init` (zeros when null; the end value goes to `fin` when not null), or in reverse from 0.
-__global__ void state_scan_kernel(const float* __restrict__ contributions, bf16* __restrict__ starts,
-                                  const float* __restrict__ totals, const float* init1, const float* init2, float* fin1,
-                                  float* fin2, int64_t BH, int NS, int N, int D, bool reverse) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, DD = int64_t(D) * D;
-  if (i >= BH * NS * DD) return;
-  const int64_t ce = i % DD, bh = i / (DD * NS);
-  const int s = int(i / DD % NS), c = int(ce / D);
-  const float* init = s == 0 ? init1 : init2;
-  float cur = init != nullptr ? init[bh * DD + ce] : 0.0f;
-  const int64_t first = (bh * NS + s) * N * DD + ce;
-  const float* col = contributions + first;
-  bf16* out = starts + first;
-  const float* tot = totals + (bh * NS + s) * int64_t(N) * D + c;
-  constexpr int U = 8;  // loads issued ahead of the dependent chain
-  for (int base = 0; base < N; base += U) {
-    float u[U], a[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int n = reverse ? N - 1 - (base + k) : base + k;
-      if (base + k < N) u[k] = col[n * DD], a[k] = tot[int64_t(n) * D];
-    }
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int n = reverse ? N - 1 - (base + k) : base + k;
-      if (base + k < N) {
-        out[n * DD] = __float2bfloat16_rn(cur);
-        cur = exp2f(a[k]) * cur + u[k];
-      }
-    }
-  }
-  float* fin = s == 0 ? fin1 : fin2;
-  if (fin != nullptr) fin[bh * DD + ce] = cur;
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Forward outputs: o = scale sum_s w_s ((q e^{b}) S_n + A v).
 template <int D>
 struct ForwardOutLayout {
@@ -380,7 +279,7 @@ struct BackwardArgs {
   bf16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
   float *dk_heads, *dv_heads;    // [B, T, H, D] otherwise, summed over each KV head's group after
   float *dg1, *dg2;
-  float* chunk_totals;  // [B, H, NS, N, D]
+  const float* later;   // [B, H, NS, N, D]: each chunk's gate-gradient share of the later chunks, unweighted
   float* dgamma_parts;  // [B, H, N]
   int64_t T_len;
   int H, Hk, N;
@@ -454,127 +353,133 @@ __device__ __forceinline__ float* gate_grad_rows(const BackwardArgs& a, const Ch
   return p.first_row(s == 0 ? a.dg1 : a.dg2, a.T_len, a.H, p.h, D);
 }
 
-// dq, and w q dq' parked in dg_s for the dk kernel.
+// State s's part of dq (added to total with weight w), and w q dq' per element in qdq for the gate gradient.
+template <int D>
+__device__ __forceinline__ void query_grads_of_state(const BackwardSmem<D>& m, const BackwardArgs& a, float w,
+                                                     int64_t slot, float (&total)[Strides<D>::NE],
+                                                     float (&qdq)[Strides<D>::NE]) {
+  constexpr int LB = ldb<D>(), LF = ldf<D>(), NE = Strides<D>::NE;
+  bf16 *sb = m.x, *kt = m.x;  // the state, then the key factors
+  const float scale = rsqrtf(float(D));
+  float dqs[NE];
+  state_term<D, false>(dqs, m, sb, a.states + slot * D * D);
+  build_key_factors<D>(kt, m.ks, m.bs);  // kt overwrites sb: state_term is done with it
+  __syncthreads();
+  for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
+    const int I = 1 + tile / (D / 16), j0 = tile % (D / 16) * 16;
+    tile_product<RowM, RowM>(0, j0, 16 * I, m.db + 16 * I * kLdScoreB, kLdScoreB, kt + key_rows_offset(I) * LB, LB,
+                             m.acc + 16 * I * LF, LF, false);
+  }
+  __syncthreads();
+  // Element i of the thread is row t = 16 I + tl of column c (I = i / M, tl = part + kParts (i % M)), the
+  // same element as state_term's i: the sub-block's keys and gates of column c are read once for its M
+  // rows; tl is warp-uniform.
+  constexpr int kParts = kThreads / D, M = kSub / kParts;
+  const int c = threadIdx.x % D, part = threadIdx.x / D;
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    float kj[kSub], bj[kSub];
+    load_sub_block_column<D>(kj, bj, m.ks, m.bs, I, c);
+#pragma unroll
+    for (int u = 0; u < M; ++u) {
+      const int i = I * M + u, tl = part + kParts * u, t = 16 * I + tl;
+      const float bt = m.bs[t * LF + c];
+      float intra = I > 0 ? exp2f(bt - bj[0]) * m.acc[t * LF + c] : 0.0f;
+      const float* dm_row = m.dm + t * kLdScoreF + 16 * I;
+#pragma unroll
+      for (int jl = 0; jl < kSub; ++jl)
+        if (jl <= tl) intra += dm_row[jl] * kj[jl] * exp2f(bt - bj[jl]);
+      const float d = scale * (dqs[i] + intra);
+      total[i] += w * d;
+      qdq[i] = w * bf(m.qs[t * LB + c]) * d;
+    }
+  }
+}
+
+// State s's part of dk (into total with weight w), and its gate gradient dg_s: suffix sums within the
+// chunk of w q dq' (qdq, same elements) minus w k dk', plus w times the later chunks' share (from the
+// reverse state pass).
+template <int D>
+__device__ __forceinline__ void key_grads_of_state(const BackwardSmem<D>& m, const BackwardArgs& a, const ChunkPos& p,
+                                                   int s, float w, int64_t slot, float (&total)[Strides<D>::NE],
+                                                   const float (&qdq)[Strides<D>::NE]) {
+  using Suffix = ColumnScan<D, true>;
+  constexpr int LB = ldb<D>(), LF = ldf<D>(), NE = Strides<D>::NE;
+  bf16 *hb = m.x, *qr = m.x;  // the state gradient, then the query factors
+  const float scale = rsqrtf(float(D));
+  float* dg = gate_grad_rows<D>(a, p, s);
+  const int row_stride = a.H * D;
+  float dks[NE];
+  state_term<D, true>(dks, m, hb, a.dstates + slot * D * D);
+  for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {  // qr overwrites hb: state_term is done
+    const int r = i / D, c = i % D, J = r < 48 ? 0 : r < 80 ? 1 : 2, ref = 16 * (J + 1);
+    const int t = ref + r - query_rows_offset(J);
+    qr[r * LB + c] = __float2bfloat16_rn(bf(m.qs[t * LB + c]) * exp2f(m.bs[t * LF + c] - m.bs[ref * LF + c]));
+  }
+  __syncthreads();
+  for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
+    const int J = tile / (D / 16), j0 = tile % (D / 16) * 16;
+    // D[16(J+1).., J-block]^T (column-major view) times Qr_J.
+    tile_product<ColM, RowM>(0, j0, 48 - 16 * J, m.db + 16 * (J + 1) * kLdScoreB + 16 * J, kLdScoreB,
+                             qr + query_rows_offset(J) * LB, LB, m.acc + 16 * J * LF, LF, false);
+  }
+  __syncthreads();
+  // Element i of the thread is row j = 16 J + jl of column c (J = i / M, jl = part + kParts (i % M)): the
+  // sub-block's queries and gates of column c are read once for its M rows; jl is warp-uniform. Each
+  // thread reads acc at its own elements only, then overwrites them.
+  constexpr int kParts = kThreads / D, M = kSub / kParts;
+  const int c = threadIdx.x % D, part = threadIdx.x / D;
+#pragma unroll
+  for (int J = 0; J < 4; ++J) {
+    float qt[kSub], bt[kSub];
+    load_sub_block_column<D>(qt, bt, m.qs, m.bs, J, c);
+    const float b_next = J < 3 ? m.bs[16 * (J + 1) * LF + c] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < M; ++u) {
+      const int i = J * M + u, jl = part + kParts * u, j = 16 * J + jl;
+      const float bj = m.bs[j * LF + c];
+      float intra = J < 3 ? exp2f(b_next - bj) * m.acc[j * LF + c] : 0.0f;
+      const float* dm_col = m.dm + 16 * J * kLdScoreF + j;
+#pragma unroll
+      for (int tl = 0; tl < kSub; ++tl)
+        if (tl >= jl) intra += dm_col[tl * kLdScoreF] * qt[tl] * exp2f(bt[tl] - bj);
+      const float d = dks[i] + scale * intra;
+      total[i] += w * d;
+      m.acc[j * LF + c] = j < p.L ? qdq[i] - w * bf(m.ks[j * LB + c]) * d : 0.0f;
+    }
+  }
+  __syncthreads();
+  const int t0 = Suffix::first_row();
+  float x[Suffix::R];
+#pragma unroll
+  for (int u = 0; u < Suffix::R; ++u) x[u] = m.acc[(t0 + u) * LF + c];
+  Suffix::scan(x, m.scratch);
+  const float later = w * a.later[slot * D + c];
+#pragma unroll
+  for (int u = 0; u < Suffix::R; ++u)
+    if (t0 + u < p.L) dg[(t0 + u) * row_stride + c] = x[u] + later;
+}
+
+// dq, dk and the gate gradients, both states from one load of the chunk.
 template <int D, bool TWO>
-__global__ void __launch_bounds__(kThreads) backward_dq_kernel(BackwardArgs a) {
-  using St = Strides<D>;
-  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
+__global__ void __launch_bounds__(kThreads) backward_dqk_kernel(BackwardArgs a) {
+  constexpr int NE = Strides<D>::NE;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardSmem<D> m(smem);
-  bf16 *sb = m.x, *kt = m.x;  // the state, then the key factors
   const ChunkPos p(a.T_len, a.H, a.Hk);
-  const float scale = rsqrtf(float(D));
-  float total[NE] = {};
+  float total_q[NE] = {}, total_k[NE] = {};
   backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
-    float* dg = gate_grad_rows<D>(a, p, s);
-    const int row_stride = a.H * D;
-    float dqs[NE];
-    state_term<D, false>(dqs, m, sb, a.states + slot * D * D);
-    build_key_factors<D>(kt, m.ks, m.bs);  // kt overwrites sb: state_term is done with it
-    __syncthreads();
-    for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
-      const int I = 1 + tile / (D / 16), j0 = tile % (D / 16) * 16;
-      tile_product<RowM, RowM>(0, j0, 16 * I, m.db + 16 * I * kLdScoreB, kLdScoreB, kt + key_rows_offset(I) * LB, LB,
-                               m.acc + 16 * I * LF, LF, false);
-    }
-    __syncthreads();
-    // Element i of the thread is row t = 16 I + tl of column c (I = i / M, tl = part + kParts (i % M)):
-    // the sub-block's keys and gates of column c are read once for its M rows; tl is warp-uniform.
-    constexpr int kParts = kThreads / D, M = kSub / kParts;
-    const int c = threadIdx.x % D, part = threadIdx.x / D;
-#pragma unroll
-    for (int I = 0; I < 4; ++I) {
-      float kj[kSub], bj[kSub];
-      load_sub_block_column<D>(kj, bj, m.ks, m.bs, I, c);
-#pragma unroll
-      for (int u = 0; u < M; ++u) {
-        const int i = I * M + u, tl = part + kParts * u, t = 16 * I + tl;
-        const float bt = m.bs[t * LF + c];
-        float intra = I > 0 ? exp2f(bt - bj[0]) * m.acc[t * LF + c] : 0.0f;
-        const float* dm_row = m.dm + t * kLdScoreF + 16 * I;
-#pragma unroll
-        for (int jl = 0; jl < kSub; ++jl)
-          if (jl <= tl) intra += dm_row[jl] * kj[jl] * exp2f(bt - bj[jl]);
-        const float d = scale * (dqs[i] + intra);
-        total[i] += w * d;
-        if (t < p.L) dg[t * row_stride + c] = w * bf(m.qs[t * LB + c]) * d;
-      }
-    }
+    float qdq[NE];
+    query_grads_of_state<D>(m, a, w, slot, total_q, qdq);
+    __syncthreads();  // the query part is done with acc and the factor rows
+    key_grads_of_state<D>(m, a, p, s, w, slot, total_k, qdq);
   });
 #pragma unroll
   for (int i = 0; i < NE; ++i) {
     const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < p.L) a.dq[p.at(t, c, a.T_len, a.H, p.h, D)] = __float2bfloat16_rn(total[i]);
+    if (t < p.L) a.dq[p.at(t, c, a.T_len, a.H, p.h, D)] = __float2bfloat16_rn(total_q[i]);
   }
-}
-
-// dk, and the gate gradient within the chunk: dg_s <- suffix sums of the parked w q dq' minus w k dk',
-// the chunk's total in chunk_totals.
-template <int D, bool TWO>
-__global__ void __launch_bounds__(kThreads) backward_dk_kernel(BackwardArgs a) {
-  using St = Strides<D>;
-  using Suffix = ColumnScan<D, true>;
-  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardSmem<D> m(smem);
-  bf16 *hb = m.x, *qr = m.x;  // the state gradient, then the query factors
-  const ChunkPos p(a.T_len, a.H, a.Hk);
-  const float scale = rsqrtf(float(D));
-  float total[NE] = {};
-  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
-    float* dg = gate_grad_rows<D>(a, p, s);
-    const int row_stride = a.H * D;
-    float dks[NE];
-    state_term<D, true>(dks, m, hb, a.dstates + slot * D * D);
-    for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {  // qr overwrites hb: state_term is done
-      const int r = i / D, c = i % D, J = r < 48 ? 0 : r < 80 ? 1 : 2, ref = 16 * (J + 1);
-      const int t = ref + r - query_rows_offset(J);
-      qr[r * LB + c] = __float2bfloat16_rn(bf(m.qs[t * LB + c]) * exp2f(m.bs[t * LF + c] - m.bs[ref * LF + c]));
-    }
-    __syncthreads();
-    for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
-      const int J = tile / (D / 16), j0 = tile % (D / 16) * 16;
-      // D[16(J+1).., J-block]^T (column-major view) times Qr_J.
-      tile_product<ColM, RowM>(0, j0, 48 - 16 * J, m.db + 16 * (J + 1) * kLdScoreB + 16 * J, kLdScoreB,
-                               qr + query_rows_offset(J) * LB, LB, m.acc + 16 * J * LF, LF, false);
-    }
-    __syncthreads();
-    // Element i of the thread is row j = 16 J + jl of column c (J = i / M, jl = part + kParts (i % M)):
-    // the sub-block's queries and gates of column c are read once for its M rows; jl is warp-uniform.
-    // Each thread reads acc at its own elements only, then overwrites them.
-    constexpr int kParts = kThreads / D, M = kSub / kParts;
-    const int c = threadIdx.x % D, part = threadIdx.x / D;
-#pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      float qt[kSub], bt[kSub];
-      load_sub_block_column<D>(qt, bt, m.qs, m.bs, J, c);
-      const float b_next = J < 3 ? m.bs[16 * (J + 1) * LF + c] : 0.0f;
-#pragma unroll
-      for (int u = 0; u < M; ++u) {
-        const int i = J * M + u, jl = part + kParts * u, j = 16 * J + jl;
-        const float bj = m.bs[j * LF + c];
-        float intra = J < 3 ? exp2f(b_next - bj) * m.acc[j * LF + c] : 0.0f;
-        const float* dm_col = m.dm + 16 * J * kLdScoreF + j;
-#pragma unroll
-        for (int tl = 0; tl < kSub; ++tl)
-          if (tl >= jl) intra += dm_col[tl * kLdScoreF] * qt[tl] * exp2f(bt[tl] - bj);
-        const float d = dks[i] + scale * intra;
-        total[i] += w * d;
-        m.acc[j * LF + c] = j < p.L ? dg[j * row_stride + c] - w * bf(m.ks[j * LB + c]) * d : 0.0f;
-      }
-    }
-    __syncthreads();
-    const int t0 = Suffix::first_row();
-    float x[Suffix::R];
-#pragma unroll
-    for (int u = 0; u < Suffix::R; ++u) x[u] = m.acc[(t0 + u) * LF + c];
-    Suffix::scan(x, m.scratch);
-#pragma unroll
-    for (int u = 0; u < Suffix::R; ++u)
-      if (t0 + u < p.L) dg[(t0 + u) * row_stride + c] = x[u];
-    if (t0 == 0) a.chunk_totals[slot * D + c] = x[0];
-  });
-  store_kv_grad<D>(total, a.dk, a.dk_heads, a, p);
+  store_kv_grad<D>(total_k, a.dk, a.dk_heads, a, p);
 }
 
 // dv and the chunk's part of dgamma.
@@ -624,29 +529,6 @@ __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
   }
 }
 
-// chunk_totals[.., n, c] <- the sum over later chunks (exclusive suffix), per (b, h, s, c).
-__global__ void chunk_suffix_kernel(float* __restrict__ totals, int64_t lines, int N, int D) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= lines) return;
-  float* col = totals + i / D * int64_t(N) * D + i % D;
-  float run = 0.0f;
-  for (int n = N - 1; n >= 0; --n) {
-    const float x = col[int64_t(n) * D];
-    col[int64_t(n) * D] = run;
-    run += x;
-  }
-}
-
-// dg_s[b, t, h, c] += the later chunks' total.
-__global__ void add_chunk_suffix_kernel(float* __restrict__ dg, const float* __restrict__ offsets, int s, int NS,
-                                        int64_t T_len, int H, int D, int N, int64_t n_elems) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_elems; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % D), h = int(i / D % H);
-    const int64_t t = i / (int64_t(D) * H) % T_len, b = i / (int64_t(D) * H * T_len);
-    dg[i] += offsets[(((b * H + h) * NS + s) * N + t / kChunk) * D + c];
-  }
-}
-
 template <typename K>
 void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -654,30 +536,6 @@ void set_smem(K kernel, size_t bytes) {
 
 const bf16* bf16_data(const Tensor& t) { return static_cast<const bf16*>(t.raw()); }
 const float* f32_data(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
-
-// The chunk-parallel state passes: contributions (fp32, into `contributions`) then the scan into the
-// bf16 chunk starting values `starts`. KEYS: the states S_n from the initial state (x = k, y = v), with
-// the final state where requested; otherwise the state gradients dH_n in reverse (x = q, y = do).
-template <int D, bool TWO, bool KEYS>
-void chunk_states(const Tensor& x, const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& contributions,
-                  Tensor& starts, Tensor& totals, const DslaState* initial, DslaState* final_state, int64_t B,
-                  int64_t T_len, int H, int Hk, int N, cudaStream_t stream) {
-  constexpr int NS = TWO ? 2 : 1;
-  auto kernel = chunk_contributions_kernel<D, TWO, KEYS>;
-  const size_t smem = ContributionsLayout<D>::bytes;
-  set_smem(kernel, smem);
-  kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(
-      bf16_data(x), bf16_data(y), f32_data(g1), TWO ? f32_data(g2) : nullptr, static_cast<float*>(contributions.raw()),
-      static_cast<float*>(totals.raw()), T_len, H, Hk, N);
-  CUDA_CHECK_LAUNCH();
-  const int64_t n = B * H * NS * int64_t(D) * D;
-  state_scan_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(
-      static_cast<const float*>(contributions.raw()), static_cast<bf16*>(starts.raw()),
-      static_cast<const float*>(totals.raw()), initial ? f32_data(initial->s1) : nullptr,
-      initial && TWO ? f32_data(initial->s2) : nullptr, final_state ? optional_data(final_state->s1) : nullptr,
-      final_state && TWO ? optional_data(final_state->s2) : nullptr, B * H, NS, N, D, !KEYS);
-  CUDA_CHECK_LAUNCH();
-}
 
 template <int D, bool TWO>
 void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
@@ -687,11 +545,9 @@ void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
   const Device device = q.device();
   cudaStream_t stream = stream_for(device);
-  Tensor contributions = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
   Tensor starts = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
-  Tensor totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
-  chunk_states<D, TWO, true>(k, v, g1, g2, contributions, starts, totals, &initial, &out.final_state, B, T_len, H, Hk,
-                             N, stream);
+  dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = starts, .initial = &initial,
+                     .final_state = &out.final_state});
   auto kernel = forward_output_kernel<D, TWO>;
   const size_t smem = ForwardOutLayout<D>::bytes;
   set_smem(kernel, smem);
@@ -710,44 +566,29 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   const bool grouped = H != Hk;
   const Device device = q.device();
   cudaStream_t stream = stream_for(device);
-  // One fp32 contribution buffer serves both passes (stream order: the scan has read it before the
-  // second pass writes it).
-  Tensor contributions = Tensor::empty({B, H, NS, N, D, D}, DType::f32, device);
   Tensor states = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
   Tensor dstates = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
-  Tensor totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
-  Tensor chunk_totals = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
+  Tensor later = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
   Tensor dk_heads, dv_heads;
   if (grouped) dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
   Tensor dgamma_parts = Tensor::empty({B, H, N}, DType::f32, device);
-  chunk_states<D, TWO, true>(k, v, g1, g2, contributions, states, totals, nullptr, nullptr, B, T_len, H, Hk, N, stream);
-  chunk_states<D, TWO, false>(q, grad_o, g1, g2, contributions, dstates, totals, nullptr, nullptr, B, T_len, H, Hk, N,
-                              stream);
+  dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = states});
+  dsla_chunk_states(
+      {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
   BackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
                     TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
                     static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
                     static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
                     grouped ? static_cast<float*>(dv_heads.raw()) : nullptr, static_cast<float*>(grads.dg1.raw()),
-                    optional_data(grads.dg2), static_cast<float*>(chunk_totals.raw()),
+                    optional_data(grads.dg2), static_cast<const float*>(later.raw()),
                     static_cast<float*>(dgamma_parts.raw()), T_len, H, Hk, N};
   const size_t smem = BackwardLayout<D>::bytes;
   const dim3 grid{unsigned(N), unsigned(H), unsigned(B)};
   using Kernel = void (*)(BackwardArgs);
-  const Kernel kernels[] = {backward_dq_kernel<D, TWO>, backward_dk_kernel<D, TWO>, backward_dv_kernel<D, TWO>};
+  const Kernel kernels[] = {backward_dqk_kernel<D, TWO>, backward_dv_kernel<D, TWO>};
   for (Kernel kernel : kernels) {
     set_smem(kernel, smem);
     kernel<<<grid, kThreads, smem, stream>>>(args);
-    CUDA_CHECK_LAUNCH();
-  }
-  const int64_t lines = B * H * NS * int64_t(D);
-  chunk_suffix_kernel<<<unsigned((lines + 255) / 256), 256, 0, stream>>>(static_cast<float*>(chunk_totals.raw()),
-                                                                       lines, N, D);
-  CUDA_CHECK_LAUNCH();
-  const int64_t elems = q.numel();
-  for (int s = 0; s < NS; ++s) {
-    add_chunk_suffix_kernel<<<grid_for(elems, 256), 256, 0, stream>>>(
-        static_cast<float*>((s == 0 ? grads.dg1 : grads.dg2).raw()), static_cast<const float*>(chunk_totals.raw()), s,
-        NS, T_len, H, D, N, elems);
     CUDA_CHECK_LAUNCH();
   }
   if (grouped) {
