@@ -66,28 +66,35 @@ void check_state(const char* op, const DslaState& s, const Tensor& q, bool two, 
 
 }  // namespace
 
+Shape dsla_scores_shape(const Tensor& q, bool two_states) {
+  return {q.dim(0), q.dim(2), two_states ? 2 : 1, (q.dim(1) + kDslaChunk - 1) / kDslaChunk, kDslaChunk, kDslaChunk};
+}
+
 DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state) {
+                         const Tensor& gamma, const DslaState& initial, bool return_final_state, bool keep_scores) {
   const bool two = check_inputs("dsla_forward", q, k, v, g1, g2, gamma);
   check_state("dsla_forward", initial, q, two, false);
   const Device device = common_device("dsla_forward", {&q, &k, &v, &g1, &g2, &gamma, &initial.s1, &initial.s2});
   if (device.is_cpu()) return cpu::dsla_forward(q, k, v, g1, g2, gamma, initial, return_final_state);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::dsla_forward(q, k, v, g1, g2, gamma, initial, return_final_state);
+  return cuda::dsla_forward(q, k, v, g1, g2, gamma, initial, return_final_state, keep_scores);
 #else
   no_cuda_kernel("dsla_forward");
 #endif
 }
 
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma) {
-  check_inputs("dsla_backward", q, k, v, g1, g2, gamma);
+                        const Tensor& g2, const Tensor& gamma, const Tensor& scores) {
+  const bool two = check_inputs("dsla_backward", q, k, v, g1, g2, gamma);
   FATHOM_CHECK(grad_o.defined() && grad_o.shape() == q.shape() && grad_o.dtype() == q.dtype(),
                "dsla_backward: grad_o ", describe(grad_o), " does not match q ", describe(q));
-  const Device device = common_device("dsla_backward", {&grad_o, &q, &k, &v, &g1, &g2, &gamma});
+  FATHOM_CHECK(!scores.defined() || (scores.dtype() == DType::bf16 && scores.shape() == dsla_scores_shape(q, two)),
+               "dsla_backward: scores ", describe(scores), " are not a forward's kept scores for q ", describe(q),
+               " (bf16", dsla_scores_shape(q, two).str(), ")");
+  const Device device = common_device("dsla_backward", {&grad_o, &q, &k, &v, &g1, &g2, &gamma, &scores});
   if (device.is_cpu()) return cpu::dsla_backward(grad_o, q, k, v, g1, g2, gamma);
 #ifdef FATHOM_WITH_CUDA
-  return cuda::dsla_backward(grad_o, q, k, v, g1, g2, gamma);
+  return cuda::dsla_backward(grad_o, q, k, v, g1, g2, gamma, scores);
 #else
   no_cuda_kernel("dsla_backward");
 #endif

@@ -17,7 +17,14 @@ struct DslaState {
 struct DslaForward {
   Tensor o;                // like q
   DslaState final_state;   // only when asked for
+  // Only when asked for, and only from the CUDA bf16 kernels (undefined elsewhere): each 64-token chunk's
+  // scaled intra-chunk scores, bf16 [B, H, states, chunks, 64, 64], which dsla_backward then reads
+  // instead of recomputing them.
+  Tensor scores;
 };
+
+// The shape of DslaForward::scores for q [B, T, H, d].
+Shape dsla_scores_shape(const Tensor& q, bool two_states);
 struct DslaGrads {
   Tensor dq, dk, dv, dg1, dg2, dgamma;  // like their inputs; dg2 undefined for one state; dgamma [H]
 };
@@ -27,10 +34,12 @@ struct DslaGrads {
 // (undefined: zeros). CPU: everything F32, or everything F64 (gradcheck). CUDA: q, k, v BF16 or F32 (one
 // dtype), gates, gamma and states F32; d 64 or 128.
 DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial = {}, bool return_final_state = false);
+                         const Tensor& gamma, const DslaState& initial = {}, bool return_final_state = false,
+                         bool keep_scores = false);
 // The gradients of sum(grad_o * o) for a forward from zero states (training has no initial state).
+// `scores`: that forward's DslaForward::scores, or undefined.
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma);
+                        const Tensor& g2, const Tensor& gamma, const Tensor& scores = {});
 // Decoding: T (usually 1) new tokens through the step recurrence, updating `state` in place (it must be
 // defined: s1, and s2 for two states); returns o [B, T, H, d].
 Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
@@ -49,9 +58,9 @@ Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
 namespace cuda {
 DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state);
+                         const Tensor& gamma, const DslaState& initial, bool return_final_state, bool keep_scores);
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma);
+                        const Tensor& g2, const Tensor& gamma, const Tensor& scores);
 Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
                  const Tensor& gamma, DslaState& state);
 }  // namespace cuda

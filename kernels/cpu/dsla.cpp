@@ -226,7 +226,7 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const Tensor& gamma, const DslaState& initial, bool return_final_state) {
   const Dims n = dims_of(q, k);
   const bool two = g2.defined();
-  DslaForward out{Tensor::empty(q.shape(), q.dtype()), {}};
+  DslaForward out{Tensor::empty(q.shape(), q.dtype()), {}, {}};
   if (return_final_state) {
     out.final_state.s1 = Tensor::empty({n.B, n.H, n.d, n.d}, q.dtype());
     if (two) out.final_state.s2 = Tensor::empty({n.B, n.H, n.d, n.d}, q.dtype());

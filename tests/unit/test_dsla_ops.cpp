@@ -178,4 +178,8 @@ TEST(DslaOps, BadInputsNameTheProblem) {
   expect_error([&] { dsla_step(in.q, in.k, in.v, in.g1, in.g2, in.gamma, empty); }, {"dsla_step", "needs s1"});
   expect_error([&] { dsla_backward(in.q.view({1, 4, 2, 16}), in.q, in.k, in.v, in.g1, in.g2, in.gamma); },
                {"grad_o", "does not match q"});
+  // Only the CUDA bf16 kernels keep scores; any given back must have a forward's shape.
+  EXPECT_FALSE(dsla_forward(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {}, false, true).scores.defined());
+  expect_error([&] { dsla_backward(in.q, in.q, in.k, in.v, in.g1, in.g2, in.gamma, Tensor::zeros({1, 4, 2, 2, 64, 64}, DType::bf16)); },
+               {"scores", "kept scores", "bf16[1, 4, 2, 1, 64, 64]"});
 }

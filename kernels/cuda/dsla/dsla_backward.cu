@@ -242,7 +242,7 @@ void launch_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, con
 }  // namespace
 
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma) {
+                        const Tensor& g2, const Tensor& gamma, const Tensor& scores) {
   const bool two = g2.defined();
   const Device device = q.device();
   DslaGrads grads{Tensor::empty(q.shape(), q.dtype(), device), Tensor::empty(k.shape(), k.dtype(), device),
@@ -254,10 +254,11 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
     grads.dv.zero_();
     return grads;
   }
-  if (dsla_tensor_core_applies({&q, &grad_o, &k, &v, &g1, &g2})) {
-    dsla_tensor_core_backward(grad_o, q, k, v, g1, g2, gamma, grads);
+  if (dsla_tensor_core_applies({&q, &grad_o, &k, &v, &g1, &g2, &scores})) {
+    dsla_tensor_core_backward(grad_o, q, k, v, g1, g2, gamma, scores, grads);
     return grads;
   }
+  // The other kernels never keep scores, and recompute their own.
   dispatch_device_float("dsla_backward", q.dtype(), [&]<typename T>() {
     dispatch_dsla_shape(q.dim(3), two, [&]<int D, bool TWO>() { launch_backward<T, D, TWO>(grad_o, q, k, v, g1, g2, gamma, grads); });
   });

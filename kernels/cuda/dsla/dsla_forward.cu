@@ -139,10 +139,10 @@ void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 }  // namespace
 
 DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state) {
+                         const Tensor& gamma, const DslaState& initial, bool return_final_state, bool keep_scores) {
   const bool two = g2.defined();
   const Device device = q.device();
-  DslaForward out{Tensor::empty(q.shape(), q.dtype(), device), {}};
+  DslaForward out{Tensor::empty(q.shape(), q.dtype(), device), {}, {}};
   const Shape state_shape{q.dim(0), q.dim(2), q.dim(3), q.dim(3)};
   if (return_final_state) {
     out.final_state.s1 = Tensor::empty(state_shape, DType::f32, device);
@@ -154,7 +154,7 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     return out;
   }
   if (dsla_tensor_core_applies({&q, &k, &v, &g1, &g2, &initial.s1, &initial.s2, &out.final_state.s1, &out.final_state.s2})) {
-    dsla_tensor_core_forward(q, k, v, g1, g2, gamma, initial, out);
+    dsla_tensor_core_forward(q, k, v, g1, g2, gamma, initial, keep_scores, out);
     return out;
   }
   dispatch_device_float("dsla_forward", q.dtype(), [&]<typename T>() {

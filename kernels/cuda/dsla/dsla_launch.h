@@ -29,8 +29,9 @@ inline float* optional_data(const Tensor& t) {
 // The tensor-core chunked kernels (dsla_tensor_core.cu): BF16 q, k, v (and grad_o) whose data are 16-byte
 // aligned. F32 inputs take the SIMT kernels (dsla_forward.cu, dsla_backward.cu), which keep fp32 operands.
 bool dsla_tensor_core_applies(std::initializer_list<const Tensor*> tensors);
+// keep_scores: out.scores gets the chunks' scaled intra-chunk scores for the backward (kernels/dsla.h).
 void dsla_tensor_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                              const Tensor& gamma, const DslaState& initial, DslaForward& out);
+                              const Tensor& gamma, const DslaState& initial, bool keep_scores, DslaForward& out);
 // One pass of the tensor-core kernels' chunk starting states (dsla_state_pass.cu), into `starts`
 // [B, H, NS, N, D, D] bf16 with chunks of 64. keys: x = k, y = v, forward from `initial` (zeros when null),
 // the fp32 end state into `final_state` where not null. Otherwise x = q, y = grad_o, the state gradients
@@ -46,7 +47,9 @@ struct DslaStatePass {
   Tensor* later = nullptr;
 };
 void dsla_chunk_states(const DslaStatePass& pass);
+// scores: the forward's kept scores, or undefined (recomputed).
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor& g1, const Tensor& g2, const Tensor& gamma, DslaGrads& grads);
+                               const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,
+                               DslaGrads& grads);
 
 }  // namespace fathom::cuda

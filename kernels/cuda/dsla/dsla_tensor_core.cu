@@ -174,8 +174,20 @@ __device__ __forceinline__ void chunk_scores(float* as, const bf16* qt, const bf
   }
 }
 
+// The chunk's scaled scores scale A (bf16 [64][kLdScoreB] in shared memory, zeros above the diagonal) to
+// or from their [64][64] slot in global memory: the forward keeps them for the dv kernel.
+__device__ __forceinline__ void store_scores(bf16* dst, const bf16* ab) {
+  for (int i = threadIdx.x; i < kChunk * kChunk / 8; i += kThreads)
+    *reinterpret_cast<uint4*>(dst + i * 8) = *reinterpret_cast<const uint4*>(ab + i / 8 * kLdScoreB + i % 8 * 8);
+}
+__device__ __forceinline__ void load_scores(bf16* ab, const bf16* src) {
+  for (int i = threadIdx.x; i < kChunk * kChunk / 8; i += kThreads)
+    *reinterpret_cast<uint4*>(ab + i / 8 * kLdScoreB + i % 8 * 8) = *reinterpret_cast<const uint4*>(src + i * 8);
+}
+
 // ---------------------------------------------------------------------------------------------------
-// Forward outputs: o = scale sum_s w_s ((q e^{b}) S_n + A v).
+// Forward outputs: o = sum_s w_s ((scale q e^{b}) S_n + (scale A) v), the bf16 scale A kept in `scores`
+// where not null.
 template <int D>
 struct ForwardOutLayout {
   using St = Strides<D>;
@@ -190,7 +202,8 @@ template <int D, bool TWO>
 __global__ void __launch_bounds__(kThreads)
     forward_output_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                           const float* __restrict__ g1, const float* __restrict__ g2, const float* __restrict__ gamma,
-                          const bf16* __restrict__ states, bf16* __restrict__ o, int64_t T_len, int H, int Hk, int N) {
+                          const bf16* __restrict__ states, bf16* __restrict__ o, bf16* __restrict__ scores,
+                          int64_t T_len, int H, int Hk, int N) {
   using St = Strides<D>;
   using Ly = ForwardOutLayout<D>;
   constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
@@ -212,7 +225,7 @@ __global__ void __launch_bounds__(kThreads)
   for_each_state<D, TWO>(p, bs, scratch, g1, g2, gamma, T_len, H, N, [&](int, float w, int64_t slot) {
     for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
       const int t = i / D, c = i % D;
-      qh[t * LB + c] = __float2bfloat16_rn(bf(qs[t * LB + c]) * exp2f(bs[t * LF + c]));
+      qh[t * LB + c] = __float2bfloat16_rn(scale * bf(qs[t * LB + c]) * exp2f(bs[t * LF + c]));
     }
     load_state<D>(sb, states + slot * D * D);
     __syncthreads();
@@ -224,15 +237,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
       const int t = idx / kChunk, j = idx % kChunk;
-      ab[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? as[t * kLdScoreF + j] : 0.0f);
+      ab[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? scale * as[t * kLdScoreF + j] : 0.0f);
     }
     __syncthreads();
+    if (scores != nullptr) store_scores(scores + slot * kChunk * kChunk, ab);
     block_product<RowM, RowM>(kChunk, D, kChunk, ab, kLdScoreB, vs, LB, acc, LF, true);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < NE; ++i) {
       const int idx = threadIdx.x + i * kThreads;
-      out[i] += w * scale * acc[idx / D * LF + idx % D];
+      out[i] += w * acc[idx / D * LF + idx % D];
     }
   });
 #pragma unroll
@@ -276,6 +290,7 @@ struct BackwardArgs {
   const bf16 *grad_o, *q, *k, *v;
   const float *g1, *g2, *gamma;
   const bf16 *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
+  const bf16* scores;            // the forward's scale A, [B, H, NS, N, 64, 64], or null: recomputed
   bf16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
   float *dk_heads, *dv_heads;    // [B, T, H, D] otherwise, summed over each KV head's group after
   float *dg1, *dg2;
@@ -495,13 +510,17 @@ __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
   const float scale = rsqrtf(float(D));
   float total[NE] = {}, gam = 0.0f;
   backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
-    build_score_factors<D>(qt, kt, m.qs, m.ks, m.bs);
-    __syncthreads();
-    chunk_scores<D>(m.as, qt, kt, m.qs, m.ks, m.bs);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
-      const int t = idx / kChunk, j = idx % kChunk;
-      m.ab[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? scale * m.as[t * kLdScoreF + j] : 0.0f);
+    if (a.scores != nullptr) {  // the forward's, bit for bit what the branch below computes
+      load_scores(m.ab, a.scores + slot * kChunk * kChunk);
+    } else {
+      build_score_factors<D>(qt, kt, m.qs, m.ks, m.bs);
+      __syncthreads();
+      chunk_scores<D>(m.as, qt, kt, m.qs, m.ks, m.bs);
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
+        const int t = idx / kChunk, j = idx % kChunk;
+        m.ab[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? scale * m.as[t * kLdScoreF + j] : 0.0f);
+      }
     }
     for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
       const int j = i / D, c = i % D;
@@ -539,13 +558,14 @@ const float* f32_data(const Tensor& t) { return t.defined() ? static_cast<const 
 
 template <int D, bool TWO>
 void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                const Tensor& gamma, const DslaState& initial, DslaForward& out) {
+                const Tensor& gamma, const DslaState& initial, bool keep_scores, DslaForward& out) {
   constexpr int NS = TWO ? 2 : 1;
   const int64_t B = q.dim(0), T_len = q.dim(1);
   const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
   const Device device = q.device();
   cudaStream_t stream = stream_for(device);
   Tensor starts = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
+  if (keep_scores) out.scores = Tensor::empty(dsla_scores_shape(q, TWO), DType::bf16, device);
   dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = starts, .initial = &initial,
                      .final_state = &out.final_state});
   auto kernel = forward_output_kernel<D, TWO>;
@@ -553,13 +573,14 @@ void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   set_smem(kernel, smem);
   kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(
       bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1), TWO ? f32_data(g2) : nullptr, f32_data(gamma),
-      bf16_data(starts), static_cast<bf16*>(out.o.raw()), T_len, H, Hk, N);
+      bf16_data(starts), static_cast<bf16*>(out.o.raw()),
+      keep_scores ? static_cast<bf16*>(out.scores.raw()) : nullptr, T_len, H, Hk, N);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int D, bool TWO>
 void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                 const Tensor& g2, const Tensor& gamma, DslaGrads& grads) {
+                 const Tensor& g2, const Tensor& gamma, const Tensor& scores, DslaGrads& grads) {
   constexpr int NS = TWO ? 2 : 1;
   const int64_t B = q.dim(0), T_len = q.dim(1);
   const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
@@ -577,7 +598,7 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
       {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
   BackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
                     TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
-                    static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
+                    scores.defined() ? bf16_data(scores) : nullptr, static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
                     static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
                     grouped ? static_cast<float*>(dv_heads.raw()) : nullptr, static_cast<float*>(grads.dg1.raw()),
                     optional_data(grads.dg2), static_cast<const float*>(later.raw()),
@@ -614,15 +635,18 @@ bool dsla_tensor_core_applies(std::initializer_list<const Tensor*> tensors) {
 }
 
 void dsla_tensor_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                              const Tensor& gamma, const DslaState& initial, DslaForward& out) {
-  dispatch_dsla_shape(q.dim(3), g2.defined(),
-                      [&]<int D, bool TWO>() { forward_tc<D, TWO>(q, k, v, g1, g2, gamma, initial, out); });
+                              const Tensor& gamma, const DslaState& initial, bool keep_scores, DslaForward& out) {
+  dispatch_dsla_shape(q.dim(3), g2.defined(), [&]<int D, bool TWO>() {
+    forward_tc<D, TWO>(q, k, v, g1, g2, gamma, initial, keep_scores, out);
+  });
 }
 
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor& g1, const Tensor& g2, const Tensor& gamma, DslaGrads& grads) {
-  dispatch_dsla_shape(q.dim(3), g2.defined(),
-                      [&]<int D, bool TWO>() { backward_tc<D, TWO>(grad_o, q, k, v, g1, g2, gamma, grads); });
+                               const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,
+                               DslaGrads& grads) {
+  dispatch_dsla_shape(q.dim(3), g2.defined(), [&]<int D, bool TWO>() {
+    backward_tc<D, TWO>(grad_o, q, k, v, g1, g2, gamma, scores, grads);
+  });
 }
 
 }  // namespace fathom::cuda
