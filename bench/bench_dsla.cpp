@@ -120,19 +120,21 @@ int main(int argc, char** argv) {
     const Tensor dout = bf16_tensor(shape, 4, 1.f), g1 = gate_tensor(shape, 5), g2 = gate_tensor(shape, 6);
     const Tensor gamma = Tensor::full({s.H}, 0.5, DType::f32, kGpu);
     if (once) {
-      (void)fathom::dsla_forward(q, k, v, g1, g2, gamma);
-      (void)fathom::dsla_backward(dout, q, k, v, g1, g2, gamma);
+      const fathom::DslaForward f = fathom::dsla_forward(q, k, v, g1, g2, gamma, {}, false, true);
+      (void)fathom::dsla_backward(dout, q, k, v, g1, g2, gamma, f.scores);
       check(cudaDeviceSynchronize(), "synchronize");
       std::printf("| %s | 2 | (once, untimed) |\n", s.name);
       continue;
     }
     for (int states : {1, 2}) {
       const Tensor g2s = states == 2 ? g2 : Tensor();
-      const double fwd = time_ms(min_reps, [&] { (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma); });
-      const double bwd = time_ms(min_reps, [&] { (void)fathom::dsla_backward(dout, q, k, v, g1, g2s, gamma); });
+      // As in training (autograd/dsla.cpp): the forward keeps its scores for the backward.
+      const Tensor scores = fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true).scores;
+      const double fwd = time_ms(min_reps, [&] { (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true); });
+      const double bwd = time_ms(min_reps, [&] { (void)fathom::dsla_backward(dout, q, k, v, g1, g2s, gamma, scores); });
       const double total = time_ms(min_reps, [&] {
-        (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma);
-        (void)fathom::dsla_backward(dout, q, k, v, g1, g2s, gamma);
+        const fathom::DslaForward f = fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true);
+        (void)fathom::dsla_backward(dout, q, k, v, g1, g2s, gamma, f.scores);
       });
       const double flops = states * 3.5 * forward_flops(s);
       // Forward reads q, k, v (bf16) and the gates (f32), writes o; backward reads those and grad_o,
