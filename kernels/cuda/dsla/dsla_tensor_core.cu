@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Backward. Every kernel loads q, k, v, do of its chunk once and forms D = do v^T (fp32 dm, and bf16 db
-// masked to j <= t).
+// Backward. Each kernel loads q, k, v, do of its chunk once; the dq/dk kernel forms D = do v^T (fp32 dm,
+// and bf16 db masked to j <= t).
 template <int D>
 struct BackwardLayout {
   using St = Strides<D>;
@@ -300,20 +300,23 @@ struct BackwardArgs {
   int H, Hk, N;
 };
 
-// The chunk of block (n, h, b) in shared memory, with D = do v^T; then for_each_state over it.
-template <int D, bool TWO, typename F>
+// The chunk of block (n, h, b) in shared memory, with D = do v^T where GRAD_SCORES (the dv kernel has no
+// use for it); then for_each_state over it.
+template <int D, bool TWO, bool GRAD_SCORES, typename F>
 __device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const BackwardArgs& a, const ChunkPos& p,
                                                F&& per_state) {
   load_rows<D>(m.qs, a.q, p.b, p.t0, p.L, a.T_len, a.H, p.h);
   load_rows<D>(m.ks, a.k, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
   load_rows<D>(m.vs, a.v, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
   load_rows<D>(m.dos, a.grad_o, p.b, p.t0, p.L, a.T_len, a.H, p.h);
-  __syncthreads();
-  block_product<RowM, ColM>(kChunk, kChunk, D, m.dos, ldb<D>(), m.vs, ldb<D>(), m.dm, kLdScoreF, false);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
-    const int t = idx / kChunk, j = idx % kChunk;
-    m.db[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? m.dm[t * kLdScoreF + j] : 0.0f);
+  if constexpr (GRAD_SCORES) {
+    __syncthreads();
+    block_product<RowM, ColM>(kChunk, kChunk, D, m.dos, ldb<D>(), m.vs, ldb<D>(), m.dm, kLdScoreF, false);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
+      const int t = idx / kChunk, j = idx % kChunk;
+      m.db[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? m.dm[t * kLdScoreF + j] : 0.0f);
+    }
   }
   for_each_state<D, TWO>(p, m.bs, m.scratch, a.g1, a.g2, a.gamma, a.T_len, a.H, a.N, per_state);
 }
@@ -483,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) backward_dqk_kernel(BackwardArgs a) 
   const BackwardSmem<D> m(smem);
   const ChunkPos p(a.T_len, a.H, a.Hk);
   float total_q[NE] = {}, total_k[NE] = {};
-  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
+  backward_chunk<D, TWO, true>(m, a, p, [&](int s, float w, int64_t slot) {
     float qdq[NE];
     query_grads_of_state<D>(m, a, w, slot, total_q, qdq);
     __syncthreads();  // the query part is done with acc and the factor rows
@@ -509,7 +512,7 @@ __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
   const ChunkPos p(a.T_len, a.H, a.Hk);
   const float scale = rsqrtf(float(D));
   float total[NE] = {}, gam = 0.0f;
-  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
+  backward_chunk<D, TWO, false>(m, a, p, [&](int s, float w, int64_t slot) {
     if (a.scores != nullptr) {  // the forward's, bit for bit what the branch below computes
       load_scores(m.ab, a.scores + slot * kChunk * kChunk);
     } else {
