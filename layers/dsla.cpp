@@ -93,7 +93,9 @@ Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
 LayerCost Dsla::cost(const CostQuery& query) const {
   const int64_t q = n_heads_ * head_dim_, kv = n_kv_heads_ * head_dim_, qk = q_norm_ ? 1 : 0;
   LayerCost c;
-  c.saved_elements = (1 + qk) * q + (1 + qk) * kv + kv + q;
+  // q, k (and their norms' inputs), v, the mixer output; and the CUDA bf16 kernels' kept intra-chunk
+  // scores, a 64-wide row per token, head and state (DslaForward::scores).
+  c.saved_elements = (1 + qk) * q + (1 + qk) * kv + kv + q + states_ * n_heads_ * kDslaChunk;
   c.saved_stats = 2 * qk + states_ * q;
   // Per head and state, forward: causal intra-chunk scores and values (C d each, C = 64 or the
   // sequence if shorter) and the inter-chunk state read and update (2 d^2 each); backward twice that.

@@ -206,8 +206,9 @@ TEST(DslaLayer, ReportsItsCost) {
   const Decoder model(c);
   const std::vector<LayerCost> costs = model.layer_costs(100);
   const int64_t q = 16, kv = 8, d = 16, f = 24, head_dim = 4;
-  // q and k before and after QK-norm, v, o; the block's residual-width tensors and SwiGLU's.
-  EXPECT_EQ(costs[1].saved_elements, 2 * q + 2 * kv + kv + q + 4 * d + 3 * f);
+  // q and k before and after QK-norm, v, o, the kept scores (64 per token, head and state); the block's
+  // residual-width tensors and SwiGLU's.
+  EXPECT_EQ(costs[1].saved_elements, 2 * q + 2 * kv + kv + q + 2 * 4 * 64 + 4 * d + 3 * f);
   EXPECT_EQ(costs[1].saved_stats, 2 + 2 * q + 2);  // QK-norm rstd, the two fp32 gates, the block norms' rstd
   EXPECT_EQ(costs[1].rebuilt_elements, f + d);     // the block's own: nothing of the mixer's is rebuilt
   // 2 states x 4 heads x 3 x (2 C d + 4 d^2), C = 64 (the chunk) at seq 100 and the sequence at 10.
