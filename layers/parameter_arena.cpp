@@ -7,13 +7,20 @@
 
 namespace fathom {
 
+namespace {
+
+// An entry's elements with the gap after it.
+int64_t padded(int64_t numel) { return (numel + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+}  // namespace
+
 ParameterArena::ParameterArena(const Module& model, Device device, const std::set<std::string>& frozen) {
   std::set<std::string> unmatched = frozen;
-  int64_t total = 0;
+  int64_t init_offset = 0;
   for (const Parameter& p : model.parameters()) {
     const bool trainable = unmatched.erase(p.name) == 0;
-    entries_.push_back({p.name, 0, total, p.var.shape(), p.init, p.var, trainable});
-    total += p.var.shape().numel();
+    entries_.push_back({p.name, 0, init_offset, p.var.shape(), p.init, p.var, trainable});
+    init_offset += p.var.shape().numel();
   }
   FATHOM_CHECK(unmatched.empty(), "cannot freeze '", unmatched.empty() ? "" : *unmatched.begin(),
                "': the model has no parameter of that name");
@@ -22,10 +29,10 @@ ParameterArena::ParameterArena(const Module& model, Device device, const std::se
   int64_t offset = 0, trainable = 0;
   for (ArenaEntry& e : entries_) {
     e.offset = offset;
-    offset += e.numel();
+    offset += padded(e.numel());
     if (e.trainable) trainable = offset;
   }
-  values_ = Tensor::zeros({total}, DType::f32, device);
+  values_ = Tensor::zeros({offset}, DType::f32, device);
   grads_ = Tensor::zeros({trainable}, DType::f32, device);
   for (ArenaEntry& e : entries_) {
     e.var.value() = values_.narrow(e.offset, e.numel()).view(e.shape);
@@ -37,7 +44,7 @@ ParameterArena::ParameterArena(const Module& model, Device device, const std::se
 }
 
 void ParameterArena::initialise(uint64_t seed) {
-  Tensor host = Tensor::empty({numel()}, DType::f32);
+  Tensor host = Tensor::zeros({numel()}, DType::f32);
   for (const ArenaEntry& e : entries_) {
     Tensor slice = host.narrow(e.offset, e.numel());
     if (e.init.kind == ParameterInit::Kind::constant) {
@@ -58,6 +65,18 @@ void ParameterArena::initialise(uint64_t seed) {
 
 void ParameterArena::zero_grad() { grads_.zero_(); }
 
+int64_t ParameterArena::parameter_count() const {
+  int64_t n = 0;
+  for (const ArenaEntry& e : entries_) n += e.numel();
+  return n;
+}
+
+int64_t ParameterArena::trainable_parameter_count() const {
+  int64_t n = 0;
+  for (const ArenaEntry& e : entries_) n += e.trainable ? e.numel() : 0;
+  return n;
+}
+
 void ParameterArena::enable_compute_copy(DType dtype) {
   FATHOM_CHECK(!compute_.defined(), "the parameter arena already has a compute copy (",
                dtype_name(compute_.dtype()), ")");
@@ -76,10 +95,11 @@ std::vector<ParameterArena::Range> ParameterArena::decay_ranges() const {
   std::vector<Range> ranges;
   for (const ArenaEntry& e : entries_) {
     if (!e.trainable) break;  // the frozen entries follow the trainable ones
+    const int64_t end = e.offset + padded(e.numel());
     if (!ranges.empty() && ranges.back().weight_decay == e.init.weight_decay && ranges.back().end == e.offset)
-      ranges.back().end = e.offset + e.numel();
+      ranges.back().end = end;
     else
-      ranges.push_back({e.offset, e.offset + e.numel(), e.init.weight_decay});
+      ranges.push_back({e.offset, end, e.init.weight_decay});
   }
   return ranges;
 }

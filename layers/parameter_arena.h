@@ -1,6 +1,9 @@
 // Flat parameter and gradient arenas: every parameter of a model is a view into one F32 buffer and
 // its gradient a view into a second one, with a name -> (offset, shape) table. One optimizer pass,
-// one norm, one all-reduce and one checkpoint write cover the whole model.
+// one norm, one all-reduce and one checkpoint write cover the whole model. Every entry starts at a
+// multiple of kArenaAlignment elements (the gaps hold zeros), so each parameter's F32 values and BF16
+// compute copy are as aligned as a tensor of its own: a [1]-shaped parameter (DSLA's gamma logit) would
+// otherwise leave every later weight at an odd address, off the vectorised and tensor-core paths.
 //
 // Mixed precision adds a third arena: a BF16 compute copy of the values, which every parameter
 // exposes as VariableImpl::compute (the ops read it; gradients still go to the F32 arena). It is
@@ -20,6 +23,8 @@
 #include "layers/module.h"
 
 namespace fathom {
+
+inline constexpr int64_t kArenaAlignment = 64;  // elements: 128 bytes of BF16, 256 of F32
 
 struct ArenaEntry {
   std::string name;
@@ -57,10 +62,15 @@ class ParameterArena {
   // The trainable parameters' gradients: [trainable_numel()], the first trainable_numel() values' own.
   Tensor& grads() { return grads_; }
   const std::vector<ArenaEntry>& entries() const { return entries_; }
+  // The arenas' lengths in elements, alignment gaps included.
   int64_t numel() const { return values_.numel(); }
   int64_t trainable_numel() const { return grads_.numel(); }
+  // How many parameters there are (of them trainable): the entries' elements, without the gaps.
+  int64_t parameter_count() const;
+  int64_t trainable_parameter_count() const;
   // Contiguous [begin, end) element ranges of the trainable parameters that share a weight-decay
-  // setting, in arena order.
+  // setting, in arena order; a range runs over the gaps after its entries (zeros, which AdamW leaves
+  // zero), so neighbours with one setting make one range.
   struct Range {
     int64_t begin, end;
     bool weight_decay;

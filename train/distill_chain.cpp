@@ -222,8 +222,8 @@ DistillResult run_distillation(const Recipe& recipe, const DistillOptions& optio
     TrainingRun run(layer_recipe, run_options);
     source.clear();
     log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
-        " -> dsla, " + std::to_string(run.parameters().trainable_numel()) + " of " +
-        std::to_string(run.parameters().numel()) + " parameters train" +
+        " -> dsla, " + std::to_string(run.parameters().trainable_parameter_count()) + " of " +
+        std::to_string(run.parameters().parameter_count()) + " parameters train" +
         (saved ? ", resumed at step " + std::to_string(*saved) : ""));
     while (!run.finished()) {
       // The step budget ran out at the end of the previous layer: this one has nothing to save yet.

@@ -202,8 +202,8 @@ TEST(FrozenParameters, HoldNoGradientNorStateAndDoNotMove) {
   for (const auto& [name, t] : before) EXPECT_EQ(t.to_vector<float>(), initial[name]) << name;
   int64_t trainable = 0;
   for (const ArenaEntry& e : arena.entries()) trainable += e.trainable ? e.numel() : 0;
-  EXPECT_EQ(arena.trainable_numel(), trainable);
-  EXPECT_LT(arena.trainable_numel(), arena.numel());
+  EXPECT_EQ(arena.trainable_parameter_count(), trainable);
+  EXPECT_LT(arena.trainable_parameter_count(), arena.parameter_count());
   AdamW optimizer(arena, AdamWConfig{});
   for (const auto& [name, t] : optimizer.state())
     EXPECT_TRUE(name == "step" || name.find("model.layers.1.") != std::string::npos) << name;
