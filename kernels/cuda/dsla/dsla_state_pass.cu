@@ -272,6 +272,8 @@ void dsla_chunk_states(const DslaStatePass& p) {
              int(p.keys ? p.x.dim(2) : H),  // the heads of x: KV heads for k, query heads for q
              N};
   FATHOM_CHECK(p.keys || (p.states && p.later), "dsla_chunk_states: the reverse pass needs the states and `later`");
+  FATHOM_CHECK(B * H <= 65535, "dsla: the CUDA training kernels take at most 65535 sequence-heads ",
+               "(batch x query heads), got ", B, " x ", H);  // the grid's z extent
   cudaStream_t stream = stream_for(p.x.device());
   dispatch_dsla_shape(D, two, [&]<int DD, bool TWO>() {
     auto run = [&]<bool KEYS>() {
