@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
       const Tensor g2s = states == 2 ? g2 : Tensor();
       // As in training (autograd/dsla.cpp): the forward keeps its scores for the backward.
       const Tensor scores = fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true).scores;
-      const double fwd = time_ms(min_reps, [&] { (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true); });
+      const double fwd =
+          time_ms(min_reps, [&] { (void)fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true); });
       const double bwd = time_ms(min_reps, [&] { (void)fathom::dsla_backward(dout, q, k, v, g1, g2s, gamma, scores); });
       const double total = time_ms(min_reps, [&] {
         const fathom::DslaForward f = fathom::dsla_forward(q, k, v, g1, g2s, gamma, {}, false, true);

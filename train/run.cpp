@@ -224,7 +224,8 @@ void TrainingRun::log(const std::string& line) const {
 std::string TrainingRun::describe() const {
   const Recipe& r = recipe_;
   std::string text = "fathom train '" + r.name + "': " + std::to_string(arena_->parameter_count()) + " parameters" +
-                     (frozen_.empty() ? "" : " (" + std::to_string(arena_->trainable_parameter_count()) + " trainable)") +
+                     (frozen_.empty() ? ""
+                                      : " (" + std::to_string(arena_->trainable_parameter_count()) + " trainable)") +
                      " on " + device_.str() + " (" + std::to_string(threads_) + " threads), " +
                      std::to_string(r.train.steps) + " steps of " + std::to_string(tokens_per_step_) + " tokens" +
                      (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");

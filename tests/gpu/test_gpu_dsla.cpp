@@ -155,7 +155,8 @@ TEST(GpuDsla, ResultsAreBitIdenticalAcrossRuns) {
 // them and without, and scores of another shape are refused.
 TEST(GpuDsla, KeptScoresGiveTheSameBackward) {
   FATHOM_REQUIRE_GPU();
-  for (const DslaCase& c : {DslaCase{2, 150, 4, 2, 128, true, DType::bf16}, DslaCase{1, 70, 2, 1, 64, false, DType::bf16}}) {
+  for (const DslaCase& c :
+       {DslaCase{2, 150, 4, 2, 128, true, DType::bf16}, DslaCase{1, 70, 2, 1, 64, false, DType::bf16}}) {
     const DslaGpuInputs in = make_inputs(c, 450);
     const Tensor g2 = c.two ? in.g2.gpu : Tensor();
     const DslaForward kept = dsla_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2, in.gamma.gpu, {}, false, true);
@@ -164,7 +165,8 @@ TEST(GpuDsla, KeptScoresGiveTheSameBackward) {
     EXPECT_FALSE(plain.scores.defined());
     EXPECT_EQ(kept.scores.shape(), dsla_scores_shape(in.q.gpu, c.two));
     EXPECT_TRUE(bitwise_equal(kept.o, plain.o)) << c.str();
-    const DslaGrads a = dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2, in.gamma.gpu, kept.scores);
+    const DslaGrads a =
+        dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2, in.gamma.gpu, kept.scores);
     const DslaGrads b = dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2, in.gamma.gpu);
     for (auto [x, y] : {std::pair{&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}, {&a.dg1, &b.dg1}})
       EXPECT_TRUE(bitwise_equal(*x, *y)) << c.str();
@@ -176,7 +178,8 @@ TEST(GpuDsla, KeptScoresGiveTheSameBackward) {
   const DslaGpuInputs shorter = make_inputs({1, 64, 2, 2, 64, true, DType::bf16}, 461);
   const DslaForward other = dsla_forward(shorter.q.gpu, shorter.k.gpu, shorter.v.gpu, shorter.g1.gpu, shorter.g2.gpu,
                                          shorter.gamma.gpu, {}, false, true);
-  expect_error([&] { dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, in.g2.gpu, in.gamma.gpu, other.scores); },
+  expect_error(
+      [&] { dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, in.g2.gpu, in.gamma.gpu, other.scores); },
                {"scores", "kept scores", "bf16[1, 2, 2, 3, 64, 64]"});
 }
 

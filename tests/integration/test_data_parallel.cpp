@@ -174,7 +174,8 @@ TEST_F(DataParallel, ThreeRanksTrainAsOneProcessWithinRoundingOfTheReductionOrde
 
 TEST_F(DataParallel, ZeroOneEqualsPlainDataParallel) {
   expect_same_training(run("plain2", 2, ""), run("zero2", 2, "--set train.zero=1"), 0, 0);
-  // Three ranks: 35584 trainable parameters (in an arena with alignment gaps) in uneven shards; reduce-scatter groups sums as all-reduce may not.
+  // Three ranks: 35584 trainable parameters (in an arena with alignment gaps) in uneven shards; reduce-scatter
+  // groups sums as all-reduce may not.
   expect_same_training(run("plain3", 3, ""), run("zero3", 3, "--set train.zero=1"), 1e-6, 1e-5);
   const std::string out = read_text(dir_ / "zero2" / "out.txt");
   EXPECT_NE(out.find("ZeRO stage 1: optimizer moments 140 KiB per rank"), std::string::npos) << out;

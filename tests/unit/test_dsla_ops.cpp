@@ -180,6 +180,7 @@ TEST(DslaOps, BadInputsNameTheProblem) {
                {"grad_o", "does not match q"});
   // Only the CUDA bf16 kernels keep scores; any given back must have a forward's shape.
   EXPECT_FALSE(dsla_forward(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {}, false, true).scores.defined());
-  expect_error([&] { dsla_backward(in.q, in.q, in.k, in.v, in.g1, in.g2, in.gamma, Tensor::zeros({1, 4, 2, 2, 64, 64}, DType::bf16)); },
+  const Tensor wrong = Tensor::zeros({1, 4, 2, 2, 64, 64}, DType::bf16);
+  expect_error([&] { dsla_backward(in.q, in.q, in.k, in.v, in.g1, in.g2, in.gamma, wrong); },
                {"scores", "kept scores", "bf16[1, 4, 2, 1, 64, 64]"});
 }

@@ -1,5 +1,7 @@
 // Host-side helpers of the DSLA kernels: the compile-time shape dispatch and optional pointers.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 #include <initializer_list>
 
@@ -24,6 +26,11 @@ void dispatch_dsla_shape(int64_t d, bool two, F&& f) {
 // An F32 tensor's data, or null where it is undefined.
 inline float* optional_data(const Tensor& t) {
   return t.defined() ? static_cast<float*>(const_cast<Tensor&>(t).raw()) : nullptr;
+}
+// A tensor's data as the kernels read it (F32, or BF16 as CUDA's type), or null where it is undefined.
+inline const float* f32_data(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
+inline const __nv_bfloat16* bf16_data(const Tensor& t) {
+  return t.defined() ? static_cast<const __nv_bfloat16*>(t.raw()) : nullptr;
 }
 
 // The tensor-core chunked kernels (dsla_tensor_core.cu): BF16 q, k, v (and grad_o) whose data are 16-byte

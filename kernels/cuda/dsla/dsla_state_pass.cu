@@ -244,11 +244,6 @@ __global__ void __launch_bounds__(PassShape<D>::threads) chunk_state_pass_kernel
   }
 }
 
-const bf16_t* bf16_in(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
-const float* f32_in(const Tensor* t) {
-  return t != nullptr && t->defined() ? static_cast<const float*>(t->raw()) : nullptr;
-}
-
 }  // namespace
 
 void dsla_chunk_states(const DslaStatePass& p) {
@@ -256,16 +251,16 @@ void dsla_chunk_states(const DslaStatePass& p) {
   const int H = int(p.g1.dim(2)), N = int((T_len + kRows - 1) / kRows);
   const bool two = p.g2.defined();
   FATHOM_CHECK(N <= int(p.starts.dim(3)), "dsla_chunk_states: the starts hold ", p.starts.dim(3), " chunks, need ", N);
-  PassArgs a{bf16_in(p.x),
-             bf16_in(p.y),
+  PassArgs a{bf16_data(p.x),
+             bf16_data(p.y),
              static_cast<const float*>(p.g1.raw()),
              two ? static_cast<const float*>(p.g2.raw()) : nullptr,
-             p.initial ? f32_in(&p.initial->s1) : nullptr,
-             p.initial && two ? f32_in(&p.initial->s2) : nullptr,
+             p.initial ? f32_data(p.initial->s1) : nullptr,
+             p.initial && two ? f32_data(p.initial->s2) : nullptr,
              p.final_state ? optional_data(p.final_state->s1) : nullptr,
              p.final_state && two ? optional_data(p.final_state->s2) : nullptr,
              static_cast<bf16_t*>(p.starts.raw()),
-             p.states ? bf16_in(*p.states) : nullptr,
+             p.states ? bf16_data(*p.states) : nullptr,
              p.later ? static_cast<float*>(p.later->raw()) : nullptr,
              T_len,
              H,

@@ -11,8 +11,9 @@
 //   dq' = scale (e^{b} (do S^T) + sum_j D_tj k_j e^{b_t - b_j}),  D = do v^T
 //   dk' = scale sum_t D_tj q_t e^{b_t - b_j} + e^{b_L - b_j} (v dH^T)
 //   dv' = scale A^T do + (k e^{b_L - b}) dH
-//   dg  = w suffix sums of (q dq' - k dk') (the later chunks' share from the reverse state pass),  dgamma = sum v . (dv'_1 - dv'_2) (= sum do . (o_1 - o_2), as
-//   o is linear in v from a zero state). Sums across blocks run in a fixed order: bit-identical runs.
+//   dg  = w suffix sums of (q dq' - k dk') (the later chunks' share from the reverse state pass),
+//   dgamma = sum v . (dv'_1 - dv'_2) (= sum do . (o_1 - o_2), as o is linear in v from a zero state).
+// Sums across blocks run in a fixed order: bit-identical runs.
 #include <algorithm>
 
 #include "kernels/cuda/dsla/dsla_launch.h"
@@ -556,8 +557,6 @@ void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-const bf16* bf16_data(const Tensor& t) { return static_cast<const bf16*>(t.raw()); }
-const float* f32_data(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw()) : nullptr; }
 
 template <int D, bool TWO>
 void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
@@ -601,7 +600,7 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
       {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
   BackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
                     TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
-                    scores.defined() ? bf16_data(scores) : nullptr, static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
+                    bf16_data(scores), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
                     static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
                     grouped ? static_cast<float*>(dv_heads.raw()) : nullptr, static_cast<float*>(grads.dg1.raw()),
                     optional_data(grads.dg2), static_cast<const float*>(later.raw()),
