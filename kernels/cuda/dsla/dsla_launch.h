@@ -1,6 +1,7 @@
 // Host-side helpers of the DSLA kernels: the compile-time shape dispatch and optional pointers.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -54,6 +55,22 @@ struct DslaStatePass {
   Tensor* later = nullptr;
 };
 void dsla_chunk_states(const DslaStatePass& pass);
+// The backward kernels' arguments (device pointers; chunks of 64, N of them).
+struct DslaBackwardArgs {
+  const __nv_bfloat16 *grad_o, *q, *k, *v;
+  const float *g1, *g2, *gamma;
+  const __nv_bfloat16 *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
+  const __nv_bfloat16* scores;            // the forward's scale A, [B, H, NS, N, 64, 64], or null: recomputed
+  __nv_bfloat16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
+  float *dk_heads, *dv_heads;             // [B, T, H, D] otherwise, summed over each KV head's group after
+  float *dg1, *dg2;
+  const float* later;   // [B, H, NS, N, D]: each chunk's gate-gradient share of the later chunks, unweighted
+  float* dgamma_parts;  // [B, H, N]
+  int64_t B, T_len;
+  int H, Hk, N, D;
+};
+// dq, dk (or dk_heads) and the gate gradients (dsla_query_key_grads.cu).
+void dsla_query_key_grads(const DslaBackwardArgs& args, cudaStream_t stream);
 // scores: the forward's kept scores, or undefined (recomputed).
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,

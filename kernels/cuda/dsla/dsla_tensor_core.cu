@@ -258,67 +258,40 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Backward. Each kernel loads q, k, v, do of its chunk once; the dq/dk kernel forms D = do v^T (fp32 dm,
-// and bf16 db masked to j <= t).
+// Backward: dv and dgamma (dq, dk and the gate gradients are dsla_query_key_grads.cu's). The kernel loads
+// q, k, v, do of its chunk once.
 template <int D>
 struct BackwardLayout {
   using St = Strides<D>;
   static constexpr int x_rows = (64 + D > 144 ? 64 + D : 144);
   static constexpr int q = 0, k = q + St::rows_bytes, v = k + St::rows_bytes, dO = v + St::rows_bytes,
-                       b = dO + St::rows_bytes, dm = b + St::gates_bytes, db = dm + St::score_f_bytes,
-                       x = db + St::score_b_bytes, acc = x + St::bf16_rows(x_rows),
-                       as = acc,  // the scores (dv kernel) are done before acc is written
+                       b = dO + St::rows_bytes, x = b + St::gates_bytes, acc = x + St::bf16_rows(x_rows),
+                       as = acc,  // the scores are done before acc is written
                        ab = acc + St::gates_bytes, scratch = ab + St::score_b_bytes, bytes = scratch + St::scratch_bytes;
 };
 
 template <int D>
 struct BackwardSmem {
-  bf16 *qs, *ks, *vs, *dos, *db, *x, *ab;
-  float *bs, *dm, *acc, *as, *scratch;
+  bf16 *qs, *ks, *vs, *dos, *x, *ab;
+  float *bs, *acc, *as, *scratch;
   __device__ explicit BackwardSmem(unsigned char* smem) {
     using Ly = BackwardLayout<D>;
     qs = reinterpret_cast<bf16*>(smem + Ly::q), ks = reinterpret_cast<bf16*>(smem + Ly::k);
     vs = reinterpret_cast<bf16*>(smem + Ly::v), dos = reinterpret_cast<bf16*>(smem + Ly::dO);
-    db = reinterpret_cast<bf16*>(smem + Ly::db), x = reinterpret_cast<bf16*>(smem + Ly::x);
-    ab = reinterpret_cast<bf16*>(smem + Ly::ab);
-    bs = reinterpret_cast<float*>(smem + Ly::b), dm = reinterpret_cast<float*>(smem + Ly::dm);
-    acc = reinterpret_cast<float*>(smem + Ly::acc), as = reinterpret_cast<float*>(smem + Ly::as);
-    scratch = reinterpret_cast<float*>(smem + Ly::scratch);
+    x = reinterpret_cast<bf16*>(smem + Ly::x), ab = reinterpret_cast<bf16*>(smem + Ly::ab);
+    bs = reinterpret_cast<float*>(smem + Ly::b), acc = reinterpret_cast<float*>(smem + Ly::acc);
+    as = reinterpret_cast<float*>(smem + Ly::as), scratch = reinterpret_cast<float*>(smem + Ly::scratch);
   }
 };
 
-struct BackwardArgs {
-  const bf16 *grad_o, *q, *k, *v;
-  const float *g1, *g2, *gamma;
-  const bf16 *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
-  const bf16* scores;            // the forward's scale A, [B, H, NS, N, 64, 64], or null: recomputed
-  bf16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
-  float *dk_heads, *dv_heads;    // [B, T, H, D] otherwise, summed over each KV head's group after
-  float *dg1, *dg2;
-  const float* later;   // [B, H, NS, N, D]: each chunk's gate-gradient share of the later chunks, unweighted
-  float* dgamma_parts;  // [B, H, N]
-  int64_t T_len;
-  int H, Hk, N;
-};
-
-// The chunk of block (n, h, b) in shared memory, with D = do v^T where GRAD_SCORES (the dv kernel has no
-// use for it); then for_each_state over it.
-template <int D, bool TWO, bool GRAD_SCORES, typename F>
-__device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const BackwardArgs& a, const ChunkPos& p,
+// The chunk of block (n, h, b) in shared memory, then for_each_state over it.
+template <int D, bool TWO, typename F>
+__device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const DslaBackwardArgs& a, const ChunkPos& p,
                                                F&& per_state) {
   load_rows<D>(m.qs, a.q, p.b, p.t0, p.L, a.T_len, a.H, p.h);
   load_rows<D>(m.ks, a.k, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
   load_rows<D>(m.vs, a.v, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
   load_rows<D>(m.dos, a.grad_o, p.b, p.t0, p.L, a.T_len, a.H, p.h);
-  if constexpr (GRAD_SCORES) {
-    __syncthreads();
-    block_product<RowM, ColM>(kChunk, kChunk, D, m.dos, ldb<D>(), m.vs, ldb<D>(), m.dm, kLdScoreF, false);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
-      const int t = idx / kChunk, j = idx % kChunk;
-      m.db[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? m.dm[t * kLdScoreF + j] : 0.0f);
-    }
-  }
   for_each_state<D, TWO>(p, m.bs, m.scratch, a.g1, a.g2, a.gamma, a.T_len, a.H, a.N, per_state);
 }
 
@@ -326,7 +299,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const B
 // the output where each KV head has one query head, else fp32 per query head.
 template <int D>
 __device__ __forceinline__ void store_kv_grad(const float (&x)[Strides<D>::NE], bf16* direct, float* heads,
-                                              const BackwardArgs& a, const ChunkPos& p) {
+                                              const DslaBackwardArgs& a, const ChunkPos& p) {
 #pragma unroll
   for (int i = 0; i < Strides<D>::NE; ++i) {
     const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
@@ -337,173 +310,9 @@ __device__ __forceinline__ void store_kv_grad(const float (&x)[Strides<D>::NE], 
   }
 }
 
-// The state's term, per element of the thread: dq's e^{b_t} (do S^T) from S_n, or (KEYS) dk's
-// e^{b_L - b_j} (v dH^T) from dH_n, the bf16 state read into buf. Ends with acc free and buf unused.
-template <int D, bool KEYS>
-__device__ __forceinline__ void state_term(float (&out)[Strides<D>::NE], const BackwardSmem<D>& m, bf16* buf,
-                                           const bf16* state) {
-  constexpr int LB = ldb<D>(), LF = ldf<D>();
-  load_state<D>(buf, state);
-  __syncthreads();
-  block_product<RowM, ColM>(kChunk, D, D, KEYS ? m.vs : m.dos, LB, buf, LB, m.acc, LF, false);
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < Strides<D>::NE; ++i) {
-    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    const float bt = m.bs[t * LF + c];
-    out[i] = exp2f(KEYS ? m.bs[(kChunk - 1) * LF + c] - bt : bt) * m.acc[t * LF + c];
-  }
-}
-
-// Rows 16 I .. 16 I + 15 of column c: x from the bf16 rows xs, bx from the cumulative gates.
-template <int D>
-__device__ __forceinline__ void load_sub_block_column(float (&x)[kSub], float (&bx)[kSub], const bf16* xs,
-                                                      const float* bs, int I, int c) {
-#pragma unroll
-  for (int r = 0; r < kSub; ++r) {
-    x[r] = bf(xs[(16 * I + r) * ldb<D>() + c]);
-    bx[r] = bs[(16 * I + r) * ldf<D>() + c];
-  }
-}
-
-// Row 0 of the chunk in state s's gate gradient (row t, column c at t H D + c).
-template <int D>
-__device__ __forceinline__ float* gate_grad_rows(const BackwardArgs& a, const ChunkPos& p, int s) {
-  return p.first_row(s == 0 ? a.dg1 : a.dg2, a.T_len, a.H, p.h, D);
-}
-
-// State s's part of dq (added to total with weight w), and w q dq' per element in qdq for the gate gradient.
-template <int D>
-__device__ __forceinline__ void query_grads_of_state(const BackwardSmem<D>& m, const BackwardArgs& a, float w,
-                                                     int64_t slot, float (&total)[Strides<D>::NE],
-                                                     float (&qdq)[Strides<D>::NE]) {
-  constexpr int LB = ldb<D>(), LF = ldf<D>(), NE = Strides<D>::NE;
-  bf16 *sb = m.x, *kt = m.x;  // the state, then the key factors
-  const float scale = rsqrtf(float(D));
-  float dqs[NE];
-  state_term<D, false>(dqs, m, sb, a.states + slot * D * D);
-  build_key_factors<D>(kt, m.ks, m.bs);  // kt overwrites sb: state_term is done with it
-  __syncthreads();
-  for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
-    const int I = 1 + tile / (D / 16), j0 = tile % (D / 16) * 16;
-    tile_product<RowM, RowM>(0, j0, 16 * I, m.db + 16 * I * kLdScoreB, kLdScoreB, kt + key_rows_offset(I) * LB, LB,
-                             m.acc + 16 * I * LF, LF, false);
-  }
-  __syncthreads();
-  // Element i of the thread is row t = 16 I + tl of column c (I = i / M, tl = part + kParts (i % M)), the
-  // same element as state_term's i: the sub-block's keys and gates of column c are read once for its M
-  // rows; tl is warp-uniform.
-  constexpr int kParts = kThreads / D, M = kSub / kParts;
-  const int c = threadIdx.x % D, part = threadIdx.x / D;
-#pragma unroll
-  for (int I = 0; I < 4; ++I) {
-    float kj[kSub], bj[kSub];
-    load_sub_block_column<D>(kj, bj, m.ks, m.bs, I, c);
-#pragma unroll
-    for (int u = 0; u < M; ++u) {
-      const int i = I * M + u, tl = part + kParts * u, t = 16 * I + tl;
-      const float bt = m.bs[t * LF + c];
-      float intra = I > 0 ? exp2f(bt - bj[0]) * m.acc[t * LF + c] : 0.0f;
-      const float* dm_row = m.dm + t * kLdScoreF + 16 * I;
-#pragma unroll
-      for (int jl = 0; jl < kSub; ++jl)
-        if (jl <= tl) intra += dm_row[jl] * kj[jl] * exp2f(bt - bj[jl]);
-      const float d = scale * (dqs[i] + intra);
-      total[i] += w * d;
-      qdq[i] = w * bf(m.qs[t * LB + c]) * d;
-    }
-  }
-}
-
-// State s's part of dk (into total with weight w), and its gate gradient dg_s: suffix sums within the
-// chunk of w q dq' (qdq, same elements) minus w k dk', plus w times the later chunks' share (from the
-// reverse state pass).
-template <int D>
-__device__ __forceinline__ void key_grads_of_state(const BackwardSmem<D>& m, const BackwardArgs& a, const ChunkPos& p,
-                                                   int s, float w, int64_t slot, float (&total)[Strides<D>::NE],
-                                                   const float (&qdq)[Strides<D>::NE]) {
-  using Suffix = ColumnScan<D, true>;
-  constexpr int LB = ldb<D>(), LF = ldf<D>(), NE = Strides<D>::NE;
-  bf16 *hb = m.x, *qr = m.x;  // the state gradient, then the query factors
-  const float scale = rsqrtf(float(D));
-  float* dg = gate_grad_rows<D>(a, p, s);
-  const int row_stride = a.H * D;
-  float dks[NE];
-  state_term<D, true>(dks, m, hb, a.dstates + slot * D * D);
-  for (int i = threadIdx.x; i < kFactorRows * D; i += kThreads) {  // qr overwrites hb: state_term is done
-    const int r = i / D, c = i % D, J = r < 48 ? 0 : r < 80 ? 1 : 2, ref = 16 * (J + 1);
-    const int t = ref + r - query_rows_offset(J);
-    qr[r * LB + c] = __float2bfloat16_rn(bf(m.qs[t * LB + c]) * exp2f(m.bs[t * LF + c] - m.bs[ref * LF + c]));
-  }
-  __syncthreads();
-  for (int tile = threadIdx.x / 32; tile < 3 * (D / 16); tile += kWarps) {
-    const int J = tile / (D / 16), j0 = tile % (D / 16) * 16;
-    // D[16(J+1).., J-block]^T (column-major view) times Qr_J.
-    tile_product<ColM, RowM>(0, j0, 48 - 16 * J, m.db + 16 * (J + 1) * kLdScoreB + 16 * J, kLdScoreB,
-                             qr + query_rows_offset(J) * LB, LB, m.acc + 16 * J * LF, LF, false);
-  }
-  __syncthreads();
-  // Element i of the thread is row j = 16 J + jl of column c (J = i / M, jl = part + kParts (i % M)): the
-  // sub-block's queries and gates of column c are read once for its M rows; jl is warp-uniform. Each
-  // thread reads acc at its own elements only, then overwrites them.
-  constexpr int kParts = kThreads / D, M = kSub / kParts;
-  const int c = threadIdx.x % D, part = threadIdx.x / D;
-#pragma unroll
-  for (int J = 0; J < 4; ++J) {
-    float qt[kSub], bt[kSub];
-    load_sub_block_column<D>(qt, bt, m.qs, m.bs, J, c);
-    const float b_next = J < 3 ? m.bs[16 * (J + 1) * LF + c] : 0.0f;
-#pragma unroll
-    for (int u = 0; u < M; ++u) {
-      const int i = J * M + u, jl = part + kParts * u, j = 16 * J + jl;
-      const float bj = m.bs[j * LF + c];
-      float intra = J < 3 ? exp2f(b_next - bj) * m.acc[j * LF + c] : 0.0f;
-      const float* dm_col = m.dm + 16 * J * kLdScoreF + j;
-#pragma unroll
-      for (int tl = 0; tl < kSub; ++tl)
-        if (tl >= jl) intra += dm_col[tl * kLdScoreF] * qt[tl] * exp2f(bt[tl] - bj);
-      const float d = dks[i] + scale * intra;
-      total[i] += w * d;
-      m.acc[j * LF + c] = j < p.L ? qdq[i] - w * bf(m.ks[j * LB + c]) * d : 0.0f;
-    }
-  }
-  __syncthreads();
-  const int t0 = Suffix::first_row();
-  float x[Suffix::R];
-#pragma unroll
-  for (int u = 0; u < Suffix::R; ++u) x[u] = m.acc[(t0 + u) * LF + c];
-  Suffix::scan(x, m.scratch);
-  const float later = w * a.later[slot * D + c];
-#pragma unroll
-  for (int u = 0; u < Suffix::R; ++u)
-    if (t0 + u < p.L) dg[(t0 + u) * row_stride + c] = x[u] + later;
-}
-
-// dq, dk and the gate gradients, both states from one load of the chunk.
-template <int D, bool TWO>
-__global__ void __launch_bounds__(kThreads) backward_dqk_kernel(BackwardArgs a) {
-  constexpr int NE = Strides<D>::NE;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardSmem<D> m(smem);
-  const ChunkPos p(a.T_len, a.H, a.Hk);
-  float total_q[NE] = {}, total_k[NE] = {};
-  backward_chunk<D, TWO, true>(m, a, p, [&](int s, float w, int64_t slot) {
-    float qdq[NE];
-    query_grads_of_state<D>(m, a, w, slot, total_q, qdq);
-    __syncthreads();  // the query part is done with acc and the factor rows
-    key_grads_of_state<D>(m, a, p, s, w, slot, total_k, qdq);
-  });
-#pragma unroll
-  for (int i = 0; i < NE; ++i) {
-    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t < p.L) a.dq[p.at(t, c, a.T_len, a.H, p.h, D)] = __float2bfloat16_rn(total_q[i]);
-  }
-  store_kv_grad<D>(total_k, a.dk, a.dk_heads, a, p);
-}
-
 // dv and the chunk's part of dgamma.
 template <int D, bool TWO>
-__global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
+__global__ void __launch_bounds__(kThreads) backward_dv_kernel(DslaBackwardArgs a) {
   using St = Strides<D>;
   constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -513,7 +322,7 @@ __global__ void __launch_bounds__(kThreads) backward_dv_kernel(BackwardArgs a) {
   const ChunkPos p(a.T_len, a.H, a.Hk);
   const float scale = rsqrtf(float(D));
   float total[NE] = {}, gam = 0.0f;
-  backward_chunk<D, TWO, false>(m, a, p, [&](int s, float w, int64_t slot) {
+  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
     if (a.scores != nullptr) {  // the forward's, bit for bit what the branch below computes
       load_scores(m.ab, a.scores + slot * kChunk * kChunk);
     } else {
@@ -598,22 +407,20 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = states});
   dsla_chunk_states(
       {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
-  BackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
-                    TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
-                    bf16_data(scores), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
-                    static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
-                    grouped ? static_cast<float*>(dv_heads.raw()) : nullptr, static_cast<float*>(grads.dg1.raw()),
-                    optional_data(grads.dg2), static_cast<const float*>(later.raw()),
-                    static_cast<float*>(dgamma_parts.raw()), T_len, H, Hk, N};
+  const DslaBackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
+                              TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
+                              bf16_data(scores), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
+                              static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
+                              grouped ? static_cast<float*>(dv_heads.raw()) : nullptr,
+                              static_cast<float*>(grads.dg1.raw()), optional_data(grads.dg2),
+                              static_cast<const float*>(later.raw()), static_cast<float*>(dgamma_parts.raw()), B, T_len,
+                              H, Hk, N, D};
+  dsla_query_key_grads(args, stream);
+  auto dv_kernel = backward_dv_kernel<D, TWO>;
   const size_t smem = BackwardLayout<D>::bytes;
-  const dim3 grid{unsigned(N), unsigned(H), unsigned(B)};
-  using Kernel = void (*)(BackwardArgs);
-  const Kernel kernels[] = {backward_dqk_kernel<D, TWO>, backward_dv_kernel<D, TWO>};
-  for (Kernel kernel : kernels) {
-    set_smem(kernel, smem);
-    kernel<<<grid, kThreads, smem, stream>>>(args);
-    CUDA_CHECK_LAUNCH();
-  }
+  set_smem(dv_kernel, smem);
+  dv_kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(args);
+  CUDA_CHECK_LAUNCH();
   if (grouped) {
     const int64_t kv = B * T_len * Hk * int64_t(D);
     dsla::reduce_kv_kernel<bf16><<<grid_for(kv, 256), 256, 0, stream>>>(
