@@ -37,7 +37,7 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const Tensor& gamma, const DslaState& initial = {}, bool return_final_state = false,
                          bool keep_scores = false);
 // The gradients of sum(grad_o * o) for a forward from zero states (training has no initial state).
-// `scores`: that forward's DslaForward::scores, or undefined.
+// `scores`: that forward's DslaForward::scores, or undefined (the CUDA bf16 path then computes them again).
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
                         const Tensor& g2, const Tensor& gamma, const Tensor& scores = {});
 // Decoding: T (usually 1) new tokens through the step recurrence, updating `state` in place (it must be

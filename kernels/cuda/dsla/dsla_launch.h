@@ -60,7 +60,7 @@ struct DslaBackwardArgs {
   const __nv_bfloat16 *grad_o, *q, *k, *v;
   const float *g1, *g2, *gamma;
   const __nv_bfloat16 *states, *dstates;  // S_n and dH_n, [B, H, NS, N, D, D]
-  const __nv_bfloat16* scores;            // the forward's scale A, [B, H, NS, N, 64, 64], or null: recomputed
+  const __nv_bfloat16* scores;            // the forward's scale A, [B, H, NS, N, 64, 64]
   __nv_bfloat16 *dq, *dk, *dv;            // dk, dv written here directly when every KV head has one query head
   float *dk_heads, *dv_heads;             // [B, T, H, D] otherwise, summed over each KV head's group after
   float *dg1, *dg2;
@@ -71,6 +71,8 @@ struct DslaBackwardArgs {
 };
 // dq, dk (or dk_heads) and the gate gradients (dsla_query_key_grads.cu).
 void dsla_query_key_grads(const DslaBackwardArgs& args, cudaStream_t stream);
+// dv (or dv_heads) and dgamma_parts from the forward's kept scores (dsla_value_grads.cu).
+void dsla_value_grads(const DslaBackwardArgs& args, cudaStream_t stream);
 // scores: the forward's kept scores, or undefined (recomputed).
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,

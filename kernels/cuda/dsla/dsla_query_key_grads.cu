@@ -14,24 +14,15 @@
 // exactly on the CUDA cores, each e^{b_t - b_j} formed once for both dq and dk.
 // The gate gradient: dg = w (suffix sums over the chunk of q dq' - k dk') + w later (the later chunks'
 // share, from the reverse state pass). Sums run in a fixed order: bit-identical runs.
-#include "kernels/cuda/attention/attention_mma.cuh"
 #include "kernels/cuda/dsla/dsla_launch.h"
+#include "kernels/cuda/dsla/dsla_mma.cuh"
 #include "kernels/cuda/runtime/runtime.h"
 
 namespace fathom::cuda {
 
 namespace {
 
-using flash::bf16_t;
-
-constexpr int kChunk = 64, kSub = 16;
-
-template <int D>
-struct QkShape {
-  static constexpr int threads = 4 * D;
-  static constexpr int warps_per_row = D / 32;  // warps per 16-row sub-block: 32 columns each
-  static constexpr int ld_gates = D + 4;        // fp32 gate rows: fragment reads of 4 rows hit distinct banks
-};
+using namespace dsla_mma;
 
 // Shared memory: the chunk's q, k, v, do rows (swizzled bf16 [64][D]); both states' cumulative gates
 // (fp32 [64][D + 4]); the state S and state gradient dH (swizzled bf16 [D][D]), whose space holds P_q
@@ -39,14 +30,12 @@ struct QkShape {
 // [64][64], swizzled) and exactly on them (fp32 [4][16][16]); the scans' exchange.
 template <int D>
 struct QkLayout {
-  static constexpr int rows = kChunk * D * 2, gates = kChunk * QkShape<D>::ld_gates * 4;
+  static constexpr int rows = kChunk * D * 2, gates = Shape<D>::gates_bytes;
   static constexpr int state = D * D * 2 > kChunk * D * 4 ? D * D * 2 : kChunk * D * 4;  // S, then P_q
   static constexpr int q = 0, k = q + rows, v = k + rows, dO = v + rows, g = dO + rows, S = g + 2 * gates,
                        dH = S + state, db = dH + state, dm = db + kChunk * kChunk * 2, scratch = dm + 4 * kSub * kSub * 4,
-                       bytes = scratch + 2 * QkShape<D>::threads * 4;
+                       bytes = scratch + 2 * Shape<D>::threads * 4;
 };
-
-using ScoreTile = flash::SwizzledTile<kChunk>;
 
 // Element (row, col) of P_q / P_k: fp32 rows of D, columns XOR-swizzled so that the accumulator stores of
 // four rows and the column reads of a warp fall in distinct banks.
@@ -55,17 +44,9 @@ __device__ __forceinline__ int p_index(int row, int col) {
   return row * D + (col ^ ((row & 3) << 3));
 }
 
-__device__ __forceinline__ float bf(bf16_t x) { return __bfloat162float(x); }
-
-// A bf16x2 fragment register times two factors (low half first).
-__device__ __forceinline__ uint32_t scaled(uint32_t pair, float lo, float hi) {
-  const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
-  return flash::pack_bf16(x.x * lo, x.y * hi);
-}
-
 template <int D, bool TWO>
-__global__ void __launch_bounds__(QkShape<D>::threads) query_key_grads_kernel(DslaBackwardArgs a) {
-  using Sh = QkShape<D>;
+__global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(DslaBackwardArgs a) {
+  using Sh = Shape<D>;
   using Ly = QkLayout<D>;
   using Tile = flash::SwizzledTile<D>;
   constexpr int NS = TWO ? 2 : 1, NT = Sh::threads, LG = Sh::ld_gates;
@@ -100,14 +81,7 @@ __global__ void __launch_bounds__(QkShape<D>::threads) query_key_grads_kernel(Ds
   flash::load_tile_async<D, kChunk, NT>(dos, a.grad_o + q_row * D, int64_t(a.H) * D, 0, L, D, tid);
   flash::load_tile_async<D, kChunk, NT>(vs, a.v + kv_row * D, int64_t(a.Hk) * D, 0, L, D, tid);
   flash::cp_async_commit();
-  for (int s = 0; s < NS; ++s) {
-    const float* src = (s == 0 ? a.g1 : a.g2) + q_row * D;
-    const uint32_t dst = flash::smem_addr(gates + s * kChunk * LG);
-    for (int i = tid; i < kChunk * D / 4; i += NT) {
-      const int r = i / (D / 4), ch = i % (D / 4);
-      flash::cp_async_16(dst + (r * LG + ch * 4) * 4, r < L ? src + int64_t(r) * a.H * D + ch * 4 : src, r < L);
-    }
-  }
+  load_gates_async<D, NS>(gates, a.g1, a.g2, q_row, L, a.H);
   flash::cp_async_commit();
   flash::load_tile_async<D, kChunk, NT>(qs, a.q + q_row * D, int64_t(a.H) * D, 0, L, D, tid);
   flash::load_tile_async<D, kChunk, NT>(ks, a.k + kv_row * D, int64_t(a.Hk) * D, 0, L, D, tid);
@@ -153,26 +127,7 @@ __global__ void __launch_bounds__(QkShape<D>::threads) query_key_grads_kernel(Ds
   // Both states' cumulative log2 gates, in place: thread (I, c) scans rows 16 I .. of column c.
   flash::cp_async_wait<1>();
   __syncthreads();
-  {
-    float x[NS][kSub];
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const float* col = gates + s * kChunk * LG + 16 * I * LG + c;
-#pragma unroll
-      for (int r = 0; r < kSub; ++r) x[s][r] = col[r * LG] * flash::kLog2e + (r > 0 ? x[s][r - 1] : 0.0f);
-      scratch[s * NT + I * D + c] = x[s][kSub - 1];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      float before = 0.0f;
-#pragma unroll
-      for (int p = 0; p < 3; ++p) before += p < I ? scratch[s * NT + p * D + c] : 0.0f;
-      float* col = gates + s * kChunk * LG + 16 * I * LG + c;
-#pragma unroll
-      for (int r = 0; r < kSub; ++r) col[r * LG] = x[s][r] + before;
-    }
-  }
+  cumulate_gates<D, NS>(gates, scratch);
 
   // The first state's w dq' and w dk' wait for the second's where no register is left for them: dq's in the
   // first state's gates (each thread's own elements, read by no other thread once the products are done),
@@ -194,7 +149,7 @@ __global__ void __launch_bounds__(QkShape<D>::threads) query_key_grads_kernel(Ds
   const int rq = 16 * I, rk = I < 3 ? 16 * (I + 1) : kChunk - 1;
 #pragma unroll 1
   for (int s = 0; s < NS; ++s) {
-    const float w = TWO && a.gamma != nullptr ? (s == 0 ? a.gamma[h] : 1.0f - a.gamma[h]) : 1.0f;
+    const float w = state_weight<TWO>(a.gamma, h, s);
     const float* bs = gates + s * kChunk * LG;
     flash::cp_async_wait<0>();
     __syncthreads();  // S, dH of state s, q, k and the scanned gates are in place
@@ -328,7 +283,7 @@ void dsla_query_key_grads(const DslaBackwardArgs& a, cudaStream_t stream) {
     auto kernel = query_key_grads_kernel<D, TWO>;
     constexpr int bytes = QkLayout<D>::bytes;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<dim3(unsigned(a.N), unsigned(a.H), unsigned(a.B)), QkShape<D>::threads, bytes, stream>>>(a);
+    kernel<<<dim3(unsigned(a.N), unsigned(a.H), unsigned(a.B)), Shape<D>::threads, bytes, stream>>>(a);
     CUDA_CHECK_LAUNCH();
   });
 }

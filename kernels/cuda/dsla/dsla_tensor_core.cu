@@ -4,9 +4,9 @@
 //   1. the chunks' starting states S_n (forward order, from the initial state) and state gradients dH_n
 //      (reverse order, from zero), stored in bf16, the form in which the tensor cores read them: one
 //      sequential pass each over the chunks, the state in registers (dsla_state_pass.cu);
-//   2. per chunk, in parallel: the outputs (forward), or (backward) dq, dk and the gate gradient in one
-//      kernel and dv in another, each reading the chunk once for both states, with the intra-chunk terms
-//      as in dsla_tensor_core.cuh.
+//   2. per chunk, in parallel: the outputs and kept scores (forward, here, with the intra-chunk terms as in
+//      dsla_tensor_core.cuh), or (backward) dq, dk and the gate gradients (dsla_query_key_grads.cu) and dv
+//      and dgamma (dsla_value_grads.cu), each reading the chunk once for both states.
 // Backward, per state with unweighted output gradient (w_1 = gamma, w_2 = 1 - gamma weigh them after):
 //   dq' = scale (e^{b} (do S^T) + sum_j D_tj k_j e^{b_t - b_j}),  D = do v^T
 //   dk' = scale sum_t D_tj q_t e^{b_t - b_j} + e^{b_L - b_j} (v dH^T)
@@ -176,14 +176,10 @@ __device__ __forceinline__ void chunk_scores(float* as, const bf16* qt, const bf
 }
 
 // The chunk's scaled scores scale A (bf16 [64][kLdScoreB] in shared memory, zeros above the diagonal) to
-// or from their [64][64] slot in global memory: the forward keeps them for the dv kernel.
+// their [64][64] slot in global memory: the forward keeps them for the dv kernel.
 __device__ __forceinline__ void store_scores(bf16* dst, const bf16* ab) {
   for (int i = threadIdx.x; i < kChunk * kChunk / 8; i += kThreads)
     *reinterpret_cast<uint4*>(dst + i * 8) = *reinterpret_cast<const uint4*>(ab + i / 8 * kLdScoreB + i % 8 * 8);
-}
-__device__ __forceinline__ void load_scores(bf16* ab, const bf16* src) {
-  for (int i = threadIdx.x; i < kChunk * kChunk / 8; i += kThreads)
-    *reinterpret_cast<uint4*>(ab + i / 8 * kLdScoreB + i % 8 * 8) = *reinterpret_cast<const uint4*>(src + i * 8);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -257,136 +253,38 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// Backward: dv and dgamma (dq, dk and the gate gradients are dsla_query_key_grads.cu's). The kernel loads
-// q, k, v, do of its chunk once.
-template <int D>
-struct BackwardLayout {
-  using St = Strides<D>;
-  static constexpr int x_rows = (64 + D > 144 ? 64 + D : 144);
-  static constexpr int q = 0, k = q + St::rows_bytes, v = k + St::rows_bytes, dO = v + St::rows_bytes,
-                       b = dO + St::rows_bytes, x = b + St::gates_bytes, acc = x + St::bf16_rows(x_rows),
-                       as = acc,  // the scores are done before acc is written
-                       ab = acc + St::gates_bytes, scratch = ab + St::score_b_bytes, bytes = scratch + St::scratch_bytes;
-};
-
-template <int D>
-struct BackwardSmem {
-  bf16 *qs, *ks, *vs, *dos, *x, *ab;
-  float *bs, *acc, *as, *scratch;
-  __device__ explicit BackwardSmem(unsigned char* smem) {
-    using Ly = BackwardLayout<D>;
-    qs = reinterpret_cast<bf16*>(smem + Ly::q), ks = reinterpret_cast<bf16*>(smem + Ly::k);
-    vs = reinterpret_cast<bf16*>(smem + Ly::v), dos = reinterpret_cast<bf16*>(smem + Ly::dO);
-    x = reinterpret_cast<bf16*>(smem + Ly::x), ab = reinterpret_cast<bf16*>(smem + Ly::ab);
-    bs = reinterpret_cast<float*>(smem + Ly::b), acc = reinterpret_cast<float*>(smem + Ly::acc);
-    as = reinterpret_cast<float*>(smem + Ly::as), scratch = reinterpret_cast<float*>(smem + Ly::scratch);
-  }
-};
-
-// The chunk of block (n, h, b) in shared memory, then for_each_state over it.
-template <int D, bool TWO, typename F>
-__device__ __forceinline__ void backward_chunk(const BackwardSmem<D>& m, const DslaBackwardArgs& a, const ChunkPos& p,
-                                               F&& per_state) {
-  load_rows<D>(m.qs, a.q, p.b, p.t0, p.L, a.T_len, a.H, p.h);
-  load_rows<D>(m.ks, a.k, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
-  load_rows<D>(m.vs, a.v, p.b, p.t0, p.L, a.T_len, a.Hk, p.hk);
-  load_rows<D>(m.dos, a.grad_o, p.b, p.t0, p.L, a.T_len, a.H, p.h);
-  for_each_state<D, TWO>(p, m.bs, m.scratch, a.g1, a.g2, a.gamma, a.T_len, a.H, a.N, per_state);
-}
-
-// dk or dv of the chunk's rows from the per-thread values (element threadIdx.x + i kThreads): bf16 into
-// the output where each KV head has one query head, else fp32 per query head.
-template <int D>
-__device__ __forceinline__ void store_kv_grad(const float (&x)[Strides<D>::NE], bf16* direct, float* heads,
-                                              const DslaBackwardArgs& a, const ChunkPos& p) {
-#pragma unroll
-  for (int i = 0; i < Strides<D>::NE; ++i) {
-    const int idx = threadIdx.x + i * kThreads, t = idx / D, c = idx % D;
-    if (t >= p.L) continue;
-    const int64_t at = p.at(t, c, a.T_len, a.H, p.h, D);
-    if (a.H == a.Hk) direct[at] = __float2bfloat16_rn(x[i]);
-    else heads[at] = x[i];
-  }
-}
-
-// dv and the chunk's part of dgamma.
-template <int D, bool TWO>
-__global__ void __launch_bounds__(kThreads) backward_dv_kernel(DslaBackwardArgs a) {
-  using St = Strides<D>;
-  constexpr int LB = St::LB, LF = St::LF, NE = St::NE;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardSmem<D> m(smem);
-  bf16 *qt = m.x, *kt = m.x + 48 * LB;      // score factors
-  bf16 *kf = m.x, *hb = m.x + kChunk * LB;  // then k e^{b_L - b} and dH
-  const ChunkPos p(a.T_len, a.H, a.Hk);
-  const float scale = rsqrtf(float(D));
-  float total[NE] = {}, gam = 0.0f;
-  backward_chunk<D, TWO>(m, a, p, [&](int s, float w, int64_t slot) {
-    if (a.scores != nullptr) {  // the forward's, bit for bit what the branch below computes
-      load_scores(m.ab, a.scores + slot * kChunk * kChunk);
-    } else {
-      build_score_factors<D>(qt, kt, m.qs, m.ks, m.bs);
-      __syncthreads();
-      chunk_scores<D>(m.as, qt, kt, m.qs, m.ks, m.bs);
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kThreads) {
-        const int t = idx / kChunk, j = idx % kChunk;
-        m.ab[t * kLdScoreB + j] = __float2bfloat16_rn(j <= t ? scale * m.as[t * kLdScoreF + j] : 0.0f);
-      }
-    }
-    for (int i = threadIdx.x; i < kChunk * D; i += kThreads) {
-      const int j = i / D, c = i % D;
-      kf[j * LB + c] = __float2bfloat16_rn(bf(m.ks[j * LB + c]) *
-                                           exp2f(m.bs[(kChunk - 1) * LF + c] - m.bs[j * LF + c]));
-    }
-    load_state<D>(hb, a.dstates + slot * D * D);
-    __syncthreads();
-    block_product<ColM, RowM>(kChunk, D, kChunk, m.ab, kLdScoreB, m.dos, LB, m.acc, LF, false);  // scale A^T do
-    __syncthreads();
-    block_product<RowM, RowM>(kChunk, D, D, kf, LB, hb, LB, m.acc, LF, true);  // + (k e^{b_L - b}) dH
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int idx = threadIdx.x + i * kThreads, j = idx / D, e = idx % D;
-      const float d = m.acc[j * LF + e];
-      total[i] += w * d;
-      if (TWO) gam += (s == 0 ? d : -d) * bf(m.vs[j * LB + e]);
-    }
-  });
-  store_kv_grad<D>(total, a.dv, a.dv_heads, a, p);
-  if (TWO) {
-    const float sum = block_sum(gam, m.scratch);
-    if (threadIdx.x == 0) a.dgamma_parts[(p.b * a.H + p.h) * a.N + p.n] = sum;
-  }
-}
-
 template <typename K>
 void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 
+// The outputs o and (where scores is defined) the kept scores, from the chunk starting states `starts`.
+template <int D, bool TWO>
+void launch_outputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
+                    const Tensor& gamma, const Tensor& starts, Tensor& o, Tensor& scores) {
+  const int64_t B = q.dim(0), T_len = q.dim(1);
+  const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
+  auto kernel = forward_output_kernel<D, TWO>;
+  const size_t smem = ForwardOutLayout<D>::bytes;
+  set_smem(kernel, smem);
+  kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream_for(q.device())>>>(
+      bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1), TWO ? f32_data(g2) : nullptr, f32_data(gamma),
+      bf16_data(starts), static_cast<bf16*>(o.raw()), scores.defined() ? static_cast<bf16*>(scores.raw()) : nullptr,
+      T_len, H, Hk, N);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <int D, bool TWO>
 void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
                 const Tensor& gamma, const DslaState& initial, bool keep_scores, DslaForward& out) {
   constexpr int NS = TWO ? 2 : 1;
-  const int64_t B = q.dim(0), T_len = q.dim(1);
-  const int H = int(q.dim(2)), Hk = int(k.dim(2)), N = int((T_len + kChunk - 1) / kChunk);
-  const Device device = q.device();
-  cudaStream_t stream = stream_for(device);
-  Tensor starts = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
-  if (keep_scores) out.scores = Tensor::empty(dsla_scores_shape(q, TWO), DType::bf16, device);
+  const int64_t B = q.dim(0), T_len = q.dim(1), N = (T_len + kChunk - 1) / kChunk;
+  Tensor starts = Tensor::empty({B, q.dim(2), NS, N, D, D}, DType::bf16, q.device());
+  if (keep_scores) out.scores = Tensor::empty(dsla_scores_shape(q, TWO), DType::bf16, q.device());
   dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = starts, .initial = &initial,
                      .final_state = &out.final_state});
-  auto kernel = forward_output_kernel<D, TWO>;
-  const size_t smem = ForwardOutLayout<D>::bytes;
-  set_smem(kernel, smem);
-  kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(
-      bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1), TWO ? f32_data(g2) : nullptr, f32_data(gamma),
-      bf16_data(starts), static_cast<bf16*>(out.o.raw()),
-      keep_scores ? static_cast<bf16*>(out.scores.raw()) : nullptr, T_len, H, Hk, N);
-  CUDA_CHECK_LAUNCH();
+  launch_outputs<D, TWO>(q, k, v, g1, g2, gamma, starts, out.o, out.scores);
 }
 
 template <int D, bool TWO>
@@ -405,22 +303,24 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   if (grouped) dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
   Tensor dgamma_parts = Tensor::empty({B, H, N}, DType::f32, device);
   dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = states});
+  Tensor kept = scores;
+  if (!kept.defined()) {  // the forward's, bit for bit: its output kernel again, o discarded
+    kept = Tensor::empty(dsla_scores_shape(q, TWO), DType::bf16, device);
+    Tensor o = Tensor::empty(q.shape(), DType::bf16, device);
+    launch_outputs<D, TWO>(q, k, v, g1, g2, gamma, states, o, kept);
+  }
   dsla_chunk_states(
       {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
   const DslaBackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
                               TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
-                              bf16_data(scores), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
+                              bf16_data(kept), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
                               static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
                               grouped ? static_cast<float*>(dv_heads.raw()) : nullptr,
                               static_cast<float*>(grads.dg1.raw()), optional_data(grads.dg2),
                               static_cast<const float*>(later.raw()), static_cast<float*>(dgamma_parts.raw()), B, T_len,
                               H, Hk, N, D};
   dsla_query_key_grads(args, stream);
-  auto dv_kernel = backward_dv_kernel<D, TWO>;
-  const size_t smem = BackwardLayout<D>::bytes;
-  set_smem(dv_kernel, smem);
-  dv_kernel<<<dim3(unsigned(N), unsigned(H), unsigned(B)), kThreads, smem, stream>>>(args);
-  CUDA_CHECK_LAUNCH();
+  dsla_value_grads(args, stream);
   if (grouped) {
     const int64_t kv = B * T_len * Hk * int64_t(D);
     dsla::reduce_kv_kernel<bf16><<<grid_for(kv, 256), 256, 0, stream>>>(
