@@ -73,7 +73,7 @@ struct DslaBackwardArgs {
 void dsla_query_key_grads(const DslaBackwardArgs& args, cudaStream_t stream);
 // dv (or dv_heads) and dgamma_parts from the forward's kept scores (dsla_value_grads.cu).
 void dsla_value_grads(const DslaBackwardArgs& args, cudaStream_t stream);
-// scores: the forward's kept scores, or undefined (recomputed).
+// scores: the forward's kept scores, or undefined (the forward's output kernel runs again for them).
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,
                                DslaGrads& grads);
