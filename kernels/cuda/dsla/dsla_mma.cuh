@@ -28,6 +28,13 @@ __device__ __forceinline__ uint32_t scaled(uint32_t pair, float lo, float hi) {
   return flash::pack_bf16(x.x * lo, x.y * hi);
 }
 
+// acc[2 np] and acc[2 np + 1] += a times the B fragments b of two n-tiles (as load_b / load_b_trans give them).
+template <int N>
+__device__ __forceinline__ void mma_pair(float (&acc)[N][4], int np, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  flash::mma_16816(acc[2 * np], a, b[0], b[1]);
+  flash::mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+}
+
 // Issues the copies of the chunk's rows [0, L) of each state's gates (fp32 [B, T, H, D], row 0 at
 // g + first * D, rows H D apart) into gates[s] ([64][ld_gates]); rows past L are zeros.
 template <int D, int NS>

@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
         for (int np = 0; np < NTD / 2; ++np) {
           uint32_t bfr[4];
           Tile::load_b(bfr, vs, j0 + 16 * np, k0, lane);
-          flash::mma_16816(acc[2 * np], af, bfr[0], bfr[1]);
-          flash::mma_16816(acc[2 * np + 1], af, bfr[2], bfr[3]);
+          mma_pair(acc, np, af, bfr);
         }
       }
 #pragma unroll
@@ -167,10 +166,8 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
         uint32_t bS[4], bH[4];
         Tile::load_b(bS, Ss, c0 + 16 * np, k0, lane);  // B[e][c] = S[c][e]
         Tile::load_b(bH, dHs, c0 + 16 * np, k0, lane);
-        flash::mma_16816(pq[2 * np], a_do, bS[0], bS[1]);
-        flash::mma_16816(pq[2 * np + 1], a_do, bS[2], bS[3]);
-        flash::mma_16816(pk[2 * np], a_v, bH[0], bH[1]);
-        flash::mma_16816(pk[2 * np + 1], a_v, bH[2], bH[3]);
+        mma_pair(pq, np, a_do, bS);
+        mma_pair(pk, np, a_v, bH);
       }
     }
 #pragma unroll
@@ -182,46 +179,38 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
         const float fk = flash::exp2_approx(bs[(kChunk - 1) * LG + col] - bs[rk * LG + col]) / scale;
         pq[nt][e] *= fq, pq[nt][2 + e] *= fq, pk[nt][e] *= fk, pk[nt][2 + e] *= fk;
       }
-    // B fragments of x e^{sign (b_row - b_ref)} (rows K, columns N of the swizzled rows xs): the bf16 rows
-    // times their gate factors. KEY_SIDE: e^{b_ref - b_row} (keys before the reference row), else
-    // e^{b_row - b_ref} (queries after it).
-    auto factor_fragments = [&](uint32_t (&bfr)[4], uint32_t xs, int k0, int n0, int ref, bool key_side) {
-      Tile::load_b_trans(bfr, xs, k0, n0, lane);
+    // The off-diagonal terms. KEYS: P_q += D[t][j < rq] (k_j e^{b_rq - b_j}); else P_k += D^T[j][t >= rk]
+    // (q_t e^{b_t - b_rk}). The bf16 rows (K) are multiplied by their factors in the B fragments.
+    auto factored_product = [&]<bool keys>(float (&acc)[4][4]) {
+      const int ref = keys ? rq : rk;
+      const uint32_t xs = keys ? ks : qs;
+      for (int k0 = keys ? 0 : 16 * (I + 1); k0 < (keys ? rq : kChunk); k0 += 16) {
+        uint32_t af[4];
+        if constexpr (keys) ScoreTile::load_a(af, dbs, 16 * I, k0, lane);
+        else ScoreTile::load_a_trans(af, dbs, 16 * I, k0, lane);  // A[j][t] = D[t][j]
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int col = n0 + 8 * half + g;
-        const float bref = bs[ref * LG + col];
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bfr[4];
+          const int n0 = c0 + 16 * np;
+          Tile::load_b_trans(bfr, xs, k0, n0, lane);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int row = k0 + 2 * tq + 8 * e;
-          const float d0 = bs[row * LG + col] - bref, d1 = bs[(row + 1) * LG + col] - bref;
-          bfr[2 * half + e] = scaled(bfr[2 * half + e], flash::exp2_approx(key_side ? -d0 : d0),
-                                     flash::exp2_approx(key_side ? -d1 : d1));
+          for (int half = 0; half < 2; ++half) {
+            const int col = n0 + 8 * half + g;
+            const float bref = bs[ref * LG + col];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int row = k0 + 2 * tq + 8 * e;
+              const float d0 = bs[row * LG + col] - bref, d1 = bs[(row + 1) * LG + col] - bref;
+              bfr[2 * half + e] = scaled(bfr[2 * half + e], flash::exp2_approx(keys ? -d0 : d0),
+                                         flash::exp2_approx(keys ? -d1 : d1));
+            }
+          }
+          mma_pair(acc, np, af, bfr);
         }
       }
     };
-    for (int k0 = 0; k0 < rq; k0 += 16) {  // keys of the earlier sub-blocks
-      uint32_t af[4];
-      ScoreTile::load_a(af, dbs, 16 * I, k0, lane);
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t bfr[4];
-        factor_fragments(bfr, ks, k0, c0 + 16 * np, rq, true);
-        flash::mma_16816(pq[2 * np], af, bfr[0], bfr[1]);
-        flash::mma_16816(pq[2 * np + 1], af, bfr[2], bfr[3]);
-      }
-    }
-    for (int k0 = 16 * (I + 1); k0 < kChunk; k0 += 16) {  // queries of the later sub-blocks
-      uint32_t af[4];
-      ScoreTile::load_a_trans(af, dbs, 16 * I, k0, lane);  // A[j][t] = D[t][j]
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t bfr[4];
-        factor_fragments(bfr, qs, k0, c0 + 16 * np, rk, false);
-        flash::mma_16816(pk[2 * np], af, bfr[0], bfr[1]);
-        flash::mma_16816(pk[2 * np + 1], af, bfr[2], bfr[3]);
-      }
-    }
+    factored_product.template operator()<true>(pq);
+    factored_product.template operator()<false>(pk);
     const float brk = bs[rk * LG + c];  // read before the barrier: past it, state 0's gates become dq's sums
     __syncthreads();  // every warp is done with S and dH: P_q and P_k take their place
 #pragma unroll

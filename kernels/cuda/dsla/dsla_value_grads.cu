@@ -79,8 +79,7 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
       for (int np = 0; np < 2; ++np) {
         uint32_t bfr[4];
         Tile::load_b_trans(bfr, dos, k0, c0 + 16 * np, lane);
-        flash::mma_16816(acc[2 * np], af, bfr[0], bfr[1]);
-        flash::mma_16816(acc[2 * np + 1], af, bfr[2], bfr[3]);
+        mma_pair(acc, np, af, bfr);
       }
     }
 #pragma unroll
@@ -97,8 +96,7 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
       for (int np = 0; np < 2; ++np) {
         uint32_t bfr[4];
         Tile::load_b_trans(bfr, dH, k0, c0 + 16 * np, lane);  // B[c][e] = dH[c][e]
-        flash::mma_16816(acc[2 * np], af, bfr[0], bfr[1]);
-        flash::mma_16816(acc[2 * np + 1], af, bfr[2], bfr[3]);
+        mma_pair(acc, np, af, bfr);
       }
     }
     const float w = state_weight<TWO>(a.gamma, h, s);
