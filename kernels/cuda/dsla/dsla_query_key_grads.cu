@@ -3,7 +3,7 @@
 //
 // Per state, with D = do v^T, b the cumulative log2 gates (restarting each chunk), L the chunk's last row,
 // and for row t of sub-block I (rows 16 I .. 16 I + 15) the reference rows r = 16 I (queries) and
-// r' = 16 (I + 1), or L for the last sub-block (keys):
+// r' = 16 (I + 1), or row 63 for the last sub-block (keys; row 63 holds b_L, gates past L being zeros):
 //   dq'[t] = scale (e^{b_t - b_r} P_q[t] + sum_{j in I, j <= t} D_tj k_j e^{b_t - b_j})
 //   P_q[t] = e^{b_r} (do S^T)[t] + sum_{j < r} D_tj (k_j e^{b_r - b_j})
 //   dk'[j] = scale (e^{b_r' - b_j} P_k[j] + sum_{t in I, t >= j} D_tj q_t e^{b_t - b_j})
@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
   // first state's gates (each thread's own elements, read by no other thread once the products are done),
   // dk's in dg2 (the block's own rows, written only at the end of the second state).
   float* total_q = gates;
-  // Element (row, c) of dq or dk: value, plus the first state's where this is the second; kept in `wait`
-  // where a second state follows, else stored (bf16, or fp32 per query head for grouped dk).
+  // Element (row, c) of out (dq or dk): value, plus the first state's where this is the second; kept in
+  // `wait` where a second state follows, else stored (bf16, or fp32 per query head for grouped dk).
   auto sum_into = [&](bf16_t* out, int row, float value, float* wait, int s) {
     if (row >= L) return;
     const int64_t at = (q_row + int64_t(row) * a.H) * D + c;
@@ -211,7 +211,9 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
     };
     factored_product.template operator()<true>(pq);
     factored_product.template operator()<false>(pk);
-    const float brk = bs[rk * LG + c];  // read before the barrier: past it, state 0's gates become dq's sums
+    // Read before the barrier: past it, state 0's gates become dq's sums, so no thread may read another's
+    // rows of them after it (brk is sub-block I + 1's row).
+    const float brk = bs[rk * LG + c];
     __syncthreads();  // every warp is done with S and dH: P_q and P_k take their place
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
@@ -268,6 +270,8 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
 }  // namespace
 
 void dsla_query_key_grads(const DslaBackwardArgs& a, cudaStream_t stream) {
+  FATHOM_CHECK(a.g2 == nullptr || a.dg2 != nullptr,
+               "dsla_query_key_grads: two states need dg2 (it holds dk's first-state sums)");
   dispatch_dsla_shape(a.D, a.g2 != nullptr, [&]<int D, bool TWO>() {
     auto kernel = query_key_grads_kernel<D, TWO>;
     constexpr int bytes = QkLayout<D>::bytes;
