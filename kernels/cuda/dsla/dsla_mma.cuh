@@ -3,6 +3,8 @@
 // states' cumulative log2 gates of a chunk, loaded asynchronously and scanned in place.
 #pragma once
 #include "kernels/cuda/attention/attention_mma.cuh"
+#include "kernels/cuda/dsla/dsla_launch.h"
+#include "kernels/cuda/runtime/runtime.h"
 
 namespace fathom::cuda::dsla_mma {
 
@@ -85,6 +87,14 @@ __device__ __forceinline__ void cumulate_gates(float* gates, float* scratch) {
 template <bool TWO>
 __device__ __forceinline__ float state_weight(const float* gamma, int h, int s) {
   return TWO && gamma != nullptr ? (s == 0 ? gamma[h] : 1.0f - gamma[h]) : 1.0f;
+}
+
+// Launches kernel(a) with `bytes` of shared memory over the grid (chunks, query heads, batch), 4 D threads a block.
+template <int D, typename Kernel>
+void launch_per_chunk(Kernel kernel, int bytes, const DslaBackwardArgs& a, cudaStream_t stream) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<dim3(unsigned(a.N), unsigned(a.H), unsigned(a.B)), Shape<D>::threads, bytes, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fathom::cuda::dsla_mma

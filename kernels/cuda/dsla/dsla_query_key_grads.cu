@@ -14,9 +14,7 @@
 // exactly on the CUDA cores, each e^{b_t - b_j} formed once for both dq and dk.
 // The gate gradient: dg = w (suffix sums over the chunk of q dq' - k dk') + w later (the later chunks'
 // share, from the reverse state pass). Sums run in a fixed order: bit-identical runs.
-#include "kernels/cuda/dsla/dsla_launch.h"
 #include "kernels/cuda/dsla/dsla_mma.cuh"
-#include "kernels/cuda/runtime/runtime.h"
 
 namespace fathom::cuda {
 
@@ -273,11 +271,7 @@ void dsla_query_key_grads(const DslaBackwardArgs& a, cudaStream_t stream) {
   FATHOM_CHECK(a.g2 == nullptr || a.dg2 != nullptr,
                "dsla_query_key_grads: two states need dg2 (it holds dk's first-state sums)");
   dispatch_dsla_shape(a.D, a.g2 != nullptr, [&]<int D, bool TWO>() {
-    auto kernel = query_key_grads_kernel<D, TWO>;
-    constexpr int bytes = QkLayout<D>::bytes;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<dim3(unsigned(a.N), unsigned(a.H), unsigned(a.B)), Shape<D>::threads, bytes, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    dsla_mma::launch_per_chunk<D>(query_key_grads_kernel<D, TWO>, QkLayout<D>::bytes, a, stream);
   });
 }
 

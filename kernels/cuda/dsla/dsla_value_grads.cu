@@ -5,9 +5,7 @@
 // the key factors (at most 1) formed as the fragments are loaded. dv = sum_s w_s dv'_s, and the chunk's
 // part of dgamma is sum v . (dv'_1 - dv'_2) (= sum do . (o_1 - o_2), o being linear in v from a zero
 // state). Sums run in a fixed order: bit-identical runs.
-#include "kernels/cuda/dsla/dsla_launch.h"
 #include "kernels/cuda/dsla/dsla_mma.cuh"
-#include "kernels/cuda/runtime/runtime.h"
 
 namespace fathom::cuda {
 
@@ -142,11 +140,7 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
 void dsla_value_grads(const DslaBackwardArgs& a, cudaStream_t stream) {
   FATHOM_CHECK(a.scores != nullptr, "dsla_value_grads: the kernel reads the forward's kept scores");
   dispatch_dsla_shape(a.D, a.g2 != nullptr, [&]<int D, bool TWO>() {
-    auto kernel = value_grads_kernel<D, TWO>;
-    constexpr int bytes = DvLayout<D, TWO ? 2 : 1>::bytes;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<dim3(unsigned(a.N), unsigned(a.H), unsigned(a.B)), Shape<D>::threads, bytes, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    dsla_mma::launch_per_chunk<D>(value_grads_kernel<D, TWO>, DvLayout<D, TWO ? 2 : 1>::bytes, a, stream);
   });
 }
 
