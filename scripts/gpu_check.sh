@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# One device session: every test (the GPU ones run instead of skipping), then a short GPU training run
-# of the quickstart recipe. Uses binaries built on a workstation with
-#   cmake -B build-cuda -G Ninja -DFATHOM_CUDA=ON -DFATHOM_NATIVE=OFF
-# carried in $BIN (with any shared libraries the device lacks in $BIN/lib). Logs go to $OUT.
-# Usage: scripts/gpu_check.sh BIN OUT
-set -u
-BIN=$1 OUT=$2
-export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
-ldd "$BIN/fathom_tests" | grep "not found" | tee -a "$OUT/device.txt"
+# The whole GPU check, on a machine with an NVIDIA GPU: a CUDA build, the GPU tests (ctest label `gpu`,
+# run here with their full log), every other test, then the quickstart trained on the GPU.
+# Logs and a summary go to OUT (default: gpu-check/). Exits non-zero when any part fails.
+# Usage: scripts/gpu_check.sh [OUT]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-gpu-check}")
+mkdir -p "$out"
+status=0
+step() { echo "== $*" | tee -a "$out/summary.txt"; }
 
-echo "== all tests"
-timeout 300 "$BIN/fathom_tests" 2>&1 > "$OUT/tests.log"
-echo "tests exit $?"
-grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure" "$OUT/tests.log" | head -40
-grep -E "^\[       OK \] Gpu" "$OUT/tests.log" | wc -l | sed 's/^/GPU tests passed: /'
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt" ||
+  { echo "no NVIDIA GPU here: nothing to check" >&2; exit 1; }
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" >> "$out/device.txt"
 
-echo "== quickstart on the GPU, 100 steps"
-timeout 120 "$BIN/fathom" train recipes/quickstart.yaml --set train.steps=100 --set log.dir=/tmp/qs-gpu \
-  --set eval.every=0 2>&1 | tee "$OUT/quickstart_gpu.log" | tail -8
+step "build (CUDA on)"
+if ! { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFATHOM_CUDA=ON &&
+       cmake --build build -j "$(nproc)"; } > "$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"
+  exit 1
+fi
+
+step "GPU tests (ctest -L gpu)"
+build/tests/fathom_gpu_tests > "$out/gpu_tests.log" 2>&1 || status=1
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]" "$out/gpu_tests.log" | tee -a "$out/summary.txt" | tail -20
+
+step "every other test (ctest -LE gpu)"
+ctest --test-dir build -LE gpu -j "$(nproc)" --output-on-failure > "$out/tests.log" 2>&1 || status=1
+grep -E "tests passed|tests failed|Failed|\(Skipped\)" "$out/tests.log" | tee -a "$out/summary.txt"
+
+step "quickstart on the GPU"
+build/fathom train recipes/quickstart.yaml --set "log.dir=$out/quickstart-run" --overwrite \
+  > "$out/quickstart.log" 2>&1 || status=1
+tail -4 "$out/quickstart.log" | tee -a "$out/summary.txt"
+
+step "exit $status"
+exit $status

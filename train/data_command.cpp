@@ -50,7 +50,7 @@ void add_data_command(CLI::App& app) {
   prep->add_option("--validation", args->validation,
                    "Validation domains, each NAME=FILE[,FILE...], e.g. moby_dick=data/moby_dick.txt")
       ->expected(1, -1);
-  prep->add_option("--threads", args->options.threads, "Tokenizing threads (0 = every core)")->default_val(0);
+  add_threads_option(prep, args->options.threads, "Tokenizing threads");
   prep->add_option("--shard-tokens", args->options.shard_tokens, "Tokens per shard file")
       ->default_val(kDefaultShardTokens);
   prep->callback([args] {

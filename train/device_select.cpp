@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/eigen_core.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
@@ -26,19 +27,20 @@ bool cuda_usable() {
 }
 }  // namespace
 
-Device resolve_device(const std::string& requested) {
+Device resolve_device(const std::string& requested, const std::string& setting) {
   if (requested == "cpu") return Device::cpu();
   if (requested == "cuda") {
-    FATHOM_CHECK(cuda_usable(),
-                 "the recipe asks for train.device: cuda, but no GPU is usable here (this build has no CUDA "
-                 "backend or no device was found); set train.device: cpu or auto");
+    FATHOM_CHECK(cuda_usable(), setting, " asks for cuda, but no GPU is usable here (this build has no CUDA backend or no "
+                 "device was found); use ", setting, " cpu or auto");
     return Device::cuda(0);
   }
-  FATHOM_CHECK(requested == "auto", "train.device must be auto, cpu or cuda; got '", requested, "'");
+  FATHOM_CHECK(requested == "auto", setting, " must be auto, cpu or cuda; got '", requested, "'");
   return cuda_usable() ? Device::cuda(0) : Device::cpu();
 }
 
-int configure_threads(int64_t threads) {
+int configure_threads(int64_t threads, const std::string& setting) {
+  FATHOM_CHECK(threads >= 0 && threads <= kMaxThreads, setting, " must be between 0 (every core) and ", kMaxThreads,
+               ", got ", threads);
   const int n = threads > 0 ? int(threads) : omp_get_num_procs();
   omp_set_num_threads(n);
   Eigen::setNbThreads(n);

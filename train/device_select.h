@@ -9,9 +9,10 @@
 namespace fathom {
 
 // auto picks CUDA when the backend is built and a GPU is present; cuda without one is an error.
-Device resolve_device(const std::string& requested);
-// threads = 0 uses every core. Applies to OpenMP kernels and Eigen GEMMs.
-int configure_threads(int64_t threads);
+// `setting` names where the request came from (train.device, --device) in the errors.
+Device resolve_device(const std::string& requested, const std::string& setting = "train.device");
+// threads = 0 uses every core, else 1..kMaxThreads. Applies to OpenMP kernels and Eigen GEMMs.
+int configure_threads(int64_t threads, const std::string& setting = "train.threads");
 // train.precision on `device`: true for bf16 on a GPU (mixed precision: the arena's bf16 compute
 // copy, bf16 activations). The CPU always computes in fp32, whatever the recipe says.
 bool uses_mixed_precision(const std::string& precision, Device device);

@@ -24,6 +24,20 @@ std::string gib_or_mib(size_t bytes) {
   return text;
 }
 
+// Bounds of the decoding flags. With them no product of batch, positions and bytes per position can
+// overflow; the memory check refuses what the device cannot hold long before.
+constexpr int64_t kMaxBatch = int64_t(1) << 16;
+constexpr int64_t kMaxNewTokens = int64_t(1) << 24;
+
+// CLI11 would read "-1" into an unsigned option as 2^64-1: a sign is refused before the conversion.
+const CLI::Validator kNonNegativeWholeNumber(
+    [](std::string& value) {
+      return value.find_first_not_of("0123456789") == std::string::npos && !value.empty()
+                 ? std::string()
+                 : "Value " + value + " is not a whole number of 0 or more";
+    },
+    "UINT");
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
@@ -42,6 +56,7 @@ void add_generate_command(CLI::App& app) {
                           ->check(CLI::ExistingFile);
   prompt->excludes(prompt_file);
   cmd->add_option("--max-new-tokens", args->options.max_new_tokens, "Tokens to generate per sequence")
+      ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
   cmd->add_option("--temperature", args->options.sampling.temperature, "Sampling temperature; 0 is greedy")
       ->capture_default_str();
@@ -49,8 +64,12 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top-p", args->options.sampling.top_p, "Nucleus: the smallest set of tokens with this mass")
       ->capture_default_str();
-  cmd->add_option("--seed", args->options.sampling.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--batch", args->options.batch, "Samples of the prompt generated together")->capture_default_str();
+  cmd->add_option("--seed", args->options.sampling.seed, "Sampling seed (0 or more)")
+      ->check(kNonNegativeWholeNumber)
+      ->capture_default_str();
+  cmd->add_option("--batch", args->options.batch, "Samples of the prompt generated together")
+      ->check(CLI::Range(int64_t(1), kMaxBatch))
+      ->capture_default_str();
   cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
   cmd->add_flag("--ignore-eos", args->options.ignore_eos, "Go on past the end-of-text token (fixed-length runs)");
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
@@ -59,7 +78,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--precision", args->precision, "GPU compute precision: bf16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads (0: every core)")->capture_default_str();
+  add_threads_option(cmd, args->threads, "CPU threads");
   cmd->callback([args] {
     FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
     const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
@@ -68,8 +87,8 @@ void add_generate_command(CLI::App& app) {
     FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
                  " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
     const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_name);
-    const Device device = resolve_device(args->device);
-    configure_threads(args->threads);
+    const Device device = resolve_device(args->device, "--device");
+    configure_threads(args->threads, "--threads");
     const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device,
                                    uses_mixed_precision(args->precision, device));
     const Decoder& model = inference.decoder();
@@ -89,7 +108,7 @@ void add_generate_command(CLI::App& app) {
       std::cerr << "  " << memory.state_layers << " " << join_names(memory.state_kinds, "/")
                 << (memory.state_layers == 1 ? " layer keeps " : " layers keep ")
                 << gib_or_mib(memory.state_bytes) << " of constant state per sequence instead of a KV cache of "
-                << gib_or_mib(memory.kv_bytes_saved_per_position * 1024) << " per 1K tokens\n";
+                << gib_or_mib(memory.kv_bytes_saved_per_position * 1000) << " per 1,000 tokens\n";
     std::cout << text << std::flush;
     const GenerationResult result =
         generate(model, *tokenizer, prompt_ids, args->options, dtype, device,

@@ -15,15 +15,20 @@
 namespace fathom {
 
 namespace {
-// The "step" of a metrics line, or -1 when the line cannot be read.
-int64_t line_step(const std::string& line) {
+// A metrics line as a JSON map, or a null node when the line cannot be read.
+YAML::Node parse_line(const std::string& line) {
   try {
-    int64_t step = -1;
     const YAML::Node node = parse_json(line, "metrics.jsonl");
-    return node.IsMap() && node["step"] && json_integer(node["step"], step) ? step : -1;
+    return node.IsMap() ? node : YAML::Node();
   } catch (const Error&) {
-    return -1;
+    return YAML::Node();
   }
+}
+
+// The "step" of a metrics line, or -1 when the line cannot be read.
+int64_t line_step(const YAML::Node& node) {
+  int64_t step = -1;
+  return node.IsMap() && node["step"] && json_integer(node["step"], step) ? step : -1;
 }
 }  // namespace
 
@@ -36,7 +41,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resume_step
   std::ifstream in(path_);
   std::string kept, line;
   while (std::getline(in, line)) {
-    const int64_t step = line_step(line);
+    const int64_t step = line_step(parse_line(line));
     if (step >= 0 && step <= resume_step) kept += line + "\n";
   }
   write_file_atomically(path_, kept);
@@ -55,6 +60,18 @@ void MetricsLog::write(const std::string& kind, int64_t step, const std::vector<
   out.flush();
   FATHOM_CHECK(out.good(), "cannot append to the metrics log ", path_, " (", std::strerror(errno),
                "); free disk space or fix the folder's permissions, then train --resume from the last checkpoint");
+}
+
+bool MetricsLog::holds(const std::string& kind, int64_t step, const std::string& field) const {
+  std::ifstream in(path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    const YAML::Node node = parse_line(line);
+    if (line_step(node) == step && node["kind"] && node["kind"].IsScalar() && node["kind"].Scalar() == kind &&
+        node[field])
+      return true;
+  }
+  return false;
 }
 
 std::string format_duration(double seconds) {

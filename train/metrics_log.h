@@ -15,6 +15,8 @@ class MetricsLog {
   MetricsLog(const std::filesystem::path& run_dir, int64_t resume_step);
   // Appends {"kind": kind, "step": step, <fields>} and flushes.
   void write(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& fields);
+  // Whether a record of `kind` at `step` holds `field` (an evaluation a resumed run must not repeat).
+  bool holds(const std::string& kind, int64_t step, const std::string& field) const;
 
  private:
   std::filesystem::path path_;

@@ -191,12 +191,31 @@ fs::path TrainingRun::save() {
   return dir;
 }
 
-std::map<std::string, EvalResult> TrainingRun::evaluate() {
+std::map<std::string, EvalResult> TrainingRun::evaluate() { return evaluate_domains(nullptr); }
+
+bool TrainingRun::evaluation_due(int64_t step) const {
+  return step > 0 && ((recipe_.eval.every > 0 && step % recipe_.eval.every == 0) || step == recipe_.train.steps);
+}
+
+std::map<std::string, EvalResult> TrainingRun::evaluate_missing() {
+  if (!evaluation_due(state_.step)) return {};
+  // Rank 0 reads the log; every rank learns its answer, since each evaluates a share of the batches.
+  std::set<std::string> missing;
+  for (const auto& [domain, source] : data_.validation)
+    if (any_rank(writes() && !metrics_->holds("eval", state_.step, "loss/" + domain))) missing.insert(domain);
+  if (missing.empty()) return {};
+  log("the evaluation of step " + std::to_string(state_.step) +
+      " is missing from metrics.jsonl (the run stopped between its checkpoint and its evaluation): evaluating now");
+  return evaluate_domains(&missing);
+}
+
+std::map<std::string, EvalResult> TrainingRun::evaluate_domains(const std::set<std::string>* domains) {
   NoGrad no_grad;
   std::map<std::string, EvalResult> results;
   // Every rank holds the same weights: each evaluates its share of the batches, and each gets the
   // whole result; rank 0 records it.
   for (const auto& [domain, source] : data_.validation) {
+    if (domains && !domains->count(domain)) continue;
     const EvalResult e = fathom::evaluate(*model_, source, recipe_.train.batch_size, recipe_.train.seq_len,
                                           recipe_.eval.batches, device_, EvalRouting::topk, comm_);
     results[domain] = e;
@@ -231,6 +250,8 @@ std::string TrainingRun::describe() const {
                      (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
   std::string precision = mixed_ ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
   if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
+  if (!mixed_ && device_.is_cuda() && r.model.moda.enabled())
+    precision += ", except MoDA's attention (bf16 q, k, v and depth stream, fp32 accumulation)";
   std::string plan_text = memory_plan_.describe();
   plan_text.pop_back();  // the caller ends the line
   if (comm_->world() > 1) {

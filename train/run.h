@@ -50,6 +50,11 @@ class TrainingRun {
   // Every validation domain, without gradients, its batches shared among the ranks (every rank must
   // call it); written to metrics.jsonl and the console.
   std::map<std::string, EvalResult> evaluate();
+  // Whether the recipe evaluates at `step` (every eval.every steps, and at the last).
+  bool evaluation_due(int64_t step) const;
+  // The current step's due evaluations that metrics.jsonl lacks, for a run resumed from a checkpoint
+  // whose evaluation a kill cut off (the checkpoint is written first); nothing when none is missing.
+  std::map<std::string, EvalResult> evaluate_missing();
   // A console line (none when quiet, and none on ranks other than 0).
   void log(const std::string& line) const;
   // Rank 0 of the world writes the run's files and console lines; the other ranks only train.
@@ -75,6 +80,8 @@ class TrainingRun {
  private:
   Recipe recipe_;
   RunOptions options_;
+  // Evaluates `domains` (all of them when null), records each and returns the results.
+  std::map<std::string, EvalResult> evaluate_domains(const std::set<std::string>* domains);
   Communicator* comm_ = nullptr;
   Device device_;
   std::filesystem::path run_dir_;

@@ -85,6 +85,9 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
   result.reports = run.writes();
   ProgressReport progress(run);
   const int64_t total_steps = recipe.train.steps;
+  // A resumed run first makes up the evaluation a kill after its checkpoint cut off (the final one too).
+  if (options.resume)
+    for (const auto& [domain, e] : run.evaluate_missing()) result.validation_loss[domain] = e.loss;
   while (!run.finished()) {
     const double lr = run.lr();
     const StepResult step = run.step();
@@ -98,7 +101,7 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
     if (stopping) run.log("stop requested: saving a checkpoint at step " + std::to_string(done));
     // The checkpoint comes before the evaluation: nothing after the step can lose it.
     if ((recipe.checkpoint.every > 0 && done % recipe.checkpoint.every == 0) || last || stopping) run.save();
-    if ((recipe.eval.every > 0 && done % recipe.eval.every == 0) || last)
+    if (run.evaluation_due(done))
       for (const auto& [domain, e] : run.evaluate()) result.validation_loss[domain] = e.loss;
     if (stopping) {
       result.stopped_by_signal = true;

@@ -26,13 +26,16 @@ struct Case {
   int64_t slots = 0;  // depth slots read, the range [1, 1 + slots) of slots + 2
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string describe_case(const Case& c) {
   char text[128];
   std::snprintf(text, sizeof(text), "B%lld_Tq%lld_Hk%lld_G%lld_d%lld_len%lld_L%lld", (long long)c.B, (long long)c.Tq,
                 (long long)c.Hk, (long long)c.G, (long long)c.d, (long long)c.length, (long long)c.slots);
   return text;
 }
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return describe_case(info.param); }
+// gtest prints a parameter with this, not as its raw bytes.
+[[maybe_unused]] void PrintTo(const Case& c, std::ostream* os) { *os << describe_case(c); }
 
 // A bf16 cache [B, Hk, capacity, d] whose first `length` positions are random and whose tail holds
 // `poison`; on the GPU, and exactly as f32 on the host.
@@ -118,7 +121,8 @@ TEST(GpuDecodeAttentionErrors, UnsupportedHeadDimAndDtype) {
   EXPECT_EQ(o.shape(), q.shape());
   EXPECT_TRUE(o.device() == kGpu && o.dtype() == DType::bf16);
   const Tensor q32 = Tensor::zeros({1, 1, 2, 64}, DType::f32, kGpu), kv32 = Tensor::zeros({1, 2, 4, 64}, DType::f32, kGpu);
-  expect_error([&] { decode_attention(q32, kv32, kv32, 4, 0.1); }, {"q F32[1, 1, 2, 64]", "must be BF16"});
+  // The dispatch decodes F32 with the fp32 attention kernel (test_gpu_attention.cpp); this one refuses it.
+  expect_error([&] { cuda::decode_attention(q32, kv32, kv32, 4, DepthSlots{}, 0.1); }, {"q F32[1, 1, 2, 64]", "must be BF16"});
   const Tensor kv_cpu = Tensor::zeros({1, 2, 4, 96}, DType::bf16);
   expect_error([&] { decode_attention(q, kv_cpu, kv_cpu, 4, 0.1); }, {"tensors on different devices"});
 }

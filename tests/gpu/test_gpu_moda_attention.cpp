@@ -53,6 +53,8 @@ std::string describe_case(const Case& c, const char* separator) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return describe_case(info.param, "_"); }
+// gtest prints a parameter with this, not as its raw bytes.
+[[maybe_unused]] void PrintTo(const Case& c, std::ostream* os) { *os << describe_case(c, " "); }
 
 // ||got - want|| / ||want||, infinite if anything is not finite (unwritten outputs are NaN-poisoned).
 // ||want|| is floored at an RMS of 1e-4 per element: with no depth slots and T = 1 the only key is the

@@ -6,6 +6,7 @@
 
 #include "train/recipe.h"
 #include "train/trainer.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "../unit/test_support.h"
 #include "cli_test_helpers.h"
 
@@ -43,12 +44,52 @@ TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --top-p 0"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("--top-p must be in (0, 1]"), std::string::npos);
   // Caches larger than the host's memory are refused before anything is allocated.
-  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --max-new-tokens 1000000000000 --batch 64 "
+  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --max-new-tokens 16000000 --batch 65536 "
                             "--device cpu"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("lower --batch or --max-new-tokens"), std::string::npos)
       << read_bytes(dir / "err.txt");
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "missing").string() + " --prompt x"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("fathom: error:"), std::string::npos);
+}
+
+// Each decoding flag is checked against its range before anything is read, and the error names the
+// flag and the range: no value wraps (--seed -1), overflows a sum or reaches the thread library.
+TEST(GenerateCli, FlagsOutsideTheirRangesAreErrorsNamingTheFlag) {
+  fathom::testing::ScratchFolder dir;
+  const std::string start = "generate --checkpoint " + (dir / "no-such-run").string() + " --prompt x ";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--threads 100000", "--threads: Value 100000 not in range 0 to 1024"},
+      {"--threads -1", "--threads: Value -1 not in range 0 to 1024"},
+      {"--batch 0", "--batch: Value 0 not in range 1 to 65536"},
+      {"--batch -2", "--batch: Value -2 not in range 1 to 65536"},
+      {"--max-new-tokens -5", "--max-new-tokens: Value -5 not in range 1 to 16777216"},
+      {"--max-new-tokens 9223372036854775807", "--max-new-tokens: Value 9223372036854775807 not in range"},
+      {"--seed -1", "--seed: Value -1 is not a whole number of 0 or more"},
+  };
+  for (const auto& [flag, message] : cases) {
+    EXPECT_NE(run_fathom(dir, start + flag), 0) << flag;
+    const std::string err = read_bytes(dir / "err.txt");
+    EXPECT_NE(err.find(message), std::string::npos) << flag << ": " << err;
+    EXPECT_EQ(err.find("no-such-run"), std::string::npos) << flag << ": checked after the checkpoint: " << err;
+  }
+}
+
+// --device cuda on a machine without a GPU names the flag, not a recipe key.
+TEST(GenerateCli, DeviceCudaWithoutAGpuNamesTheFlag) {
+  if (fathom::test::gpu_present()) GTEST_SKIP() << "a GPU is present";
+  fathom::testing::ScratchFolder dir;
+  const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/train/sotu_2009-2019.txt";
+  const std::string recipe = (dir / "tiny.yaml").string();
+  fathom::testing::write_bytes(recipe,
+      "model: {d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1, ffn_hidden: 64, vocab_size: 257}\n"
+      "data: {tokenizer: bytes, train: [" + corpus + "]}\n"
+      "train: {device: cpu, threads: 1, batch_size: 1, seq_len: 16, steps: 1, optimizer: {lr: 1.0e-3}}\n"
+      "log: {dir: " + (dir / "run").string() + "}\n");
+  ASSERT_EQ(run_fathom(dir, "train " + recipe), 0) << read_bytes(dir / "err.txt");
+  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "run").string() + " --prompt x --device cuda"), 1);
+  const std::string err = read_bytes(dir / "err.txt");
+  EXPECT_NE(err.find("--device asks for cuda, but no GPU is usable here"), std::string::npos) << err;
+  EXPECT_EQ(err.find("train.device"), std::string::npos) << err;
 }
 
 // A hybrid with a dsla layer trains, checkpoints and generates through the binary, and generate says
@@ -69,9 +110,9 @@ TEST(GenerateCli, DslaLayersKeepAConstantStateInsteadOfAKvCache) {
       << read_bytes(dir / "err.txt");
   EXPECT_EQ(read_bytes(dir / "out.txt").rfind("The Union", 0), 0u);
   // One attention layer: K and V of 1 head x 16, f32 = 128 bytes per position; the dsla layer's two
-  // fp32 states [2 heads, 16, 16] = 4 KiB, in place of 128 KiB of KV cache per 1K tokens.
+  // fp32 states [2 heads, 16, 16] = 4 KiB, in place of 128,000 bytes (125 KiB) of KV cache per 1,000 tokens.
   const std::string err = read_bytes(dir / "err.txt");
   EXPECT_NE(err.find("(128 bytes per position and sequence)"), std::string::npos) << err;
-  EXPECT_NE(err.find("1 dsla layer keeps 4.0 KiB of constant state per sequence instead of a KV cache of 128.0 KiB "
-                     "per 1K tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 dsla layer keeps 4.0 KiB of constant state per sequence instead of a KV cache of 125.0 KiB "
+                     "per 1,000 tokens"), std::string::npos) << err;
 }

@@ -303,6 +303,78 @@ TEST(RunSafetyCli, TheFinalCheckpointIsWrittenBeforeTheFinalEvaluation) {
   EXPECT_LT(checkpoint, text.find("eval moby_dick @ step 2")) << text;
 }
 
+namespace {
+// The "eval" lines of a run's metrics.jsonl, in order.
+std::vector<std::string> evaluation_records(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::vector<std::string> records;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"kind\":\"eval\"") != std::string::npos) records.push_back(line);
+  return records;
+}
+
+// Starts `fathom train recipe` and kills it (SIGKILL) as soon as its console says the checkpoint of
+// `step` is written, that is inside the window before that step's evaluation; returns its wait status.
+int kill_after_checkpoint(const fs::path& recipe, const fs::path& run, int step) {
+  int out[2];
+  EXPECT_EQ(::pipe(out), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::execl(FATHOM_BINARY, FATHOM_BINARY, "train", recipe.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  const std::string wanted = "checkpoint " + (run / "checkpoints" / name).string();
+  FILE* lines = ::fdopen(out[0], "r");
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, lines))
+    if (std::string(buffer).rfind(wanted, 0) == 0) {
+      ::kill(child, SIGKILL);
+      break;
+    }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::fclose(lines);
+  return status;
+}
+}  // namespace
+
+// A kill between a checkpoint and its evaluation (mid-run, and after the final checkpoint) loses no
+// evaluation: --resume makes it up first, and the records equal an uninterrupted run's.
+TEST(RunSafetyCli, AnEvaluationCutOffByAKillIsMadeUpOnResume) {
+  ScratchFolder dir;
+  // Evaluations long next to the time a kill takes to land, so the kill falls inside the window.
+  const std::vector<std::string> sets{"eval.every=3", "eval.batches=64"};
+  run_training(recipe_for(dir / "straight", 6, sets), options());
+  const std::vector<std::string> expected = evaluation_records(dir / "straight");
+  ASSERT_EQ(expected.size(), 2u);
+
+  for (const int killed_at : {3, 6}) {
+    SCOPED_TRACE("killed after the checkpoint of step " + std::to_string(killed_at));
+    const fs::path run = dir / ("killed_at_" + std::to_string(killed_at));
+    const fs::path recipe = dir / ("killed_at_" + std::to_string(killed_at) + ".yaml");
+    std::string text = tiny_recipe(run, 6);
+    const std::string no_evaluations = "eval: {every: 0, batches: 2}";
+    text.replace(text.find(no_evaluations), no_evaluations.size(), "eval: {every: 3, batches: 64}");
+    write_bytes(recipe, text);
+    const int status = kill_after_checkpoint(recipe, run, killed_at);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the run ended before the kill: " << status;
+    ASSERT_EQ(latest_name(run), killed_at == 3 ? "step_00000003" : "step_00000006");
+    ASSERT_EQ(evaluation_records(run).size(), killed_at == 3 ? 0u : 1u) << "the kill came after the evaluation";
+
+    const TrainResult resumed = run_training(recipe_for(run, 6, sets), options(/*resume=*/true));
+    EXPECT_EQ(resumed.steps_done, 6);
+    EXPECT_EQ(evaluation_records(run), expected);
+    // Made up once: a second resume of the finished run evaluates nothing again.
+    run_training(recipe_for(run, 6, sets), options(/*resume=*/true));
+    EXPECT_EQ(evaluation_records(run), expected);
+  }
+}
+
 // ---- 5. signals ----
 
 namespace {

@@ -62,6 +62,13 @@ struct Variant {
   bool qk_norm;
 };
 
+std::string variant_name(const Variant& v) {
+  return std::string(recompute_name(v.recompute)) + "_" + v.norm + (v.tied ? "_tied" : "_untied") +
+         (v.qk_norm ? "" : "_no_qk_norm");
+}
+// gtest prints a parameter with this, not as its raw bytes.
+[[maybe_unused]] void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
+
 // Bytes the forward leaves alive for backward (the logits included).
 size_t live_after_forward(const ModelConfig& c, Recompute recompute, int64_t B, int64_t T) {
   Decoder model(c);
@@ -91,11 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Norms, RecomputeModes,
                                            Variant{Recompute::selective, "post", false, true},
                                            Variant{Recompute::selective, "pre", true, true},
                                            Variant{Recompute::selective, "pre", false, false}),
-                         [](const auto& info) {
-                           const Variant& v = info.param;
-                           return std::string(recompute_name(v.recompute)) + "_" + v.norm +
-                                  (v.tied ? "_tied" : "_untied") + (v.qk_norm ? "" : "_no_qk_norm");
-                         });
+                         [](const auto& info) { return variant_name(info.param); });
 
 TEST(BlockRecompute, KeepsOnlyTheBlockInputsThroughTheForward) {
   // What the forward leaves alive for backward: with recompute, one [B, T, d] tensor per block
