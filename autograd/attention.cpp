@@ -35,11 +35,6 @@ class AttentionNode final : public Node {
 
 Variable attention(const Variable& q, const Variable& k, const Variable& v, double scale) {
   FATHOM_CHECK(q.defined() && k.defined() && v.defined(), "attention: undefined input");
-  if (q.device().is_cuda() && q.dtype() == DType::f32) {
-    // The CUDA flash kernels take bf16 only; the all-fp32 path (train.precision: fp32) rounds q, k, v
-    // to bf16 around them. Mixed precision hands bf16 in directly.
-    return cast(attention(cast(q, DType::bf16), cast(k, DType::bf16), cast(v, DType::bf16), scale), DType::f32);
-  }
   AttentionOutput out = attention_forward(q.value(), k.value(), v.value(), scale);
   if (!any_requires_grad({q, k, v})) return Variable(std::move(out.o));
   auto node = std::make_shared<AttentionNode>(SavedTensor::of(q), SavedTensor::of(k), v.value(), out.o,

@@ -6,6 +6,7 @@
 #include "kernels/dispatch.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/attention/attention.h"
+#include "kernels/cuda/attention/attention_fp32.h"
 #endif
 
 namespace fathom {
@@ -31,6 +32,8 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   check_qkv("attention", q, k, v, scale);
   if (common_device("attention", {&q, &k, &v}).is_cpu()) return cpu::attention_forward(q, k, v, scale);
 #ifdef FATHOM_WITH_CUDA
+  // F32 (train.precision: fp32) runs the fp32 kernels; BF16 the flash kernels.
+  if (q.dtype() == DType::f32) return cuda::attention_forward_fp32(q, k, v, scale);
   return cuda::attention_forward(q, k, v, scale);
 #else
   no_cuda_kernel("attention");
@@ -50,6 +53,7 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
   if (common_device("attention_backward", {&grad_o, &q, &k, &v, &o, &lse}).is_cpu())
     return cpu::attention_backward(grad_o, q, k, v, o, lse, scale);
 #ifdef FATHOM_WITH_CUDA
+  if (q.dtype() == DType::f32) return cuda::attention_backward_fp32(grad_o, q, k, v, o, lse, scale);
   return cuda::attention_backward(grad_o, q, k, v, o, lse, scale);
 #else
   no_cuda_kernel("attention_backward");

@@ -18,8 +18,9 @@
 // sequence of T tokens (length = T), o equals the last Tq rows of attention_forward (or of
 // moda_attention_forward with the same slots).
 // Returns o [B, Tq, Hq, d] in q's dtype. Forward only: generation needs no gradient.
-// DTypes: one for all inputs: F32 or F64 on the CPU; BF16 on CUDA (fp32 accumulation). The CUDA
-// kernel takes head dims 64 and 128; other head dims on CUDA are decoded by the CPU reference.
+// DTypes: one for all inputs: F32 or F64 on the CPU; BF16 or F32 on CUDA. The bf16 CUDA kernel
+// (fp32 accumulation) takes head dims 64 and 128; F32 without depth slots runs the fp32 attention
+// kernel (kernels/cuda/attention/attention_fp32.h); the rest is decoded by the CPU reference.
 #pragma once
 #include <cstdint>
 

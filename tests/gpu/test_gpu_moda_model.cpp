@@ -14,6 +14,7 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/model_step.h"
 #include "tests/gpu/training_losses.h"
 #include "tests/unit/test_support.h"
 
@@ -26,31 +27,6 @@ namespace {
 ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
   return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
           .norm = norm, .moda = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)}};
-}
-
-Tensor token_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
-  return random_ints({B, T}, vocab, seed, DType::i32);
-}
-
-struct StepResult {
-  Tensor logits;  // on the host
-  double loss = 0;
-  TensorMap grads;  // per parameter, on the host
-};
-
-// One forward and backward of `config` with the arena initialised from `seed` on `device`.
-StepResult forward_backward(const ModelConfig& config, const Tensor& ids, const Tensor& targets, Device device) {
-  Decoder model(config);
-  ParameterArena arena(model, device);
-  arena.initialise(17);
-  arena.zero_grad();
-  const Variable logits = model.logits(ids.to(device));
-  const int64_t rows = ids.numel();
-  LossParts loss = cross_entropy(reshape(logits, {rows, config.vocab_size}), targets.to(device).view({rows}), 1e-5);
-  backward(loss.loss);
-  StepResult r{logits.value().to(DType::f32).to(Device::cpu()), loss.ce, {}};
-  for (const ArenaEntry& e : arena.entries()) r.grads.emplace_back(e.name, e.var.grad().to(Device::cpu()));
-  return r;
 }
 
 std::string test_name(std::string s) {

@@ -66,7 +66,7 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
 // ---- Tensor wrappers ----
 
 namespace {
-constexpr const char* kComputes = "the CUDA kernels compute bf16 attention with fp32 statistics";
+constexpr const char* kComputes = "CUDA attention runs the flash kernels on BF16 and the fp32 kernels on F32";
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {

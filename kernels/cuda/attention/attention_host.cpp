@@ -36,13 +36,13 @@ FlashShape sequence_shape_of(const Tensor& q, const Tensor& k, double scale) {
 }
 
 AttentionOutput empty_attention_output(const Tensor& q) {
-  return {Tensor::empty(q.shape(), DType::bf16, q.device()),
+  return {Tensor::empty(q.shape(), q.dtype(), q.device()),
           Tensor::empty({q.dim(0), q.dim(2), q.dim(1)}, DType::f32, q.device())};
 }
 
 AttentionGrads empty_attention_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return {Tensor::empty(q.shape(), DType::bf16, q.device()), Tensor::empty(k.shape(), DType::bf16, q.device()),
-          Tensor::empty(v.shape(), DType::bf16, q.device())};
+  return {Tensor::empty(q.shape(), q.dtype(), q.device()), Tensor::empty(k.shape(), k.dtype(), q.device()),
+          Tensor::empty(v.shape(), v.dtype(), q.device())};
 }
 
 Tensor device_scratch(size_t bytes, Device device) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/attention.h"
@@ -47,7 +48,7 @@ void check_current_device(const char* op, Device device);
 // q [B, T, Hq, d], k [B, T, Hk, d] as a FlashShape.
 FlashShape sequence_shape_of(const Tensor& q, const Tensor& k, double scale);
 
-// Outputs from the device's allocator: o like q (BF16) with lse F32 [B, Hq, T]; dq, dk, dv like q, k, v.
+// Outputs from the device's allocator: o like q with lse F32 [B, Hq, T]; dq, dk, dv like q, k, v.
 AttentionOutput empty_attention_output(const Tensor& q);
 AttentionGrads empty_attention_grads(const Tensor& q, const Tensor& k, const Tensor& v);
 
@@ -56,26 +57,32 @@ AttentionGrads empty_attention_grads(const Tensor& q, const Tensor& k, const Ten
 // this stream's order.
 Tensor device_scratch(size_t bytes, Device device);
 
+// The element type of a parameter struct's sequence pointers: bf16 (flash, MoDA) or float (fp32).
+template <class Params>
+using ElementOf = std::remove_const_t<std::remove_pointer_t<decltype(Params::q)>>;
+
 template <class Params>
 void set_forward_pointers(Params& p, const Tensor& q, const Tensor& k, const Tensor& v, AttentionOutput& out) {
-  p.q = q.data<bf16>();
-  p.k = k.data<bf16>();
-  p.v = v.data<bf16>();
-  p.o = out.o.data<bf16>();
+  using E = ElementOf<Params>;
+  p.q = q.data<E>();
+  p.k = k.data<E>();
+  p.v = v.data<E>();
+  p.o = out.o.data<E>();
   p.lse = out.lse.data<float>();
 }
 template <class Params>
 void set_backward_pointers(Params& p, const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                            const Tensor& o, const Tensor& lse, AttentionGrads& grads) {
-  p.q = q.data<bf16>();
-  p.k = k.data<bf16>();
-  p.v = v.data<bf16>();
-  p.o = o.data<bf16>();
-  p.grad_o = grad_o.data<bf16>();
+  using E = ElementOf<Params>;
+  p.q = q.data<E>();
+  p.k = k.data<E>();
+  p.v = v.data<E>();
+  p.o = o.data<E>();
+  p.grad_o = grad_o.data<E>();
   p.lse = lse.data<float>();
-  p.dq = grads.dq.data<bf16>();
-  p.dk = grads.dk.data<bf16>();
-  p.dv = grads.dv.data<bf16>();
+  p.dq = grads.dq.data<E>();
+  p.dk = grads.dk.data<E>();
+  p.dv = grads.dv.data<E>();
 }
 
 }  // namespace fathom::cuda
