@@ -8,6 +8,7 @@
 #include "core/json.h"
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
+#include "layers/hf_remote_code.h"
 
 namespace fathom {
 
@@ -53,45 +54,121 @@ bool folder_is_empty(const fs::path& dir) {
 
 }  // namespace
 
-std::string hf_architecture_for(const ModelConfig& c) {
-  FATHOM_CHECK(!c.mod.enabled(), "export: the model routes blocks with MoD (mod.capacity ", c.mod.capacity,
-               "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; a dense copy would compute another function");
+namespace {
+
+// Why no transformers class computes `c` (empty when one does).
+std::string why_no_native_class(const ModelConfig& c) {
+  using detail::concat;
+  if (c.moda.enabled())
+    return concat("the model reads depth KV with MoDA (moda.variant ", name_of(c.moda.variant),
+                  "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; without the depth reads they would "
+                  "compute another function");
+  if (c.mod.enabled())
+    return concat("the model routes blocks with MoD (mod.capacity ", c.mod.capacity,
+                  "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; a dense copy would compute another "
+                  "function");
   for (int64_t i = 0; i < c.n_layers; ++i)
-    FATHOM_CHECK(c.layer_kind(i) == "attention", "export: layer ", i, " is a '", c.layer_kind(i),
-                 "' layer, which Olmo2ForCausalLM and LlamaForCausalLM do not have (they are attention only)");
-  if (c.norm == "post" && c.qk_norm) return "Olmo2ForCausalLM";
-  if (c.norm == "pre" && !c.qk_norm) return "LlamaForCausalLM";
-  FATHOM_FAIL("export: no transformers class has norm: ", c.norm, " with qk_norm: ", c.qk_norm ? "true" : "false",
-              " (Olmo2ForCausalLM is norm post with qk_norm, LlamaForCausalLM norm pre without)");
+    if (c.layer_kind(i) != "attention")
+      return concat("layer ", i, " is a '", c.layer_kind(i),
+                    "' layer, which Olmo2ForCausalLM and LlamaForCausalLM do not have (they are attention only)");
+  if ((c.norm == "post") != c.qk_norm)
+    return concat("no transformers class has norm: ", c.norm, " with qk_norm: ", c.qk_norm ? "true" : "false",
+                  " (Olmo2ForCausalLM is norm post with qk_norm, LlamaForCausalLM norm pre without)");
+  return "";
 }
 
-std::string hf_config_json(const ModelConfig& c, const HfExportOptions& options) {
-  c.validate();
-  const std::string architecture = hf_architecture_for(c);
-  const bool llama = architecture == "LlamaForCausalLM";
-  FATHOM_CHECK(options.max_position_embeddings >= 1, "export: max_position_embeddings must be positive, got ",
-               options.max_position_embeddings);
-  JsonWriter w;
-  w.begin_object();
-  w.key("architectures").begin_array().value(architecture).end_array();
-  w.key("model_type").value(llama ? "llama" : "olmo2");
+constexpr const char* kRemoteCodeClass = "FathomForCausalLM";
+
+// The standard size keys both kinds of config.json carry.
+void write_sizes(JsonWriter& w, const ModelConfig& c, const HfExportOptions& options) {
   w.key("hidden_size").value(c.d_model);
   w.key("intermediate_size").value(c.ffn_hidden);
   w.key("num_hidden_layers").value(c.n_layers);
   w.key("num_attention_heads").value(c.n_heads);
   w.key("num_key_value_heads").value(c.n_kv_heads);
-  if (llama) w.key("head_dim").value(c.head_dim());
   w.key("vocab_size").value(c.vocab_size);
-  w.key("hidden_act").value("silu");
   w.key("rms_norm_eps").value(c.norm_eps);
   w.key("max_position_embeddings").value(options.max_position_embeddings);
+}
+
+void write_rope_scaling_fields(JsonWriter& w, const RopeScaling& s) {
+  w.key("factor").value(s.factor);
+  w.key("low_freq_factor").value(s.low_freq_factor);
+  w.key("high_freq_factor").value(s.high_freq_factor);
+}
+
+// The token ids, cache use and dtype both kinds end with.
+void write_tokens_and_dtype(JsonWriter& w, const HfExportOptions& options) {
+  w.key("bos_token_id").null();
+  if (options.eos_token_id)
+    w.key("eos_token_id").value(*options.eos_token_id);
+  else
+    w.key("eos_token_id").null();
+  w.key("pad_token_id").null();
+  w.key("use_cache").value(true);
+  w.key("dtype").value(torch_dtype_name(options.dtype));
+}
+
+// modeling_fathom.FathomConfig's fields: what fathom_core.FathomSpec reads.
+void write_remote_code_config(JsonWriter& w, const ModelConfig& c, const HfExportOptions& options) {
+  w.key("architectures").begin_array().value(kRemoteCodeClass).end_array();
+  w.key("model_type").value("fathom");
+  w.key("auto_map").begin_object();
+  w.key("AutoConfig").value("modeling_fathom.FathomConfig");
+  w.key("AutoModelForCausalLM").value(std::string("modeling_fathom.") + kRemoteCodeClass);
+  w.end_object();
+  write_sizes(w, c, options);
+  w.key("mod_routing").value("topk");
+  w.key("fathom").begin_object();
+  w.key("norm").value(c.norm);
+  w.key("qk_norm").value(c.qk_norm);
+  w.key("tie_embeddings").value(c.tie_embeddings);
+  w.key("rope").begin_object();
+  w.key("theta").value(c.rope_theta);
+  w.key("scaling").begin_object().key("type").value(c.rope_scaling.type);
+  if (c.rope_scaling.type == "llama3") {
+    write_rope_scaling_fields(w, c.rope_scaling);
+    w.key("original_max_position").value(c.rope_scaling.original_max_position);
+  }
+  w.end_object().end_object();
+  w.key("layers").begin_array();
+  for (int64_t i = 0; i < c.n_layers; ++i) w.value(c.layer_kind(i));
+  w.end_array();
+  w.key("moda").begin_object();
+  w.key("variant").value(name_of(c.moda.variant));
+  w.key("max_slots").value(c.moda.max_slots);
+  w.key("depth_key").value(name_of(c.moda.depth_key));
+  w.end_object();
+  w.key("mod").begin_object();
+  w.key("capacity").value(c.mod.capacity);
+  w.key("every").value(c.mod.every);
+  w.key("router_weight").value(name_of(c.mod.router_weight));
+  w.key("causal").value(name_of(c.mod.causal));
+  w.end_object();
+  w.key("dsla").begin_object();
+  w.key("states").value(c.dsla.states);
+  w.key("gamma").value(name_of(c.dsla.gamma));
+  w.end_object();
+  w.end_object();
+  // The model ties its head itself (fathom_core); transformers must not tie or untie anything.
+  w.key("tie_word_embeddings").value(false);
+  w.key("initializer_range").value(c.init_std);
+  write_tokens_and_dtype(w, options);
+}
+
+void write_native_config(JsonWriter& w, const ModelConfig& c, const HfExportOptions& options,
+                         const std::string& architecture) {
+  const bool llama = architecture == "LlamaForCausalLM";
+  w.key("architectures").begin_array().value(architecture).end_array();
+  w.key("model_type").value(llama ? "llama" : "olmo2");
+  write_sizes(w, c, options);
+  if (llama) w.key("head_dim").value(c.head_dim());
+  w.key("hidden_act").value("silu");
   w.key("rope_parameters").begin_object();
   w.key("rope_theta").value(c.rope_theta);
   if (c.rope_scaling.type == "llama3") {
     w.key("rope_type").value("llama3");
-    w.key("factor").value(c.rope_scaling.factor);
-    w.key("low_freq_factor").value(c.rope_scaling.low_freq_factor);
-    w.key("high_freq_factor").value(c.rope_scaling.high_freq_factor);
+    write_rope_scaling_fields(w, c.rope_scaling);
     w.key("original_max_position_embeddings").value(c.rope_scaling.original_max_position);
   } else {
     w.key("rope_type").value("default");
@@ -102,14 +179,38 @@ std::string hf_config_json(const ModelConfig& c, const HfExportOptions& options)
   if (llama) w.key("mlp_bias").value(false).key("pretraining_tp").value(1);
   w.key("tie_word_embeddings").value(c.tie_embeddings);
   w.key("initializer_range").value(c.init_std);
-  w.key("bos_token_id").null();
-  if (options.eos_token_id)
-    w.key("eos_token_id").value(*options.eos_token_id);
+  write_tokens_and_dtype(w, options);
+}
+
+}  // namespace
+
+std::string hf_architecture_for(const ModelConfig& c) {
+  const std::string why = why_no_native_class(c);
+  FATHOM_CHECK(why.empty(), "export: ", why);
+  return c.norm == "post" ? "Olmo2ForCausalLM" : "LlamaForCausalLM";
+}
+
+bool hf_needs_remote_code(const ModelConfig& c) { return !why_no_native_class(c).empty(); }
+
+std::string hf_export_class(const ModelConfig& c) {
+  if (!hf_needs_remote_code(c)) return hf_architecture_for(c);
+  FATHOM_CHECK(!(c.mod.enabled() && c.mod.router == ModRouter::random),
+               "export: mod.router: random routes by a fresh random draw each forward, which no exported model "
+               "can repeat (it is a control for experiments); export a model with the learned router");
+  return kRemoteCodeClass;
+}
+
+std::string hf_config_json(const ModelConfig& c, const HfExportOptions& options) {
+  c.validate();
+  const std::string architecture = hf_export_class(c);
+  FATHOM_CHECK(options.max_position_embeddings >= 1, "export: max_position_embeddings must be positive, got ",
+               options.max_position_embeddings);
+  JsonWriter w;
+  w.begin_object();
+  if (architecture == kRemoteCodeClass)
+    write_remote_code_config(w, c, options);
   else
-    w.key("eos_token_id").null();
-  w.key("pad_token_id").null();
-  w.key("use_cache").value(true);
-  w.key("dtype").value(torch_dtype_name(options.dtype));
+    write_native_config(w, c, options, architecture);
   w.end_object();
   return w.str() + "\n";
 }
@@ -136,6 +237,8 @@ void export_hf_model(const ModelConfig& config, const TensorMap& weights, const 
   TempFolderGuard guard(temp);
   write_file_atomically(temp / kHfConfigFile, config_json);
   write_safetensors((temp / kHfWeightsFile).string(), ordered, {{"format", "pt"}});
+  if (hf_needs_remote_code(config))
+    for (const HfRemoteFile& file : hf_remote_code_files()) write_file_atomically(temp / file.name, file.contents);
   fsync_directory(temp);
   move_folder_into_place(temp, folder);
   guard.release();

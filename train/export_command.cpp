@@ -35,7 +35,8 @@ void add_export_command(CLI::App& app) {
     options.eos_token_id = make_tokenizer(recipe.data.tokenizer)->eos_id();
     options.overwrite = args->overwrite;
     export_hf_model(recipe.model, checkpoint.model, args->out, options);
-    std::cout << "exported " << folder.string() << " as " << hf_architecture_for(recipe.model) << " to " << args->out
+    std::cout << "exported " << folder.string() << " as " << hf_export_class(recipe.model) << " to " << args->out
+              << (hf_needs_remote_code(recipe.model) ? " (remote code: load it with trust_remote_code=True)" : "")
               << "\n";
   });
 }

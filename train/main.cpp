@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   fathom::add_eval_command(app);
   fathom::add_export_command(app);
   fathom::add_generate_command(app);
+  fathom::add_logits_command(app);
   fathom::add_data_command(app);
   fathom::add_tokenizer_command(app);
   // An error on one rank of a data-parallel job ends every rank (naming this one); alone, main reports it.

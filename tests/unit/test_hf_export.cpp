@@ -1,10 +1,12 @@
 // HF export: config.json that import reads back to the same config, model.safetensors with the
-// same tensors (F32 exactly, BF16 rounded), atomic output folders, refused inputs.
+// same tensors (F32 exactly, BF16 rounded), atomic output folders, refused inputs; models without a
+// transformers class as remote code (config, modeling files, every parameter).
 #include <gtest/gtest.h>
 
 #include "core/json.h"
 #include "layers/hf_export.h"
 #include "layers/hf_import.h"
+#include "layers/hf_remote_code.h"
 #include "tests/unit/hf_test_helpers.h"
 #include "tests/unit/test_support.h"
 
@@ -27,6 +29,26 @@ ModelConfig llama_config() {
   c.tie_embeddings = true;
   c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
   c.rope_theta = 500000;
+  return c;
+}
+
+ModelConfig moda_config() {
+  ModelConfig c = olmo2_config();
+  c.moda.variant = MoDAVariant::attn_kv_ffn_kv;
+  return c;
+}
+
+ModelConfig mod_config() {
+  ModelConfig c = olmo2_config();
+  c.mod.capacity = 0.5;
+  c.mod.router_weight = ModRouterWeight::sigmoid;
+  return c;
+}
+
+ModelConfig dsla_config() {
+  ModelConfig c = olmo2_config();
+  c.layers = {"attention", "dsla"};
+  c.dsla.gamma = DslaGamma::head;
   return c;
 }
 
@@ -79,16 +101,110 @@ TEST(HfExportConfig, FieldsTransformersNeeds) {
   EXPECT_EQ(llama["dtype"].Scalar(), "float32");
 }
 
-TEST(HfExportConfig, CombinationsWithoutATransformersClassAreRefused) {
-  ModelConfig post_without_qk = olmo2_config();
-  post_without_qk.qk_norm = false;
-  expect_error([&] { hf_architecture_for(post_without_qk); }, {"norm: post with qk_norm: false"});
-  ModelConfig pre_with_qk = llama_config();
-  pre_with_qk.qk_norm = true;
-  expect_error([&] { hf_config_json(pre_with_qk, {}); }, {"norm: pre with qk_norm: true"});
+// No transformers class computes these: the native path refuses them, saying why, and the export
+// writes them as remote code instead.
+TEST(HfExportConfig, ModelsWithoutANativeClassExportAsRemoteCode) {
+  const std::vector<std::pair<ModelConfig, std::vector<std::string>>> cases = {
+      {moda_config(), {"moda.variant attn_kv+ffn_kv", "depth", "another function"}},
+      {mod_config(), {"MoD (mod.capacity 0.5", "another function"}},
+      {dsla_config(), {"layer 1 is a 'dsla' layer"}},
+      {[] { ModelConfig c = olmo2_config(); c.qk_norm = false; return c; }(), {"norm: post with qk_norm: false"}},
+      {[] { ModelConfig c = llama_config(); c.qk_norm = true; return c; }(), {"norm: pre with qk_norm: true"}},
+  };
+  for (const auto& [config, why] : cases) {
+    expect_error([&] { hf_architecture_for(config); }, why);
+    EXPECT_TRUE(hf_needs_remote_code(config));
+    EXPECT_EQ(hf_export_class(config), "FathomForCausalLM");
+    EXPECT_EQ(parse_json(hf_config_json(config, {}), "remote")["model_type"].Scalar(), "fathom");
+  }
+  for (const ModelConfig& native : {olmo2_config(), llama_config()}) {
+    EXPECT_FALSE(hf_needs_remote_code(native));
+    EXPECT_EQ(hf_export_class(native), hf_architecture_for(native));
+  }
+}
+
+TEST(HfExportConfig, RefusedInputs) {
+  // MoD's random router draws its routing afresh each forward: nothing exported can repeat it.
+  ModelConfig random_router = mod_config();
+  random_router.mod.router = ModRouter::random;
+  expect_error([&] { hf_config_json(random_router, {}); }, {"mod.router: random", "learned router"});
+  ScratchFolder dir;
+  expect_error([&] { export_hf_model(random_router, random_weights(random_router, 3), (dir / "hf").string(), {}); },
+               {"mod.router: random"});
+  EXPECT_TRUE(entries_of(dir.path()).empty());
   HfExportOptions f16;
   f16.dtype = DType::f16;
   expect_error([&] { hf_config_json(olmo2_config(), f16); }, {"F16 is not offered"});
+  expect_error([&] { hf_config_json(moda_config(), f16); }, {"F16 is not offered"});
+  HfExportOptions no_context;
+  no_context.max_position_embeddings = 0;
+  expect_error([&] { hf_config_json(dsla_config(), no_context); }, {"max_position_embeddings must be positive"});
+}
+
+TEST(HfExportConfig, RemoteCodeConfigCarriesEveryOption) {
+  ModelConfig c = moda_config();
+  c.moda = {MoDAVariant::extra_attn_kv_ffn_kv, 3, DepthKey::reader};
+  c.norm = "pre";
+  c.tie_embeddings = true;
+  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
+  HfExportOptions options;
+  options.max_position_embeddings = 256;
+  options.eos_token_id = 49;
+  const YAML::Node j = parse_json(hf_config_json(c, options), "remote");
+  EXPECT_EQ(j["architectures"][0].Scalar(), "FathomForCausalLM");
+  EXPECT_EQ(j["auto_map"]["AutoConfig"].Scalar(), "modeling_fathom.FathomConfig");
+  EXPECT_EQ(j["auto_map"]["AutoModelForCausalLM"].Scalar(), "modeling_fathom.FathomForCausalLM");
+  EXPECT_EQ(j["hidden_size"].Scalar(), "24");
+  EXPECT_EQ(j["num_key_value_heads"].Scalar(), "2");
+  EXPECT_EQ(j["max_position_embeddings"].Scalar(), "256");
+  EXPECT_EQ(j["eos_token_id"].Scalar(), "49");
+  EXPECT_EQ(j["mod_routing"].Scalar(), "topk");
+  EXPECT_EQ(j["tie_word_embeddings"].Scalar(), "false");  // the model ties its head itself
+  const YAML::Node f = j["fathom"];
+  EXPECT_EQ(f["norm"].Scalar(), "pre");
+  EXPECT_EQ(f["qk_norm"].Scalar(), "true");
+  EXPECT_EQ(f["tie_embeddings"].Scalar(), "true");
+  EXPECT_EQ(f["rope"]["theta"].Scalar(), "10000.0");
+  EXPECT_EQ(f["rope"]["scaling"]["type"].Scalar(), "llama3");
+  EXPECT_EQ(f["rope"]["scaling"]["original_max_position"].Scalar(), "8192");
+  EXPECT_EQ(f["layers"].size(), 2u);
+  EXPECT_EQ(f["layers"][1].Scalar(), "attention");
+  EXPECT_EQ(f["moda"]["variant"].Scalar(), "extra_attn_kv+ffn_kv");
+  EXPECT_EQ(f["moda"]["max_slots"].Scalar(), "3");
+  EXPECT_EQ(f["moda"]["depth_key"].Scalar(), "reader");
+
+  const YAML::Node mod = parse_json(hf_config_json(mod_config(), {}), "mod")["fathom"];
+  EXPECT_EQ(mod["mod"]["capacity"].Scalar(), "0.5");
+  EXPECT_EQ(mod["mod"]["every"].Scalar(), "2");
+  EXPECT_EQ(mod["mod"]["router_weight"].Scalar(), "sigmoid");
+  EXPECT_EQ(mod["mod"]["causal"].Scalar(), "predictor");
+  const YAML::Node dsla = parse_json(hf_config_json(dsla_config(), {}), "dsla")["fathom"];
+  EXPECT_EQ(dsla["layers"][0].Scalar(), "attention");
+  EXPECT_EQ(dsla["layers"][1].Scalar(), "dsla");
+  EXPECT_EQ(dsla["dsla"]["states"].Scalar(), "2");
+  EXPECT_EQ(dsla["dsla"]["gamma"].Scalar(), "head");
+}
+
+TEST(HfExport, RemoteCodeFolderHoldsTheModelingFilesAndEveryParameter) {
+  for (const ModelConfig& c : {moda_config(), mod_config(), dsla_config()}) {
+    ScratchFolder dir;
+    const TensorMap weights = random_weights(c, 30);
+    export_hf_model(c, weights, (dir / "hf").string(), {});
+    EXPECT_EQ(entries_of(dir / "hf"), (std::vector<std::string>{"config.json", "fathom_core.py", "model.safetensors",
+                                                                 "modeling_fathom.py"}));
+    for (const HfRemoteFile& file : hf_remote_code_files()) {
+      EXPECT_GT(file.contents.size(), 1000u) << file.name;
+      EXPECT_EQ(read_file((dir / "hf" / file.name).string()), file.contents) << file.name;
+    }
+    const SafetensorsFile saved = read_safetensors((dir / "hf" / "model.safetensors").string());
+    ASSERT_EQ(saved.names().size(), weights.size());
+    for (size_t i = 0; i < weights.size(); ++i) {
+      EXPECT_EQ(saved.names()[i], weights[i].first);
+      EXPECT_EQ(saved.load(weights[i].first).to_vector<float>(), weights[i].second.to_vector<float>());
+    }
+    // fathom's own hf: import reads native classes only, and says so.
+    expect_error([&] { load_hf_model((dir / "hf").string()); }, {"'FathomForCausalLM' is not supported"});
+  }
 }
 
 TEST(HfExport, RoundTripGivesIdenticalTensorsAndConfig) {

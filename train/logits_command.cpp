@@ -1,0 +1,63 @@
+// fathom logits: a model's full-forward logits on a text, written as safetensors (ids I32 [1, T] and
+// logits F32 [1, T, vocab]), so another implementation of the model can be checked against fathom's
+// (the remote code of an HF export: scripts/check_hf_export.py). Always fp32.
+#include <iostream>
+#include <memory>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/file_io.h"
+#include "data/tokenizer.h"
+#include "train/commands.h"
+#include "train/device_select.h"
+#include "train/inference_model.h"
+
+namespace fathom {
+
+void add_logits_command(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, prompt, prompt_file, out, tokenizer, device = "cpu", routing = "topk";
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("logits", "Write a model's logits on a text (fp32) to a safetensors file");
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "A checkpoint folder, a run folder (its latest checkpoint), or hf:DIR (a HuggingFace folder)")
+      ->required();
+  auto* prompt = cmd->add_option("--prompt", args->prompt, "The text");
+  auto* prompt_file = cmd->add_option("--prompt-file", args->prompt_file, "A file holding the text")
+                          ->check(CLI::ExistingFile);
+  prompt->excludes(prompt_file);
+  cmd->add_option("--out", args->out, "The safetensors file to write (ids and logits)")->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
+  cmd->add_option("--device", args->device, "cpu, cuda or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--routing", args->routing,
+                  "MoD: each sequence's top-k as in training and `fathom eval` (topk), or each token by the causal "
+                  "router as generation does (causal)")
+      ->check(CLI::IsMember({"topk", "causal"}))
+      ->capture_default_str();
+  cmd->callback([args] {
+    FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
+    const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
+    const ModelFiles loaded = read_model_files(args->checkpoint);
+    const std::string tokenizer_name = args->tokenizer.empty() ? loaded.tokenizer : args->tokenizer;
+    FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
+                 " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
+    const std::vector<uint32_t> encoded = make_tokenizer(tokenizer_name)->encode(text);
+    FATHOM_CHECK(!encoded.empty(), "logits: the text has no tokens");
+    const Device device = resolve_device(args->device, "--device");
+    const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device, false);
+    const std::vector<int32_t> ids(encoded.begin(), encoded.end());
+    const Tensor ids_tensor = Tensor::from_vector(ids, {1, int64_t(ids.size())});
+    NoGrad no_grad;
+    ForwardOptions options;
+    options.causal_routing = args->routing == "causal";
+    const Decoder& model = inference.decoder();
+    const Variable hidden = model.forward(ids_tensor.to(device), options).hidden;
+    const Tensor logits = linear(hidden, model.head_weight()).value().to(Device::cpu()).to(DType::f32);
+    write_safetensors(args->out, {{"ids", ids_tensor}, {"logits", logits}}, {{"format", "pt"}});
+    std::cout << "wrote the logits of " << ids.size() << " tokens to " << args->out << "\n";
+  });
+}
+
+}  // namespace fathom
