@@ -9,7 +9,11 @@ import tempfile
 import unittest
 import zlib
 
+import build
+import html_text
+import pod
 import rdata
+import rest
 import sources
 import sword
 
@@ -94,23 +98,38 @@ class RDataTest(unittest.TestCase):
 
 
 class SwordTest(unittest.TestCase):
-    def _module(self, folder, entries):
-        """Writes a one-block zText "ot" testament holding `entries`, plus its conf."""
+    def _module(self, folder, entries, driver="zText", links=0):
+        """Writes a one-block "ot" testament holding `entries` (the last one linked from `links`
+        more verses, as commentaries do), plus its conf: zText (.bz*, u16 sizes) or zCom4 with
+        BlockType=CHAPTER (.cz*, u32 sizes)."""
         os.makedirs(os.path.join(folder, "mods.d"))
-        data_dir = os.path.join(folder, "modules", "texts", "ztext", "test")
+        data_dir = os.path.join(folder, "modules", "test")
         os.makedirs(data_dir)
         plain = "".join(entries).encode("utf-8")
         block = zlib.compress(plain)
+        record, letter, block_type = ("<IIH", "b", "BOOK") if driver == "zText" else ("<III", "c", "CHAPTER")
         verses, offset = b"", 0
         for entry in [""] + entries:
             size = len(entry.encode("utf-8"))
-            verses += struct.pack("<IIH", 0, offset, size)
+            verses += struct.pack(record, 0, offset, size)
             offset += size
-        for ext, content in (("bzs", struct.pack("<III", 0, len(block), len(plain))), ("bzv", verses), ("bzz", block)):
-            with open(os.path.join(data_dir, "ot." + ext), "wb") as f:
+        verses += struct.pack(record, 0, offset - size, size) * links
+        for ext, content in (("zs", struct.pack("<III", 0, len(block), len(plain))), ("zv", verses), ("zz", block)):
+            with open(os.path.join(data_dir, f"ot.{letter}{ext}"), "wb") as f:
                 f.write(content)
         with open(os.path.join(folder, "mods.d", "test.conf"), "w") as f:
-            f.write("[Test]\nDataPath=./modules/texts/ztext/test/\nModDrv=zText\nCompressType=ZIP\nSourceType=OSIS\n")
+            f.write(f"[Test]\nDataPath=./modules/test/\nModDrv={driver}\nBlockType={block_type}\n"
+                    "CompressType=ZIP\nSourceType=OSIS\n")
+
+    def test_commentary_entries_are_read_once_each_as_plain_text(self):
+        entries = ['<title type="x-s">Psalm 1 OVERVIEW</title>Blessed <hi type="italic">is</hi> the man',
+                   '<div sID="p1" type="x-p"/>Verse 2.<note>a note</note> The end']
+        with tempfile.TemporaryDirectory() as folder:
+            self._module(folder, entries, driver="zCom4", links=3)
+            self.assertEqual(sources.commentary_entries(folder, "test.conf", 2),
+                             ["Blessed is the man", "Verse 2. The end"])
+            with self.assertRaisesRegex(sources.SourceError, "2 entries with text, expected 3"):
+                sources.commentary_entries(folder, "test.conf", 3)
 
     def test_chapters_lose_markup_notes_and_added_headings(self):
         entries = [
@@ -138,6 +157,18 @@ class SwordTest(unittest.TestCase):
                 f.write("CipherKey=secret\n")
             with self.assertRaisesRegex(sword.SwordError, "enciphered"):
                 sword.module_osis(folder, "test.conf")
+            with open(conf, "w") as f:
+                f.write("[Test]\nDataPath=./modules/test/\nModDrv=RawGenBook\n")
+            with self.assertRaisesRegex(sword.SwordError, "driver 'RawGenBook' is not one of"):
+                sword.module_osis(folder, "test.conf")
+            with open(conf, "w") as f:
+                f.write("[Test]\nDataPath=./modules/test/\nModDrv=zCom\nBlockType=PAGE\n")
+            with self.assertRaisesRegex(sword.SwordError, "BlockType 'PAGE'"):
+                sword.module_osis(folder, "test.conf")
+            with open(conf, "w") as f:
+                f.write("[Test]\nDataPath=./modules/test/\nModDrv=zCom\nBlockType=VERSE\n")
+            with self.assertRaisesRegex(sword.SwordError, r"no text in ot/nt\.vzs"):
+                sword.module_osis(folder, "test.conf")
         with self.assertRaisesRegex(sword.SwordError, "never closed"):
             sword.osis_chapters('<chapter sID="Gen.1"/>text')
 
@@ -154,6 +185,170 @@ class SourcesTest(unittest.TestCase):
                 f.write("no prefix here\n")
             with self.assertRaisesRegex(sources.SourceError, "not a 'Book<chapter>:<verse> text' line"):
                 sources.kjv_chapters(path)
+
+
+class RestTest(unittest.TestCase):
+    def test_markup_goes_and_text_stays(self):
+        source = """.. SPDX-License-Identifier: GPL-2.0
+   a comment's second line
+
+.. _label:
+
+=========
+The Title
+=========
+
+Some *emphasis*, **strong**, ``a *literal*``, :ref:`the guide <guide>`, :c:func:`~mod.kmalloc`,
+`a link <https://example.org>`_ and reference_ text. A backslash\\\\ stays; \\*stars\\*.
+
+.. toctree::
+   :maxdepth: 2
+
+   intro
+
+.. note::
+   Take care.
+
+.. versionadded:: 3.2
+   The *flag*.
+
+.. function:: open(file, mode='r')
+
+   Opens a file.
+
+Example::
+
+    x = *p;  // ``kept``
+
+Back to text ::
+
+    literal
+
++-----+-----+
+| a   | b   |
++=====+=====+
+| one | two |
++-----+-----+
+
+Sub
+---
+.. code-block:: c
+   :caption: here
+
+   int main(void);
+"""
+        lines = [line.strip() for line in rest.to_text(source).splitlines() if line.strip()]
+        self.assertEqual(lines, [
+            "The Title",
+            "Some emphasis, strong, a *literal*, the guide, kmalloc,",
+            "a link and reference text. A backslash\\ stays; *stars*.",
+            "Note:", "Take care.",
+            "New in version 3.2.", "The flag.",
+            "open(file, mode='r')", "Opens a file.",
+            "Example:", "x = *p;  // ``kept``",
+            "Back to text", "literal",
+            "a     b", "one   two",
+            "Sub", "int main(void);",
+        ])
+
+
+    def test_inline_markup_may_span_lines(self):
+        self.assertEqual(rest.to_text("See :ref:`the\n   guide <x>` and ``a\nb``.\n\nCode::\n\n   :ref:`kept`\n"),
+                         "See the\n   guide and a\nb.\n\nCode:\n\n   :ref:`kept`")
+
+
+class PodTest(unittest.TestCase):
+    def test_formatting_codes_and_commands(self):
+        source = """Code before POD is dropped.
+
+=head1 NAME
+
+B<perlfunc> - I<Perl> builtin C<< $a->{b} >> functions E<gt> X<index entry>Z<>
+
+=over 4
+
+=item * L<open|perlfunc/open>, L<perlipc/"Signals">, L<perlsyn>, L<https://perl.org>
+
+=item 2.
+
+=back
+
+    verbatim C<code> stays
+
+=begin html
+
+<p>dropped</p>
+
+=end html
+
+=for comment dropped
+
+S<non breaking> E<0x41>E<66>E<eacute>
+
+=cut
+
+sub code { 1 }
+"""
+        self.assertEqual(pod.to_text(source).split("\n\n"), [
+            "NAME",
+            "perlfunc - Perl builtin $a->{b} functions > ",
+            'open, "Signals" in perlipc, perlsyn, https://perl.org',
+            "    verbatim C<code> stays",
+            "non breaking ABé",
+        ])
+
+    def test_unbalanced_begin_and_end_are_errors(self):
+        with self.assertRaisesRegex(pod.PodError, "x.pod: =begin html is never ended"):
+            pod.to_text("=pod\n\n=begin html\n\ntext\n", "x.pod")
+        with self.assertRaisesRegex(pod.PodError, "x.pod: =end html without a =begin"):
+            pod.to_text("=pod\n\n=end html\n", "x.pod")
+
+
+class HtmlTextTest(unittest.TestCase):
+    def test_visible_text_only(self):
+        page = """<html><head><title>T</title><style>p {}</style></head><body>
+<div class="navheader"><a href="x">Prev</a> <div>nested</div> Next</div>
+<h1>Title</h1><p>One <b>bold</b>word&amp;more<br>next</p></span>
+<script>var x = "<p>";</script><div id="footer">Last updated</div><ul><li>a</li><li>b</li></ul>
+</body></html>"""
+        text = html_text.page_text(page, hidden_classes=("navheader",), hidden_ids=("footer",))
+        self.assertEqual(text.split(), ["Title", "One", "boldword&more", "next", "a", "b"])
+        with self.assertRaisesRegex(html_text.HtmlTextError, "empty.html: no text"):
+            html_text.page_text("<html><head><title>x</title></head></html>", name="empty.html")
+
+
+class ManualPagesTest(unittest.TestCase):
+    def test_pages_in_path_order_short_ones_dropped(self):
+        with tempfile.TemporaryDirectory() as folder:
+            os.makedirs(os.path.join(folder, "b"))
+            for name, text in (("b/page.rst.gz", "Long " * 200), ("a.rst.gz", "Also long " * 100),
+                               ("index.rst.gz", "Short"), ("notes.yaml", "ignored " * 100)):
+                with gzip.open(os.path.join(folder, name), "wt") as f:
+                    f.write(text)
+            pages = sources._pages(folder, (".rst.gz",), sources._read_text)
+            self.assertEqual([path for path, _ in pages], ["a.rst.gz", os.path.join("b", "page.rst.gz")])
+            self.assertEqual(pages[1][1], ("Long " * 200).strip())
+        with self.assertRaisesRegex(sources.SourceError, "absent: no such folder"):
+            sources._pages("absent", (".html",), sources._read_text)
+
+
+class BuildTest(unittest.TestCase):
+    def test_held_out_subtree_and_deduplication(self):
+        pages = [("a.rst", "A"), (os.path.join("howto", "b.rst"), "B"), ("c.rst", "B"), ("d.rst", "D")]
+        train, validation = build.held_out(pages, "howto")
+        self.assertEqual((train, validation), (["A", "B", "D"], ["B"]))
+        with self.assertRaisesRegex(sources.SourceError, "no pages under faq/"):
+            build.held_out(pages, "faq")
+        corpus = {"train/x.txt": train + ["A"], "train/y.txt": ["D", "E"], "validation/v.txt": validation}
+        dropped = build.deduplicate(corpus)
+        self.assertEqual(corpus, {"train/x.txt": ["A", "D"], "train/y.txt": ["E"], "validation/v.txt": ["B"]})
+        self.assertEqual(dropped, {"train/x.txt": 2, "train/y.txt": 1, "validation/v.txt": 0})
+
+    def test_sample_spreads_documents_or_takes_the_shortest(self):
+        documents = [f"{i:02d}" + "x" * 98 for i in range(20)]  # 101 bytes each with the line end
+        self.assertEqual(build.spread(documents, 505), documents[::4])
+        long_ones = ["a" * 1000, "b" * 10, "c" * 3000, "d" * 20, "e" * 30, "f" * 40]
+        self.assertEqual(build.spread(long_ones, 500), ["b" * 10, "d" * 20, "e" * 30, "f" * 40])
 
 
 if __name__ == "__main__":
