@@ -1,140 +1,155 @@
 #!/usr/bin/env python3
-"""Reproduces the papers' ablation tables with fathom: runs each table's recipes (or kernel benchmarks)
-at a chosen scale, skips runs already complete, gathers metrics.jsonl, and writes OUT/<table>.md (the
-paper's layout, the paper's figures beside ours, each effect marked agrees / disagrees) and
-OUT/<table>.png.
+"""Reproduces the papers' ablation tables with fathom: runs each table's recipes at a chosen scale and
+number of seeds (or its kernel benchmarks), skips runs already complete and resumes stopped ones,
+gathers metrics.jsonl, and writes OUT/<table>.md (the paper's layout, the paper's figures beside ours
+as mean ± std over seeds, each effect a mean difference with its 95% CI and a verdict: reproduced,
+contradicted or unresolved) and OUT/<table>.png (with ± std error bars).
 
-  scripts/tables.py TABLE|all [--scale tiny|small|paper] [--out DIR] [--steps N] [--jobs N]
-                    [--fathom PATH] [--bench PATH] [--set key=value ...]
+  scripts/tables.py TABLE|all [--scale tiny|small|reference|paper] [--seeds N] [--out DIR] [--steps N]
+                    [--jobs N] [--fathom PATH] [--bench PATH] [--set key=value ...]
+  scripts/tables.py noise TABLE|all [--scale reference] [--seeds N] [same options]
+  scripts/tables.py pack --out DIR ARCHIVE.tar.gz
+  scripts/tables.py merge ARCHIVE.tar.gz --out DIR
 
 Tables: moda-table3, moda-table6, mod, dsla-states (training); dsla-conversion, dsla-order (a teacher
 trained once, then `fathom distill` chains; --steps sets the teacher's steps); moda-table7, moda-table2
-(GPU kernels).
+(GPU kernels). `noise` trains a training table's baseline row at --seeds seeds and prints the seed-to-seed
+std of its validation loss and tokens/s (the measurement a scale is chosen from); `pack` bundles the
+finished runs of DIR (never checkpoints) into an archive, and `merge` adds one to DIR.
 """
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import shlex
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tables import kernels, report  # noqa: E402
+from tables import archive, kernels, noise, report  # noqa: E402
 from tables.distill_runs import FOLDER as DISTILL_FOLDER  # noqa: E402
 from tables.distill_tables import DISTILL_TABLES  # noqa: E402
-from tables.metrics import RunMetrics  # noqa: E402
-from tables.runs import SCALES, TableError, fathom_binary, read_metrics, scale_sets, train  # noqa: E402
-from tables.training_tables import TABLES  # noqa: E402
+from tables.effects import summary  # noqa: E402
+from tables.records import summarize, table_record  # noqa: E402
+from tables.runs import TableError, fathom_binary  # noqa: E402
+from tables.scales import DEFAULT_SEEDS, SCALES  # noqa: E402
+from tables.training import train_rows  # noqa: E402
+from tables.training_tables import TABLES, Context  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_TABLES = ["moda-table7", "moda-table2"]
 ALL = [t.name for t in TABLES] + [t.name for t in DISTILL_TABLES] + KERNEL_TABLES
+COMMANDS = ("noise", "pack", "merge")
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("table", choices=ALL + ["all"])
-    ap.add_argument("--scale", default="small", choices=SCALES)
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def output_folder(ap, path):
+    if os.path.exists(path) and not os.path.isdir(path):
+        ap.error(f"--out {path} is a file; name a folder (it is created if missing)")
+    return path
+
+
+def parse_table_args(argv, command=None):
+    """The options of a table run (command None) or of `noise`."""
+    ap = argparse.ArgumentParser(prog="tables.py" + (f" {command}" if command else ""), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    training = [t.name for t in TABLES]
+    ap.add_argument("table", choices=(training if command == "noise" else ALL) + ["all"])
+    ap.add_argument("--scale", default="reference" if command == "noise" else "small", choices=SCALES)
+    ap.add_argument("--seeds", type=positive_int,
+                    help="seeds per row (default: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_SEEDS.items()) +
+                    (", and at least 3 for noise" if command == "noise" else "") + ")")
     ap.add_argument("--out", default="tables-out", help="run folders and outputs (default: tables-out)")
-    ap.add_argument("--steps", type=int, help="training steps per run (default: the scale's)")
-    ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (a GPU fits several small ones)")
+    ap.add_argument("--steps", type=positive_int, help="training steps per run (default: the scale's)")
+    ap.add_argument("--jobs", type=positive_int, default=1,
+                    help="runs trained at once (throughput is reported only with 1: a run alone on the device)")
     ap.add_argument("--fathom", help="the fathom binary (default: build/fathom)")
     ap.add_argument("--bench", help="bench_moda_attention (default: build/bench/bench_moda_attention)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error("--jobs must be at least 1")
+    output_folder(ap, args.out)
+    if args.seeds is None:
+        args.seeds = max(3, DEFAULT_SEEDS[args.scale]) if command == "noise" else DEFAULT_SEEDS[args.scale]
+    if command == "noise" and args.seeds < 2:
+        ap.error("noise needs --seeds 2 or more: a std over one seed does not exist")
     extra = {}
     for item in args.set:
-        if "=" not in item:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
             ap.error(f"--set {item}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        extra[k] = v
+        extra[key.strip()] = value
     args.extra = extra
     return args
 
 
-def device_name():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip().splitlines()[0] + " (training on the GPU)"
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return f"CPU only ({platform.machine()}, {os.cpu_count()} cores)"
+def parse_pack_args(argv):
+    ap = argparse.ArgumentParser(prog="tables.py pack", description="Bundles the finished runs, chains and "
+                                 "records of a table folder (never checkpoints) into one .tar.gz archive.")
+    ap.add_argument("archive", help="the archive to write (.tar.gz)")
+    ap.add_argument("--out", required=True, help="the table folder to pack (the --out the tables ran with)")
+    args = ap.parse_args(argv)
+    if not os.path.isdir(args.out):
+        ap.error(f"--out {args.out} is not a folder")
+    if os.path.isdir(args.archive):
+        ap.error(f"{args.archive} is a folder; name the archive file to write, such as results.tar.gz")
+    return args
 
 
-def commit():
-    if os.environ.get("FATHOM_COMMIT"):
-        return os.environ["FATHOM_COMMIT"]
-    out = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
-
-
-def this_invocation():
-    return {"date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}", "commit": commit(),
-            "device": device_name(),
-            "command": "scripts/tables.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])}
-
-
-def measured_by(path, measured_now, device=None):
-    """Where the numbers come from: this invocation when it ran anything, else the one that did
-    (kept in PATH), so a report redrawn elsewhere still names the device that measured it. device:
-    the one a kept benchmark log names, which outranks this machine's."""
-    if measured_now or not os.path.isfile(path):
-        info = this_invocation()
-        if device and not measured_now:
-            info["device"] = device
-            info["command"] += " (report redrawn from the kept benchmark logs)"
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(info, f)
-        return info
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def parse_merge_args(argv):
+    ap = argparse.ArgumentParser(prog="tables.py merge", description="Merges an archive written by "
+                                 "`tables.py pack` into a table folder; conflicting finished runs are refused.")
+    ap.add_argument("archive", help="the archive written by tables.py pack")
+    ap.add_argument("--out", required=True, help="the table folder to merge into (created if missing)")
+    args = ap.parse_args(argv)
+    output_folder(ap, args.out)
+    return args
 
 
 def provenance(table, args, info, extra_lines=()):
-    return [f"- date: {info['date']}",
-            f"- commit: {info['commit']}",
-            f"- device: {info['device']}",
-            f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
-            f"- command: `{info['command']}`",
-            f"- source: {table.source}"] + list(extra_lines)
+    lines = [f"- date: {info['date']}",
+             f"- commit: {info['commit']}",
+             f"- device: {info['device']}",
+             f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
+             f"- command: `{info['command']}`"]
+    if "minutes" in info:
+        lines.append(f"- device time: {info['minutes']:.1f} minutes of training over all runs")
+    return lines + [f"- source: {table.source}"] + list(extra_lines)
+
+
+def noise_line(table, rows):
+    base = rows[table.baseline]
+    std = base.std(lambda m: m.val_loss())
+    text = f"{std:.4f} nats" if std is not None else "not measured (one seed; run with --seeds 3 or more)"
+    return (f"- baseline noise: the seed-to-seed std of {table.label(table.baseline)}'s validation loss is {text} "
+            f"over {len(base.seeds)} seed(s)")
 
 
 def training_table(table, args, fathom, log):
-    runs = table.runs(args.scale)
-    sets = scale_sets(args.scale, args.steps, args.extra)
+    rows, records, _ = train_rows(table, None, args, fathom, REPO, log)
+    info = summarize(records)
+    ctx = Context(args.scale, alone=info["jobs"] == 1)
+    sections, effects = table.sections(rows, ctx)
+    steps = sorted({m.final_step for r in rows.values() for m in r.runs.values()})
     out = os.path.abspath(args.out)
-    log(f"{table.name}: {len(runs)} runs at scale {args.scale} in {out}/runs/{table.name}")
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(train, fathom, REPO, out, table.name, run, sets, log) for run in runs]
-        # Wait for all before reporting the first failure, so no run is left half-written.
-        errors = [f.exception() for f in futures]
-        failed = [e for e in errors if e]
-        if failed:
-            raise failed[0]
-        dirs = [f.result()[0] for f in futures]
-        trained = any(f.result()[1] for f in futures)
-    info = measured_by(os.path.join(out, "runs", table.name, "measured_by.json"), trained)
-    measured = {run.key: RunMetrics(f"{table.name}/{run.key}", read_metrics(os.path.join(d, "metrics.jsonl")))
-                for run, d in zip(runs, dirs)}
-    sections, effects = table.sections(measured)
-    steps = sorted({m.final_step for m in measured.values()})
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
+    seeds = sorted({s for r in rows.values() for s in r.seeds})
     report.write_markdown(md, table.title, provenance(table, args, info, [
-        f"- steps per run: {', '.join(map(str, steps))}; run folders: runs/{table.name}/ (each with its exact "
-        f"`fathom train` command in the .log beside it)",
+        f"- seeds: {', '.join(map(str, seeds))} (train.seed); each row is the mean ± std over them",
+        noise_line(table, rows),
+        f"- steps per run: {', '.join(map(str, steps))}; validation domain compared: "
+        f"{rows[table.baseline].any_run().domain()}; run folders: runs/{table.name}/ROW/seed-N (each with its "
+        f"exact `fathom train` command in the .log beside it)",
         f"- figure: [{table.name}.png]({table.name}.png)"]), sections + [summary(effects)])
     require_matplotlib(md)
-    report.plot_loss_curves(png, table.title.split(":")[0], table.plot_rows(measured), table.routing_rows(measured))
+    report.plot_loss_curves(png, table.title.split(":")[0], table.plot_rows(rows), table.routing_rows(rows))
     log(f"{table.name}: wrote {md} and {png}")
 
 
@@ -144,7 +159,7 @@ def distill_table(table, args, fathom, log):
         f"{out}/runs/{DISTILL_FOLDER}")
     results, ran = table.chains(fathom, REPO, out, args, log)
     # One record per table: the chains are shared, but each table may be redrawn from them on its own.
-    info = measured_by(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
+    info = table_record(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
     sections, effects = table.sections(results)
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
@@ -152,8 +167,7 @@ def distill_table(table, args, fathom, log):
         f"- run folders: runs/{DISTILL_FOLDER}/teacher (`fathom train`) and runs/{DISTILL_FOLDER}/"
         f"{{{','.join(table.orders)}}} (`fathom distill`, each with distill.md, order.md and its exact command in "
         f"the .log beside it)",
-        f"- figure: [{table.name}.png]({table.name}.png)"]),
-        sections + [summary(effects, "signs only: one seed, a small teacher, short chains")])
+        f"- figure: [{table.name}.png]({table.name}.png)"]), sections + [summary(effects)])
     require_matplotlib(md)
     table.plot(png, results)
     log(f"{table.name}: wrote {md} and {png}")
@@ -166,11 +180,6 @@ def require_matplotlib(written):
         raise TableError(f"wrote {written}, but no PNG: matplotlib is not installed for {sys.executable} "
                          "(Debian: apt-get install python3-matplotlib; run /usr/bin/python3 scripts/tables.py "
                          "again with the same --out to draw it from the finished runs)") from None
-
-
-def summary(effects, caveat="signs only: one seed, small models, short runs"):
-    agree = sum(e.verdict() == "agrees" for e in effects)
-    return [f"{agree} of {len(effects)} effects agree with the paper in direction ({caveat})."]
 
 
 class KernelTable:
@@ -196,23 +205,23 @@ def kernel_table(name, args, log):
         rows, header, effects, points, ran = kernels.table7(binary, args.scale, out, log)
     else:
         rows, header, effects, points, ran = kernels.table2(binary, REPO, args.scale, out, log)
-    info = measured_by(os.path.join(out, f"{name}.measured_by.json"), ran, kernels.bench_device(out, name))
+    info = table_record(os.path.join(out, f"{name}.measured_by.json"), ran, kernels.bench_device(out, name))
     md = os.path.join(out, f"{name}.md")
     report.write_markdown(md, table.title,
                           provenance(table, args, info,
                                      [f"- benchmark arguments: `{' '.join(kernels.BENCH_ARGS[args.scale])}` "
                                       f"(raw output: {name}.bench.log)", f"- figure: [{name}.png]({name}.png)"]),
-                          [report.markdown_table(header, rows), ["Effects (b - a):", ""] + report.effects_table(effects),
-                           summary(effects, "signs only; A100 against H200, the paper's Triton kernels against fathom's")])
+                          [report.markdown_table(header, rows), ["How the timings move:", ""] +
+                           kernels.changes_table(effects),
+                           ["Medians of one benchmark run, the paper's Triton kernels on an A100 against fathom's on "
+                            "this device: no interval, so no verdict."]])
     require_matplotlib(md)
     (kernels.plot_table7 if name == "moda-table7" else kernels.plot_table2)(os.path.join(out, f"{name}.png"), points)
     log(f"{name}: wrote {md} and {name}.png")
 
 
-def main(argv):
-    args = parse_args(argv)
+def run_tables(args):
     names = ALL if args.table == "all" else [args.table]
-    log = lambda text: print(text, flush=True)  # noqa: E731
     failures = []
     for name in names:
         try:
@@ -227,6 +236,40 @@ def main(argv):
         except TableError as e:
             failures.append(name)
             print(f"tables: error: {name}: {e}", file=sys.stderr, flush=True)
+    return failures
+
+
+def run_noise(args):
+    failures = []
+    for table in TABLES if args.table == "all" else [t for t in TABLES if t.name == args.table]:
+        try:
+            noise.measure(table, args, fathom_binary(args.fathom, REPO), REPO, log)
+        except TableError as e:
+            failures.append(table.name)
+            print(f"tables: error: noise {table.name}: {e}", file=sys.stderr, flush=True)
+    return failures
+
+
+def log(text):
+    print(text, flush=True)
+
+
+def main(argv):
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    try:
+        if command == "pack":
+            args = parse_pack_args(argv[1:])
+            archive.pack(args.out, args.archive, log)
+            return 0
+        if command == "merge":
+            args = parse_merge_args(argv[1:])
+            archive.merge(args.archive, args.out, log)
+            return 0
+    except TableError as e:
+        print(f"tables: error: {e}", file=sys.stderr)
+        return 1
+    args = parse_table_args(argv[1:] if command else argv, command)
+    failures = run_noise(args) if command == "noise" else run_tables(args)
     if failures:
         print(f"tables: {len(failures)} table(s) failed (see the errors above): {', '.join(failures)}",
               file=sys.stderr)

@@ -7,7 +7,8 @@ import math
 import os
 import random
 
-from .runs import Run, TableError, run_logged, scale_sets, train
+from .runs import Run, TableError, run_logged, train
+from .scales import scale_sets
 
 FOLDER = "dsla-distill"  # runs/dsla-distill/{teacher,entropy,sensitivity,random}: shared by both tables
 TEACHER_RECIPE = "recipes/quickstart.yaml"
@@ -16,11 +17,11 @@ FRACTIONS = (0.25, 0.5)
 # The random order is this seed's shuffle of the teacher's attention layers: the same list every time.
 RANDOM_ORDER_SEED = 2506
 # Per scale: teacher steps, distillation steps per converted layer, and overrides for both.
-TEACHER_STEPS = {"tiny": 300, "small": None, "paper": None}
-STEPS_PER_LAYER = {"tiny": 40, "small": 200, "paper": 2000}
+TEACHER_STEPS = {"tiny": 300, "small": None, "reference": None, "paper": None}
+STEPS_PER_LAYER = {"tiny": 40, "small": 200, "reference": 500, "paper": 2000}
 # small: the quickstart's width with head dim 64 (what the CUDA DSLA kernels take);
 # paper: a 1B teacher (the paper converts Llama2-7B; 1B is the paper's own Table 5 backbone).
-SCALE_MODEL = {"tiny": {}, "small": {"model.n_heads": 2, "model.n_kv_heads": 2},
+SCALE_MODEL = {"tiny": {}, "small": {"model.n_heads": 2, "model.n_kv_heads": 2}, "reference": {},
                "paper": {"model.size": "olmo2_1B", "model.n_kv_heads": 8, "train.seq_len": 2048}}
 
 
@@ -37,7 +38,7 @@ def train_teacher(fathom, repo, out, scale, steps, extra, log):
 def distill_sets(scale, steps_per_layer, extra, teacher_dir, order):
     # The teacher's tiny shapes (and its eval/log sizes); the recipe's own checkpoint cadence, which --resume needs.
     sets = {k: v for k, v in scale_sets(scale, None, {}).items()
-            if k not in ("eval.every", "train.steps", "checkpoint.every")}
+            if k not in ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last")}
     sets.update(SCALE_MODEL[scale])
     sets.update({"distill.teacher": f"checkpoint:{os.path.abspath(teacher_dir)}",
                  "distill.order": order if isinstance(order, str) else "[" + ", ".join(map(str, order)) + "]",
@@ -134,14 +135,18 @@ class DistillResult:
     """A finished chain: the teacher's validation loss, PPL and KV bytes, and one model per fraction
     in FRACTIONS (the named M_k, by k). Anything missing or not finite is a TableError."""
 
-    def __init__(self, chain_dir):
+    def __init__(self, chain_dir, domain=None):
+        """domain: the validation domain to read (None: the first the chain evaluated)."""
         self.dir = chain_dir
         path = os.path.join(chain_dir, "distill.json")
         data = read_json(path, "distill.json")
         teacher = data.get("teacher") if isinstance(data, dict) else None
         if not isinstance(teacher, dict) or not isinstance(teacher.get("validation"), dict) or not teacher["validation"]:
             raise TableError(f"{path}: no teacher validation results")
-        self.domain = next(iter(teacher["validation"]))
+        self.domain = domain or next(iter(teacher["validation"]))
+        if self.domain not in teacher["validation"]:
+            raise TableError(f"{path}: no teacher validation results for domain '{self.domain}' "
+                             f"(has: {', '.join(teacher['validation'])})")
         t = teacher["validation"][self.domain]
         if not isinstance(t, dict):
             raise TableError(f"{path}: teacher.validation.{self.domain} must be an object")

@@ -3,7 +3,11 @@ order (entropy vs sensitivity vs a fixed random order). Both read finished chain
 
 from .distill_runs import FRACTIONS, attention_layers, distill, distill_sets, random_order, train_teacher, \
     DistillResult, RANDOM_ORDER_SEED
-from .report import Effect, effects_table, fmt, markdown_table, signed
+import math
+
+from .effects import DEFAULT_SIZE, effects_table, single
+from .report import fmt, markdown_table, signed
+from .scales import COMPARED_DOMAIN
 
 # DSLA Table 1 (p. 7): Llama2-7B teacher and DSLA with 25% / 50% of its layers converted (lower is better).
 PAPER_PPL = {"teacher": (8.79, 4.13), 0.25: (9.26, 4.14), 0.5: (9.89, 6.19)}  # (WikiText, Lambada)
@@ -31,7 +35,7 @@ class DistillTable:
                 order = key
             sets = distill_sets(args.scale, None, args.extra, teacher_dir, order)
             chain_dir, ran_now = distill(fathom, repo, out, key, sets, log)
-            results[key] = DistillResult(chain_dir)
+            results[key] = DistillResult(chain_dir, COMPARED_DOMAIN[args.scale])
             ran = ran or ran_now
         return results, ran
 
@@ -61,25 +65,25 @@ class DslaConversion(DistillTable):
         lo, hi = r.at(FRACTIONS[0]), r.at(FRACTIONS[1])
         p_lo, p_hi, p_t = PAPER_PPL[FRACTIONS[0]], PAPER_PPL[FRACTIONS[1]], PAPER_PPL["teacher"]
         effects = [
-            Effect("50% - 25% converted (val PPL gap to the teacher)",
-                   f"{p_hi[0] - p_lo[0]:+.2f} WikiText, {p_hi[1] - p_lo[1]:+.2f} Lambada PPL", 1,
-                   (hi.ppl - r.teacher_ppl) - (lo.ppl - r.teacher_ppl), "PPL"),
-            Effect("25% converted - teacher (val loss)",
-                   f"{p_lo[0] - p_t[0]:+.2f} WikiText, {p_lo[1] - p_t[1]:+.2f} Lambada PPL", 1,
-                   lo.loss - r.teacher_loss),
-            Effect("50% - 25% converted (KV bytes saved / 1K tokens)", "twice the layers' KV (Sec. 5.3)", 1,
-                   hi.kv_saved - lo.kv_saved, "bytes"),
+            single("50% - 25% converted (val loss)",
+                   f"{p_hi[0] - p_lo[0]:+.2f} WikiText ({math.log(p_hi[0] / p_lo[0]):+.4f} nats), "
+                   f"{p_hi[1] - p_lo[1]:+.2f} Lambada PPL", 1, hi.loss - lo.loss, "nats",
+                   math.log(p_hi[0] / p_lo[0])),
+            single("25% converted - teacher (val loss)",
+                   f"{p_lo[0] - p_t[0]:+.2f} WikiText ({math.log(p_lo[0] / p_t[0]):+.4f} nats), "
+                   f"{p_lo[1] - p_t[1]:+.2f} Lambada PPL", 1, lo.loss - r.teacher_loss, "nats",
+                   math.log(p_lo[0] / p_t[0])),
         ]
         return [markdown_table(header, rows, ["---", "---"] + ["---:"] * 6),
-                ["Effects (b - a):", ""] + effects_table(effects)], effects
+                ["Effects (one chain each, so no interval):", ""] + effects_table(effects)], effects
 
     def plot(self, path, results):
         from .report import plot_bars
         r = results["entropy"]
         labels = ["teacher"] + [f"DSLA {percent(f)}" for f in FRACTIONS]
         plot_bars(path, self.title, labels,
-                  [("validation loss", [r.teacher_loss] + [r.at(f).loss for f in FRACTIONS]),
-                   ("KV bytes saved / 1K tokens", [0.0] + [r.at(f).kv_saved for f in FRACTIONS])])
+                  [("validation loss", [r.teacher_loss] + [r.at(f).loss for f in FRACTIONS], None),
+                   ("KV bytes saved / 1K tokens", [0.0] + [r.at(f).kv_saved for f in FRACTIONS], None)])
 
 
 ORDER_LABELS = {"entropy": "entropy (lowest first)", "sensitivity": "sensitivity (lowest loss first)",
@@ -113,16 +117,16 @@ class DslaOrder(DistillTable):
                 row += [", ".join(map(str, m.layers)), fmt(m.loss), signed(m.loss - results[key].teacher_loss)]
             rows.append(row)
         most = FRACTIONS[-1]
-        effects = [Effect(f"{key} - random order (val loss, {percent(most)} converted)",
+        effects = [single(f"{key} - random order (val loss, {percent(most)} converted)",
                           "lower (ranked order beats an arbitrary one)", -1,
-                          results[key].at(most).loss - results["random"].at(most).loss)
+                          results[key].at(most).loss - results["random"].at(most).loss, "nats", DEFAULT_SIZE)
                    for key in ("entropy", "sensitivity")]
         notes = [f"Same layers: {ORDER_LABELS[key]} converts the same set as the random order at {percent(most)}, so "
                  "any difference there is the conversion order within the chain."
                  for key in ("entropy", "sensitivity")
                  if sorted(results[key].at(most).layers) == sorted(results["random"].at(most).layers)]
         sections = [markdown_table(header, rows, ["---", "---"] + ["---", "---:", "---:"] * len(FRACTIONS)),
-                    ["Effects (b - a):", ""] + effects_table(effects)]
+                    ["Effects (one chain each, so no interval):", ""] + effects_table(effects)]
         if notes:
             sections.append(notes)
         return sections, effects
@@ -131,7 +135,8 @@ class DslaOrder(DistillTable):
         from .report import plot_bars
         labels = [f"{percent(f)} converted" for f in FRACTIONS]
         plot_bars(path, self.title, labels,
-                  [(f"validation loss: {key}", [results[key].at(f).loss for f in FRACTIONS]) for key in self.orders],
+                  [(f"validation loss: {key}", [results[key].at(f).loss for f in FRACTIONS], None)
+                   for key in self.orders],
                   grouped=True, reference=("teacher", results["entropy"].teacher_loss))
 
 

@@ -3,9 +3,25 @@ read the Markdown rows they print, and lay them out beside the paper's A100 figu
 
 import os
 import subprocess
+from dataclasses import dataclass
 
-from .report import Effect, fmt, markdown_table
+from .report import fmt, markdown_table, pyplot, save, signed
 from .runs import TableError
+
+
+@dataclass
+class Change:
+    """How a timing moves between two settings, beside the paper's: medians of one benchmark run,
+    with no interval, so a page shows it without a verdict."""
+    label: str
+    paper: str
+    measured: float
+    unit: str
+
+
+def changes_table(changes):
+    rows = [[c.label, c.paper, f"{signed(c.measured, 3)} {c.unit}"] for c in changes]
+    return markdown_table(["change (b - a)", "paper", "measured (medians)"], rows, ["---", "---", "---:"])
 
 # Table 7 (p. 13), A100 fwd+bwd ms at T = 1024.
 TABLE7_PAPER = {"naive": 2128.900, "flat": 13.102, "chunk": 6.286, "group": 1.460}
@@ -100,8 +116,8 @@ def table7(binary, scale, out_dir, log):
                       f"{number(rows['naive'], 'fwd+bwd ms') / ours:.1f}x", rows[k].get("reps", "")])
         if i:
             prev = order[i - 1]
-            effects.append(Effect(f"{TABLE7_NAMES[k]} - {TABLE7_NAMES[prev]} (fwd+bwd ms)",
-                                  f"{TABLE7_PAPER[k] - TABLE7_PAPER[prev]:+.3f} ms", -1,
+            effects.append(Change(f"{TABLE7_NAMES[k]} - {TABLE7_NAMES[prev]} (fwd+bwd ms)",
+                                  f"{TABLE7_PAPER[k] - TABLE7_PAPER[prev]:+.3f} ms",
                                   ours - number(rows[prev], "fwd+bwd ms"), "ms"))
     header = ["kernel", "paper A100 fwd+bwd ms", "ours fwd+bwd ms", "paper speed-up vs naive",
               "ours speed-up vs naive", "reps"]
@@ -151,7 +167,7 @@ def table2(binary, repo, scale, out_dir, log):
             pl = TABLE2_PAPER_EXTRA.get((sweep, last[1]))
             paper_text = f"{pf:.2f}% -> {pl:.2f}%" if pf is not None and pl is not None else \
                 ("falls" if sign < 0 else "rises")
-            effects.append(Effect(f"extra time, {text_} ({sweep} {first[1]} -> {last[1]})", paper_text, sign,
+            effects.append(Change(f"extra time, {text_} ({sweep} {first[1]} -> {last[1]})", paper_text,
                                   last[3] - first[3], "points"))
     header = ["sweep", "T", "G", "L", "fathom flash fwd+bwd ms", "cuDNN fwd+bwd ms", "MoDA group fwd+bwd ms",
               "paper extra / MoDA", "ours extra / MoDA"]
@@ -159,9 +175,7 @@ def table2(binary, repo, scale, out_dir, log):
 
 
 def plot_table7(path, points):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [TABLE7_NAMES[k] for k, _, _ in points]
     xs = range(len(points))
@@ -172,15 +186,11 @@ def plot_table7(path, points):
     ax.set_ylabel("fwd+bwd ms (log)")
     ax.set_title("MoDA Table 7: the four kernels, T = 1024, G = 8, L = 64")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_table2(path, points):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     sweeps = [s for s in ("T", "G", "L") if any(p[0] == s for p in points)]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(5 * len(sweeps), 4), squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
@@ -196,6 +206,4 @@ def plot_table2(path, points):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle("MoDA Table 2: group kernel vs attention without depth")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)

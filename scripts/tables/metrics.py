@@ -13,8 +13,10 @@ ROUTING_KEY = re.compile(r"^mod\.L(\d+)\.([a-z_]+)/(.+)$")
 class RunMetrics:
     """The records of one finished run, with the measures the tables use."""
 
-    def __init__(self, name, records):
+    def __init__(self, name, records, domain=None):
+        """domain: the validation domain the tables compare (None: the run's only one)."""
         self.name = name
+        self.compared_domain = domain
         self.train = [r for r in records if r["kind"] == "train"]
         self.evals = [r for r in records if r["kind"] == "eval"]
         if not self.train:
@@ -23,15 +25,30 @@ class RunMetrics:
             raise TableError(f"{name}: metrics.jsonl has no evaluation records")
         self.final_step = self.evals[-1]["step"]
 
+    def domains(self):
+        """The validation domains the evaluations logged (one record per domain and evaluation)."""
+        return sorted({key[len("loss/"):] for r in self.evals for key in r if key.startswith("loss/")})
+
     def domain(self):
-        """The first validation domain of the final evaluation (the recipes have one)."""
-        for key in self.evals[-1]:
-            if key.startswith("loss/"):
-                return key[len("loss/"):]
-        raise TableError(f"{self.name}: the final evaluation has no loss/<domain> value")
+        """The compared domain, or the run's only one."""
+        logged = self.domains()
+        if self.compared_domain is not None:
+            if self.compared_domain not in logged:
+                raise TableError(f"{self.name}: no evaluation of validation domain '{self.compared_domain}' "
+                                 f"(logged: {', '.join(logged) or 'none'})")
+            return self.compared_domain
+        if len(logged) != 1:
+            raise TableError(f"{self.name}: {len(logged)} validation domains logged ({', '.join(logged) or 'none'}); "
+                             "the table needs one to compare")
+        return logged[0]
 
     def val_loss(self):
-        return self._number(self.evals[-1], f"loss/{self.domain()}")
+        """The compared domain's loss at the final evaluation."""
+        key = f"loss/{self.domain()}"
+        final = [r for r in self.evals if r["step"] == self.final_step and key in r]
+        if not final:
+            raise TableError(f"{self.name}: the final evaluation (step {self.final_step}) has no '{key}' value")
+        return self._number(final[-1], key)
 
     def val_ppl(self):
         return math.exp(self.val_loss())
@@ -60,11 +77,12 @@ class RunMetrics:
 
     def routing_curve(self, measure):
         """(step, mean over routed layers) of a routing measure (accuracy, recall, ...) at each
-        evaluation that logged it."""
+        evaluation of the compared domain that logged it."""
+        domain = self.domain()
         curve = []
         for r in self.evals:
             values = [v for k, v in r.items()
-                      if (m := ROUTING_KEY.match(k)) and m.group(2) == measure]
+                      if (m := ROUTING_KEY.match(k)) and m.group(2) == measure and m.group(3) == domain]
             if values:
                 curve.append((r["step"], statistics.fmean(values)))
         if not curve:

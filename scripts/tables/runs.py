@@ -1,13 +1,12 @@
-"""Training runs behind the tables: scale overrides, resumable launching of `fathom train`, and
+"""Training runs behind the tables: resumable launching of `fathom train`, and
 reading a finished run's metrics.jsonl."""
 
 import json
 import os
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, field
-
-SCALES = ("tiny", "small", "paper")
 
 
 class TableError(Exception):
@@ -16,44 +15,18 @@ class TableError(Exception):
 
 @dataclass
 class Run:
-    """One row's training run: a recipe plus the --set overrides that make it this row."""
+    """One row's training run: a recipe plus the --set overrides that make it this row, at one seed
+    (None: the recipe's own seed, for runs that are not repeated over seeds, like the teacher)."""
     key: str
     recipe: str
     sets: dict = field(default_factory=dict)
+    seed: int | None = None
 
+    def at_seed(self, seed):
+        return Run(self.key, self.recipe, dict(self.sets), seed)
 
-# Shapes per scale. tiny: a few CPU seconds per run (the CI test); small: the recipes as committed
-# (one GPU); paper: the papers' model sizes where they give them (data stays the recipe's corpus).
-TINY_MODEL = {"model.d_model": 64, "model.n_heads": 4, "model.n_kv_heads": 2, "model.ffn_hidden": 128}
-TINY_TRAIN = {"train.seq_len": 64, "train.batch_size": 4, "train.threads": 1,
-              "train.schedule.warmup_steps": 5}
-TINY_STEPS = 60
-# Evaluations per run: enough points for the predictor's accuracy curve.
-EVALS_PER_RUN = 4
-
-
-def scale_sets(scale, steps, extra_sets):
-    """The --set overrides every run of a table gets at this scale (row overrides come on top)."""
-    if scale not in SCALES:
-        raise TableError(f"unknown scale '{scale}' (choose one of {', '.join(SCALES)})")
-    sets = {}
-    if scale == "tiny":
-        sets.update(TINY_MODEL)
-        sets.update(TINY_TRAIN)
-        steps = steps or TINY_STEPS
-        sets["eval.batches"] = 4
-        sets["log.every"] = 5
-    if steps:
-        if steps < EVALS_PER_RUN:
-            raise TableError(f"--steps {steps} is too few: each run evaluates {EVALS_PER_RUN} times")
-        sets["train.steps"] = steps
-        sets["eval.every"] = max(1, steps // EVALS_PER_RUN)
-        sets["log.every"] = max(1, min(sets.get("log.every", 50), steps // 20))
-        if scale != "tiny":
-            sets["train.schedule.warmup_steps"] = max(1, steps // 20)
-    sets["checkpoint.every"] = 1 << 30  # the final checkpoint only: resuming needs no more
-    sets.update(extra_sets)
-    return sets
+    def name(self):
+        return self.key if self.seed is None else f"{self.key}/seed-{self.seed}"
 
 
 def read_metrics(path):
@@ -90,41 +63,56 @@ def is_complete(run_dir, steps):
 
 
 def run_dir_for(out, table, run):
-    return os.path.join(out, "runs", table, run.key)
+    return os.path.join(out, "runs", table, run.key, *([f"seed-{run.seed}"] if run.seed is not None else []))
 
 
-def train(fathom, repo, out, table, run, sets, log=print):
-    """Trains one row unless its folder already holds a complete run; resumes a started one.
-    Returns (run folder, whether it trained now). A failing fathom is a TableError naming the run and its log."""
-    run_dir = run_dir_for(out, table, run)
+def run_sets(run, sets):
+    """The --set overrides of one run: the table's, the row's, then its seed."""
     all_sets = dict(sets)
     all_sets.update(run.sets)
+    if run.seed is not None:
+        all_sets["train.seed"] = run.seed
+    return all_sets
+
+
+def train(fathom, repo, out, table, run, sets, log=print, jobs=1):
+    """Trains one run unless its folder already holds a complete one; resumes one stopped after a
+    checkpoint. Returns (run folder, whether it trained now). A failing fathom is a TableError naming
+    the run and its log. jobs: how many runs share the device with this one (kept in its record)."""
+    from .records import RECORD, run_record
+    run_dir = run_dir_for(out, table, run)
+    all_sets = run_sets(run, sets)
     steps = all_sets.get("train.steps")
     if steps is None:
         steps = recipe_steps(os.path.join(repo, run.recipe))
     if is_complete(run_dir, steps):
-        log(f"  {table}/{run.key}: complete, skipped")
+        if not os.path.isfile(os.path.join(run_dir, RECORD)):  # killed between its end and its record
+            run_record(run_dir, jobs, 0.0, run.seed)
+        log(f"  {table}/{run.name()}: complete, skipped")
         return run_dir, False
     all_sets["log.dir"] = os.path.abspath(run_dir)
     command = [fathom, "train", os.path.join(repo, run.recipe)]
     for key, value in all_sets.items():
         command += ["--set", f"{key}={value}"]
-    started = os.path.isdir(os.path.join(run_dir, "checkpoints"))
+    started = os.path.exists(os.path.join(run_dir, "checkpoints", "latest"))
     command.append("--resume" if started else "--overwrite")
     log_path = run_dir + ".log"
-    log(f"  {table}/{run.key}: training ({'resuming' if started else 'new'}, log {log_path})")
-    run_logged(command, log_path, repo, f"run {table}/{run.key}")
+    log(f"  {table}/{run.name()}: training ({'resuming' if started else 'new'}, log {log_path})")
+    start = time.monotonic()
+    run_logged(command, log_path, repo, f"run {table}/{run.name()}", append=started)
     if not is_complete(run_dir, steps):
-        raise TableError(f"run {table}/{run.key} exited 0 but its metrics.jsonl has no evaluation at step "
+        raise TableError(f"run {table}/{run.name()} exited 0 but its metrics.jsonl has no evaluation at step "
                          f"{steps}; see {log_path}")
+    run_record(run_dir, jobs, time.monotonic() - start, run.seed)
     return run_dir, True
 
 
-def run_logged(command, log_path, repo, what):
+def run_logged(command, log_path, repo, what, append=False):
     """Runs `command` in `repo` with its output in log_path (led by the command, shell-quoted, so it can
-    be pasted back); a start failure or a non-zero exit raises TableError naming `what` and the log."""
+    be pasted back; append: after the log of the run it resumes); a start failure or a non-zero exit
+    raises TableError naming `what` and the log."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "w", encoding="utf-8") as f:
+    with open(log_path, "a" if append else "w", encoding="utf-8") as f:
         f.write(shlex.join(command) + "\n")
         f.flush()
         try:
@@ -135,19 +123,41 @@ def run_logged(command, log_path, repo, what):
         raise TableError(f"{what} failed (exit status {rc}); last lines of {log_path}:\n" + tail(log_path, 8))
 
 
-def recipe_steps(recipe_path):
-    """train.steps of a committed recipe (for completion checks at the recipe's own length)."""
-    in_train = False
+def recipe_value(recipe_path, key):
+    """The value (as written) of a two-level key such as train.steps in a committed recipe, or None.
+    The recipes write these keys on one line each, so no YAML library is needed."""
+    section, name = key.split(".")
+    in_section = False
     with open(recipe_path, encoding="utf-8") as f:
         for line in f:
             stripped = line.split("#", 1)[0].rstrip()
             if not stripped:
                 continue
             if not line.startswith(" "):
-                in_train = stripped.strip() == "train:"
-            elif in_train and stripped.strip().startswith("steps:"):
-                return int(stripped.split(":", 1)[1])
-    raise TableError(f"{recipe_path}: no train.steps (pass --steps)")
+                in_section = stripped.strip() == f"{section}:"
+            elif in_section and stripped.strip().startswith(f"{name}:"):
+                return stripped.split(":", 1)[1].strip()
+    return None
+
+
+def recipe_steps(recipe_path):
+    """train.steps of a committed recipe (for completion checks at the recipe's own length)."""
+    steps = recipe_value(recipe_path, "train.steps")
+    if steps is None:
+        raise TableError(f"{recipe_path}: no train.steps (pass --steps)")
+    return int(steps)
+
+
+# What decides the order of the batches a seed draws: runs that agree on these (and the seed) see the
+# same data in the same order.
+DATA_ORDER_KEYS = ("data.train", "data.tokenizer", "data.documents", "train.batch_size", "train.seq_len")
+
+
+def data_order(repo, run, sets):
+    """The data-order signature of a run: its values of DATA_ORDER_KEYS (overrides, else the recipe's)."""
+    all_sets = run_sets(run, sets)
+    recipe = os.path.join(repo, run.recipe)
+    return tuple(str(all_sets[k]) if k in all_sets else recipe_value(recipe, k) for k in DATA_ORDER_KEYS)
 
 
 def tail(path, n):
