@@ -15,7 +15,8 @@ struct DslaCase {
   DType dtype;
   double gate_low = -1.0;
   std::string str() const {
-    return "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" + std::to_string(Hk) +
+    // A std::string first: GCC 12 warns (-Wrestrict, a false positive) on a literal + a temporary string.
+    return std::string("B").append(std::to_string(B)) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" + std::to_string(Hk) +
            " d" + std::to_string(d) + (two ? " two states " : " one state ") + dtype_name(dtype) + " gates >= " +
            std::to_string(gate_low);
   }
