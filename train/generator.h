@@ -40,7 +40,7 @@ struct DecodeMemory {
   size_t bytes_per_position = 0;
   size_t state_bytes = 0;  // constant: whatever the length
   int64_t state_layers = 0;
-  std::vector<std::string> state_kinds;      // the kinds of those layers
+  std::vector<std::string> state_kinds = {};  // the kinds of those layers
   size_t kv_bytes_saved_per_position = 0;    // by those layers, against attention in their place
 };
 // Measured from a one-position decoding state of `model` on the host, activations in `dtype`.

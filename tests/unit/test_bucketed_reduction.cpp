@@ -63,7 +63,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 struct Setup {
-  std::set<std::string> frozen;
+  std::set<std::string> frozen = {};
   Recompute recompute = Recompute::none;
   int zero = 0;
   bool parallel = true;  // false: one process, no DataParallel at all
