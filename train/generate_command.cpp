@@ -11,6 +11,7 @@
 #include "train/device_select.h"
 #include "train/generator.h"
 #include "train/inference_model.h"
+#include "train/model_text_input.h"
 
 namespace fathom {
 
@@ -42,19 +43,14 @@ const CLI::Validator kNonNegativeWholeNumber(
 
 void add_generate_command(CLI::App& app) {
   struct Args {
-    std::string checkpoint, prompt, prompt_file, stop, tokenizer, device = "auto", precision = "bf16";
+    ModelTextInput input;
+    std::string stop, device = "auto", precision = "bf16";
     GenerationOptions options;
     int64_t threads = 0;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint, streaming it as it is produced");
-  cmd->add_option("--checkpoint", args->checkpoint,
-                  "A checkpoint folder, a run folder (its latest checkpoint), or hf:DIR (a HuggingFace folder)")
-      ->required();
-  auto* prompt = cmd->add_option("--prompt", args->prompt, "The prompt text");
-  auto* prompt_file = cmd->add_option("--prompt-file", args->prompt_file, "A file holding the prompt")
-                          ->check(CLI::ExistingFile);
-  prompt->excludes(prompt_file);
+  args->input.add_options(cmd, "prompt");
   cmd->add_option("--max-new-tokens", args->options.max_new_tokens, "Tokens to generate per sequence")
       ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
@@ -72,7 +68,6 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
   cmd->add_flag("--ignore-eos", args->options.ignore_eos, "Go on past the end-of-text token (fixed-length runs)");
-  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "GPU compute precision: bf16 or fp32")
@@ -80,13 +75,9 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   add_threads_option(cmd, args->threads, "CPU threads");
   cmd->callback([args] {
-    FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
-    const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
-    const ModelFiles loaded = read_model_files(args->checkpoint);
-    const std::string tokenizer_name = args->tokenizer.empty() ? loaded.tokenizer : args->tokenizer;
-    FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
-                 " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
-    const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_name);
+    const std::string text = args->input.text();
+    const ModelFiles loaded = read_model_files(args->input.checkpoint);
+    const std::unique_ptr<Tokenizer> tokenizer = args->input.tokenizer_for(loaded);
     const Device device = resolve_device(args->device, "--device");
     configure_threads(args->threads, "--threads");
     const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device,

@@ -11,24 +11,19 @@
 #include "train/commands.h"
 #include "train/device_select.h"
 #include "train/inference_model.h"
+#include "train/model_text_input.h"
 
 namespace fathom {
 
 void add_logits_command(CLI::App& app) {
   struct Args {
-    std::string checkpoint, prompt, prompt_file, out, tokenizer, device = "cpu", routing = "topk";
+    ModelTextInput input;
+    std::string out, device = "cpu", routing = "topk";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("logits", "Write a model's logits on a text (fp32) to a safetensors file");
-  cmd->add_option("--checkpoint", args->checkpoint,
-                  "A checkpoint folder, a run folder (its latest checkpoint), or hf:DIR (a HuggingFace folder)")
-      ->required();
-  auto* prompt = cmd->add_option("--prompt", args->prompt, "The text");
-  auto* prompt_file = cmd->add_option("--prompt-file", args->prompt_file, "A file holding the text")
-                          ->check(CLI::ExistingFile);
-  prompt->excludes(prompt_file);
+  args->input.add_options(cmd, "text");
   cmd->add_option("--out", args->out, "The safetensors file to write (ids and logits)")->required();
-  cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer name or file (default: the checkpoint's)");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--routing", args->routing,
@@ -37,13 +32,9 @@ void add_logits_command(CLI::App& app) {
       ->check(CLI::IsMember({"topk", "causal"}))
       ->capture_default_str();
   cmd->callback([args] {
-    FATHOM_CHECK(!args->prompt.empty() || !args->prompt_file.empty(), "give --prompt TEXT or --prompt-file FILE");
-    const std::string text = args->prompt_file.empty() ? args->prompt : read_file(args->prompt_file);
-    const ModelFiles loaded = read_model_files(args->checkpoint);
-    const std::string tokenizer_name = args->tokenizer.empty() ? loaded.tokenizer : args->tokenizer;
-    FATHOM_CHECK(!tokenizer_name.empty(), loaded.origin,
-                 " names no tokenizer (a HuggingFace folder without tokenizer.json); pass --tokenizer");
-    const std::vector<uint32_t> encoded = make_tokenizer(tokenizer_name)->encode(text);
+    const std::string text = args->input.text();
+    const ModelFiles loaded = read_model_files(args->input.checkpoint);
+    const std::vector<uint32_t> encoded = args->input.tokenizer_for(loaded)->encode(text);
     FATHOM_CHECK(!encoded.empty(), "logits: the text has no tokens");
     const Device device = resolve_device(args->device, "--device");
     const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device, false);
