@@ -8,7 +8,7 @@
 // separated. After two warm-up generations, prefill (the prompt's step, to its first token's logits) and
 // decode (the N - 1 steps after it) are the medians of 5 runs; each run synchronises the device before
 // it reads its clock. On a GPU each batch size gives two rows: the decoding steps replayed as a CUDA
-// graph (train/decode_step.h, what `fathom generate` does), and "(eager steps)" without graphs.
+// graph (train/generate/decode_step.h, what `fathom generate` does), and "(eager steps)" without graphs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "train/device_select.h"
-#include "train/generator.h"
-#include "train/inference_model.h"
+#include "train/cli/device_select.h"
+#include "train/generate/generator.h"
+#include "train/generate/inference_model.h"
 
 using namespace fathom;
 

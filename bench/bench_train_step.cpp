@@ -1,8 +1,8 @@
-// fathom's training step, timed: the trainer's own step (train/train_step.h: forward, loss with z-loss,
+// fathom's training step, timed: the trainer's own step (train/run/train_step.h: forward, loss with z-loss,
 // backward, clipping, AdamW) on a model of one of OLMo-core's named sizes, fed fresh random tokens each
 // step, at the shapes bench/hf_train_reference.py times for HF transformers + torch.compile.
 // Prints one markdown row per config in that script's columns: median step time -> tokens/s, MFU
-// (train/throughput.h: 6 N + 6 L d T FLOPs per token over the device's dense bf16 peak; none on the
+// (train/measure/throughput.h: 6 N + 6 L d T FLOPs per token over the device's dense bf16 peak; none on the
 // CPU) and the allocator's peak of live tensor bytes over the whole run of a config (weights,
 // gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated, then
 // the peak of what it held from the driver (live and cached blocks), torch.cuda.max_memory_reserved's.
@@ -34,11 +34,11 @@
 #include "layers/model_config.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
-#include "train/device_select.h"
-#include "train/recipe.h"
-#include "train/recipe_schema.h"
-#include "train/throughput.h"
-#include "train/train_step.h"
+#include "train/cli/device_select.h"
+#include "train/recipe/recipe.h"
+#include "train/recipe/recipe_schema.h"
+#include "train/measure/throughput.h"
+#include "train/run/train_step.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/cuda/backend.h"
 #endif

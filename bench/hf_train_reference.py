@@ -16,7 +16,7 @@ loss function on them outside the graph, which materialises fp32 copies of the l
 peak memory at a 100k vocabulary; measured on the H200 for the default only).
 After the warm-up steps (the first one compiles), every step is timed with CUDA events; the median step
 time gives tokens/s. MFU counts 6 N + 6 L d T FLOPs per token (N: parameters without the embedding
-table, as train/throughput.cpp counts them) over the H200's dense bf16 peak, 989 TFLOP/s. Peak memory
+table, as train/measure/throughput.cpp counts them) over the H200's dense bf16 peak, 989 TFLOP/s. Peak memory
 is torch.cuda.max_memory_allocated over the whole run of a config (weights, gradients, AdamW moments,
 activations); held is torch.cuda.max_memory_reserved, what PyTorch's caching allocator took from the
 driver (live, cached and fragmented blocks). Prints one markdown row per config, in the columns bench/bench_train_step prints.

@@ -1,5 +1,5 @@
 // Data prep: tokenizes text files once, with every core, into token shards that training memory-maps
-// (`fathom data prep`, train/data_command.cpp).
+// (`fathom data prep`, train/cli/data_command.cpp).
 //
 // Output folder layout (each shard folder works directly as a recipe's data path):
 //   <out>/train/shard_00000.bin ...               the training split

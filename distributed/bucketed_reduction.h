@@ -7,7 +7,7 @@
 // Every rank thus starts the same reductions, with the same contents, in the same order, whatever
 // its own timing, and each element is summed exactly as a reduction after the whole backward sums it.
 //
-// Only the micro-batch that ends a step listens (train/train_step.cpp): the earlier ones' gradients
+// Only the micro-batch that ends a step listens (train/run/train_step.cpp): the earlier ones' gradients
 // are partial sums. On the CPU each bucket is the same MPI_Allreduce as before, run by the MPI
 // backend's collective thread while backward goes on; with NCCL they run on the communicator's own
 // stream, ordered after the gradient writes by an event and before the optimizer by another.

@@ -1,4 +1,4 @@
-// What data parallelism adds to a training step (train/train_step.cpp calls it): every rank computes
+// What data parallelism adds to a training step (train/run/train_step.cpp calls it): every rank computes
 // the gradients of its part of the global batch (seeded with 1 / (grad_accum x world), so summing
 // over ranks gives the global batch's mean gradient), then
 //   - plain (train.zero: 0): the gradient arena is summed over ranks in buckets of bucket_elements,

@@ -31,7 +31,7 @@ class MixerCache {
   // Positions the state holds (0 for kinds whose state does not grow with them).
   virtual int64_t length() const { return 0; }
   // Whether a decoding step of one token per sequence over this state can be captured once as a CUDA
-  // graph and replayed (train/decode_step.h): its kernels find the step's position in
+  // graph and replayed (train/generate/decode_step.h): its kernels find the step's position in
   // MixerContext::device_past, keep the state at fixed addresses, and the only host-side state is
   // the count of positions, which a replay moves on with set_length().
   virtual bool replayable() const { return false; }
@@ -65,13 +65,13 @@ struct MixerContext {
   RoutingCounts* routing_counts = nullptr;
   // This forward's number, the same when train.recompute: block re-runs it: the random router's draws.
   uint64_t forward_index = 0;
-  // Distillation (train/distill_objective.h): a two-state dsla layer adds "gate_cos", the mean cosine
+  // Distillation (train/distill/distill_objective.h): a two-state dsla layer adds "gate_cos", the mean cosine
   // similarity of its two gates' values per token and head, to aux_losses.
   bool gate_similarity = false;
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these
-// (train/memory_plan.cpp, train/throughput.cpp), so a new kind is counted by reporting its own.
+// (train/measure/memory_plan.cpp, train/measure/throughput.cpp), so a new kind is counted by reporting its own.
 struct LayerCost {
   int64_t saved_elements = 0;    // activation-dtype elements kept for backward
   int64_t rebuilt_elements = 0;  // of saved_elements, those train.recompute: selective rebuilds instead

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/recipe.h"
+#include "train/recipe/recipe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

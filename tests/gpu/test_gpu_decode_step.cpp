@@ -1,4 +1,4 @@
-// CUDA graphs for decoding (kernels/cuda/backend.h Graph, train/decode_step.h): a captured body runs
+// CUDA graphs for decoding (kernels/cuda/backend.h Graph, train/generate/decode_step.h): a captured body runs
 // only when replayed, and memory it freed is not handed out while the graph lives; a capture that
 // needs the host fails cleanly. A replayed decoding step equals the eager step bit for bit, at every
 // step, as the cache grows past tile and split boundaries, for OLMo2, Llama-style, head dim 128, MoDA
@@ -17,8 +17,8 @@
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "train/decode_step.h"
-#include "train/generator.h"
+#include "train/generate/decode_step.h"
+#include "train/generate/generator.h"
 
 using namespace fathom;
 using namespace fathom::test;

@@ -13,7 +13,7 @@
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "train/generator.h"
+#include "train/generate/generator.h"
 
 using namespace fathom;
 using namespace fathom::test;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/json.h"
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 
 namespace fathom::test {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 #include "../unit/test_support.h"
 
 namespace fathom::testing {

@@ -16,7 +16,7 @@
 #include <regex>
 #include <thread>
 
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "../unit/test_support.h"
 
 using namespace fathom;

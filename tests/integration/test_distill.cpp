@@ -18,12 +18,12 @@
 #include "core/safetensors.h"
 #include "data/loader.h"
 #include "layers/parameter_arena.h"
-#include "train/checkpoint.h"
-#include "train/distill_chain.h"
-#include "train/distill_init.h"
-#include "train/distill_order.h"
-#include "train/distill_teacher.h"
-#include "train/run_data.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/distill/distill_chain.h"
+#include "train/distill/distill_init.h"
+#include "train/distill/distill_order.h"
+#include "train/distill/distill_teacher.h"
+#include "train/run/run_data.h"
 #include "distill_test_helpers.h"
 
 using namespace fathom;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "layers/hf_export.h"
-#include "train/checkpoint.h"
-#include "train/distill_chain.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/distill/distill_chain.h"
 #include "distill_test_helpers.h"
 
 using namespace fathom;

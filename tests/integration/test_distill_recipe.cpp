@@ -1,7 +1,7 @@
 // The recipe's distill section: every key read, defaults, and a clear error for each bad value.
 #include <gtest/gtest.h>
 
-#include "train/distill_config.h"
+#include "train/distill/distill_config.h"
 #include "distill_test_helpers.h"
 
 using namespace fathom;

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "../unit/test_support.h"
 #include "cli_test_helpers.h"

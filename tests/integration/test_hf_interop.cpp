@@ -14,9 +14,9 @@
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
 #include "layers/parameter_arena.h"
-#include "train/checkpoint.h"
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

@@ -6,10 +6,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "train/evaluator.h"
-#include "train/recipe.h"
-#include "train/throughput.h"
-#include "train/trainer.h"
+#include "train/measure/evaluator.h"
+#include "train/recipe/recipe.h"
+#include "train/measure/throughput.h"
+#include "train/run/trainer.h"
 #include "../unit/test_support.h"
 
 using namespace fathom;

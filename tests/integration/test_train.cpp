@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "core/safetensors.h"
-#include "train/checkpoint.h"
-#include "train/evaluator.h"
-#include "train/recipe.h"
-#include "train/stop_signal.h"
-#include "train/trainer.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/measure/evaluator.h"
+#include "train/recipe/recipe.h"
+#include "train/run/stop_signal.h"
+#include "train/run/trainer.h"
 #include "../unit/test_support.h"
 
 using namespace fathom;

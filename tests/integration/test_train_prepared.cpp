@@ -10,9 +10,9 @@
 
 #include "core/json.h"
 #include "data/prep.h"
-#include "train/evaluator.h"
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "train/measure/evaluator.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 #include "../unit/test_support.h"
 
 using namespace fathom;

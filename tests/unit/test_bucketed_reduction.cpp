@@ -12,7 +12,7 @@
 #include "distributed/data_parallel.h"
 #include "kernels/elementwise.h"
 #include "tests/unit/op_test_util.h"
-#include "train/train_step.h"
+#include "train/run/train_step.h"
 
 using namespace fathom;
 using namespace fathom::test;

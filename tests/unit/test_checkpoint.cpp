@@ -10,8 +10,8 @@
 
 #include "core/file_io.h"
 #include "test_support.h"
-#include "train/checkpoint.h"
-#include "train/metrics_log.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/measure/metrics_log.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

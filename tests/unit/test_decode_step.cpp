@@ -11,7 +11,7 @@
 #include "layers/parameter_arena.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
-#include "train/decode_step.h"
+#include "train/generate/decode_step.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

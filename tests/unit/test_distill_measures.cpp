@@ -1,11 +1,11 @@
-// A distilled model's recorded measures (train/distill_report.h): they read back bit for bit, an
+// A distilled model's recorded measures (train/distill/distill_report.h): they read back bit for bit, an
 // evaluation of other eval.batches or other domains is not reused, and a damaged record is an error.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "tests/unit/test_support.h"
-#include "train/distill_report.h"
+#include "train/distill/distill_report.h"
 
 using namespace fathom;
 using fathom::testing::ScratchFolder;

@@ -15,10 +15,10 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
-#include "train/generator.h"
-#include "train/memory_plan.h"
-#include "train/recipe.h"
-#include "train/throughput.h"
+#include "train/generate/generator.h"
+#include "train/measure/memory_plan.h"
+#include "train/recipe/recipe.h"
+#include "train/measure/throughput.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

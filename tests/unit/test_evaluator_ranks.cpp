@@ -9,7 +9,7 @@
 
 #include "distributed/communicator.h"
 #include "layers/parameter_arena.h"
-#include "train/evaluator.h"
+#include "train/measure/evaluator.h"
 #include "data_test_helpers.h"
 
 using namespace fathom;

@@ -1,4 +1,4 @@
-// Generation (train/generator.h, Decoder::decode): greedy decoding with the caches equals the argmax
+// Generation (train/generate/generator.h, Decoder::decode): greedy decoding with the caches equals the argmax
 // of a full forward over the sequence so far at every step, for OLMo2, a Llama-style model, every
 // MoDA variant and attention + dsla hybrids (one and two states); chunked prefill; the sampler; clear
 // errors.
@@ -14,9 +14,9 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
-#include "train/generator.h"
-#include "train/inference_model.h"
-#include "train/sampler.h"
+#include "train/generate/generator.h"
+#include "train/generate/inference_model.h"
+#include "train/generate/sampler.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

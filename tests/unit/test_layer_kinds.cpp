@@ -1,6 +1,6 @@
 // The seams new model families plug into: per-layer kinds (layers/layer_kinds.h), the model output
-// with its taps, the objective's terms (train/objective.h) and frozen parameters
-// (train/parameter_selection.h, layers/parameter_arena.h).
+// with its taps, the objective's terms (train/run/objective.h) and frozen parameters
+// (train/run/parameter_selection.h, layers/parameter_arena.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,10 +15,10 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
-#include "train/objective.h"
-#include "train/parameter_selection.h"
-#include "train/recipe.h"
-#include "train/train_step.h"
+#include "train/run/objective.h"
+#include "train/run/parameter_selection.h"
+#include "train/recipe/recipe.h"
+#include "train/run/train_step.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

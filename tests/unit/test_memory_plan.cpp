@@ -1,4 +1,4 @@
-// The training memory estimate (train/memory_plan.h): its arithmetic for a named size, and the
+// The training memory estimate (train/measure/memory_plan.h): its arithmetic for a named size, and the
 // start-up check that refuses a run which cannot fit.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "layers/decoder.h"
 #include "tests/unit/test_support.h"
-#include "train/memory_plan.h"
+#include "train/measure/memory_plan.h"
 
 using namespace fathom;
 

@@ -9,7 +9,7 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
-#include "train/device_select.h"
+#include "train/cli/device_select.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
 

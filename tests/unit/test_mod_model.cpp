@@ -13,11 +13,11 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
-#include "train/memory_plan.h"
-#include "train/objective.h"
-#include "train/recipe.h"
-#include "train/throughput.h"
-#include "train/train_step.h"
+#include "train/measure/memory_plan.h"
+#include "train/run/objective.h"
+#include "train/recipe/recipe.h"
+#include "train/measure/throughput.h"
+#include "train/run/train_step.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;

@@ -13,8 +13,8 @@
 #include "optim/adamw.h"
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
-#include "train/checkpoint.h"
-#include "train/recipe.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/recipe/recipe.h"
 
 using namespace fathom;
 

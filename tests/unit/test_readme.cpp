@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "train/recipe_schema.h"
+#include "train/recipe/recipe_schema.h"
 
 TEST(Readme, RecipeReferenceNamesEveryKey) {
   std::ifstream in(std::string(FATHOM_SOURCE_DIR) + "/README.md");

@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "tests/unit/hf_test_helpers.h"
 #include "tests/unit/test_support.h"
-#include "train/checkpoint.h"
-#include "train/recipe.h"
-#include "train/recipe_schema.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/recipe/recipe.h"
+#include "train/recipe/recipe_schema.h"
 
 using namespace fathom;
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "train/recipe.h"
+#include "train/recipe/recipe.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

@@ -2,8 +2,8 @@
 
 #include "layers/decoder.h"
 #include "layers/model_config.h"
-#include "train/metrics_log.h"
-#include "train/throughput.h"
+#include "train/measure/metrics_log.h"
+#include "train/measure/throughput.h"
 
 using namespace fathom;
 

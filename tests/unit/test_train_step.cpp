@@ -1,4 +1,4 @@
-// The trainer's step (train/train_step.h): gradient accumulation averages micro-batches, and bad
+// The trainer's step (train/run/train_step.h): gradient accumulation averages micro-batches, and bad
 // settings, mis-shaped batches and a non-finite loss are clear errors.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tests/unit/op_test_util.h"
-#include "train/memory_plan.h"
-#include "train/train_step.h"
+#include "train/measure/memory_plan.h"
+#include "train/run/train_step.h"
 
 using namespace fathom;
 using namespace fathom::test;

@@ -1,0 +1,179 @@
+#include "train/generate/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "kernels/argmax.h"
+#include "layers/attention.h"
+#include "train/generate/decode_step.h"
+#include "train/cli/device_select.h"
+#include "train/measure/memory_plan.h"
+
+namespace fathom {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The next token of every sequence: greedy choices are made on the device (only B ids cross to the
+// host); sampling reads each row's logits on the host.
+// `greedy_ids`: the argmax of the logits when already taken on the device (undefined: take it here).
+std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step,
+                                 const Tensor& greedy_ids = {}) {
+  const int64_t B = logits.dim(0), vocab = logits.dim(1);
+  std::vector<int64_t> out(static_cast<size_t>(B));
+  if (sampling.temperature == 0) {
+    const Tensor chosen = greedy_ids.defined() ? greedy_ids : argmax_rows(logits);
+    const std::vector<int32_t> ids = chosen.to(Device::cpu()).to_vector<int32_t>();
+    std::copy(ids.begin(), ids.end(), out.begin());
+    return out;
+  }
+  const std::vector<float> host = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();
+  for (int64_t b = 0; b < B; ++b)
+    out[size_t(b)] = sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling,
+                                  uint64_t(step * B + b));
+  return out;
+}
+
+// How much of `text`'s end could be the start of `stop` (held back from streaming until it is known
+// not to be the stop text).
+size_t stop_prefix_at_end(const std::string& text, const std::string& stop) {
+  for (size_t n = std::min(text.size(), stop.size() - 1); n > 0; --n)
+    if (text.compare(text.size() - n, n, stop, 0, n) == 0) return n;
+  return 0;
+}
+
+}  // namespace
+
+DecodeMemory decode_memory(const Decoder& model, DType dtype) {
+  const DecodeState one = model.start_decoding(1, 1, dtype, Device::cpu());
+  // An attention layer's cache for one position: what a layer without one saves.
+  const size_t kv_per_position = Attention(model.config()).make_cache(1, 1, dtype, Device::cpu())->bytes_per_position();
+  DecodeMemory memory;
+  for (size_t i = 0; i < one.layers.size(); ++i) {
+    const MixerCache& cache = *one.layers[i];
+    memory.bytes_per_position += cache.bytes_per_position();
+    if (cache.bytes_per_position() > 0) continue;
+    memory.state_bytes += cache.bytes();
+    ++memory.state_layers;
+    memory.kv_bytes_saved_per_position += kv_per_position;
+    const std::string& kind = model.config().layer_kind(int64_t(i));
+    if (std::find(memory.state_kinds.begin(), memory.state_kinds.end(), kind) == memory.state_kinds.end())
+      memory.state_kinds.push_back(kind);
+  }
+  return memory;
+}
+
+size_t complete_utf8_prefix(const std::string& text) {
+  // Walk back over at most 3 continuation bytes to the last lead byte; keep it only if its
+  // character is whole.
+  size_t n = text.size(), back = 0;
+  while (back < n && back < 4 && (static_cast<unsigned char>(text[n - 1 - back]) & 0xC0) == 0x80) ++back;
+  if (back == n) return n;
+  const auto lead = static_cast<unsigned char>(text[n - 1 - back]);
+  const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+  return back + 1 >= length ? n : n - 1 - back;
+}
+
+GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
+                          const GenerationOptions& options, DType dtype, Device device, const TextSink& sink) {
+  FATHOM_CHECK(!prompt.empty(), "generate: the prompt encodes to no tokens");
+  FATHOM_CHECK(options.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", options.max_new_tokens);
+  FATHOM_CHECK(options.batch >= 1, "--batch must be >= 1, got ", options.batch);
+  options.sampling.validate();
+  const int64_t vocab = model.config().vocab_size;
+  for (uint32_t id : prompt)
+    FATHOM_CHECK(int64_t(id) < vocab, "generate: prompt token ", id, " is outside the model's vocabulary of ", vocab,
+                 " (is this the model's tokenizer?)");
+  NoGrad no_grad;
+  const int64_t B = options.batch, P = int64_t(prompt.size());
+  DecodeState state = model.start_decoding(B, P + options.max_new_tokens, dtype, device);
+  GenerationResult result;
+  result.prompt_tokens = P;
+  result.tokens.resize(size_t(B));
+  result.texts.resize(size_t(B));
+  result.cache_bytes = state.bytes();
+  result.cache_bytes_per_position = state.bytes_per_position();
+  std::vector<bool> done(size_t(B), false);
+  size_t streamed = 0;
+
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+  const Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
+  // The prompt is one decode call; every later step one token per sequence (a CUDA graph on a GPU).
+  DecodeStep decode_step(model, state, options.sampling.temperature == 0, options.cuda_graphs);
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  auto start = Clock::now();
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    std::vector<int64_t> chosen;
+    if (step == 0) {
+      chosen = next_tokens(last_logits(model, model.decode(input, state)), options.sampling, step);
+    } else {
+      const DecodeStep::Output out = decode_step.run(next);
+      chosen = next_tokens(out.logits, options.sampling, step, out.ids);
+    }
+    if (step == 0) {
+      synchronize(device);
+      result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      start = Clock::now();
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t token = chosen[size_t(b)];
+      next[size_t(b)] = int32_t(token);
+      if (done[size_t(b)]) continue;
+      if (uint32_t(token) == tokenizer.eos_id() && !options.ignore_eos) {
+        done[size_t(b)] = true;
+        continue;
+      }
+      std::vector<uint32_t>& tokens = result.tokens[size_t(b)];
+      tokens.push_back(uint32_t(token));
+      // The text is needed as it grows only to find the stop text or to stream; else once at the end.
+      if (options.stop.empty() && !(sink && b == 0)) continue;
+      std::string& text = result.texts[size_t(b)];
+      text = tokenizer.decode(tokens);
+      if (!options.stop.empty()) {
+        const size_t at = text.find(options.stop);
+        if (at != std::string::npos) {
+          text.resize(at);
+          done[size_t(b)] = true;
+        }
+      }
+    }
+    if (sink) {
+      const std::string& text = result.texts[0];
+      size_t whole = text.size();
+      if (!done[0]) {
+        whole = complete_utf8_prefix(text);
+        if (!options.stop.empty()) whole = std::min(whole, text.size() - stop_prefix_at_end(text, options.stop));
+      }
+      if (whole > streamed) sink(text.substr(streamed, whole - streamed));
+      streamed = std::max(streamed, whole);
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == options.max_new_tokens) break;
+    ++result.decode_steps;
+  }
+  result.cuda_graph = decode_step.graphed();
+  result.eager_reason = decode_step.eager_reason();
+  synchronize(device);
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.stop.empty())
+    for (int64_t b = 0; b < B; ++b) result.texts[size_t(b)] = tokenizer.decode(result.tokens[size_t(b)]);
+  return result;
+}
+
+size_t check_decoding_caches_fit(const DecodeMemory& memory, int64_t batch, int64_t positions, size_t free_bytes,
+                                 const std::string& device_name) {
+  FATHOM_CHECK(batch >= 1 && positions >= 1, "decoding needs at least one sequence and one position, got ", batch,
+               " x ", positions);
+  const double bytes =
+      (double(memory.bytes_per_position) * double(positions) + double(memory.state_bytes)) * double(batch);
+  FATHOM_CHECK(bytes < double(free_bytes), "the decoding caches for ", batch, " x ", positions, " positions need ",
+               gib(size_t(std::min(bytes, 1e18))), " but ", device_name, " has ", gib(free_bytes),
+               " free; lower --batch or --max-new-tokens");
+  return size_t(bytes);
+}
+
+}  // namespace fathom
