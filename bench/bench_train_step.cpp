@@ -31,6 +31,8 @@
 #include "core/philox.h"
 #include "core/suggest.h"
 #include "layers/decoder.h"
+#include "layers/dsla_config.h"
+#include "layers/mod_config.h"
 #include "layers/model_config.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
@@ -148,9 +150,9 @@ double peak_flops_of(Device device) {
 
 void run_config(const BenchConfig& c, const Options& o, Device device) {
   ModelConfig config = named_model_size(c.size);
-  config.mod.capacity = o.mod_capacity;
+  config.options.get<ModConfig>().capacity = o.mod_capacity;
   config.layers = o.layers;
-  config.dsla.states = o.dsla_states;
+  config.options.get<DslaConfig>().states = o.dsla_states;
   config.validate();  // a --mod outside (0, 1] or an unknown layer kind fails here, naming the field
   const Recipe defaults;  // the trainer's default clip, z-loss and AdamW betas, eps and weight decay
   Allocator& allocator = allocator_for(device);

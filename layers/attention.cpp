@@ -7,6 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode_attention.h"
 #include "kernels/kv_cache.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
@@ -18,19 +19,28 @@ struct KVCache final : MixerCache {
   size_t bytes() const override { return k.nbytes() + v.nbytes(); }
   size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }
   int64_t length() const override { return held; }
-  // With MixerContext::device_past (GPU decoding) the writes and reads take their position from it.
+  // With MixerInputs::device_past (GPU decoding) the writes and reads take their position from it.
   bool replayable() const override { return true; }
   void set_length(int64_t positions) override { held = positions; }
 };
 
 }  // namespace
 
-Attention::Attention(const ModelConfig& c)
-    : ProjectedMixer(c), rope_theta_(c.rope_theta), rope_scaling_(c.rope_scaling), moda_(c.moda) {}
+LayerKind attention_layer_kind() {
+  return {.name = kAttentionKind,
+          .make_mixer = [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> {
+            return std::make_unique<Attention>(c);
+          },
+          .reads_depth = true,
+          .taps = {kAttentionEntropyTap}};
+}
 
-Variable Attention::forward(const Variable& x, const MixerContext& context) const {
-  const Tensor& positions = context.positions;
-  DepthStream* depth = context.depth;
+Attention::Attention(const ModelConfig& c)
+    : ProjectedMixer(c), rope_theta_(c.rope_theta), rope_scaling_(c.rope_scaling), moda_(c.options.get<MoDAConfig>()) {}
+
+Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
+  const Tensor& positions = inputs.positions;
+  DepthStream* depth = inputs.depth;
   const bool reader_depth_keys = moda_.depth_key == DepthKey::reader;
   const int64_t B = x.dim(0), T = x.dim(1);
   Variable q = q_proj_.forward(x);
@@ -52,11 +62,11 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   Variable o;
   // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
   // later ones read the cache.
-  KVCache* cache = static_cast<KVCache*>(context.cache);
+  KVCache* cache = static_cast<KVCache*>(inputs.cache);
   const int64_t past = cache ? cache->held : 0;
-  // On a GPU the position comes from the device (context.device_past, equal to `past`), so the
+  // On a GPU the position comes from the device (inputs.device_past, equal to `past`), so the
   // step can be replayed as a CUDA graph at later positions.
-  const Tensor* device_past = cache ? context.device_past : nullptr;
+  const Tensor* device_past = cache ? inputs.device_past : nullptr;
   if (cache) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
@@ -70,9 +80,9 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
     }
     cache->held += T;
   }
-  if (context.attention_entropy) {
+  if (report.wants(kAttentionEntropyTap)) {
     FATHOM_CHECK(!depth, "attention entropy taps read the sequence softmax only; this model has MoDA depth reads");
-    *context.attention_entropy = attention_entropy(q.value(), k.value(), scale);
+    report.measure(kAttentionEntropyTap, attention_entropy(q.value(), k.value(), scale));
   }
   const int64_t begin = moda_first_read_slot(written, moda_.max_slots);
   if (past > 0) {
@@ -87,7 +97,7 @@ Variable Attention::forward(const Variable& x, const MixerContext& context) cons
   } else {
     o = attention(q, k, v, scale);
   }
-  if (depth && context.write_depth) depth->write(written, reader_depth_keys ? raw_k : k, v);
+  if (depth && inputs.write_depth) depth->write(written, reader_depth_keys ? raw_k : k, v);
   return o_proj_.forward(reshape(o, {B, T, n_heads_ * head_dim_}));
 }
 

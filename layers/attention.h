@@ -4,9 +4,19 @@
 #pragma once
 #include <memory>
 
+#include "layers/moda_config.h"
 #include "layers/projected_mixer.h"
 
 namespace fathom {
+
+// The kind's name in model.layers, and its tap: the mean entropy of its softmax over heads and query
+// positions (distillation ranks layers by it).
+inline constexpr char kAttentionKind[] = "attention";
+inline constexpr char kAttentionEntropyTap[] = "attention_entropy";
+
+struct LayerKind;
+// Its registration (layers/layer_kinds.h).
+LayerKind attention_layer_kind();
 
 class Attention : public ProjectedMixer {
  public:
@@ -16,7 +26,7 @@ class Attention : public ProjectedMixer {
   // The K is the one this layer used (after QK-norm and RoPE) with moda.depth_key: writer; with
   // reader it is the raw projection, and this layer reads every depth key through its own k-norm (no
   // RoPE).
-  Variable forward(const Variable& x, const MixerContext& context) const override;
+  Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
   // Kept for backward: q and k after projection (when QK-norm keeps them) and after RoPE, v, the
   // output (o_proj's input); the norms' rstd and the lse per query head. A MoDA reader that leaves
   // weights (autograd/depth_stream.h) also keeps q, dO and two fp32 weights per head and read slot.

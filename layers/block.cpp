@@ -22,30 +22,30 @@ Block::Block(const ModelConfig& c, int64_t layer)
     add_child("post_attention_layernorm", attn_norm_);
     add_child("post_feedforward_layernorm", ffn_norm_);
   }
-  if (c.moda.extra_attention_writer()) {
+  if (c.options.get<MoDAConfig>().extra_attention_writer()) {
     attn_depth_kv_ = std::make_unique<DepthKVProjection>(c);
     add_child("self_attn.depth_kv", *attn_depth_kv_);
   }
-  if (c.moda.ffn_writer()) {
+  if (c.options.get<MoDAConfig>().ffn_writer()) {
     ffn_depth_kv_ = std::make_unique<DepthKVProjection>(c);
     add_child("mlp.depth_kv", *ffn_depth_kv_);
   }
 }
 
-Variable Block::forward(const Variable& x, const MixerContext& context) const {
-  DepthStream* depth = context.depth;
-  const bool write = depth && context.write_depth;
+Variable Block::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
+  DepthStream* depth = inputs.depth;
+  const bool write = depth && inputs.write_depth;
   // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
-  MixerContext mixer_context = context;
-  mixer_context.write_depth = write && !attn_depth_kv_;
-  const Variable attn_out = mixer_->forward(attn_in, mixer_context);
-  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, context.positions);
+  MixerInputs mixer_inputs = inputs;
+  mixer_inputs.write_depth = write && !attn_depth_kv_;
+  const Variable attn_out = mixer_->forward(attn_in, mixer_inputs, report);
+  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs.positions);
   // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
   // rebuilds h from them rather than keeping it for the FFN's projections.
   const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out, true);
   const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
-  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, context.positions);
+  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs.positions);
   const Variable ffn_out = mlp_.forward(ffn_in);
   return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
 }

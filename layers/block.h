@@ -19,8 +19,8 @@ class Block : public DecoderLayer {
  public:
   Block(const ModelConfig& config, int64_t layer);
   // With a depth stream (MoDA), the mixer reads the slots of earlier blocks; with
-  // context.write_depth the block then writes its own slots (the last block's would never be read).
-  Variable forward(const Variable& x, const MixerContext& context) const override;
+  // inputs.write_depth the block then writes its own slots (the last block's would never be read).
+  Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
   // The mixer's cost plus the block's own: its input, the two sublayer outputs or normalised inputs,
   // SwiGLU's gate, up and output, and the two norms' rstd.
   LayerCost cost(const CostQuery& query) const override;

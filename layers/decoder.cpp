@@ -7,6 +7,8 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
 #include "kernels/kv_cache.h"
+#include "layers/layer_kinds.h"
+#include "layers/moda_config.h"
 
 namespace fathom {
 
@@ -15,10 +17,10 @@ Decoder::Body::Body(const ModelConfig& c)
       norm(c.d_model, c.norm_eps) {
   add_child("embed_tokens", embed_tokens);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    if (c.mod.routes(i))
-      layers.push_back(std::make_unique<RoutedBlock>(c, i));
-    else
-      layers.push_back(std::make_unique<Block>(c, i));
+    std::unique_ptr<DecoderLayer> layer;  // a feature's (MoD's routed block), else a Block
+    for (const LayerKind& kind : layer_kinds())
+      if (kind.make_layer && !layer) layer = kind.make_layer(c, i);
+    layers.push_back(layer ? std::move(layer) : std::make_unique<Block>(c, i));
     add_child("layers." + std::to_string(i), *layers.back());
   }
   add_child("norm", norm);
@@ -49,7 +51,7 @@ Tensor positions_from(int64_t first, int64_t T, Device device) {
 }  // namespace
 
 std::shared_ptr<DepthStream> Decoder::new_depth_stream(const Tensor& ids) const {
-  if (!config_.moda.enabled()) return nullptr;
+  if (!config_.options.get<MoDAConfig>().enabled()) return nullptr;
   return std::make_shared<DepthStream>(ids.dim(0), ids.dim(1), depth_slots(), config_.n_kv_heads, config_.head_dim(),
                                        depth_dtype(ids.device()), ids.device());
 }
@@ -65,38 +67,34 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   // Shared: with recompute, each block's re-run in backward uses the stream after this forward returns.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
-  if (options.attention_entropy) out.attention_entropy.resize(size_t(L));
-  if (options.routing_counts) out.routing_counts.resize(size_t(L));
+  const bool measured = !options.taps.empty() || !options.layer_taps.empty();
+  if (measured) out.measures.resize(size_t(L));
   const uint64_t forward_counted = forwards_++;
-  const uint64_t forward_index = options.router_draw.value_or(forward_counted);
+  MixerInputs inputs{positions, depth.get()};
+  inputs.as_decoded = options.as_decoded;
+  inputs.draw = options.draw.value_or(forward_counted);
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer* block = model_.layers[size_t(i)].get();
-    const bool write = i + 1 < L;
+    inputs.write_depth = i + 1 < L;
+    std::set<std::string> taps = options.taps;
+    for (const auto& [layer, tap] : options.layer_taps)
+      if (layer == i) taps.insert(tap);
     // Taps are read while the forward runs, so a block asked for one runs as recorded; a layer that is
     // not rerunnable recomputes inside itself.
-    const bool tapped = options.attention_entropy || i == options.gate_similarity_layer;
-    if (recompute_ != Recompute::block || tapped || !block->rerunnable()) {
-      MixerContext context{positions, depth.get(), write};
-      context.aux_losses = &out.aux_losses;
-      context.causal_routing = options.causal_routing;
-      context.forward_index = forward_index;
-      context.gate_similarity = i == options.gate_similarity_layer;
-      if (options.attention_entropy) context.attention_entropy = &out.attention_entropy[size_t(i)];
-      if (options.routing_counts && dynamic_cast<const RoutedBlock*>(block)) {
-        out.routing_counts[size_t(i)].emplace();
-        context.routing_counts = &*out.routing_counts[size_t(i)];
-      }
-      h = block->forward(h, context);
+    if (recompute_ != Recompute::block || !taps.empty() || !block->rerunnable()) {
+      h = block->forward(h, inputs, LayerReport(&out.aux_losses, &taps, measured ? &out.measures[size_t(i)] : nullptr));
     } else if (!depth) {
-      h = checkpoint([block, positions](const Variable& x) { return block->forward(x, MixerContext{positions}); },
-                     h, block->parameter_variables());
+      h = checkpoint(
+          [block, positions](const Variable& x) { return block->forward(x, MixerInputs{positions}, LayerReport()); }, h,
+          block->parameter_variables());
     } else {
       // The re-run reads and writes the slots this run does (DepthStream::rewind, tie).
       const int64_t written = depth->slots_written();
+      const bool write = inputs.write_depth;
       h = checkpoint(
           [block, positions, depth, write, written](const Variable& x) {
             depth->rewind(written);
-            return depth->tie(block->forward(x, MixerContext{positions, depth.get(), write}));
+            return depth->tie(block->forward(x, MixerInputs{positions, depth.get(), write}, LayerReport()));
           },
           h, block->parameter_variables());
     }
@@ -157,10 +155,10 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
   for (int64_t i = 0; i < L; ++i) {
-    MixerContext context{positions, depth.get(), i + 1 < L};
-    context.cache = state.layers[size_t(i)].get();
-    context.device_past = on_device ? &state.device_length : nullptr;
-    h = model_.layers[size_t(i)]->forward(h, context);
+    MixerInputs inputs{positions, depth.get(), i + 1 < L};
+    inputs.cache = state.layers[size_t(i)].get();
+    inputs.device_past = on_device ? &state.device_length : nullptr;
+    h = model_.layers[size_t(i)]->forward(h, inputs, LayerReport());
   }
   state.length += T;
   if (on_device) advance_positions(state.device_length, T);
@@ -198,7 +196,7 @@ int64_t parameter_count(const ModelConfig& config) {
 
 // Every block but the last writes its slots: the last block's would have no reader.
 int64_t Decoder::depth_slots() const {
-  if (!config_.moda.enabled()) return 0;
+  if (!config_.options.get<MoDAConfig>().enabled()) return 0;
   int64_t slots = 0;
   for (size_t i = 0; i + 1 < model_.layers.size(); ++i) slots += model_.layers[i]->depth_slots_written();
   // One block still gets a stream to read (none), so the buffers are never empty.
@@ -209,7 +207,7 @@ int64_t Decoder::depth_slots() const {
 DType Decoder::depth_dtype(Device device) { return device.is_cuda() ? DType::bf16 : DType::f32; }
 
 size_t Decoder::depth_cache_bytes(int64_t batch, int64_t seq_len, Device device) const {
-  if (!config_.moda.enabled()) return 0;
+  if (!config_.options.get<MoDAConfig>().enabled()) return 0;
   return 2 * size_t(batch * seq_len * depth_slots() * config_.n_kv_heads * config_.head_dim()) *
          dtype_size(depth_dtype(device));
 }

@@ -4,30 +4,32 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "layers/block.h"
-#include "layers/routed_block.h"
 #include "layers/embedding.h"
 #include "layers/recompute.h"
 
 namespace fathom {
 
-// Per-layer observations a forward can be asked for (distillation's alignment and layer ranking).
+// What a forward is asked for besides its output: per-layer observations (distillation's alignment
+// and layer ranking, MoD's routing counts) and how stochastic or look-ahead layers decide.
 struct ForwardOptions {
-  bool layer_outputs = false;      // every block's output hidden state [B, T, d]
-  bool attention_entropy = false;  // every layer's mean attention entropy (kinds that have one)
-  // MoD: route each token by the causal router (the predictor, or sigmoid(r) > 0.5) instead of each
-  // sequence's top-k, as generation does (evaluation only: under NoGrad).
-  bool causal_routing = false;
-  bool routing_counts = false;  // MoD: how each routed block's causal router agreed with top-k
-  // Which draw of the random MoD router this forward uses. Training names it by its micro-batch so a
+  bool layer_outputs = false;  // every block's output hidden state [B, T, d]
+  // Taps every layer is asked for, by the names kinds register (layers/layer_kinds.h): e.g.
+  // attention's "attention_entropy", MoD's "mod.routing". Layers without the tap ignore it.
+  std::set<std::string> taps{};
+  // Taps asked of one layer only: {layer, name} (distillation's gate_cos of the converted layer).
+  std::vector<std::pair<int64_t, std::string>> layer_taps{};
+  // Evaluate as decoding decides (MixerInputs::as_decoded: MoD routes by its causal router; evaluation
+  // only, under NoGrad).
+  bool as_decoded = false;
+  // Which draw stochastic layers (MoD's random router) use. Training names it by its micro-batch so a
   // resumed run draws what the uninterrupted one would; unset, the decoder counts its forwards.
-  std::optional<uint64_t> router_draw = std::nullopt;
-  // dsla: this layer (if two-state) reports its gate_cos loss (layers/token_mixer.h); -1 for none.
-  int64_t gate_similarity_layer = -1;
+  std::optional<uint64_t> draw = std::nullopt;
 };
 
 // What a forward returns.
@@ -35,8 +37,8 @@ struct ModelOutput {
   Variable hidden;                      // the final norm's output [B, T, d] (what the head multiplies)
   std::vector<NamedLoss> aux_losses;    // in layer order; the objective weighs them by name
   std::vector<Variable> layer_outputs;  // per block, when asked
-  std::vector<std::optional<double>> attention_entropy;  // per block, when asked (none for kinds without)
-  std::vector<std::optional<RoutingCounts>> routing_counts;  // per block, when asked (none for dense blocks)
+  // Per block, when some tap is asked: what the block measured (empty for a block without the taps).
+  std::vector<LayerMeasures> measures;
 };
 
 // Incremental decoding's state: every layer's cache for a batch of sequences, and how many positions
@@ -44,7 +46,7 @@ struct ModelOutput {
 struct DecodeState {
   std::vector<std::unique_ptr<MixerCache>> layers;
   int64_t batch = 0, capacity = 0, length = 0;
-  // On a GPU: `length` on the device too, I32 [1], which the step's kernels read (MixerContext::
+  // On a GPU: `length` on the device too, I32 [1], which the step's kernels read (MixerInputs::
   // device_past), so a step can be replayed as a CUDA graph. Undefined on the CPU.
   Tensor device_length;
   size_t bytes() const;               // what the caches hold on the device
@@ -102,7 +104,7 @@ class Decoder : public Module {
 
   ModelConfig config_;
   Recompute recompute_ = Recompute::none;
-  mutable uint64_t forwards_ = 0;  // forwards run: MixerContext::forward_index
+  mutable uint64_t forwards_ = 0;  // forwards run: MixerInputs::draw
   Body model_;
   std::unique_ptr<Linear> lm_head_;  // absent when the embeddings are tied
 };

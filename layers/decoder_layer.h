@@ -11,7 +11,7 @@ namespace fathom {
 class DecoderLayer : public Module {
  public:
   // x [B, T, d] -> [B, T, d].
-  virtual Variable forward(const Variable& x, const MixerContext& context) const = 0;
+  virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
   // The layer's training cost per token of sequences of query.seq_len.
   virtual LayerCost cost(const CostQuery& query) const = 0;
   // MoDA slots the layer writes when it writes.

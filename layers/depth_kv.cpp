@@ -12,7 +12,7 @@ DepthKVProjection::DepthKVProjection(const ModelConfig& c)
       v_proj_(c.d_model, c.n_kv_heads * c.head_dim(), ParameterInit::normal(c.init_std, c.init_cutoff)) {
   add_child("k_proj", k_proj_);
   add_child("v_proj", v_proj_);
-  if (c.moda.depth_key == DepthKey::writer) {
+  if (c.options.get<MoDAConfig>().depth_key == DepthKey::writer) {
     k_norm_ = std::make_unique<RMSNorm>(c.n_kv_heads * c.head_dim(), c.norm_eps);
     add_child("k_norm", *k_norm_);
   }

@@ -5,6 +5,7 @@
 #include "autograd/distill_losses.h"
 #include "autograd/ops.h"
 #include "kernels/dsla.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
@@ -25,6 +26,19 @@ struct DslaCache final : MixerCache {
 
 }  // namespace
 
+LayerKind dsla_layer_kind() {
+  return {.name = kDslaKind,
+          .make_mixer = [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> {
+            return std::make_unique<Dsla>(c);
+          },
+          .validate = [](const ModelConfig& c) { c.options.get<DslaConfig>().validate(); },
+          .options = {kind_option("dsla.states", &DslaConfig::states,
+                                  {.at_least = 1, .at_most = 2, .aliases = {"num_states", "n_states", "dual_state"}}),
+                      kind_option("dsla.gamma", &DslaConfig::gamma,
+                                  {.choices = dsla_gamma_names(), .aliases = {"mix", "mixing", "gamma_per"}})},
+          .loss_terms = {{.name = kGateCosLoss}}};
+}
+
 DslaGate::DslaGate(int64_t d_model, int64_t width, ParameterInit weight_init)
     : weight_(add_parameter("weight", {width, d_model}, weight_init)),
       bias_(add_parameter("bias", {width}, ParameterInit::zeros())) {}
@@ -36,7 +50,7 @@ Variable DslaGate::forward(const Variable& x) const { return log_sigmoid_gate(li
 // n_heads * head_dim != d_model the identity is rectangular (the extra gates start at z = 0).
 Dsla::Dsla(const ModelConfig& c)
     : ProjectedMixer(c),
-      states_(c.dsla.states),
+      states_(c.options.get<DslaConfig>().states),
       gate1_(c.d_model, c.n_heads * c.head_dim(), ParameterInit::identity()) {
   // QK-norm (ProjectedMixer's, with model.qk_norm) is kept from the teacher's attention: its q and k
   // are normalised, so a teacher-initialised layer reads the q and k the teacher did (and the state's
@@ -46,13 +60,13 @@ Dsla::Dsla(const ModelConfig& c)
     gate2_ = std::make_unique<DslaGate>(c.d_model, c.n_heads * c.head_dim(),
                                         ParameterInit::normal(c.init_std, c.init_cutoff));
     add_child("gate2_proj", *gate2_);
-    const int64_t logits = c.dsla.gamma == DslaGamma::head ? c.n_heads : 1;
+    const int64_t logits = c.options.get<DslaConfig>().gamma == DslaGamma::head ? c.n_heads : 1;
     gamma_logit_ = add_parameter("gamma_logit", {logits}, ParameterInit::zeros());  // gamma = 0.5
   }
 }
 
-Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
-  FATHOM_CHECK(!context.depth, "a dsla layer reads no MoDA depth stream (validation refuses moda with dsla layers)");
+Variable Dsla::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
+  FATHOM_CHECK(!inputs.depth, "a dsla layer reads no MoDA depth stream (validation refuses moda with dsla layers)");
   const int64_t B = x.dim(0), T = x.dim(1);
   Variable q = q_proj_.forward(x);
   Variable k = k_proj_.forward(x);
@@ -66,13 +80,13 @@ Variable Dsla::forward(const Variable& x, const MixerContext& context) const {
   const Variable g1 = reshape(gate1_.forward(x), {B, T, n_heads_, head_dim_});
   const Variable g2 = gate2_ ? reshape(gate2_->forward(x), {B, T, n_heads_, head_dim_}) : Variable();
   const Variable gamma = gate2_ ? sigmoid_expand(gamma_logit_, n_heads_) : Variable();
-  if (context.gate_similarity && context.aux_losses && g2.defined()) {
+  if (report.wants(kGateCosLoss) && g2.defined()) {
     // One row per token and head: the two states' per-key-dimension gates, compared as vectors.
     const Shape rows{B * T * n_heads_, head_dim_};
-    context.aux_losses->push_back({"gate_cos", mean_row_cosine(reshape(g1, rows), reshape(g2, rows))});
+    report.add_loss(kGateCosLoss, mean_row_cosine(reshape(g1, rows), reshape(g2, rows)));
   }
   Variable o;
-  if (auto* cache = static_cast<DslaCache*>(context.cache)) {
+  if (auto* cache = static_cast<DslaCache*>(inputs.cache)) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     const Tensor g2_value = g2.defined() ? g2.value() : Tensor();
     const Tensor gamma_value = gamma.defined() ? gamma.value() : Tensor();

@@ -9,9 +9,19 @@
 #pragma once
 #include <memory>
 
+#include "layers/dsla_config.h"
 #include "layers/projected_mixer.h"
 
 namespace fathom {
+
+// The kind's name in model.layers, and its loss term: asked of a two-state layer, the mean cosine
+// similarity of its two gates' values per token and head (distillation's gate_cos).
+inline constexpr char kDslaKind[] = "dsla";
+inline constexpr char kGateCosLoss[] = "gate_cos";
+
+struct LayerKind;
+// Its registration (layers/layer_kinds.h).
+LayerKind dsla_layer_kind();
 
 // One state's log forget gates, g = logsigmoid(W x + b) / 16, in fp32: W [width, d_model], b [width].
 class DslaGate : public Module {
@@ -28,7 +38,7 @@ class Dsla : public ProjectedMixer {
   explicit Dsla(const ModelConfig& config);
   // x [B, T, d_model]. With a decoding state: the first call (the prompt) runs the chunked form and
   // keeps its final states; later calls advance the states by their tokens.
-  Variable forward(const Variable& x, const MixerContext& context) const override;
+  Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
   // Kept for backward: q and k after projection (when QK-norm keeps them) and normalised, v, the
   // output (o_proj's input); the norms' rstd and the fp32 log gates. FLOPs beyond the weights': the
   // chunked form's intra-chunk scores and values and its inter-chunk state reads and updates.

@@ -6,9 +6,13 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json.h"
+#include "layers/attention.h"
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
 #include "layers/hf_remote_code.h"
+#include "layers/layer_kinds.h"
+#include "layers/mod_config.h"
+#include "layers/moda_config.h"
 
 namespace fathom {
 
@@ -59,16 +63,16 @@ namespace {
 // Why no transformers class computes `c` (empty when one does).
 std::string why_no_native_class(const ModelConfig& c) {
   using detail::concat;
-  if (c.moda.enabled())
-    return concat("the model reads depth KV with MoDA (moda.variant ", name_of(c.moda.variant),
+  if (c.options.get<MoDAConfig>().enabled())
+    return concat("the model reads depth KV with MoDA (moda.variant ", name_of(c.options.get<MoDAConfig>().variant),
                   "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; without the depth reads they would "
                   "compute another function");
-  if (c.mod.enabled())
-    return concat("the model routes blocks with MoD (mod.capacity ", c.mod.capacity,
+  if (c.options.get<ModConfig>().enabled())
+    return concat("the model routes blocks with MoD (mod.capacity ", c.options.get<ModConfig>().capacity,
                   "), which Olmo2ForCausalLM and LlamaForCausalLM do not have; a dense copy would compute another "
                   "function");
   for (int64_t i = 0; i < c.n_layers; ++i)
-    if (c.layer_kind(i) != "attention")
+    if (c.layer_kind(i) != kAttentionKind)
       return concat("layer ", i, " is a '", c.layer_kind(i),
                     "' layer, which Olmo2ForCausalLM and LlamaForCausalLM do not have (they are attention only)");
   if ((c.norm == "post") != c.qk_norm)
@@ -110,6 +114,26 @@ void write_tokens_and_dtype(JsonWriter& w, const HfExportOptions& options) {
 }
 
 // modeling_fathom.FathomConfig's fields: what fathom_core.FathomSpec reads.
+// Every layer kind's options, one object per kind ("dsla": {"states": 2, "gamma": "layer"}), as the
+// recipe spells them: what the remote code's fathom_core.py reads.
+void write_kind_options(JsonWriter& w, const ModelConfig& c) {
+  for (const LayerKind& kind : layer_kinds()) {
+    if (kind.options.empty()) continue;
+    w.key(kind.name).begin_object();
+    for (const KindOption& option : kind.options) {
+      const double value = option.get(c);
+      w.key(option.path.substr(kind.name.size() + 1));
+      if (option.type == KindOption::Type::choice)
+        w.value(option.choices[size_t(value)]);
+      else if (option.type == KindOption::Type::integer)
+        w.value(int64_t(value));
+      else
+        w.value(value);
+    }
+    w.end_object();
+  }
+}
+
 void write_remote_code_config(JsonWriter& w, const ModelConfig& c, const HfExportOptions& options) {
   w.key("architectures").begin_array().value(kRemoteCodeClass).end_array();
   w.key("model_type").value("fathom");
@@ -134,21 +158,7 @@ void write_remote_code_config(JsonWriter& w, const ModelConfig& c, const HfExpor
   w.key("layers").begin_array();
   for (int64_t i = 0; i < c.n_layers; ++i) w.value(c.layer_kind(i));
   w.end_array();
-  w.key("moda").begin_object();
-  w.key("variant").value(name_of(c.moda.variant));
-  w.key("max_slots").value(c.moda.max_slots);
-  w.key("depth_key").value(name_of(c.moda.depth_key));
-  w.end_object();
-  w.key("mod").begin_object();
-  w.key("capacity").value(c.mod.capacity);
-  w.key("every").value(c.mod.every);
-  w.key("router_weight").value(name_of(c.mod.router_weight));
-  w.key("causal").value(name_of(c.mod.causal));
-  w.end_object();
-  w.key("dsla").begin_object();
-  w.key("states").value(c.dsla.states);
-  w.key("gamma").value(name_of(c.dsla.gamma));
-  w.end_object();
+  write_kind_options(w, c);
   w.end_object();
   // The model ties its head itself (fathom_core); transformers must not tie or untie anything.
   w.key("tie_word_embeddings").value(false);
@@ -194,7 +204,7 @@ bool hf_needs_remote_code(const ModelConfig& c) { return !why_no_native_class(c)
 
 std::string hf_export_class(const ModelConfig& c) {
   if (!hf_needs_remote_code(c)) return hf_architecture_for(c);
-  FATHOM_CHECK(!(c.mod.enabled() && c.mod.router == ModRouter::random),
+  FATHOM_CHECK(!(c.options.get<ModConfig>().enabled() && c.options.get<ModConfig>().router == ModRouter::random),
                "export: mod.router: random routes by a fresh random draw each forward, which no exported model "
                "can repeat (it is a control for experiments); export a model with the learned router");
   return kRemoteCodeClass;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
@@ -30,6 +31,29 @@ DepthKey parse_depth_key(const std::string& name) {
 
 void MoDAConfig::validate() const {
   FATHOM_CHECK(max_slots >= 0, "moda.max_slots must be >= 0 (0 reads every slot), got ", max_slots);
+}
+
+LayerKind moda_layer_kind() {
+  return {
+      .name = "moda",
+      .validate =
+          [](const ModelConfig& c) {
+            const MoDAConfig& moda = c.options.get<MoDAConfig>();
+            moda.validate();
+            // A depth read joins one softmax over the sequence and the depth slots (DESIGN.md 3.2); a
+            // mixer without one (dsla) has no softmax to join, nor per-token keys a later layer could read.
+            for (const LayerKind& kind : layer_kinds())
+              FATHOM_CHECK(!(moda.enabled() && kind.make_mixer && !kind.reads_depth && c.has_layer_kind(kind.name)),
+                           "moda.variant '", name_of(moda.variant), "' cannot be combined with ", kind.name,
+                           " layers (model.layers): MoDA's depth reads join the attention softmax and a ", kind.name,
+                           " layer has none; use moda.variant: none in a model with ", kind.name, " layers");
+          },
+      .options = {kind_option("moda.variant", &MoDAConfig::variant,
+                              {.choices = moda_variant_names(), .aliases = {"depth_kv", "moda_variant"}}),
+                  kind_option("moda.max_slots", &MoDAConfig::max_slots,
+                              {.at_least = 0, .aliases = {"depth_slots", "slots", "window"}}),
+                  kind_option("moda.depth_key", &MoDAConfig::depth_key,
+                              {.choices = depth_key_names(), .aliases = {"depth_keys", "key_source", "depth_key_source"}})}};
 }
 
 int64_t moda_first_read_slot(int64_t written, int64_t max_slots) {

@@ -48,6 +48,10 @@ struct MoDAConfig {
   bool operator==(const MoDAConfig&) const = default;
 };
 
+struct LayerKind;
+// MoDA's registration (layers/layer_kinds.h): its options and checks.
+LayerKind moda_layer_kind();
+
 // The first depth slot a reader sees when `written` slots exist: 0, or with moda.max_slots = S > 0
 // the start of the window of the S most recent ones.
 int64_t moda_first_read_slot(int64_t written, int64_t max_slots);

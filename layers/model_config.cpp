@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
@@ -44,33 +45,21 @@ void ModelConfig::validate() const {
       {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"init_std", init_std}, {"init_cutoff", init_cutoff}};
   for (const auto& [field, value] : positives) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
   validate_rope_scaling(rope_scaling);
-  moda.validate();
-  mod.validate(n_layers);
-  // A token that skips a routed block would write no depth slot there, so the readers after it would
-  // see a stream with holes in some token positions: an operator fathom does not define.
-  FATHOM_CHECK(!(mod.enabled() && moda.enabled()), "mod.capacity ", mod.capacity, " with moda.variant '",
-               name_of(moda.variant),
-               "': MoD and MoDA cannot be combined (a token that skips a routed block writes no depth slot there, "
-               "which MoDA's depth stream does not define); turn one of them off");
   FATHOM_CHECK(layers.empty() || n_layers % int64_t(layers.size()) == 0, "layers lists ", layers.size(),
                " kinds, which does not divide n_layers (", n_layers,
                "): give one kind per layer, or a pattern whose length divides n_layers");
-  dsla.validate();
-  // A MoDA depth read joins one softmax over the sequence and the depth slots (DESIGN.md 3.2); a dsla
-  // layer has no softmax to join, nor per-token keys a later layer could read.
-  FATHOM_CHECK(!(moda.enabled() && has_layer_kind("dsla")), "moda.variant '", name_of(moda.variant),
-               "' cannot be combined with dsla layers (model.layers): MoDA's depth reads join the attention "
-               "softmax and a dsla layer has none; use moda.variant: none in a model with dsla layers");
+  for (const LayerKind& kind : layer_kinds())
+    if (kind.validate) kind.validate(*this);
 }
 
 bool ModelConfig::has_layer_kind(const std::string& kind) const {
-  if (layers.empty()) return kind == "attention";
+  if (layers.empty()) return kind == layer_kind(0);
   return std::find(layers.begin(), layers.end(), kind) != layers.end();
 }
 
 const std::string& ModelConfig::layer_kind(int64_t layer) const {
-  static const std::string attention = "attention";
-  return layers.empty() ? attention : layers[size_t(layer) % layers.size()];
+  // Without model.layers every layer is of the first registered mixer kind (attention).
+  return layers.empty() ? layer_kinds().front().name : layers[size_t(layer) % layers.size()];
 }
 
 std::vector<std::string> model_size_names() {

@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "kernels/rope.h"
-#include "layers/mod_config.h"
-#include "layers/dsla_config.h"
-#include "layers/moda_config.h"
+#include "layers/kind_options.h"
 
 namespace fathom {
 
@@ -29,15 +27,16 @@ struct ModelConfig {
   double init_std = 0.02;    // truncated-normal init of every Linear and Embedding ...
   double init_cutoff = 3.0;  // ... cut at +-init_cutoff standard deviations
 
-  MoDAConfig moda{};  // MoDA's depth reads and writes (layers/moda_config.h); off by default
-  ModConfig mod{};    // Mixture-of-Depths routing of blocks (layers/mod_config.h); off by default
   // The token mixer of each layer, by kind name (layers/layer_kinds.h): empty for attention everywhere,
   // else a pattern repeated over the layers (n_layers a multiple of its length; a full list is one repeat).
   std::vector<std::string> layers{};
-  DslaConfig dsla{};  // the options of the dsla layers in `layers` (layers/dsla_config.h)
+  // Each layer kind's options, by the kind's own struct: options.get<DslaConfig>().states. Features
+  // are off and mixers at their defaults until set (MoDA's layers/moda_config.h, MoD's
+  // layers/mod_config.h, DSLA's layers/dsla_config.h).
+  KindOptions options{};
 
   int64_t head_dim() const { return n_heads > 0 ? d_model / n_heads : 0; }
-  // Layer i's mixer kind: "attention" unless `layers` says otherwise.
+  // Layer i's mixer kind: the first registered (attention) unless `layers` says otherwise.
   const std::string& layer_kind(int64_t layer) const;
   // Whether some layer is of this kind.
   bool has_layer_kind(const std::string& kind) const;
@@ -45,9 +44,8 @@ struct ModelConfig {
   // Throws fathom::Error naming the offending fields and values: every size positive, d_model
   // divisible by n_heads, n_heads divisible by n_kv_heads, an even head_dim (RoPE rotates pairs),
   // norm "post" or "pre", positive rope_theta, norm_eps, init_std and init_cutoff, a valid
-  // rope_scaling, moda.max_slots >= 0, valid mod options (not combined with MoDA), a layer pattern that
-  // divides n_layers, dsla.states 1 or 2, and no MoDA in a model with dsla layers. (Unknown kind names
-  // are the layer registry's to refuse: layers/layer_kinds.h.)
+  // rope_scaling, a layer pattern that divides n_layers, and every layer kind's own checks of its
+  // options (LayerKind::validate). Unknown kind names are the layer registry's to refuse.
   void validate() const;
 
   bool operator==(const ModelConfig&) const = default;

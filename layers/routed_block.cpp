@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/philox.h"
+#include "layers/layer_kinds.h"
+#include "layers/moda_config.h"
 
 namespace fathom {
 
@@ -46,7 +50,81 @@ uint64_t random_router_seed(int64_t layer, uint64_t salt) {
 
 float unit_draw(uint64_t seed, uint64_t index) { return philox::to_unit(philox::draw(seed, index, 0).v[0]); }
 
+// The figures of a routed layer's evaluation, from its summed counts.
+std::vector<std::pair<std::string, double>> routing_metrics(const LayerMeasures& measures) {
+  const RoutingCounts c = RoutingCounts::from(measures);
+  return {{"accuracy", c.accuracy()},
+          {"precision", c.precision()},
+          {"recall", c.recall()},
+          {"router_agreement", c.router_agreement()},
+          {"routed_fraction", c.causal_fraction()},
+          {"topk_fraction", c.topk_fraction()}};
+}
+
+std::string routing_line(int64_t layer, const LayerMeasures& measures) {
+  const RoutingCounts c = RoutingCounts::from(measures);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  mod L%lld | causal routes %.1f%% (top-k %.1f%%) | accuracy %.4f | precision %.4f | recall %.4f | "
+                "router agreement %.4f",
+                (long long)layer, 100 * c.causal_fraction(), 100 * c.topk_fraction(), c.accuracy(), c.precision(),
+                c.recall(), c.router_agreement());
+  return line;
+}
+
 }  // namespace
+
+LayerKind mod_layer_kind() {
+  const auto weight = [](bool reported, double value) { return reported ? std::optional<double>(value) : std::nullopt; };
+  return {.name = "mod",
+          .make_layer = [](const ModelConfig& c, int64_t layer) -> std::unique_ptr<DecoderLayer> {
+            if (!c.options.get<ModConfig>().routes(layer)) return nullptr;
+            return std::make_unique<RoutedBlock>(c, layer);
+          },
+          .validate =
+              [](const ModelConfig& c) {
+                const ModConfig& mod = c.options.get<ModConfig>();
+                const MoDAConfig& moda = c.options.get<MoDAConfig>();
+                mod.validate(c.n_layers);
+                // A token that skips a routed block would write no depth slot there, so the readers after it
+                // would see a stream with holes in some token positions: an operator fathom does not define.
+                FATHOM_CHECK(!(mod.enabled() && moda.enabled()), "mod.capacity ", mod.capacity,
+                             " with moda.variant '", name_of(moda.variant),
+                             "': MoD and MoDA cannot be combined (a token that skips a routed block writes no depth "
+                             "slot there, which MoDA's depth stream does not define); turn one of them off");
+              },
+          .options = {kind_option("mod.capacity", &ModConfig::capacity,
+                                  {.at_least = 0, .at_most = 1,
+                                   .aliases = {"capacity_factor", "capacity_fraction", "mod_capacity"}}),
+                      kind_option("mod.every", &ModConfig::every,
+                                  {.at_least = 1, .aliases = {"route_every", "routed_every", "interleave"}}),
+                      kind_option("mod.router_weight", &ModConfig::router_weight,
+                                  {.choices = mod_router_weight_names(), .aliases = {"gate", "weight", "router_activation"}}),
+                      kind_option("mod.causal", &ModConfig::causal,
+                                  {.choices = mod_causal_names(), .aliases = {"causal_routing", "sampling"}}),
+                      kind_option("mod.aux_loss_weight", &ModConfig::aux_loss_weight,
+                                  {.at_least = 0, .aliases = {"aux_loss", "router_loss_weight", "aux_weight"}}),
+                      kind_option("mod.predictor_loss_weight", &ModConfig::predictor_loss_weight,
+                                  {.at_least = 0, .aliases = {"predictor_loss", "predictor_weight"}}),
+                      kind_option("mod.router", &ModConfig::router,
+                                  {.choices = mod_router_names(), .aliases = {"routing", "router_type"}})},
+          .loss_terms = {{.name = kModRouterLoss,
+                          .weight_from_model = [weight](const ModelConfig& c) {
+                            return weight(c.options.get<ModConfig>().has_aux_loss(), c.options.get<ModConfig>().aux_loss_weight);
+                          },
+                          .weight_key = "mod.aux_loss_weight"},
+                         {.name = kModPredictorLoss,
+                          .weight_from_model = [weight](const ModelConfig& c) {
+                            return weight(c.options.get<ModConfig>().has_predictor(), c.options.get<ModConfig>().predictor_loss_weight);
+                          },
+                          .weight_key = "mod.predictor_loss_weight"}},
+          .taps = {kRoutingTap},
+          .metrics = {{.tap = kRoutingTap,
+                       .measures = RoutingCounts::measure_names(),
+                       .reported_by = [](const ModelConfig& c, int64_t layer) { return c.options.get<ModConfig>().routes(layer); },
+                       .metrics = routing_metrics,
+                       .console_line = routing_line}}};
+}
 
 RoutingCounts& RoutingCounts::operator+=(const RoutingCounts& o) {
   tokens += o.tokens;
@@ -56,6 +134,26 @@ RoutingCounts& RoutingCounts::operator+=(const RoutingCounts& o) {
   router += o.router;
   router_and_topk += o.router_and_topk;
   return *this;
+}
+
+const std::vector<std::string>& RoutingCounts::measure_names() {
+  static const std::vector<std::string> names{"mod.tokens", "mod.topk", "mod.causal", "mod.causal_and_topk",
+                                              "mod.router", "mod.router_and_topk"};
+  return names;
+}
+
+void RoutingCounts::count_into(const LayerReport& report) const {
+  const int64_t fields[] = {tokens, topk, causal, causal_and_topk, router, router_and_topk};
+  for (size_t i = 0; i < measure_names().size(); ++i) report.count(measure_names()[i], double(fields[i]));
+}
+
+RoutingCounts RoutingCounts::from(const LayerMeasures& measures) {
+  int64_t fields[6] = {};
+  for (size_t i = 0; i < measure_names().size(); ++i) {
+    const auto it = measures.find(measure_names()[i]);
+    if (it != measures.end()) fields[i] = int64_t(it->second);
+  }
+  return {fields[0], fields[1], fields[2], fields[3], fields[4], fields[5]};
 }
 
 double RoutingCounts::accuracy() const {
@@ -70,7 +168,7 @@ double RoutingCounts::causal_fraction() const { return tokens ? double(causal) /
 double RoutingCounts::topk_fraction() const { return tokens ? double(topk) / double(tokens) : 0.0; }
 
 RoutedBlock::RoutedBlock(const ModelConfig& c, int64_t layer)
-    : mod_(c.mod), layer_(layer), d_model_(c.d_model), block_(c, layer) {
+    : mod_(c.options.get<ModConfig>()), layer_(layer), d_model_(c.d_model), block_(c, layer) {
   add_child("", block_);  // the block keeps its own names: a dense checkpoint's layer loads into it
   if (mod_.router == ModRouter::learned) {
     router_ = std::make_unique<Linear>(c.d_model, 1, linear_init(c));
@@ -123,51 +221,51 @@ Tensor RoutedBlock::causal_logits(const Variable& x, const Variable& r, const Te
   return Tensor::from_vector(logits, {B, T}).to(x.device());
 }
 
-Variable RoutedBlock::run_block(const Variable& x, const Tensor& positions, const MixerContext& context,
+Variable RoutedBlock::run_block(const Variable& x, const Tensor& positions, const LayerReport& report,
                                 MixerCache* cache) const {
   if (recompute_block_ && !cache && GradMode::enabled() && x.requires_grad())
-    return checkpoint([this, positions](const Variable& v) { return block_.forward(v, MixerContext{positions}); }, x,
-                      block_.parameter_variables());
-  MixerContext inner{positions};
-  inner.attention_entropy = context.attention_entropy;
+    return checkpoint(
+        [this, positions](const Variable& v) { return block_.forward(v, MixerInputs{positions}, LayerReport()); }, x,
+        block_.parameter_variables());
+  MixerInputs inner{positions};
   inner.cache = cache;
-  return block_.forward(x, inner);
+  return block_.forward(x, inner, report);
 }
 
-Variable RoutedBlock::forward(const Variable& x, const MixerContext& context) const {
+Variable RoutedBlock::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
   FATHOM_CHECK(x.shape().rank() == 3, "routed block: x must be [B, S, d], got ", describe(x.value()));
-  FATHOM_CHECK(!context.depth, "routed block: MoD takes no MoDA depth stream");
+  FATHOM_CHECK(!inputs.depth, "routed block: MoD takes no MoDA depth stream");
   const int64_t B = x.dim(0), S = x.dim(1);
   const Variable r = router_logits(x);
-  if (context.cache || context.causal_routing) return forward_causal(x, r, context);
+  if (inputs.cache || inputs.as_decoded) return forward_causal(x, r, inputs, report);
   // Ranked in f32 (the value itself when it is f32: the router's logits are).
-  const Tensor idx = topk_per_sequence(r.defined() ? r.value().to(DType::f32) : random_scores(B, S, context.forward_index, x.device()),
+  const Tensor idx = topk_per_sequence(r.defined() ? r.value().to(DType::f32) : random_scores(B, S, inputs.draw, x.device()),
                                        mod_.tokens_routed(S));
   // The chosen tokens keep their original positions: idx is their RoPE position.
-  const Variable y = run_block(gather_rows(x, idx), idx, context, nullptr);
+  const Variable y = run_block(gather_rows(x, idx), idx, report, nullptr);
   const Variable out = routed_mix(x, y, r, idx, route_weight());
-  if (context.aux_losses || context.routing_counts) {
+  const bool counting = report.wants(kRoutingTap);
+  if (report.keeps_losses() || counting) {
     const Tensor targets = topk_membership(idx, S);
-    if (context.aux_losses && mod_.has_aux_loss()) context.aux_losses->push_back({"mod_router", routing_bce(r, targets)});
-    if (context.aux_losses && mod_.has_predictor()) {
+    if (report.keeps_losses() && mod_.has_aux_loss()) report.add_loss(kModRouterLoss, routing_bce(r, targets));
+    if (report.keeps_losses() && mod_.has_predictor()) {
       // On the stop-gradient input: the predictor learns from the routing, never changes it.
       const Variable h = silu(predictor_fc1_->forward(x.detach()));
       const Variable p = reshape(linear_wide(h, predictor_fc2_->weight()), {B, S});
-      context.aux_losses->push_back({"mod_predictor", routing_bce(p, targets)});
+      report.add_loss(kModPredictorLoss, routing_bce(p, targets));
     }
-    if (context.routing_counts) count(x, r, targets, context);
+    if (counting) count(x, r, targets, inputs.positions, report);
   }
   return out;
 }
 
-void RoutedBlock::count(const Variable& x, const Variable& r, const Tensor& topk_targets,
-                        const MixerContext& context) const {
+void RoutedBlock::count(const Variable& x, const Variable& r, const Tensor& topk_targets, const Tensor& positions,
+                        const LayerReport& report) const {
   NoGrad no_grad;
   const std::vector<float> chosen = topk_targets.to(Device::cpu()).to_vector<float>();
-  const std::vector<float> causal =
-      causal_logits(x, r, context.positions).to(Device::cpu()).to_vector<float>();
+  const std::vector<float> causal = causal_logits(x, r, positions).to(Device::cpu()).to_vector<float>();
   const std::vector<float> router = r.defined() ? r.value().to(Device::cpu()).to_vector<float>() : std::vector<float>();
-  RoutingCounts& counts = *context.routing_counts;
+  RoutingCounts counts;
   for (size_t i = 0; i < chosen.size(); ++i) {
     const bool topk = chosen[i] > 0.5f, routed = causal[i] > 0.0f;
     counts.tokens += 1;
@@ -179,20 +277,22 @@ void RoutedBlock::count(const Variable& x, const Variable& r, const Tensor& topk
       counts.router_and_topk += router[i] > 0.0f && topk;
     }
   }
+  counts.count_into(report);
 }
 
-Variable RoutedBlock::forward_causal(const Variable& x, const Variable& r, const MixerContext& context) const {
+Variable RoutedBlock::forward_causal(const Variable& x, const Variable& r, const MixerInputs& inputs,
+                                     const LayerReport& report) const {
   FATHOM_CHECK(!GradMode::enabled() || !x.requires_grad(),
                "routed block: causal routing is for evaluation and generation; run it under NoGrad");
   const int64_t B = x.dim(0), T = x.dim(1);
-  RoutedCache* cache = static_cast<RoutedCache*>(context.cache);
+  RoutedCache* cache = static_cast<RoutedCache*>(inputs.cache);
   FATHOM_CHECK(!cache || int64_t(cache->sequences.size()) == B, "routed block: the cache holds ",
                cache ? cache->sequences.size() : 0, " sequences, the input ", B);
   // Each sequence routes its own tokens, so each runs the block on its own rows.
-  const Tensor decide = causal_logits(x, r, context.positions);
+  const Tensor decide = causal_logits(x, r, inputs.positions);
   const std::vector<float> logits = decide.to(Device::cpu()).to_vector<float>();
-  const std::vector<int32_t> pos = context.positions.to(Device::cpu()).to_vector<int32_t>();
-  const bool shared_positions = context.positions.rank() == 1;
+  const std::vector<int32_t> pos = inputs.positions.to(Device::cpu()).to_vector<int32_t>();
+  const bool shared_positions = inputs.positions.rank() == 1;
   Tensor out = x.value().clone();
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int32_t> rows, positions;
@@ -206,15 +306,15 @@ Variable RoutedBlock::forward_causal(const Variable& x, const Variable& r, const
     const Tensor idx = Tensor::from_vector(rows, {1, n}).to(x.device());
     const Tensor xb = x.value().narrow(b, 1);
     const Variable y = run_block(Variable(gather_rows(xb, idx)), Tensor::from_vector(positions, {1, n}).to(x.device()),
-                                 context, cache ? cache->sequences[size_t(b)].get() : nullptr);
+                                 report, cache ? cache->sequences[size_t(b)].get() : nullptr);
     Tensor row_out = out.narrow(b, 1);
     row_out.copy_from(routed_mix_forward(xb, y.value(), r.defined() ? r.value().narrow(b, 1) : Tensor(), idx,
                                          route_weight()));
   }
-  if (context.routing_counts && !cache) {
+  if (report.wants(kRoutingTap) && !cache) {
     const int64_t k = mod_.tokens_routed(T);
-    const Tensor scores = r.defined() ? r.value().to(DType::f32) : random_scores(B, T, context.forward_index, x.device());
-    count(x, r, topk_membership(topk_per_sequence(scores, k), T), context);
+    const Tensor scores = r.defined() ? r.value().to(DType::f32) : random_scores(B, T, inputs.draw, x.device());
+    count(x, r, topk_membership(topk_per_sequence(scores, k), T), inputs.positions, report);
   }
   return Variable(out);
 }

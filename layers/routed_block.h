@@ -20,6 +20,16 @@
 
 namespace fathom {
 
+// MoD's loss terms (weighted by mod.aux_loss_weight and mod.predictor_loss_weight), and its tap: a
+// routed block asked for it counts how its causal router agreed with top-k (RoutingCounts).
+inline constexpr char kModRouterLoss[] = "mod_router";
+inline constexpr char kModPredictorLoss[] = "mod_predictor";
+inline constexpr char kRoutingTap[] = "mod.routing";
+
+struct LayerKind;
+// MoD's registration (layers/layer_kinds.h): its loss terms and its evaluation metrics.
+LayerKind mod_layer_kind();
+
 // How a routed block's causal router (the predictor, or the router's threshold) agreed with top-k
 // over the tokens it saw: the counts behind accuracy, precision and recall of the chosen tokens.
 struct RoutingCounts {
@@ -31,6 +41,11 @@ struct RoutingCounts {
   int64_t router_and_topk = 0;
 
   RoutingCounts& operator+=(const RoutingCounts& other);
+  // As a layer's measures ("mod.tokens", ...: counts that add over batches and ranks), and back; the
+  // measures of a layer that counted none give all zeros.
+  void count_into(const LayerReport& report) const;
+  static RoutingCounts from(const LayerMeasures& measures);
+  static const std::vector<std::string>& measure_names();
   double accuracy() const;          // causal router vs top-k, over all tokens
   double precision() const;         // of the causally routed tokens, the top-k share (0 when none routed)
   double recall() const;            // of the top-k tokens, the causally routed share
@@ -42,8 +57,9 @@ struct RoutingCounts {
 class RoutedBlock : public DecoderLayer {
  public:
   RoutedBlock(const ModelConfig& config, int64_t layer);
-  // Top-k routing, or with context.causal_routing (and always when decoding) the causal router's.
-  Variable forward(const Variable& x, const MixerContext& context) const override;
+  // Top-k routing, or with inputs.as_decoded (and always when decoding) the causal router's. Asked
+  // for kRoutingTap, it counts the agreement (RoutingCounts) into its report.
+  Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
   // The block's costs for its k tokens (per token of the sequence: scaled by k / S), plus the router's
   // and the predictor's.
   LayerCost cost(const CostQuery& query) const override;
@@ -62,9 +78,11 @@ class RoutedBlock : public DecoderLayer {
   // The causal router's logits F32 [B, S]: route where > 0.
   Tensor causal_logits(const Variable& x, const Variable& r, const Tensor& positions) const;
   Tensor random_scores(int64_t batch, int64_t seq_len, uint64_t forward_index, Device device) const;
-  Variable run_block(const Variable& x, const Tensor& positions, const MixerContext& context, MixerCache* cache) const;
-  Variable forward_causal(const Variable& x, const Variable& r, const MixerContext& context) const;
-  void count(const Variable& x, const Variable& r, const Tensor& topk_targets, const MixerContext& context) const;
+  Variable run_block(const Variable& x, const Tensor& positions, const LayerReport& report, MixerCache* cache) const;
+  Variable forward_causal(const Variable& x, const Variable& r, const MixerInputs& inputs,
+                          const LayerReport& report) const;
+  void count(const Variable& x, const Variable& r, const Tensor& topk_targets, const Tensor& positions,
+             const LayerReport& report) const;
   RouteWeight route_weight() const;
 
   ModConfig mod_;

@@ -11,15 +11,10 @@
 #include <vector>
 
 #include "autograd/depth_stream.h"
+#include "layers/layer_report.h"
 #include "layers/module.h"
 
 namespace fathom {
-
-// A named scalar loss a layer adds to its forward (MoD's router and predictor losses).
-struct NamedLoss {
-  std::string name;
-  Variable value;  // one element
-};
 
 // What a mixer keeps between decoding steps (attention: its KV cache; DSLA: its states). Made by the
 // mixer for a batch and a capacity in positions, before the prompt is read.
@@ -32,25 +27,18 @@ class MixerCache {
   virtual int64_t length() const { return 0; }
   // Whether a decoding step of one token per sequence over this state can be captured once as a CUDA
   // graph and replayed (train/generate/decode_step.h): its kernels find the step's position in
-  // MixerContext::device_past, keep the state at fixed addresses, and the only host-side state is
+  // MixerInputs::device_past, keep the state at fixed addresses, and the only host-side state is
   // the count of positions, which a replay moves on with set_length().
   virtual bool replayable() const { return false; }
   // Only for replayable states: the host's count of positions held.
   virtual void set_length(int64_t positions);
 };
 
-struct RoutingCounts;  // layers/routed_block.h
-
-// What a mixer reads besides its input, and where it leaves what it was asked for.
-struct MixerContext {
+// What a layer reads besides its input. Where it reports (losses, taps) is its LayerReport.
+struct MixerInputs {
   const Tensor& positions;        // I32 [T] (shared by the batch) or [B, T]: RoPE's positions
-  DepthStream* depth = nullptr;   // MoDA: the stream this forward reads, or none
-  bool write_depth = false;       // MoDA: also write this layer's own slot(s)
-  // Set by the caller to ask for the mean entropy of the mixer's attention distribution over heads
-  // and query positions (for kinds that have one); the mixer stores it here.
-  std::optional<double>* attention_entropy = nullptr;
-  // Where a layer adds its named auxiliary losses (none when unset).
-  std::vector<NamedLoss>* aux_losses = nullptr;
+  DepthStream* depth = nullptr;   // the depth stream of kinds that read one (MoDA), or none
+  bool write_depth = false;       // also write this layer's own slot(s) to it
   // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
@@ -58,16 +46,11 @@ struct MixerContext {
   // decoding state's; kernels/kv_cache.h). Kernels that depend on the position read it there rather
   // than take it from the host, so the step can be replayed as a CUDA graph. Null elsewhere.
   const Tensor* device_past = nullptr;
-  // MoD routed blocks (layers/routed_block.h): route causally (the predictor or the router's
-  // threshold, per token) instead of by each sequence's top-k; decoding always routes causally.
-  bool causal_routing = false;
-  // Where a routed block adds how its causal router agreed with top-k (none when unset).
-  RoutingCounts* routing_counts = nullptr;
-  // This forward's number, the same when train.recompute: block re-runs it: the random router's draws.
-  uint64_t forward_index = 0;
-  // Distillation (train/distill/distill_objective.h): a two-state dsla layer adds "gate_cos", the mean cosine
-  // similarity of its two gates' values per token and head, to aux_losses.
-  bool gate_similarity = false;
+  // Evaluate as decoding decides: a layer whose training forward looks ahead along the sequence (MoD's
+  // top-k routing) decides per token instead. Decoding (a cache) always does.
+  bool as_decoded = false;
+  // This forward's number, the same when train.recompute: block re-runs it: a stochastic layer's draws.
+  uint64_t draw = 0;
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these
@@ -98,7 +81,7 @@ struct CostQuery {
 class TokenMixer : public Module {
  public:
   // x [B, T, d_model] -> [B, T, d_model].
-  virtual Variable forward(const Variable& x, const MixerContext& context) const = 0;
+  virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
   virtual LayerCost cost(const CostQuery& query) const = 0;
   // The decoding state for `batch` sequences of up to `capacity` positions, in `dtype` on `device`.
   virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype,

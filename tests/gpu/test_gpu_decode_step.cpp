@@ -14,6 +14,7 @@
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
 #include "kernels/kv_cache.h"
+#include "layers/dsla_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -123,7 +124,7 @@ TEST(GpuDecodeStep, AReplayedStepEqualsTheEagerStepBitForBit) {
   EXPECT_TRUE(replay_equals_eager("olmo2/d128/B2", d128, 2, 127, 4, 140));
   ModelConfig hybrid = gpu_small("post", true);
   hybrid.layers = {"attention", "dsla", "attention"};
-  hybrid.dsla = {.states = 2, .gamma = DslaGamma::head};
+  hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
   EXPECT_TRUE(replay_equals_eager("dsla/2_states/B2", hybrid, 2, 30, 6, 64));
   // MoDA: equal whether or not its depth reads capture (the reason is printed when they do not).
   replay_equals_eager("moda/extra_reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,

@@ -10,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
 #include "kernels/argmax.h"
+#include "layers/dsla_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -24,7 +25,7 @@ namespace {
 ModelConfig gpu_hybrid(int64_t states, const std::string& norm = "post") {
   ModelConfig c = gpu_small(norm, norm == "post");
   c.layers = {"attention", "dsla", "attention"};
-  c.dsla = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+  c.options.get<DslaConfig>() = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
   return c;
 }
 

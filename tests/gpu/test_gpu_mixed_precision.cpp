@@ -153,7 +153,7 @@ TEST(GpuMixedPrecision, RecomputeGivesTheSameGradients) {
     for (const std::string variant : {"none", "attn_kv+ffn_kv"}) {
       ModelConfig c = tiny_model();
       c.n_layers = 3;
-      c.moda.variant = parse_moda_variant(variant);
+      c.options.get<MoDAConfig>().variant = parse_moda_variant(variant);
       if (variant != "none") {  // the MoDA kernels take head dims 64 and 128
         c.d_model = 128;
         c.n_heads = 2;

@@ -25,8 +25,10 @@ namespace {
 
 // Head dim 64 (what the MoDA CUDA kernels support: 64 and 128) and G = 3 (the paper's small models).
 ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
-  return {.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
-          .norm = norm, .moda = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)}};
+  ModelConfig c{.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
+          .norm = norm};
+  c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)};
+  return c;
 }
 
 std::string test_name(std::string s) {

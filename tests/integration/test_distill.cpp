@@ -25,6 +25,7 @@
 #include "train/distill/distill_teacher.h"
 #include "train/run/run_data.h"
 #include "distill_test_helpers.h"
+#include "layers/dsla.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -307,7 +308,7 @@ TEST(Distill, OnlyTheTrainedLayerReportsGateCos) {
   NoGrad no_grad;
   for (int64_t layer : {-1, 0, 1}) {
     ForwardOptions options;
-    options.gate_similarity_layer = layer;
+    if (layer >= 0) options.layer_taps.emplace_back(layer, kGateCosLoss);
     const ModelOutput out = model.forward(Tensor::from_vector(ids, Shape{2, 8}), options);
     int64_t reported = 0;
     for (const NamedLoss& loss : out.aux_losses) {

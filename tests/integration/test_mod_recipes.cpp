@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "layers/mod_config.h"
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
 #include "train/measure/throughput.h"
@@ -47,9 +48,9 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
     EXPECT_EQ(result.steps_done, 3);
     std::ifstream in(run / "metrics.jsonl");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const bool mod = recipe.model.mod.enabled();
+    const bool mod = recipe.model.options.get<ModConfig>().enabled();
     EXPECT_EQ(text.find("\"mod.L1.recall/moby_dick\"") != std::string::npos, mod) << text;
-    if (mod && recipe.model.mod.router == ModRouter::learned) {
+    if (mod && recipe.model.options.get<ModConfig>().router == ModRouter::learned) {
       EXPECT_NE(text.find("loss/mod_predictor"), std::string::npos) << text;
     }
     // fathom eval, routing as training does and as generation does: the same tokens counted, and the
@@ -64,14 +65,14 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
 
 TEST(ModRecipes, SiblingsDifferFromTheBaselineOnlyInRoutingAndTheIsoFlopOneCostsTheSame) {
   const Recipe dense = mod_recipe("mod-dense");
-  EXPECT_FALSE(dense.model.mod.enabled());
+  EXPECT_FALSE(dense.model.options.get<ModConfig>().enabled());
   for (const char* name : {"mod-c12-identity", "mod-c12-sigmoid", "mod-c12-isoflop", "mod-c12-random", "mod-c50"}) {
     Recipe r = mod_recipe(name);
-    EXPECT_TRUE(r.model.mod.enabled()) << name;
-    EXPECT_EQ(r.model.mod.every, 2) << name;
+    EXPECT_TRUE(r.model.options.get<ModConfig>().enabled()) << name;
+    EXPECT_EQ(r.model.options.get<ModConfig>().every, 2) << name;
     r.name = dense.name;
     r.log.dir = dense.log.dir;
-    r.model.mod = dense.model.mod;
+    r.model.options.get<ModConfig>() = dense.model.options.get<ModConfig>();
     if (std::string(name) == "mod-c12-isoflop") r.model.n_layers = dense.model.n_layers;
     EXPECT_EQ(recipe_to_yaml(r), recipe_to_yaml(dense)) << name;
   }

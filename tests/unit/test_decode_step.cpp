@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "kernels/decode_attention.h"
 #include "kernels/kv_cache.h"
+#include "layers/mod_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
@@ -21,8 +22,9 @@ namespace {
 Tensor count(int32_t n) { return Tensor::from_vector(std::vector<int32_t>{n}, {1}); }
 
 ModelConfig small(ModConfig mod = {}) {
-  return {.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 257,
-          .mod = mod};
+  ModelConfig c{.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 257};
+  c.options.get<ModConfig>() = mod;
+  return c;
 }
 
 struct HostModel {

@@ -27,8 +27,10 @@ namespace {
 
 // d 16, 4 query heads of dim 4 over 2 KV heads (G = 2); layer 1 is dsla.
 ModelConfig hybrid(int64_t states = 2, DslaGamma gamma = DslaGamma::layer, bool qk_norm = true) {
-  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 24, .vocab_size = 37,
-          .qk_norm = qk_norm, .layers = {"attention", "dsla"}, .dsla = {.states = states, .gamma = gamma}};
+  ModelConfig c{.d_model = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 24, .vocab_size = 37,
+                .qk_norm = qk_norm, .layers = {"attention", "dsla"}};
+  c.options.get<DslaConfig>() = {.states = states, .gamma = gamma};
+  return c;
 }
 
 std::map<std::string, Shape> shapes_of(const ModelConfig& c) {
@@ -65,12 +67,12 @@ Tensor parameter(const fathom::testing::SeededModel& m, const std::string& name)
 TEST(DslaRecipe, KeysParseAndBadValuesNameTheKey) {
   Recipe r = parse_recipe(kRecipe + "dsla: {states: 1, gamma: head}\n", "r.yaml");
   EXPECT_EQ(r.model.layers, (std::vector<std::string>{"attention", "dsla"}));
-  EXPECT_EQ(r.model.dsla.states, 1);
-  EXPECT_EQ(r.model.dsla.gamma, DslaGamma::head);
+  EXPECT_EQ(r.model.options.get<DslaConfig>().states, 1);
+  EXPECT_EQ(r.model.options.get<DslaConfig>().gamma, DslaGamma::head);
   // Defaults: two states, one gamma per layer; and the keys round-trip through the saved recipe.
   r = parse_recipe(kRecipe, "r.yaml");
-  EXPECT_EQ(r.model.dsla, DslaConfig{});
-  EXPECT_EQ(r.model.dsla.states, 2);
+  EXPECT_EQ(r.model.options.get<DslaConfig>(), DslaConfig{});
+  EXPECT_EQ(r.model.options.get<DslaConfig>().states, 2);
   Recipe head = parse_recipe(kRecipe, "r.yaml", {"dsla.gamma=head"});
   EXPECT_EQ(parse_saved_recipe(recipe_to_yaml(head), "saved.yaml").model, head.model);
   expect_error([&] { parse_recipe(kRecipe + "dsla: {states: 3}\n", "r.yaml"); }, {"dsla.states", "[1, 2]"});
@@ -80,7 +82,7 @@ TEST(DslaRecipe, KeysParseAndBadValuesNameTheKey) {
   expect_error([&] { parse_recipe(kRecipe + "moda: {variant: attn_kv}\n", "r.yaml"); },
                {"moda.variant 'attn_kv' cannot be combined with dsla layers", "moda.variant: none"});
   ModelConfig c = hybrid();
-  c.dsla.states = 0;
+  c.options.get<DslaConfig>().states = 0;
   expect_error([&] { c.validate(); }, {"dsla.states must be 1", "got 0"});
 }
 
@@ -173,11 +175,11 @@ TEST(DslaLayer, GradientsThroughTheMixerMatchFiniteDifferences) {
     for (size_t i = 0; i < params.size(); ++i)
       params[i].var.value() = fathom::test::random_tensor(params[i].var.shape(), DType::f64, 12 + i, -0.7, 0.7);
     const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {5});
-    const auto mix = [&](const Variable& x) { return mixer.forward(x, MixerContext{positions}); };
+    const auto mix = [&](const Variable& x) { return mixer.forward(x, MixerInputs{positions}, LayerReport()); };
     // With respect to the input (every path into the states).
     const GradcheckResult r = gradcheck([&](const std::vector<Variable>& in) { return mix(in[0]); },
                                         {fathom::test::random_tensor({2, 5, 16}, DType::f64, 11)});
-    EXPECT_TRUE(r.ok) << c.dsla.states << " states: " << r.message;
+    EXPECT_TRUE(r.ok) << c.options.get<DslaConfig>().states << " states: " << r.message;
     // With respect to the parameters: d/dtheta sum(w * mix(x)) by backward and by central differences.
     const Variable x(fathom::test::random_tensor({2, 5, 16}, DType::f64, 40));
     const Tensor w = fathom::test::random_tensor({2, 5, 16}, DType::f64, 41);
@@ -196,7 +198,7 @@ TEST(DslaLayer, GradientsThroughTheMixerMatchFiniteDifferences) {
       std::vector<int64_t> elements;
       for (int64_t e = 0; e < p.var.shape().numel(); e += (p.var.shape().numel() > 20 ? 7 : 1)) elements.push_back(e);
       fathom::testing::expect_gradient_matches_differences(p, objective, elements, 1e-5,
-                                                           std::to_string(c.dsla.states) + " states");
+                                                           std::to_string(c.options.get<DslaConfig>().states) + " states");
     }
   }
 }

@@ -14,6 +14,8 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
+#include "layers/dsla_config.h"
+#include "layers/moda_config.h"
 #include "train/generate/generator.h"
 #include "train/generate/inference_model.h"
 #include "train/generate/sampler.h"
@@ -25,8 +27,10 @@ namespace {
 
 // The bytes tokenizer's 257 ids (EOS 256), so every generated id decodes.
 ModelConfig small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  return {.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 257,
-          .norm = norm, .qk_norm = qk_norm, .moda = moda};
+  ModelConfig c{.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 257,
+                .norm = norm, .qk_norm = qk_norm};
+  c.options.get<MoDAConfig>() = moda;
+  return c;
 }
 
 struct Case {
@@ -45,7 +49,7 @@ std::vector<Case> cases() {
   for (int64_t states : {1, 2}) {
     ModelConfig hybrid = small(states == 2 ? "post" : "pre", states == 2);
     hybrid.layers = {"attention", "dsla", "attention"};
-    hybrid.dsla = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+    hybrid.options.get<DslaConfig>() = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
     out.push_back({"dsla/" + std::to_string(states) + "_states", hybrid});
   }
   return out;

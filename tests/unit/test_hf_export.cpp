@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "core/json.h"
+#include "layers/dsla_config.h"
 #include "layers/hf_export.h"
 #include "layers/hf_import.h"
 #include "layers/hf_remote_code.h"
+#include "layers/mod_config.h"
+#include "layers/moda_config.h"
 #include "tests/unit/hf_test_helpers.h"
 #include "tests/unit/test_support.h"
 
@@ -34,21 +37,21 @@ ModelConfig llama_config() {
 
 ModelConfig moda_config() {
   ModelConfig c = olmo2_config();
-  c.moda.variant = MoDAVariant::attn_kv_ffn_kv;
+  c.options.get<MoDAConfig>().variant = MoDAVariant::attn_kv_ffn_kv;
   return c;
 }
 
 ModelConfig mod_config() {
   ModelConfig c = olmo2_config();
-  c.mod.capacity = 0.5;
-  c.mod.router_weight = ModRouterWeight::sigmoid;
+  c.options.get<ModConfig>().capacity = 0.5;
+  c.options.get<ModConfig>().router_weight = ModRouterWeight::sigmoid;
   return c;
 }
 
 ModelConfig dsla_config() {
   ModelConfig c = olmo2_config();
   c.layers = {"attention", "dsla"};
-  c.dsla.gamma = DslaGamma::head;
+  c.options.get<DslaConfig>().gamma = DslaGamma::head;
   return c;
 }
 
@@ -126,7 +129,7 @@ TEST(HfExportConfig, ModelsWithoutANativeClassExportAsRemoteCode) {
 TEST(HfExportConfig, RefusedInputs) {
   // MoD's random router draws its routing afresh each forward: nothing exported can repeat it.
   ModelConfig random_router = mod_config();
-  random_router.mod.router = ModRouter::random;
+  random_router.options.get<ModConfig>().router = ModRouter::random;
   expect_error([&] { hf_config_json(random_router, {}); }, {"mod.router: random", "learned router"});
   ScratchFolder dir;
   expect_error([&] { export_hf_model(random_router, random_weights(random_router, 3), (dir / "hf").string(), {}); },
@@ -143,7 +146,7 @@ TEST(HfExportConfig, RefusedInputs) {
 
 TEST(HfExportConfig, RemoteCodeConfigCarriesEveryOption) {
   ModelConfig c = moda_config();
-  c.moda = {MoDAVariant::extra_attn_kv_ffn_kv, 3, DepthKey::reader};
+  c.options.get<MoDAConfig>() = {MoDAVariant::extra_attn_kv_ffn_kv, 3, DepthKey::reader};
   c.norm = "pre";
   c.tie_embeddings = true;
   c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};

@@ -19,6 +19,7 @@
 #include "train/run/parameter_selection.h"
 #include "train/recipe/recipe.h"
 #include "train/run/train_step.h"
+#include "layers/attention.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -100,16 +101,17 @@ TEST(ModelOutput, TapsGiveEachLayersOutputAndEntropy) {
   NoGrad no_grad;
   const Tensor ids = ids_for(2, 9, c.vocab_size, 1);
   const ModelOutput plain = m.model.forward(ids);
-  EXPECT_TRUE(plain.layer_outputs.empty() && plain.attention_entropy.empty() && plain.aux_losses.empty());
-  const ModelOutput tapped = m.model.forward(ids, {.layer_outputs = true, .attention_entropy = true});
+  EXPECT_TRUE(plain.layer_outputs.empty() && plain.measures.empty() && plain.aux_losses.empty());
+  const ModelOutput tapped = m.model.forward(ids, {.layer_outputs = true, .taps = {kAttentionEntropyTap}});
   ASSERT_EQ(tapped.layer_outputs.size(), 3u);
-  ASSERT_EQ(tapped.attention_entropy.size(), 3u);
+  ASSERT_EQ(tapped.measures.size(), 3u);
   EXPECT_EQ(tapped.hidden.value().to_vector<float>(), plain.hidden.value().to_vector<float>());
-  for (const auto& h : tapped.attention_entropy) {
-    ASSERT_TRUE(h.has_value());
+  for (const LayerMeasures& measures : tapped.measures) {
+    const auto h = measures.find(kAttentionEntropyTap);
+    ASSERT_TRUE(h != measures.end());
     // Between a one-hot row (0) and uniform rows over 1..9 keys (at most log 9).
-    EXPECT_GT(*h, 0.0);
-    EXPECT_LT(*h, std::log(9.0));
+    EXPECT_GT(h->second, 0.0);
+    EXPECT_LT(h->second, std::log(9.0));
   }
   EXPECT_EQ(tapped.layer_outputs[0].value().shape(), (Shape{2, 9, 16}));
 }

@@ -67,7 +67,7 @@ TEST(MemoryPlan, RecomputeAndPrecisionChangeWhatTheyShould) {
 TEST(MemoryPlan, MoDAAddsTheDepthCacheAndWhatItsReadersKeep) {
   MemoryPlanInput in = olmo2_190m(true);
   const MemoryPlan plain = plan_training_memory(in);
-  in.model.moda.variant = MoDAVariant::attn_kv_ffn_kv;  // 2 slots per block, 11 writing blocks
+  in.model.options.get<MoDAConfig>().variant = MoDAVariant::attn_kv_ffn_kv;  // 2 slots per block, 11 writing blocks
   const size_t tokens = size_t(16 * 2048);
   // G = 1: readers leave weights; each of layers 1..11 keeps q and dO (bf16) and two fp32 weights
   // per query head and slot it read (2 per earlier layer).
@@ -77,7 +77,7 @@ TEST(MemoryPlan, MoDAAddsTheDepthCacheAndWhatItsReadersKeep) {
   // G = 6: vector gradients in fp32 buffers of the cache's shape.
   in.model.n_kv_heads = 2;
   MemoryPlanInput plain_gqa = in;
-  plain_gqa.model.moda.variant = MoDAVariant::none;
+  plain_gqa.model.options.get<MoDAConfig>().variant = MoDAVariant::none;
   EXPECT_EQ(plan_training_memory(in).activations - plan_training_memory(plain_gqa).activations,
             2 * tokens * (22 * 2 * 64) * 2 + 2 * tokens * (22 * 2 * 64) * 4);
 }

@@ -10,6 +10,7 @@
 #include "layers/decoder.h"
 #include "layers/hf_export.h"
 #include "layers/parameter_arena.h"
+#include "layers/routed_block.h"
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
@@ -26,8 +27,8 @@ namespace {
 
 ModelConfig mod_config(double capacity, int64_t every = 2, int64_t layers = 4) {
   ModelConfig c{.d_model = 16, .n_layers = layers, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 24, .vocab_size = 37};
-  c.mod.capacity = capacity;
-  c.mod.every = every;
+  c.options.get<ModConfig>().capacity = capacity;
+  c.options.get<ModConfig>().every = every;
   return c;
 }
 
@@ -75,17 +76,17 @@ TEST(ModRecipe, KeysParseAndRoundTrip) {
   const Recipe r = parse_recipe(kRecipe, "r.yaml",
                                 {"mod.every=3", "mod.router_weight=sigmoid", "mod.causal=aux_loss",
                                  "mod.aux_loss_weight=0.05", "mod.router=learned", "model.n_layers=6"});
-  EXPECT_EQ(r.model.mod.capacity, 0.125);
-  EXPECT_EQ(r.model.mod.every, 3);
-  EXPECT_EQ(r.model.mod.router_weight, ModRouterWeight::sigmoid);
-  EXPECT_EQ(r.model.mod.causal, ModCausal::aux_loss);
-  EXPECT_EQ(r.model.mod.aux_loss_weight, 0.05);
+  EXPECT_EQ(r.model.options.get<ModConfig>().capacity, 0.125);
+  EXPECT_EQ(r.model.options.get<ModConfig>().every, 3);
+  EXPECT_EQ(r.model.options.get<ModConfig>().router_weight, ModRouterWeight::sigmoid);
+  EXPECT_EQ(r.model.options.get<ModConfig>().causal, ModCausal::aux_loss);
+  EXPECT_EQ(r.model.options.get<ModConfig>().aux_loss_weight, 0.05);
   EXPECT_TRUE(parse_recipe(recipe_to_yaml(r), "saved.yaml") == r);
   // Routed: blocks 2 and 5 of 6 (block 0 stays dense).
-  for (int64_t l = 0; l < 6; ++l) EXPECT_EQ(r.model.mod.routes(l), l == 2 || l == 5) << l;
-  EXPECT_EQ(r.model.mod.tokens_routed(64), 8);
-  EXPECT_EQ(r.model.mod.tokens_routed(13), 2);  // ceil(13 / 8)
-  EXPECT_FALSE(parse_recipe(kRecipe, "r.yaml", {"mod.capacity=0"}).model.mod.enabled());
+  for (int64_t l = 0; l < 6; ++l) EXPECT_EQ(r.model.options.get<ModConfig>().routes(l), l == 2 || l == 5) << l;
+  EXPECT_EQ(r.model.options.get<ModConfig>().tokens_routed(64), 8);
+  EXPECT_EQ(r.model.options.get<ModConfig>().tokens_routed(13), 2);  // ceil(13 / 8)
+  EXPECT_FALSE(parse_recipe(kRecipe, "r.yaml", {"mod.capacity=0"}).model.options.get<ModConfig>().enabled());
 }
 
 TEST(ModRecipe, BadValuesNameTheKey) {
@@ -136,20 +137,20 @@ TEST(ModBlock, FullCapacityWithUnitWeightIsTheDenseBlock) {
   for (int32_t i = 0; i < 11; ++i) pos[size_t(i)] = i;
   const Tensor positions = Tensor::from_vector(pos, {11});
   NoGrad no_grad;
-  EXPECT_EQ(routed.forward(Variable(x), MixerContext{positions}).value().to_vector<float>(),
-            dense.forward(Variable(x), MixerContext{positions}).value().to_vector<float>());
+  EXPECT_EQ(routed.forward(Variable(x), MixerInputs{positions}, LayerReport()).value().to_vector<float>(),
+            dense.forward(Variable(x), MixerInputs{positions}, LayerReport()).value().to_vector<float>());
 }
 
 TEST(ModBlock, ChosenTokensKeepTheirOriginalPositions) {
   ModelConfig c = mod_config(0.5, 1, 2);
-  c.mod.router_weight = ModRouterWeight::sigmoid;
+  c.options.get<ModConfig>().router_weight = ModRouterWeight::sigmoid;
   fathom::testing::SeededModel m(c, 8);
   const auto& routed = dynamic_cast<const RoutedBlock&>(*m.model.blocks()[1]);
   const Tensor x = test::random_tensor({2, 9, 16}, DType::f32, 9);
   std::vector<int32_t> pos(9);
   for (int32_t i = 0; i < 9; ++i) pos[size_t(i)] = i;
   NoGrad no_grad;
-  const Tensor out = routed.forward(Variable(x), MixerContext{Tensor::from_vector(pos, {9})}).value();
+  const Tensor out = routed.forward(Variable(x), MixerInputs{Tensor::from_vector(pos, {9})}, LayerReport()).value();
   // By hand: top-5 of the router per sequence, the block on those rows at positions idx, the mix.
   const Parameter router = [&] {
     for (const Parameter& p : routed.parameters())
@@ -158,12 +159,12 @@ TEST(ModBlock, ChosenTokensKeepTheirOriginalPositions) {
   }();
   const Tensor r = linear_wide(Variable(x), router.var).value().view({2, 9});
   const Tensor idx = topk_per_sequence(r, 5);
-  const Tensor y = routed.block().forward(Variable(gather_rows(x, idx)), MixerContext{idx}).value();
+  const Tensor y = routed.block().forward(Variable(gather_rows(x, idx)), MixerInputs{idx}, LayerReport()).value();
   EXPECT_EQ(out.to_vector<float>(), routed_mix_forward(x, y, r, idx, RouteWeight::sigmoid).to_vector<float>());
   // Positions 0..k-1 instead would be another block output.
   std::vector<int32_t> first(10);
   for (int32_t i = 0; i < 10; ++i) first[size_t(i)] = i % 5;
-  const Tensor y_wrong = routed.block().forward(Variable(gather_rows(x, idx)), MixerContext{Tensor::from_vector(first, {2, 5})}).value();
+  const Tensor y_wrong = routed.block().forward(Variable(gather_rows(x, idx)), MixerInputs{Tensor::from_vector(first, {2, 5})}, LayerReport()).value();
   EXPECT_NE(y.to_vector<float>(), y_wrong.to_vector<float>());
 }
 
@@ -171,12 +172,12 @@ TEST(ModModel, RoutesExactlyKPerSequenceInABatch) {
   ModelConfig c = mod_config(0.25);
   fathom::testing::SeededModel m(c, 10);
   NoGrad no_grad;
-  const ModelOutput out = m.model.forward(test::lcg_token_ids({3, 13}, 37, 11), {.routing_counts = true});
-  ASSERT_EQ(out.routing_counts.size(), 4u);
-  EXPECT_FALSE(out.routing_counts[0] || out.routing_counts[2]);
+  const ModelOutput out = m.model.forward(test::lcg_token_ids({3, 13}, 37, 11), {.taps = {kRoutingTap}});
+  ASSERT_EQ(out.measures.size(), 4u);
+  EXPECT_FALSE(!out.measures[0].empty() || !out.measures[2].empty());
   for (int l : {1, 3}) {
-    ASSERT_TRUE(out.routing_counts[size_t(l)]);
-    const RoutingCounts& counts = *out.routing_counts[size_t(l)];
+    ASSERT_TRUE(!out.measures[size_t(l)].empty());
+    const RoutingCounts counts = RoutingCounts::from(out.measures[size_t(l)]);
     EXPECT_EQ(counts.tokens, 39);
     EXPECT_EQ(counts.topk, 3 * 4);  // ceil(0.25 * 13) = 4 in each of the 3 sequences
     EXPECT_GE(counts.accuracy(), 0.0);
@@ -197,7 +198,7 @@ TEST(ModModel, AuxTargetsAreTopKMembershipPerSequence) {
   // The router's BCE against each sequence's own top-k: with B = 2 it equals the mean of the
   // per-sequence losses, which a batch-wide top-k would not give.
   ModelConfig c = mod_config(0.25);
-  c.mod.causal = ModCausal::aux_loss;
+  c.options.get<ModConfig>().causal = ModCausal::aux_loss;
   fathom::testing::SeededModel m(c, 12);
   const Tensor ids = test::lcg_token_ids({2, 12}, 37, 13);
   NoGrad no_grad;
@@ -234,7 +235,7 @@ TEST(ModModel, PredictorLeavesTheLanguageModelGradientsAlone) {
 TEST(ModModel, DeterministicAndRecomputeGivesTheSameGradients) {
   for (const ModRouter router : {ModRouter::learned, ModRouter::random}) {
     ModelConfig c = mod_config(0.5);
-    c.mod.router = router;
+    c.options.get<ModConfig>().router = router;
     const TokenBatch batch = batch_for(3, 10, 37, 15);
     const Objective objective = Objective::for_model({{"ce", 1.0}}, c);
     const std::vector<float> once = grads_of(c, objective, batch);
@@ -266,11 +267,11 @@ TEST(ModModel, CostsFallWithCapacity) {
 TEST(ModModel, CausalPrefillEqualsStepByStepDecode) {
   for (const ModCausal causal : {ModCausal::predictor, ModCausal::aux_loss}) {
     ModelConfig c = mod_config(0.5, 2, 4);
-    c.mod.causal = causal;
+    c.options.get<ModConfig>().causal = causal;
     fathom::testing::SeededModel m(c, 16);
     const Tensor ids = test::lcg_token_ids({2, 9}, 37, 17);
     NoGrad no_grad;
-    const ModelOutput whole = m.model.forward(ids, {.causal_routing = true, .routing_counts = true});
+    const ModelOutput whole = m.model.forward(ids, {.taps = {kRoutingTap}, .as_decoded = true});
     DecodeState prefill = m.model.start_decoding(2, 9, DType::f32, Device::cpu());
     const Tensor prefilled = m.model.decode(ids, prefill).value();
     DecodeState steps = m.model.start_decoding(2, 9, DType::f32, Device::cpu());
@@ -292,8 +293,8 @@ TEST(ModModel, CausalPrefillEqualsStepByStepDecode) {
         }
     // A token that skips a routed block adds nothing to its cache.
     for (int l : {1, 3}) {
-      EXPECT_EQ(prefill.layers[size_t(l)]->length(), whole.routing_counts[size_t(l)]->causal);
-      EXPECT_EQ(steps.layers[size_t(l)]->length(), whole.routing_counts[size_t(l)]->causal);
+      EXPECT_EQ(prefill.layers[size_t(l)]->length(), RoutingCounts::from(whole.measures[size_t(l)]).causal);
+      EXPECT_EQ(steps.layers[size_t(l)]->length(), RoutingCounts::from(whole.measures[size_t(l)]).causal);
     }
     EXPECT_EQ(prefill.layers[0]->length(), 9);  // a dense block holds every position of the batch
   }
@@ -301,7 +302,7 @@ TEST(ModModel, CausalPrefillEqualsStepByStepDecode) {
 
 TEST(ModModel, CausalRoutingNeedsNoGrad) {
   fathom::testing::SeededModel m(mod_config(0.5), 18);
-  expect_error([&] { m.model.forward(test::lcg_token_ids({1, 5}, 37, 19), {.causal_routing = true}); },
+  expect_error([&] { m.model.forward(test::lcg_token_ids({1, 5}, 37, 19), {.as_decoded = true}); },
                {"causal routing is for evaluation and generation"});
 }
 

@@ -23,8 +23,10 @@ namespace {
 ModelConfig moda_config(const std::string& variant, const std::string& norm = "post",
                         const std::string& depth_key = "writer") {
   // G = 3, as in the paper's small models.
-  return {.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31,
-          .norm = norm, .moda = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)}};
+  ModelConfig c{.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31,
+          .norm = norm};
+  c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)};
+  return c;
 }
 
 Tensor ids_for(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
@@ -43,7 +45,7 @@ TEST(ModaModel, VariantNoneIsPlainOlmo2BitForBit) {
   ModelConfig plain = moda_config("none");
   const Tensor ids = ids_for(2, 9, plain.vocab_size, 3);
   ModelConfig none = plain;
-  none.moda.max_slots = 4;  // irrelevant without depth
+  none.options.get<MoDAConfig>().max_slots = 4;  // irrelevant without depth
   EXPECT_EQ(logits_of(plain, ids, 5), logits_of(none, ids, 5));
 }
 
@@ -75,7 +77,7 @@ TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
     const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
     const std::vector<float> with_depth = logits_of(c, ids, 9);
     ModelConfig without = c;
-    without.moda.variant = MoDAVariant::none;
+    without.options.get<MoDAConfig>().variant = MoDAVariant::none;
     if (variant == "attn_kv") {
       EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
     }
@@ -141,10 +143,10 @@ TEST(ModaModel, GradcheckThroughTheBlocks) {
       }
       const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
       auto run = [&](const Variable& x) {
-        DepthStream stream(B, T, (L - 1) * c.moda.slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
+        DepthStream stream(B, T, (L - 1) * c.options.get<MoDAConfig>().slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
                            Device::cpu());
         Variable h = x;
-        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, MixerContext{positions, &stream, i + 1 < L});
+        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, MixerInputs{positions, &stream, i + 1 < L}, LayerReport());
         return h;
       };
       const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
@@ -180,7 +182,7 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
       "moda: {variant: attn_kv+ffn_kv, depth_key: reader}\n"
       "data: {train: [x.txt]}\ntrain: {batch_size: 1, seq_len: 8, steps: 1, optimizer: {lr: 1.0e-3}}\n",
       "reader.yaml");
-  ASSERT_EQ(name_of(recipe.model.moda.depth_key), "reader");
+  ASSERT_EQ(name_of(recipe.model.options.get<MoDAConfig>().depth_key), "reader");
   Decoder model(recipe.model);
   ParameterArena arena(model, Device::cpu());
   arena.initialise(21);
@@ -197,7 +199,7 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
   EXPECT_EQ(restored.logits(ids).value().to_vector<float>(), before);
   // A writer-key model has the FFN writers' k-norms: the reader checkpoint does not fit it.
   ModelConfig writer = again.model;
-  writer.moda.depth_key = DepthKey::writer;
+  writer.options.get<MoDAConfig>().depth_key = DepthKey::writer;
   Decoder other(writer);
   ParameterArena other_arena(other, Device::cpu());
   fathom::testing::expect_error([&] { other_arena.load(loaded.model, "checkpoint"); }, {"missing tensor", "k_norm"});
@@ -206,9 +208,9 @@ TEST(ModaModel, ReaderKeysCheckpointRoundTrip) {
 TEST(ModaModel, MaxSlotsCoveringEverySlotEqualsUnbounded) {
   ModelConfig all = moda_config("attn_kv+ffn_kv");
   ModelConfig bounded = all;
-  bounded.moda.max_slots = 4;  // 2 slots per block, 2 writing blocks
+  bounded.options.get<MoDAConfig>().max_slots = 4;  // 2 slots per block, 2 writing blocks
   ModelConfig narrow = all;
-  narrow.moda.max_slots = 1;
+  narrow.options.get<MoDAConfig>().max_slots = 1;
   const Tensor ids = ids_for(2, 6, all.vocab_size, 2);
   EXPECT_EQ(logits_of(all, ids, 4), logits_of(bounded, ids, 4));
   EXPECT_NE(logits_of(all, ids, 4), logits_of(narrow, ids, 4));

@@ -105,13 +105,22 @@ TEST(Recipe, DefaultsSatisfyTheirOwnSchema) {
     SCOPED_TRACE(key.path);
     std::visit(
         [&](auto field) {
-          const auto& value = field(defaults);
-          using T = std::decay_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
-            EXPECT_TRUE(key.range.contains(static_cast<double>(value))) << value;
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            if (!key.choices.empty()) {
-              EXPECT_NE(std::find(key.choices.begin(), key.choices.end(), value), key.choices.end()) << value;
+          if constexpr (std::is_same_v<decltype(field), const KindOption*>) {
+            // A layer kind's option: a number in its range, or a choice's index.
+            const double value = field->get(defaults.model);
+            if (field->type == KindOption::Type::choice)
+              EXPECT_LT(size_t(value), key.choices.size()) << value;
+            else
+              EXPECT_TRUE(key.range.contains(value)) << value;
+          } else {
+            const auto& value = field(defaults);
+            using T = std::decay_t<decltype(value)>;
+            if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+              EXPECT_TRUE(key.range.contains(static_cast<double>(value))) << value;
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              if (!key.choices.empty()) {
+                EXPECT_NE(std::find(key.choices.begin(), key.choices.end(), value), key.choices.end()) << value;
+              }
             }
           }
         },
@@ -505,7 +514,7 @@ TEST(Recipe, BlockRecomputeWithMoDA) {
   const Recipe moda =
       parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml", {"moda.variant=attn_kv"});
   EXPECT_EQ(moda.train.recompute, "block");
-  EXPECT_EQ(moda.model.moda.variant, MoDAVariant::attn_kv);
+  EXPECT_EQ(moda.model.options.get<MoDAConfig>().variant, MoDAVariant::attn_kv);
 }
 
 TEST(RecipeErrors, RecipeFiles) {

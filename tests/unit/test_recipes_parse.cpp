@@ -4,6 +4,9 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "layers/dsla_config.h"
+#include "layers/mod_config.h"
+#include "layers/moda_config.h"
 #include "train/recipe/recipe.h"
 
 using namespace fathom;
@@ -46,13 +49,13 @@ TEST(ShippedRecipes, ModaStepOverheadPairDiffersOnlyInTheVariant) {
   Recipe moda = load_recipe(folder + "moda-190m-attn_kv_ffn_kv.yaml");
   EXPECT_EQ(baseline.name, "moda-190m-baseline");
   EXPECT_EQ(moda.name, "moda-190m-attn_kv_ffn_kv");
-  EXPECT_EQ(baseline.model.moda.variant, MoDAVariant::none);
-  EXPECT_EQ(moda.model.moda.variant, MoDAVariant::attn_kv_ffn_kv);
+  EXPECT_EQ(baseline.model.options.get<MoDAConfig>().variant, MoDAVariant::none);
+  EXPECT_EQ(moda.model.options.get<MoDAConfig>().variant, MoDAVariant::attn_kv_ffn_kv);
   EXPECT_EQ(moda.train.seq_len, 2048);
   EXPECT_EQ(moda.model.d_model, 768);
   EXPECT_EQ(moda.model.n_heads / moda.model.n_kv_heads, 2);
   moda.name = baseline.name;
   moda.log.dir = baseline.log.dir;  // derived from the name
-  moda.model.moda.variant = baseline.model.moda.variant;
+  moda.model.options.get<MoDAConfig>().variant = baseline.model.options.get<MoDAConfig>().variant;
   EXPECT_EQ(recipe_to_yaml(moda), recipe_to_yaml(baseline));
 }

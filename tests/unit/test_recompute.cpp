@@ -146,7 +146,7 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
                             MoDACase{"attn_kv+ffn_kv", "post", "writer", 2}}) {
     ModelConfig c = small_config(m.norm, false);
     c.n_layers = 4;
-    c.moda = {.variant = parse_moda_variant(m.variant), .max_slots = m.max_slots,
+    c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(m.variant), .max_slots = m.max_slots,
               .depth_key = parse_depth_key(m.depth_key)};
     for (Recompute recompute : {Recompute::block, Recompute::selective})
       expect_recompute_bit_identical(c, recompute, std::string(recompute_name(recompute)) + " " + m.variant + " " +
@@ -171,7 +171,7 @@ TEST(SelectiveRecompute, DropsExactlyTheCheapOutputs) {
   }
   // MoDA's depth attention rebuilds its q and k the same way; its slots hold copies of the keys.
   ModelConfig moda = small_config("post", false);
-  moda.moda.variant = MoDAVariant::attn_kv_ffn_kv;
+  moda.options.get<MoDAConfig>().variant = MoDAVariant::attn_kv_ffn_kv;
   const int64_t q = moda.n_heads * moda.head_dim(), kv = moda.n_kv_heads * moda.head_dim();
   EXPECT_EQ(live_after_forward(moda, Recompute::none, B, T) - live_after_forward(moda, Recompute::selective, B, T),
             tokens * size_t(moda.n_layers * (moda.ffn_hidden + q + kv + moda.d_model) + moda.d_model) * sizeof(float));

@@ -42,7 +42,7 @@ void add_logits_command(CLI::App& app) {
     const Tensor ids_tensor = Tensor::from_vector(ids, {1, int64_t(ids.size())});
     NoGrad no_grad;
     ForwardOptions options;
-    options.causal_routing = args->routing == "causal";
+    options.as_decoded = args->routing == "causal";
     const Decoder& model = inference.decoder();
     const Variable hidden = model.forward(ids_tensor.to(device), options).hidden;
     const Tensor logits = linear(hidden, model.head_weight()).value().to(Device::cpu()).to(DType::f32);

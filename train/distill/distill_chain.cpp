@@ -20,6 +20,7 @@
 #include "train/run/run.h"
 #include "train/checkpoint/run_state.h"
 #include "train/run/stop_signal.h"
+#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -103,7 +104,7 @@ Recipe converted_layer_recipe(const Recipe& recipe, const std::vector<int64_t>& 
   Recipe r = recipe;
   std::vector<std::string> kinds;
   for (int64_t i = 0; i < r.model.n_layers; ++i) kinds.push_back(recipe.model.layer_kind(i));
-  for (int64_t layer : converted) kinds[size_t(layer)] = "dsla";
+  for (int64_t layer : converted) kinds[size_t(layer)] = kDslaKind;
   r.model.layers = kinds;
   r.model_init_from.clear();  // the chain gives the starting weights
   r.name = recipe.name + "-M" + std::to_string(converted.size());

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -114,10 +115,10 @@ Checked check(const Recipe& recipe) {
     for (int64_t k = 1; k <= plan.count; ++k) plan.named_models.push_back(k);
   if (std::all_of(d.loss.begin(), d.loss.end(), [](const auto& term) { return term.second == 0; }))
     return fail("distill.loss", "every term has weight 0; give ce, logit_kl, layer_align or gate_cos a weight > 0");
-  const auto gate_cos = d.loss.find("gate_cos");
-  if (gate_cos != d.loss.end() && gate_cos->second > 0 && recipe.model.dsla.states != 2)
+  const auto gate_cos = d.loss.find(kGateCosLoss);
+  if (gate_cos != d.loss.end() && gate_cos->second > 0 && recipe.model.options.get<DslaConfig>().states != 2)
     return fail("distill.loss", "gate_cos compares the two states' gates; dsla.states is " +
-                                    std::to_string(recipe.model.dsla.states));
+                                    std::to_string(recipe.model.options.get<DslaConfig>().states));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include "autograd/distill_losses.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -25,7 +26,7 @@ std::map<std::string, double> distill_objective_weights(const Recipe::Distill& d
 ForwardOptions distill_forward_options(const Recipe::Distill& distill, int64_t layer) {
   ForwardOptions options;
   options.layer_outputs = weight_of(distill, "layer_align") > 0;
-  if (weight_of(distill, "gate_cos") > 0) options.gate_similarity_layer = layer;
+  if (weight_of(distill, kGateCosLoss) > 0) options.layer_taps.emplace_back(layer, kGateCosLoss);
   return options;
 }
 

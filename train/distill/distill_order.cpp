@@ -9,6 +9,8 @@
 #include "layers/parameter_arena.h"
 #include "train/distill/distill_init.h"
 #include "train/measure/evaluator.h"
+#include "layers/attention.h"
+#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -23,7 +25,7 @@ const char* order_name(DistillOrder order) {
   return "?";
 }
 
-bool converts_attention(const ModelConfig& config, int64_t layer) { return config.layer_kind(layer) == "attention"; }
+bool converts_attention(const ModelConfig& config, int64_t layer) { return config.layer_kind(layer) == kAttentionKind; }
 
 // Lowest score first; ties to the lower index.
 void sort_ranks(std::vector<LayerRank>& ranks) {
@@ -53,9 +55,9 @@ double loss_with_layer_converted(const Recipe& recipe, const Teacher& teacher, c
   ModelConfig config = teacher.decoder().config();
   std::vector<std::string> kinds;
   for (int64_t i = 0; i < config.n_layers; ++i) kinds.push_back(config.layer_kind(i));
-  kinds[size_t(layer)] = "dsla";
+  kinds[size_t(layer)] = kDslaKind;
   config.layers = kinds;
-  config.dsla = recipe.model.dsla;
+  config.options.get<DslaConfig>() = recipe.model.options.get<DslaConfig>();
   Decoder model(config);
   ParameterArena arena(model, teacher.device());
   arena.initialise(recipe.train.seed);

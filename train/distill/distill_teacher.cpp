@@ -4,6 +4,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "train/run/model_source.h"
+#include "layers/attention.h"
 
 namespace fathom {
 
@@ -44,8 +45,14 @@ TeacherTargets Teacher::targets(const Tensor& ids, bool logits, int64_t layer) c
 std::vector<std::optional<double>> Teacher::attention_entropy(const Tensor& ids) const {
   NoGrad no_grad;
   ForwardOptions options;
-  options.attention_entropy = true;
-  return decoder().forward(ids.to(device()), options).attention_entropy;
+  options.taps = {kAttentionEntropyTap};
+  const ModelOutput output = decoder().forward(ids.to(device()), options);
+  std::vector<std::optional<double>> entropy;
+  for (const LayerMeasures& measures : output.measures) {
+    const auto it = measures.find(kAttentionEntropyTap);
+    entropy.push_back(it == measures.end() ? std::nullopt : std::optional<double>(it->second));
+  }
+  return entropy;
 }
 
 }  // namespace fathom

@@ -23,22 +23,26 @@ EvalRouting parse_eval_routing(const std::string& name) {
 
 namespace {
 
-// RoutingCounts' six integer fields as doubles (exact below 2^53), for a sum over ranks.
-constexpr int kRoutingFields = 6;
-void to_doubles(const RoutingCounts& c, double* out) {
-  const int64_t fields[kRoutingFields] = {c.tokens, c.topk, c.causal, c.causal_and_topk, c.router, c.router_and_topk};
-  for (int i = 0; i < kRoutingFields; ++i) out[i] = double(fields[i]);
-}
-RoutingCounts from_doubles(const double* in) {
-  return {int64_t(in[0]), int64_t(in[1]), int64_t(in[2]), int64_t(in[3]), int64_t(in[4]), int64_t(in[5])};
+// The kind metrics `model`'s layers report, each with its summed measures still zero.
+std::vector<LayerMetricMeasures> reported_metrics(const Decoder& model) {
+  std::vector<LayerMetricMeasures> out;
+  for (const LayerKind& kind : layer_kinds())
+    for (const KindMetric& metric : kind.metrics)
+      for (int64_t l = 0; l < int64_t(model.blocks().size()); ++l)
+        if (metric.reported_by(model.config(), l)) out.push_back({l, kind.name, metric, {}});
+  return out;
 }
 
-// Sums every rank's counts (each rank counted only its own batches).
-void sum_over_ranks(std::vector<RoutingCounts>& counts, Communicator& comm) {
-  std::vector<double> values(counts.size() * kRoutingFields);
-  for (size_t l = 0; l < counts.size(); ++l) to_doubles(counts[l], &values[l * kRoutingFields]);
+// Sums every rank's measures (each rank counted only its own batches), in one reduction.
+void sum_over_ranks(std::vector<LayerMetricMeasures>& metrics, Communicator& comm) {
+  std::vector<double> values;
+  for (const LayerMetricMeasures& m : metrics)
+    for (const std::string& name : m.metric.measures) values.push_back(m.measures.contains(name) ? m.measures.at(name) : 0.0);
+  if (values.empty()) return;
   comm.all_reduce_sum(values.data(), int64_t(values.size()));
-  for (size_t l = 0; l < counts.size(); ++l) counts[l] = from_doubles(&values[l * kRoutingFields]);
+  size_t i = 0;
+  for (LayerMetricMeasures& m : metrics)
+    for (const std::string& name : m.metric.measures) m.measures[name] = values[i++];
 }
 
 }  // namespace
@@ -54,11 +58,11 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   // the total adds the batches in order: the same figure as one process evaluating them all.
   std::vector<double> loss_sums(size_t(batches.num_batches()), 0.0);
   std::vector<double> token_counts(loss_sums.size(), 0.0);
-  const bool mod = model.config().mod.enabled();
+  EvalResult result;
+  result.layer_metrics = reported_metrics(model);
   ForwardOptions options;
-  options.causal_routing = routing == EvalRouting::causal;
-  options.routing_counts = mod;
-  std::vector<RoutingCounts> counts(model.blocks().size());
+  options.as_decoded = routing == EvalRouting::causal;
+  for (const LayerMetricMeasures& m : result.layer_metrics) options.taps.insert(m.metric.tap);
   for (size_t b = 0; b < loss_sums.size(); ++b) {
     if (int(b % size_t(world)) != rank) {
       batches.skip();
@@ -67,8 +71,11 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
     const std::optional<TokenBatch> batch = batches.next();
     const int64_t rows = batch->inputs.dim(0) * batch->inputs.dim(1);
     const ModelOutput output = model.forward(batch->inputs.to(device), options);
-    for (size_t l = 0; l < output.routing_counts.size(); ++l)
-      if (output.routing_counts[l]) counts[l] += *output.routing_counts[l];
+    for (LayerMetricMeasures& m : result.layer_metrics) {
+      const LayerMeasures& measured = output.measures[size_t(m.layer)];
+      for (const std::string& name : m.metric.measures)
+        if (measured.contains(name)) m.measures[name] += measured.at(name);
+    }
     const Variable logits = linear(output.hidden, model.head_weight());
     const LossParts loss = cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
                                          batch->targets.to(device).view({rows}), 0.0);
@@ -78,9 +85,8 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   if (world > 1) {
     ranks->all_reduce_sum(loss_sums.data(), int64_t(loss_sums.size()));
     ranks->all_reduce_sum(token_counts.data(), int64_t(token_counts.size()));
-    if (mod) sum_over_ranks(counts, *ranks);
+    sum_over_ranks(result.layer_metrics, *ranks);
   }
-  EvalResult result;
   double weighted_loss = 0;
   for (size_t b = 0; b < loss_sums.size(); ++b) {
     weighted_loss += loss_sums[b];
@@ -88,35 +94,21 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   }
   result.loss = result.tokens ? weighted_loss / double(result.tokens) : 0.0;
   result.perplexity = std::exp(result.loss);
-  for (size_t l = 0; l < counts.size(); ++l)
-    if (model.config().mod.routes(int64_t(l))) result.routing.emplace_back(int64_t(l), counts[l]);
   return result;
 }
 
-std::vector<std::pair<std::string, double>> routing_metrics(const EvalResult& result, const std::string& domain) {
+std::vector<std::pair<std::string, double>> layer_metrics(const EvalResult& result, const std::string& domain) {
   std::vector<std::pair<std::string, double>> fields;
-  for (const auto& [layer, c] : result.routing) {
-    const std::string prefix = "mod.L" + std::to_string(layer) + ".";
-    const std::pair<const char*, double> values[] = {
-        {"accuracy", c.accuracy()},          {"precision", c.precision()},
-        {"recall", c.recall()},              {"router_agreement", c.router_agreement()},
-        {"routed_fraction", c.causal_fraction()}, {"topk_fraction", c.topk_fraction()}};
-    for (const auto& [name, value] : values) fields.emplace_back(prefix + name + "/" + domain, value);
+  for (const LayerMetricMeasures& m : result.layer_metrics) {
+    const std::string prefix = m.kind + ".L" + std::to_string(m.layer) + ".";
+    for (const auto& [name, value] : m.metric.metrics(m.measures)) fields.emplace_back(prefix + name + "/" + domain, value);
   }
   return fields;
 }
 
-std::vector<std::string> routing_report(const EvalResult& result) {
+std::vector<std::string> layer_metric_lines(const EvalResult& result) {
   std::vector<std::string> lines;
-  for (const auto& [layer, c] : result.routing) {
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "  mod L%lld | causal routes %.1f%% (top-k %.1f%%) | accuracy %.4f | precision %.4f | recall %.4f | "
-                  "router agreement %.4f",
-                  (long long)layer, 100 * c.causal_fraction(), 100 * c.topk_fraction(), c.accuracy(), c.precision(),
-                  c.recall(), c.router_agreement());
-    lines.emplace_back(line);
-  }
+  for (const LayerMetricMeasures& m : result.layer_metrics) lines.push_back(m.metric.console_line(m.layer, m.measures));
   return lines;
 }
 
@@ -146,7 +138,7 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
                   (long long)e.tokens);
     out << line << "\n";
-    for (const std::string& routing_line : routing_report(e)) out << routing_line << "\n";
+    for (const std::string& metric_line : layer_metric_lines(e)) out << metric_line << "\n";
   }
 }
 

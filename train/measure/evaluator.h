@@ -8,18 +8,28 @@
 
 #include "data/token_source.h"
 #include "layers/decoder.h"
+#include "layers/layer_kinds.h"
 
 namespace fathom {
 
 class Communicator;
 struct Recipe;
 
+// The summed measures behind one kind metric of one layer.
+struct LayerMetricMeasures {
+  int64_t layer = 0;
+  std::string kind;  // its name: the metrics' prefix
+  KindMetric metric;
+  LayerMeasures measures;
+};
+
 struct EvalResult {
   double loss = 0;        // mean CE per predicted token
   double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;
-  // MoD: per routed layer, how its causal router agreed with top-k over the evaluated tokens.
-  std::vector<std::pair<int64_t, RoutingCounts>> routing;
+  // Per layer and kind metric (layers/layer_kinds.h: MoD's routing agreement), the layer's measures
+  // summed over the evaluated batches and every rank.
+  std::vector<LayerMetricMeasures> layer_metrics;
 };
 
 // How MoD's routed blocks choose their tokens in an evaluation: each sequence's top-k (as in
@@ -35,11 +45,11 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
                     int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing = EvalRouting::topk,
                     Communicator* ranks = nullptr);
 
-// The routing metrics of an evaluation of `domain` for metrics.jsonl, per routed layer L:
-// mod.L<i>.{accuracy, precision, recall, router_agreement, routed_fraction, topk_fraction}/<domain>.
-std::vector<std::pair<std::string, double>> routing_metrics(const EvalResult& result, const std::string& domain);
-// The same as console lines, one per routed layer.
-std::vector<std::string> routing_report(const EvalResult& result);
+// The kind metrics of an evaluation of `domain` for metrics.jsonl: <kind>.L<layer>.<name>/<domain>, e.g.
+// mod.L1.accuracy/moby for MoD's routed layer 1.
+std::vector<std::pair<std::string, double>> layer_metrics(const EvalResult& result, const std::string& domain);
+// The same as console lines, one per layer and metric.
+std::vector<std::string> layer_metric_lines(const EvalResult& result);
 
 // "loss 2.1234 | ppl 8.37 | 4096 tokens"
 std::string format_eval(const EvalResult& result);

@@ -123,12 +123,12 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   }
   // After the blocks: the final norm's input and rstd (the head and loss keep no input, see below).
   const size_t head = tokens * (size_t(c.d_model) * act + 4);
-  if (c.moda.enabled()) {
+  if (c.options.get<MoDAConfig>().enabled()) {
     // The depth K/V cache of a forward; readers that leave no weights fill fp32 gradient buffers of the
     // cache's shape instead (autograd/depth_stream.h).
     const size_t cache_elements = tokens * size_t(model.depth_slots() * c.n_kv_heads * c.head_dim());
     depth += 2 * cache_elements * act;
-    if (!depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.moda.depth_key == DepthKey::reader))
+    if (!depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.options.get<MoDAConfig>().depth_key == DepthKey::reader))
       depth += 2 * cache_elements * 4;
   }
   p.activations = kept + working + head + depth;

@@ -312,10 +312,21 @@ struct ValueReader {
     choice(text, key.path, given.where);
     field(recipe) = text;
   }
-  template <typename Enum>
-    requires std::is_enum_v<Enum>
-  void operator()(Enum& (*field)(Recipe&)) const {
-    field(recipe) = Enum(choice(scalar(), key.path, given.where));
+  void operator()(const KindOption* option) const {
+    switch (option->type) {
+      case KindOption::Type::integer: {
+        const int64_t value = whole_number<int64_t>();
+        check_range(static_cast<double>(value));
+        return option->set(recipe.model, double(value));
+      }
+      case KindOption::Type::number: {
+        const std::optional<double> value = parse_number(scalar());
+        if (!value) wrong_type();
+        check_range(*value);
+        return option->set(recipe.model, *value);
+      }
+      case KindOption::Type::choice: return option->set(recipe.model, double(choice(scalar(), key.path, given.where)));
+    }
   }
   void operator()(StringList& (*field)(Recipe&)) const {
     field(recipe) = reader.read_paths(given, given.node, key.path, key.item);
@@ -552,9 +563,10 @@ Recipe RecipeReader::resolve() const {
       fail_at(at ? at->where : where_section("distill"), problem->message);
     }
   }
-  // Attention everywhere is the default, spelt one way, so equal models compare equal.
+  // The default kind everywhere (attention) is spelt one way, so equal models compare equal.
   std::vector<std::string>& layers = recipe.model.layers;
-  if (std::all_of(layers.begin(), layers.end(), [](const std::string& kind) { return kind == "attention"; }))
+  const std::string& default_kind = ModelConfig{}.layer_kind(0);
+  if (std::all_of(layers.begin(), layers.end(), [&](const std::string& kind) { return kind == default_kind; }))
     layers.clear();
   return recipe;
 }

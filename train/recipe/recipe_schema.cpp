@@ -17,6 +17,12 @@ namespace fathom {
 
 namespace {
 
+// One visitor from several lambdas.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
 // The accessor of a key is the member it sets: FIELD(train.optimizer.lr) -> r.train.optimizer.lr.
 #define FIELD(member) +[](Recipe& r) -> auto& { return r.member; }
 
@@ -72,31 +78,7 @@ std::vector<RecipeKey> build_schema() {
       {.path = "model.rope_scaling.original_max_position", .field = FIELD(model.rope_scaling.original_max_position),
        .range = at_least(1), .aliases = {"original_max_position_embeddings"}},
 
-      {.path = "moda.variant", .field = FIELD(model.moda.variant), .choices = moda_variant_names(),
-       .aliases = {"depth_kv", "moda_variant"}},
-      {.path = "moda.max_slots", .field = FIELD(model.moda.max_slots), .range = at_least(0),
-       .aliases = {"depth_slots", "slots", "window"}},
-      {.path = "moda.depth_key", .field = FIELD(model.moda.depth_key), .choices = depth_key_names(),
-       .aliases = {"depth_keys", "key_source", "depth_key_source"}},
-
-      {.path = "mod.capacity", .field = FIELD(model.mod.capacity), .range = closed(0, 1),
-       .aliases = {"capacity_factor", "capacity_fraction", "mod_capacity"}},
-      {.path = "mod.every", .field = FIELD(model.mod.every), .range = at_least(1),
-       .aliases = {"route_every", "routed_every", "interleave"}},
-      {.path = "mod.router_weight", .field = FIELD(model.mod.router_weight), .choices = mod_router_weight_names(),
-       .aliases = {"gate", "weight", "router_activation"}},
-      {.path = "mod.causal", .field = FIELD(model.mod.causal), .choices = mod_causal_names(),
-       .aliases = {"causal_routing", "sampling"}},
-      {.path = "mod.aux_loss_weight", .field = FIELD(model.mod.aux_loss_weight), .range = at_least(0),
-       .aliases = {"aux_loss", "router_loss_weight", "aux_weight"}},
-      {.path = "mod.predictor_loss_weight", .field = FIELD(model.mod.predictor_loss_weight), .range = at_least(0),
-       .aliases = {"predictor_loss", "predictor_weight"}},
-      {.path = "mod.router", .field = FIELD(model.mod.router), .choices = mod_router_names(),
-       .aliases = {"routing", "router_type"}},
-      {.path = "dsla.states", .field = FIELD(model.dsla.states), .range = closed(1, 2),
-       .aliases = {"num_states", "n_states", "dual_state"}},
-      {.path = "dsla.gamma", .field = FIELD(model.dsla.gamma), .choices = dsla_gamma_names(),
-       .aliases = {"mix", "mixing", "gamma_per"}},
+      // Each layer kind's options come here (kind_option_keys).
 
       {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
@@ -244,7 +226,8 @@ std::string Range::describe() const {
 
 std::string RecipeKey::describe_type() const {
   const bool names_values = std::visit(
-      []<typename Value>(Value& (*)(Recipe&)) { return std::is_enum_v<Value> || std::is_same_v<Value, std::string>; },
+      Overloaded{[]<typename Value>(Value& (*)(Recipe&)) { return std::is_same_v<Value, std::string>; },
+                 [](const KindOption* option) { return option->type == KindOption::Type::choice; }},
       field);
   if (names_values && !choices.empty()) return "one of " + join_names(choices);
   struct Describe {
@@ -256,20 +239,44 @@ std::string RecipeKey::describe_type() const {
     std::string operator()(StringList& (*)(Recipe&)) const { return "a list of " + item + "s"; }
     std::string operator()(PathsByDomain& (*)(Recipe&)) const { return "a mapping of domain name -> list of paths"; }
     std::string operator()(WeightsByName& (*)(Recipe&)) const { return "a mapping of name -> number"; }
-    // Enums have choices.
-    std::string operator()(MoDAVariant& (*)(Recipe&)) const { return ""; }
-    std::string operator()(DepthKey& (*)(Recipe&)) const { return ""; }
-    std::string operator()(ModRouterWeight& (*)(Recipe&)) const { return ""; }
-    std::string operator()(ModCausal& (*)(Recipe&)) const { return ""; }
-    std::string operator()(ModRouter& (*)(Recipe&)) const { return ""; }
-    std::string operator()(DslaGamma& (*)(Recipe&)) const { return ""; }
+    std::string operator()(const KindOption* option) const {
+      return option->type == KindOption::Type::integer ? "an integer" : "a number";  // a choice has choices
+    }
     const std::string& item;
   };
   return std::visit(Describe{item}, field);
 }
 
+namespace {
+
+RecipeKey option_key(const KindOption& option) {
+  RecipeKey key{.path = option.path, .field = &option, .choices = option.choices, .aliases = option.aliases};
+  if (option.at_least) key.range.low = Bound{*option.at_least, true};
+  if (option.at_most) key.range.high = Bound{*option.at_most, true};
+  return key;
+}
+
+// The schema with every layer kind's options before the data section.
+std::vector<RecipeKey> schema_with_kind_options() {
+  std::vector<RecipeKey> keys = build_schema();
+  std::vector<RecipeKey> options;
+  for (const LayerKind& kind : layer_kinds())
+    for (const KindOption& option : kind.options) options.push_back(option_key(option));
+  const auto data = std::find_if(keys.begin(), keys.end(), [](const RecipeKey& key) { return key.path.starts_with("data."); });
+  keys.insert(data, options.begin(), options.end());
+  return keys;
+}
+
+}  // namespace
+
 const std::vector<RecipeKey>& recipe_keys() {
-  static const std::vector<RecipeKey> keys = build_schema();
+  // Rebuilt when a layer kind registers after the first use (its options, loss terms and name join).
+  static std::vector<RecipeKey> keys;
+  static size_t kinds_seen = 0;
+  if (keys.empty() || kinds_seen != layer_kinds().size()) {
+    keys = schema_with_kind_options();
+    kinds_seen = layer_kinds().size();
+  }
   return keys;
 }
 
@@ -362,12 +369,15 @@ std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
       for (const auto& [name, weight] : f(r)) out += (out.size() > 1 ? ", " : "") + name + ": " + format_number(weight);
       return out + "}";
     }
-    std::string operator()(MoDAVariant& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
-    std::string operator()(DepthKey& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
-    std::string operator()(ModRouterWeight& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
-    std::string operator()(ModCausal& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
-    std::string operator()(ModRouter& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
-    std::string operator()(DslaGamma& (*f)(Recipe&)) const { return choice(size_t(f(r))); }
+    std::string operator()(const KindOption* option) const {
+      const double value = option->get(r.model);
+      switch (option->type) {
+        case KindOption::Type::integer: return std::to_string(int64_t(value));
+        case KindOption::Type::number: return format_number(value);
+        case KindOption::Type::choice: return choice(size_t(value));
+      }
+      return "";
+    }
     std::string choice(size_t index) const { return quoted(key.choices[index]); }
     const RecipeKey& key;
   };
@@ -375,8 +385,10 @@ std::string describe_value(const RecipeKey& key, const Recipe& recipe) {
 }
 
 bool same_value(const RecipeKey& key, const Recipe& a, const Recipe& b) {
-  Recipe x = a, y = b;
-  return std::visit([&](auto field) { return field(x) == field(y); }, key.field);
+  Recipe x = a, y = b;  // the accessors take a mutable Recipe
+  return std::visit(Overloaded{[&]<typename Value>(Value& (*field)(Recipe&)) { return field(x) == field(y); },
+                               [&](const KindOption* option) { return option->get(x.model) == option->get(y.model); }},
+                    key.field);
 }
 
 std::string format_number(double value) {

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "layers/layer_kinds.h"
 #include "train/recipe/recipe.h"
 
 namespace fathom {
@@ -19,11 +20,11 @@ using WeightsByName = std::map<std::string, double>;
 
 // Where a key's value lives in a Recipe; the alternative held gives the key's value type. An enum
 // key's choices are its names in the enum's order.
+// A layer kind's option (layers/layer_kinds.h) lives in model.options and is read and written
+// through its KindOption.
 using RecipeField = std::variant<int64_t& (*)(Recipe&), uint64_t& (*)(Recipe&), double& (*)(Recipe&),
                                  bool& (*)(Recipe&), std::string& (*)(Recipe&), StringList& (*)(Recipe&),
-                                 PathsByDomain& (*)(Recipe&), WeightsByName& (*)(Recipe&),
-                                 MoDAVariant& (*)(Recipe&), DepthKey& (*)(Recipe&), ModRouterWeight& (*)(Recipe&),
-                                 ModCausal& (*)(Recipe&), ModRouter& (*)(Recipe&), DslaGamma& (*)(Recipe&)>;
+                                 PathsByDomain& (*)(Recipe&), WeightsByName& (*)(Recipe&), const KindOption*>;
 
 enum class Presence {
   optional,               // absent: the Recipe member keeps its initializer
@@ -58,7 +59,8 @@ struct RecipeKey {
   std::string describe_type() const;  // "an integer", "a number", "one of post, pre", ...
 };
 
-// Every key, grouped by section in the order recipe_to_yaml writes them.
+// Every key, grouped by section in the order recipe_to_yaml writes them: the model's, then each layer
+// kind's options in registration order (layers/layer_kinds.h), then data, train and the rest.
 const std::vector<RecipeKey>& recipe_keys();
 const RecipeKey* find_recipe_key(std::string_view path);
 

@@ -48,10 +48,13 @@ struct ValueWriter {
     for (const auto& [name, weight] : field(recipe)) out << YAML::Key << name << YAML::Value << format_number(weight);
     out << YAML::EndMap;
   }
-  template <typename Enum>
-    requires std::is_enum_v<Enum>
-  void operator()(Enum& (*field)(Recipe&)) const {
-    write_string(out, key.choices[size_t(field(recipe))]);
+  void operator()(const KindOption* option) const {
+    const double value = option->get(recipe.model);
+    switch (option->type) {
+      case KindOption::Type::integer: out << std::to_string(int64_t(value)); return;
+      case KindOption::Type::number: out << format_number(value); return;
+      case KindOption::Type::choice: write_string(out, key.choices[size_t(value)]); return;
+    }
   }
   void write_paths(const StringList& paths) const {
     out << YAML::BeginSeq;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/suggest.h"
+#include "layers/layer_kinds.h"
 #include "train/measure/memory_plan.h"
 
 namespace fathom {
@@ -23,36 +25,33 @@ struct ObjectiveTerm {
   TermSource source;
 };
 
-const std::vector<ObjectiveTerm>& objective_terms() {
-  static const std::vector<ObjectiveTerm> terms{
+// The objective's own terms, then every layer kind's (layers/layer_kinds.h), in registration order.
+std::vector<ObjectiveTerm> objective_terms() {
+  std::vector<ObjectiveTerm> terms{
       {"ce", TermSource::cross_entropy},
       {"z_loss", TermSource::z_loss},
-      {"mod_router", TermSource::layer},     // MoD: the router's BCE against top-k membership
-      {"mod_predictor", TermSource::layer},  // MoD: the causal predictor's BCE against it
-      // Distillation (train/distill/distill_objective.h): against the teacher's logits and converted layer's output,
-      // and dsla's similarity of its two gates.
+      // Distillation (train/distill/distill_objective.h): against the teacher's logits and the converted
+      // layer's output, added to the model output by the distillation step (train/run/extra_losses.h).
       {"logit_kl", TermSource::layer},
       {"layer_align", TermSource::layer},
-      {"gate_cos", TermSource::layer},
   };
+  for (const LayerKind& kind : layer_kinds())
+    for (const KindLossTerm& term : kind.loss_terms) terms.push_back({term.name, TermSource::layer});
   return terms;
 }
 
-const ObjectiveTerm* find_term(const std::string& name) {
+std::optional<ObjectiveTerm> find_term(const std::string& name) {
   for (const ObjectiveTerm& term : objective_terms())
-    if (term.name == name) return &term;
-  return nullptr;
+    if (term.name == name) return term;
+  return std::nullopt;
 }
 
 }  // namespace
 
-const std::vector<std::string>& objective_term_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const ObjectiveTerm& term : objective_terms()) out.push_back(term.name);
-    return out;
-  }();
-  return names;
+std::vector<std::string> objective_term_names() {
+  std::vector<std::string> out;
+  for (const ObjectiveTerm& term : objective_terms()) out.push_back(term.name);
+  return out;
 }
 
 Objective::Objective(std::map<std::string, double> weights) : weights_(std::move(weights)) {
@@ -75,13 +74,14 @@ Objective Objective::language_model(double z_loss_weight) {
 
 Objective Objective::for_model(const std::map<std::string, double>& loss, const ModelConfig& model) {
   std::map<std::string, double> weights = loss;
-  const std::pair<const char*, const char*> mod_terms[] = {{"mod_router", "mod.aux_loss_weight"},
-                                                           {"mod_predictor", "mod.predictor_loss_weight"}};
-  for (const auto& [term, key] : mod_terms)
-    FATHOM_CHECK(!weights.contains(term), "train.loss.", term, ": the weight of MoD's ", term, " loss is ", key,
-                 "; set it there");
-  if (model.mod.has_aux_loss()) weights["mod_router"] = model.mod.aux_loss_weight;
-  if (model.mod.has_predictor()) weights["mod_predictor"] = model.mod.predictor_loss_weight;
+  // A kind that weighs a term by its own option (MoD's mod.aux_loss_weight) owns that weight.
+  for (const LayerKind& kind : layer_kinds())
+    for (const KindLossTerm& term : kind.loss_terms) {
+      if (!term.weight_from_model) continue;
+      FATHOM_CHECK(!weights.contains(term.name), "train.loss.", term.name, ": the weight of ", kind.name, "'s ",
+                   term.name, " loss is ", term.weight_key, "; set it there");
+      if (const std::optional<double> w = term.weight_from_model(model)) weights[term.name] = *w;
+    }
   return Objective(std::move(weights));
 }
 
@@ -108,9 +108,9 @@ ObjectiveValue Objective::evaluate(const Decoder& model, const ModelOutput& outp
     value.terms["z_loss"] = parts.z * ce_weight;
   }
   for (const NamedLoss& aux : output.aux_losses) {
-    const ObjectiveTerm* term = find_term(aux.name);
+    const std::optional<ObjectiveTerm> term = find_term(aux.name);
     FATHOM_CHECK(term && term->source == TermSource::layer, "objective: a layer reports loss '", aux.name,
-                 "', which is no registered layer term (train/run/objective.cpp)");
+                 "', which no layer kind registers as a loss term (layers/layer_kinds.h)");
     const double w = weight(aux.name);
     value.terms[aux.name] += aux.value.value().to(DType::f64).to(Device::cpu()).item();
     if (w == 0) continue;

@@ -1,7 +1,7 @@
 // The training objective: a weighted sum of named terms, recipe key train.loss (default
-// {ce: 1, z_loss: 1e-5}). A term is one row of the table in objective.cpp: the fused, chunked head and
-// cross-entropy (ce, with z_loss riding in the same kernel), or an auxiliary loss that layers add to
-// the model output by name (MoD's router and predictor losses). New terms register there.
+// {ce: 1, z_loss: 1e-5}). A term is the fused, chunked head and cross-entropy (ce, with z_loss riding in
+// the same kernel), distillation's, or an auxiliary loss that layers add to the model output by name,
+// which its layer kind registers (layers/layer_kinds.h: MoD's router and predictor losses).
 #pragma once
 #include <map>
 #include <string>
@@ -11,8 +11,8 @@
 
 namespace fathom {
 
-// The registered term names, in table order.
-const std::vector<std::string>& objective_term_names();
+// The term names: the objective's own, then every layer kind's, in registration order.
+std::vector<std::string> objective_term_names();
 
 // Unweighted per-term values of one micro-batch, for logging: ce is the mean cross-entropy, z_loss
 // the weighted z-loss term (as the loss kernel reports it), layer terms their loss summed over the

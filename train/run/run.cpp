@@ -221,10 +221,10 @@ std::map<std::string, EvalResult> TrainingRun::evaluate_domains(const std::set<s
     results[domain] = e;
     if (!writes()) continue;
     std::vector<std::pair<std::string, double>> fields{{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}};
-    for (auto& field : routing_metrics(e, domain)) fields.push_back(std::move(field));
+    for (auto& field : layer_metrics(e, domain)) fields.push_back(std::move(field));
     metrics_->write("eval", state_.step, fields);
     log("eval " + domain + " @ step " + std::to_string(state_.step) + " | " + format_eval(e));
-    for (const std::string& line : routing_report(e)) log(line);
+    for (const std::string& line : layer_metric_lines(e)) log(line);
   }
   return results;
 }
@@ -250,7 +250,7 @@ std::string TrainingRun::describe() const {
                      (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
   std::string precision = mixed_ ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
   if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
-  if (!mixed_ && device_.is_cuda() && r.model.moda.enabled())
+  if (!mixed_ && device_.is_cuda() && r.model.options.get<MoDAConfig>().enabled())
     precision += ", except MoDA's attention (bf16 q, k, v and depth stream, fp32 accumulation)";
   std::string plan_text = memory_plan_.describe();
   plan_text.pop_back();  // the caller ends the line
@@ -265,8 +265,8 @@ std::string TrainingRun::describe() const {
               std::to_string(r.train.grad_bucket_kib) + " KiB, each as soon as backward has finished it";
   }
   text += "\nprecision " + precision + ", recompute " + r.train.recompute + "; memory plan (estimate):\n" + plan_text;
-  if (r.model.moda.enabled())
-    text += "\nMoDA " + name_of(r.model.moda.variant) + ": depth KV cache " +
+  if (r.model.options.get<MoDAConfig>().enabled())
+    text += "\nMoDA " + name_of(r.model.options.get<MoDAConfig>().variant) + ": depth KV cache " +
             std::to_string(model_->depth_cache_bytes(r.train.batch_size, r.train.seq_len, device_) >> 10) +
             " KiB per micro-batch";
   return text;

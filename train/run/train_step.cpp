@@ -60,7 +60,7 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
     // often the run resumed.
     ForwardOptions forward = settings.forward;
     const uint64_t micro_index = uint64_t((settings.step - 1) * settings.grad_accum + micro);
-    forward.router_draw = parallel ? micro_index * uint64_t(parallel->world()) + uint64_t(parallel->rank()) : micro_index;
+    forward.draw = parallel ? micro_index * uint64_t(parallel->world()) + uint64_t(parallel->rank()) : micro_index;
     // The last micro-batch's backward finishes each gradient: its buckets may start reducing then.
     std::optional<ListenToGradients> overlap;
     if (parallel && micro + 1 == settings.grad_accum)
