@@ -26,5 +26,6 @@ void add_data_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
+void add_recipe_command(CLI::App& app);
 
 }  // namespace fathom

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   fathom::add_logits_command(app);
   fathom::add_data_command(app);
   fathom::add_tokenizer_command(app);
+  fathom::add_recipe_command(app);
   // An error on one rank of a data-parallel job ends every rank (naming this one); alone, main reports it.
   auto report = [](const std::string& message) {
     fathom::end_job_after_error(message);

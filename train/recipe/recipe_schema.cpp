@@ -34,142 +34,223 @@ Range half_open(double low, double high) { return {Bound{low, true}, Bound{high,
 std::vector<RecipeKey> build_schema() {
   using P = Presence;
   return {
-      {.path = "name", .field = FIELD(name), .aliases = {"run_name", "experiment"}},
+      {.path = "name", .field = FIELD(name), .aliases = {"run_name", "experiment"},
+       .resumable = true, .doc = "Run name (letters, digits and `._-+`); the run folder defaults to `runs/<name>`."},
 
       {.path = "model.size", .field = FIELD(model_size), .choices = model_size_names(),
-       .aliases = {"model_size", "preset"}},
+       .aliases = {"model_size", "preset"},
+       .doc = "A named OLMo2 size of OLMo-core's ladder; explicit model keys override its fields."},
       {.path = "model.init_from", .field = FIELD(model_init_from),
-       .aliases = {"init_from", "pretrained", "from_pretrained", "load_path", "model_name_or_path"}},
+       .aliases = {"init_from", "pretrained", "from_pretrained", "load_path", "model_name_or_path"},
+       .doc = "Start from existing weights, `hf:DIR` (an `Olmo2ForCausalLM` or `LlamaForCausalLM` folder) or "
+              "`checkpoint:DIR` (a fathom checkpoint or run folder); the model keys come from it and explicit ones "
+              "must agree."},
       {.path = "model.d_model", .field = FIELD(model.d_model), .presence = P::required_without_size,
-       .range = at_least(1), .aliases = {"hidden_size", "dim", "n_embd", "d_embed"}},
+       .range = at_least(1), .aliases = {"hidden_size", "dim", "n_embd", "d_embed"},
+       .doc = "Residual width."},
       {.path = "model.n_layers", .field = FIELD(model.n_layers), .presence = P::required_without_size,
-       .range = at_least(1), .aliases = {"num_hidden_layers", "num_layers", "n_layer", "depth"}},
+       .range = at_least(1), .aliases = {"num_hidden_layers", "num_layers", "n_layer", "depth"},
+       .doc = "Decoder blocks."},
       {.path = "model.n_heads", .field = FIELD(model.n_heads), .presence = P::required_without_size,
-       .range = at_least(1), .aliases = {"num_attention_heads", "num_heads", "n_head"}},
+       .range = at_least(1), .aliases = {"num_attention_heads", "num_heads", "n_head"},
+       .doc = "Query heads; `d_model / n_heads` is the head dim, which must be even."},
       {.path = "model.n_kv_heads", .field = FIELD(model.n_kv_heads), .presence = P::derived, .range = at_least(1),
-       .aliases = {"num_key_value_heads", "num_kv_heads", "n_kv_head"}},
+       .aliases = {"num_key_value_heads", "num_kv_heads", "n_kv_head"},
+       .doc = "KV heads, by default `model.n_heads`, which must be a multiple of it (GQA)."},
       {.path = "model.ffn_hidden", .field = FIELD(model.ffn_hidden), .presence = P::required_without_size,
-       .range = at_least(1), .aliases = {"intermediate_size", "hidden_dim", "d_ff", "ffn_dim", "mlp_hidden"}},
+       .range = at_least(1), .aliases = {"intermediate_size", "hidden_dim", "d_ff", "ffn_dim", "mlp_hidden"},
+       .doc = "SwiGLU hidden width."},
       {.path = "model.vocab_size", .field = FIELD(model.vocab_size), .presence = P::required_without_size,
-       .range = at_least(1), .aliases = {"vocab", "n_vocab", "padded_vocab_size"}},
+       .range = at_least(1), .aliases = {"vocab", "n_vocab", "padded_vocab_size"},
+       .doc = "Embedding rows, covering the tokenizer's ids; the named sizes have 100352."},
       {.path = "model.norm", .field = FIELD(model.norm), .choices = {"post", "pre"},
-       .aliases = {"norm_type", "norm_position", "layer_norm_position"}},
-      {.path = "model.qk_norm", .field = FIELD(model.qk_norm), .aliases = {"use_qk_norm"}},
+       .aliases = {"norm_type", "norm_position", "layer_norm_position"},
+       .doc = "`post`: OLMo2's reordered norm on the sublayer outputs; `pre`: the classic pre-norm."},
+      {.path = "model.qk_norm", .field = FIELD(model.qk_norm), .aliases = {"use_qk_norm"},
+       .doc = "RMSNorm on q and k over the full projected width."},
       {.path = "model.rope_theta", .field = FIELD(model.rope_theta), .range = above(0),
-       .aliases = {"rope_base", "theta"}},
+       .aliases = {"rope_base", "theta"},
+       .doc = "RoPE base."},
       {.path = "model.tie_embeddings", .field = FIELD(model.tie_embeddings),
-       .aliases = {"tie_word_embeddings", "weight_tying", "tied_embeddings"}},
+       .aliases = {"tie_word_embeddings", "weight_tying", "tied_embeddings"},
+       .doc = "The output head reuses `model.embed_tokens.weight` (one parameter, no weight decay)."},
       {.path = "model.norm_eps", .field = FIELD(model.norm_eps), .range = above(0),
-       .aliases = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"}},
+       .aliases = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"},
+       .doc = "RMSNorm epsilon."},
       {.path = "model.init_std", .field = FIELD(model.init_std), .range = above(0),
-       .aliases = {"initializer_range", "std"}},
+       .aliases = {"initializer_range", "std"},
+       .doc = "Std of the truncated-normal init of every Linear and Embedding."},
       {.path = "model.init_cutoff", .field = FIELD(model.init_cutoff), .range = above(0),
-       .aliases = {"init_cutoff_factor", "truncation"}},
+       .aliases = {"init_cutoff_factor", "truncation"},
+       .doc = "Where that init is truncated, in standard deviations."},
       {.path = "model.layers", .field = FIELD(model.layers), .choices = layer_kind_names(),
-       .aliases = {"layer_types", "block_pattern", "layer_pattern", "hybrid_pattern"}, .item = "layer kind"},
+       .aliases = {"layer_types", "block_pattern", "layer_pattern", "hybrid_pattern"}, .item = "layer kind",
+       .doc = "The token mixer of each layer by kind: `n_layers` kinds, or a shorter pattern repeated over the "
+              "layers (its length divides `n_layers`); empty: attention everywhere."},
       {.path = "model.rope_scaling.type", .field = FIELD(model.rope_scaling.type), .choices = {"none", "llama3"},
-       .aliases = {"rope_type"}},
+       .aliases = {"rope_type"},
+       .doc = "RoPE frequency scaling: `none`, or `llama3` (Llama 3.1's rule for long contexts)."},
       {.path = "model.rope_scaling.factor", .field = FIELD(model.rope_scaling.factor), .range = above(0),
-       .aliases = {"scaling_factor"}},
+       .aliases = {"scaling_factor"},
+       .doc = "llama3: low frequencies are divided by this."},
       {.path = "model.rope_scaling.low_freq_factor", .field = FIELD(model.rope_scaling.low_freq_factor),
-       .range = above(0)},
+       .range = above(0),
+       .doc = "llama3: wavelengths above `original_max_position / low_freq_factor` are fully scaled."},
       {.path = "model.rope_scaling.high_freq_factor", .field = FIELD(model.rope_scaling.high_freq_factor),
-       .range = above(0)},
+       .range = above(0),
+       .doc = "llama3: wavelengths below `original_max_position / high_freq_factor` are kept."},
       {.path = "model.rope_scaling.original_max_position", .field = FIELD(model.rope_scaling.original_max_position),
-       .range = at_least(1), .aliases = {"original_max_position_embeddings"}},
+       .range = at_least(1), .aliases = {"original_max_position_embeddings"},
+       .doc = "llama3: the context the base model was trained for."},
 
       // Each layer kind's options come here (kind_option_keys).
 
-      {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"}},
+      {.path = "data.tokenizer", .field = FIELD(data.tokenizer), .aliases = {"tokenizer_path", "tokenizer_file"},
+       .doc = "Tokenizer name or path (see Tokenizers)."},
       {.path = "data.train", .field = FIELD(data.train), .presence = P::required,
-       .aliases = {"train_files", "train_paths", "paths", "files"}},
+       .aliases = {"train_files", "train_paths", "paths", "files"},
+       .doc = "Text files, token shards (`.bin`) or folders of them."},
       {.path = "data.validation", .field = FIELD(data.validation),
-       .aliases = {"val", "valid", "eval", "validation_files", "eval_paths"}},
+       .aliases = {"val", "valid", "eval", "validation_files", "eval_paths"},
+       .resumable = true, .doc = "Validation domains, each a name and its files; each is evaluated and reported "
+              "separately."},
       {.path = "data.documents", .field = FIELD(data.documents), .choices = {"lines", "files"},
-       .aliases = {"split", "document_split"}},
+       .aliases = {"split", "document_split"},
+       .doc = "How a text file splits into documents: `lines` (one per line) or `files`."},
       {.path = "data.verify", .field = FIELD(data.verify), .choices = {"auto", "always", "never"},
-       .aliases = {"verify_shards", "checksum", "check_sha256"}},
+       .aliases = {"verify_shards", "checksum", "check_sha256"},
+       .resumable = true, .doc = "Token shards against the SHA-256 of their `data prep` manifest: `auto` (once per "
+              "file state), `always` (every start) or `never`."},
 
-      {.path = "train.device", .field = FIELD(train.device), .choices = {"auto", "cpu", "cuda"}},
-      {.path = "train.seed", .field = FIELD(train.seed), .aliases = {"random_seed"}},
+      {.path = "train.device", .field = FIELD(train.device), .choices = {"auto", "cpu", "cuda"},
+       .resumable = true, .doc = "`auto` (a GPU when present), `cpu` or `cuda`."},
+      {.path = "train.seed", .field = FIELD(train.seed), .aliases = {"random_seed"},
+       .doc = "Seeds the init and the data order."},
       {.path = "train.batch_size", .field = FIELD(train.batch_size), .presence = P::required, .range = at_least(1),
-       .aliases = {"micro_batch_size", "per_device_batch_size", "micro_batch", "batch"}},
+       .aliases = {"micro_batch_size", "per_device_batch_size", "micro_batch", "batch"},
+       .doc = "Sequences per micro-batch."},
       {.path = "train.grad_accum", .field = FIELD(train.grad_accum), .range = at_least(1),
-       .aliases = {"gradient_accumulation_steps", "grad_accumulation", "accumulation_steps"}},
+       .aliases = {"gradient_accumulation_steps", "grad_accumulation", "accumulation_steps"},
+       .resumable = true, .doc = "Micro-batches per optimizer step."},
       {.path = "train.seq_len", .field = FIELD(train.seq_len), .presence = P::required, .range = at_least(2),
        .aliases = {"sequence_length", "max_seq_len", "context_length", "block_size", "seqlen",
-                   "max_sequence_length"}},
+                   "max_sequence_length"},
+       .doc = "Tokens per sequence."},
       {.path = "train.steps", .field = FIELD(train.steps), .presence = P::steps_or_tokens, .range = at_least(1),
-       .aliases = {"max_steps", "num_steps", "total_steps", "iterations", "max_iters"}},
+       .aliases = {"max_steps", "num_steps", "total_steps", "iterations", "max_iters"},
+       .resumable = true, .doc = "Optimizer steps."},
       {.path = "train.tokens", .field = FIELD(train.tokens), .presence = P::steps_or_tokens, .range = at_least(1),
-       .aliases = {"max_tokens", "total_tokens", "token_budget"}},
+       .aliases = {"max_tokens", "total_tokens", "token_budget"},
+       .resumable = true, .doc = "Token budget, converted to steps."},
       {.path = "train.precision", .field = FIELD(train.precision), .choices = {"fp32", "bf16"},
-       .aliases = {"dtype", "mixed_precision", "amp"}},
+       .aliases = {"dtype", "mixed_precision", "amp"},
+       .doc = "GPU compute precision: `bf16` (fp32 master weights, gradients and AdamW state; bf16 compute copies "
+              "and activations) or `fp32`; the CPU always computes in fp32."},
       {.path = "train.threads", .field = FIELD(train.threads), .range = closed(0, kMaxThreads),
-       .aliases = {"num_threads", "omp_threads"}},
+       .aliases = {"num_threads", "omp_threads"},
+       .resumable = true, .doc = "CPU threads (0: every core); results are bit-reproducible for a fixed thread "
+              "count."},
       {.path = "train.loss", .field = FIELD(train.loss), .range = at_least(0), .choices = objective_term_names(),
-       .aliases = {"z_loss", "z_loss_weight", "z_loss_multiplier", "loss_weights", "objective"}},
+       .aliases = {"z_loss", "z_loss_weight", "z_loss_multiplier", "loss_weights", "objective"},
+       .doc = "The objective: weights of named terms, `ce` (next-token cross-entropy) and `z_loss` (`logsumexp^2`); "
+              "a given map replaces the default whole."},
       {.path = "train.trainable", .field = FIELD(train.trainable),
-       .aliases = {"trainable_parameters", "train_only", "unfrozen"}, .item = "parameter-name glob"},
+       .aliases = {"trainable_parameters", "train_only", "unfrozen"}, .item = "parameter-name glob",
+       .doc = "Parameter-name globs: train only the parameters they match and freeze the rest (empty: train all)."},
       {.path = "train.frozen", .field = FIELD(train.frozen),
-       .aliases = {"freeze", "frozen_parameters", "frozen_params"}, .item = "parameter-name glob"},
+       .aliases = {"freeze", "frozen_parameters", "frozen_params"}, .item = "parameter-name glob",
+       .doc = "Parameter-name globs to freeze (no gradient, no AdamW state); a glob that matches nothing is an "
+              "error."},
       {.path = "train.recompute", .field = FIELD(train.recompute), .choices = recompute_names(),
-       .aliases = {"activation_checkpointing", "gradient_checkpointing"}},
+       .aliases = {"activation_checkpointing", "gradient_checkpointing"},
+       .resumable = true, .doc = "Activation recompute: `none`, `selective` (norm, RoPE and SwiGLU outputs rebuilt "
+              "in backward) or `block` (each block re-run in backward); the same gradients bit for bit."},
       {.path = "train.grad_reduce", .field = FIELD(train.grad_reduce), .choices = {"fp32", "bf16"},
-       .aliases = {"reduce_dtype", "allreduce_dtype", "grad_reduce_dtype"}},
+       .aliases = {"reduce_dtype", "allreduce_dtype", "grad_reduce_dtype"},
+       .resumable = true, .doc = "Data parallel: the precision gradients travel in between ranks, `fp32` or `bf16` "
+              "(half the bytes)."},
       {.path = "train.grad_bucket_kib", .field = FIELD(train.grad_bucket_kib), .range = closed(1, 1 << 21),
-       .aliases = {"bucket_size", "bucket_cap_mb", "grad_bucket_mb", "bucket_kib"}},
+       .aliases = {"bucket_size", "bucket_cap_mb", "grad_bucket_mb", "bucket_kib"},
+       .resumable = true, .doc = "Data parallel: KiB of fp32 gradients per all-reduce bucket (16384: 16 MiB)."},
       {.path = "train.zero", .field = FIELD(train.zero), .range = closed(0, 1),
-       .aliases = {"zero_stage", "zero_optimization"}},
+       .aliases = {"zero_stage", "zero_optimization"},
+       .resumable = true, .doc = "Data parallel: `1` shards AdamW's moments over the ranks (ZeRO-1); checkpoints "
+              "stay whole."},
       {.path = "train.optimizer.lr", .field = FIELD(train.optimizer.lr), .presence = P::required,
-       .range = above(0), .aliases = {"learning_rate", "max_lr", "peak_lr"}},
-      {.path = "train.optimizer.beta1", .field = FIELD(train.optimizer.beta1), .range = half_open(0, 1)},
-      {.path = "train.optimizer.beta2", .field = FIELD(train.optimizer.beta2), .range = half_open(0, 1)},
+       .range = above(0), .aliases = {"learning_rate", "max_lr", "peak_lr"},
+       .doc = "Peak learning rate."},
+      {.path = "train.optimizer.beta1", .field = FIELD(train.optimizer.beta1), .range = half_open(0, 1),
+       .doc = "AdamW beta1."},
+      {.path = "train.optimizer.beta2", .field = FIELD(train.optimizer.beta2), .range = half_open(0, 1),
+       .doc = "AdamW beta2."},
       {.path = "train.optimizer.eps", .field = FIELD(train.optimizer.eps), .range = above(0),
-       .aliases = {"adam_eps", "epsilon"}},
+       .aliases = {"adam_eps", "epsilon"},
+       .doc = "AdamW epsilon."},
       {.path = "train.optimizer.weight_decay", .field = FIELD(train.optimizer.weight_decay), .range = at_least(0),
-       .aliases = {"wd"}},
+       .aliases = {"wd"},
+       .doc = "Decoupled weight decay (never on embeddings)."},
       {.path = "train.optimizer.clip", .field = FIELD(train.optimizer.clip), .range = at_least(0),
-       .aliases = {"grad_clip", "max_grad_norm", "clip_grad_norm", "gradient_clipping"}},
+       .aliases = {"grad_clip", "max_grad_norm", "clip_grad_norm", "gradient_clipping"},
+       .doc = "Global gradient-norm clip (0 disables it)."},
       {.path = "train.schedule.type", .field = FIELD(train.schedule.type), .choices = {"cosine", "linear", "constant"},
-       .aliases = {"scheduler", "lr_schedule", "lr_scheduler_type"}},
+       .aliases = {"scheduler", "lr_schedule", "lr_scheduler_type"},
+       .doc = "The learning rate after warmup: `cosine`, `linear` or `constant`."},
       {.path = "train.schedule.warmup_steps", .field = FIELD(train.schedule.warmup_steps), .range = at_least(0),
-       .aliases = {"warmup", "warmup_iters", "num_warmup_steps"}},
+       .aliases = {"warmup", "warmup_iters", "num_warmup_steps"},
+       .doc = "Linear warmup steps."},
       {.path = "train.schedule.final_lr_fraction", .field = FIELD(train.schedule.final_lr_fraction),
-       .range = closed(0, 1), .aliases = {"alpha_f", "min_lr_ratio", "final_lr_ratio"}},
+       .range = closed(0, 1), .aliases = {"alpha_f", "min_lr_ratio", "final_lr_ratio"},
+       .doc = "The final learning rate as a fraction of the peak."},
 
       {.path = "eval.every", .field = FIELD(eval.every), .range = at_least(0),
-       .aliases = {"eval_interval", "eval_every", "eval_steps"}},
+       .aliases = {"eval_interval", "eval_every", "eval_steps"},
+       .resumable = true, .doc = "Steps between evaluations (0: only at the end)."},
       {.path = "eval.batches", .field = FIELD(eval.batches), .range = at_least(1),
-       .aliases = {"eval_iters", "eval_batches"}},
+       .aliases = {"eval_iters", "eval_batches"},
+       .resumable = true, .doc = "Batches per validation domain."},
 
       {.path = "checkpoint.every", .field = FIELD(checkpoint.every), .range = at_least(0),
-       .aliases = {"save_interval", "save_every", "save_steps", "checkpoint_every"}},
+       .aliases = {"save_interval", "save_every", "save_steps", "checkpoint_every"},
+       .resumable = true, .doc = "Steps between checkpoints (0: only at the end)."},
       {.path = "checkpoint.keep_last", .field = FIELD(checkpoint.keep_last), .range = closed(0, 2147483647),
-       .aliases = {"save_total_limit", "keep"}},
+       .aliases = {"save_total_limit", "keep"},
+       .resumable = true, .doc = "Checkpoints kept in the run folder (0: all)."},
 
       {.path = "distill.teacher", .field = FIELD(distill.teacher),
-       .aliases = {"teacher_model", "teacher_checkpoint", "teacher_path", "teacher_name_or_path"}},
+       .aliases = {"teacher_model", "teacher_checkpoint", "teacher_path", "teacher_name_or_path"},
+       .doc = "The teacher of `fathom distill`, which requires it: `checkpoint:DIR` or `hf:DIR`, whose model the "
+              "recipe takes."},
       {.path = "distill.order", .field = FIELD(distill.order), .aliases = {"layer_order", "ranking", "conversion_order"},
-       .item = "order (entropy, sensitivity or a layer index)"},
+       .item = "order (entropy, sensitivity or a layer index)",
+       .doc = "The conversion order: `entropy`, `sensitivity` or a list of layer indices (no repeats), first "
+              "converted first."},
       {.path = "distill.layers", .field = FIELD(distill.layers),
        .aliases = {"convert", "fractions", "conversion_ratios", "layers_to_convert"},
-       .item = "count or fraction"},
+       .item = "count or fraction",
+       .doc = "A count of layers to convert, or fractions in (0, 1] naming the models M_k to keep; required unless "
+              "`distill.order` is a list (its length)."},
       {.path = "distill.steps_per_layer", .field = FIELD(distill.steps_per_layer), .presence = P::derived,
-       .range = at_least(1), .aliases = {"layer_steps", "iters_per_layer"}},
+       .range = at_least(1), .aliases = {"layer_steps", "iters_per_layer"},
+       .doc = "Steps each converted layer trains; by default `train.steps` (or what `train.tokens` gives)."},
       {.path = "distill.loss", .field = FIELD(distill.loss), .range = at_least(0),
-       .choices = {"ce", "logit_kl", "layer_align", "gate_cos"}, .aliases = {"distill_loss", "loss_weights"}},
+       .choices = {"ce", "logit_kl", "layer_align", "gate_cos"}, .aliases = {"distill_loss", "loss_weights"},
+       .doc = "Weights of `ce`, `logit_kl`, `layer_align` and `gate_cos`; a given map replaces the default whole."},
       {.path = "distill.temperature", .field = FIELD(distill.temperature), .range = above(0),
-       .aliases = {"kd_temperature", "distill_temperature"}},
+       .aliases = {"kd_temperature", "distill_temperature"},
+       .doc = "The softmax temperature of `logit_kl` (the term is scaled by T^2)."},
       {.path = "distill.align", .field = FIELD(distill.align), .choices = {"mse", "kl"},
-       .aliases = {"layer_align", "align_loss", "alignment"}},
+       .aliases = {"layer_align", "align_loss", "alignment"},
+       .doc = "`layer_align` as `mse` or `kl` over the hidden dimension."},
       {.path = "distill.calibration_batches", .field = FIELD(distill.calibration_batches), .range = at_least(1),
-       .aliases = {"calibration", "calib_batches"}},
+       .aliases = {"calibration", "calib_batches"},
+       .doc = "Training batches that `order: entropy` averages over."},
 
       {.path = "log.every", .field = FIELD(log.every), .range = at_least(1),
-       .aliases = {"log_interval", "logging_steps", "log_every"}},
+       .aliases = {"log_interval", "logging_steps", "log_every"},
+       .resumable = true, .doc = "Steps between progress lines and `metrics.jsonl` records."},
       {.path = "log.dir", .field = FIELD(log.dir), .presence = P::derived,
-       .aliases = {"output_dir", "run_dir", "save_folder", "out_dir"}},
+       .aliases = {"output_dir", "run_dir", "save_folder", "out_dir"},
+       .resumable = true, .doc = "The run folder; by default `runs/<name>`."},
   };
 }
 
@@ -224,6 +305,22 @@ std::string Range::describe() const {
   return "";
 }
 
+namespace {
+// "paths", "counts or fractions", "orders (entropy, sensitivity or a layer index)": each alternative of
+// the name takes an s, a parenthesised note after it none.
+std::string plural(const std::string& item) {
+  const std::size_t note = item.find(" (");
+  const std::string name = item.substr(0, note);
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t or_at; (or_at = name.find(" or ", start)) != std::string::npos; start = or_at + 4) {
+    out += name.substr(start, or_at - start) + "s or ";
+  }
+  out += name.substr(start) + "s";
+  return note == std::string::npos ? out : out + item.substr(note);
+}
+}  // namespace
+
 std::string RecipeKey::describe_type() const {
   const bool names_values = std::visit(
       Overloaded{[]<typename Value>(Value& (*)(Recipe&)) { return std::is_same_v<Value, std::string>; },
@@ -236,7 +333,7 @@ std::string RecipeKey::describe_type() const {
     std::string operator()(double& (*)(Recipe&)) const { return "a number"; }
     std::string operator()(bool& (*)(Recipe&)) const { return "true or false"; }
     std::string operator()(std::string& (*)(Recipe&)) const { return "a string"; }
-    std::string operator()(StringList& (*)(Recipe&)) const { return "a list of " + item + "s"; }
+    std::string operator()(StringList& (*)(Recipe&)) const { return "a list of " + plural(item); }
     std::string operator()(PathsByDomain& (*)(Recipe&)) const { return "a mapping of domain name -> list of paths"; }
     std::string operator()(WeightsByName& (*)(Recipe&)) const { return "a mapping of name -> number"; }
     std::string operator()(const KindOption* option) const {
@@ -253,6 +350,7 @@ RecipeKey option_key(const KindOption& option) {
   RecipeKey key{.path = option.path, .field = &option, .choices = option.choices, .aliases = option.aliases};
   if (option.at_least) key.range.low = Bound{*option.at_least, true};
   if (option.at_most) key.range.high = Bound{*option.at_most, true};
+  key.doc = option.doc;  // a kind's options must match on --resume (resumable stays false)
   return key;
 }
 

@@ -1,6 +1,8 @@
 // The recipe schema: one row per key (path, the Recipe member it sets, required or not, range or
-// choices, names other stacks use for it). Parsing, "did you mean" suggestions and recipe_to_yaml
-// all read this table; defaults are Recipe's member initializers.
+// choices, names other stacks use for it, whether `train --resume` may change it, what it means).
+// Parsing, "did you mean" suggestions, recipe_to_yaml, the --resume check and the recipe reference
+// (`fathom recipe reference`, the README's table) all read this table; defaults are Recipe's member
+// initializers.
 #pragma once
 #include <map>
 #include <optional>
@@ -55,6 +57,13 @@ struct RecipeKey {
   std::vector<std::string> choices{};
   std::vector<std::string> aliases{};  // what other stacks call it ("learning_rate"), for suggestions
   std::string item = "path";           // what a list's entries are, for its messages
+  // May differ from the run's saved recipe on `train --resume` (train/recipe/resume_check.h): the run's
+  // length, its reporting and checkpointing, and where and how fast it runs. Never what the model, the
+  // data order (seed, batch_size, seq_len), the tokenizer or the optimizer are.
+  bool resumable = false;
+  // One short Markdown sentence for the recipe reference: what the key means (the default, type, range
+  // and choices are shown from the fields above, not repeated here).
+  std::string doc{};
 
   std::string describe_type() const;  // "an integer", "a number", "one of post, pre", ...
 };
