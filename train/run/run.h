@@ -78,6 +78,14 @@ class TrainingRun {
   std::string describe() const;
 
  private:
+  // Opening, in order (each step reads what the ones before it set).
+  void join_world();        // device, communicator, threads, tokens per step (and steps of a token budget)
+  void plan_memory();       // precision, frozen set and the memory plan, checked against the device
+  void check_run_folder();  // the run folder may be taken; a resumed run matches its checkpoint
+  void build_model();       // model and parameters, initialised or given their starting weights
+  void build_optimizer();   // data parallel, AdamW and the schedule
+  void restore_checkpoint();  // --resume: weights, moments, state and the loader's position
+
   Recipe recipe_;
   RunOptions options_;
   // Evaluates `domains` (all of them when null), records each and returns the results.
