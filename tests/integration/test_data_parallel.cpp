@@ -288,4 +288,6 @@ TEST_F(DataParallel, TokenBudgetCountsEveryRanksTokens) {
   EXPECT_NE(read_text(dir_ / "one" / "out.txt").find("done at step 16"), std::string::npos);
   EXPECT_NE(read_text(dir_ / "two" / "out.txt").find("done at step 8;"), std::string::npos)
       << read_text(dir_ / "two" / "out.txt");
+  // The last step is the run's (8), not the one process's (16): it is checkpointed.
+  EXPECT_EQ(latest_checkpoint(dir_ / "two" / "run")->filename(), checkpoint_folder_name(8));
 }

@@ -1,6 +1,7 @@
 // A training run opened from its recipe: device, data, model and its parameters (frozen ones
 // included), optimizer, schedule, resumable state, run folder, metrics, checkpoints and evaluation.
-// `fathom train` drives one (train/run/trainer.cpp); `fathom distill` drives one per converted layer.
+// `fathom train` (train/run/trainer.cpp) and `fathom distill`, one per converted layer
+// (train/distill/distill_chain.cpp), drive it through the same run loop (train/run/run_loop.h).
 // Opening checks everything that can be checked before a file is written: the memory plan fits, the
 // run folder may be taken, a resumed run matches its checkpoint.
 //
