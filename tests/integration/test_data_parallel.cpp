@@ -17,19 +17,16 @@
 #include <thread>
 
 #include "train/checkpoint/checkpoint.h"
+#include "mpi_test_helpers.h"
 #include "../unit/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
+using fathom::testing::find_rank;
+using fathom::testing::kMpiexec;
 using fathom::testing::ScratchFolder;
 
 namespace {
-
-#ifdef FATHOM_MPIEXEC
-const char* const kMpiexec = FATHOM_MPIEXEC;
-#else
-const char* const kMpiexec = nullptr;
-#endif
 
 const std::string kCorpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart";
 
@@ -51,9 +48,7 @@ std::string recipe_text(int steps, bool validation = false) {
 // output in dir/out.txt and dir/err.txt; returns the exit status.
 int train(const fs::path& dir, int ranks, const std::string& args) {
   std::string launcher;
-  if (ranks > 0)
-    launcher = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(kMpiexec) +
-               " --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+  if (ranks > 0) launcher = fathom::testing::mpirun_prefix(ranks);
   const std::string command = "cd '" + dir.string() + "' && " + launcher + FATHOM_BINARY + " train recipe.yaml " +
                               args + " > out.txt 2> err.txt";
   const int status = std::system(command.c_str());
@@ -233,20 +228,6 @@ TEST_F(DataParallel, RanksWithDifferentRecipesStopWithAnErrorNamingTheRank) {
   EXPECT_FALSE(fs::exists(dir_ / "mixed" / "run" / "checkpoints" / "latest"));
 }
 
-// The fathom process of rank `rank` whose working folder is `folder`; 0 when none runs (yet).
-pid_t find_rank(const fs::path& folder, int rank) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string cmdline = read_text(entry.path() / "cmdline"), environ = read_text(entry.path() / "environ");
-    std::error_code error;
-    if (cmdline.find(FATHOM_BINARY) == 0 && fs::equivalent(entry.path() / "cwd", folder, error) &&
-        environ.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
-      return pid_t(std::stoi(name));
-  }
-  return 0;
-}
-
 // Starts a long two-rank run in dir/name, sends `signal` to its rank 1 once a checkpoint exists, and
 // returns mpirun's wait status (a job still running 30 s after the signal is killed: a hang).
 int signal_rank1_of_a_long_run(const fs::path& dir, const std::string& name, int signal) {
@@ -263,17 +244,11 @@ int signal_rank1_of_a_long_run(const fs::path& dir, const std::string& name, int
          (!fs::exists(folder / "run" / "checkpoints" / "latest") || (rank1 = find_rank(folder, 1)) == 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (rank1 > 0) ::kill(rank1, signal);
-  int status = 0;
-  pid_t done = 0;
-  const auto hang = std::chrono::steady_clock::now() + std::chrono::seconds(rank1 > 0 ? 30 : 0);
-  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < hang)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (done == 0) {
-    ::kill(-launcher, SIGKILL);
-    waitpid(launcher, &status, 0);
+  bool hung = false;
+  const int status = fathom::testing::wait_or_kill(launcher, std::chrono::seconds(rank1 > 0 ? 30 : 0), hung);
+  if (hung)
     ADD_FAILURE() << (rank1 > 0 ? "the job hung after the signal" : "rank 1 never started: ")
                   << read_text(folder / "err.txt");
-  }
   return status;
 }
 
@@ -297,6 +272,10 @@ TEST_F(DataParallel, SigtermToOneRankCheckpointsEveryRankAndExitsCleanly) {
   EXPECT_NE(out.find("stopped at step"), std::string::npos) << out;
   const CheckpointData saved = load_checkpoint(dir_ / "stopped" / "run");
   EXPECT_NE(saved.state_json.find("\"step\""), std::string::npos);
+  // Rank 0, which saw no signal, announced the stop at the step whose checkpoint is the latest.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("stop requested: saving a checkpoint at step ([0-9]+)"))) << out;
+  EXPECT_EQ(latest_checkpoint(dir_ / "stopped" / "run")->filename(), checkpoint_folder_name(std::stoll(m[1])));
 }
 
 // train.tokens counts every rank's tokens: two ranks take half the steps of one process.
@@ -309,4 +288,6 @@ TEST_F(DataParallel, TokenBudgetCountsEveryRanksTokens) {
   EXPECT_NE(read_text(dir_ / "one" / "out.txt").find("done at step 16"), std::string::npos);
   EXPECT_NE(read_text(dir_ / "two" / "out.txt").find("done at step 8;"), std::string::npos)
       << read_text(dir_ / "two" / "out.txt");
+  // The last step is the run's (8), not the one process's (16): it is checkpointed.
+  EXPECT_EQ(latest_checkpoint(dir_ / "two" / "run")->filename(), checkpoint_folder_name(8));
 }

@@ -24,6 +24,7 @@
 #include "train/distill/distill_order.h"
 #include "train/distill/distill_teacher.h"
 #include "train/run/run_data.h"
+#include "train/run/stop_signal.h"
 #include "distill_test_helpers.h"
 #include "layers/dsla.h"
 
@@ -221,6 +222,29 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   fathom::testing::expect_error([&] { run_distillation(parts, quiet()); }, {"exists", "--resume"});
   const Recipe fresh = parse_recipe(distill_yaml(dir / "none", section, 10), "distill.yaml");
   fathom::testing::expect_error([&] { run_distillation(fresh, quiet(0, true)); }, {"no distillation to continue"});
+}
+
+// A stop request (as SIGINT or SIGTERM would) stops the chain after its first step with that step's
+// checkpoint, as it stops `fathom train`; --resume ends with the uninterrupted chain's weights.
+TEST(Distill, StopRequestCheckpointsTheStepAndResumeEqualsTheUninterruptedChain) {
+  ScratchFolder dir;
+  const std::string section = "order: [1, 0], loss: {ce: 1, layer_align: 1}";
+  run_distillation(parse_recipe(distill_yaml(dir / "whole", section, 6), "distill.yaml"), quiet());
+  const Recipe parts = parse_recipe(distill_yaml(dir / "parts", section, 6), "distill.yaml");
+  request_stop();
+  const DistillResult stopped = run_distillation(parts, quiet());
+  clear_stop_request();
+  EXPECT_TRUE(stopped.stopped);
+  EXPECT_EQ(stopped.steps_done, 1);
+  ASSERT_TRUE(latest_checkpoint(dir / "parts" / "M_1").has_value());
+  EXPECT_EQ(latest_checkpoint(dir / "parts" / "M_1")->filename(), "step_00000001");
+  EXPECT_FALSE(fs::exists(dir / "parts" / "M_2"));
+  const DistillResult resumed = run_distillation(parts, quiet(0, true));
+  EXPECT_FALSE(resumed.stopped);
+  EXPECT_EQ(resumed.steps_done, 11);
+  for (int k = 1; k <= 2; ++k)
+    EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))), weights_of(dir / "whole" / ("M_" + std::to_string(k))))
+        << "M_" << k;
 }
 
 TEST(Distill, AnUnnamedModelsCheckpointsGoOnceTheNextHasFinished) {

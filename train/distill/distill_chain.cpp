@@ -7,6 +7,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "distributed/world.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/cli/device_select.h"
 #include "train/distill/distill_config.h"
@@ -18,6 +19,7 @@
 #include "train/measure/metrics_log.h"
 #include "train/recipe/resume_check.h"
 #include "train/run/run.h"
+#include "train/run/run_loop.h"
 #include "train/checkpoint/run_state.h"
 #include "train/run/stop_signal.h"
 #include "layers/dsla.h"
@@ -86,16 +88,256 @@ void open_chain_folder(const fs::path& folder, bool resume) {
 }
 
 // An intermediate model (a k that distill.layers did not name) is needed only to start the next one:
-// once that has finished, its checkpoints go. Its recipe, metrics and measures stay, so the table
-// keeps its row and --resume reads it back instead of training it again. Called again on resume, so
-// a release cut short by a crash completes.
-void release_finished_intermediate(std::vector<DistilledModel>& models) {
+// once that has finished, its checkpoints go (by rank 0, which owns the files). Its recipe, metrics
+// and measures stay, so the table keeps its row and --resume reads it back instead of training it
+// again. Called again on resume, so a release cut short by a crash completes.
+void release_finished_intermediate(std::vector<DistilledModel>& models, bool writes) {
   if (models.size() < 2) return;
   DistilledModel& previous = models[models.size() - 2];
   if (previous.named || previous.checkpoint.empty()) return;
-  remove_checkpoints(previous.checkpoint);
+  if (writes) remove_checkpoints(previous.checkpoint);
   previous.checkpoint.clear();
 }
+
+// A chained distillation: the layers ranked, then one TrainingRun per layer through the run loop
+// (train/run/run_loop.h), each measured when it finishes. Every rank of a data-parallel job runs
+// the chain; rank 0 alone writes its files and console lines and measures decoding (only it
+// reports), and the ranks meet at each layer's start, so that all decide about it from the same files.
+class Chain {
+ public:
+  Chain(const Recipe& recipe, const DistillOptions& options)
+      : recipe_(recipe), options_(options), plan_(distill_plan(recipe)), folder_(recipe.log.dir),
+        S_(recipe.distill.steps_per_layer) {}
+
+  DistillResult run() {
+    open();
+    measure_teacher();
+    std::string order_text;
+    for (int64_t layer : result_.order) order_text += (order_text.empty() ? "" : ", ") + std::to_string(layer);
+    log("fathom distill '" + recipe_.name + "': " + std::to_string(plan_.count) + " of " +
+        std::to_string(recipe_.model.n_layers) + " layers to dsla, in order [" + order_text + "], " +
+        std::to_string(S_) + " steps each, on " + device_.str());
+    start_ = Clock::now();
+    for (int64_t k = 1; k <= plan_.count; ++k)
+      if (!run_layer(k)) return std::move(result_);
+    log("distill: table in " + (folder_ / "distill.md").string());
+    return std::move(result_);
+  }
+
+ private:
+  bool writes() const { return comm_->rank() == 0; }
+  void log(const std::string& line) const {
+    if (!options_.quiet && writes()) std::printf("%s\n", line.c_str()), std::fflush(stdout);
+  }
+  int64_t layer_of(int64_t k) const { return result_.order[size_t(k - 1)]; }
+  std::string layer_name(int64_t k) const {
+    return "layer " + std::to_string(k) + " of " + std::to_string(plan_.count) + ": model.layers." +
+           std::to_string(layer_of(k));
+  }
+
+  // Device and communicator (a rank keeps its own GPU before CUDA starts), the chain's folder and
+  // recipe, the teacher, the data and the order of the layers.
+  void open() {
+    restrict_gpus_to_local_rank(launch_environment());
+    device_ = resolve_device(recipe_.train.device);
+    comm_ = &join_job(device_);
+    if (writes()) {
+      open_chain_folder(folder_, options_.resume);
+      if (options_.resume) {
+        // The chain continues only as it started: same teacher, order, loss, data and model.
+        const fs::path saved = folder_ / "recipe.yaml";
+        check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), recipe_, saved.string());
+      }
+      write_file_atomically(folder_ / "recipe.yaml", recipe_to_yaml(recipe_));
+    }
+    comm_->barrier();  // the folder is there (an error on rank 0 has ended every rank)
+    teacher_ = std::make_unique<Teacher>(recipe_.distill.teacher, device_,
+                                         uses_mixed_precision(recipe_.train.precision, device_));
+    data_ = open_run_data(recipe_, DataUse::training);
+    const DistillRanking ranking = rank_layers(recipe_, plan_, *teacher_, data_);
+    if (writes()) write_ranking(ranking, folder_);
+    result_.folder = folder_;
+    for (int64_t k = 0; k < plan_.count; ++k) result_.order.push_back(ranking.ranked[size_t(k)].layer);
+    for (const auto& [domain, source] : data_.validation) domains_.push_back(domain);
+  }
+
+  // Measured once per chain: a resumed chain reads the teacher's results back.
+  void measure_teacher() {
+    if (!writes()) return;
+    ModelMeasures& measures = result_.teacher;
+    if (const auto recorded = read_measures(folder_ / kTeacherMeasuresFile, recipe_.eval.batches, domains_)) {
+      measures = *recorded;
+      return;
+    }
+    for (const auto& [domain, source] : data_.validation)
+      measures.validation[domain] = evaluate(teacher_->decoder(), source, recipe_.train.batch_size,
+                                             recipe_.train.seq_len, recipe_.eval.batches, device_);
+    const ModelMeasures decoding = measure_decoding(teacher_->decoder(), teacher_->activation_dtype(), device_);
+    measures.kv_bytes_per_1k_tokens = decoding.kv_bytes_per_1k_tokens;
+    measures.decode_tokens_per_second = decoding.decode_tokens_per_second;
+    write_measures(folder_ / kTeacherMeasuresFile, measures, recipe_.eval.batches);
+    result_.teacher_measured = true;
+  }
+
+  // M_k before its training: the layers it converts and whether distill.layers names it.
+  DistilledModel model_entry(int64_t k) const {
+    DistilledModel model;
+    model.k = k;
+    model.layers.assign(result_.order.begin(), result_.order.begin() + k);
+    model.fraction = double(k) / double(recipe_.model.n_layers);
+    model.named = std::find(plan_.named_models.begin(), plan_.named_models.end(), k) != plan_.named_models.end();
+    model.checkpoint = model_folder(folder_, k);
+    return model;
+  }
+
+  // Layer k, read back or trained and measured; false when the chain stopped in it.
+  bool run_layer(int64_t k) {
+    comm_->barrier();
+    const fs::path dir = model_folder(folder_, k);
+    const std::optional<int64_t> saved = saved_step(dir);
+    DistilledModel model = model_entry(k);
+    if (read_back(model, saved)) {
+      keep(std::move(model));
+      return true;
+    }
+    // A run that saved nothing holds nothing to keep (it stopped before its first checkpoint).
+    if (!saved && writes() && fs::exists(dir)) fs::remove_all(dir);
+    // Layer k starts from M_{k-1} (the teacher for k = 1) with the new layer's gates initialised.
+    std::string source_name = "distill.teacher";
+    TensorMap source = saved ? TensorMap{} : starting_weights(k, source_name);
+    const Clock::time_point layer_start = Clock::now();
+    if (device_.is_cuda()) allocator_for(device_).reset_peak(device_);
+    TrainingRun run(converted_layer_recipe(recipe_, model.layers, dir),
+                    layer_run_options(k, saved.has_value(), source, source_name));
+    source.clear();
+    log(layer_name(k) + " -> dsla, " + std::to_string(run.parameters().trainable_parameter_count()) + " of " +
+        std::to_string(run.parameters().parameter_count()) + " parameters train" +
+        (saved ? ", resumed at step " + std::to_string(*saved) : ""));
+    const LoopOutcome outcome = train_layer(run, k);
+    result_.steps_done += outcome.steps_taken;
+    if (outcome.end != LoopEnd::finished) {
+      // The step budget may have run out at the end of the previous layer: this one saved nothing.
+      stop(outcome.steps_taken == 0 ? "distill stopped before layer " + std::to_string(k)
+                                    : "distill stopped at layer " + std::to_string(k) + " step " +
+                                          std::to_string(run.state().step));
+      return false;
+    }
+    // Its training's cost, before the measuring adds to either.
+    measure_layer(run, model, std::chrono::duration<double>(Clock::now() - layer_start).count());
+    keep(std::move(model));
+    return true;
+  }
+
+  // A model finished and measured before (its measures are written only after its last step): its
+  // recorded results, without building its run again. An intermediate one may have no checkpoint left.
+  bool read_back(DistilledModel& model, const std::optional<int64_t>& saved) const {
+    if (!(saved == S_ || (!saved && !model.named))) return false;
+    const fs::path file = model_folder(folder_, model.k) / kMeasuresFile;
+    const auto recorded = read_measures(file, recipe_.eval.batches, domains_);
+    if (!recorded) return false;
+    model.measures = *recorded;
+    if (!saved) model.checkpoint.clear();
+    log(layer_name(model.k) + " finished before; its measures are read from " + file.string());
+    return true;
+  }
+
+  TensorMap starting_weights(int64_t k, std::string& source_name) const {
+    if (k == 1) return teacher_->files().weights;
+    const fs::path previous = model_folder(folder_, k - 1);
+    source_name = previous.string();
+    return load_checkpoint(previous, CheckpointUse::model_only).model;
+  }
+
+  // Layer k's run: resumed or started from `source`, with the teacher's terms in its objective.
+  RunOptions layer_run_options(int64_t k, bool resume, const TensorMap& source, const std::string& source_name) const {
+    RunOptions run_options;
+    run_options.resume = resume;
+    run_options.quiet = options_.quiet;
+    run_options.recipe_file = options_.recipe_file;
+    run_options.start_weights = [&source, &source_name](TensorMap& weights) {
+      overlay_weights(weights, source, source_name);
+    };
+    run_options.forward = distill_forward_options(recipe_.distill, layer_of(k));
+    run_options.extra_losses = distill_teacher_losses(*teacher_, recipe_.distill, layer_of(k));
+    run_options.teacher_memory = teacher_memory(*teacher_, recipe_.distill);
+    return run_options;
+  }
+
+  // The run loop over layer k's run: the chain's progress line, checkpoints, the stop signal and
+  // --max-steps over the whole invocation. No evaluation in the loop: the chain measures the finished
+  // model (measure_layer), outside its training time.
+  LoopOutcome train_layer(TrainingRun& run, int64_t k) {
+    const int64_t steps_before = result_.steps_done;
+    RunLoopConfig config;
+    config.report = [this, &run, k, steps_before](const LoopStep& step) {
+      report_step(run, k, steps_before + step.taken, step);
+    };
+    if (options_.max_steps > 0) config.step_budget = options_.max_steps - steps_before;
+    return RunLoop(run, std::move(config)).run();
+  }
+
+  // A logged step: the layer, its step, each loss term and the chain's ETA; its metrics record.
+  void report_step(TrainingRun& run, int64_t k, int64_t steps_done, const LoopStep& step) const {
+    const int64_t K = plan_.count, layer = layer_of(k);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const int64_t chain_done = (k - 1) * S_ + step.step;
+    const double eta = elapsed / double(steps_done) * double(K * S_ - chain_done);
+    log("distill layer " + std::to_string(k) + "/" + std::to_string(K) + " (model.layers." + std::to_string(layer) +
+        ") step " + std::to_string(step.step) + "/" + std::to_string(S_) + term_line(step.result) + " | ETA " +
+        format_duration(eta));
+    if (!run.writes()) return;
+    std::vector<std::pair<std::string, double>> fields{{"layer", double(layer)}, {"k", double(k)}};
+    for (const auto& [name, value] : step.result.terms) fields.emplace_back("loss/" + name, value);
+    run.metrics().write("train", step.step, fields);
+  }
+
+  // The finished model's measures: decoding (rank 0's), validation (every rank evaluates its share),
+  // its training time and memory; recorded beside its checkpoint.
+  void measure_layer(TrainingRun& run, DistilledModel& model, double train_seconds) {
+    const double peak = device_.is_cuda() ? double(allocator_for(device_).stats(device_).peak) : 0.0;
+    if (writes())
+      model.measures = measure_decoding(run.model(), run.parameters().has_compute_copy() ? DType::bf16 : DType::f32,
+                                        device_);
+    model.measures.validation = run.evaluate();
+    model.measures.train_seconds = train_seconds;
+    model.measures.peak_memory_bytes = peak;
+    model.measures.planned_memory_bytes = device_.is_cuda() ? double(run.memory_plan().total()) : 0.0;
+    char cost[160];
+    std::snprintf(cost, sizeof cost, "layer %lld of %lld trained in %.1f s", (long long)model.k,
+                  (long long)plan_.count, train_seconds);
+    log(std::string(cost) + (device_.is_cuda() ? ", peak memory " + gib(size_t(peak)) + " (plan " +
+                                                     gib(run.memory_plan().total()) + ")"
+                                               : std::string()));
+    if (writes()) write_measures(model_folder(folder_, model.k) / kMeasuresFile, model.measures, recipe_.eval.batches);
+    ++result_.models_measured;
+  }
+
+  // A finished model joins the table (and an intermediate one before it is released).
+  void keep(DistilledModel model) {
+    result_.models.push_back(std::move(model));
+    release_finished_intermediate(result_.models, writes());
+    if (writes()) write_distill_report(folder_, result_.teacher, result_.models);
+  }
+
+  void stop(const std::string& line) {
+    log(line + "; --resume continues here");
+    result_.stopped = true;
+    if (writes()) write_distill_report(folder_, result_.teacher, result_.models);
+  }
+
+  const Recipe& recipe_;
+  const DistillOptions& options_;
+  const DistillPlan plan_;
+  const fs::path folder_;
+  const int64_t S_;  // steps per layer
+  Device device_;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<Teacher> teacher_;
+  RunData data_;
+  std::vector<std::string> domains_;
+  DistillResult result_;
+  Clock::time_point start_;
+};
 
 }  // namespace
 
@@ -121,167 +363,7 @@ Recipe converted_layer_recipe(const Recipe& recipe, const std::vector<int64_t>& 
 
 DistillResult run_distillation(const Recipe& recipe, const DistillOptions& options) {
   const StopSignalScope stop_signals;
-  const DistillPlan plan = distill_plan(recipe);
-  const fs::path folder = recipe.log.dir;
-  open_chain_folder(folder, options.resume);
-  auto log = [&](const std::string& line) {
-    if (!options.quiet) std::printf("%s\n", line.c_str()), std::fflush(stdout);
-  };
-  if (options.resume) {
-    // The chain continues only as it started: same teacher, order, loss, data and model.
-    const fs::path saved = folder / "recipe.yaml";
-    check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), recipe, saved.string());
-  }
-  write_file_atomically(folder / "recipe.yaml", recipe_to_yaml(recipe));
-
-  const Device device = resolve_device(recipe.train.device);
-  const Teacher teacher(recipe.distill.teacher, device, uses_mixed_precision(recipe.train.precision, device));
-  const RunData data = open_run_data(recipe, DataUse::training);
-  const DistillRanking ranking = rank_layers(recipe, plan, teacher, data);
-  write_ranking(ranking, folder);
-
-  DistillResult result;
-  result.folder = folder;
-  for (int64_t k = 0; k < plan.count; ++k) result.order.push_back(ranking.ranked[size_t(k)].layer);
-  std::vector<std::string> domains;
-  for (const auto& [domain, source] : data.validation) domains.push_back(domain);
-  ModelMeasures& teacher_measures = result.teacher;
-  // Measured once per chain: a resumed chain reads the teacher's results back.
-  if (const auto recorded = read_measures(folder / kTeacherMeasuresFile, recipe.eval.batches, domains)) {
-    teacher_measures = *recorded;
-  } else {
-    for (const auto& [domain, source] : data.validation)
-      teacher_measures.validation[domain] = evaluate(teacher.decoder(), source, recipe.train.batch_size,
-                                                     recipe.train.seq_len, recipe.eval.batches, device);
-    const ModelMeasures decoding = measure_decoding(teacher.decoder(), teacher.activation_dtype(), device);
-    teacher_measures.kv_bytes_per_1k_tokens = decoding.kv_bytes_per_1k_tokens;
-    teacher_measures.decode_tokens_per_second = decoding.decode_tokens_per_second;
-    write_measures(folder / kTeacherMeasuresFile, teacher_measures, recipe.eval.batches);
-    result.teacher_measured = true;
-  }
-  std::string order_text;
-  for (int64_t layer : result.order) order_text += (order_text.empty() ? "" : ", ") + std::to_string(layer);
-  log("fathom distill '" + recipe.name + "': " + std::to_string(plan.count) + " of " +
-      std::to_string(recipe.model.n_layers) + " layers to dsla, in order [" + order_text + "], " +
-      std::to_string(recipe.distill.steps_per_layer) + " steps each, on " + device.str());
-
-  const int64_t K = plan.count, S = recipe.distill.steps_per_layer;
-  const Clock::time_point start = Clock::now();
-  for (int64_t k = 1; k <= K; ++k) {
-    const int64_t layer = result.order[size_t(k - 1)];
-    const std::vector<int64_t> converted(result.order.begin(), result.order.begin() + k);
-    const fs::path dir = model_folder(folder, k);
-    const Recipe layer_recipe = converted_layer_recipe(recipe, converted, dir);
-    const std::optional<int64_t> saved = saved_step(dir);
-    DistilledModel model;
-    model.k = k;
-    model.layers = converted;
-    model.fraction = double(k) / double(recipe.model.n_layers);
-    model.named = std::find(plan.named_models.begin(), plan.named_models.end(), k) != plan.named_models.end();
-    model.checkpoint = dir;
-    // A model finished and measured before (its measures are written only after its last step): its
-    // recorded results, without building its run again. An intermediate one may have no checkpoint left.
-    if (saved == S || (!saved && !model.named)) {
-      if (const auto recorded = read_measures(dir / kMeasuresFile, recipe.eval.batches, domains)) {
-        model.measures = *recorded;
-        if (!saved) model.checkpoint.clear();
-        log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
-            " finished before; its measures are read from " + (dir / kMeasuresFile).string());
-        result.models.push_back(std::move(model));
-        release_finished_intermediate(result.models);
-        write_distill_report(folder, teacher_measures, result.models);
-        continue;
-      }
-    }
-    // A run that saved nothing holds nothing to keep (it stopped before its first checkpoint).
-    if (!saved && fs::exists(dir)) fs::remove_all(dir);
-
-    // Layer k starts from M_{k-1} (the teacher for k = 1) with the new layer's gates initialised.
-    TensorMap source;
-    std::string source_name = "distill.teacher";
-    if (!saved) {
-      if (k == 1) {
-        source = teacher.files().weights;
-      } else {
-        const fs::path previous = model_folder(folder, k - 1);
-        source = load_checkpoint(previous, CheckpointUse::model_only).model;
-        source_name = previous.string();
-      }
-    }
-    RunOptions run_options;
-    run_options.resume = saved.has_value();
-    run_options.quiet = options.quiet;
-    run_options.recipe_file = options.recipe_file;
-    run_options.start_weights = [&source, &source_name](TensorMap& weights) {
-      overlay_weights(weights, source, source_name);
-    };
-    run_options.forward = distill_forward_options(recipe.distill, layer);
-    run_options.extra_losses = distill_teacher_losses(teacher, recipe.distill, layer);
-    run_options.teacher_memory = teacher_memory(teacher, recipe.distill);
-    const Clock::time_point layer_start = Clock::now();
-    if (device.is_cuda()) allocator_for(device).reset_peak(device);
-    TrainingRun run(layer_recipe, run_options);
-    source.clear();
-    log("layer " + std::to_string(k) + " of " + std::to_string(K) + ": model.layers." + std::to_string(layer) +
-        " -> dsla, " + std::to_string(run.parameters().trainable_parameter_count()) + " of " +
-        std::to_string(run.parameters().parameter_count()) + " parameters train" +
-        (saved ? ", resumed at step " + std::to_string(*saved) : ""));
-    while (!run.finished()) {
-      // The step budget ran out at the end of the previous layer: this one has nothing to save yet.
-      if (options.max_steps > 0 && result.steps_done >= options.max_steps) {
-        log("distill stopped before layer " + std::to_string(k) + "; --resume continues here");
-        result.stopped = true;
-        write_distill_report(folder, teacher_measures, result.models);
-        return result;
-      }
-      const StepResult step = run.step();
-      ++result.steps_done;
-      const int64_t done = run.state().step;
-      const bool last = done == S;
-      if (done % recipe.log.every == 0 || last) {
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-        const int64_t chain_done = (k - 1) * S + done;
-        const double eta = elapsed / double(result.steps_done) * double(K * S - chain_done);
-        log("distill layer " + std::to_string(k) + "/" + std::to_string(K) + " (model.layers." +
-            std::to_string(layer) + ") step " + std::to_string(done) + "/" + std::to_string(S) + term_line(step) +
-            " | ETA " + format_duration(eta));
-        std::vector<std::pair<std::string, double>> fields{{"layer", double(layer)}, {"k", double(k)}};
-        for (const auto& [name, value] : step.terms) fields.emplace_back("loss/" + name, value);
-        run.metrics().write("train", done, fields);
-      }
-      const bool stopping =
-          !last && (stop_requested() || (options.max_steps > 0 && result.steps_done >= options.max_steps));
-      if ((recipe.checkpoint.every > 0 && done % recipe.checkpoint.every == 0) || last || stopping) run.save();
-      if (stopping) {
-        log("distill stopped at layer " + std::to_string(k) + " step " + std::to_string(done) +
-            "; --resume continues here");
-        result.stopped = true;
-        write_distill_report(folder, teacher_measures, result.models);
-        return result;
-      }
-    }
-    // Its training's cost, before the measuring below adds to either.
-    const double train_seconds = std::chrono::duration<double>(Clock::now() - layer_start).count();
-    const double peak = device.is_cuda() ? double(allocator_for(device).stats(device).peak) : 0.0;
-    model.measures = measure_decoding(run.model(), run.parameters().has_compute_copy() ? DType::bf16 : DType::f32,
-                                      device);
-    model.measures.validation = run.evaluate();
-    model.measures.train_seconds = train_seconds;
-    model.measures.peak_memory_bytes = peak;
-    model.measures.planned_memory_bytes = device.is_cuda() ? double(run.memory_plan().total()) : 0.0;
-    char cost[160];
-    std::snprintf(cost, sizeof cost, "layer %lld of %lld trained in %.1f s", (long long)k, (long long)K, train_seconds);
-    log(std::string(cost) + (device.is_cuda() ? ", peak memory " + gib(size_t(peak)) + " (plan " +
-                                                    gib(run.memory_plan().total()) + ")"
-                                              : std::string()));
-    write_measures(dir / kMeasuresFile, model.measures, recipe.eval.batches);
-    ++result.models_measured;
-    result.models.push_back(std::move(model));
-    release_finished_intermediate(result.models);
-    write_distill_report(folder, teacher_measures, result.models);
-  }
-  log("distill: table in " + (folder / "distill.md").string());
-  return result;
+  return Chain(recipe, options).run();
 }
 
 }  // namespace fathom

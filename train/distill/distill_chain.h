@@ -2,9 +2,14 @@
 // k = 1..K the k-th layer in that order becomes a dsla layer initialised from the teacher's q, k, v, o
 // (train/distill/distill_init.h) and trains alone, everything else frozen, against the teacher
 // (train/distill/distill_objective.h). Each step k is an ordinary training run (train/run/run.h) in the folder
-// <log.dir>/M_k, whose checkpoint is the nested model M_k that fathom eval and fathom generate take;
-// the next layer starts from it. Every M_k is evaluated on each validation domain and measured
-// (train/distill/distill_report.h).
+// <log.dir>/M_k, driven by the loop `fathom train` runs (train/run/run_loop.h: its logging interval,
+// checkpoints, stop signal and --max-steps), whose checkpoint is the nested model M_k that fathom eval
+// and fathom generate take; the next layer starts from it. Every M_k is evaluated on each validation
+// domain and measured (train/distill/distill_report.h).
+//
+// Data parallel (launched by mpirun, as `fathom train`): every rank runs the chain and trains its part
+// of each layer's global batch; rank 0 alone writes the chain's files and console lines. A stop signal
+// to any rank stops every rank after the same step, with the checkpoint of that step.
 //
 // Crash safety: a layer's run saves checkpoints as checkpoint.every says (and when stopped); --resume
 // skips the layers whose run finished, resumes the one that did not from its latest checkpoint, and,
@@ -27,7 +32,7 @@ struct DistillOptions {
   bool resume = false;
   bool quiet = false;
   // Stop (with a checkpoint) after this many training steps of this invocation, over all layers; 0: no
-  // limit. A stop request (SIGINT/SIGTERM) stops the same way.
+  // limit. A stop request (SIGINT/SIGTERM to any rank) stops the same way.
   int64_t max_steps = 0;
   std::filesystem::path recipe_file;
 };

@@ -50,19 +50,40 @@ void check_same_recipe(Communicator& comm, const std::string& recipe_yaml) {
 
 TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
     : recipe_(recipe), options_(options), objective_(Objective::for_model(recipe.train.loss, recipe.model)) {
+  join_world();
+  plan_memory();
+  check_run_folder();
+  data_ = open_run_data(recipe_, DataUse::training);
+  loader_ = std::make_unique<TokenLoader>(data_.train, recipe_.train.batch_size, recipe_.train.seq_len,
+                                          recipe_.train.seed, LoaderShard{comm_->rank(), comm_->world()});
+  build_model();
+  build_optimizer();
+  state_.seed = recipe_.train.seed;
+  if (options_.resume) restore_checkpoint();
+  recipe_yaml_ = recipe_to_yaml(recipe_);
+  if (writes()) {
+    folder_->open();
+    write_file_atomically(run_dir_ / "recipe.yaml", recipe_yaml_);
+    metrics_ = std::make_unique<MetricsLog>(run_dir_, state_.step);
+  }
+}
+
+void TrainingRun::join_world() {
   const Recipe& r = recipe_;
   restrict_gpus_to_local_rank(launch_environment());
   device_ = resolve_device(r.train.device);
   comm_ = &join_job(device_);
   check_same_recipe(*comm_, recipe_to_yaml(r));
   threads_ = configure_threads(r.train.threads);
-  const int64_t B = r.train.batch_size, T = r.train.seq_len;
-  tokens_per_step_ = B * T * r.train.grad_accum * comm_->world();
+  tokens_per_step_ = r.train.batch_size * r.train.seq_len * r.train.grad_accum * comm_->world();
   // A token budget counts every rank's tokens: the recipe derived its steps for one process.
   if (r.train.tokens > 0)
     recipe_.train.steps = r.train.tokens / tokens_per_step_ + (r.train.tokens % tokens_per_step_ != 0);
+}
+
+void TrainingRun::plan_memory() {
+  const Recipe& r = recipe_;
   mixed_ = uses_mixed_precision(r.train.precision, device_);
-  const Recompute recompute = parse_recompute(r.train.recompute);
   // Which parameters train, from the layers' own report of their names (no model is built yet).
   const std::vector<std::pair<std::string, Shape>> shapes = decoder_parameter_shapes(r.model);
   std::vector<std::string> names;
@@ -72,52 +93,59 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
   for (const auto& [name, shape] : shapes)
     if (frozen_.count(name)) frozen_elements += shape.numel();
   // One rank's plan: ZeRO-1 shards the moments, and the reduction keeps buffers of its own.
-  const MemoryPlanInput plan_input{r.model, B, T, mixed_, recompute, frozen_elements, comm_->world(),
-                                   r.train.zero, r.train.grad_reduce == "bf16", options.teacher_memory};
+  const MemoryPlanInput plan_input{r.model, r.train.batch_size, r.train.seq_len, mixed_,
+                                   parse_recompute(r.train.recompute), frozen_elements, comm_->world(),
+                                   r.train.zero, r.train.grad_reduce == "bf16", options_.teacher_memory};
   memory_plan_ = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
   // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
   if (device_.is_cuda())
     check_memory_plan_fits(memory_plan_, cuda::device_memory(device_.index).free, plan_input, device_.str());
 #endif
-  const fs::path run_dir = r.log.dir;
-  run_dir_ = run_dir;
+}
+
+void TrainingRun::check_run_folder() {
+  const Recipe& r = recipe_;
+  run_dir_ = r.log.dir;
   // Checks only: the folder is made (or an old run replaced) once everything below is valid. Rank 0
   // alone owns it; the others read a resumed run's checkpoint from it (a shared file system).
   if (writes())
-    folder_ = std::make_unique<RunFolder>(run_dir, RunFolderRequest{options.resume, options.overwrite,
-                                                                    run_sources(r, options)});
-  else if (options.resume)
-    FATHOM_CHECK(latest_checkpoint(run_dir), "--resume: rank ", comm_->rank(), " finds no checkpoint in ",
-                 run_dir.string(), "; every machine must see the run folder (a shared file system)");
-  if (options.resume) {
+    folder_ = std::make_unique<RunFolder>(run_dir_, RunFolderRequest{options_.resume, options_.overwrite,
+                                                                     run_sources(r, options_)});
+  else if (options_.resume)
+    FATHOM_CHECK(latest_checkpoint(run_dir_), "--resume: rank ", comm_->rank(), " finds no checkpoint in ",
+                 run_dir_.string(), "; every machine must see the run folder (a shared file system)");
+  if (options_.resume) {
     // Before the data is read: a changed run is the first thing to report.
-    const fs::path saved = *latest_checkpoint(run_dir) / kCheckpointRecipeFile;
+    const fs::path saved = *latest_checkpoint(run_dir_) / kCheckpointRecipeFile;
     check_resume_compatible(parse_saved_recipe(read_file(saved), saved.string()), r, saved.string());
   }
+}
 
-  data_ = open_run_data(r, DataUse::training);
-  loader_ = std::make_unique<TokenLoader>(data_.train, B, T, r.train.seed,
-                                          LoaderShard{comm_->rank(), comm_->world()});
-
+void TrainingRun::build_model() {
+  const Recipe& r = recipe_;
   model_ = std::make_unique<Decoder>(r.model);
-  model_->set_recompute(recompute);
+  model_->set_recompute(parse_recompute(r.train.recompute));
   arena_ = std::make_unique<ParameterArena>(*model_, device_, frozen_);
   // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
   if (mixed_) arena_->enable_compute_copy(DType::bf16);
-  if (!r.model_init_from.empty() && !options.resume) {
+  if (!r.model_init_from.empty() && !options_.resume) {
     // Existing weights instead of a random init; a resumed run gets its own from the checkpoint.
     const ModelSource source = parse_model_source(r.model_init_from);
     arena_->load(read_model_source_weights(source, r.model), "model.init_from " + r.model_init_from);
   } else {
     arena_->initialise(r.train.seed);
-    if (options.start_weights && !options.resume) {
+    if (options_.start_weights && !options_.resume) {
       TensorMap weights;
       for (const auto& [name, value] : arena_->named_values()) weights.emplace_back(name, value.clone());
-      options.start_weights(weights);
+      options_.start_weights(weights);
       arena_->load(weights, "the run's starting weights");
     }
   }
+}
+
+void TrainingRun::build_optimizer() {
+  const Recipe& r = recipe_;
   // Every rank initialises (or loads) the same weights from the same seed and files.
   data_parallel_ = std::make_unique<DataParallel>(
       *comm_, *arena_, DataParallelConfig{.wire = r.train.grad_reduce == "bf16" ? DType::bf16 : DType::f32,
@@ -129,22 +157,15 @@ TrainingRun::TrainingRun(const Recipe& recipe, const RunOptions& options)
                                        data_parallel_->optimizer_shard());
   schedule_ = Schedule{r.train.schedule.type, r.train.optimizer.lr, r.train.schedule.warmup_steps, r.train.steps,
                        r.train.schedule.final_lr_fraction};
+}
 
-  state_.seed = r.train.seed;
-  if (options.resume) {
-    const fs::path ckpt_dir = *latest_checkpoint(run_dir);
-    const CheckpointData ckpt = load_checkpoint(ckpt_dir);
-    arena_->load(ckpt.model, (ckpt_dir / "model.safetensors").string());
-    optimizer_->load_state(ckpt.optimizer, (ckpt_dir / "optimizer.safetensors").string());
-    state_ = run_state_from_json(ckpt.state_json, (ckpt_dir / "state.json").string());
-    loader_->restore(state_.loader);
-  }
-  recipe_yaml_ = recipe_to_yaml(r);
-  if (writes()) {
-    folder_->open();
-    write_file_atomically(run_dir / "recipe.yaml", recipe_yaml_);
-    metrics_ = std::make_unique<MetricsLog>(run_dir, state_.step);
-  }
+void TrainingRun::restore_checkpoint() {
+  const fs::path ckpt_dir = *latest_checkpoint(run_dir_);
+  const CheckpointData ckpt = load_checkpoint(ckpt_dir);
+  arena_->load(ckpt.model, (ckpt_dir / "model.safetensors").string());
+  optimizer_->load_state(ckpt.optimizer, (ckpt_dir / "optimizer.safetensors").string());
+  state_ = run_state_from_json(ckpt.state_json, (ckpt_dir / "state.json").string());
+  loader_->restore(state_.loader);
 }
 
 StepResult TrainingRun::step() {

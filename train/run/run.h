@@ -1,6 +1,7 @@
 // A training run opened from its recipe: device, data, model and its parameters (frozen ones
 // included), optimizer, schedule, resumable state, run folder, metrics, checkpoints and evaluation.
-// `fathom train` drives one (train/run/trainer.cpp); `fathom distill` drives one per converted layer.
+// `fathom train` (train/run/trainer.cpp) and `fathom distill`, one per converted layer
+// (train/distill/distill_chain.cpp), drive it through the same run loop (train/run/run_loop.h).
 // Opening checks everything that can be checked before a file is written: the memory plan fits, the
 // run folder may be taken, a resumed run matches its checkpoint.
 //
@@ -78,6 +79,14 @@ class TrainingRun {
   std::string describe() const;
 
  private:
+  // Opening, in order (each step reads what the ones before it set).
+  void join_world();        // device, communicator, threads, tokens per step (and steps of a token budget)
+  void plan_memory();       // precision, frozen set and the memory plan, checked against the device
+  void check_run_folder();  // the run folder may be taken; a resumed run matches its checkpoint
+  void build_model();       // model and parameters, initialised or given their starting weights
+  void build_optimizer();   // data parallel, AdamW and the schedule
+  void restore_checkpoint();  // --resume: weights, moments, state and the loader's position
+
   Recipe recipe_;
   RunOptions options_;
   // Evaluates `domains` (all of them when null), records each and returns the results.

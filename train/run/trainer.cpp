@@ -4,6 +4,7 @@
 
 #include "train/checkpoint/checkpoint.h"
 #include "train/run/run.h"
+#include "train/run/run_loop.h"
 #include "train/run/stop_signal.h"
 #include "train/measure/throughput.h"
 #ifdef FATHOM_WITH_CUDA
@@ -21,15 +22,14 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // The progress line and metrics of the steps since the last one.
 class ProgressReport {
  public:
-  explicit ProgressReport(TrainingRun& run) : run_(run), first_step_(run.state().step) {
+  explicit ProgressReport(TrainingRun& run)
+      : run_(run), first_step_(run.state().step), interval_first_step_(run.state().step) {
     // MFU needs the device's peak; the CPU has no entry and shows none.
 #ifdef FATHOM_WITH_CUDA
     if (run.device().is_cuda()) peak_flops_ = dense_bf16_peak_flops(cuda::device_name(run.device().index));
 #endif
     flops_per_token_ = training_flops_per_token(run.recipe().model, run.recipe().train.seq_len);
   }
-
-  void count_step() { interval_tokens_ += run_.tokens_per_step(); }
 
   void write(const StepResult& step, double lr) {
     const RunState& state = run_.state();
@@ -40,7 +40,8 @@ class ProgressReport {
     p.loss = step.loss;
     p.lr = lr;
     p.grad_norm = step.grad_norm;
-    p.tokens_per_second = double(interval_tokens_) / std::max(seconds_since(interval_start_), 1e-9);
+    const int64_t interval_tokens = (state.step - interval_first_step_) * run_.tokens_per_step();
+    p.tokens_per_second = double(interval_tokens) / std::max(seconds_since(interval_start_), 1e-9);
     p.eta_seconds = seconds_since(run_start_) / double(state.step - first_step_) * double(total_steps - state.step);
     std::vector<std::pair<std::string, double>> fields{
         {"loss", p.loss}, {"z_loss", step.z_loss}, {"lr", lr}, {"grad_norm", step.grad_norm},
@@ -61,7 +62,7 @@ class ProgressReport {
     run_.log(format_progress(p));
     if (run_.writes()) run_.metrics().write("train", state.step, fields);
     interval_start_ = Clock::now();
-    interval_tokens_ = 0;
+    interval_first_step_ = state.step;
   }
 
  private:
@@ -70,7 +71,7 @@ class ProgressReport {
   double peak_flops_ = 0, flops_per_token_ = 0;
   Clock::time_point interval_start_ = Clock::now();
   const Clock::time_point run_start_ = Clock::now();
-  int64_t interval_tokens_ = 0;
+  int64_t interval_first_step_;  // the step the current interval's steps came after
 };
 
 }  // namespace
@@ -83,31 +84,21 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
   TrainResult result;
   result.run_dir = run.folder();
   result.reports = run.writes();
+  const auto keep_losses = [&result](const std::map<std::string, EvalResult>& evaluations) {
+    for (const auto& [domain, e] : evaluations) result.validation_loss[domain] = e.loss;
+  };
   ProgressReport progress(run);
-  const int64_t total_steps = recipe.train.steps;
   // A resumed run first makes up the evaluation a kill after its checkpoint cut off (the final one too).
-  if (options.resume)
-    for (const auto& [domain, e] : run.evaluate_missing()) result.validation_loss[domain] = e.loss;
-  while (!run.finished()) {
-    const double lr = run.lr();
-    const StepResult step = run.step();
-    progress.count_step();
-    result.last_loss = step.loss;
-    const int64_t done = run.state().step;
-    const bool last = done == total_steps;
-    if (done % recipe.log.every == 0 || last) progress.write(step, lr);
-    // Every rank stops at the same step, whichever saw the signal: the checkpoint is a collective.
-    const bool stopping = run.any_rank(stop_requested()) && !last;
-    if (stopping) run.log("stop requested: saving a checkpoint at step " + std::to_string(done));
-    // The checkpoint comes before the evaluation: nothing after the step can lose it.
-    if ((recipe.checkpoint.every > 0 && done % recipe.checkpoint.every == 0) || last || stopping) run.save();
-    if (run.evaluation_due(done))
-      for (const auto& [domain, e] : run.evaluate()) result.validation_loss[domain] = e.loss;
-    if (stopping) {
-      result.stopped_by_signal = true;
-      break;
-    }
-  }
+  if (options.resume) keep_losses(run.evaluate_missing());
+  RunLoop loop(run, {.report = [&progress](const LoopStep& step) { progress.write(step.result, step.lr); },
+                     .evaluation_due = [&run](int64_t step) { return run.evaluation_due(step); },
+                     .evaluate = [&] { keep_losses(run.evaluate()); },
+                     .on_stop = [&run](LoopEnd, int64_t step) {
+                       run.log("stop requested: saving a checkpoint at step " + std::to_string(step));
+                     }});
+  const LoopOutcome outcome = loop.run();
+  result.last_loss = outcome.last.loss;
+  result.stopped_by_signal = outcome.end == LoopEnd::stop_requested;
   if (run.device().is_cuda())
     run.log("device memory: peak " + gib(allocator_for(run.device()).stats(run.device()).peak) + " allocated, " +
             gib(run.memory_plan().total()) + " planned");

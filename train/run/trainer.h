@@ -1,6 +1,7 @@
-// `fathom train`'s loop over a TrainingRun (train/run/run.h): progress lines and metrics at log.every,
-// checkpoints at checkpoint.every, evaluation at eval.every, both after the last step, and a clean
-// stop with a checkpoint on SIGINT/SIGTERM.
+// `fathom train`: a TrainingRun (train/run/run.h) through the run loop (train/run/run_loop.h), with
+// the training progress line and metrics at log.every, checkpoints at checkpoint.every, evaluation at
+// eval.every, both after the last step, and a clean stop with a checkpoint on SIGINT/SIGTERM to any
+// rank.
 #pragma once
 #include <filesystem>
 #include <map>
@@ -10,7 +11,6 @@
 #include "train/recipe/run_options.h"
 
 namespace fathom {
-
 
 struct TrainResult {
   std::filesystem::path run_dir;
