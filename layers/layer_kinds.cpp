@@ -16,9 +16,12 @@ namespace {
 // The built-in kinds, each registered by its own files; "attention" first (the default mixer).
 std::vector<LayerKind>& kinds() {
   static std::vector<LayerKind> table{attention_layer_kind(), moda_layer_kind(), mod_layer_kind(),
-                                      dsla_layer_kind()};
+                                      dsla_layer_kind()};  // kBuiltInKinds
   return table;
 }
+
+constexpr size_t kBuiltInKinds = 4;
+uint64_t version = 0;
 
 // Every name a kind claims: its own, its loss terms' and its taps'.
 std::vector<std::string> claimed_names(const LayerKind& kind) {
@@ -46,6 +49,21 @@ void register_layer_kind(LayerKind kind) {
                    "': the name '", name, "' is already the layer kind '", other.name, "''s");
     }
   kinds().push_back(std::move(kind));
+  ++version;
+}
+
+void unregister_layer_kind(const std::string& name) {
+  std::vector<LayerKind>& table = kinds();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const LayerKind& kind) { return kind.name == name; });
+  FATHOM_CHECK(it != table.end(), "no layer kind '", name, "' is registered");
+  FATHOM_CHECK(it - table.begin() >= ptrdiff_t(kBuiltInKinds), "the layer kind '", name, "' is built in");
+  table.erase(it);
+  ++version;
+}
+
+uint64_t layer_kinds_version() {
+  kinds();  // the built-in table exists before the first version is read
+  return version;
 }
 
 std::vector<std::string> layer_kind_names() {

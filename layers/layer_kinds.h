@@ -4,14 +4,14 @@
 // and the evaluation metrics made from them. The table in layer_kinds.cpp lists the built-in kinds;
 // register_layer_kind adds one at run time (a plug-in, or a test's kind). Nothing else names a kind.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <type_traits>
 
 #include "layers/decoder_layer.h"
 #include "layers/model_config.h"
@@ -89,6 +89,12 @@ const std::vector<LayerKind>& layer_kinds();
 // Adds a kind. Its name, its options', its loss terms' and its taps' names must be new (an error names
 // the clash), and its options must lie in its section ("<name>.").
 void register_layer_kind(LayerKind kind);
+// Removes a kind registered at run time (a plug-in unloaded, a test's kind after the test); an unknown
+// or built-in name is an error.
+void unregister_layer_kind(const std::string& name);
+// Changes with every registration and removal, so tables built from the kinds (the recipe schema)
+// know when to rebuild.
+uint64_t layer_kinds_version();
 // The names of the mixer kinds model.layers may name, in registration order.
 std::vector<std::string> layer_kind_names();
 // The mixer of layer `layer` of `config` (its kind is config.layer_kind(layer)). An unknown kind is

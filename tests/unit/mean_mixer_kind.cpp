@@ -113,9 +113,4 @@ LayerKind mean_layer_kind() {
                        }}}};
 }
 
-void register_mean_kind() {
-  static const bool registered = (register_layer_kind(mean_layer_kind()), true);
-  (void)registered;
-}
-
 }  // namespace fathom::test

@@ -19,7 +19,5 @@ inline constexpr char kMeanGateLoss[] = "mean_gate";
 inline constexpr char kMeanOutputTap[] = "mean.output";
 
 LayerKind mean_layer_kind();
-// Registers the kind once per process.
-void register_mean_kind();
 
 }  // namespace fathom::test

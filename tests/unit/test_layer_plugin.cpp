@@ -44,7 +44,9 @@ std::string plugin_recipe(const fs::path& run_dir, const std::string& extra = ""
 
 class LayerPlugin : public ::testing::Test {
  protected:
-  void SetUp() override { test::register_mean_kind(); }
+  // Registered for each test and removed after it, so no other test sees the kind.
+  void SetUp() override { register_layer_kind(test::mean_layer_kind()); }
+  void TearDown() override { unregister_layer_kind(test::kMeanKind); }
 };
 
 TEST_F(LayerPlugin, ItsOptionIsARecipeKeyWithTheUsualChecks) {
@@ -64,6 +66,7 @@ TEST_F(LayerPlugin, ItsOptionIsARecipeKeyWithTheUsualChecks) {
   EXPECT_NE(std::find(terms.begin(), terms.end(), test::kMeanGateLoss), terms.end());
   expect_error([] { register_layer_kind(test::mean_layer_kind()); },
                {"the name 'mean' is already the layer kind 'mean''s"});
+  expect_error([] { unregister_layer_kind("dsla"); }, {"the layer kind 'dsla' is built in"});
 }
 
 TEST_F(LayerPlugin, TheOptionReachesTheLayer) {

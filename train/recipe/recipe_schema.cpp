@@ -368,12 +368,13 @@ std::vector<RecipeKey> schema_with_kind_options() {
 }  // namespace
 
 const std::vector<RecipeKey>& recipe_keys() {
-  // Rebuilt when a layer kind registers after the first use (its options, loss terms and name join).
+  // Rebuilt when the layer kinds change after the first use (a kind's options, loss terms and name
+  // join or leave).
   static std::vector<RecipeKey> keys;
-  static size_t kinds_seen = 0;
-  if (keys.empty() || kinds_seen != layer_kinds().size()) {
+  static uint64_t kinds_version = 0;
+  if (keys.empty() || kinds_version != layer_kinds_version()) {
     keys = schema_with_kind_options();
-    kinds_seen = layer_kinds().size();
+    kinds_version = layer_kinds_version();
   }
   return keys;
 }
