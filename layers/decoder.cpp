@@ -6,7 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/kv_cache.h"
+#include "kernels/attention/kv_cache.h"
 
 namespace fathom {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/rope.h"
-#include "layers/mod_config.h"
+#include "kernels/rope/rope.h"
 #include "layers/dsla_config.h"
+#include "layers/mod_config.h"
 #include "layers/moda_config.h"
 
 namespace fathom {

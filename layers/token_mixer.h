@@ -55,7 +55,7 @@ struct MixerContext {
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
   // Decoding on a GPU: the positions the state held before this step, I32 [1] on the device (the
-  // decoding state's; kernels/kv_cache.h). Kernels that depend on the position read it there rather
+  // decoding state's; kernels/attention/kv_cache.h). Kernels that depend on the position read it there rather
   // than take it from the host, so the step can be replayed as a CUDA graph. Null elsewhere.
   const Tensor* device_past = nullptr;
   // MoD routed blocks (layers/routed_block.h): route causally (the predictor or the router's

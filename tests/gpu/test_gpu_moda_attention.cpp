@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/op_test_util.h"
 
 #if FATHOM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/moda/moda_attention.h"
+#include "kernels/moda/moda_launch.h"
 #endif
 
 using namespace fathom;
