@@ -26,29 +26,13 @@ void check_config(const AdamWStep& c) {
                c.grad_scale);
 }
 
-// The CPU path of adamw_update_ranges: one adamw_update per range, then the converted copy.
-void cpu_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
-                       const AdamWStep& config, Tensor* compute_copy) {
-  for (const AdamWRange& r : ranges) {
-    const int64_t n = r.end - r.begin;
-    Tensor p = param.flat().narrow(r.begin, n), mr = m.flat().narrow(r.begin, n), vr = v.flat().narrow(r.begin, n);
-    AdamWStep c = config;
-    c.weight_decay = r.weight_decay;
-    cpu::adamw_update(p, grad.flat().narrow(r.begin, n), mr, vr, c);
-    if (compute_copy) compute_copy->flat().narrow(r.begin, n).copy_from(p.to(compute_copy->dtype()));
-  }
-}
 }  // namespace
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& c) {
   check_buffers(param, grad, m, v);
   check_config(c);
-  if (common_device("adamw", {&param, &grad, &m, &v}).is_cpu()) return cpu::adamw_update(param, grad, m, v, c);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::adamw_update_ranges(param, grad, m, v, {{0, param.numel(), c.weight_decay}}, c, nullptr);
-#else
-  no_cuda_kernel("adamw");
-#endif
+  return on_device("adamw", common_device("adamw", {&param, &grad, &m, &v}), FATHOM_KERNEL(adamw_update), param, grad,
+                   m, v, c);
 }
 
 void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
@@ -74,13 +58,8 @@ void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
     FATHOM_CHECK(!compute_copy->shares_storage_with(param), "adamw: compute_copy must not share storage with param");
   }
   const Tensor none;
-  if (common_device("adamw", {&param, &grad, &m, &v, compute_copy ? compute_copy : &none}).is_cpu())
-    return cpu_update_ranges(param, grad, m, v, ranges, config, compute_copy);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::adamw_update_ranges(param, grad, m, v, ranges, config, compute_copy);
-#else
-  no_cuda_kernel("adamw");
-#endif
+  return on_device("adamw", common_device("adamw", {&param, &grad, &m, &v, compute_copy ? compute_copy : &none}),
+                   FATHOM_KERNEL(adamw_update_ranges), param, grad, m, v, ranges, config, compute_copy);
 }
 
 }  // namespace fathom

@@ -125,4 +125,9 @@ void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
   }
 }
 
+// One range over every element: the same single launch.
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config) {
+  cuda::adamw_update_ranges(param, grad, m, v, {{0, param.numel(), config.weight_decay}}, config, nullptr);
+}
+
 }  // namespace fathom::cuda

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -42,14 +43,12 @@ struct AdamWRange {
 void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
                          const AdamWStep& config, Tensor* compute_copy = nullptr);
 
-namespace cpu {
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
-}  // namespace cpu
-
-namespace cuda {
-// F32 buffers.
-void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
-                         const AdamWStep& config, Tensor* compute_copy);
-}  // namespace cuda
+// The backends' entry points (CUDA: F32 buffers; one update is a single range, one launch).
+using AdamWUpdateKernel = void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& config);
+using AdamWUpdateRangesKernel = void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                     const std::vector<AdamWRange>& ranges, const AdamWStep& config,
+                                     Tensor* compute_copy);
+FATHOM_BACKENDS(AdamWUpdateKernel, adamw_update)
+FATHOM_BACKENDS(AdamWUpdateRangesKernel, adamw_update_ranges)
 
 }  // namespace fathom

@@ -1,4 +1,4 @@
-// CPU AdamW: one fused, vectorisable pass over the four buffers.
+// CPU AdamW: one fused, vectorisable pass over the four buffers (per range for adamw_update_ranges).
 #include <cmath>
 
 #include "kernels/adamw/adamw.h"
@@ -30,6 +30,19 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
       p[i] = p[i] * decay - step * mi / (std::sqrt(vi * inv_bc2) + eps);
     }
   });
+}
+
+// One adamw_update per range, then the converted copy.
+void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamWRange>& ranges,
+                         const AdamWStep& config, Tensor* compute_copy) {
+  for (const AdamWRange& r : ranges) {
+    const int64_t n = r.end - r.begin;
+    Tensor p = param.flat().narrow(r.begin, n), mr = m.flat().narrow(r.begin, n), vr = v.flat().narrow(r.begin, n);
+    AdamWStep c = config;
+    c.weight_decay = r.weight_decay;
+    cpu::adamw_update(p, grad.flat().narrow(r.begin, n), mr, vr, c);
+    if (compute_copy) compute_copy->flat().narrow(r.begin, n).copy_from(p.to(compute_copy->dtype()));
+  }
 }
 
 }  // namespace fathom::cpu

@@ -7,12 +7,7 @@ namespace fathom {
 Tensor argmax_rows(const Tensor& x) {
   FATHOM_CHECK(x.defined() && x.rank() == 2 && x.dim(1) >= 1 && x.dim(1) <= (int64_t(1) << 31) - 1,
                "argmax_rows: x must be [rows, n] with 1 <= n < 2^31, got ", describe(x));
-  if (x.device().is_cpu()) return cpu::argmax_rows(x);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::argmax_rows(x);
-#else
-  no_cuda_kernel("argmax_rows");
-#endif
+  return on_device("argmax_rows", x.device(), FATHOM_KERNEL(argmax_rows), x);
 }
 
 }  // namespace fathom

@@ -2,16 +2,14 @@
 // to the lowest index, so the CPU and CUDA agree; NaNs are never chosen (a row of NaNs gives 0).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
 Tensor argmax_rows(const Tensor& x);
 
-namespace cpu {
-Tensor argmax_rows(const Tensor& x);
-}  // namespace cpu
-namespace cuda {
-Tensor argmax_rows(const Tensor& x);
-}  // namespace cuda
+// The backends' entry point.
+using ArgmaxRowsKernel = Tensor(const Tensor& x);
+FATHOM_BACKENDS(ArgmaxRowsKernel, argmax_rows)
 
 }  // namespace fathom

@@ -30,13 +30,8 @@ void check_grad_loss(const char* op, const Tensor& grad_loss, const Tensor& logi
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index) {
   check_logits_targets("cross_entropy", logits, targets, z_loss_weight);
-  if (common_device("cross_entropy", {&logits, &targets}).is_cpu())
-    return cpu::cross_entropy_forward(logits, targets, z_loss_weight, ignore_index);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::cross_entropy_forward(logits, targets, z_loss_weight, ignore_index);
-#else
-  no_cuda_kernel("cross_entropy");
-#endif
+  return on_device("cross_entropy", common_device("cross_entropy", {&logits, &targets}),
+                   FATHOM_KERNEL(cross_entropy_forward), logits, targets, z_loss_weight, ignore_index);
 }
 
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
@@ -55,13 +50,10 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
                "cross_entropy_backward: grad_logits overlaps the logits without being them");
   FATHOM_CHECK(!grad_logits.shares_storage_with(lse) && !grad_logits.shares_storage_with(targets),
                "cross_entropy_backward: grad_logits must not share storage with lse or targets");
-  if (common_device("cross_entropy_backward", {&grad_loss, &logits, &targets, &lse, &grad_logits}).is_cpu())
-    return cpu::cross_entropy_backward_into(grad_loss, logits, targets, lse, z_loss_weight, ignore_index, grad_logits);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::cross_entropy_backward_into(grad_loss, logits, targets, lse, z_loss_weight, ignore_index, grad_logits);
-#else
-  no_cuda_kernel("cross_entropy_backward");
-#endif
+  return on_device("cross_entropy_backward",
+                   common_device("cross_entropy_backward", {&grad_loss, &logits, &targets, &lse, &grad_logits}),
+                   FATHOM_KERNEL(cross_entropy_backward_into), grad_loss, logits, targets, lse, z_loss_weight,
+                   ignore_index, grad_logits);
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
@@ -80,13 +72,9 @@ CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor&
   // The logits are overwritten: the targets and grad_loss must not be among them.
   FATHOM_CHECK(!logits.shares_storage_with(targets) && !logits.shares_storage_with(grad_loss), op,
                ": the logits must not share storage with the targets or grad_loss (they are overwritten)");
-  if (common_device(op, {&logits, &targets, &grad_loss}).is_cpu())
-    return cpu::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss, read_parts);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::cross_entropy_forward_with_grad(logits, targets, z_loss_weight, ignore_index, grad_loss, read_parts);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&logits, &targets, &grad_loss}),
+                   FATHOM_KERNEL(cross_entropy_forward_with_grad), logits, targets, z_loss_weight, ignore_index,
+                   grad_loss, read_parts);
 }
 
 void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected) {
@@ -100,12 +88,8 @@ void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tens
                ": upstream ", describe(upstream), " and expected ", describe(expected), " must share one floating dtype");
   FATHOM_CHECK(!grad.shares_storage_with(upstream) && !grad.shares_storage_with(expected), op,
                ": grad must not share storage with upstream or expected");
-  if (common_device(op, {&grad, &upstream, &expected}).is_cpu()) return cpu::scale_grad_unless_expected(grad, upstream, expected);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::scale_grad_unless_expected(grad, upstream, expected);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&grad, &upstream, &expected}), FATHOM_KERNEL(scale_grad_unless_expected),
+                   grad, upstream, expected);
 }
 
 }  // namespace fathom

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -48,26 +49,20 @@ CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor&
 // and expected hold one element each, of one floating dtype; expected must not be 0.
 void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
 
-namespace cpu {
-CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                         int64_t ignore_index);
-void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
-CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts);
-void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
-}  // namespace cpu
-
-namespace cuda {
-// F32 or BF16 logits; forward synchronises once (the loss parts are returned as numbers), the fused
-// forward too unless told not to read them.
-CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                         int64_t ignore_index);
-void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& lse, double z_loss_weight, int64_t ignore_index, Tensor& grad_logits);
-CrossEntropyOutput cross_entropy_forward_with_grad(Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                                   int64_t ignore_index, const Tensor& grad_loss, bool read_parts);
-void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected);
-}  // namespace cuda
+// The backends' entry points. CUDA: F32 or BF16 logits; the forward synchronises once (the loss parts are
+// returned as numbers), the fused forward too unless told not to read them.
+using CrossEntropyForwardKernel = CrossEntropyOutput(const Tensor& logits, const Tensor& targets, double z_loss_weight,
+                                                     int64_t ignore_index);
+using CrossEntropyBackwardIntoKernel = void(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                            const Tensor& lse, double z_loss_weight, int64_t ignore_index,
+                                            Tensor& grad_logits);
+using CrossEntropyForwardWithGradKernel = CrossEntropyOutput(Tensor& logits, const Tensor& targets,
+                                                             double z_loss_weight, int64_t ignore_index,
+                                                             const Tensor& grad_loss, bool read_parts);
+using ScaleGradUnlessExpectedKernel = void(Tensor& grad, const Tensor& upstream, const Tensor& expected);
+FATHOM_BACKENDS(CrossEntropyForwardKernel, cross_entropy_forward)
+FATHOM_BACKENDS(CrossEntropyBackwardIntoKernel, cross_entropy_backward_into)
+FATHOM_BACKENDS(CrossEntropyForwardWithGradKernel, cross_entropy_forward_with_grad)
+FATHOM_BACKENDS(ScaleGradUnlessExpectedKernel, scale_grad_unless_expected)
 
 }  // namespace fathom

@@ -42,12 +42,8 @@ SoftmaxKlOutput softmax_kl_forward(const Tensor& student, const Tensor& teacher,
   const char* op = "softmax_kl";
   check_pair(op, student, teacher);
   check_temperature(op, temperature);
-  if (common_device(op, {&student, &teacher}).is_cpu()) return cpu::softmax_kl_forward(student, teacher, temperature);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::softmax_kl_forward(student, teacher, temperature);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&student, &teacher}), FATHOM_KERNEL(softmax_kl_forward), student, teacher,
+                   temperature);
 }
 
 Tensor softmax_kl_backward(const Tensor& grad_loss, const Tensor& student, const Tensor& teacher,
@@ -58,47 +54,28 @@ Tensor softmax_kl_backward(const Tensor& grad_loss, const Tensor& student, const
   check_grad_loss(op, grad_loss);
   check_row_stats(op, "lse_student", lse_student, student, 1);
   check_row_stats(op, "lse_teacher", lse_teacher, student, 1);
-  if (common_device(op, {&grad_loss, &student, &teacher, &lse_student, &lse_teacher}).is_cpu())
-    return cpu::softmax_kl_backward(grad_loss, student, teacher, lse_student, lse_teacher, temperature);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::softmax_kl_backward(grad_loss, student, teacher, lse_student, lse_teacher, temperature);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&grad_loss, &student, &teacher, &lse_student, &lse_teacher}),
+                   FATHOM_KERNEL(softmax_kl_backward), grad_loss, student, teacher, lse_student, lse_teacher,
+                   temperature);
 }
 
 Tensor mse_forward(const Tensor& x, const Tensor& target) {
   const char* op = "mse";
   check_pair(op, x, target);
-  if (common_device(op, {&x, &target}).is_cpu()) return cpu::mse_forward(x, target);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::mse_forward(x, target);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&x, &target}), FATHOM_KERNEL(mse_forward), x, target);
 }
 
 Tensor mse_backward(const Tensor& grad_loss, const Tensor& x, const Tensor& target) {
   const char* op = "mse_backward";
   check_pair(op, x, target);
   check_grad_loss(op, grad_loss);
-  if (common_device(op, {&grad_loss, &x, &target}).is_cpu()) return cpu::mse_backward(grad_loss, x, target);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::mse_backward(grad_loss, x, target);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&grad_loss, &x, &target}), FATHOM_KERNEL(mse_backward), grad_loss, x, target);
 }
 
 RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b) {
   const char* op = "row_cosine";
   check_pair(op, a, b);
-  if (common_device(op, {&a, &b}).is_cpu()) return cpu::row_cosine_forward(a, b);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::row_cosine_forward(a, b);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&a, &b}), FATHOM_KERNEL(row_cosine_forward), a, b);
 }
 
 std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
@@ -107,12 +84,8 @@ std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Ten
   check_pair(op, a, b);
   check_grad_loss(op, grad_loss);
   check_row_stats(op, "sums", sums, a, 3);
-  if (common_device(op, {&grad_loss, &a, &b, &sums}).is_cpu()) return cpu::row_cosine_backward(grad_loss, a, b, sums);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::row_cosine_backward(grad_loss, a, b, sums);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, {&grad_loss, &a, &b, &sums}), FATHOM_KERNEL(row_cosine_backward), grad_loss, a,
+                   b, sums);
 }
 
 }  // namespace fathom

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -44,28 +45,21 @@ RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b);
 std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
                                               const Tensor& sums);
 
-namespace cpu {
-SoftmaxKlOutput softmax_kl_forward(const Tensor& student, const Tensor& teacher, double temperature);
-Tensor softmax_kl_backward(const Tensor& grad_loss, const Tensor& student, const Tensor& teacher,
-                           const Tensor& lse_student, const Tensor& lse_teacher, double temperature);
-Tensor mse_forward(const Tensor& x, const Tensor& target);
-Tensor mse_backward(const Tensor& grad_loss, const Tensor& x, const Tensor& target);
-RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b);
-std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
-                                              const Tensor& sums);
-}  // namespace cpu
-
-namespace cuda {
-// F32 or BF16 inputs (f32 arithmetic); rows of at most 2^31 - 1 elements. Nothing here waits for
-// the device.
-SoftmaxKlOutput softmax_kl_forward(const Tensor& student, const Tensor& teacher, double temperature);
-Tensor softmax_kl_backward(const Tensor& grad_loss, const Tensor& student, const Tensor& teacher,
-                           const Tensor& lse_student, const Tensor& lse_teacher, double temperature);
-Tensor mse_forward(const Tensor& x, const Tensor& target);
-Tensor mse_backward(const Tensor& grad_loss, const Tensor& x, const Tensor& target);
-RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b);
-std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
-                                              const Tensor& sums);
-}  // namespace cuda
+// The backends' entry points. CUDA: F32 or BF16 inputs (f32 arithmetic); rows of at most 2^31 - 1
+// elements. Nothing there waits for the device.
+using SoftmaxKlForwardKernel = SoftmaxKlOutput(const Tensor& student, const Tensor& teacher, double temperature);
+using SoftmaxKlBackwardKernel = Tensor(const Tensor& grad_loss, const Tensor& student, const Tensor& teacher,
+                                       const Tensor& lse_student, const Tensor& lse_teacher, double temperature);
+using MseForwardKernel = Tensor(const Tensor& x, const Tensor& target);
+using MseBackwardKernel = Tensor(const Tensor& grad_loss, const Tensor& x, const Tensor& target);
+using RowCosineForwardKernel = RowCosineOutput(const Tensor& a, const Tensor& b);
+using RowCosineBackwardKernel = std::pair<Tensor, Tensor>(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
+                                                          const Tensor& sums);
+FATHOM_BACKENDS(SoftmaxKlForwardKernel, softmax_kl_forward)
+FATHOM_BACKENDS(SoftmaxKlBackwardKernel, softmax_kl_backward)
+FATHOM_BACKENDS(MseForwardKernel, mse_forward)
+FATHOM_BACKENDS(MseBackwardKernel, mse_backward)
+FATHOM_BACKENDS(RowCosineForwardKernel, row_cosine_forward)
+FATHOM_BACKENDS(RowCosineBackwardKernel, row_cosine_backward)
 
 }  // namespace fathom

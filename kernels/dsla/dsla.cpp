@@ -75,12 +75,8 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   const bool two = check_inputs("dsla_forward", q, k, v, g1, g2, gamma);
   check_state("dsla_forward", initial, q, two, false);
   const Device device = common_device("dsla_forward", {&q, &k, &v, &g1, &g2, &gamma, &initial.s1, &initial.s2});
-  if (device.is_cpu()) return cpu::dsla_forward(q, k, v, g1, g2, gamma, initial, return_final_state);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::dsla_forward(q, k, v, g1, g2, gamma, initial, return_final_state, keep_scores);
-#else
-  no_cuda_kernel("dsla_forward");
-#endif
+  return on_device("dsla_forward", device, FATHOM_KERNEL(dsla_forward), q, k, v, g1, g2, gamma, initial,
+                   return_final_state, keep_scores);
 }
 
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
@@ -92,12 +88,7 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
                "dsla_backward: scores ", describe(scores), " are not a forward's kept scores for q ", describe(q),
                " (bf16", dsla_scores_shape(q, two).str(), ")");
   const Device device = common_device("dsla_backward", {&grad_o, &q, &k, &v, &g1, &g2, &gamma, &scores});
-  if (device.is_cpu()) return cpu::dsla_backward(grad_o, q, k, v, g1, g2, gamma);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::dsla_backward(grad_o, q, k, v, g1, g2, gamma, scores);
-#else
-  no_cuda_kernel("dsla_backward");
-#endif
+  return on_device("dsla_backward", device, FATHOM_KERNEL(dsla_backward), grad_o, q, k, v, g1, g2, gamma, scores);
 }
 
 Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
@@ -105,12 +96,7 @@ Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const bool two = check_inputs("dsla_step", q, k, v, g1, g2, gamma);
   check_state("dsla_step", state, q, two, true);
   const Device device = common_device("dsla_step", {&q, &k, &v, &g1, &g2, &gamma, &state.s1, &state.s2});
-  if (device.is_cpu()) return cpu::dsla_step(q, k, v, g1, g2, gamma, state);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::dsla_step(q, k, v, g1, g2, gamma, state);
-#else
-  no_cuda_kernel("dsla_step");
-#endif
+  return on_device("dsla_step", device, FATHOM_KERNEL(dsla_step), q, k, v, g1, g2, gamma, state);
 }
 
 }  // namespace fathom

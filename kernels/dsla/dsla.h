@@ -5,6 +5,7 @@
 // GQA: k and v carry Hk heads; query head h reads KV head h / (H / Hk).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -45,24 +46,18 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
 Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
                  const Tensor& gamma, DslaState& state);
 
-namespace cpu {
-// The chunked form (chunks of kDslaChunk): the reference the CUDA training kernels mirror.
-DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state);
-DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma);
-// The step recurrence, one token at a time (also the decode path).
-Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                 const Tensor& gamma, DslaState& state);
-}  // namespace cpu
-
-namespace cuda {
-DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state, bool keep_scores);
-DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma, const Tensor& scores);
-Tensor dsla_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                 const Tensor& gamma, DslaState& state);
-}  // namespace cuda
+// The backends' entry points. The CPU runs the chunked form (chunks of kDslaChunk), the reference the CUDA
+// training kernels mirror; it keeps no scores (keep_scores and scores are CUDA's). dsla_step is the step
+// recurrence, one token at a time (also the decode path).
+using DslaForwardKernel = DslaForward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
+                                      const Tensor& g2, const Tensor& gamma, const DslaState& initial,
+                                      bool return_final_state, bool keep_scores);
+using DslaBackwardKernel = DslaGrads(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores);
+using DslaStepKernel = Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
+                              const Tensor& gamma, DslaState& state);
+FATHOM_BACKENDS(DslaForwardKernel, dsla_forward)
+FATHOM_BACKENDS(DslaBackwardKernel, dsla_backward)
+FATHOM_BACKENDS(DslaStepKernel, dsla_step)
 
 }  // namespace fathom

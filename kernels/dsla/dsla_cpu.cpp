@@ -222,8 +222,9 @@ std::pair<double, double> mix_weights(const Tensor& gamma, bool two, int64_t h) 
 
 }  // namespace
 
+// keep_scores asks for the CUDA bf16 kernels' scores, which the CPU does not keep (out.scores stays undefined).
 DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
-                         const Tensor& gamma, const DslaState& initial, bool return_final_state) {
+                         const Tensor& gamma, const DslaState& initial, bool return_final_state, bool keep_scores) {
   const Dims n = dims_of(q, k);
   const bool two = g2.defined();
   DslaForward out{Tensor::empty(q.shape(), q.dtype()), {}, {}};
@@ -253,8 +254,9 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return out;
 }
 
+// Kept scores come only from the CUDA kernels; the CPU recomputes its own (`scores` is unused).
 DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1,
-                        const Tensor& g2, const Tensor& gamma) {
+                        const Tensor& g2, const Tensor& gamma, const Tensor& scores) {
   const Dims n = dims_of(q, k);
   const bool two = g2.defined();
   DslaGrads grads{Tensor::empty(q.shape(), q.dtype()), Tensor::empty(k.shape(), k.dtype()),

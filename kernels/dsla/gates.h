@@ -2,6 +2,7 @@
 // key dimension, g = scale * logsigmoid(z + b), and the states' mixing weight gamma = sigmoid(c).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -19,18 +20,14 @@ Tensor sigmoid_expand_forward(const Tensor& logits, int64_t n);
 // d logits [m]: over each logit's outputs, the sum of grad_y * y * (1 - y). grad_y and y [n].
 Tensor sigmoid_expand_backward(const Tensor& grad_y, const Tensor& y, int64_t m);
 
-namespace cpu {
-Tensor log_sigmoid_gate_forward(const Tensor& z, const Tensor& bias, double scale);
-Tensor log_sigmoid_gate_backward(const Tensor& grad_g, const Tensor& g, double scale);
-Tensor sigmoid_expand_forward(const Tensor& logits, int64_t n);
-Tensor sigmoid_expand_backward(const Tensor& grad_y, const Tensor& y, int64_t m);
-}  // namespace cpu
-
-namespace cuda {
-Tensor log_sigmoid_gate_forward(const Tensor& z, const Tensor& bias, double scale);
-Tensor log_sigmoid_gate_backward(const Tensor& grad_g, const Tensor& g, double scale);
-Tensor sigmoid_expand_forward(const Tensor& logits, int64_t n);
-Tensor sigmoid_expand_backward(const Tensor& grad_y, const Tensor& y, int64_t m);
-}  // namespace cuda
+// The backends' entry points, one per op above.
+using LogSigmoidGateForwardKernel = Tensor(const Tensor& z, const Tensor& bias, double scale);
+using LogSigmoidGateBackwardKernel = Tensor(const Tensor& grad_g, const Tensor& g, double scale);
+using SigmoidExpandForwardKernel = Tensor(const Tensor& logits, int64_t n);
+using SigmoidExpandBackwardKernel = Tensor(const Tensor& grad_y, const Tensor& y, int64_t m);
+FATHOM_BACKENDS(LogSigmoidGateForwardKernel, log_sigmoid_gate_forward)
+FATHOM_BACKENDS(LogSigmoidGateBackwardKernel, log_sigmoid_gate_backward)
+FATHOM_BACKENDS(SigmoidExpandForwardKernel, sigmoid_expand_forward)
+FATHOM_BACKENDS(SigmoidExpandBackwardKernel, sigmoid_expand_backward)
 
 }  // namespace fathom

@@ -22,72 +22,38 @@ void check_defined(const char* op, const Tensor& t) { FATHOM_CHECK(t.defined(), 
 
 void add_inplace(Tensor& dst, const Tensor& src) {
   check_accumulate("add_inplace", dst, src);
-  if (common_device("add_inplace", {&dst, &src}).is_cpu()) return cpu::add_inplace(dst, src);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::add_inplace(dst, src);
-#else
-  no_cuda_kernel("add_inplace");
-#endif
+  return on_device("add_inplace", common_device("add_inplace", {&dst, &src}), FATHOM_KERNEL(add_inplace), dst, src);
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_same("add", a, b);
-  if (common_device("add", {&a, &b}).is_cpu()) return cpu::add(a, b);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::add(a, b);
-#else
-  no_cuda_kernel("add");
-#endif
+  return on_device("add", common_device("add", {&a, &b}), FATHOM_KERNEL(add), a, b);
 }
 
 void axpy_inplace(Tensor& dst, double alpha, const Tensor& src) {
   check_accumulate("axpy_inplace", dst, src);
-  if (common_device("axpy_inplace", {&dst, &src}).is_cpu()) return cpu::axpy_inplace(dst, alpha, src);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::axpy_inplace(dst, alpha, src);
-#else
-  no_cuda_kernel("axpy_inplace");
-#endif
+  return on_device("axpy_inplace", common_device("axpy_inplace", {&dst, &src}), FATHOM_KERNEL(axpy_inplace), dst, alpha,
+                   src);
 }
 
 void scale_inplace(Tensor& dst, double alpha) {
   check_defined("scale_inplace", dst);
-  if (dst.is_cpu()) return cpu::scale_inplace(dst, alpha);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::scale_inplace(dst, alpha);
-#else
-  no_cuda_kernel("scale_inplace");
-#endif
+  return on_device("scale_inplace", dst.device(), FATHOM_KERNEL(scale_inplace), dst, alpha);
 }
 
 double sum_squares(const Tensor& t) {
   check_defined("sum_squares", t);
-  if (t.is_cpu()) return cpu::sum_squares(t);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::sum_squares(t);
-#else
-  no_cuda_kernel("sum_squares");
-#endif
+  return on_device("sum_squares", t.device(), FATHOM_KERNEL(sum_squares), t);
 }
 
 double sum(const Tensor& t) {
   check_defined("sum", t);
-  if (t.is_cpu()) return cpu::sum(t);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::sum(t);
-#else
-  no_cuda_kernel("sum");
-#endif
+  return on_device("sum", t.device(), FATHOM_KERNEL(sum), t);
 }
 
 bool all_finite(const Tensor& t) {
   check_defined("all_finite", t);
-  if (t.is_cpu()) return cpu::all_finite(t);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::all_finite(t);
-#else
-  no_cuda_kernel("all_finite");
-#endif
+  return on_device("all_finite", t.device(), FATHOM_KERNEL(all_finite), t);
 }
 
 }  // namespace fathom

@@ -20,12 +20,8 @@ void check_ids(const char* op, const Tensor& ids) {
 Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   check_ids("embedding", ids);
   check_table("embedding", table);
-  if (common_device("embedding", {&ids, &table}).is_cpu()) return cpu::embedding_forward(ids, table);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::embedding_forward(ids, table);
-#else
-  no_cuda_kernel("embedding");
-#endif
+  return on_device("embedding", common_device("embedding", {&ids, &table}), FATHOM_KERNEL(embedding_forward), ids,
+                   table);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table) {
@@ -38,13 +34,8 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
   FATHOM_CHECK(grad_out.defined() && grad_out.shape() == Shape(expected) && (grad_out.dtype() == grad_table.dtype() || mixed),
                "embedding_backward: grad_out ", describe(grad_out), " should be ", dtype_name(grad_table.dtype()),
                Shape(expected).str(), " for ids ", describe(ids), " and table ", describe(grad_table));
-  if (common_device("embedding_backward", {&ids, &grad_out, &grad_table}).is_cpu())
-    return cpu::embedding_backward(ids, grad_out, grad_table);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::embedding_backward(ids, grad_out, grad_table);
-#else
-  no_cuda_kernel("embedding_backward");
-#endif
+  return on_device("embedding_backward", common_device("embedding_backward", {&ids, &grad_out, &grad_table}),
+                   FATHOM_KERNEL(embedding_backward), ids, grad_out, grad_table);
 }
 
 }  // namespace fathom

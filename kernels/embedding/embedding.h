@@ -1,6 +1,7 @@
 // Token embedding lookup: a gather of table rows, and its scatter-add gradient.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -13,16 +14,11 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 // accumulate into an F32 table gradient.
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
 
-namespace cpu {
-Tensor embedding_forward(const Tensor& ids, const Tensor& table);
-void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
-}  // namespace cpu
-
-namespace cuda {
-// F32 or BF16 tables. A bad id is reported at the next synchronisation (kernels/runtime/runtime.h); its
-// output row is zero and its gradient is dropped.
-Tensor embedding_forward(const Tensor& ids, const Tensor& table);
-void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
-}  // namespace cuda
+// The backends' entry points. CUDA: F32 or BF16 tables; a bad id is reported at the next synchronisation
+// (kernels/runtime/runtime.h), its output row is zero and its gradient is dropped.
+using EmbeddingForwardKernel = Tensor(const Tensor& ids, const Tensor& table);
+using EmbeddingBackwardKernel = void(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table);
+FATHOM_BACKENDS(EmbeddingForwardKernel, embedding_forward)
+FATHOM_BACKENDS(EmbeddingBackwardKernel, embedding_backward)
 
 }  // namespace fathom

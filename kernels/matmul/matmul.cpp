@@ -27,16 +27,11 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   FATHOM_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: output ", describe(c), " should be [", m, ", ", n, "]");
   FATHOM_CHECK(!c.shares_storage_with(a) && !c.shares_storage_with(b),
                "matmul: the output must not share storage with an input");
-  if (common_device("matmul", {&a, &b, &c}).is_cpu()) {
+  const Device device = common_device("matmul", {&a, &b, &c});
+  if (device.is_cpu())
     FATHOM_CHECK(!bf16_into_f32, "matmul: BF16 operands with an F32 output are a CUDA-only combination; the CPU "
                  "reference computes in F32 or F64");
-    return cpu::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
-  }
-#ifdef FATHOM_WITH_CUDA
-  return cuda::matmul(a, transpose_a, b, transpose_b, c, alpha, beta);
-#else
-  no_cuda_kernel("matmul");
-#endif
+  return on_device("matmul", device, FATHOM_KERNEL(matmul), a, transpose_a, b, transpose_b, c, alpha, beta);
 }
 
 Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {

@@ -1,6 +1,7 @@
 // Dense 2-D matrix product: the GEMM behind every linear layer (callers flatten leading dims).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -13,15 +14,10 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 // op(a) op(b) into a new tensor.
 Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b);
 
-namespace cpu {
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
-            double beta);
-}  // namespace cpu
-
-namespace cuda {
-// cuBLASLt: F32 (strict f32), BF16/F16 (f32 accumulation) or F64; BF16 operands with an F32 c.
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
-            double beta);
-}  // namespace cuda
+// The backends' entry point. CUDA runs cuBLASLt: F32 (strict f32), BF16/F16 (f32 accumulation) or F64;
+// BF16 operands with an F32 c.
+using MatmulKernel = void(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
+                          double alpha, double beta);
+FATHOM_BACKENDS(MatmulKernel, matmul)
 
 }  // namespace fathom

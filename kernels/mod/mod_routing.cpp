@@ -42,23 +42,13 @@ Tensor topk_per_sequence(const Tensor& scores, int64_t k) {
   FATHOM_CHECK(scores.defined() && scores.rank() == 2 && scores.dtype() == DType::f32 && scores.dim(1) >= 1,
                "topk_per_sequence: scores must be F32 [B, S] with S >= 1, got ", describe(scores));
   FATHOM_CHECK(k >= 1 && k <= scores.dim(1), "topk_per_sequence: k must be in [1, S = ", scores.dim(1), "], got ", k);
-  if (scores.device().is_cpu()) return cpu::topk_per_sequence(scores, k);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::topk_per_sequence(scores, k);
-#else
-  no_cuda_kernel("topk_per_sequence");
-#endif
+  return on_device("topk_per_sequence", scores.device(), FATHOM_KERNEL(topk_per_sequence), scores, k);
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {
   check_rows("gather_rows", "x", x);
   check_idx("gather_rows", idx, x.dim(0), x.dim(1));
-  if (common_device("gather_rows", {&x, &idx}).is_cpu()) return cpu::gather_rows(x, idx);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::gather_rows(x, idx);
-#else
-  no_cuda_kernel("gather_rows");
-#endif
+  return on_device("gather_rows", common_device("gather_rows", {&x, &idx}), FATHOM_KERNEL(gather_rows), x, idx);
 }
 
 Tensor scatter_rows(const Tensor& rows, const Tensor& idx, int64_t seq_len) {
@@ -66,12 +56,8 @@ Tensor scatter_rows(const Tensor& rows, const Tensor& idx, int64_t seq_len) {
   check_idx("scatter_rows", idx, rows.dim(0), seq_len);
   FATHOM_CHECK(rows.dim(1) == idx.dim(1), "scatter_rows: rows ", describe(rows), " and idx ", describe(idx),
                " differ in k");
-  if (common_device("scatter_rows", {&rows, &idx}).is_cpu()) return cpu::scatter_rows(rows, idx, seq_len);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::scatter_rows(rows, idx, seq_len);
-#else
-  no_cuda_kernel("scatter_rows");
-#endif
+  return on_device("scatter_rows", common_device("scatter_rows", {&rows, &idx}), FATHOM_KERNEL(scatter_rows), rows, idx,
+                   seq_len);
 }
 
 Tensor routed_mix_forward(const Tensor& x, const Tensor& y, const Tensor& r, const Tensor& idx, RouteWeight weight) {
@@ -79,12 +65,8 @@ Tensor routed_mix_forward(const Tensor& x, const Tensor& y, const Tensor& r, con
   check_logits("routed_mix", r, x, weight);
   const Tensor unused;
   const Tensor* logits = weight == RouteWeight::one ? &unused : &r;
-  if (common_device("routed_mix", {&x, &y, logits, &idx}).is_cpu()) return cpu::routed_mix_forward(x, y, r, idx, weight);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::routed_mix_forward(x, y, r, idx, weight);
-#else
-  no_cuda_kernel("routed_mix");
-#endif
+  return on_device("routed_mix", common_device("routed_mix", {&x, &y, logits, &idx}), FATHOM_KERNEL(routed_mix_forward),
+                   x, y, r, idx, weight);
 }
 
 RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, const Tensor& y, const Tensor& r,
@@ -95,13 +77,8 @@ RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, cons
                "routed_mix_backward: grad_out ", describe(grad_out), " does not match x ", describe(x));
   const Tensor unused;
   const Tensor* logits = weight == RouteWeight::one ? &unused : &r;
-  if (common_device("routed_mix_backward", {&grad_out, &x, &y, logits, &idx}).is_cpu())
-    return cpu::routed_mix_backward(grad_out, x, y, r, idx, weight);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::routed_mix_backward(grad_out, x, y, r, idx, weight);
-#else
-  no_cuda_kernel("routed_mix_backward");
-#endif
+  return on_device("routed_mix_backward", common_device("routed_mix_backward", {&grad_out, &x, &y, logits, &idx}),
+                   FATHOM_KERNEL(routed_mix_backward), grad_out, x, y, r, idx, weight);
 }
 
 namespace {
@@ -115,12 +92,8 @@ void check_bce(const char* op, const Tensor& logits, const Tensor& targets) {
 
 Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets) {
   check_bce("routing_bce", logits, targets);
-  if (common_device("routing_bce", {&logits, &targets}).is_cpu()) return cpu::routing_bce_forward(logits, targets);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::routing_bce_forward(logits, targets);
-#else
-  no_cuda_kernel("routing_bce");
-#endif
+  return on_device("routing_bce", common_device("routing_bce", {&logits, &targets}), FATHOM_KERNEL(routing_bce_forward),
+                   logits, targets);
 }
 
 Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets) {
@@ -128,13 +101,8 @@ Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const
   FATHOM_CHECK(grad_loss.defined() && grad_loss.numel() == 1 && grad_loss.dtype() == logits.dtype(),
                "routing_bce_backward: grad_loss must be one ", dtype_name(logits.dtype()), " element, got ",
                describe(grad_loss));
-  if (common_device("routing_bce_backward", {&grad_loss, &logits, &targets}).is_cpu())
-    return cpu::routing_bce_backward(grad_loss, logits, targets);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::routing_bce_backward(grad_loss, logits, targets);
-#else
-  no_cuda_kernel("routing_bce_backward");
-#endif
+  return on_device("routing_bce_backward", common_device("routing_bce_backward", {&grad_loss, &logits, &targets}),
+                   FATHOM_KERNEL(routing_bce_backward), grad_loss, logits, targets);
 }
 
 }  // namespace fathom

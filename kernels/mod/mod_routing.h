@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -44,27 +45,23 @@ Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets);
 // ((1 - t) sigmoid(l) - t sigmoid(-l)) / N so a confident right prediction keeps its small gradient.
 Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
 
-namespace cpu {
-Tensor topk_per_sequence(const Tensor& scores, int64_t k);
-Tensor gather_rows(const Tensor& x, const Tensor& idx);
-Tensor scatter_rows(const Tensor& rows, const Tensor& idx, int64_t seq_len);
-Tensor routed_mix_forward(const Tensor& x, const Tensor& y, const Tensor& r, const Tensor& idx, RouteWeight weight);
-RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, const Tensor& y, const Tensor& r,
-                                   const Tensor& idx, RouteWeight weight);
-Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets);
-Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
-}  // namespace cpu
-
-namespace cuda {
-// Up to S = 49152 per row (the scores of a row live in shared memory).
-Tensor topk_per_sequence(const Tensor& scores, int64_t k);
-Tensor gather_rows(const Tensor& x, const Tensor& idx);
-Tensor scatter_rows(const Tensor& rows, const Tensor& idx, int64_t seq_len);
-Tensor routed_mix_forward(const Tensor& x, const Tensor& y, const Tensor& r, const Tensor& idx, RouteWeight weight);
-RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, const Tensor& y, const Tensor& r,
-                                   const Tensor& idx, RouteWeight weight);
-Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets);
-Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
-}  // namespace cuda
+// The backends' entry points, one per op above. CUDA's top-k takes up to S = 49152 per row (the scores of
+// a row live in shared memory).
+using TopkPerSequenceKernel = Tensor(const Tensor& scores, int64_t k);
+using GatherRowsKernel = Tensor(const Tensor& x, const Tensor& idx);
+using ScatterRowsKernel = Tensor(const Tensor& rows, const Tensor& idx, int64_t seq_len);
+using RoutedMixForwardKernel = Tensor(const Tensor& x, const Tensor& y, const Tensor& r, const Tensor& idx,
+                                      RouteWeight weight);
+using RoutedMixBackwardKernel = RoutedMixGrads(const Tensor& grad_out, const Tensor& x, const Tensor& y,
+                                               const Tensor& r, const Tensor& idx, RouteWeight weight);
+using RoutingBceForwardKernel = Tensor(const Tensor& logits, const Tensor& targets);
+using RoutingBceBackwardKernel = Tensor(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets);
+FATHOM_BACKENDS(TopkPerSequenceKernel, topk_per_sequence)
+FATHOM_BACKENDS(GatherRowsKernel, gather_rows)
+FATHOM_BACKENDS(ScatterRowsKernel, scatter_rows)
+FATHOM_BACKENDS(RoutedMixForwardKernel, routed_mix_forward)
+FATHOM_BACKENDS(RoutedMixBackwardKernel, routed_mix_backward)
+FATHOM_BACKENDS(RoutingBceForwardKernel, routing_bce_forward)
+FATHOM_BACKENDS(RoutingBceBackwardKernel, routing_bce_backward)
 
 }  // namespace fathom

@@ -25,12 +25,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
                  describe(residual), " must match x ", describe(x));
   const Device device = residual.defined() ? common_device("rms_norm", {&x, &weight, &residual})
                                            : common_device("rms_norm", {&x, &weight});
-  if (device.is_cpu()) return cpu::rms_norm_forward(x, weight, eps, residual);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::rms_norm_forward(x, weight, eps, residual);
-#else
-  no_cuda_kernel("rms_norm");
-#endif
+  return on_device("rms_norm", device, FATHOM_KERNEL(rms_norm_forward), x, weight, eps, residual);
 }
 
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
@@ -46,13 +41,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
   FATHOM_CHECK(rstd.defined() && rstd.rank() == 1 && rstd.dim(0) == x.shape().rows() && rstd.dtype() == stats,
                "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(stats), "[",
                x.shape().rows(), "]");
-  if (common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}).is_cpu())
-    return cpu::rms_norm_backward(grad_y, x, weight, rstd);  // the CPU takes no BF16: dw is the weight's dtype
-#ifdef FATHOM_WITH_CUDA
-  return cuda::rms_norm_backward(grad_y, x, weight, rstd, dw);
-#else
-  no_cuda_kernel("rms_norm_backward");
-#endif
+  return on_device("rms_norm_backward", common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}),
+                   FATHOM_KERNEL(rms_norm_backward), grad_y, x, weight, rstd, dw);
 }
 
 }  // namespace fathom

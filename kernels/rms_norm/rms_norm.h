@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -26,16 +27,12 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                std::optional<DType> dweight_dtype = std::nullopt);
 
-namespace cpu {
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd);
-}  // namespace cpu
-
-namespace cuda {
-RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
-// dweight of weight's dtype or F32.
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                               DType dweight_dtype);
-}  // namespace cuda
+// The backends' entry points. dweight_dtype is the weight's dtype or, for a BF16 weight, F32 (CUDA only:
+// the CPU takes no BF16, so its weight gradient is always of the weight's dtype).
+using RmsNormForwardKernel = RmsNormOutput(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
+using RmsNormBackwardKernel = RmsNormGrads(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                           const Tensor& rstd, DType dweight_dtype);
+FATHOM_BACKENDS(RmsNormForwardKernel, rms_norm_forward)
+FATHOM_BACKENDS(RmsNormBackwardKernel, rms_norm_backward)
 
 }  // namespace fathom

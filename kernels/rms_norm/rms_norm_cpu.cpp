@@ -36,7 +36,9 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
   return out;
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+// The CPU takes no BF16, so the weight gradient's dtype is the weight's: dweight_dtype has no choice to make.
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               DType dweight_dtype) {
   const int64_t n = x.dim(-1), rows = x.shape().rows();
   RmsNormGrads grads{Tensor::empty(x.shape(), x.dtype()), Tensor::empty(weight.shape(), weight.dtype())};
   dispatch_float("rms_norm_backward", x.dtype(), [&]<typename T>() {

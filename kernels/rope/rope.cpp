@@ -63,23 +63,14 @@ std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, con
 
 Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling) {
   check_rope("rope", x, positions, theta, scaling);
-  if (common_device("rope", {&x, &positions}).is_cpu()) return cpu::rope_rotate(x, positions, theta, scaling, false);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::rope_rotate(x, positions, theta, scaling, false);
-#else
-  no_cuda_kernel("rope");
-#endif
+  return on_device("rope", common_device("rope", {&x, &positions}), FATHOM_KERNEL(rope_rotate), x, positions, theta,
+                   scaling, false);
 }
 
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double theta, const RopeScaling& scaling) {
   check_rope("rope_backward", grad_y, positions, theta, scaling);
-  if (common_device("rope_backward", {&grad_y, &positions}).is_cpu())
-    return cpu::rope_rotate(grad_y, positions, theta, scaling, true);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::rope_rotate(grad_y, positions, theta, scaling, true);
-#else
-  no_cuda_kernel("rope_backward");
-#endif
+  return on_device("rope_backward", common_device("rope_backward", {&grad_y, &positions}), FATHOM_KERNEL(rope_rotate),
+                   grad_y, positions, theta, scaling, true);
 }
 
 }  // namespace fathom

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -37,14 +38,10 @@ Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta, cons
 // The rotation is orthogonal, so the gradient is grad_y rotated by the opposite angles.
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double theta, const RopeScaling& scaling = {});
 
-namespace cpu {
-// Rotates by +angle (forward) or -angle (inverse = backward).
-Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse);
-}  // namespace cpu
-
-namespace cuda {
-// As cpu::rope_rotate; a negative position is reported at the next synchronisation (runtime.h).
-Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling, bool inverse);
-}  // namespace cuda
+// The backends' entry point: rotates by +angle (forward) or -angle (inverse = backward). On CUDA a negative
+// position is reported at the next synchronisation (kernels/runtime/runtime.h).
+using RopeRotateKernel = Tensor(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling,
+                                bool inverse);
+FATHOM_BACKENDS(RopeRotateKernel, rope_rotate)
 
 }  // namespace fathom

@@ -2,6 +2,7 @@
 // predictor's activation).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -17,18 +18,14 @@ SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tens
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_y, const Tensor& x);
 
-namespace cpu {
-Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
-SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up);
-Tensor silu_forward(const Tensor& x);
-Tensor silu_backward(const Tensor& grad_y, const Tensor& x);
-}  // namespace cpu
-
-namespace cuda {
-Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
-SwigluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up);
-Tensor silu_forward(const Tensor& x);
-Tensor silu_backward(const Tensor& grad_y, const Tensor& x);
-}  // namespace cuda
+// The backends' entry points, one per op above.
+using SwigluForwardKernel = Tensor(const Tensor& gate, const Tensor& up);
+using SwigluBackwardKernel = SwigluGrads(const Tensor& grad_y, const Tensor& gate, const Tensor& up);
+using SiluForwardKernel = Tensor(const Tensor& x);
+using SiluBackwardKernel = Tensor(const Tensor& grad_y, const Tensor& x);
+FATHOM_BACKENDS(SwigluForwardKernel, swiglu_forward)
+FATHOM_BACKENDS(SwigluBackwardKernel, swiglu_backward)
+FATHOM_BACKENDS(SiluForwardKernel, silu_forward)
+FATHOM_BACKENDS(SiluBackwardKernel, silu_backward)
 
 }  // namespace fathom
