@@ -4,10 +4,6 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
-#ifdef FATHOM_WITH_CUDA
-#include "kernels/attention/attention_fp32.h"
-#include "kernels/attention/flash_attention.h"
-#endif
 
 namespace fathom {
 
@@ -30,14 +26,8 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   check_qkv("attention", q, k, v, scale);
-  if (common_device("attention", {&q, &k, &v}).is_cpu()) return cpu::attention_forward(q, k, v, scale);
-#ifdef FATHOM_WITH_CUDA
-  // F32 (train.precision: fp32) runs the fp32 kernels; BF16 the flash kernels.
-  if (q.dtype() == DType::f32) return cuda::attention_forward_fp32(q, k, v, scale);
-  return cuda::attention_forward(q, k, v, scale);
-#else
-  no_cuda_kernel("attention");
-#endif
+  return on_device("attention", common_device("attention", {&q, &k, &v}), FATHOM_KERNEL(attention_forward), q, k, v,
+                   scale);
 }
 
 AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -50,14 +40,8 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
   const Shape lse_shape{q.dim(0), q.dim(2), q.dim(1)};
   FATHOM_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), "attention_backward: lse ",
                describe(lse), " should be ", dtype_name(q.dtype()), lse_shape.str());
-  if (common_device("attention_backward", {&grad_o, &q, &k, &v, &o, &lse}).is_cpu())
-    return cpu::attention_backward(grad_o, q, k, v, o, lse, scale);
-#ifdef FATHOM_WITH_CUDA
-  if (q.dtype() == DType::f32) return cuda::attention_backward_fp32(grad_o, q, k, v, o, lse, scale);
-  return cuda::attention_backward(grad_o, q, k, v, o, lse, scale);
-#else
-  no_cuda_kernel("attention_backward");
-#endif
+  return on_device("attention_backward", common_device("attention_backward", {&grad_o, &q, &k, &v, &o, &lse}),
+                   FATHOM_KERNEL(attention_backward), grad_o, q, k, v, o, lse, scale);
 }
 
 double attention_entropy(const Tensor& q, const Tensor& k, double scale) {

@@ -2,6 +2,7 @@
 // extend it). q [B, T, Hq, d], k and v [B, T, Hk, d], Hq = G * Hk: query head h reads KV head h / G.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -28,10 +29,12 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
 // (no gradient); the reduction runs on the host in double.
 double attention_entropy(const Tensor& q, const Tensor& k, double scale);
 
-namespace cpu {
-AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
-AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& o, const Tensor& lse, double scale);
-}  // namespace cpu
+// The backends' entry points. CUDA runs the flash kernels in bf16 (kernels/attention/flash_attention.h) and
+// the fp32 kernels for F32 (kernels/attention/attention_fp32.h, train.precision: fp32).
+using AttentionForwardKernel = AttentionOutput(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+using AttentionBackwardKernel = AttentionGrads(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& o, const Tensor& lse, double scale);
+FATHOM_BACKENDS(AttentionForwardKernel, attention_forward)
+FATHOM_BACKENDS(AttentionBackwardKernel, attention_backward)
 
 }  // namespace fathom

@@ -46,15 +46,15 @@ struct Fp32AttentionBackwardParams {
 void fp32_attention_forward(const Fp32AttentionParams& params, cudaStream_t stream);
 void fp32_attention_backward(const Fp32AttentionBackwardParams& params, cudaStream_t stream);
 
-// Tensor-level entry points (F32 tensors on one CUDA device, the current one), for the dispatch in
-// kernels/attention/attention.cpp. Outputs come from the device's allocator; kernels run on its stream.
-AttentionOutput attention_forward_fp32(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
-AttentionGrads attention_backward_fp32(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& o, const Tensor& lse, double scale);
+// Tensor level (F32 tensors on one CUDA device, the current one): what the CUDA backend's attention_forward
+// and attention_backward (flash_attention.cu) run for F32. Outputs come from the device's allocator; kernels
+// run on its stream.
+AttentionForwardKernel attention_forward_fp32;
+AttentionBackwardKernel attention_backward_fp32;
 
-// Decode attention (kernels/attention/decode_attention.h) in fp32 without depth slots: q [B, Tq, Hq, d] reads
-// the KV caches [B, Hk, capacity, d] up to `length`, or up to past[0] + Tq read on the device (I32 [1];
-// at most the capacity), so that a decoding step replays as a CUDA graph. The caller has checked the
+// Decode attention (kernels/attention/decode_attention.h) in fp32 without depth slots: q [B, Tq, Hq, d]
+// reads the KV caches [B, Hk, capacity, d] up to `length`, or up to past[0] + Tq read on the device (I32
+// [1]; at most the capacity), so that a decoding step replays as a CUDA graph. The caller has checked the
 // shapes and the length against the capacity.
 Tensor decode_attention_fp32(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                              double scale);

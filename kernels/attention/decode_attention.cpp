@@ -3,9 +3,6 @@
 #include <cmath>
 
 #include "kernels/dispatch.h"
-#ifdef FATHOM_WITH_CUDA
-#include "kernels/attention/attention_fp32.h"
-#endif
 
 namespace fathom {
 
@@ -53,35 +50,14 @@ void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   check_depth(q, Hk, depth);
 }
 
-#ifdef FATHOM_WITH_CUDA
-// Which CUDA kernel decodes: the bf16 split-K kernel (head dims 64 and 128, with or without depth
-// slots), or the fp32 attention kernel (any head dim up to 256, no depth slots).
-bool runs_bf16_kernel(const Tensor& q) { return q.dtype() == DType::bf16 && (q.dim(3) == 64 || q.dim(3) == 128); }
-bool runs_fp32_kernel(const Tensor& q, const DepthSlots& depth) {
-  return q.dtype() == DType::f32 && depth.begin == depth.end && q.dim(3) <= cuda::kFp32AttentionMaxHeadDim;
-}
-#endif
-
 }  // namespace
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                         const DepthSlots& depth, double scale) {
   check_arguments(q, k_cache, v_cache, length, depth, scale);
-  if (common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v}).is_cpu())
-    return cpu::decode_attention(q, k_cache, v_cache, length, depth, scale);
-#ifdef FATHOM_WITH_CUDA
-  if (runs_fp32_kernel(q, depth)) return cuda::decode_attention_fp32(q, k_cache, v_cache, length, scale);
-  if (runs_bf16_kernel(q)) return cuda::decode_attention(q, k_cache, v_cache, length, depth, scale);
-  // Other head dims in bf16 (tiny models such as the quickstart's 16) and F32 with depth slots have
-  // no kernel: the reference decodes them on the host, in f32, and the output goes back.
-  auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu()).to(DType::f32) : t; };
-  return cpu::decode_attention(host(q), host(k_cache), host(v_cache), length,
-                               DepthSlots{host(depth.k), host(depth.v), depth.begin, depth.end}, scale)
-      .to(q.dtype())
-      .to(q.device());
-#else
-  no_cuda_kernel(kOp);
-#endif
+  return on_device<DecodeAttentionKernel>(kOp, common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v}),
+                                          FATHOM_KERNEL(run_decode_attention), q, k_cache, v_cache, length, depth,
+                                          scale);
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
@@ -92,12 +68,11 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   // Every check but the length's, which only the device knows: for it, the longest the cache holds.
   check_arguments(q, k_cache, v_cache, k_cache.dim(2), depth, scale);
   const Device device = common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v, &past});
-#ifdef FATHOM_WITH_CUDA
-  if (device.is_cuda() && runs_fp32_kernel(q, depth)) return cuda::decode_attention_fp32(q, k_cache, v_cache, past, scale);
-  if (device.is_cuda() && runs_bf16_kernel(q)) return cuda::decode_attention(q, k_cache, v_cache, past, depth, scale);
-#endif
-  // Elsewhere the count is read on the host (a copy and a wait, which a graph capture refuses).
-  (void)device;
+  Tensor o = on_device<DecodeAttentionPastKernel>(kOp, device, FATHOM_KERNEL(run_decode_attention), q, k_cache, v_cache,
+                                                  past, depth, scale);
+  if (o.defined()) return o;
+  // No kernel reads the count on the device: it is read on the host (a copy and a wait, which a graph
+  // capture refuses).
   return decode_attention(q, k_cache, v_cache, int64_t(past.to(Device::cpu()).data<int32_t>()[0]) + q.dim(1), depth,
                           scale);
 }

@@ -11,11 +11,13 @@
 //    (decode_split_rows_kernel), so short caches at large batch are not latency-bound.
 // Tiles move global -> shared with 16-byte cp.async copies, double buffered. Every sum runs in a
 // fixed order (no atomics): two runs give bit-identical outputs. Scores are kept in the log2 domain
-// (q is prescaled by scale * log2 e) so the exponentials are exp2.
+// (q is prescaled by scale * log2 e) so the exponentials are exp2. run_decode_attention, the CUDA backend's
+// entry point, picks this kernel, the fp32 attention kernel, or the CPU reference on a host copy.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention/attention_fp32.h"
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/runtime/argument_checks.h"
@@ -596,6 +598,35 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                         const DepthSlots& depth, double scale) {
   check_device_tensor(kOp, "past", past, DType::i32, q.device(), "the position count is I32 [1] on q's device");
   return run_decode(q, k_cache, v_cache, k_cache.dim(2), &past, depth, scale);
+}
+
+namespace {
+// Which kernel decodes: the bf16 split-K kernel above (head dims 64 and 128, with or without depth
+// slots), or the fp32 attention kernel (any head dim up to 256, no depth slots).
+bool runs_bf16_kernel(const Tensor& q) { return q.dtype() == DType::bf16 && (q.dim(3) == 64 || q.dim(3) == 128); }
+bool runs_fp32_kernel(const Tensor& q, const DepthSlots& depth) {
+  return q.dtype() == DType::f32 && depth.begin == depth.end && q.dim(3) <= kFp32AttentionMaxHeadDim;
+}
+}  // namespace
+
+Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                            const DepthSlots& depth, double scale) {
+  if (runs_fp32_kernel(q, depth)) return decode_attention_fp32(q, k_cache, v_cache, length, scale);
+  if (runs_bf16_kernel(q)) return cuda::decode_attention(q, k_cache, v_cache, length, depth, scale);
+  // Other head dims in bf16 (tiny models such as the quickstart's 16) and F32 with depth slots have
+  // no kernel: the reference decodes them on the host, in f32, and the output goes back.
+  auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu()).to(DType::f32) : t; };
+  return cpu::decode_attention(host(q), host(k_cache), host(v_cache), length,
+                               DepthSlots{host(depth.k), host(depth.v), depth.begin, depth.end}, scale)
+      .to(q.dtype())
+      .to(q.device());
+}
+
+Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                            const DepthSlots& depth, double scale) {
+  if (runs_fp32_kernel(q, depth)) return decode_attention_fp32(q, k_cache, v_cache, past, scale);
+  if (runs_bf16_kernel(q)) return cuda::decode_attention(q, k_cache, v_cache, past, depth, scale);
+  return Tensor();  // no kernel for these inputs reads the count on the device
 }
 
 }  // namespace fathom::cuda

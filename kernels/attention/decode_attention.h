@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 #include "kernels/moda/moda_attention.h"
 
 namespace fathom {
@@ -43,18 +44,24 @@ inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Ten
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale);
 
-namespace cpu {
-Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
-                        const DepthSlots& depth, double scale);
-}  // namespace cpu
-
+// The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K
+// flash decoding in bf16 with fp32 accumulation for head dims 64 and 128 (kernels/attention/decode_attention.cu;
+// the output comes from the device's allocator and the kernels run on its current stream).
+using DecodeAttentionKernel = Tensor(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                                     const DepthSlots& depth, double scale);
+using DecodeAttentionPastKernel = Tensor(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                         const Tensor& past, const DepthSlots& depth, double scale);
+FATHOM_BACKENDS(DecodeAttentionKernel, decode_attention)
 namespace cuda {
-// Split-K flash decoding (kernels/attention/decode_attention.cu); the output comes from the device's
-// allocator and the kernels run on its current stream.
-Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
-                        const DepthSlots& depth, double scale);
-Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
-                        const DepthSlots& depth, double scale);
+DecodeAttentionPastKernel decode_attention;
 }  // namespace cuda
+
+// The entry points the dispatch calls. The CPU runs the reference. CUDA picks a kernel: the fp32 attention
+// kernel for F32 without depth slots (kernels/attention/attention_fp32.h), the bf16 kernel above, and for the
+// rest (bf16 at other head dims, such as the quickstart's 16, and F32 with depth slots) the reference on a
+// host copy in f32. With the count `past` on the device, the result is undefined where no kernel reads it
+// there (always on the CPU): the dispatch then reads the count on the host.
+FATHOM_BACKENDS(DecodeAttentionKernel, run_decode_attention)
+FATHOM_BACKENDS(DecodeAttentionPastKernel, run_decode_attention)
 
 }  // namespace fathom

@@ -77,4 +77,15 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   return o;
 }
 
+Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                            const DepthSlots& depth, double scale) {
+  return cpu::decode_attention(q, k_cache, v_cache, length, depth, scale);
+}
+
+// The CPU reads the count on the host, where it is: nothing here reads it on a device.
+Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                            const DepthSlots& depth, double scale) {
+  return Tensor();
+}
+
 }  // namespace fathom::cpu

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention/attention_fp32.h"
 #include "kernels/attention/attention_host.h"
 #include "kernels/attention/attention_launch.cuh"
 #include "kernels/runtime/runtime.h"
@@ -63,13 +64,15 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   flash::dispatch_width(a.d, [&]<int D>() { flash::launch_backward_passes<D>(a, stream, scratch); });
 }
 
-// ---- Tensor wrappers ----
+// ---- Tensor level: the CUDA backend's entry points (kernels/attention/attention.h) ----
 
 namespace {
 constexpr const char* kComputes = "CUDA attention runs the flash kernels on BF16 and the fp32 kernels on F32";
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  // F32 (train.precision: fp32) runs the fp32 kernels; BF16 the flash kernels.
+  if (q.dtype() == DType::f32) return attention_forward_fp32(q, k, v, scale);
   const char* op = "attention (cuda)";
   const Device device = q.device();
   check_attention_tensors(op, {{"q", &q}, {"k", &k}, {"v", &v}}, DType::bf16, device, kComputes);
@@ -84,6 +87,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 
 AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& o, const Tensor& lse, double scale) {
+  if (q.dtype() == DType::f32) return attention_backward_fp32(grad_o, q, k, v, o, lse, scale);
   const char* op = "attention_backward (cuda)";
   const Device device = q.device();
   check_attention_tensors(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"o", &o}, {"grad_o", &grad_o}}, DType::bf16, device,

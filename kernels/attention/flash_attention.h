@@ -5,7 +5,10 @@
 // Two levels:
 //  - raw launchers over device pointers (cudaMalloc'd buffers, any stream), used by the tests and the
 //    benchmark and by anything that manages its own memory;
-//  - Tensor wrappers with the signatures of kernels/attention/attention.h, for the CUDA dispatch.
+//  - at the Tensor level, the CUDA backend's attention_forward and attention_backward, declared in
+//    kernels/attention/attention.h (flash_attention.cu): bf16 q, k, v, o, grad_o on one CUDA device and
+//    an f32 lse run these kernels, F32 inputs the fp32 kernels of attention_fp32.h. Outputs and the
+//    backward scratch come from the device's registered allocator; kernels run on its current stream.
 // Head dims: any d that is a multiple of 8 up to 128; d = 64 and 128 run the full-width kernels,
 // smaller d run the 32/64-wide kernels with zero-padded columns.
 #pragma once
@@ -58,11 +61,5 @@ size_t flash_backward_workspace_bytes(const FlashShape& shape);
 // Enqueue the kernels on `stream`; argument errors throw fathom::Error before anything is launched.
 void flash_attention_forward(const FlashParams& params, cudaStream_t stream);
 void flash_attention_backward(const FlashBackwardParams& params, cudaStream_t stream);
-
-// Tensor-level entry points (bf16 q, k, v, o, grad_o on one CUDA device; lse f32). Outputs and the
-// backward scratch come from the device's registered allocator; kernels run on the default stream.
-AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
-AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& o, const Tensor& lse, double scale);
 
 }  // namespace fathom::cuda

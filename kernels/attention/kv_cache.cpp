@@ -28,12 +28,8 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
   FATHOM_CHECK(start >= 0 && start + rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1),
                " new positions from ", start, " overrun the cache's capacity of ", cache.dim(2));
   if (rows.numel() == 0) return;
-  if (common_device("kv_cache_write", {&cache, &rows}).is_cpu()) return cpu::kv_cache_write(cache, rows, start);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::kv_cache_write(cache, rows, start);
-#else
-  no_cuda_kernel("kv_cache_write");
-#endif
+  return on_device<KvCacheWriteKernel>("kv_cache_write", common_device("kv_cache_write", {&cache, &rows}),
+                                       FATHOM_KERNEL(kv_cache_write), cache, rows, start);
 }
 
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
@@ -42,42 +38,20 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
   FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1), " new positions overrun the cache's capacity of ",
                cache.dim(2));
   if (rows.numel() == 0) return;
-  if (common_device("kv_cache_write", {&cache, &rows, &past}).is_cpu())
-    return cpu::kv_cache_write(cache, rows, int64_t(past.data<int32_t>()[0]));
-#ifdef FATHOM_WITH_CUDA
-  return cuda::kv_cache_write(cache, rows, past);
-#else
-  no_cuda_kernel("kv_cache_write");
-#endif
+  return on_device<KvCacheWritePastKernel>("kv_cache_write", common_device("kv_cache_write", {&cache, &rows, &past}),
+                                           FATHOM_KERNEL(kv_cache_write), cache, rows, past);
 }
 
 Tensor positions_after(const Tensor& past, int64_t T) {
   check_past("positions_after", past);
   FATHOM_CHECK(T >= 0, "positions_after: T must be >= 0, got ", T);
-  if (past.is_cpu()) {
-    Tensor out = Tensor::empty({T}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) out.data<int32_t>()[t] = past.data<int32_t>()[0] + int32_t(t);
-    return out;
-  }
-#ifdef FATHOM_WITH_CUDA
-  return cuda::positions_after(past, T);
-#else
-  no_cuda_kernel("positions_after");
-#endif
+  return on_device("positions_after", past.device(), FATHOM_KERNEL(positions_after), past, T);
 }
 
 void advance_positions(Tensor& past, int64_t T) {
   check_past("advance_positions", past);
   FATHOM_CHECK(T >= 0, "advance_positions: T must be >= 0, got ", T);
-  if (past.is_cpu()) {
-    past.data<int32_t>()[0] += int32_t(T);
-    return;
-  }
-#ifdef FATHOM_WITH_CUDA
-  return cuda::advance_positions(past, T);
-#else
-  no_cuda_kernel("advance_positions");
-#endif
+  return on_device("advance_positions", past.device(), FATHOM_KERNEL(advance_positions), past, T);
 }
 
 }  // namespace fathom

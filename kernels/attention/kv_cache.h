@@ -3,6 +3,7 @@
 // out, [B, Tq, Hk, d]. cache[b, h, start + t, :] = rows[b, t, h, :] for t < Tq; nothing else changes.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -22,14 +23,14 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past);
 Tensor positions_after(const Tensor& past, int64_t T);
 void advance_positions(Tensor& past, int64_t T);
 
-namespace cpu {
-void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start);
-}  // namespace cpu
-namespace cuda {
-void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start);
-void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past);
-Tensor positions_after(const Tensor& past, int64_t T);
-void advance_positions(Tensor& past, int64_t T);
-}  // namespace cuda
+// The backends' entry points, one per function above (on the CPU, past is read on the host).
+using KvCacheWriteKernel = void(Tensor& cache, const Tensor& rows, int64_t start);
+using KvCacheWritePastKernel = void(Tensor& cache, const Tensor& rows, const Tensor& past);
+using PositionsAfterKernel = Tensor(const Tensor& past, int64_t T);
+using AdvancePositionsKernel = void(Tensor& past, int64_t T);
+FATHOM_BACKENDS(KvCacheWriteKernel, kv_cache_write)
+FATHOM_BACKENDS(KvCacheWritePastKernel, kv_cache_write)
+FATHOM_BACKENDS(PositionsAfterKernel, positions_after)
+FATHOM_BACKENDS(AdvancePositionsKernel, advance_positions)
 
 }  // namespace fathom

@@ -16,4 +16,17 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
                     src + size_t((b * Tq + t) * Hk + h) * row_bytes, row_bytes);
 }
 
+// The position count is host memory on the CPU: read directly.
+void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
+  cpu::kv_cache_write(cache, rows, int64_t(past.data<int32_t>()[0]));
+}
+
+Tensor positions_after(const Tensor& past, int64_t T) {
+  Tensor out = Tensor::empty({T}, DType::i32);
+  for (int64_t t = 0; t < T; ++t) out.data<int32_t>()[t] = past.data<int32_t>()[0] + int32_t(t);
+  return out;
+}
+
+void advance_positions(Tensor& past, int64_t T) { past.data<int32_t>()[0] += int32_t(T); }
+
 }  // namespace fathom::cpu

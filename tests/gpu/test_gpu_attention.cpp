@@ -1,4 +1,4 @@
-// CUDA flash attention against the CPU reference (kernels/cpu, in f32 on the same bf16-rounded
+// CUDA flash attention against the CPU reference (kernels/attention/attention_cpu.cpp, in f32 on the same bf16-rounded
 // inputs): O, the log-sum-exp and all three gradients within 1e-2 relative L2, over sequence lengths
 // that hit every tile tail, group sizes including 3, batch 1 and 2, head dims 64 and 128 and the
 // padded widths; the backward pass bit-identical across runs. Buffers are plain cudaMalloc through the
