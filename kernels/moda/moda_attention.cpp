@@ -1,9 +1,6 @@
 #include "kernels/moda/moda_attention.h"
 
 #include "kernels/dispatch.h"
-#ifdef FATHOM_WITH_CUDA
-#include "kernels/moda/moda_tensor.h"
-#endif
 
 namespace fathom {
 
@@ -46,13 +43,8 @@ void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
   FATHOM_CHECK(x.dtype() == buffer.dtype() || (x.dtype() == DType::f32 && buffer.dtype() == DType::bf16),
                "write_depth_slot: ", describe(x), " into a ", dtype_name(buffer.dtype()),
                " depth buffer (the values must have its dtype, or be F32 into BF16)");
-  if (common_device("write_depth_slot", {&buffer, &x}).is_cpu())
-    return cpu::write_depth_slot(buffer, slot, x.to(buffer.dtype()));
-#ifdef FATHOM_WITH_CUDA
-  cuda::write_depth_slot(buffer, slot, x);
-#else
-  no_cuda_kernel("write_depth_slot");
-#endif
+  return on_device("write_depth_slot", common_device("write_depth_slot", {&buffer, &x}),
+                   FATHOM_KERNEL(write_depth_slot), buffer, slot, x);
 }
 
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot) { return read_depth_slot(buffer, slot, buffer.dtype()); }
@@ -60,35 +52,20 @@ Tensor read_depth_slot(const Tensor& buffer, int64_t slot) { return read_depth_s
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {
   const Shape& b = buffer.shape();
   check_slot("read_depth_slot", buffer, slot, buffer.rank() == 5 ? Shape({b[0], b[1], b[3], b[4]}) : Shape());
-  if (buffer.is_cpu()) return cpu::read_depth_slot(buffer, slot).to(dtype);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::read_depth_slot(buffer, slot, dtype);
-#else
-  no_cuda_kernel("read_depth_slot");
-#endif
+  return on_device("read_depth_slot", buffer.device(), FATHOM_KERNEL(read_depth_slot), buffer, slot, dtype);
 }
 
 void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
   FATHOM_CHECK(buffer.rank() == 5, "zero_depth_slots: a depth buffer is [B, T, S, Hk, d], got ", describe(buffer));
   check_slot_range("zero_depth_slots", buffer, begin, end);
-  if (buffer.is_cpu()) return cpu::zero_depth_slots(buffer, begin, end);
-#ifdef FATHOM_WITH_CUDA
-  cuda::zero_depth_slots(buffer, begin, end);
-#else
-  no_cuda_kernel("zero_depth_slots");
-#endif
+  return on_device("zero_depth_slots", buffer.device(), FATHOM_KERNEL(zero_depth_slots), buffer, begin, end);
 }
 
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale) {
   check_shapes("moda_attention", q, k, v, depth);
-  if (common_device("moda_attention", {&q, &k, &v, &depth.k, &depth.v}).is_cpu())
-    return cpu::moda_attention_forward(q, k, v, depth, scale);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::moda_attention_forward(q, k, v, depth, scale);
-#else
-  no_cuda_kernel("moda_attention");
-#endif
+  return on_device("moda_attention", common_device("moda_attention", {&q, &k, &v, &depth.k, &depth.v}),
+                   FATHOM_KERNEL(moda_attention_forward), q, k, v, depth, scale);
 }
 
 namespace {
@@ -116,24 +93,15 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   FATHOM_CHECK(d_depth_k.dtype() == stats_dtype(q.dtype()) && d_depth_v.dtype() == stats_dtype(q.dtype()),
                "moda_attention_backward: depth gradient buffers ", describe(d_depth_k), ", ", describe(d_depth_v),
                " must be ", dtype_name(stats_dtype(q.dtype())), " for ", dtype_name(q.dtype()), " inputs");
-  if (common_device("moda_attention_backward",
-                    {&grad_o, &q, &k, &v, &depth.k, &depth.v, &o, &lse, &d_depth_k, &d_depth_v})
-          .is_cpu())
-    return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode);
-#else
-  no_cuda_kernel("moda_attention_backward");
-#endif
+  const Device device = common_device("moda_attention_backward",
+                                      {&grad_o, &q, &k, &v, &depth.k, &depth.v, &o, &lse, &d_depth_k, &d_depth_v});
+  return on_device<ModaAttentionBackwardKernel>("moda_attention_backward", device,
+                                                FATHOM_KERNEL(moda_attention_backward), grad_o, q, k, v, depth, o, lse,
+                                                scale, d_depth_k, d_depth_v, mode);
 }
 
 bool moda_depth_weights_supported(const Tensor& q, const Tensor& k) {
-  if (q.is_cpu()) return true;
-#ifdef FATHOM_WITH_CUDA
-  return cuda::moda_depth_weights_supported(q.dim(2) / k.dim(2), q.dim(3));
-#else
-  return false;
-#endif
+  return on_device("moda_depth_weights_supported", q.device(), FATHOM_KERNEL(moda_depth_weights_supported), q, k);
 }
 
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -145,12 +113,9 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
                "folded tiles (G <= 16) on CUDA, got G = ", q.dim(2) / k.dim(2));
   const Shape shape{q.dim(0), q.dim(1), q.dim(2), depth.end - depth.begin};
   weights = {Tensor::empty(shape, stats_dtype(q.dtype()), device), Tensor::empty(shape, stats_dtype(q.dtype()), device)};
-  if (device.is_cpu()) return cpu::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, weights);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, weights);
-#else
-  no_cuda_kernel("moda_attention_backward");
-#endif
+  return on_device<ModaAttentionBackwardWeightsKernel>("moda_attention_backward", device,
+                                                       FATHOM_KERNEL(moda_attention_backward), grad_o, q, k, v, depth,
+                                                       o, lse, scale, weights);
 }
 
 std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& readers, int64_t first, int64_t last,
@@ -174,12 +139,8 @@ std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& r
                    r->end, ")");
     tensors.insert(tensors.end(), {&r->q, &r->grad_o, &r->weights.p, &r->weights.ds});
   }
-  if (common_device(op, tensors).is_cpu()) return cpu::depth_slot_grads(readers, first, last, kv_heads, dtype);
-#ifdef FATHOM_WITH_CUDA
-  return cuda::depth_slot_grads(readers, first, last, kv_heads, dtype);
-#else
-  no_cuda_kernel(op);
-#endif
+  return on_device(op, common_device(op, tensors), FATHOM_KERNEL(depth_slot_grads), readers, first, last, kv_heads,
+                   dtype);
 }
 
 }  // namespace fathom

@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "kernels/attention/attention.h"
+#include "kernels/dispatch.h"
 
 namespace fathom {
 
@@ -78,20 +79,31 @@ Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype);
 // Sets slots [begin, end) of a depth buffer to zero.
 void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end);
 
-namespace cpu {
-void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x);
-Tensor read_depth_slot(const Tensor& buffer, int64_t slot);
-void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end);
-AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
-                                       double scale);
-AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode);
-AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                                       DepthWeights& weights);
-std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& readers, int64_t first, int64_t last,
-                                        int64_t kv_heads, DType dtype);
-}  // namespace cpu
+// The backends' entry points, one per function above (read_depth_slot's with the dtype to return). CUDA
+// (kernels/moda/moda_tensor.h) runs the group kernel: q, k, v, o, grad_o, dq, dk, dv and the depth k/v in BF16,
+// lse, the depth gradient buffers and the weights in F32; its slot copies take F32 or BF16 buffers.
+using ModaAttentionForwardKernel = AttentionOutput(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const DepthSlots& depth, double scale);
+using ModaAttentionBackwardKernel = AttentionGrads(const Tensor& grad_o, const Tensor& q, const Tensor& k,
+                                                   const Tensor& v, const DepthSlots& depth, const Tensor& o,
+                                                   const Tensor& lse, double scale, Tensor& d_depth_k,
+                                                   Tensor& d_depth_v, DepthGradMode mode);
+using ModaAttentionBackwardWeightsKernel = AttentionGrads(const Tensor& grad_o, const Tensor& q, const Tensor& k,
+                                                          const Tensor& v, const DepthSlots& depth, const Tensor& o,
+                                                          const Tensor& lse, double scale, DepthWeights& weights);
+using ModaDepthWeightsSupportedKernel = bool(const Tensor& q, const Tensor& k);
+using DepthSlotGradsKernel = std::vector<SlotGrads>(const std::vector<const DepthReader*>& readers, int64_t first,
+                                                    int64_t last, int64_t kv_heads, DType dtype);
+using WriteDepthSlotKernel = void(Tensor& buffer, int64_t slot, const Tensor& x);
+using ReadDepthSlotKernel = Tensor(const Tensor& buffer, int64_t slot, DType dtype);
+using ZeroDepthSlotsKernel = void(Tensor& buffer, int64_t begin, int64_t end);
+FATHOM_BACKENDS(ModaAttentionForwardKernel, moda_attention_forward)
+FATHOM_BACKENDS(ModaAttentionBackwardKernel, moda_attention_backward)
+FATHOM_BACKENDS(ModaAttentionBackwardWeightsKernel, moda_attention_backward)
+FATHOM_BACKENDS(ModaDepthWeightsSupportedKernel, moda_depth_weights_supported)
+FATHOM_BACKENDS(DepthSlotGradsKernel, depth_slot_grads)
+FATHOM_BACKENDS(WriteDepthSlotKernel, write_depth_slot)
+FATHOM_BACKENDS(ReadDepthSlotKernel, read_depth_slot)
+FATHOM_BACKENDS(ZeroDepthSlotsKernel, zero_depth_slots)
 
 }  // namespace fathom

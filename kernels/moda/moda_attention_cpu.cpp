@@ -61,7 +61,9 @@ size_t slot_offset(const Tensor& buffer, int64_t row, int64_t slot) {
 
 }  // namespace
 
-void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
+// x has the buffer's dtype, or is F32 for a BF16 buffer: converted first.
+void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& values) {
+  const Tensor x = values.to(buffer.dtype());
   const size_t slot_bytes = x.nbytes() / size_t(x.dim(0) * x.dim(1));
   char* dst = static_cast<char*>(buffer.raw());
   const char* src = static_cast<const char*>(x.raw());
@@ -76,15 +78,19 @@ void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
     std::memset(p + slot_offset(buffer, row, begin), 0, bytes);
 }
 
-Tensor read_depth_slot(const Tensor& buffer, int64_t slot) {
+// The slot in the buffer's dtype, then converted to `dtype`.
+Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {
   Tensor x = Tensor::empty({buffer.dim(0), buffer.dim(1), buffer.dim(3), buffer.dim(4)}, buffer.dtype());
   const size_t slot_bytes = x.nbytes() / size_t(x.dim(0) * x.dim(1));
   const char* src = static_cast<const char*>(buffer.raw());
   char* dst = static_cast<char*>(x.raw());
   for (int64_t row = 0; row < x.dim(0) * x.dim(1); ++row)
     std::memcpy(dst + size_t(row) * slot_bytes, src + slot_offset(buffer, row, slot), slot_bytes);
-  return x;
+  return x.to(dtype);
 }
+
+// The CPU backward forms depth weights for any grouping.
+bool moda_depth_weights_supported(const Tensor& q, const Tensor& k) { return true; }
 
 AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
                                        double scale) {

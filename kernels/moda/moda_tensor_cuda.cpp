@@ -50,6 +50,11 @@ AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const T
   return out;
 }
 
+AttentionOutput moda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth,
+                                       double scale) {
+  return cuda::moda_attention_forward(q, k, v, depth, scale, ModaKernel::group);
+}
+
 namespace {
 
 // The backward's outputs and launch parameters but for where the depth terms go; `launch` fills that in.
@@ -90,6 +95,17 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
     p.d_depth_v = d_depth_v.data<float>();
     p.store_depth_grads = mode == DepthGradMode::store;
   });
+}
+
+AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
+                                       Tensor& d_depth_k, Tensor& d_depth_v, DepthGradMode mode) {
+  return cuda::moda_attention_backward(grad_o, q, k, v, depth, o, lse, scale, d_depth_k, d_depth_v, mode,
+                                       ModaKernel::group);
+}
+
+bool moda_depth_weights_supported(const Tensor& q, const Tensor& k) {
+  return cuda::moda_depth_weights_supported(q.dim(2) / k.dim(2), q.dim(3));
 }
 
 AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
