@@ -1,7 +1,7 @@
 // add and scale: the residual sum and constant scaling, elementwise on tensors of one shape.
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 
 namespace fathom {
 

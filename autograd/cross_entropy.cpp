@@ -3,7 +3,7 @@
 // linear_cross_entropy.)
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/cross_entropy.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/dispatch.h"
 
 namespace fathom {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 
 namespace fathom {
 

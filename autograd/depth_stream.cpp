@@ -6,12 +6,12 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "kernels/dispatch.h"
-#include "kernels/elementwise.h"
-#include "kernels/moda_attention.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/moda/moda_attention.h"
 
 namespace fathom {
 
-// A reader pays for weights (kernels/moda_attention.h) where its G query heads per KV head are few:
+// A reader pays for weights (kernels/moda/moda_attention.h) where its G query heads per KV head are few:
 // a (reader, slot) pair then costs 4 G d bytes of q and dO reads, shared by the slots formed together
 // (a layer's writes), against 16 d of an fp32 read-add-write of both gradients.
 bool depth_reader_leaves_weights(int64_t query_heads_per_kv_head, bool reader_keys) {

@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "autograd/variable.h"
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 
 namespace fathom {
 

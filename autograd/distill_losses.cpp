@@ -4,7 +4,7 @@
 
 #include "autograd/node.h"
 #include "core/error.h"
-#include "kernels/distill_losses.h"
+#include "kernels/distill_losses/distill_losses.h"
 
 namespace fathom {
 

@@ -2,7 +2,7 @@
 // kernels, the chunks' intra-chunk scores), the backward kernels recompute the chunk states from them.
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/dsla.h"
+#include "kernels/dsla/dsla.h"
 
 namespace fathom {
 

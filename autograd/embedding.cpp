@@ -1,7 +1,7 @@
 // embedding: gathers table rows by token id; the gradient scatter-adds back into a table-sized tensor.
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/embedding.h"
+#include "kernels/embedding/embedding.h"
 
 namespace fathom {
 

@@ -7,7 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradient_ready.h"
 #include "autograd/node.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 
 namespace fathom {
 

@@ -2,7 +2,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/matmul.h"
+#include "kernels/matmul/matmul.h"
 
 namespace fathom {
 

@@ -7,9 +7,9 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/cross_entropy.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/dispatch.h"
-#include "kernels/matmul.h"
+#include "kernels/matmul/matmul.h"
 
 namespace fathom {
 
@@ -93,7 +93,7 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
     if (total > 0) chunk_grad[c] = expected_grad * double(counted[c]) / double(total);
   const Tensor grad_losses =
       Tensor::from_vector(chunk_grad, {int64_t(chunk_grad.size())}).to(stats).to(x.device());
-  // Row c: chunk c's loss sums (F64 [3], kernels/cross_entropy.h), gathered by device copies.
+  // Row c: chunk c's loss sums (F64 [3], kernels/cross_entropy/cross_entropy.h), gathered by device copies.
   Tensor sums = Tensor::empty({int64_t(counted.size()), 3}, DType::f64, x.device());
   for (int64_t chunk = 0, r0 = 0; r0 < N; ++chunk, r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, N - r0);

@@ -2,7 +2,7 @@
 // weighted block delta back, and the routing BCE. Top-k itself is a discrete choice without gradient.
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/mod_routing.h"
+#include "kernels/mod/mod_routing.h"
 
 namespace fathom {
 

@@ -3,7 +3,7 @@
 #include "autograd/depth_stream.h"
 #include "autograd/node.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 
 namespace fathom {
 

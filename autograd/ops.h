@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "kernels/mod_routing.h"
-#include "kernels/rope.h"
+#include "kernels/mod/mod_routing.h"
+#include "kernels/rope/rope.h"
 
 namespace fathom {
 
@@ -33,7 +33,7 @@ Variable residual_rms_norm(const Variable& residual, const Variable& x, const Va
                            bool rebuild_from_inputs = false);
 
 // Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
-// frequencies optionally rescaled (kernels/rope.h: Llama 3's rule).
+// frequencies optionally rescaled (kernels/rope/rope.h: Llama 3's rule).
 // x [B, T, H, d] with d even; positions (I32/I64) [T] shared by the batch, or [B, T].
 Variable rope(const Variable& x, const Tensor& positions, double theta, const RopeScaling& scaling = {});
 
@@ -46,7 +46,7 @@ Variable silu(const Variable& x);
 // reads KV head h / G), softmax(q k^T * scale) v over keys j <= t. Returns [B, T, Hq, d].
 Variable attention(const Variable& q, const Variable& k, const Variable& v, double scale);
 
-// Dual-state gated linear attention (DSLA, kernels/dsla.h): q [B, T, H, d], k and v [B, T, Hk, d],
+// Dual-state gated linear attention (DSLA, kernels/dsla/dsla.h): q [B, T, H, d], k and v [B, T, Hk, d],
 // per-key-dimension log gates g1, g2 [B, T, H, d] (<= 0), gamma [H] the first state's mixing weight:
 // o_t = (q_t / sqrt(d)) (gamma S1_t + (1 - gamma) S2_t), S_i,t = diag(e^{g_i,t}) S_i,t-1 + k_t^T v_t, from
 // zero states. An undefined g2 is one state (plain GLA; gamma may then be undefined too).
@@ -76,7 +76,7 @@ LossParts cross_entropy(const Variable& logits, const Tensor& targets, double z_
 LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets, double z_loss_weight,
                                double expected_grad, int64_t chunk_rows, int64_t ignore_index = -100);
 
-// Mixture-of-Depths routing (kernels/mod_routing.h). x [B, S, ...] -> x[b, idx[b, j]] [B, k, ...];
+// Mixture-of-Depths routing (kernels/mod/mod_routing.h). x [B, S, ...] -> x[b, idx[b, j]] [B, k, ...];
 // the gradient scatters back (idx distinct per row, as top-k's are).
 Variable gather_rows(const Variable& x, const Tensor& idx);
 // The routed residual: x except out[b, idx_j] = x + g(r) (y_j - x) at the chosen rows, y [B, k, d] the
@@ -85,7 +85,7 @@ Variable gather_rows(const Variable& x, const Tensor& idx);
 Variable routed_mix(const Variable& x, const Variable& y, const Variable& r, const Tensor& idx, RouteWeight weight);
 // Mean BCE with logits against fixed targets in [0, 1] (logits F32/F64, targets of their shape and dtype).
 Variable routing_bce(const Variable& logits, const Tensor& targets);
-// DSLA's gates (kernels/gates.h), in fp32 whatever z's dtype: g = scale * logsigmoid(z + bias) for z
+// DSLA's gates (kernels/dsla/gates.h), in fp32 whatever z's dtype: g = scale * logsigmoid(z + bias) for z
 // [..., n] and bias [n] (read in its fp32 master precision); and sigmoid(logits) for logits [m]
 // repeated to n outputs (n / m consecutive outputs per logit).
 Variable log_sigmoid_gate(const Variable& z, const Variable& bias, double scale);

@@ -3,7 +3,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/rms_norm.h"
+#include "kernels/rms_norm/rms_norm.h"
 
 namespace fathom {
 

@@ -2,7 +2,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/rope.h"
+#include "kernels/rope/rope.h"
 
 namespace fathom {
 

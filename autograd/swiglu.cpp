@@ -2,7 +2,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/swiglu.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace fathom {
 

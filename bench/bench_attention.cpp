@@ -16,7 +16,7 @@
 
 #if FATHOM_WITH_CUDA
 #include "bench/cuda_bench_util.h"
-#include "kernels/cuda/attention/attention.h"
+#include "kernels/attention/flash_attention.h"
 #endif
 
 namespace {

@@ -18,7 +18,7 @@
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "core/random.h"
-#include "kernels/adamw.h"
+#include "kernels/adamw/adamw.h"
 
 using namespace fathom;
 

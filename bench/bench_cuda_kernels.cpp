@@ -13,19 +13,19 @@
 
 #include "core/allocator.h"
 #include "core/random.h"
-#include "kernels/adamw.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/elementwise.h"
-#include "kernels/embedding.h"
-#include "kernels/matmul.h"
-#include "kernels/rms_norm.h"
-#include "kernels/rope.h"
-#include "kernels/swiglu.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/cross_entropy/cross_entropy.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
 
 #ifdef FATHOM_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 
 using namespace fathom;
 

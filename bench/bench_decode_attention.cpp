@@ -20,8 +20,8 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda_bench_util.h"
-#include "kernels/cuda/backend.h"
-#include "kernels/decode_attention.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/runtime/backend.h"
 
 using namespace fathom;
 

@@ -19,9 +19,9 @@
 
 #if FATHOM_WITH_CUDA
 #include "bench/cuda_bench_util.h"
-#include "kernels/cuda/backend.h"
-#include "kernels/cuda/runtime/runtime.h"
-#include "kernels/dsla.h"
+#include "kernels/dsla/dsla.h"
+#include "kernels/runtime/backend.h"
+#include "kernels/runtime/runtime.h"
 #endif
 
 namespace {

@@ -32,8 +32,8 @@
 #if FATHOM_WITH_CUDA
 #include "bench/cuda_bench_util.h"
 #include "core/error.h"
-#include "kernels/cuda/attention/attention.h"
-#include "kernels/cuda/moda/moda_attention.h"
+#include "kernels/attention/flash_attention.h"
+#include "kernels/moda/moda_launch.h"
 #endif
 
 namespace {

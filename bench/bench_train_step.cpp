@@ -37,12 +37,12 @@
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
 #include "train/cli/device_select.h"
+#include "train/measure/throughput.h"
 #include "train/recipe/recipe.h"
 #include "train/recipe/recipe_schema.h"
-#include "train/measure/throughput.h"
 #include "train/run/train_step.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 #endif
 
 using namespace fathom;

@@ -1,6 +1,6 @@
 // Tile-size sweep for the flash-attention kernels: times each kernel (forward, dK/dV, dQ) in several
 // configurations at the benchmark sizes and checks every variant against the shipped configuration
-// (relative L2 of its output). Used to choose kernels/cuda/attention/attention_launch.cuh's Configs; not part of
+// (relative L2 of its output). Used to choose kernels/attention/attention_launch.cuh's Configs; not part of
 // the CMake build (each configuration is a separate kernel instantiation, slow to compile). Build it
 // with scripts/build_attention_device.sh OUT_DIR --tune.
 // Usage: tune_attention [T for the d = 64 sweep, default 16384]
@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda/attention/attention.h"
-#include "kernels/cuda/attention/attention_launch.cuh"
+#include "kernels/attention/attention_launch.cuh"
+#include "kernels/attention/flash_attention.h"
 
 using namespace fathom::cuda::flash;
 

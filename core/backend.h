@@ -1,5 +1,5 @@
-// How core/ reaches the CUDA backend without including CUDA headers. kernels/cuda fills a CudaBackend
-// table and registers it from fathom::cuda::init() (kernels/cuda/backend.h), which the trainer's
+// How core/ reaches the CUDA backend without including CUDA headers. kernels/runtime fills a CudaBackend
+// table and registers it from fathom::cuda::init() (kernels/runtime/backend.h), which the trainer's
 // device selection, the GPU tests and the benchmarks call. Nothing registers itself from a static
 // initialiser: the linker may drop a static library's unreferenced objects, initialisers and all.
 #pragma once

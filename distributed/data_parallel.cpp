@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "optim/grad_clip.h"
 
 namespace fathom {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 
 namespace fathom {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "autograd/ops.h"
-#include "kernels/attention.h"
-#include "kernels/decode_attention.h"
-#include "kernels/kv_cache.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
 #include "layers/layer_kinds.h"
 
 namespace fathom {

@@ -32,7 +32,7 @@ class Attention : public ProjectedMixer {
   // weights (autograd/depth_stream.h) also keeps q, dO and two fp32 weights per head and read slot.
   LayerCost cost(const CostQuery& query) const override;
   int64_t depth_slots_written() const override { return moda_.enabled() ? 1 : 0; }
-  // A KV cache [batch, n_kv_heads, capacity, head_dim] for K and for V (kernels/kv_cache.h). MoDA
+  // A KV cache [batch, n_kv_heads, capacity, head_dim] for K and for V (kernels/attention/kv_cache.h). MoDA
   // adds nothing to it: a token reads only its own token's depth slots, which each decoding step
   // writes afresh, so no earlier token's slots are ever read again.
   std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const override;

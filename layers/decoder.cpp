@@ -6,7 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/kv_cache.h"
+#include "kernels/attention/kv_cache.h"
 #include "layers/layer_kinds.h"
 #include "layers/moda_config.h"
 

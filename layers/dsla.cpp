@@ -4,7 +4,7 @@
 
 #include "autograd/distill_losses.h"
 #include "autograd/ops.h"
-#include "kernels/dsla.h"
+#include "kernels/dsla/dsla.h"
 #include "layers/layer_kinds.h"
 
 namespace fathom {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/rope.h"
+#include "kernels/rope/rope.h"
 #include "layers/kind_options.h"
 
 namespace fathom {

@@ -12,7 +12,7 @@
 #pragma once
 #include <memory>
 
-#include "kernels/mod_routing.h"
+#include "kernels/mod/mod_routing.h"
 
 #include "layers/block.h"
 #include "layers/linear.h"

@@ -43,7 +43,7 @@ struct MixerInputs {
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
   // Decoding on a GPU: the positions the state held before this step, I32 [1] on the device (the
-  // decoding state's; kernels/kv_cache.h). Kernels that depend on the position read it there rather
+  // decoding state's; kernels/attention/kv_cache.h). Kernels that depend on the position read it there rather
   // than take it from the host, so the step can be replayed as a CUDA graph. Null elsewhere.
   const Tensor* device_past = nullptr;
   // Evaluate as decoding decides: a layer whose training forward looks ahead along the sequence (MoD's

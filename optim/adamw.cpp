@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "kernels/adamw.h"
+#include "kernels/adamw/adamw.h"
 
 namespace fathom {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 
 namespace fathom {
 

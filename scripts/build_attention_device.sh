@@ -23,23 +23,26 @@ link=(-L/usr/local/cuda/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt -lpt
 cpu_objs=()
 # The CUDA runtime (device allocator and stream registry) that Tensor's device paths call.
 for f in core/tensor.cpp core/shape.cpp core/dtype.cpp core/allocator.cpp core/error.cpp core/random.cpp \
-         core/backend.cpp kernels/cpu/attention.cpp kernels/dispatch.cpp kernels/cuda/runtime/runtime.cpp \
-         kernels/cuda/runtime/caching_allocator.cpp kernels/cuda/hopper/tma_map.cpp; do
+         core/backend.cpp kernels/attention/attention_cpu.cpp kernels/dispatch.cpp kernels/runtime/runtime_cuda.cpp \
+         kernels/runtime/caching_allocator_cuda.cpp kernels/hopper/tma_map_cuda.cpp; do
   o=$obj/$(echo "$f" | tr / _).o
   [ "$o" -nt "$f" ] || "${cxx[@]}" -c "$f" -o "$o"
   cpu_objs+=("$o")
 done
-[ "$obj/tensor_ops.o" -nt kernels/cuda/runtime/tensor_ops.cu ] || "${nvcc[@]}" -c kernels/cuda/runtime/tensor_ops.cu -o "$obj/tensor_ops.o"
+[ "$obj/tensor_ops.o" -nt kernels/runtime/tensor_ops.cu ] || "${nvcc[@]}" -c kernels/runtime/tensor_ops.cu -o "$obj/tensor_ops.o"
 cpu_objs+=("$obj/tensor_ops.o")
-"${nvcc[@]}" -Xptxas -v -c kernels/cuda/attention/attention.cu -o "$obj/attention.o" 2> "$obj/ptxas.log" || { cat "$obj/ptxas.log"; exit 1; }
+"${nvcc[@]}" -Xptxas -v -c kernels/attention/flash_attention.cu -o "$obj/attention.o" 2> "$obj/ptxas.log" || { cat "$obj/ptxas.log"; exit 1; }
+# CUDA attention_forward runs the fp32 kernels for F32 inputs.
+"${nvcc[@]}" -c kernels/attention/attention_fp32.cu -o "$obj/attention_fp32.o"
+attention_objs=("$obj/attention.o" "$obj/attention_fp32.o")
 "${cxx[@]}" -c tests/gpu/test_gpu_attention.cpp -o "$obj/test_gpu_attention.o"
-g++ -fopenmp "$obj/test_gpu_attention.o" "$obj/attention.o" "${cpu_objs[@]}" -lgtest_main -lgtest "${link[@]}" \
+g++ -fopenmp "$obj/test_gpu_attention.o" "${attention_objs[@]}" "${cpu_objs[@]}" -lgtest_main -lgtest "${link[@]}" \
     -o "$out/gpu_attention_tests"
 "${cxx[@]}" -c bench/bench_attention.cpp -o "$obj/bench_attention.o"
-g++ -fopenmp "$obj/bench_attention.o" "$obj/attention.o" "${cpu_objs[@]}" "${link[@]}" -o "$out/bench_attention"
+g++ -fopenmp "$obj/bench_attention.o" "${attention_objs[@]}" "${cpu_objs[@]}" "${link[@]}" -o "$out/bench_attention"
 if [ "$tune" = --tune ]; then
   "${nvcc[@]}" -c bench/tune_attention.cu -o "$obj/tune_attention.o"
-  g++ -fopenmp "$obj/tune_attention.o" "$obj/attention.o" "${cpu_objs[@]}" "${link[@]}" -o "$out/tune_attention"
+  g++ -fopenmp "$obj/tune_attention.o" "${attention_objs[@]}" "${cpu_objs[@]}" "${link[@]}" -o "$out/tune_attention"
 fi
 cp bench/attention_reference.py "$out/"
 echo "built into $out (register/spill report: build-device/ptxas.log)"

@@ -13,8 +13,8 @@
 #include "core/tensor.h"
 #include "tests/unit/op_test_util.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
-#include "kernels/cuda/runtime/runtime.h"
+#include "kernels/runtime/backend.h"
+#include "kernels/runtime/runtime.h"
 #endif
 
 namespace fathom::test {

@@ -1,6 +1,6 @@
 // CUDA AdamW against the CPU reference: one fused launch over several weight-decay ranges of a flat
 // arena (gaps left untouched), the bf16 compute copy written in the same pass, several steps.
-#include "kernels/adamw.h"
+#include "kernels/adamw/adamw.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

@@ -1,4 +1,4 @@
-// CUDA flash attention against the CPU reference (kernels/cpu, in f32 on the same bf16-rounded
+// CUDA flash attention against the CPU reference (kernels/attention/attention_cpu.cpp, in f32 on the same bf16-rounded
 // inputs): O, the log-sum-exp and all three gradients within 1e-2 relative L2, over sequence lengths
 // that hit every tile tail, group sizes including 3, batch 1 and 2, head dims 64 and 128 and the
 // padded widths; the backward pass bit-identical across runs. Buffers are plain cudaMalloc through the
@@ -12,16 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/decode_attention.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/decode_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/op_test_util.h"
 
 #if FATHOM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/attention/attention.h"
-#include "kernels/cuda/attention/attention_fp32.h"
+#include "kernels/attention/attention_fp32.h"
+#include "kernels/attention/flash_attention.h"
 #endif
 
 using namespace fathom;
@@ -465,7 +465,7 @@ TEST(GpuFp32Attention, BackwardIsBitIdenticalAcrossRuns) {
   EXPECT_EQ(0, std::memcmp(dk.raw(), gpu.dk.download(in.kv_shape, DType::f32).raw(), dk.nbytes())) << "dk";
 }
 
-// The dispatch (kernels/attention.h) sends F32 CUDA tensors to the fp32 kernels: F32 outputs within
+// The dispatch (kernels/attention/attention.h) sends F32 CUDA tensors to the fp32 kernels: F32 outputs within
 // fp32 tolerance of the CPU, where a bf16 detour would be 1e-3 off.
 TEST(GpuFp32Attention, DispatchKeepsF32) {
   FATHOM_REQUIRE_GPU();
@@ -483,7 +483,7 @@ TEST(GpuFp32Attention, DispatchKeepsF32) {
   EXPECT_LE(relative_l2(values(g.dv.to(Device::cpu())), values(in.ref_grads.dv)), 1e-5) << "dv";
 }
 
-// fp32 decoding (kernels/decode_attention.h) on CUDA: the new tokens' rows against the CPU reference
+// fp32 decoding (kernels/attention/decode_attention.h) on CUDA: the new tokens' rows against the CPU reference
 // in f64, with the length given on the host and read on the device; cache positions at and past the
 // length hold NaN, which must not be read.
 TEST(GpuFp32Attention, DecodeMatchesTheCpu) {

@@ -9,7 +9,7 @@
 #include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/cross_entropy.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/decode_attention.h"
+#include "kernels/attention/decode_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/op_test_util.h"
 

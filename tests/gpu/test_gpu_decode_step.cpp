@@ -1,4 +1,4 @@
-// CUDA graphs for decoding (kernels/cuda/backend.h Graph, train/generate/decode_step.h): a captured body runs
+// CUDA graphs for decoding (kernels/runtime/backend.h Graph, train/generate/decode_step.h): a captured body runs
 // only when replayed, and memory it freed is not handed out while the graph lives; a capture that
 // needs the host fails cleanly. A replayed decoding step equals the eager step bit for bit, at every
 // step, as the cache grows past tile and split boundaries, for OLMo2, Llama-style, head dim 128, MoDA
@@ -13,7 +13,7 @@
 
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
-#include "kernels/kv_cache.h"
+#include "kernels/attention/kv_cache.h"
 #include "layers/dsla_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"

@@ -1,4 +1,4 @@
-// CUDA distillation losses against the CPU reference (kernels/distill_losses.h): softmax KL over
+// CUDA distillation losses against the CPU reference (kernels/distill_losses/distill_losses.h): softmax KL over
 // vocabularies of 100352, 50257 (rows at every alignment), 1003 and 1, a single row, mse, the row
 // cosine of gate-like rows with a row of zeros; f32 and bf16 inputs (f32 loss and statistics); the
 // autograd ops end to end; results that repeat bit for bit.
@@ -7,7 +7,7 @@
 
 #include "autograd/distill_losses.h"
 #include "autograd/engine.h"
-#include "kernels/distill_losses.h"
+#include "kernels/distill_losses/distill_losses.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

@@ -1,7 +1,7 @@
 // CUDA DSLA kernels against the CPU reference (the chunked form): awkward sequence lengths (T = 1, 65,
 // not a multiple of any chunk), GQA, d = 64 and 128, B = 3, one and two states, initial and final
 // states, the decode step, strong gates, and bit-identical results across runs.
-#include "kernels/dsla.h"
+#include "kernels/dsla/dsla.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

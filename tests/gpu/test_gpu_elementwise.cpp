@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

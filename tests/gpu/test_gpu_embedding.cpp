@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/philox.h"
-#include "kernels/embedding.h"
+#include "kernels/embedding/embedding.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

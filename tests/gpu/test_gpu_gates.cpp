@@ -1,7 +1,7 @@
 // CUDA gates of DSLA against the CPU reference: bf16 and f32 projections, ragged and unaligned rows.
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "kernels/gates.h"
+#include "kernels/dsla/gates.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

@@ -9,7 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
-#include "kernels/argmax.h"
+#include "kernels/argmax/argmax.h"
 #include "layers/dsla_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_generation_models.h"

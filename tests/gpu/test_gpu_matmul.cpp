@@ -2,8 +2,8 @@
 // accumulation, bf16 operands with f32 accumulation, and operands at unaligned offsets.
 #include <limits>
 
-#include "kernels/elementwise.h"
-#include "kernels/matmul.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/matmul.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

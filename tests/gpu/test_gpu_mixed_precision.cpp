@@ -8,18 +8,18 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "kernels/matmul.h"
-#include "kernels/rms_norm.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/rms_norm/rms_norm.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/unit/test_support.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
 #include "train/run/stop_signal.h"
 #include "train/run/trainer.h"
-#include "tests/gpu/gpu_test_util.h"
-#include "tests/unit/test_support.h"
 
 using namespace fathom;
 using namespace fathom::test;

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "autograd/grad_mode.h"
-#include "kernels/mod_routing.h"
-#include "kernels/swiglu.h"
+#include "kernels/mod/mod_routing.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/training_losses.h"
 #include "tests/unit/test_support.h"

@@ -1,6 +1,7 @@
-// The four CUDA MoDA kernels (naive, flat, chunk, group) against the CPU reference (kernels/cpu, in f32
-// on the same bf16-rounded inputs): O, the joint log-sum-exp, dq, dk, dv and the depth gradients
-// within 1e-2 relative L2, over sequence lengths that hit every tile tail, group sizes including 3,
+// The four CUDA MoDA kernels (naive, flat, chunk, group) against the CPU reference
+// (kernels/moda/moda_attention_cpu.cpp, in f32 on the same bf16-rounded inputs): O, the joint
+// log-sum-exp, dq, dk, dv and the depth gradients within 1e-2 relative L2, over sequence lengths that
+// hit every tile tail, group sizes including 3,
 // slot counts from none to a full tile of columns, and head dims 64 and 128. Every case reads a slot
 // range that starts past slot 0 and ends before the buffers' last slot, with depth-gradient buffers
 // that already hold values: the range's gradients must be added to them (or, by the first reader,
@@ -15,14 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/op_test_util.h"
 
 #if FATHOM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/moda/moda_attention.h"
+#include "kernels/moda/moda_launch.h"
 #endif
 
 using namespace fathom;

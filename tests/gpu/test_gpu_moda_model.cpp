@@ -10,7 +10,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "kernels/moda_attention.h"
+#include "kernels/moda/moda_attention.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -77,7 +77,7 @@ TEST(GpuModaModel, DepthSlotWriteAndReadMatchTheCpu) {
       {"write_depth_slot", "F16"});
 }
 
-// The Tensor-level dispatch (kernels/moda_attention.cpp -> kernels/cuda/moda_tensor.cpp, group
+// The Tensor-level dispatch (kernels/moda/moda_attention.cpp -> kernels/moda/moda_tensor_cuda.cpp, group
 // kernel) against the CPU reference: o, lse, dq, dk, dv, and the depth gradients ADDED into
 // pre-filled f32 buffers, with slots outside the read range left exactly as they were.
 TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
@@ -140,7 +140,7 @@ TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
       {"depth gradient buffers", "must be F32"});
 }
 
-// Depth weights from the group kernel's dQ walk (kernels/moda_attention.h, DepthWeights) against the
+// Depth weights from the group kernel's dQ walk (kernels/moda/moda_attention.h, DepthWeights) against the
 // CPU reference's, for every G it supports; dq as in the gradient mode; and the slot gradients that
 // depth_slot_grads forms from two readers' weights against the gradients those readers add into
 // fp32 buffers (the two differ only by rounding: the added ones come from bf16 P and dS products).

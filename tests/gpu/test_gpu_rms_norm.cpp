@@ -1,7 +1,7 @@
 // CUDA RMSNorm, full-width and per-head, against the CPU reference: narrow rows (one warp each),
 // register rows, wide ones and fewer rows than the H200's 132 SMs (one block each), widths that are and are not multiples of the pack, row counts that
 // are not multiples of anything; plus a bit-identical weight gradient across runs.
-#include "kernels/rms_norm.h"
+#include "kernels/rms_norm/rms_norm.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

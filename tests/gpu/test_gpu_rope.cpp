@@ -1,7 +1,7 @@
 // CUDA rotary embedding against the CPU reference: head dims 64, 128 and an odd half (6), positions
 // shared by the batch or per row, large positions (angles computed in double); token counts that give
 // each thread every head (4096 tokens), a few heads, or one (a decoding step's 32 tokens of 16 heads).
-#include "kernels/rope.h"
+#include "kernels/rope/rope.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

@@ -5,8 +5,8 @@
 
 #include "core/allocator.h"
 #include "core/backend.h"
-#include "kernels/elementwise.h"
-#include "kernels/embedding.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/embedding/embedding.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

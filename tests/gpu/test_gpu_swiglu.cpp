@@ -1,5 +1,5 @@
 // CUDA SwiGLU forward and backward against the CPU reference.
-#include "kernels/swiglu.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace fathom;

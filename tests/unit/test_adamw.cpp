@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/adamw.h"
+#include "kernels/adamw/adamw.h"
 #include "optim/grad_clip.h"
 #include "tests/unit/op_test_util.h"
 

@@ -1,10 +1,10 @@
-// The flash backward's plan (kernels/cuda/attention/backward_plan.h): when the dK/dV pass splits the heads, when
+// The flash backward's plan (kernels/attention/backward_plan.h): when the dK/dV pass splits the heads, when
 // it forms dQ, and the scratch each choice needs. Host arithmetic, so it runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "kernels/cuda/attention/backward_plan.h"
+#include "kernels/attention/backward_plan.h"
 
 using namespace fathom::cuda::flash;
 

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "distributed/data_parallel.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "tests/unit/op_test_util.h"
 #include "train/run/train_step.h"
 

@@ -4,12 +4,12 @@
 #include <string>
 
 #include "autograd/engine.h"
-#include "autograd/node.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/allocator.h"
-#include "kernels/cross_entropy.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

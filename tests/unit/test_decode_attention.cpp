@@ -1,4 +1,4 @@
-// Decode attention (kernels/decode_attention.h): with the cache holding the first `length` tokens of a
+// Decode attention (kernels/attention/decode_attention.h): with the cache holding the first `length` tokens of a
 // sequence, the new queries' outputs equal the matching rows of causal attention (and of MoDA
 // attention with depth slots) run over those tokens; the unwritten cache tail (NaN) is never read.
 // Bad arguments raise errors that name the argument and the shapes.
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/decode_attention.h"
-#include "kernels/moda_attention.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/moda/moda_attention.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -1,4 +1,4 @@
-// Decoding's device-held position count (kernels/kv_cache.h) on the host: the cache write at the
+// Decoding's device-held position count (kernels/attention/kv_cache.h) on the host: the cache write at the
 // counted position, the step's positions and the count's advance; the decode-attention overload that
 // reads the count; which decoding states can be replayed as a CUDA graph; and DecodeStep on the CPU,
 // which stays eager and equals Decoder::decode. The graph itself is tested on the GPU
@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "autograd/grad_mode.h"
-#include "kernels/decode_attention.h"
-#include "kernels/kv_cache.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
 #include "layers/mod_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/unit/op_test_util.h"

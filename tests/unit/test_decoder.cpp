@@ -6,9 +6,9 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
+#include "kernels/elementwise/elementwise.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
-#include "kernels/elementwise.h"
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 

@@ -6,7 +6,7 @@
 #include "autograd/distill_losses.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
-#include "kernels/distill_losses.h"
+#include "kernels/distill_losses/distill_losses.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -4,7 +4,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/dsla.h"
+#include "kernels/dsla/dsla.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

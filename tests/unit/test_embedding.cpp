@@ -3,7 +3,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/embedding.h"
+#include "kernels/embedding/embedding.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

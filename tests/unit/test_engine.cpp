@@ -5,8 +5,8 @@
 #include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/elementwise.h"
-#include "kernels/matmul.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/matmul.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

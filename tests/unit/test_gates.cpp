@@ -1,4 +1,4 @@
-// DSLA's gates (kernels/gates.h): the log forget gate g = scale * logsigmoid(z + b) and the mixing
+// DSLA's gates (kernels/dsla/gates.h): the log forget gate g = scale * logsigmoid(z + b) and the mixing
 // weight sigmoid(c) repeated over heads, against plain double formulas, with gradchecks.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/gates.h"
+#include "kernels/dsla/gates.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -3,7 +3,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -7,7 +7,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "layers/decoder.h"
 #include "layers/layer_kinds.h"
 #include "layers/parameter_arena.h"
@@ -15,9 +15,9 @@
 #include "tests/unit/model_test_helpers.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
+#include "train/recipe/recipe.h"
 #include "train/run/objective.h"
 #include "train/run/parameter_selection.h"
-#include "train/recipe/recipe.h"
 #include "train/run/train_step.h"
 #include "layers/attention.h"
 

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "kernels/matmul.h"
+#include "kernels/matmul/matmul.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

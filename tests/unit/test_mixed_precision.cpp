@@ -5,13 +5,13 @@
 
 #include <cstring>
 
-#include "kernels/adamw.h"
+#include "kernels/adamw/adamw.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
-#include "train/cli/device_select.h"
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/test_support.h"
+#include "train/cli/device_select.h"
 
 using namespace fathom;
 

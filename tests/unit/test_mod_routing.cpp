@@ -1,4 +1,4 @@
-// MoD's routing ops (kernels/mod_routing.h): the exact top-k rule, gather/scatter, the routed residual
+// MoD's routing ops (kernels/mod/mod_routing.h): the exact top-k rule, gather/scatter, the routed residual
 // and the routing BCE against their formulas, and gradchecks of every differentiable piece.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/mod_routing.h"
-#include "kernels/swiglu.h"
+#include "kernels/mod/mod_routing.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

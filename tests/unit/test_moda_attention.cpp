@@ -8,8 +8,8 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/attention.h"
-#include "kernels/moda_attention.h"
+#include "kernels/attention/attention.h"
+#include "kernels/moda/moda_attention.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -5,7 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "kernels/rms_norm.h"
+#include "kernels/rms_norm/rms_norm.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace fathom;

@@ -9,9 +9,9 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/eigen_core.h"
+#include "kernels/cpu_support/eigen_core.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 #endif
 
 namespace fathom {

@@ -3,9 +3,9 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/error.h"
-#include "kernels/argmax.h"
+#include "kernels/argmax/argmax.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 #endif
 
 namespace fathom {

@@ -1,6 +1,6 @@
 // One decoding step of a batch: Decoder::decode of one new token per sequence, the head's logits for
 // them and, when decoding greedily, each row's argmax. On a GPU the step is captured once as a CUDA
-// graph (kernels/cuda/backend.h) and replayed at every later position: the step's kernels read the
+// graph (kernels/runtime/backend.h) and replayed at every later position: the step's kernels read the
 // position from the decoding state's device-held length and write to the same buffers each time, so
 // a replay is one launch instead of every layer's kernels and the host work around them. The first
 // step runs eagerly (it warms the GEMM plans and kernels), the second is captured and replayed, the

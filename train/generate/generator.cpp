@@ -6,10 +6,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/error.h"
-#include "kernels/argmax.h"
+#include "kernels/argmax/argmax.h"
 #include "layers/attention.h"
-#include "train/generate/decode_step.h"
 #include "train/cli/device_select.h"
+#include "train/generate/decode_step.h"
 #include "train/measure/memory_plan.h"
 
 namespace fathom {

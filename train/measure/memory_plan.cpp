@@ -11,7 +11,7 @@ namespace fathom {
 
 namespace {
 
-constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream workspace (kernels/cuda/matmul.cpp)
+constexpr size_t kGemmWorkspace = size_t(32) << 20;  // cuBLASLt's per-stream workspace (kernels/matmul/matmul_cuda.cpp)
 
 // The teacher's part of a distillation step (the student's activations are already in the plan).
 void plan_teacher_memory(const TeacherMemoryInput& t, int64_t batch_size, int64_t seq_len, size_t student_act,

@@ -9,11 +9,11 @@
 #include "distributed/world.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/cli/device_select.h"
+#include "train/recipe/resume_check.h"
 #include "train/run/model_source.h"
 #include "train/run/parameter_selection.h"
-#include "train/recipe/resume_check.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 #endif
 
 namespace fathom {

@@ -3,12 +3,12 @@
 #include <chrono>
 
 #include "train/checkpoint/checkpoint.h"
+#include "train/measure/throughput.h"
 #include "train/run/run.h"
 #include "train/run/run_loop.h"
 #include "train/run/stop_signal.h"
-#include "train/measure/throughput.h"
 #ifdef FATHOM_WITH_CUDA
-#include "kernels/cuda/backend.h"
+#include "kernels/runtime/backend.h"
 #endif
 
 namespace fathom {

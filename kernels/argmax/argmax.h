@@ -1,0 +1,15 @@
+// The index of each row's largest value (greedy decoding's choice): x [rows, n] -> I32 [rows]. Ties go
+// to the lowest index, so the CPU and CUDA agree; NaNs are never chosen (a row of NaNs gives 0).
+#pragma once
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+Tensor argmax_rows(const Tensor& x);
+
+// The backends' entry point.
+using ArgmaxRowsKernel = Tensor(const Tensor& x);
+FATHOM_BACKENDS(ArgmaxRowsKernel, argmax_rows)
+
+}  // namespace fathom

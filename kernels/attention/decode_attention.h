@@ -1,0 +1,67 @@
+// Decode attention: the attention of incremental generation, where a few new tokens' queries read a
+// per-layer KV cache that already holds every earlier key and the new tokens' own.
+//
+//   q        [B, Tq, Hq, d]          the new tokens' queries (normed and rotated by the caller)
+//   k_cache  [B, Hk, capacity, d]    head-major, so the keys of one head are contiguous
+//   v_cache  [B, Hk, capacity, d]
+//   length   valid cache entries, the new tokens' keys included (the same for every sequence);
+//            Tq <= length <= capacity, and entries [length, capacity) are never read
+// Hq = G * Hk: query head h reads KV head h / G. New query i (0 <= i < Tq) sits at absolute position
+// p_i = length - Tq + i and attends causally to cache positions j <= p_i:
+//   o_i = sum_{j <= p_i} softmax_j(q_i . k_j * scale) v_j.
+// With MoDA depth slots (DESIGN.md 3.2), query i also reads the slots [begin, end) that earlier
+// layers wrote at ITS OWN token, in the same softmax:
+//   o_i = (sum_{j <= p_i} e^{a_j} v_j + sum_s e^{b_s} vd_{i,s}) / (sum e^{a_j} + sum e^{b_s}),
+//   a_j = q_i . k_j * scale,  b_s = q_i . kd_{i,s} * scale,
+// depth.k, depth.v [B, Tq, S, Hk, d] (the depth stream's rows of the new tokens). An empty slot range
+// is plain attention (the depth tensors may then be undefined). With the cache holding a whole
+// sequence of T tokens (length = T), o equals the last Tq rows of attention_forward (or of
+// moda_attention_forward with the same slots).
+// Returns o [B, Tq, Hq, d] in q's dtype. Forward only: generation needs no gradient.
+// DTypes: one for all inputs: F32 or F64 on the CPU; BF16 or F32 on CUDA. The bf16 CUDA kernel
+// (fp32 accumulation) takes head dims 64 and 128; F32 without depth slots runs the fp32 attention
+// kernel (kernels/attention/attention_fp32.h); the rest is decoded by the CPU reference.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+#include "kernels/moda/moda_attention.h"
+
+namespace fathom {
+
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                        const DepthSlots& depth, double scale);
+inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                               double scale) {
+  return decode_attention(q, k_cache, v_cache, length, DepthSlots{}, scale);
+}
+// The same with the length read from the device when the kernels run: length = past[0] + Tq, where
+// past (I32 [1] on q's device) counts the positions held before this step (kernels/attention/kv_cache.h), so a
+// decoding step captured as a CUDA graph attends over each replay's length. The CUDA kernels give
+// bit for bit what the overload above gives for that length. A kernel cannot throw: the caller checks
+// its own count (past[0] + Tq <= capacity); a larger one reads no further than the capacity.
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                        const DepthSlots& depth, double scale);
+
+// The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K
+// flash decoding in bf16 with fp32 accumulation for head dims 64 and 128 (kernels/attention/decode_attention.cu;
+// the output comes from the device's allocator and the kernels run on its current stream).
+using DecodeAttentionKernel = Tensor(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                                     const DepthSlots& depth, double scale);
+using DecodeAttentionPastKernel = Tensor(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                         const Tensor& past, const DepthSlots& depth, double scale);
+FATHOM_BACKENDS(DecodeAttentionKernel, decode_attention)
+namespace cuda {
+DecodeAttentionPastKernel decode_attention;
+}  // namespace cuda
+
+// The entry points the dispatch calls. The CPU runs the reference. CUDA picks a kernel: the fp32 attention
+// kernel for F32 without depth slots (kernels/attention/attention_fp32.h), the bf16 kernel above, and for the
+// rest (bf16 at other head dims, such as the quickstart's 16, and F32 with depth slots) the reference on a
+// host copy in f32. With the count `past` on the device, the result is undefined where no kernel reads it
+// there (always on the CPU): the dispatch then reads the count on the host.
+FATHOM_BACKENDS(DecodeAttentionKernel, run_decode_attention)
+FATHOM_BACKENDS(DecodeAttentionPastKernel, run_decode_attention)
+
+}  // namespace fathom

@@ -1,0 +1,57 @@
+#include "kernels/attention/kv_cache.h"
+
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+namespace {
+
+void check_cache_and_rows(const Tensor& cache, const Tensor& rows) {
+  FATHOM_CHECK(cache.defined() && rows.defined() && cache.rank() == 4 && rows.rank() == 4,
+               "kv_cache_write: cache must be [B, Hk, capacity, d] and rows [B, Tq, Hk, d], got ", describe(cache),
+               " and ", describe(rows));
+  FATHOM_CHECK(cache.dim(0) == rows.dim(0) && cache.dim(1) == rows.dim(2) && cache.dim(3) == rows.dim(3) &&
+                   cache.dtype() == rows.dtype(),
+               "kv_cache_write: rows ", describe(rows), " do not fit cache ", describe(cache),
+               " (batch, KV heads, head dim and dtype must agree)");
+}
+
+void check_past(const char* op, const Tensor& past) {
+  FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.shape() == Shape{1}, op,
+               ": the position count must be I32 [1], got ", past.defined() ? describe(past) : "an undefined tensor");
+}
+
+}  // namespace
+
+void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
+  check_cache_and_rows(cache, rows);
+  FATHOM_CHECK(start >= 0 && start + rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1),
+               " new positions from ", start, " overrun the cache's capacity of ", cache.dim(2));
+  if (rows.numel() == 0) return;
+  return on_device<KvCacheWriteKernel>("kv_cache_write", common_device("kv_cache_write", {&cache, &rows}),
+                                       FATHOM_KERNEL(kv_cache_write), cache, rows, start);
+}
+
+void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
+  check_cache_and_rows(cache, rows);
+  check_past("kv_cache_write", past);
+  FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1), " new positions overrun the cache's capacity of ",
+               cache.dim(2));
+  if (rows.numel() == 0) return;
+  return on_device<KvCacheWritePastKernel>("kv_cache_write", common_device("kv_cache_write", {&cache, &rows, &past}),
+                                           FATHOM_KERNEL(kv_cache_write), cache, rows, past);
+}
+
+Tensor positions_after(const Tensor& past, int64_t T) {
+  check_past("positions_after", past);
+  FATHOM_CHECK(T >= 0, "positions_after: T must be >= 0, got ", T);
+  return on_device("positions_after", past.device(), FATHOM_KERNEL(positions_after), past, T);
+}
+
+void advance_positions(Tensor& past, int64_t T) {
+  check_past("advance_positions", past);
+  FATHOM_CHECK(T >= 0, "advance_positions: T must be >= 0, got ", T);
+  return on_device("advance_positions", past.device(), FATHOM_KERNEL(advance_positions), past, T);
+}
+
+}  // namespace fathom

@@ -1,0 +1,38 @@
+// RMSNorm over the last dimension: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+#pragma once
+#include <optional>
+
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+struct RmsNormOutput {
+  Tensor y;     // like x
+  Tensor rstd;  // [rows] (rows = numel / last dim), stats_dtype(x): F32 for F32/BF16 x, F64 for F64
+};
+struct RmsNormGrads {
+  Tensor dx;       // like x
+  Tensor dweight;  // like weight, or of the dtype rms_norm_backward was asked for
+};
+
+// x [..., n], weight [n] of x's dtype, eps > 0. The CPU accumulates in double; CUDA takes F32 or BF16
+// with f32 statistics. Full-width and per-head norms are the same call (per-head: x [..., H, d], weight [d]).
+// A defined `residual` (x's shape, dtype and device) is added in the same pass: y = residual + norm(x),
+// the post-norm block's h = x + norm(sublayer(x)) without a separate add over the activations. The
+// backward is the same (the residual's gradient is grad_y itself).
+RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual = Tensor());
+// dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
+// precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               std::optional<DType> dweight_dtype = std::nullopt);
+
+// The backends' entry points. dweight_dtype is the weight's dtype or, for a BF16 weight, F32 (CUDA only:
+// the CPU takes no BF16, so its weight gradient is always of the weight's dtype).
+using RmsNormForwardKernel = RmsNormOutput(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
+using RmsNormBackwardKernel = RmsNormGrads(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                                           const Tensor& rstd, DType dweight_dtype);
+FATHOM_BACKENDS(RmsNormForwardKernel, rms_norm_forward)
+FATHOM_BACKENDS(RmsNormBackwardKernel, rms_norm_backward)
+
+}  // namespace fathom
