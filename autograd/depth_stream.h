@@ -1,4 +1,4 @@
-// The MoDA depth stream (DESIGN.md 3.2): per-forward K/V buffers [B, T, S, Hk, d] that writers fill
+// The MoDA depth stream (DESIGN.md 4.2): per-forward K/V buffers [B, T, S, Hk, d] that writers fill
 // slot by slot, in place, and that MoDA attention reads. Gradients travel the other way. Each slot's
 // write node runs after all readers of that slot (they were recorded later) and hands the slot's
 // gradient to the writer. Readers with few query heads per KV head (G <= 4, writer keys) leave

@@ -1,4 +1,4 @@
-// The losses of layer-by-layer distillation (DESIGN.md 3.4, train/distill/distill_objective.h): each reduces
+// The losses of layer-by-layer distillation (DESIGN.md 4.4, train/distill/distill_objective.h): each reduces
 // a student activation against a fixed teacher tensor (or two gate tensors against each other) to
 // one element (F32; F64 for F64 inputs). The kernels (kernels/distill_losses/distill_losses.h) run on the inputs'
 // device: on a GPU the logits never leave it.

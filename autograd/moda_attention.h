@@ -1,4 +1,4 @@
-// MoDA attention's differentiable op (DESIGN.md 3.2): q over its layer's causal k, v and the depth
+// MoDA attention's differentiable op (DESIGN.md 4.2): q over its layer's causal k, v and the depth
 // slots [begin, end) of a depth stream, in one softmax. The stream (autograd/depth_stream.h) checks
 // the range and dtypes and calls this; the node it records routes the depth gradients into the
 // stream's buffers, whence the slots' write nodes hand them to the writers.

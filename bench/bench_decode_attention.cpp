@@ -4,7 +4,7 @@
 // earlier layer of a 16-layer model (30 slots) in the same softmax.
 // Decode is bandwidth bound, so each row reports the bytes that must move (the K and V cache,
 // B * Hk * length * d * 2 bytes each, plus q, o and the depth slots) over the median time, against
-// the H200's ~4.3 TB/s device copy ceiling (DESIGN.md 8). CUDA events around each call (both kernels
+// the H200's ~4.3 TB/s device copy ceiling (docs/DESIGN.md section 9). CUDA events around each call (both kernels
 // and the allocations of the output and partials) after warm-up, median of many runs. The cache is
 // replicated so that consecutive runs read different copies, always more than the 50 MB L2 in all:
 // the figures are DRAM, not L2, bandwidth.

@@ -1,7 +1,7 @@
 // A depth K/V writer for MoDA's FFN side (and the extra attention-side variant): k and v
 // projections of the sublayer input. With moda.depth_key: writer the k goes through its own RMSNorm
 // and the same RoPE rotation at position t as attention keys, so all depth keys live in one space
-// (DESIGN.md 3.2); with reader it is written raw (the readers normalise) and there is no k-norm.
+// (DESIGN.md 4.2); with reader it is written raw (the readers normalise) and there is no k-norm.
 #pragma once
 #include <memory>
 

@@ -49,7 +49,7 @@ DslaGate::DslaGate(int64_t d_model, int64_t width, ParameterInit weight_init)
 
 Variable DslaGate::forward(const Variable& x) const { return log_sigmoid_gate(linear(x, weight_), bias_, kGateScale); }
 
-// Gate init (DESIGN.md 3.4): state 1 W = I, b = 0, so its gates follow the input from the first step;
+// Gate init (DESIGN.md 4.4): state 1 W = I, b = 0, so its gates follow the input from the first step;
 // state 2 a small random W (the model's init std), b = 0: z near 0, retention about 0.96. With
 // n_heads * head_dim != d_model the identity is rectangular (the extra gates start at z = 0).
 Dsla::Dsla(const ModelConfig& c)

@@ -1,4 +1,4 @@
-// Dual-state linear attention, the "dsla" layer kind (DESIGN.md 3.4, paper 004): the attention
+// Dual-state linear attention, the "dsla" layer kind (DESIGN.md 4.4, paper 004): the attention
 // layer's q/k/v/o projections and QK-norm (same names, so a teacher's weights load), no RoPE, no
 // softmax and no normaliser. Per query head, two gated states read the same k, v:
 //   S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t,   o_t = (q_t / sqrt(d)) (gamma S1_t + (1 - gamma) S2_t)

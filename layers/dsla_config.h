@@ -1,4 +1,4 @@
-// DSLA's options (DESIGN.md 3.4), the recipe's `dsla` section: how many gated states a dsla layer
+// DSLA's options (DESIGN.md 4.4), the recipe's `dsla` section: how many gated states a dsla layer
 // (model.layers) keeps, and whether their mixing weight gamma is one per layer or one per query head.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Mixture-of-Depths options (DESIGN.md 3.3), the recipe's `mod` section: which blocks are routed, the
+// Mixture-of-Depths options (DESIGN.md 4.3), the recipe's `mod` section: which blocks are routed, the
 // capacity each routed block runs at, how the chosen tokens' block delta is weighted, and how routing is
 // made causal for generation.
 #pragma once

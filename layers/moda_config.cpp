@@ -40,7 +40,7 @@ LayerKind moda_layer_kind() {
           [](const ModelConfig& c) {
             const MoDAConfig& moda = c.options.get<MoDAConfig>();
             moda.validate();
-            // A depth read joins one softmax over the sequence and the depth slots (DESIGN.md 3.2); a
+            // A depth read joins one softmax over the sequence and the depth slots (DESIGN.md 4.2); a
             // mixer without one (dsla) has no softmax to join, nor per-token keys a later layer could read.
             for (const LayerKind& kind : layer_kinds())
               FATHOM_CHECK(!(moda.enabled() && kind.make_mixer && !kind.reads_depth && c.has_layer_kind(kind.name)),

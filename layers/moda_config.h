@@ -1,4 +1,4 @@
-// MoDA's options (DESIGN.md 3.2), the recipe's `moda` section: which depth KV the blocks write, which
+// MoDA's options (DESIGN.md 4.2), the recipe's `moda` section: which depth KV the blocks write, which
 // key a depth slot holds, and how many recent slots a reader sees.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The shape and numerics of an OLMo2-style decoder (DESIGN.md section 3.1), and OLMo-core's ladder of
+// The shape and numerics of an OLMo2-style decoder (DESIGN.md section 4.1), and OLMo-core's ladder of
 // named sizes.
 #pragma once
 #include <cstdint>

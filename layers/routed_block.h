@@ -1,4 +1,4 @@
-// A Mixture-of-Depths routed block (DESIGN.md 3.3): it wraps a Block. A router (Linear d -> 1, fp32
+// A Mixture-of-Depths routed block (DESIGN.md 4.3): it wraps a Block. A router (Linear d -> 1, fp32
 // logits r) picks exactly k = ceil(c S) tokens of each sequence (top-k over the sequence, ties to the
 // lower index, indices ascending); only they run the block, at their ORIGINAL positions (RoPE) and
 // attending causally among themselves; the others pass unchanged:

@@ -1,7 +1,7 @@
 // A block's token mixer: the sublayer that moves information between positions. Attention (with
 // MoDA's depth reads) is the first kind; each kind owns its parameters, says what it costs, and is
 // made by the factory it registers in layers/layer_kinds.cpp. Block, Decoder, the trainer and the
-// memory plan know only this interface (docs/DESIGN.md, "Layer kinds").
+// memory plan know only this interface (docs/DESIGN.md section 5, "Layer kinds are plug-ins").
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fathom's generation against HF transformers' generate on the same weights, one after the other on the
-# same GPU (DESIGN.md section 8). For each size: a fathom checkpoint of the size's initial weights
+# same GPU (docs/DESIGN.md section 9). For each size: a fathom checkpoint of the size's initial weights
 # (one step at lr 1e-9 on the quickstart corpus, dolma2 tokenizer), exported with `fathom export` as the
 # HF folder both read; a 128-token prompt from Moby Dick; greedy decoding to exactly N new tokens at
 # each batch size: bench/bench_generate (fathom) and bench/hf_generate_reference.py (HF, static cache;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fathom's training step against HF transformers + torch.compile, one after the other on the same GPU in
-# one session (DESIGN.md section 8): bench_train_step (from a CUDA build, carried in $BIN with any shared
+# one session (docs/DESIGN.md section 9): bench_train_step (from a CUDA build, carried in $BIN with any shared
 # libraries the device lacks in $BIN/lib) and bench/hf_train_reference.py at the same model sizes and
 # shapes. Writes $OUT/fathom.md, $OUT/hf.md (their rows, logs included) and $OUT/train_step_comparison.md:
 # both rows per config plus the ratios fathom/HF of tokens/s and of peak device memory.

@@ -9,7 +9,7 @@
 // Hq = G * Hk: query head h reads KV head h / G. New query i (0 <= i < Tq) sits at absolute position
 // p_i = length - Tq + i and attends causally to cache positions j <= p_i:
 //   o_i = sum_{j <= p_i} softmax_j(q_i . k_j * scale) v_j.
-// With MoDA depth slots (DESIGN.md 3.2), query i also reads the slots [begin, end) that earlier
+// With MoDA depth slots (DESIGN.md 4.2), query i also reads the slots [begin, end) that earlier
 // layers wrote at ITS OWN token, in the same softmax:
 //   o_i = (sum_{j <= p_i} e^{a_j} v_j + sum_s e^{b_s} vd_{i,s}) / (sum e^{a_j} + sum e^{b_s}),
 //   a_j = q_i . k_j * scale,  b_s = q_i . kd_{i,s} * scale,

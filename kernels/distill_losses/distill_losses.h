@@ -1,4 +1,4 @@
-// The kernels of the distillation losses (autograd/distill_losses.h, DESIGN.md 3.4): each reduces a
+// The kernels of the distillation losses (autograd/distill_losses.h, DESIGN.md 4.4): each reduces a
 // student tensor against a fixed teacher tensor (or two gate tensors against each other) to one
 // element, rows over the last dimension. The loss and per-row statistics are in
 // stats_dtype(input) (F32 for F32/BF16, F64 for F64); gradients are in the input's dtype.

@@ -1,4 +1,4 @@
-// DSLA: dual-state gated linear attention (docs/DESIGN.md, "DSLA kernels"). Per query head h, two
+// DSLA: dual-state gated linear attention (docs/DESIGN.md 4.4; docs/decisions/20-dsla-kernels.md). Per query head h, two
 // gated linear-attention states fed the same q, k, v with different per-key-dimension log gates:
 //   S_i,t = diag(exp(g_i,t)) S_i,t-1 + k_t^T v_t,    o_t = (q_t / sqrt(d)) (gamma_h S1_t + (1 - gamma_h) S2_t).
 // With one state (g2 undefined) o_t = (q_t / sqrt(d)) S1_t: plain GLA. No feature map, no normaliser, no RoPE.

@@ -1,4 +1,4 @@
-// DSLA's gates, in fp32 whatever the activations' dtype (DESIGN.md 3.4): the log forget gate of each
+// DSLA's gates, in fp32 whatever the activations' dtype (DESIGN.md 4.4): the log forget gate of each
 // key dimension, g = scale * logsigmoid(z + b), and the states' mixing weight gamma = sigmoid(c).
 #pragma once
 #include "core/tensor.h"

@@ -1,4 +1,4 @@
-// Mixture-of-Depths routing (DESIGN.md 3.3): the per-sequence top-k of the router's scores, gathering
+// Mixture-of-Depths routing (DESIGN.md 4.3): the per-sequence top-k of the router's scores, gathering
 // the chosen tokens' rows, the routed residual that adds their weighted block delta back, and the
 // routing BCE that teaches a causal router the top-k membership.
 #pragma once

@@ -1,4 +1,4 @@
-// MoDA attention (DESIGN.md 3.2): every query head reads, in ONE softmax, its layer's causal
+// MoDA attention (DESIGN.md 4.2): every query head reads, in ONE softmax, its layer's causal
 // sequence keys and the depth slots that earlier layers wrote at the same token:
 //   o_t = (sum_{j<=t} e^{a_j} v_j + sum_{i in slots} e^{b_i} vd_{t,i}) / (sum e^{a_j} + sum e^{b_i})
 //   a_j = q_t . k_j * scale,  b_i = q_t . kd_{t,i} * scale.

@@ -1,4 +1,4 @@
-// MoDA attention on CUDA (DESIGN.md 3.2): every query row reads, in ONE softmax, its layer's causal
+// MoDA attention on CUDA (DESIGN.md 4.2): every query row reads, in ONE softmax, its layer's causal
 // sequence K/V and the depth slots [slot_begin, slot_end) that earlier layers wrote at its own token.
 // Four kernels of increasing refinement, all with the same inputs, outputs and numerics contract
 // (bf16 in, fp32 accumulation, fp32 log-sum-exp, deterministic backward):

@@ -1,5 +1,5 @@
 // Helpers for the GPU tests: they compile in every build and skip themselves where no CUDA device is
-// usable (a build without CUDA, or a machine without a GPU). Comparisons follow docs/DESIGN.md §7:
+// usable (a build without CUDA, or a machine without a GPU). Comparisons follow docs/DESIGN.md section 8:
 // relative L2 error against the CPU reference, about 1e-5 in f32 and 1e-2 in bf16.
 #pragma once
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // MoDA models on the GPU against the CPU reference: depth-slot copies, a tiny model's forward and
 // backward for every variant, norm placement and depth key, and a 20-step loss curve. The GPU
 // computes attention (sequence and depth) in bf16 with fp32 accumulation and keeps the depth
-// values in bf16, so results agree within bf16 tolerance (DESIGN.md section 7).
+// values in bf16, so results agree within bf16 tolerance (docs/DESIGN.md section 8).
 #include <gtest/gtest.h>
 
 #include <algorithm>

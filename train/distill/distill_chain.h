@@ -1,4 +1,4 @@
-// `fathom distill` (DESIGN.md 3.4): the chain. The layers are ranked (train/distill/distill_order.h); then for
+// `fathom distill` (DESIGN.md 4.4): the chain. The layers are ranked (train/distill/distill_order.h); then for
 // k = 1..K the k-th layer in that order becomes a dsla layer initialised from the teacher's q, k, v, o
 // (train/distill/distill_init.h) and trains alone, everything else frozen, against the teacher
 // (train/distill/distill_objective.h). Each step k is an ordinary training run (train/run/run.h) in the folder

@@ -1,4 +1,4 @@
-// What a recipe's `distill` section asks for (DESIGN.md 3.4), checked against the teacher's depth:
+// What a recipe's `distill` section asks for (DESIGN.md 4.4), checked against the teacher's depth:
 // how the layers are ranked, how many are converted, and which of the nested models M_k are the
 // fractions the recipe named. The recipe reader reports a problem at the key that has it.
 #pragma once

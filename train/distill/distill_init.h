@@ -1,4 +1,4 @@
-// How a converted layer starts (DESIGN.md 3.4 step 3): the model's own initialisation (the dsla
+// How a converted layer starts (DESIGN.md 4.4): the model's own initialisation (the dsla
 // gates: state 1 W = I, state 2 small random, b = 0; gamma = 0.5), overlaid by the teacher's (or the
 // previous M_k's) tensors of the same names, so the new layer keeps the teacher's q, k, v, o and
 // QK-norm and every other layer is the source's.

@@ -1,4 +1,4 @@
-// The loss of one converted layer's training (DESIGN.md 3.4 step 4): the recipe's distill.loss
+// The loss of one converted layer's training (DESIGN.md 4.4): the recipe's distill.loss
 // weights as the run's objective terms, and the teacher terms each micro-batch adds to the student's
 // output: logit_kl (KL(teacher || student) on the final logits at distill.temperature), layer_align
 // (the converted layer's output against the teacher's same layer: mse, or KL over the hidden

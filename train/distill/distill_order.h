@@ -1,4 +1,4 @@
-// Which teacher layers a distillation converts, first converted first (DESIGN.md 3.4 step 2):
+// Which teacher layers a distillation converts, first converted first (DESIGN.md 4.4):
 // lowest mean attention entropy on a calibration batch, smallest validation loss with that one layer
 // replaced by a teacher-initialised dsla layer, or the recipe's list. Ties go to the lower index, so
 // the order is deterministic. The ranking's per-layer table goes to order.md and order.json.

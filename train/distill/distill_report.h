@@ -1,4 +1,4 @@
-// The table of a distillation (DESIGN.md 3.4 step 5), distill.md and distill.json in the run folder:
+// The table of a distillation (DESIGN.md 4.4), distill.md and distill.json in the run folder:
 // per nested model M_k, the layers converted and which, the fraction, validation loss and perplexity
 // per domain against the teacher's, the KV-cache bytes the converted layers save per 1000 tokens and
 // the measured decode speed.

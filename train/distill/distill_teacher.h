@@ -1,4 +1,4 @@
-// The teacher of a distillation (DESIGN.md 3.4): a fathom checkpoint or HuggingFace folder loaded for
+// The teacher of a distillation (DESIGN.md 4.4): a fathom checkpoint or HuggingFace folder loaded for
 // inference, frozen, whose forwards run under NoGrad and so save nothing for backward.
 #pragma once
 #include <optional>

@@ -1,6 +1,6 @@
 // Device memory a training run needs, estimated from the recipe before anything is allocated, so a
 // run that cannot fit fails at start with the numbers and the knobs to turn, not with an OOM
-// mid-step. The estimate counts what fathom's autograd actually keeps (DESIGN.md 9, "Memory plan").
+// mid-step. The estimate counts what fathom's autograd actually keeps (docs/decisions/06-mixed-precision-recompute-and-the-memory-plan.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace fathom {
 
-// Distillation (DESIGN.md 3.4): the frozen teacher beside the student, and what the teacher terms add
+// Distillation (DESIGN.md 4.4): the frozen teacher beside the student, and what the teacher terms add
 // to each step.
 struct TeacherMemoryInput {
   ModelConfig model;         // the teacher's

@@ -1,4 +1,4 @@
-// Recipes: the YAML file that describes one run (DESIGN.md section 4), parsed and validated into a
+// Recipes: the YAML file that describes one run (docs/DESIGN.md section 6), parsed and validated into a
 // Recipe with every field resolved.
 //
 // Every key, its type, range or choices, and whether it is required lives in one table,
@@ -85,7 +85,7 @@ struct Recipe {
     int64_t keep_last = 3;  // step folders kept; 0 keeps all
     bool operator==(const Checkpoint&) const = default;
   };
-  // `fathom distill` (DESIGN.md 3.4, train/distill/distill_config.h): the section exists when teacher is set.
+  // `fathom distill` (DESIGN.md 4.4, train/distill/distill_config.h): the section exists when teacher is set.
   // The recipe's model is the teacher's (distill.teacher stands for model.init_from); train.steps or
   // train.tokens, or steps_per_layer, is the length of each converted layer's training.
   struct Distill {
