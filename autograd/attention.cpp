@@ -1,8 +1,8 @@
 // attention: causal GQA; saves q, k, v, the output and the row log-sum-exps for the backward kernel.
+#include "kernels/attention/attention.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/attention/attention.h"
 
 namespace fathom {
 

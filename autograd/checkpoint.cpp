@@ -17,7 +17,9 @@ class CheckpointNode final : public Node {
  public:
   CheckpointNode(std::function<Variable(const Variable&)> segment, Tensor input, bool input_needs_grad,
                  std::vector<VariableImpl*> parameters)
-      : segment_(std::move(segment)), input_(std::move(input)), input_needs_grad_(input_needs_grad),
+      : segment_(std::move(segment)),
+        input_(std::move(input)),
+        input_needs_grad_(input_needs_grad),
         parameters_(std::move(parameters)) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {

@@ -1,9 +1,9 @@
 // cross_entropy: mean next-token loss plus z-loss; saves the logits and per-row log-sum-exps for
 // backward. (The training step's head and loss, which form their gradients in the forward pass, are
 // linear_cross_entropy.)
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/dispatch.h"
 
 namespace fathom {
@@ -13,8 +13,11 @@ namespace {
 class CrossEntropyNode final : public Node {
  public:
   CrossEntropyNode(Tensor logits, Tensor targets, Tensor lse, double z_loss_weight, int64_t ignore_index)
-      : logits_(std::move(logits)), targets_(std::move(targets)), lse_(std::move(lse)),
-        z_loss_weight_(z_loss_weight), ignore_index_(ignore_index) {}
+      : logits_(std::move(logits)),
+        targets_(std::move(targets)),
+        lse_(std::move(lse)),
+        z_loss_weight_(z_loss_weight),
+        ignore_index_(ignore_index) {}
 
   // When nothing else holds the logits (the caller dropped its handle, as the trainer does), their
   // gradient overwrites them: a 100K-vocabulary batch then needs one logits-sized buffer, not two.

@@ -15,8 +15,7 @@ SlotGrads DepthBuffers::take_weighted(int64_t slot) {
   FATHOM_CHECK(weights_complete(slot), "depth stream: slot ", slot, "'s gradients were asked for before all ",
                weights_recorded[size_t(slot)], " of its readers ran backward (", weights_done[size_t(slot)], " did)");
   int64_t first = slot;
-  while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)])
-    --first;
+  while (first > 0 && weights_complete(first - 1) && slot_dtype[size_t(first - 1)] == slot_dtype[size_t(slot)]) --first;
   // Every reader still held: depth_slot_grads adds each one to the slots of its range only.
   std::vector<const DepthReader*> held;
   for (const WeightsReader& r : readers) held.push_back(&r.reader);

@@ -95,8 +95,8 @@ Variable DepthStream::tie(const Variable& y) const {
   return record(y.value(), std::make_shared<DepthTieNode>(), {y, version_});
 }
 
-DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim,
-                         DType dtype, Device device)
+DepthStream::DepthStream(int64_t batch, int64_t seq_len, int64_t slots, int64_t kv_heads, int64_t head_dim, DType dtype,
+                         Device device)
     : buffers_(std::make_shared<DepthBuffers>()), version_(version_token(device), true) {
   FATHOM_CHECK(slots >= 1, "a depth stream needs at least one slot");
   FATHOM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
@@ -124,8 +124,8 @@ void DepthStream::write(int64_t slot, const Variable& k, const Variable& v) {
   buffers_->slot_dtype[size_t(slot)] = k.dtype();
   ++written_;
   if (any_requires_grad({k, v}))
-    version_ = record(version_token(k.device()),
-                      std::make_shared<DepthWriteNode>(buffers_, slot, k.dtype(), v.dtype()), {version_, k, v});
+    version_ = record(version_token(k.device()), std::make_shared<DepthWriteNode>(buffers_, slot, k.dtype(), v.dtype()),
+                      {version_, k, v});
 }
 
 Variable DepthStream::attend(const Variable& q, const Variable& k, const Variable& v, int64_t begin, int64_t end,
@@ -144,8 +144,8 @@ Variable DepthStream::attend(const Variable& q, const Variable& k, const Variabl
   // [begin, end) get no gradient from the softmax, so none flows back to them), then attend. Slots
   // not yet written hold zeros for it (garbage there would turn the weight's gradient into NaN).
   const bool grad = any_requires_grad({q, k, v, key_norm.weight});
-  const Variable raw = grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_})
-                            : Variable(buffers_->k);
+  const Variable raw =
+      grad ? record(buffers_->k, std::make_shared<DepthKeysNode>(buffers_), {version_}) : Variable(buffers_->k);
   return moda_attention(buffers_, version_, q, k, v, begin, end, scale, normalised_keys(raw, key_norm));
 }
 
@@ -155,8 +155,8 @@ Variable DepthStream::normalised_keys(const Variable& raw, const DepthKeyNorm& k
     buffers_->unwritten_keys_zeroed = true;
   }
   const Shape& s = buffers_->k.shape();
-  return reshape(rms_norm(reshape(raw, {s[0] * s[1] * s[2], s[3] * s[4]}), cast(key_norm.weight, dtype()), key_norm.eps),
-                 s);
+  return reshape(
+      rms_norm(reshape(raw, {s[0] * s[1] * s[2], s[3] * s[4]}), cast(key_norm.weight, dtype()), key_norm.eps), s);
 }
 
 DepthSlots DepthStream::read(int64_t begin, int64_t end, const DepthKeyNorm& key_norm) {

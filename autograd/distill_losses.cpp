@@ -16,9 +16,7 @@ Tensor as_input(const Tensor& target, const Tensor& input) { return target.to(in
 class MseNode final : public Node {
  public:
   MseNode(Tensor x, Tensor target) : x_(std::move(x)), target_(std::move(target)) {}
-  std::vector<Tensor> backward(const Tensor& grad_output) override {
-    return {mse_backward(grad_output, x_, target_)};
-  }
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return {mse_backward(grad_output, x_, target_)}; }
   void release_saved() override { x_ = target_ = Tensor(); }
   const char* name() const override { return "mse_to_target"; }
 
@@ -29,11 +27,13 @@ class MseNode final : public Node {
 class SoftmaxKlNode final : public Node {
  public:
   SoftmaxKlNode(Tensor student, Tensor teacher, SoftmaxKlOutput forward, double temperature)
-      : student_(std::move(student)), teacher_(std::move(teacher)), forward_(std::move(forward)),
+      : student_(std::move(student)),
+        teacher_(std::move(teacher)),
+        forward_(std::move(forward)),
         temperature_(temperature) {}
   std::vector<Tensor> backward(const Tensor& grad_output) override {
-    return {softmax_kl_backward(grad_output, student_, teacher_, forward_.lse_student, forward_.lse_teacher,
-                                temperature_)};
+    return {
+        softmax_kl_backward(grad_output, student_, teacher_, forward_.lse_student, forward_.lse_teacher, temperature_)};
   }
   void release_saved() override {
     student_ = teacher_ = Tensor();
@@ -91,8 +91,8 @@ Variable softmax_kl_to_target(const Variable& x, const Tensor& target, double te
 
 Variable mean_row_cosine(const Variable& a, const Variable& b) {
   FATHOM_CHECK(a.defined() && b.defined() && a.value().shape() == b.value().shape(), "mean_row_cosine: inputs ",
-               a.defined() ? describe(a.value()) : "undefined", " and ", b.defined() ? describe(b.value()) : "undefined",
-               " must have one shape");
+               a.defined() ? describe(a.value()) : "undefined", " and ",
+               b.defined() ? describe(b.value()) : "undefined", " must have one shape");
   RowCosineOutput forward = row_cosine_forward(a.value(), b.value());
   if (!any_requires_grad({a, b})) return Variable(std::move(forward.loss));
   return record(std::move(forward.loss), std::make_shared<RowCosineNode>(a.value(), b.value(), std::move(forward.sums)),

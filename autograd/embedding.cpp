@@ -1,7 +1,7 @@
 // embedding: gathers table rows by token id; the gradient scatter-adds back into a table-sized tensor.
+#include "kernels/embedding/embedding.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/embedding/embedding.h"
 
 namespace fathom {
 
@@ -40,8 +40,8 @@ Variable embedding(const Tensor& ids, const Variable& table) {
   FATHOM_CHECK(table.defined(), "embedding: undefined table");
   Tensor y = embedding_forward(ids, table.compute_value());
   if (!any_requires_grad({table})) return Variable(std::move(y));
-  const bool into_arena = table.is_leaf() && table.has_compute_copy() && table.grad().defined() &&
-                          table.grad().dtype() == DType::f32;
+  const bool into_arena =
+      table.is_leaf() && table.has_compute_copy() && table.grad().defined() && table.grad().dtype() == DType::f32;
   // The ids are copied (they are small): a loader may refill its batch buffer before backward runs.
   return record(std::move(y),
                 std::make_shared<EmbeddingNode>(ids.clone(), table.shape(), table.dtype(),

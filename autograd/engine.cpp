@@ -75,8 +75,8 @@ struct FinalGradients {
   // Before `node` runs, at any depth: none of its leaves may have been reported final.
   void check_unreported(const Node& node) const {
     for (const Edge& e : node.edges())
-      FATHOM_CHECK(!e.leaf || !reported.contains(e.leaf.get()), node.name(),
-                   " writes the gradient of a leaf ", describe(e.leaf->value),
+      FATHOM_CHECK(!e.leaf || !reported.contains(e.leaf.get()), node.name(), " writes the gradient of a leaf ",
+                   describe(e.leaf->value),
                    " after backward reported it final: a checkpoint segment must declare every parameter it reads");
   }
   // After `node` ran (or was skipped) in the outermost backward.
@@ -130,7 +130,10 @@ void backward(const Variable& root, const Tensor& seed) {
     if (tracking != nullptr)
       FATHOM_CHECK(!tracking->reported.contains(root.impl().get()),
                    "backward writes the gradient of a leaf after backward reported it final");
-    if (g.defined()) add_inplace(g, root_grad); else g = root_grad.clone();
+    if (g.defined())
+      add_inplace(g, root_grad);
+    else
+      g = root_grad.clone();
     if (tracking == nullptr && current_gradient_listener() != nullptr)
       current_gradient_listener()->gradient_final(*root.impl());
     return;
@@ -161,7 +164,10 @@ void backward(const Variable& root, const Tensor& seed) {
         Tensor& slot = edges[i].leaf->grad;
         FATHOM_CHECK(grads[i].shape() == edges[i].leaf->value.shape(), node->name(), " produced gradient ",
                      describe(grads[i]), " for input ", describe(edges[i].leaf->value));
-        if (slot.defined()) add_inplace(slot, grads[i]); else slot = grads[i].clone();
+        if (slot.defined())
+          add_inplace(slot, grads[i]);
+        else
+          slot = grads[i].clone();
       }
     }
     if (scope.outermost()) tracking->done(*node);

@@ -1,8 +1,8 @@
 // DSLA's gates as differentiable ops: log forget gates from a projection and a bias, and the mixing
 // weight gamma from its logits. Both compute and return fp32 (kernels/dsla/gates.h).
+#include "kernels/dsla/gates.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/dsla/gates.h"
 #include "kernels/matmul/matmul.h"
 
 namespace fathom {

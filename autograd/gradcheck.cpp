@@ -13,9 +13,9 @@ namespace {
 
 // sum(w * y) in double.
 double weighted_sum(const Tensor& w, const Variable& y) {
-  FATHOM_CHECK(y.defined() && y.dtype() == DType::f64 && y.shape() == w.shape(),
-               "gradcheck: f returned ", y.defined() ? describe(y.value()) : "an undefined value",
-               " on a perturbed input, expected ", describe(w));
+  FATHOM_CHECK(y.defined() && y.dtype() == DType::f64 && y.shape() == w.shape(), "gradcheck: f returned ",
+               y.defined() ? describe(y.value()) : "an undefined value", " on a perturbed input, expected ",
+               describe(w));
   const double* wp = w.data<double>();
   const double* yp = y.value().data<double>();
   double total = 0;
@@ -86,9 +86,8 @@ GradcheckResult gradcheck(std::function<Variable(const std::vector<Variable>&)> 
   } else {
     msg.precision(10);
     msg << "gradcheck failed at input " << result.failed_input << " " << describe(inputs[result.failed_input])
-        << ", element " << result.failed_element << ": analytic " << result.analytic << " vs numeric "
-        << result.numeric << " (max abs error " << result.max_abs_error << ", max rel error "
-        << result.max_rel_error << ")";
+        << ", element " << result.failed_element << ": analytic " << result.analytic << " vs numeric " << result.numeric
+        << " (max abs error " << result.max_abs_error << ", max rel error " << result.max_rel_error << ")";
   }
   result.message = msg.str();
   return result;

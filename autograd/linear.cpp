@@ -11,7 +11,10 @@ namespace {
 class LinearNode final : public Node {
  public:
   LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad, DType compute_dtype)
-      : x_(std::move(x)), weight_(std::move(weight)), x_shape_(x_shape), weight_grad_(std::move(weight_grad)),
+      : x_(std::move(x)),
+        weight_(std::move(weight)),
+        x_shape_(x_shape),
+        weight_grad_(std::move(weight_grad)),
         compute_dtype_(compute_dtype) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }

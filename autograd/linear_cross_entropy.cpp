@@ -37,8 +37,7 @@ class LinearCrossEntropyNode final : public Node {
 
 // Counted (non-ignored) targets per chunk of `chunk_rows`; a target outside [0, V) is an error naming
 // its row in the whole batch. Host targets are read where they are (no wait on the device).
-std::vector<int64_t> counted_per_chunk(const Tensor& targets, int64_t vocab, int64_t chunk_rows,
-                                       int64_t ignore_index) {
+std::vector<int64_t> counted_per_chunk(const Tensor& targets, int64_t vocab, int64_t chunk_rows, int64_t ignore_index) {
   const Tensor host = targets.to(Device::cpu()).to(DType::i64);
   const std::vector<int64_t> ids = host.to_vector<int64_t>();
   std::vector<int64_t> counted(size_t((int64_t(ids.size()) + chunk_rows - 1) / chunk_rows), 0);
@@ -62,8 +61,10 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
   FATHOM_CHECK(targets.rank() == 1 && targets.dim(0) == h.dim(0), "linear_cross_entropy: targets must be [N] for h ",
                describe(h.value()), ", got ", describe(targets));
   FATHOM_CHECK(chunk_rows >= 1, "linear_cross_entropy: chunk_rows must be >= 1, got ", chunk_rows);
-  FATHOM_CHECK(std::isfinite(expected_grad) && expected_grad != 0, "linear_cross_entropy: expected_grad must be "
-               "finite and nonzero (the gradients are rescaled by upstream / expected_grad), got ", expected_grad);
+  FATHOM_CHECK(std::isfinite(expected_grad) && expected_grad != 0,
+               "linear_cross_entropy: expected_grad must be "
+               "finite and nonzero (the gradients are rescaled by upstream / expected_grad), got ",
+               expected_grad);
   if (!any_requires_grad({h, weight}))
     return cross_entropy(linear(h, weight), targets.to(h.device()), z_loss_weight, ignore_index);
 
@@ -91,16 +92,15 @@ LossParts linear_cross_entropy(const Variable& h, const Variable& weight, const 
   std::vector<double> chunk_grad(counted.size(), 0.0);
   for (size_t c = 0; c < counted.size(); ++c)
     if (total > 0) chunk_grad[c] = expected_grad * double(counted[c]) / double(total);
-  const Tensor grad_losses =
-      Tensor::from_vector(chunk_grad, {int64_t(chunk_grad.size())}).to(stats).to(x.device());
+  const Tensor grad_losses = Tensor::from_vector(chunk_grad, {int64_t(chunk_grad.size())}).to(stats).to(x.device());
   // Row c: chunk c's loss sums (F64 [3], kernels/cross_entropy/cross_entropy.h), gathered by device copies.
   Tensor sums = Tensor::empty({int64_t(counted.size()), 3}, DType::f64, x.device());
   for (int64_t chunk = 0, r0 = 0; r0 < N; ++chunk, r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, N - r0);
     const Tensor x_c = x.narrow(r0, rows);
     Tensor grad = matmul(x_c, false, w, true);  // the chunk's logits, about to hold their gradient
-    const CrossEntropyOutput out = cross_entropy_forward_with_grad(
-        grad, device_targets.narrow(r0, rows), z_loss_weight, ignore_index, grad_losses.narrow(chunk, 1), false);
+    const CrossEntropyOutput out = cross_entropy_forward_with_grad(grad, device_targets.narrow(r0, rows), z_loss_weight,
+                                                                   ignore_index, grad_losses.narrow(chunk, 1), false);
     Tensor row = sums.narrow(chunk, 1).view({3});
     row.copy_from(out.sums);
     if (want_dh) {

@@ -1,8 +1,8 @@
 // MoD's differentiable routing ops: the gather of the chosen rows, the routed residual that adds their
 // weighted block delta back, and the routing BCE. Top-k itself is a discrete choice without gradient.
+#include "kernels/mod/mod_routing.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "kernels/mod/mod_routing.h"
 
 namespace fathom {
 

@@ -50,8 +50,8 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v, doub
 // per-key-dimension log gates g1, g2 [B, T, H, d] (<= 0), gamma [H] the first state's mixing weight:
 // o_t = (q_t / sqrt(d)) (gamma S1_t + (1 - gamma) S2_t), S_i,t = diag(e^{g_i,t}) S_i,t-1 + k_t^T v_t, from
 // zero states. An undefined g2 is one state (plain GLA; gamma may then be undefined too).
-Variable dsla_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& g1,
-                        const Variable& g2, const Variable& gamma);
+Variable dsla_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& g1, const Variable& g2,
+                        const Variable& gamma);
 
 // Mean over counted rows of cross-entropy + z_loss_weight * logsumexp^2. logits [N, V], targets
 // (I32/I64) [N]; rows whose target equals ignore_index do not count. A target outside [0, V) other

@@ -1,9 +1,9 @@
 // rms_norm: normalises the last dim by its root mean square, then scales by a learned weight;
 // residual_rms_norm adds a residual in the same pass (its gradient is the output's).
+#include "kernels/rms_norm/rms_norm.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/rms_norm/rms_norm.h"
 
 namespace fathom {
 
@@ -13,7 +13,10 @@ class RmsNormNode final : public Node {
  public:
   // Inputs (x, weight), or (residual, x, weight) with `has_residual`.
   RmsNormNode(Tensor x, Tensor weight, Tensor rstd, DType weight_grad_dtype, bool has_residual)
-      : x_(std::move(x)), weight_(std::move(weight)), rstd_(std::move(rstd)), weight_grad_dtype_(weight_grad_dtype),
+      : x_(std::move(x)),
+        weight_(std::move(weight)),
+        rstd_(std::move(rstd)),
+        weight_grad_dtype_(weight_grad_dtype),
         has_residual_(has_residual) {}
 
   std::vector<Tensor> backward(const Tensor& grad_output) override {

@@ -1,8 +1,8 @@
 // rope: rotary position embedding; its backward is the inverse rotation.
+#include "kernels/rope/rope.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/rope/rope.h"
 
 namespace fathom {
 

@@ -1,8 +1,8 @@
 // swiglu: silu(gate) * up, the gated activation of the OLMo2 feed-forward block; silu alone.
+#include "kernels/swiglu/swiglu.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
-#include "kernels/swiglu/swiglu.h"
 
 namespace fathom {
 

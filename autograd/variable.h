@@ -12,7 +12,7 @@ class Rebuild;
 
 struct VariableImpl {
   Tensor value;
-  Tensor grad;                    // leaves only; parameters point it into the flat gradient arena
+  Tensor grad;  // leaves only; parameters point it into the flat gradient arena
   // Mixed precision: a parameter's low-precision (BF16) copy of `value` that the ops compute with,
   // a view into the arena's compute copy; undefined otherwise. Gradients still go to `grad` (F32).
   Tensor compute;

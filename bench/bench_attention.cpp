@@ -42,7 +42,9 @@ const Size kSizes[] = {
     {"mha-d128-B8-T2K", 8, 2048, 32, 32, 128},
 };
 
-double forward_flops(const Size& s) { return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0; }
+double forward_flops(const Size& s) {
+  return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0;
+}
 
 struct Timing {
   double fwd_ms, bwd_ms, total_ms;
@@ -155,7 +157,9 @@ int main(int argc, char** argv) {
   return 0;
 #else
   if (!fathom::bench::describe_device("bench_attention", "")) return 0;
-  std::printf("| size | B | T | Hq | Hk | d | fwd ms | bwd ms | fwd+bwd ms | fwd TFLOP/s | bwd TFLOP/s | fwd+bwd TFLOP/s | reps |\n");
+  std::printf(
+      "| size | B | T | Hq | Hk | d | fwd ms | bwd ms | fwd+bwd ms | fwd TFLOP/s | bwd TFLOP/s | fwd+bwd TFLOP/s | "
+      "reps |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::string json = "[\n";
   bool first = true;

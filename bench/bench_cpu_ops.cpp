@@ -127,9 +127,10 @@ Variable block(const Layer& l, const Variable& x, const Tensor& positions) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   std::printf("fathom CPU ops, f32, %d threads, median of %d runs\n", omp_get_max_threads(), reps);
-  std::printf("shapes: batch %lld x seq %lld (%lld tokens), d %lld, %lld heads x %lld, FFN %lld, vocab %lld, %lld layers\n\n",
-              (long long)kBatch, (long long)kSeq, (long long)kTokens, (long long)kModel, (long long)kHeads,
-              (long long)kHeadDim, (long long)kFfn, (long long)kVocab, (long long)kLayers);
+  std::printf(
+      "shapes: batch %lld x seq %lld (%lld tokens), d %lld, %lld heads x %lld, FFN %lld, vocab %lld, %lld layers\n\n",
+      (long long)kBatch, (long long)kSeq, (long long)kTokens, (long long)kModel, (long long)kHeads, (long long)kHeadDim,
+      (long long)kFfn, (long long)kVocab, (long long)kLayers);
 
   std::vector<int64_t> pos(kSeq);
   for (int64_t t = 0; t < kSeq; ++t) pos[t] = t;
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
   add_row("linear 128->512 (gate,up)", 2 * kLayers,
           time_op(reps, {leaf(x_shape), leaf({kFfn, kModel}, 0.02)}, [](auto& in) { return linear(in[0], in[1]); }));
   add_row("linear 512->128 (down)", kLayers,
-          time_op(reps, {leaf({kBatch, kSeq, kFfn}), leaf({kModel, kFfn}, 0.02)}, [](auto& in) { return linear(in[0], in[1]); }));
+          time_op(reps, {leaf({kBatch, kSeq, kFfn}), leaf({kModel, kFfn}, 0.02)},
+                  [](auto& in) { return linear(in[0], in[1]); }));
   add_row("linear 128->8192 (lm_head)", 1,
           time_op(reps, {leaf(x_shape), leaf({kVocab, kModel}, 0.02)}, [](auto& in) { return linear(in[0], in[1]); }));
   add_row("embedding 8192x128", 1,
@@ -162,16 +164,19 @@ int main(int argc, char** argv) {
   add_row("rope [8,256,8,16]", 2 * kLayers,
           time_op(reps, {leaf(heads)}, [&](auto& in) { return rope(in[0], seq_positions, 500000.0); }));
   add_row("swiglu [2048,512]", kLayers,
-          time_op(reps, {leaf({kBatch, kSeq, kFfn}), leaf({kBatch, kSeq, kFfn})}, [](auto& in) { return swiglu(in[0], in[1]); }));
-  add_row("attention Hq=Hk=8, d=16", kLayers,
-          time_op(reps, {leaf(heads), leaf(heads), leaf(heads)}, [](auto& in) { return attention(in[0], in[1], in[2], 0.25); }));
+          time_op(reps, {leaf({kBatch, kSeq, kFfn}), leaf({kBatch, kSeq, kFfn})},
+                  [](auto& in) { return swiglu(in[0], in[1]); }));
+  add_row("attention Hq=Hk=8, d=16", kLayers, time_op(reps, {leaf(heads), leaf(heads), leaf(heads)}, [](auto& in) {
+            return attention(in[0], in[1], in[2], 0.25);
+          }));
   add_row("attention Hq=8, Hk=2 (GQA)", 0,
           time_op(reps, {leaf(heads), leaf({kBatch, kSeq, 2, kHeadDim}), leaf({kBatch, kSeq, 2, kHeadDim})},
                   [](auto& in) { return attention(in[0], in[1], in[2], 0.25); }));
   add_row("add [2048,128] (residual)", 2 * kLayers,
           time_op(reps, {leaf(x_shape), leaf(x_shape)}, [](auto& in) { return add(in[0], in[1]); }));
-  add_row("cross_entropy [2048,8192]", 1,
-          time_op(reps, {leaf({kTokens, kVocab}, 3.0)}, [&](auto& in) { return cross_entropy(in[0], targets, 1e-5).loss; }));
+  add_row("cross_entropy [2048,8192]", 1, time_op(reps, {leaf({kTokens, kVocab}, 3.0)}, [&](auto& in) {
+            return cross_entropy(in[0], targets, 1e-5).loss;
+          }));
 
   Model model;
   const int64_t n_params = model.numel();

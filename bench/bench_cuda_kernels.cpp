@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
   double gemm_tflops = 0;
   {
     const int64_t n = 8192;
-    Tensor a = random_gpu({n, n}, DType::bf16), b = random_gpu({n, n}, DType::bf16), c = Tensor::empty({n, n}, DType::bf16, kGpu);
+    Tensor a = random_gpu({n, n}, DType::bf16), b = random_gpu({n, n}, DType::bf16),
+           c = Tensor::empty({n, n}, DType::bf16, kGpu);
     const double ms = median_ms([&] { matmul(a, false, b, false, c); });
     gemm_tflops = 2.0 * double(n) * n * n / ms / 1e9;
   }
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
 
   std::printf("\n| kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
   const double B2 = 2, B4 = 4;  // bytes of bf16 / f32
-  {  // casts
+  {                             // casts
     const int64_t n = int64_t(1) << 28;
     Tensor x = random_gpu({n}, DType::f32);
     row("cast f32 -> bf16", "256M", median_ms([&] { x.to(DType::bf16); }), n * (B4 + B2));
@@ -214,27 +215,26 @@ int main(int argc, char** argv) {
         tokens * d * 2 * B2);
     Tensor gout = random_gpu({tokens, d}, DType::bf16), gtable = Tensor::zeros({vocab, d}, DType::f32, kGpu);
     // Bytes: grad_out read once, each touched f32 table row read and written (~all ids distinct here).
-    row("embedding bwd bf16 -> f32", "16384 ids, 100352 x 2048", median_ms([&] { embedding_backward(ids, gout, gtable); }),
-        tokens * d * (B2 + 2 * B4));
+    row("embedding bwd bf16 -> f32", "16384 ids, 100352 x 2048",
+        median_ms([&] { embedding_backward(ids, gout, gtable); }), tokens * d * (B2 + 2 * B4));
   }
   {  // cross-entropy over a 100K vocabulary
     const int64_t rows = 8192, vocab = 100352 + 5;
     Tensor logits = random_gpu({rows, vocab}, DType::bf16, -8, 8), targets = random_ids_gpu(rows, vocab);
     CrossEntropyOutput out = cross_entropy_forward(logits, targets, 1e-4, -100);
-    row("cross_entropy fwd bf16", "8192 x 100357", median_ms([&] { cross_entropy_forward(logits, targets, 1e-4, -100); }),
-        double(rows) * vocab * B2);
+    row("cross_entropy fwd bf16", "8192 x 100357",
+        median_ms([&] { cross_entropy_forward(logits, targets, 1e-4, -100); }), double(rows) * vocab * B2);
     const Tensor one = Tensor::full({}, 1.0, DType::f32, kGpu);
     Tensor grad = Tensor::empty({rows, vocab}, DType::bf16, kGpu);
-    row("cross_entropy bwd bf16", "8192 x 100357", median_ms([&] {
-          cross_entropy_backward_into(one, logits, targets, out.lse, 1e-4, -100, grad);
-        }),
+    row("cross_entropy bwd bf16", "8192 x 100357",
+        median_ms([&] { cross_entropy_backward_into(one, logits, targets, out.lse, 1e-4, -100, grad); }),
         double(rows) * vocab * 2 * B2);
     // The training step's chunk (linear_cross_entropy): forward and gradient in one pass, in place.
     const int64_t chunk = 5312;
-    Tensor chunk_logits = random_gpu({chunk, 100352}, DType::bf16, -8, 8), chunk_targets = random_ids_gpu(chunk, 100352);
-    row("cross_entropy fused bf16", "5312 x 100352", median_ms([&] {
-          cross_entropy_forward_with_grad(chunk_logits, chunk_targets, 1e-4, -100, one, false);
-        }),
+    Tensor chunk_logits = random_gpu({chunk, 100352}, DType::bf16, -8, 8),
+           chunk_targets = random_ids_gpu(chunk, 100352);
+    row("cross_entropy fused bf16", "5312 x 100352",
+        median_ms([&] { cross_entropy_forward_with_grad(chunk_logits, chunk_targets, 1e-4, -100, one, false); }),
         double(chunk) * 100352 * 2 * B2);
   }
   const MemoryStats s = allocator_for(kGpu).stats(kGpu);

@@ -69,7 +69,8 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
     vs.push_back(random_gpu({B, m.Hk, length, m.d}, seed++, 1.f));
   }
   DepthSlots depth;
-  if (S > 0) depth = {random_gpu({B, Tq, S, m.Hk, m.d}, seed++, 2.f), random_gpu({B, Tq, S, m.Hk, m.d}, seed++, 1.f), 0, S};
+  if (S > 0)
+    depth = {random_gpu({B, Tq, S, m.Hk, m.d}, seed++, 2.f), random_gpu({B, Tq, S, m.Hk, m.d}, seed++, 1.f), 0, S};
   const double scale = 1.0 / std::sqrt(double(m.d));
 
   cudaStream_t stream = cuda::current_stream(0);
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
   const Row rows[] = {{"190M-like Hq 12 Hk 12 d 64", 12, 12, 64},
                       {"1B-like Hq 16 Hk 16 d 128", 16, 16, 128},
                       {"GQA Hq 32 Hk 8 d 128", 32, 8, 128}};
-  std::printf("| shape | B | cache length | depth slots | ms | GB/s | of 4.3 TB/s |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| shape | B | cache length | depth slots | ms | GB/s | of 4.3 TB/s |\n|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& m : rows)
     for (int64_t B : {1, 32})
       for (int64_t length : {1024, 4096, 16384, 65536}) run(m, B, length, 0);

@@ -78,9 +78,7 @@ double time_ms(int min_reps, F&& f) {
   return median(ms);
 }
 
-double forward_flops(const Size& s) {
-  return double(s.B * s.T * s.H) * (4.0 * s.d * s.d + 2.0 * 64 * s.d);
-}
+double forward_flops(const Size& s) { return double(s.B * s.T * s.H) * (4.0 * s.d * s.d + 2.0 * 64 * s.d); }
 
 #endif
 
@@ -148,7 +146,8 @@ int main(int argc, char** argv) {
       char line[256];
       std::snprintf(line, sizeof(line),
                     "{\"kind\": \"train\", \"size\": \"%s\", \"states\": %d, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
-                    "\"total_ms\": %.4f}", s.name, states, fwd, bwd, total);
+                    "\"total_ms\": %.4f}",
+                    s.name, states, fwd, bwd, total);
       add_json(line);
     }
   }
@@ -161,8 +160,10 @@ int main(int argc, char** argv) {
     const Tensor q = bf16_tensor(shape, 11, 1.f), k = bf16_tensor(shape, 12, 1.f), v = bf16_tensor(shape, 13, 1.f);
     const Tensor g1 = gate_tensor(shape, 14), g2 = gate_tensor(shape, 15);
     const Tensor gamma = Tensor::full({H}, 0.5, DType::f32, kGpu);
-    fathom::DslaState state{Tensor::zeros({B, H, d, d}, DType::f32, kGpu), Tensor::zeros({B, H, d, d}, DType::f32, kGpu)};
-    const double step = time_ms(std::max(min_reps, 20), [&] { (void)fathom::dsla_step(q, k, v, g1, g2, gamma, state); });
+    fathom::DslaState state{Tensor::zeros({B, H, d, d}, DType::f32, kGpu),
+                            Tensor::zeros({B, H, d, d}, DType::f32, kGpu)};
+    const double step =
+        time_ms(std::max(min_reps, 20), [&] { (void)fathom::dsla_step(q, k, v, g1, g2, gamma, state); });
     const double mb = 2.0 * double(B * H * d * d) * 4 / 1e6;
     std::printf("| %lld | 2 | %.4f | %.1f |\n", (long long)B, step, mb);
     char line[160];

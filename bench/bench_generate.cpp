@@ -51,14 +51,16 @@ int main(int argc, char** argv) {
     for (int i = 4; i < argc; ++i) {
       // The decoding steps as CUDA graphs (what `fathom generate` runs), then eagerly for comparison.
       for (const bool graphs : {true, false}) {
-        GenerationOptions options{.max_new_tokens = new_tokens, .batch = std::stoll(argv[i]),
-                                  .sampling = {.temperature = 0}, .ignore_eos = true, .cuda_graphs = graphs};
+        GenerationOptions options{.max_new_tokens = new_tokens,
+                                  .batch = std::stoll(argv[i]),
+                                  .sampling = {.temperature = 0},
+                                  .ignore_eos = true,
+                                  .cuda_graphs = graphs};
         std::vector<double> prefill, decode;
         bool graphed = false;
         std::string reason;
         for (int run = 0; run < 7; ++run) {
-          const GenerationResult r =
-              generate(model, *tokenizer, prompt, options, inference.activation_dtype(), device);
+          const GenerationResult r = generate(model, *tokenizer, prompt, options, inference.activation_dtype(), device);
           graphed = r.cuda_graph;
           reason = r.eager_reason;
           if (run < 2) continue;

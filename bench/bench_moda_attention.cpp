@@ -57,7 +57,9 @@ struct Shape {
   DepthGrads grads = DepthGrads::store_bf16;
 };
 
-double sequence_flops(const Shape& s) { return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0; }
+double sequence_flops(const Shape& s) {
+  return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.T) * double(s.d) / 2.0;
+}
 double depth_flops(const Shape& s) { return 2.0 * 2.0 * double(s.B * s.Hq) * double(s.T) * double(s.L) * double(s.d); }
 
 struct Timing {
@@ -287,8 +289,8 @@ void table7(int min_reps) {
     std::fflush(stdout);
   }
   if (naive_ms > 0 && group_ms > 0)
-    std::printf("\nTotal speed-up naive / group: %.1fx (paper, A100 against naive PyTorch: %.1fx)\n", naive_ms / group_ms,
-                2128.9 / 1.460);
+    std::printf("\nTotal speed-up naive / group: %.1fx (paper, A100 against naive PyTorch: %.1fx)\n",
+                naive_ms / group_ms, 2128.9 / 1.460);
   std::printf("\n");
 }
 
@@ -322,11 +324,13 @@ void table2(int min_reps, int64_t min_t, int64_t max_t, const std::string& sweep
       {"add", {1, 65536, 64, 8, 64, 64, DepthGrads::add_f32}, 1831.668, 1883.026},
   };
   std::printf("## Table 2: group kernel vs flash attention without depth (B = 1, d = 64)\n\n");
-  std::printf("Extra time = (MoDA - flash) / MoDA, the paper's definition; also / flash. TFLOP/s of the group\n"
-              "kernel count the causal sequence part plus the depth part (backward 2.5x forward).\n\n");
-  std::printf("| sweep | T | G | Hq | Hk | L | flash fwd ms | flash fwd+bwd ms | group fwd ms | group fwd+bwd ms | "
-              "extra / MoDA | extra / flash | group fwd TFLOP/s | group fwd+bwd TFLOP/s | paper A100 FA2 / MoDA ms | "
-              "paper extra / MoDA | reps |\n");
+  std::printf(
+      "Extra time = (MoDA - flash) / MoDA, the paper's definition; also / flash. TFLOP/s of the group\n"
+      "kernel count the causal sequence part plus the depth part (backward 2.5x forward).\n\n");
+  std::printf(
+      "| sweep | T | G | Hq | Hk | L | flash fwd ms | flash fwd+bwd ms | group fwd ms | group fwd+bwd ms | "
+      "extra / MoDA | extra / flash | group fwd TFLOP/s | group fwd+bwd TFLOP/s | paper A100 FA2 / MoDA ms | "
+      "paper extra / MoDA | reps |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   uint64_t seed = 200;
   for (const Row& r : rows) {
@@ -343,16 +347,23 @@ void table2(int min_reps, int64_t min_t, int64_t max_t, const std::string& sweep
     }
     std::printf("| %s | %lld | %lld | %lld | %lld | %lld | ", r.sweep, (long long)s.T, (long long)(s.Hq / s.Hk),
                 (long long)s.Hq, (long long)s.Hk, (long long)s.L);
-    if (fa.error.empty()) std::printf("%.3f | %.3f | ", fa.fwd_ms, fa.total_ms);
-    else std::printf("failed: %s | - | ", first_line(fa.error).c_str());
-    if (md.error.empty()) std::printf("%.3f | %.3f | ", md.fwd_ms, md.total_ms);
-    else std::printf("failed: %s | - | ", first_line(md.error).c_str());
+    if (fa.error.empty())
+      std::printf("%.3f | %.3f | ", fa.fwd_ms, fa.total_ms);
+    else
+      std::printf("failed: %s | - | ", first_line(fa.error).c_str());
+    if (md.error.empty())
+      std::printf("%.3f | %.3f | ", md.fwd_ms, md.total_ms);
+    else
+      std::printf("failed: %s | - | ", first_line(md.error).c_str());
     if (fa.error.empty() && md.error.empty())
       std::printf("%.2f%% | %.2f%% | ", 100.0 * (md.total_ms - fa.total_ms) / md.total_ms,
                   100.0 * (md.total_ms - fa.total_ms) / fa.total_ms);
-    else std::printf("- | - | ");
-    if (md.error.empty()) std::printf("%.1f | %.1f | ", fwd_flops / md.fwd_ms * 1e-9, total_flops / md.total_ms * 1e-9);
-    else std::printf("- | - | ");
+    else
+      std::printf("- | - | ");
+    if (md.error.empty())
+      std::printf("%.1f | %.1f | ", fwd_flops / md.fwd_ms * 1e-9, total_flops / md.total_ms * 1e-9);
+    else
+      std::printf("- | - | ");
     std::printf("%s | %s | %d / %d |\n", paper, paper_extra, fa.reps, md.reps);
     std::fflush(stdout);
   }
@@ -381,7 +392,9 @@ int main(int argc, char** argv) {
     } else if (a == "--max-t" && i + 1 < argc) {
       max_t = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep T|G|L|f32|add]\n");
+      std::fprintf(stderr,
+                   "usage: bench_moda_attention [table7|table2|all] [--min-reps N] [--min-t T] [--max-t T] [--sweep "
+                   "T|G|L|f32|add]\n");
       return 2;
     }
   }

@@ -60,12 +60,12 @@ const std::vector<BenchConfig> kDefaultConfigs = {{"olmo2_190M", 16, 2048}, {"ol
 
 struct Options {
   std::string device = "cuda";
-  std::string precision = "bf16";  // train.precision
+  std::string precision = "bf16";         // train.precision
   Recompute recompute = Recompute::none;  // train.recompute
   int warmup = 5;
   int steps = 20;
   int64_t threads = 0;
-  double mod_capacity = 0;  // 0: dense
+  double mod_capacity = 0;          // 0: dense
   std::vector<std::string> layers;  // model.layers; empty: attention everywhere
   int64_t dsla_states = 2;
   std::vector<BenchConfig> configs;
@@ -113,19 +113,31 @@ Options parse_options(int argc, char** argv) {
       FATHOM_CHECK(i + 1 < argc, arg, " needs a value");
       return argv[++i];
     };
-    if (arg == "--device") o.device = value();
-    else if (arg == "--precision") o.precision = value();
-    else if (arg == "--recompute") o.recompute = parse_recompute(value());
-    else if (arg == "--warmup") o.warmup = int(positive_int(value(), "--warmup"));
-    else if (arg == "--steps") o.steps = int(positive_int(value(), "--steps"));
-    else if (arg == "--threads") o.threads = positive_int(value(), "--threads");
-    else if (arg == "--mod") o.mod_capacity = std::strtod(value().c_str(), nullptr);
-    else if (arg == "--layers") o.layers = split_list(value());
-    else if (arg == "--dsla-states") o.dsla_states = positive_int(value(), "--dsla-states");
-    else if (arg.rfind("--", 0) == 0) FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
-    else o.configs.push_back(parse_config(arg));
+    if (arg == "--device")
+      o.device = value();
+    else if (arg == "--precision")
+      o.precision = value();
+    else if (arg == "--recompute")
+      o.recompute = parse_recompute(value());
+    else if (arg == "--warmup")
+      o.warmup = int(positive_int(value(), "--warmup"));
+    else if (arg == "--steps")
+      o.steps = int(positive_int(value(), "--steps"));
+    else if (arg == "--threads")
+      o.threads = positive_int(value(), "--threads");
+    else if (arg == "--mod")
+      o.mod_capacity = std::strtod(value().c_str(), nullptr);
+    else if (arg == "--layers")
+      o.layers = split_list(value());
+    else if (arg == "--dsla-states")
+      o.dsla_states = positive_int(value(), "--dsla-states");
+    else if (arg.rfind("--", 0) == 0)
+      FATHOM_FAIL("unknown option '", arg, "'; see the usage at the top of bench/bench_train_step.cpp");
+    else
+      o.configs.push_back(parse_config(arg));
   }
-  FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp32", "--precision must be bf16 or fp32, got '", o.precision, "'");
+  FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp32", "--precision must be bf16 or fp32, got '", o.precision,
+               "'");
   if (o.configs.empty()) o.configs = kDefaultConfigs;
   return o;
 }
@@ -153,7 +165,7 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
   config.options.get<ModConfig>().capacity = o.mod_capacity;
   config.layers = o.layers;
   config.options.get<DslaConfig>().states = o.dsla_states;
-  config.validate();  // a --mod outside (0, 1] or an unknown layer kind fails here, naming the field
+  config.validate();      // a --mod outside (0, 1] or an unknown layer kind fails here, naming the field
   const Recipe defaults;  // the trainer's default clip, z-loss and AdamW betas, eps and weight decay
   Allocator& allocator = allocator_for(device);
   allocator.reset_peak(device);
@@ -169,11 +181,14 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     uint64_t step = 0;
     for (int i = 0; i < o.warmup + o.steps; ++i) {
       const TokenBatch batch = random_batch(c.batch, c.seq, config.vocab_size, ++step);
-      const StepSettings settings{.step = int64_t(step), .lr = kLearningRate, .clip = opt.clip,
+      const StepSettings settings{.step = int64_t(step),
+                                  .lr = kLearningRate,
+                                  .clip = opt.clip,
                                   .objective = Objective::for_model(defaults.train.loss, config)};
       synchronize(device);
       const auto start = std::chrono::steady_clock::now();
-      train_step(model, arena, optimizer, [&] { return batch; }, device, settings);
+      train_step(
+          model, arena, optimizer, [&] { return batch; }, device, settings);
       synchronize(device);
       if (i >= o.warmup)
         step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
@@ -183,15 +198,17 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
     const double tokens_per_s = double(c.batch * c.seq) / (median_ms / 1e3);
     const double peak = peak_flops_of(device);
     char mfu[32] = "-";
-    if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
+    if (peak > 0)
+      std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tokens_per_s * training_flops_per_token(config, c.seq) / peak);
     const MemoryStats memory = allocator.stats(device);
-    const double peak_gib = double(memory.peak) / double(1 << 30), held_gib = double(memory.held_peak) / double(1 << 30);
+    const double peak_gib = double(memory.peak) / double(1 << 30),
+                 held_gib = double(memory.held_peak) / double(1 << 30);
     std::string routing = o.mod_capacity > 0 ? ", MoD c " + format_number(o.mod_capacity) : std::string();
     if (config.has_layer_kind("dsla"))
       routing += ", layers " + join_names(o.layers, "+") + ", dsla states " + std::to_string(o.dsla_states);
     std::printf("| fathom (%s, %s, recompute %s%s) | %s | %lld x %lld | %.1f | %.0f | %s | %.1f | %.1f | %.3f |\n",
-                device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), routing.c_str(),
-                c.size.c_str(), (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib,
+                device.str().c_str(), o.precision.c_str(), recompute_name(o.recompute), routing.c_str(), c.size.c_str(),
+                (long long)c.batch, (long long)c.seq, median_ms, tokens_per_s, mfu, peak_gib, held_gib,
                 training_flops_per_token(config, c.seq) / 1e9);
     std::fflush(stdout);
   }
@@ -207,7 +224,9 @@ int main(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     const Device device = resolve_device(o.device);
     configure_threads(o.threads);
-    std::printf("| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB | train GFLOP/token |\n");
+    std::printf(
+        "| system | model | batch x seq | step ms (median) | tokens/s | MFU | peak GiB | held GiB | train GFLOP/token "
+        "|\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const BenchConfig& c : o.configs) run_config(c, o, device);
     return 0;

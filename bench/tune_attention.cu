@@ -84,8 +84,8 @@ struct Problem {
     const int Tpad = (T + kRowPad - 1) / kRowPad * kRowPad;
     const float scale = float(shape.scale), scale_log2 = float(shape.scale * double(kLog2e));
     fa = ForwardArgs{q, k, v, o_ref, lse, B, T, Hq, Hk, Hq / Hk, d, scale_log2};
-    ba = BackwardArgs{q,  k,    v, o_ref, dout, lse, dq_ref,   dk_ref,     dv_ref, nullptr, nullptr,
-                      B,  T,    Tpad, Hq, Hk,   Hq / Hk, d, scale, scale_log2};
+    ba = BackwardArgs{q,       k, v, o_ref, dout, lse, dq_ref,  dk_ref, dv_ref, nullptr,
+                      nullptr, B, T, Tpad,  Hq,   Hk,  Hq / Hk, d,      scale,  scale_log2};
     backward_scratch_for(B, T, Hq, Hk, d).place(ba, ws);  // dq_acc and dq_turn where the shipped pass uses them
     if (ba.dq_acc == nullptr) {  // so that the sweep can time dQ in the dK/dV pass at any shape and width
       const size_t rows = size_t(B) * Hq * Tpad;
@@ -197,7 +197,10 @@ void dq_in_dkdv_variant(Problem& p, const char* name) {
 #endif
 
 void sweep_d64(int T) {
-  std::printf("\n### B=1 T=%d Hq=64 Hk=8 d=64\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped |\n|---|---|---:|---:|---:|\n", T);
+  std::printf(
+      "\n### B=1 T=%d Hq=64 Hk=8 d=64\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped "
+      "|\n|---|---|---:|---:|---:|\n",
+      T);
   Problem p(1, T, 64, 8, 64);
   launch_backward_prepare(p.ba, nullptr);
   FWD(64, 4, 2, 64, 2);
@@ -244,7 +247,10 @@ void sweep_d64(int T) {
 }
 
 void sweep_d128(int B, int T) {
-  std::printf("\n### B=%d T=%d Hq=32 Hk=32 d=128\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped |\n|---|---|---:|---:|---:|\n", B, T);
+  std::printf(
+      "\n### B=%d T=%d Hq=32 Hk=32 d=128\n\n| kernel | config | ms | TFLOP/s | rel L2 vs shipped "
+      "|\n|---|---|---:|---:|---:|\n",
+      B, T);
   Problem p(B, T, 32, 32, 128);
   launch_backward_prepare(p.ba, nullptr);
   FWD(128, 8, 1, 64, 1);

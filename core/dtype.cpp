@@ -6,26 +6,40 @@ namespace fathom {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   FATHOM_FAIL("unknown dtype ", int(t));
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::f64: return "F64";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
@@ -50,7 +64,10 @@ float f16_to_float(f16 v) {
       u = sign;
     } else {  // subnormal: renormalise
       int e = -1;
-      do { mant <<= 1; ++e; } while (!(mant & 0x400u));
+      do {
+        mant <<= 1;
+        ++e;
+      } while (!(mant & 0x400u));
       u = sign | uint32_t(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
     }
   } else {
@@ -68,7 +85,7 @@ f16 float_to_f16(float f) {
   const uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};
   if (abs >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};  // overflow -> inf
-  if (abs < 0x38800000u) {                                        // subnormal or zero in half
+  if (abs < 0x38800000u) {                                       // subnormal or zero in half
     if (abs < 0x33000000u) return f16{sign};
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

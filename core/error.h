@@ -30,8 +30,8 @@ std::string concat(const Args&... args) {
 
 }  // namespace fathom
 
-#define FATHOM_CHECK(cond, ...)                                                     \
-  do {                                                                              \
+#define FATHOM_CHECK(cond, ...)                                                                     \
+  do {                                                                                              \
     if (!(cond)) ::fathom::detail::fail(__FILE__, __LINE__, ::fathom::detail::concat(__VA_ARGS__)); \
   } while (0)
 

@@ -3,8 +3,8 @@
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
 #include <fcntl.h>
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <signal.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,11 +42,10 @@ bool temp_entry_is_stale(std::string_view name) {
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
   // A per-process counter keeps two writers of the same target in one process apart.
   static std::atomic<uint64_t> counter{0};
-  temp_ = target_.parent_path() /
-          temp_name_for(target_.filename().string() + "." + std::to_string(counter.fetch_add(1)));
+  temp_ =
+      target_.parent_path() / temp_name_for(target_.filename().string() + "." + std::to_string(counter.fetch_add(1)));
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FATHOM_CHECK(fd_ >= 0, "cannot write ", target_, ": creating the temporary file ", temp_, " failed: ",
-               errno_text());
+  FATHOM_CHECK(fd_ >= 0, "cannot write ", target_, ": creating the temporary file ", temp_, " failed: ", errno_text());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -72,8 +71,8 @@ void AtomicFileWriter::commit() {
   const int fd = fd_;
   fd_ = -1;
   FATHOM_CHECK(::close(fd) == 0, "closing ", temp_, " failed: ", errno_text());
-  FATHOM_CHECK(::rename(temp_.c_str(), target_.c_str()) == 0, "cannot move ", temp_, " into place as ", target_,
-               ": ", errno_text());
+  FATHOM_CHECK(::rename(temp_.c_str(), target_.c_str()) == 0, "cannot move ", temp_, " into place as ", target_, ": ",
+               errno_text());
   committed_ = true;
   fsync_directory(target_.parent_path());
 }
@@ -150,8 +149,8 @@ TempFolderGuard::~TempFolderGuard() {
 
 void retire_folder(const std::filesystem::path& folder) {
   const std::filesystem::path aside = folder.parent_path() / temp_name_for("retired-" + folder.filename().string());
-  FATHOM_CHECK(::rename(folder.c_str(), aside.c_str()) == 0, "cannot move ", folder, " aside to delete it: ",
-               errno_text());
+  FATHOM_CHECK(::rename(folder.c_str(), aside.c_str()) == 0, "cannot move ", folder,
+               " aside to delete it: ", errno_text());
   remove_all_or_fail(aside, "replaced or retired");
 }
 
@@ -165,8 +164,7 @@ void move_folder_into_place(const std::filesystem::path& temp, const std::filesy
   }
   // File systems without RENAME_EXCHANGE: move the old folder aside, then rename.
   retire_folder(target);
-  FATHOM_CHECK(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename ", temp, " to ", target, ": ",
-               errno_text());
+  FATHOM_CHECK(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename ", temp, " to ", target, ": ", errno_text());
 }
 
 }  // namespace fathom

@@ -55,13 +55,27 @@ std::string json_quote(std::string_view text) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           static const char hex[] = "0123456789abcdef";
@@ -124,8 +138,7 @@ JsonWriter& JsonWriter::end_array() {
 }
 
 JsonWriter& JsonWriter::key(std::string_view name) {
-  FATHOM_CHECK(!scopes_.empty() && scopes_.back() != Scope::array, "JSON writer: key \"", name,
-               "\" outside an object");
+  FATHOM_CHECK(!scopes_.empty() && scopes_.back() != Scope::array, "JSON writer: key \"", name, "\" outside an object");
   FATHOM_CHECK(scopes_.back() == Scope::object_expect_key, "JSON writer: key \"", name,
                "\" follows a key that has no value yet");
   if (scope_has_items_.back()) out_ += ',';
@@ -186,7 +199,8 @@ namespace {
 // The strict reader's tree as yaml-cpp nodes, tagged as yaml-cpp's own parser would tag them.
 YAML::Node to_yaml_node(const JsonValue& value) {
   switch (value.kind()) {
-    case JsonValue::Kind::null: return YAML::Node(YAML::NodeType::Null);
+    case JsonValue::Kind::null:
+      return YAML::Node(YAML::NodeType::Null);
     case JsonValue::Kind::boolean:
     case JsonValue::Kind::number: {
       YAML::Node node(value.kind() == JsonValue::Kind::number ? value.text() : value.boolean() ? "true" : "false");
@@ -206,7 +220,8 @@ YAML::Node to_yaml_node(const JsonValue& value) {
     case JsonValue::Kind::object: {
       YAML::Node node(YAML::NodeType::Map);
       // The reader already refused duplicate keys, so appending keeps file order without a lookup per key.
-      for (size_t i = 0; i < value.keys().size(); ++i) node.force_insert(value.keys()[i], to_yaml_node(value.items()[i]));
+      for (size_t i = 0; i < value.keys().size(); ++i)
+        node.force_insert(value.keys()[i], to_yaml_node(value.items()[i]));
       return node;
     }
   }

@@ -38,8 +38,7 @@ class JsonWriter {
   JsonWriter& value(double number);
   // Every integer type (but bool) prints exactly, with no detour through double.
   template <typename T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  JsonWriter& value(T number) {
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) JsonWriter& value(T number) {
     before_value("a number");
     if constexpr (std::is_signed_v<T>)
       return finish_value(std::to_string(static_cast<long long>(number)));

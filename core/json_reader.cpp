@@ -9,12 +9,18 @@ namespace fathom {
 
 const char* JsonValue::kind_name() const {
   switch (kind_) {
-    case Kind::null: return "null";
-    case Kind::boolean: return "a boolean";
-    case Kind::number: return "a number";
-    case Kind::string: return "a string";
-    case Kind::array: return "an array";
-    case Kind::object: return "an object";
+    case Kind::null:
+      return "null";
+    case Kind::boolean:
+      return "a boolean";
+    case Kind::number:
+      return "a number";
+    case Kind::string:
+      return "a string";
+    case Kind::array:
+      return "an array";
+    case Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -194,10 +200,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       const char c = text_[pos_++];
       value <<= 4;
-      if (c >= '0' && c <= '9') value |= uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f') value |= uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') value |= uint32_t(c - 'A' + 10);
-      else fail("invalid hex digit in \\u escape");
+      if (c >= '0' && c <= '9')
+        value |= uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        value |= uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        value |= uint32_t(c - 'A' + 10);
+      else
+        fail("invalid hex digit in \\u escape");
     }
     return value;
   }
@@ -241,14 +251,30 @@ class JsonParser {
       if (at_end()) fail("unterminated string");
       const char escape = text_[pos_++];
       switch (escape) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t code = parse_hex4();
           if (code >= 0xD800 && code <= 0xDBFF) {

@@ -43,8 +43,8 @@ void check_safe_to_replace(const fs::path& target, const std::vector<fs::path>& 
     const fs::path real = resolved(source);
     FATHOM_CHECK(!is_same_or_inside(real, folder), what, ": refusing to replace ", target, ": it is or contains ",
                  source, ", which this command reads; choose another folder");
-    FATHOM_CHECK(!is_same_or_inside(folder, real), what, ": refusing to replace ", target, ": it lies inside ",
-                 source, ", which this command reads; choose a folder outside it");
+    FATHOM_CHECK(!is_same_or_inside(folder, real), what, ": refusing to replace ", target, ": it lies inside ", source,
+                 ", which this command reads; choose a folder outside it");
   }
 }
 

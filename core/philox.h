@@ -38,8 +38,7 @@ FATHOM_HD U32x4 philox4x32(U32x4 c, uint32_t k0, uint32_t k1) {
 
 // Four 32-bit draws for element `index` of a stream; `attempt` separates redraws.
 FATHOM_HD U32x4 draw(uint64_t seed, uint64_t index, uint32_t attempt) {
-  return philox4x32(U32x4{{uint32_t(index), uint32_t(index >> 32), attempt, 0u}}, uint32_t(seed),
-                    uint32_t(seed >> 32));
+  return philox4x32(U32x4{{uint32_t(index), uint32_t(index >> 32), attempt, 0u}}, uint32_t(seed), uint32_t(seed >> 32));
 }
 
 // Uniform in (0, 1]: never 0, so log() is safe.

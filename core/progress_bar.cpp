@@ -35,8 +35,12 @@ std::string format_byte_progress(std::string_view label, uint64_t done, uint64_t
 }
 
 ProgressBar::ProgressBar(std::ostream& out, std::string label, uint64_t total_bytes, bool redraw_in_place)
-    : out_(out), label_(std::move(label)), total_(total_bytes), in_place_(redraw_in_place),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : out_(out),
+      label_(std::move(label)),
+      total_(total_bytes),
+      in_place_(redraw_in_place),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 double ProgressBar::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -46,10 +46,14 @@ std::string header_json(const TensorMap& tensors, const std::map<std::string, st
 // A JSON value as text for error messages, whatever its kind.
 std::string show(const JsonValue& value) {
   switch (value.kind()) {
-    case JsonValue::Kind::string: return "\"" + value.text() + "\"";
-    case JsonValue::Kind::number: return value.text();
-    case JsonValue::Kind::boolean: return value.boolean() ? "true" : "false";
-    default: return value.kind_name();
+    case JsonValue::Kind::string:
+      return "\"" + value.text() + "\"";
+    case JsonValue::Kind::number:
+      return value.text();
+    case JsonValue::Kind::boolean:
+      return value.boolean() ? "true" : "false";
+    default:
+      return value.kind_name();
   }
 }
 
@@ -105,9 +109,8 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
   FATHOM_CHECK(entry.begin <= entry.end, context, ": data_offsets ", range, " end before they begin");
   FATHOM_CHECK(entry.end <= data_bytes, context, ": data_offsets ", range, " reach beyond the ", data_bytes,
                "-byte data section (truncated file?)");
-  FATHOM_CHECK(entry.end - entry.begin == bytes, context, ": data_offsets ", range, " hold ",
-               entry.end - entry.begin, " bytes, but ", dtype_name(entry.dtype), entry.shape.str(), " needs ",
-               bytes);
+  FATHOM_CHECK(entry.end - entry.begin == bytes, context, ": data_offsets ", range, " hold ", entry.end - entry.begin,
+               " bytes, but ", dtype_name(entry.dtype), entry.shape.str(), " needs ", bytes);
   return entry;
 }
 
@@ -187,9 +190,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     result.entries_.push_back(parse_entry(where, name, root.items()[i], data_bytes));
   }
 
-  std::stable_sort(result.entries_.begin(), result.entries_.end(), [](const auto& a, const auto& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::stable_sort(result.entries_.begin(), result.entries_.end(),
+                   [](const auto& a, const auto& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   // Sorted by begin, a range overlaps an earlier one exactly when it starts before the furthest end
   // seen so far. Empty tensors own no bytes and overlap nothing.
   const SafetensorsEntry* furthest = nullptr;
@@ -197,9 +199,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
     const SafetensorsEntry& entry = result.entries_[i];
     result.index_[entry.name] = i;
     if (entry.begin == entry.end) continue;
-    FATHOM_CHECK(furthest == nullptr || entry.begin >= furthest->end, where, ": tensors '", furthest->name,
-                 "' [", furthest->begin, ", ", furthest->end, ") and '", entry.name, "' [", entry.begin, ", ",
-                 entry.end, ") overlap in the data section");
+    FATHOM_CHECK(furthest == nullptr || entry.begin >= furthest->end, where, ": tensors '", furthest->name, "' [",
+                 furthest->begin, ", ", furthest->end, ") and '", entry.name, "' [", entry.begin, ", ", entry.end,
+                 ") overlap in the data section");
     if (furthest == nullptr || entry.end > furthest->end) furthest = &entry;
   }
   result.data_start_ = 8 + header_bytes;
@@ -242,4 +244,3 @@ Tensor SafetensorsFile::load_entry(const SafetensorsEntry& entry) const {
 TensorMap load_all(const std::string& path) { return read_safetensors(path).load_all(); }
 
 }  // namespace fathom
-

@@ -11,26 +11,47 @@ namespace {
 // Reads element i of a host buffer of any dtype as double.
 double load(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f64: return static_cast<const double*>(p)[i];
-    case DType::bf16: return bf16_to_float(static_cast<const bf16*>(p)[i]);
-    case DType::f16: return f16_to_float(static_cast<const f16*>(p)[i]);
-    case DType::i32: return static_cast<const int32_t*>(p)[i];
-    case DType::i64: return double(static_cast<const int64_t*>(p)[i]);
-    case DType::u8: return static_cast<const uint8_t*>(p)[i];
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f64:
+      return static_cast<const double*>(p)[i];
+    case DType::bf16:
+      return bf16_to_float(static_cast<const bf16*>(p)[i]);
+    case DType::f16:
+      return f16_to_float(static_cast<const f16*>(p)[i]);
+    case DType::i32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::i64:
+      return double(static_cast<const int64_t*>(p)[i]);
+    case DType::u8:
+      return static_cast<const uint8_t*>(p)[i];
   }
   return 0;
 }
 
 void store(void* p, DType t, int64_t i, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = float(v); break;
-    case DType::f64: static_cast<double*>(p)[i] = v; break;
-    case DType::bf16: static_cast<bf16*>(p)[i] = float_to_bf16(float(v)); break;
-    case DType::f16: static_cast<f16*>(p)[i] = float_to_f16(float(v)); break;
-    case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
-    case DType::i64: static_cast<int64_t*>(p)[i] = int64_t(v); break;
-    case DType::u8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = float(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DType::bf16:
+      static_cast<bf16*>(p)[i] = float_to_bf16(float(v));
+      break;
+    case DType::f16:
+      static_cast<f16*>(p)[i] = float_to_f16(float(v));
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = int32_t(v);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(p)[i] = int64_t(v);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = uint8_t(v);
+      break;
   }
 }
 
@@ -70,8 +91,8 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::narrow(int64_t start, int64_t length) const {
   FATHOM_CHECK(rank() >= 1, "narrow needs at least one dimension, got ", describe(*this));
-  FATHOM_CHECK(start >= 0 && length >= 0 && start + length <= shape_[0], "narrow [", start, ", ",
-               start + length, ") is out of range for first dimension ", shape_[0]);
+  FATHOM_CHECK(start >= 0 && length >= 0 && start + length <= shape_[0], "narrow [", start, ", ", start + length,
+               ") is out of range for first dimension ", shape_[0]);
   Tensor t = *this;
   t.offset_ += size_t(start) * size_t(numel() / std::max<int64_t>(shape_[0], 1)) * dtype_size(dtype_);
   t.shape_[0] = length;
@@ -119,8 +140,7 @@ Tensor Tensor::to(Device device) const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  FATHOM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", describe(src), " into ",
-               describe(*this));
+  FATHOM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", describe(src), " into ", describe(*this));
   copier(device(), src.device()).copy(raw(), device(), src.raw(), src.device(), nbytes());
 }
 

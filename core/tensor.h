@@ -57,8 +57,8 @@ class Tensor {
 
   // Copies.
   Tensor clone() const;
-  Tensor to(DType dtype) const;    // converts on the tensor's device; returns *this if already that dtype
-  Tensor to(Device device) const;  // returns *this if already there
+  Tensor to(DType dtype) const;       // converts on the tensor's device; returns *this if already that dtype
+  Tensor to(Device device) const;     // returns *this if already there
   void copy_from(const Tensor& src);  // same shape and dtype, any devices
   void zero_();
   void fill_(double value);
@@ -88,8 +88,8 @@ std::string describe(const Tensor& t);  // "f32[2, 3] on cpu"
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
-  FATHOM_CHECK(int64_t(values.size()) == shape.numel(), "from_vector: ", values.size(),
-               " values do not fill shape ", shape.str());
+  FATHOM_CHECK(int64_t(values.size()) == shape.numel(), "from_vector: ", values.size(), " values do not fill shape ",
+               shape.str());
   Tensor t = empty(shape, dtype_of<T>());
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * sizeof(T));
   return t;

@@ -133,8 +133,8 @@ BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& me
 BpeModel BpeModel::from_ranks(std::vector<std::string> tokens, const std::string& source) {
   TokenIndex index;
   if (const std::optional<uint32_t> repeat = index.build(tokens)) {
-    FATHOM_FAIL(source, ": token of rank ", *repeat, " repeats the bytes ", quote_bytes(tokens[*repeat]),
-                " of rank ", *index.find(tokens[*repeat]), "; every token must be unique");
+    FATHOM_FAIL(source, ": token of rank ", *repeat, " repeats the bytes ", quote_bytes(tokens[*repeat]), " of rank ",
+                *index.find(tokens[*repeat]), "; every token must be unique");
   }
   // Every split of a token into two tokens is a pair that merges into it, at its rank.
   std::vector<Merge> merges;

@@ -8,19 +8,21 @@
 namespace fathom {
 
 BpeTokenizer::BpeTokenizer(std::string name, BpeModel model, Pretokenizer pretokenizer, std::vector<AddedToken> added,
-                           const std::string& eos_text, const std::optional<std::string>& pad_text,
-                           uint32_t vocab_size, const std::string& source)
-    : name_(std::move(name)), model_(std::move(model)), pretokenizer_(std::move(pretokenizer)), added_(std::move(added)) {
+                           const std::string& eos_text, const std::optional<std::string>& pad_text, uint32_t vocab_size,
+                           const std::string& source)
+    : name_(std::move(name)),
+      model_(std::move(model)),
+      pretokenizer_(std::move(pretokenizer)),
+      added_(std::move(added)) {
   uint32_t end = model_.size();
   std::unordered_set<std::string_view> texts;
   for (size_t k = 0; k < added_.size(); ++k) {
     const AddedToken& t = added_[k];
     FATHOM_CHECK(!t.text.empty(), source, ": added token id ", t.id, " has empty text");
-    FATHOM_CHECK(t.id >= model_.size() || model_.bytes_of(t.id).empty(), source, ": added token ",
-                 quote_bytes(t.text), " has id ", t.id, ", which is already the regular token ",
-                 quote_bytes(model_.bytes_of(t.id)));
-    FATHOM_CHECK(added_by_id_.emplace(t.id, k).second, source, ": added tokens ", quote_bytes(added_[added_by_id_[t.id]].text),
-                 " and ", quote_bytes(t.text), " share id ", t.id);
+    FATHOM_CHECK(t.id >= model_.size() || model_.bytes_of(t.id).empty(), source, ": added token ", quote_bytes(t.text),
+                 " has id ", t.id, ", which is already the regular token ", quote_bytes(model_.bytes_of(t.id)));
+    FATHOM_CHECK(added_by_id_.emplace(t.id, k).second, source, ": added tokens ",
+                 quote_bytes(added_[added_by_id_[t.id]].text), " and ", quote_bytes(t.text), " share id ", t.id);
     FATHOM_CHECK(texts.insert(t.text).second, source, ": added token ", quote_bytes(t.text), " appears twice");
     end = std::max(end, t.id + 1);
   }

@@ -146,23 +146,29 @@ std::string trained_bpe_json(const TrainedBpe& bpe, std::string_view pattern, st
          ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}\n"
          "  ],\n";
   out += "  \"normalizer\": null,\n";
-  out += "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
-         "    {\"type\": \"Split\", \"pattern\": {\"Regex\": " + json_quote(pattern) +
-         "}, \"behavior\": \"Isolated\", \"invert\": false},\n"
-         "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}\n"
-         "  ]},\n";
+  out +=
+      "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+      "    {\"type\": \"Split\", \"pattern\": {\"Regex\": " +
+      json_quote(pattern) +
+      "}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+      "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}\n"
+      "  ]},\n";
   out += "  \"post_processor\": null,\n";
-  out += "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},\n";
-  out += "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
-         "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n"
-         "    \"byte_fallback\": false,\n    \"ignore_merges\": false,\n    \"vocab\": {\n";
+  out +=
+      "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": "
+      "true},\n";
+  out +=
+      "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
+      "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n"
+      "    \"byte_fallback\": false,\n    \"ignore_merges\": false,\n    \"vocab\": {\n";
   for (uint32_t id = 0; id < bpe.tokens.size(); ++id)
     out += "      " + json_quote(bytes_to_byte_level(bpe.tokens[id])) + ": " + std::to_string(id) + ",\n";
   out += "      " + json_quote(eos_text) + ": " + std::to_string(eos_id) + "\n    },\n    \"merges\": [\n";
   for (size_t i = 0; i < bpe.merges.size(); ++i) {
     const TrainedBpe::Merge& m = bpe.merges[i];
     // Byte-level text never holds a space (it is "Ġ"), so "left right" is unambiguous.
-    out += "      " + json_quote(bytes_to_byte_level(bpe.tokens[m.left]) + " " + bytes_to_byte_level(bpe.tokens[m.right]));
+    out +=
+        "      " + json_quote(bytes_to_byte_level(bpe.tokens[m.left]) + " " + bytes_to_byte_level(bpe.tokens[m.right]));
     out += i + 1 < bpe.merges.size() ? ",\n" : "\n";
   }
   out += "    ]\n  }\n}\n";

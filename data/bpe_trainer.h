@@ -34,11 +34,11 @@ TrainedBpe train_bpe(const std::unordered_map<std::string, uint64_t>& piece_coun
 std::string trained_bpe_json(const TrainedBpe& bpe, std::string_view pattern, std::string_view eos_text);
 
 struct BpeTrainingReport {
-  size_t bytes = 0;          // text read
-  size_t pieces = 0;         // pre-tokenized pieces
+  size_t bytes = 0;   // text read
+  size_t pieces = 0;  // pre-tokenized pieces
   size_t unique_pieces = 0;
-  size_t merges = 0;         // merges learned
-  uint32_t vocab_size = 0;   // tokens + EOS: the asked size unless the text ran out of pairs
+  size_t merges = 0;        // merges learned
+  uint32_t vocab_size = 0;  // tokens + EOS: the asked size unless the text ran out of pairs
 };
 
 // Reads the text files, pre-tokenizes them with GPT-2's regex, learns vocab_size - 257 tokens

@@ -18,8 +18,8 @@ std::string ByteTokenizer::decode(std::span<const uint32_t> ids) const {
   text.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint32_t id = ids[i];
-    FATHOM_CHECK(id < kVocabSize, "byte tokenizer cannot decode id ", id, " at position ", i,
-                 ": ids must be < ", kVocabSize);
+    FATHOM_CHECK(id < kVocabSize, "byte tokenizer cannot decode id ", id, " at position ", i, ": ids must be < ",
+                 kVocabSize);
     if (id == kEos) {
       text += kEosText;
     } else {

@@ -3,9 +3,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_reader.h"
 #include "data/bpe_files.h"
 #include "data/byte_level.h"
-#include "core/json_reader.h"
 
 namespace fathom {
 
@@ -39,8 +39,8 @@ std::unique_ptr<BpeTokenizer> load_gpt2_folder(const std::filesystem::path& fold
     const std::optional<std::string> bytes = byte_level_to_bytes(text);
     FATHOM_CHECK(bytes.has_value(), encoder_source, ": token \"", text, "\" (id ", u,
                  ") is not written in GPT-2's byte-level alphabet");
-    FATHOM_CHECK(tokens[u].empty(), encoder_source, ": id ", u, " is given to two tokens, ",
-                 quote_bytes(tokens[u]), " and \"", text, "\"");
+    FATHOM_CHECK(tokens[u].empty(), encoder_source, ": id ", u, " is given to two tokens, ", quote_bytes(tokens[u]),
+                 " and \"", text, "\"");
     tokens[u] = *bytes;
   }
   FATHOM_CHECK(!tokens.empty(), encoder_source, ": the vocabulary is empty");
@@ -64,8 +64,8 @@ std::unique_ptr<BpeTokenizer> load_gpt2_folder(const std::filesystem::path& fold
     const std::string_view left = line.substr(0, space), right = line.substr(space + 1);
     const auto id_of = [&](std::string_view text) {
       const auto it = id_of_text.find(text);
-      FATHOM_CHECK(it != id_of_text.end(), merges_source, ": line ", line_number, ": \"", text,
-                   "\" is not a token of ", encoder_source);
+      FATHOM_CHECK(it != id_of_text.end(), merges_source, ": line ", line_number, ": \"", text, "\" is not a token of ",
+                   encoder_source);
       return it->second;
     };
     const std::string joined = std::string(left) + std::string(right);

@@ -3,9 +3,9 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json_reader.h"
 #include "data/bpe_files.h"
 #include "data/byte_level.h"
-#include "core/json_reader.h"
 
 namespace fathom {
 
@@ -164,8 +164,8 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer_json(const std::filesystem::path
   if (model_type == nullptr) r.fail("model.type", "missing (only \"BPE\" models are supported)");
   if (!model_type->is_string() || model_type->text() != "BPE")
     r.fail("model.type", "unsupported model type \"" + model_type->text() + "\" (only \"BPE\" is supported)");
-  if (const JsonValue* dropout = r.optional(model, "dropout"); dropout != nullptr && dropout->text() != "0" &&
-                                                               dropout->text() != "0.0")
+  if (const JsonValue* dropout = r.optional(model, "dropout");
+      dropout != nullptr && dropout->text() != "0" && dropout->text() != "0.0")
     r.fail("model.dropout", "BPE dropout is not supported");
   if (r.flag(model, "byte_fallback", "model.byte_fallback", false))
     r.fail("model.byte_fallback", "true is not supported (byte-level BPE needs no fallback)");
@@ -176,7 +176,8 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer_json(const std::filesystem::path
   const bool ignore_merges = r.flag(model, "ignore_merges", "model.ignore_merges", false);
   if (const JsonValue* normalizer = r.optional(root, "normalizer"))
     r.fail("normalizer", "\"" + r.type(*normalizer, "normalizer") + "\" is not supported (byte-level BPE needs none)");
-  if (const JsonValue* decoder = r.optional(root, "decoder"); decoder != nullptr && r.type(*decoder, "decoder") != "ByteLevel")
+  if (const JsonValue* decoder = r.optional(root, "decoder");
+      decoder != nullptr && r.type(*decoder, "decoder") != "ByteLevel")
     r.fail("decoder.type", "\"" + decoder->find("type")->text() + "\" is not supported (ByteLevel)");
   const std::string pattern = read_pretokenizer_pattern(r, root);
   std::vector<AddedToken> added = read_added_tokens(r, root);
@@ -195,8 +196,8 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer_json(const std::filesystem::path
     if (id >= tokens.size()) tokens.resize(id + 1);
     if (const auto it = added_by_id.find(id); it != added_by_id.end()) {
       if (it->second->text != text)
-        r.fail("model.vocab[\"" + text + "\"]", "id " + std::to_string(id) + " is also added token \"" +
-                                                     it->second->text + "\"");
+        r.fail("model.vocab[\"" + text + "\"]",
+               "id " + std::to_string(id) + " is also added token \"" + it->second->text + "\"");
       continue;
     }
     const std::optional<std::string> bytes = byte_level_to_bytes(text);

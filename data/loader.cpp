@@ -5,13 +5,13 @@
 
 namespace fathom {
 
-TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, int64_t batch_size, int64_t seq_len,
-                         uint64_t seed, LoaderShard shard)
+TokenLoader::TokenLoader(std::shared_ptr<const TokenSource> source, int64_t batch_size, int64_t seq_len, uint64_t seed,
+                         LoaderShard shard)
     : source_(std::move(source)), batch_size_(batch_size), seq_len_(seq_len), seed_(seed), shard_(shard) {
   FATHOM_CHECK(source_ != nullptr, "token loader: no token source given");
   FATHOM_CHECK(batch_size_ >= 1, "token loader: batch size must be at least 1, got ", batch_size_);
-  FATHOM_CHECK(shard_.world >= 1 && shard_.rank >= 0 && shard_.rank < shard_.world, "token loader: rank ",
-               shard_.rank, " is no rank of a world of ", shard_.world);
+  FATHOM_CHECK(shard_.world >= 1 && shard_.rank >= 0 && shard_.rank < shard_.world, "token loader: rank ", shard_.rank,
+               " is no rank of a world of ", shard_.world);
   samples_per_epoch_ = count_windows(*source_, seq_len_, "token loader");
   order_ = shuffled_indices(samples_per_epoch_, seed_, state_.epoch);
 }
@@ -33,8 +33,8 @@ TokenBatch TokenLoader::next_batch() {
 }
 
 void TokenLoader::restore(const LoaderState& state) {
-  FATHOM_CHECK(state.position <= samples_per_epoch_, "token loader: cannot restore position ",
-               state.position, " of epoch ", state.epoch, ": an epoch has only ", samples_per_epoch_,
+  FATHOM_CHECK(state.position <= samples_per_epoch_, "token loader: cannot restore position ", state.position,
+               " of epoch ", state.epoch, ": an epoch has only ", samples_per_epoch_,
                " samples (was the state saved for other data or another sequence length?)");
   if (state.epoch != state_.epoch) order_ = shuffled_indices(samples_per_epoch_, seed_, state.epoch);
   state_ = state;

@@ -31,8 +31,8 @@ struct LoaderShard {
 
 class TokenLoader {
  public:
-  TokenLoader(std::shared_ptr<const TokenSource> source, int64_t batch_size, int64_t seq_len,
-              uint64_t seed, LoaderShard shard = {});
+  TokenLoader(std::shared_ptr<const TokenSource> source, int64_t batch_size, int64_t seq_len, uint64_t seed,
+              LoaderShard shard = {});
 
   // This rank's inputs and targets as i32 [B, T]. A batch that reaches the end of an epoch continues with the
   // next epoch's order.

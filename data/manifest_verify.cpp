@@ -79,8 +79,8 @@ Manifest read_manifest(const fs::path& folder) {
 void save_verified(const Manifest& m) {
   std::string text;
   for (const auto& [file, entry] : m.verified)
-    text += std::to_string(entry.first.size) + " " + std::to_string(entry.first.mtime_ns) + " " + entry.second +
-            " " + file + "\n";
+    text += std::to_string(entry.first.size) + " " + std::to_string(entry.first.mtime_ns) + " " + entry.second + " " +
+            file + "\n";
   try {
     write_file_atomically(m.folder / kVerifiedFile, text);
   } catch (const Error&) {
@@ -136,8 +136,8 @@ void verify_shards(const std::vector<std::string>& files, ShardVerify mode) {
     if (expected == m.sha256.end()) continue;
     const FileState state = state_of(path);
     const auto seen = m.verified.find(relative);
-    const bool known_good = mode == ShardVerify::automatic && seen != m.verified.end() &&
-                            seen->second.first == state && seen->second.second == expected->second;
+    const bool known_good = mode == ShardVerify::automatic && seen != m.verified.end() && seen->second.first == state &&
+                            seen->second.second == expected->second;
     if (!known_good) jobs.push_back({&m, relative, path, state});
   }
   if (jobs.empty()) return;

@@ -22,10 +22,12 @@ std::vector<std::string> expand_folders(const std::vector<std::string>& paths) {
     }
     FATHOM_CHECK(!fs::exists(fs::path(p) / kPrepManifestFile), "data path '", p,
                  "' is a data prep output folder: name its shard folders instead, '", (fs::path(p) / "train").string(),
-                 "' for data.train and '", (fs::path(p) / "validation" / "<domain>").string(), "' for a validation domain");
+                 "' for data.train and '", (fs::path(p) / "validation" / "<domain>").string(),
+                 "' for a validation domain");
     std::vector<std::string> inside;
     for (const auto& entry : fs::directory_iterator(p))
-      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') inside.push_back(entry.path().string());
+      if (entry.is_regular_file() && entry.path().filename().string().front() != '.')
+        inside.push_back(entry.path().string());
     FATHOM_CHECK(!inside.empty(), "data folder '", p, "' holds no files");
     std::sort(inside.begin(), inside.end());
     files.insert(files.end(), inside.begin(), inside.end());
@@ -38,8 +40,7 @@ bool is_shard(const std::string& path) { return fs::path(path).extension() == ".
 }  // namespace
 
 std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer,
-                                               DocumentSplit split, int64_t model_vocab_size,
-                                               ShardVerify verify) {
+                                               DocumentSplit split, int64_t model_vocab_size, ShardVerify verify) {
   const std::vector<std::string> files = expand_folders(paths);
   FATHOM_CHECK(!files.empty(), "no data files given");
   const size_t shards = size_t(std::count_if(files.begin(), files.end(), is_shard));
@@ -51,8 +52,9 @@ std::shared_ptr<const TokenSource> open_tokens(const std::vector<std::string>& p
     verify_shards(files, verify);
     source = std::make_shared<ShardTokenSource>(files);
     // Shards record their tokenizer's vocabulary size; a different one means another tokenizer.
-    FATHOM_CHECK(source->vocab_size() == tokenizer.vocab_size(), source->describe(), " were written for a vocabulary of ",
-                 source->vocab_size(), " ids, but tokenizer '", tokenizer.name(), "' has ", tokenizer.vocab_size(),
+    FATHOM_CHECK(source->vocab_size() == tokenizer.vocab_size(), source->describe(),
+                 " were written for a vocabulary of ", source->vocab_size(), " ids, but tokenizer '", tokenizer.name(),
+                 "' has ", tokenizer.vocab_size(),
                  ": prepare the data with the recipe's tokenizer (fathom data prep --tokenizer ...)");
   } else {
     source = std::make_shared<VectorTokenSource>(tokenize_text_files(files, split, tokenizer), tokenizer.vocab_size());

@@ -12,9 +12,9 @@ namespace {
 // (step, epoch). A 64-bit draw scaled by multiply-high; its bias is below bound / 2^64, far
 // beneath anything measurable for sample counts a loader sees.
 uint64_t uniform_below(uint64_t bound, uint64_t seed, uint64_t epoch, uint64_t step) {
-  const philox::U32x4 r = philox::philox4x32(
-      philox::U32x4{{uint32_t(step), uint32_t(step >> 32), uint32_t(epoch), uint32_t(epoch >> 32)}},
-      uint32_t(seed), uint32_t(seed >> 32));
+  const philox::U32x4 r =
+      philox::philox4x32(philox::U32x4{{uint32_t(step), uint32_t(step >> 32), uint32_t(epoch), uint32_t(epoch >> 32)}},
+                         uint32_t(seed), uint32_t(seed >> 32));
   const uint64_t x = (uint64_t(r.v[1]) << 32) | r.v[0];
   return uint64_t((static_cast<unsigned __int128>(x) * bound) >> 64);
 }

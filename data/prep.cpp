@@ -29,8 +29,8 @@ constexpr size_t kMaxShardsPerSplit = 100000;  // shard_00000 .. shard_99999 sor
 
 void check_domain_name(const std::string& name, const std::string& where) {
   FATHOM_CHECK(!name.empty(), where, ": the validation domain name is empty");
-  const bool allowed = name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.+") ==
-                       std::string::npos;
+  const bool allowed =
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.+") == std::string::npos;
   FATHOM_CHECK(allowed && name.front() != '.', where, ": validation domain name '", name,
                "' may hold only letters, digits, '_', '-', '.', '+' and may not start with '.'");
 }
@@ -84,7 +84,8 @@ class StagingFolder {
     const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
     std::error_code error;
     fs::create_directories(parent, error);
-    FATHOM_CHECK(!error, "data prep: cannot create the output folder's parent '", parent.string(), "': ", error.message());
+    FATHOM_CHECK(!error, "data prep: cannot create the output folder's parent '", parent.string(),
+                 "': ", error.message());
     // Leftovers of earlier runs that died (their process is gone) are removed first.
     const std::string prefix = temp_name_for(out.filename().string());
     const std::string stem = prefix.substr(0, prefix.rfind('-') + 1);
@@ -201,8 +202,8 @@ void prepare_split(PrepSplit& split, const PrepOptions& options, const Tokenizer
     }
   }
   while (!in_flight.empty()) join_oldest();
-  FATHOM_CHECK(split.documents > 0, "data prep: split '", split.name, "' has no documents: every file is empty or blank [",
-               join(split.files), "]");
+  FATHOM_CHECK(split.documents > 0, "data prep: split '", split.name,
+               "' has no documents: every file is empty or blank [", join(split.files), "]");
   cutter.finish();
 }
 
@@ -294,7 +295,8 @@ PrepResult prepare_data(const PrepOptions& options) {
   FATHOM_CHECK(!options.train.empty(), "data prep: no training files given (--train)");
   FATHOM_CHECK(options.shard_tokens >= 1, "data prep: --shard-tokens must be at least 1, got ", options.shard_tokens);
   FATHOM_CHECK(options.threads >= 0 && options.threads <= kMaxThreads,
-               "data prep: --threads must be >= 0 (0 = every core) and at most ", kMaxThreads, ", got ", options.threads);
+               "data prep: --threads must be >= 0 (0 = every core) and at most ", kMaxThreads, ", got ",
+               options.threads);
   FATHOM_CHECK(options.piece_bytes >= 1, "data prep: piece size must be at least 1 byte");
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
 

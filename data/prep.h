@@ -33,13 +33,13 @@ struct PrepOptions {
   std::string tokenizer;  // a make_tokenizer() name or tokenizer file
   std::string out;        // the output folder
   DocumentSplit documents = DocumentSplit::per_line;
-  std::vector<std::string> train;                                          // text files, >= 1
+  std::vector<std::string> train;                                            // text files, >= 1
   std::vector<std::pair<std::string, std::vector<std::string>>> validation;  // domain -> text files
-  int threads = 0;                          // tokenizing threads; 0 = every core
-  uint64_t shard_tokens = kDefaultShardTokens;  // tokens per shard file, >= 1
-  size_t piece_bytes = size_t(1) << 20;     // text handed to one task (per_line); tests make it small
-  std::ostream* progress = nullptr;         // progress display (stderr from the CLI); nullptr = silent
-  bool progress_in_place = false;           // redraw one line (a terminal) rather than print lines
+  int threads = 0;                                                           // tokenizing threads; 0 = every core
+  uint64_t shard_tokens = kDefaultShardTokens;                               // tokens per shard file, >= 1
+  size_t piece_bytes = size_t(1) << 20;  // text handed to one task (per_line); tests make it small
+  std::ostream* progress = nullptr;      // progress display (stderr from the CLI); nullptr = silent
+  bool progress_in_place = false;        // redraw one line (a terminal) rather than print lines
 };
 
 struct PrepShard {
@@ -50,8 +50,8 @@ struct PrepShard {
 };
 
 struct PrepSplit {
-  std::string name;    // "train" or the validation domain
-  std::string folder;  // relative to the output folder: "train" or "validation/<domain>"
+  std::string name;                // "train" or the validation domain
+  std::string folder;              // relative to the output folder: "train" or "validation/<domain>"
   std::vector<std::string> files;  // the input text files, as given
   uint64_t documents = 0;
   uint64_t tokens = 0;      // EOS separators included

@@ -39,7 +39,8 @@ struct MatchState {
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
   const int length = pcre2_get_error_message(code, buffer, sizeof(buffer));
-  return length < 0 ? "PCRE2 error " + std::to_string(code) : std::string(reinterpret_cast<char*>(buffer), size_t(length));
+  return length < 0 ? "PCRE2 error " + std::to_string(code)
+                    : std::string(reinterpret_cast<char*>(buffer), size_t(length));
 }
 
 }  // namespace

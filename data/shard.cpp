@@ -24,8 +24,7 @@ static_assert(std::endian::native == std::endian::little, "token shards assume a
 
 namespace {
 
-constexpr size_t kVersionAt = 8, kWidthAt = 12, kCountAt = 16, kVocabAt = 24, kCrcAt = 28,
-                 kReservedAt = 32;
+constexpr size_t kVersionAt = 8, kWidthAt = 12, kCountAt = 16, kVocabAt = 24, kCrcAt = 28, kReservedAt = 32;
 
 void put_u32(unsigned char* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
@@ -105,8 +104,8 @@ uint32_t shard_token_width(uint32_t vocab_size) { return vocab_size <= 65536u ? 
 void write_shard(const std::string& path, std::span<const uint32_t> tokens, uint32_t vocab_size) {
   FATHOM_CHECK(vocab_size > 0, "cannot write token shard ", path, ": vocab size must be positive");
   for (size_t i = 0; i < tokens.size(); ++i) {
-    FATHOM_CHECK(tokens[i] < vocab_size, "cannot write token shard ", path, ": token ", tokens[i],
-                 " at position ", i, " is not below the vocab size ", vocab_size);
+    FATHOM_CHECK(tokens[i] < vocab_size, "cannot write token shard ", path, ": token ", tokens[i], " at position ", i,
+                 " is not below the vocab size ", vocab_size);
   }
   const uint32_t width = shard_token_width(vocab_size);
 
@@ -138,8 +137,8 @@ void write_shard(const std::string& path, std::span<const uint32_t> tokens, uint
   const int closed = ::close(tmp.fd);
   tmp.fd = -1;
   FATHOM_CHECK(closed == 0, "cannot close token shard ", tmp.path, ": ", errno_text());
-  FATHOM_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, "cannot rename ", tmp.path, " to ", path,
-               ": ", errno_text());
+  FATHOM_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, "cannot rename ", tmp.path, " to ", path, ": ",
+               errno_text());
   tmp.done = true;
   fsync_parent_dir(path);
 }
@@ -169,14 +168,13 @@ void TokenShard::release() {
 }
 
 uint32_t TokenShard::at(size_t i) const {
-  FATHOM_CHECK(i < count_, "token index ", i, " is out of range for shard ", path_, " with ", count_,
-               " tokens");
+  FATHOM_CHECK(i < count_, "token index ", i, " is out of range for shard ", path_, " with ", count_, " tokens");
   return (*this)[i];
 }
 
 void TokenShard::read(size_t start, std::span<uint32_t> out) const {
-  FATHOM_CHECK(start <= count_ && out.size() <= count_ - start, "token range [", start, ", ",
-               start + out.size(), ") is out of range for shard ", path_, " with ", count_, " tokens");
+  FATHOM_CHECK(start <= count_ && out.size() <= count_ - start, "token range [", start, ", ", start + out.size(),
+               ") is out of range for shard ", path_, " with ", count_, " tokens");
   if (width_ == 4) {
     std::memcpy(out.data(), static_cast<const uint32_t*>(tokens_) + start, out.size_bytes());
   } else {
@@ -198,8 +196,8 @@ TokenShard open_shard(const std::string& path) {
   const uint64_t file_bytes = uint64_t(st.st_size);
   if (file_bytes < kShardHeaderBytes) {
     ::close(fd);
-    FATHOM_FAIL("token shard ", path, " is truncated: ", file_bytes, " bytes cannot hold the ",
-                kShardHeaderBytes, "-byte header");
+    FATHOM_FAIL("token shard ", path, " is truncated: ", file_bytes, " bytes cannot hold the ", kShardHeaderBytes,
+                "-byte header");
   }
   void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const std::string map_error = map == MAP_FAILED ? errno_text() : "";
@@ -215,37 +213,36 @@ TokenShard open_shard(const std::string& path) {
   FATHOM_CHECK(std::memcmp(header, kShardMagic, sizeof(kShardMagic)) == 0, "file ", path,
                " is not a token shard: it does not start with the magic \"FATHOMTK\"");
   const uint32_t version = get_u32(header + kVersionAt);
-  FATHOM_CHECK(version == kShardVersion, "token shard ", path, " has version ", version,
-               "; this build reads version ", kShardVersion);
+  FATHOM_CHECK(version == kShardVersion, "token shard ", path, " has version ", version, "; this build reads version ",
+               kShardVersion);
   const uint32_t stored_crc = get_u32(header + kCrcAt);
   const uint32_t actual_crc = header_crc(header);
-  FATHOM_CHECK(stored_crc == actual_crc, "token shard ", path, " has a corrupted header: CRC-32 is ",
-               actual_crc, " but the header records ", stored_crc);
+  FATHOM_CHECK(stored_crc == actual_crc, "token shard ", path, " has a corrupted header: CRC-32 is ", actual_crc,
+               " but the header records ", stored_crc);
   const uint32_t width = get_u32(header + kWidthAt);
   FATHOM_CHECK(width == 2 || width == 4, "token shard ", path, " has token width ", width,
                " bytes; only 2 and 4 are valid");
-  const bool reserved_zero = std::all_of(header + kReservedAt, header + kShardHeaderBytes,
-                                         [](unsigned char b) { return b == 0; });
+  const bool reserved_zero =
+      std::all_of(header + kReservedAt, header + kShardHeaderBytes, [](unsigned char b) { return b == 0; });
   FATHOM_CHECK(reserved_zero, "token shard ", path, " has non-zero reserved header bytes (32..63)");
   const uint32_t vocab_size = get_u32(header + kVocabAt);
   FATHOM_CHECK(vocab_size > 0, "token shard ", path, " records a vocab size of 0");
   const uint64_t count = get_u64(header + kCountAt);
-  FATHOM_CHECK(count <= (std::numeric_limits<uint64_t>::max() - kShardHeaderBytes) / width,
-               "token shard ", path, " records an impossible token count ", count);
+  FATHOM_CHECK(count <= (std::numeric_limits<uint64_t>::max() - kShardHeaderBytes) / width, "token shard ", path,
+               " records an impossible token count ", count);
   const uint64_t expected_bytes = kShardHeaderBytes + count * width;
-  FATHOM_CHECK(file_bytes == expected_bytes, "token shard ", path, " should be ", expected_bytes,
-               " bytes (", count, " tokens of ", width, " bytes after the header) but is ", file_bytes,
-               " bytes", file_bytes < expected_bytes ? " (truncated)" : " (trailing bytes)");
+  FATHOM_CHECK(file_bytes == expected_bytes, "token shard ", path, " should be ", expected_bytes, " bytes (", count,
+               " tokens of ", width, " bytes after the header) but is ", file_bytes, " bytes",
+               file_bytes < expected_bytes ? " (truncated)" : " (trailing bytes)");
 
   shard.tokens_ = header + kShardHeaderBytes;
   shard.count_ = count;
   shard.width_ = width;
   shard.vocab_size_ = vocab_size;
-  const size_t bad = width == 2
-                         ? first_at_or_above(static_cast<const uint16_t*>(shard.tokens_), count, vocab_size)
-                         : first_at_or_above(static_cast<const uint32_t*>(shard.tokens_), count, vocab_size);
-  FATHOM_CHECK(bad == count, "token shard ", path, " has token ", bad < count ? shard[bad] : 0,
-               " at position ", bad, ", not below its vocab size ", vocab_size);
+  const size_t bad = width == 2 ? first_at_or_above(static_cast<const uint16_t*>(shard.tokens_), count, vocab_size)
+                                : first_at_or_above(static_cast<const uint32_t*>(shard.tokens_), count, vocab_size);
+  FATHOM_CHECK(bad == count, "token shard ", path, " has token ", bad < count ? shard[bad] : 0, " at position ", bad,
+               ", not below its vocab size ", vocab_size);
   return shard;
 }
 

@@ -39,8 +39,7 @@ class TokenShard {
 
   // Token i (unchecked, like std::vector::operator[]).
   uint32_t operator[](size_t i) const {
-    return width_ == 2 ? uint32_t(static_cast<const uint16_t*>(tokens_)[i])
-                       : static_cast<const uint32_t*>(tokens_)[i];
+    return width_ == 2 ? uint32_t(static_cast<const uint16_t*>(tokens_)[i]) : static_cast<const uint32_t*>(tokens_)[i];
   }
   // Token i; an index past the end is an error naming the file.
   uint32_t at(size_t i) const;

@@ -12,9 +12,7 @@ namespace fathom {
 
 namespace {
 
-bool is_blank(std::string_view text) {
-  return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
+bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
 std::ifstream open_text_file(const std::string& path) {
   std::error_code ec;

@@ -72,23 +72,24 @@ std::unique_ptr<BpeTokenizer> load_tiktoken(const std::filesystem::path& rank_fi
     const std::string_view encoded = line.substr(0, space);
     const std::string_view rank_text = line.substr(space + 1);
     const std::optional<std::string> bytes = decode_base64(encoded);
-    FATHOM_CHECK(bytes.has_value(), source, ": line ", line_number, ": invalid base64 token \"", shorten(encoded), "\"");
+    FATHOM_CHECK(bytes.has_value(), source, ": line ", line_number, ": invalid base64 token \"", shorten(encoded),
+                 "\"");
     uint64_t rank = 0;
     const auto [rank_end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     FATHOM_CHECK(ec == std::errc() && rank_end == rank_text.data() + rank_text.size(), source, ": line ", line_number,
                  ": the rank \"", shorten(rank_text), "\" is not a non-negative integer");
     FATHOM_CHECK(rank >= tokens.size(), source, ": line ", line_number, ": rank ", rank,
                  " repeats (ranks must run 0, 1, 2, ... without gaps or repeats)");
-    FATHOM_CHECK(rank == tokens.size(), source, ": line ", line_number, ": rank ", rank, " skips rank ",
-                 tokens.size(), " (ranks must run 0, 1, 2, ... without gaps or repeats)");
+    FATHOM_CHECK(rank == tokens.size(), source, ": line ", line_number, ": rank ", rank, " skips rank ", tokens.size(),
+                 " (ranks must run 0, 1, 2, ... without gaps or repeats)");
     tokens.push_back(*bytes);
   }
   FATHOM_CHECK(!tokens.empty(), source, ": the file holds no tokens");
   std::vector<AddedToken> added = spec.added;
   if (added.empty()) added.push_back({spec.eos_text, uint32_t(tokens.size()), true});
   BpeModel model = BpeModel::from_ranks(std::move(tokens), source);
-  return std::make_unique<BpeTokenizer>(spec.name, std::move(model), Pretokenizer(spec.pattern, source), std::move(added),
-                                        spec.eos_text, spec.pad_text, spec.vocab_size, source);
+  return std::make_unique<BpeTokenizer>(spec.name, std::move(model), Pretokenizer(spec.pattern, source),
+                                        std::move(added), spec.eos_text, spec.pad_text, spec.vocab_size, source);
 }
 
 }  // namespace fathom

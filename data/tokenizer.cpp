@@ -113,7 +113,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_path(const std::string& path_text) {
   if (std::filesystem::is_directory(status)) {
     if (std::filesystem::exists(path / "encoder.json") || std::filesystem::exists(path / "vocab.bpe"))
       return load_gpt2_folder(path, path_text);
-    if (std::filesystem::exists(path / "tokenizer.json")) return load_hf_tokenizer_json(path / "tokenizer.json", path_text);
+    if (std::filesystem::exists(path / "tokenizer.json"))
+      return load_hf_tokenizer_json(path / "tokenizer.json", path_text);
     FATHOM_FAIL("tokenizer folder ", path_text, " holds neither encoder.json + vocab.bpe nor tokenizer.json");
   }
   if (path.extension() == ".json") return load_hf_tokenizer_json(path, path_text);

@@ -8,13 +8,13 @@ namespace fathom {
 
 uint64_t count_windows(const TokenSource& source, int64_t seq_len, const char* who) {
   FATHOM_CHECK(seq_len >= 1, who, ": sequence length must be at least 1, got ", seq_len);
-  FATHOM_CHECK(uint64_t(source.vocab_size()) - 1 <= uint64_t(std::numeric_limits<int32_t>::max()), who,
-               ": vocab size ", source.vocab_size(), " does not fit int32 token ids");
+  FATHOM_CHECK(uint64_t(source.vocab_size()) - 1 <= uint64_t(std::numeric_limits<int32_t>::max()), who, ": vocab size ",
+               source.vocab_size(), " does not fit int32 token ids");
   const uint64_t tokens = source.size();
   const uint64_t window = uint64_t(seq_len) + 1;
   FATHOM_CHECK(tokens >= window, who, ": ", source.describe(), " has ", tokens,
-               " tokens, too few for one sample of sequence length T = ", seq_len, " (needs T + 1 = ",
-               window, " tokens)");
+               " tokens, too few for one sample of sequence length T = ", seq_len, " (needs T + 1 = ", window,
+               " tokens)");
   return (tokens - 1) / uint64_t(seq_len);
 }
 

@@ -17,8 +17,7 @@ OptimizerShard zero_shard(int64_t numel, int rank, int world) {
 DataParallel::DataParallel(Communicator& communicator, ParameterArena& arena, DataParallelConfig config)
     : comm_(communicator), arena_(arena), config_(config) {
   FATHOM_CHECK(config_.zero == 0 || config_.zero == 1, "train.zero must be 0 or 1, got ", config_.zero);
-  FATHOM_CHECK(config_.wire == DType::f32 || config_.wire == DType::bf16,
-               "train.grad_reduce must be fp32 or bf16");
+  FATHOM_CHECK(config_.wire == DType::f32 || config_.wire == DType::bf16, "train.grad_reduce must be fp32 or bf16");
   FATHOM_CHECK(config_.bucket_elements >= 1, "data parallel: bucket size must be at least 1 element");
   const int64_t n = arena_.trainable_numel();
   if (config_.zero == 1) {
@@ -77,7 +76,8 @@ void DataParallel::update(AdamW& optimizer, double lr, double grad_scale) {
   // Every rank's updated chunk into every rank's values.
   const int64_t n = arena_.trainable_numel();
   Tensor values = arena_.values().narrow(0, n);
-  if (shard_.length > 0) staging_.narrow(shard_.begin, shard_.length).copy_from(values.narrow(shard_.begin, shard_.length));
+  if (shard_.length > 0)
+    staging_.narrow(shard_.begin, shard_.length).copy_from(values.narrow(shard_.begin, shard_.length));
   Tensor mine = staging_.narrow(int64_t(comm_.rank()) * chunk_, chunk_);
   comm_.all_gather(mine, staging_);
   values.copy_from(staging_.narrow(0, n));

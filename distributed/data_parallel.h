@@ -22,8 +22,8 @@
 namespace fathom {
 
 struct DataParallelConfig {
-  DType wire = DType::f32;          // train.grad_reduce
-  int zero = 0;                     // train.zero
+  DType wire = DType::f32;            // train.grad_reduce
+  int zero = 0;                       // train.zero
   int64_t bucket_elements = 1 << 22;  // 16 MiB of fp32 gradients per all-reduce (train.grad_bucket_kib)
 };
 
@@ -69,9 +69,9 @@ class DataParallel {
   DataParallelConfig config_;
   OptimizerShard shard_;
   std::unique_ptr<BucketedReduction> buckets_;  // plain data parallel over more than one rank
-  int64_t chunk_ = 0;     // ZeRO-1: elements per rank's chunk (padded)
-  Tensor staging_;        // ZeRO-1: world x chunk elements
-  Tensor shard_grads_;    // ZeRO-1: this rank's summed gradients
+  int64_t chunk_ = 0;                           // ZeRO-1: elements per rank's chunk (padded)
+  Tensor staging_;                              // ZeRO-1: world x chunk elements
+  Tensor shard_grads_;                          // ZeRO-1: this rank's summed gradients
 };
 
 }  // namespace fathom

@@ -92,8 +92,8 @@ void mpi_abort_world(const std::string& message) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
   }
-  std::cerr << "fathom: error on rank " << rank << " of " << world << ": " << message
-            << "\nfathom: rank " << rank << " ends the job (every rank stops)" << std::endl;
+  std::cerr << "fathom: error on rank " << rank << " of " << world << ": " << message << "\nfathom: rank " << rank
+            << " ends the job (every rank stops)" << std::endl;
   if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
@@ -126,9 +126,9 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_sum(Tensor&
 }
 
 void MpiCommunicator::all_reduce_sum(double* values, int64_t count) {
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, values, mpi_count(count, "all_reduce_sum"), MPI_DOUBLE, MPI_SUM,
-                          MPI_COMM_WORLD),
-            "all_reduce_sum");
+  check_mpi(
+      MPI_Allreduce(MPI_IN_PLACE, values, mpi_count(count, "all_reduce_sum"), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+      "all_reduce_sum");
 }
 
 void MpiCommunicator::reduce_scatter_sum(const Tensor& input, Tensor& output) {

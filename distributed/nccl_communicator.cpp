@@ -4,8 +4,8 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,8 +68,7 @@ void NcclCommunicator::poll(const char* collective, Finished finished) {
   for (;;) {
     const cudaError_t done = finished();
     if (done == cudaSuccess) return;
-    if (done != cudaErrorNotReady)
-      abort(std::string(collective) + ": CUDA reports " + cudaGetErrorString(done));
+    if (done != cudaErrorNotReady) abort(std::string(collective) + ": CUDA reports " + cudaGetErrorString(done));
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(state_->comm, &async);
     if (async != ncclSuccess)
@@ -135,8 +134,8 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_all_reduce_sum(Tensor
 void NcclCommunicator::all_reduce_sum(double* values, int64_t count) {
   Tensor host = Tensor::from_vector(std::vector<double>(values, values + count), {count});
   Tensor device = host.to(device_);
-  const ncclResult_t r = ncclAllReduce(device.raw(), device.raw(), size_t(count), ncclFloat64, ncclSum, state_->comm,
-                                       stream_of(device_));
+  const ncclResult_t r =
+      ncclAllReduce(device.raw(), device.raw(), size_t(count), ncclFloat64, ncclSum, state_->comm, stream_of(device_));
   if (r != ncclSuccess) abort(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
   wait("all_reduce_sum");
   const std::vector<double> summed = device.to(Device::cpu()).to_vector<double>();

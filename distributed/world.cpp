@@ -52,9 +52,9 @@ LaunchEnvironment read_launch_environment(const std::function<const char*(const 
     FATHOM_CHECK(*rank < *world, "environment: ", sets[s][0], "=", *rank, " is not below ", sets[s][1], "=", *world);
     if (launch.launched) {
       // A second set (RANK/WORLD_SIZE next to mpirun's) must agree with the first.
-      FATHOM_CHECK(*rank == launch.ranks.rank && *world == launch.ranks.world, "environment: ", sets[s][0], "=",
-                   *rank, " and ", sets[s][1], "=", *world, " disagree with the launcher's rank ", launch.ranks.rank,
-                   " of ", launch.ranks.world, "; unset them or make them match");
+      FATHOM_CHECK(*rank == launch.ranks.rank && *world == launch.ranks.world, "environment: ", sets[s][0], "=", *rank,
+                   " and ", sets[s][1], "=", *world, " disagree with the launcher's rank ", launch.ranks.rank, " of ",
+                   launch.ranks.world, "; unset them or make them match");
       continue;
     }
     launch.launched = true;

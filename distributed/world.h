@@ -21,8 +21,9 @@ struct LaunchEnvironment {
 
 // Reads the launcher's variables through `get` (std::getenv by default); inconsistent or malformed
 // ones are errors naming the variable.
-LaunchEnvironment read_launch_environment(
-    const std::function<const char*(const char*)>& get = [](const char* name) { return std::getenv(name); });
+LaunchEnvironment read_launch_environment(const std::function<const char*(const char*)>& get = [](const char* name) {
+  return std::getenv(name);
+});
 
 // Before CUDA starts: a rank of a world of several keeps only its GPU visible (CUDA_VISIBLE_DEVICES
 // becomes the local_rank-th of the visible ones, or local_rank itself when none were named), so it

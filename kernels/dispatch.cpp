@@ -7,8 +7,8 @@ Device common_device(const char* op, std::span<const Tensor* const> tensors) {
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
     if (!first) first = t;
-    FATHOM_CHECK(t->device() == first->device(), op, ": tensors on different devices (", first->device().str(),
-                 " and ", t->device().str(), ")");
+    FATHOM_CHECK(t->device() == first->device(), op, ": tensors on different devices (", first->device().str(), " and ",
+                 t->device().str(), ")");
   }
   return first ? first->device() : Device::cpu();
 }

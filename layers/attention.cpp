@@ -14,7 +14,7 @@ namespace fathom {
 namespace {
 
 struct KVCache final : MixerCache {
-  Tensor k, v;  // [B, Hk, capacity, d]
+  Tensor k, v;       // [B, Hk, capacity, d]
   int64_t held = 0;  // positions written
   size_t bytes() const override { return k.nbytes() + v.nbytes(); }
   size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }

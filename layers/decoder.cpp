@@ -37,9 +37,7 @@ Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config
 
 Variable Decoder::logits(const Tensor& ids) const { return linear(forward(ids).hidden, head_weight()); }
 
-const Variable& Decoder::head_weight() const {
-  return lm_head_ ? lm_head_->weight() : model_.embed_tokens.weight();
-}
+const Variable& Decoder::head_weight() const { return lm_head_ ? lm_head_->weight() : model_.embed_tokens.weight(); }
 
 namespace {
 // Positions first .. first + T - 1, shared by the batch.
@@ -149,7 +147,8 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   const bool on_device = state.device_length.defined();
   FATHOM_CHECK(!on_device || state.device_length.device() == ids.device(), "decode: ids ", describe(ids),
                " are not on the decoding state's device ", state.device_length.device().str());
-  const Tensor positions = on_device ? positions_after(state.device_length, T) : positions_from(state.length, T, ids.device());
+  const Tensor positions =
+      on_device ? positions_after(state.device_length, T) : positions_from(state.length, T, ids.device());
   Variable h = model_.embed_tokens.forward(ids);
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);

@@ -17,8 +17,7 @@ class DecoderLayer : public Module {
   // MoDA slots the layer writes when it writes.
   virtual int64_t depth_slots_written() const = 0;
   // The layer's decoding state for `batch` sequences of up to `capacity` positions.
-  virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype,
-                                                 Device device) const = 0;
+  virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const = 0;
   // Whether the decoder's train.recompute: block may re-run the whole layer from its input. A layer
   // that reports losses or state from its forward recomputes inside itself instead (set_recompute).
   virtual bool rerunnable() const { return true; }

@@ -21,9 +21,9 @@ DepthKVProjection::DepthKVProjection(const ModelConfig& c)
 void DepthKVProjection::write(DepthStream& stream, const Variable& x, const Tensor& positions) const {
   const int64_t B = x.dim(0), T = x.dim(1);
   const Variable raw_k = k_proj_.forward(x);
-  const Variable k = k_norm_ ? rope(reshape(k_norm_->forward(raw_k), {B, T, n_kv_heads_, head_dim_}), positions,
-                                    rope_theta_)
-                             : reshape(raw_k, {B, T, n_kv_heads_, head_dim_});
+  const Variable k =
+      k_norm_ ? rope(reshape(k_norm_->forward(raw_k), {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_)
+              : reshape(raw_k, {B, T, n_kv_heads_, head_dim_});
   const Variable v = reshape(v_proj_.forward(x), {B, T, n_kv_heads_, head_dim_});
   stream.write(stream.slots_written(), k, v);
 }

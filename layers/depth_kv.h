@@ -7,8 +7,8 @@
 
 #include "autograd/depth_stream.h"
 #include "layers/linear.h"
-#include "layers/model_config.h"
 #include "layers/moda_config.h"
+#include "layers/model_config.h"
 #include "layers/rms_norm.h"
 
 namespace fathom {

@@ -27,20 +27,28 @@ struct DslaCache final : MixerCache {
 }  // namespace
 
 LayerKind dsla_layer_kind() {
-  return {.name = kDslaKind,
-          .make_mixer = [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> {
-            return std::make_unique<Dsla>(c);
-          },
-          .validate = [](const ModelConfig& c) { c.options.get<DslaConfig>().validate(); },
-          .options = {kind_option("dsla.states", &DslaConfig::states,
-                                  {.at_least = 1, .at_most = 2, .aliases = {"num_states", "n_states", "dual_state"},
-                               .doc = "Gated states of each dsla layer: `2` (DSLA: two states mixed by gamma) or `1` (plain gated linear "
-              "attention, no gamma)."}),
-                      kind_option("dsla.gamma", &DslaConfig::gamma,
-                                  {.choices = dsla_gamma_names(), .aliases = {"mix", "mixing", "gamma_per"},
-                               .doc = "The mixing weight gamma = sigmoid(c) of the two states: one c per `layer` (the paper) or per query "
-              "`head`."})},
-          .loss_terms = {{.name = kGateCosLoss}}};
+  return {
+      .name = kDslaKind,
+      .make_mixer = [](const ModelConfig& c, int64_t) -> std::unique_ptr<TokenMixer> {
+        return std::make_unique<Dsla>(c);
+      },
+      .validate = [](const ModelConfig& c) { c.options.get<DslaConfig>().validate(); },
+      .options =
+          {kind_option(
+               "dsla.states", &DslaConfig::states,
+               {.at_least = 1,
+                .at_most = 2,
+                .aliases = {"num_states", "n_states", "dual_state"},
+                .doc =
+                    "Gated states of each dsla layer: `2` (DSLA: two states mixed by gamma) or `1` (plain gated linear "
+                    "attention, no gamma)."}),
+           kind_option("dsla.gamma", &DslaConfig::gamma,
+                       {.choices = dsla_gamma_names(),
+                        .aliases = {"mix", "mixing", "gamma_per"},
+                        .doc = "The mixing weight gamma = sigmoid(c) of the two states: one c per `layer` (the paper) "
+                               "or per query "
+                               "`head`."})},
+      .loss_terms = {{.name = kGateCosLoss}}};
 }
 
 DslaGate::DslaGate(int64_t d_model, int64_t width, ParameterInit weight_init)

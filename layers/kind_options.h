@@ -41,9 +41,8 @@ class KindOptions {
   };
   template <typename T>
   static Slot make_slot() {
-    return {std::make_shared<T>(), [](const void* v) -> std::shared_ptr<void> {
-              return std::make_shared<T>(*static_cast<const T*>(v));
-            },
+    return {std::make_shared<T>(),
+            [](const void* v) -> std::shared_ptr<void> { return std::make_shared<T>(*static_cast<const T*>(v)); },
             [](const void* a, const void* b) {
               static const T defaults{};
               return *static_cast<const T*>(a ? a : &defaults) == *static_cast<const T*>(b ? b : &defaults);

@@ -60,8 +60,8 @@ struct KindLossTerm {
 // What an evaluation reports for a kind: layers that answer `tap` count `measures` (summed over
 // batches and ranks), which `metrics` turns into named figures, logged as <kind>.L<layer>.<name>/<domain>.
 struct KindMetric {
-  std::string tap;                     // asked of every layer in an evaluation
-  std::vector<std::string> measures;   // the counts a layer reports for it
+  std::string tap;                                                     // asked of every layer in an evaluation
+  std::vector<std::string> measures;                                   // the counts a layer reports for it
   std::function<bool(const ModelConfig&, int64_t layer)> reported_by;  // which layers answer it
   std::function<std::vector<std::pair<std::string, double>>(const LayerMeasures&)> metrics;
   std::function<std::string(int64_t layer, const LayerMeasures&)> console_line;  // fathom eval's line

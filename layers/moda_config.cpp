@@ -48,17 +48,23 @@ LayerKind moda_layer_kind() {
                            " layers (model.layers): MoDA's depth reads join the attention softmax and a ", kind.name,
                            " layer has none; use moda.variant: none in a model with ", kind.name, " layers");
           },
-      .options = {kind_option("moda.variant", &MoDAConfig::variant,
-                              {.choices = moda_variant_names(), .aliases = {"depth_kv", "moda_variant"},
-                               .doc = "MoDA's depth KV: `none` (off), `attn_kv`, `attn_kv+ffn_kv` (the paper's default) or "
-              "`extra_attn_kv+ffn_kv`."}),
-                  kind_option("moda.max_slots", &MoDAConfig::max_slots,
-                              {.at_least = 0, .aliases = {"depth_slots", "slots", "window"},
-                               .doc = "Read only the most recent S depth slots (0: every earlier slot)."}),
-                  kind_option("moda.depth_key", &MoDAConfig::depth_key,
-                              {.choices = depth_key_names(), .aliases = {"depth_keys", "key_source", "depth_key_source"},
-                               .doc = "`writer`: a depth key is the K its writer used (after its k-norm and RoPE); `reader`: the raw K, "
-              "which each reader normalises with its own k-norm and no RoPE."})}};
+      .options = {
+          kind_option("moda.variant", &MoDAConfig::variant,
+                      {.choices = moda_variant_names(),
+                       .aliases = {"depth_kv", "moda_variant"},
+                       .doc = "MoDA's depth KV: `none` (off), `attn_kv`, `attn_kv+ffn_kv` (the paper's default) or "
+                              "`extra_attn_kv+ffn_kv`."}),
+          kind_option("moda.max_slots", &MoDAConfig::max_slots,
+                      {.at_least = 0,
+                       .aliases = {"depth_slots", "slots", "window"},
+                       .doc = "Read only the most recent S depth slots (0: every earlier slot)."}),
+          kind_option(
+              "moda.depth_key", &MoDAConfig::depth_key,
+              {.choices = depth_key_names(),
+               .aliases = {"depth_keys", "key_source", "depth_key_source"},
+               .doc =
+                   "`writer`: a depth key is the K its writer used (after its k-norm and RoPE); `reader`: the raw K, "
+                   "which each reader normalises with its own k-norm and no RoPE."})}};
 }
 
 int64_t moda_first_read_slot(int64_t written, int64_t max_slots) {

@@ -32,12 +32,11 @@ constexpr int64_t kDolma2PaddedVocab = 100352;
 
 void ModelConfig::validate() const {
   const std::pair<const char*, int64_t> sizes[] = {{"d_model", d_model},       {"n_layers", n_layers},
-                                                  {"n_heads", n_heads},       {"n_kv_heads", n_kv_heads},
-                                                  {"ffn_hidden", ffn_hidden}, {"vocab_size", vocab_size}};
+                                                   {"n_heads", n_heads},       {"n_kv_heads", n_kv_heads},
+                                                   {"ffn_hidden", ffn_hidden}, {"vocab_size", vocab_size}};
   for (const auto& [field, value] : sizes) FATHOM_CHECK(value > 0, field, " must be positive, got ", value);
   FATHOM_CHECK(d_model % n_heads == 0, "d_model (", d_model, ") must be divisible by n_heads (", n_heads, ")");
-  FATHOM_CHECK(n_heads % n_kv_heads == 0, "n_heads (", n_heads, ") must be divisible by n_kv_heads (", n_kv_heads,
-               ")");
+  FATHOM_CHECK(n_heads % n_kv_heads == 0, "n_heads (", n_heads, ") must be divisible by n_kv_heads (", n_kv_heads, ")");
   FATHOM_CHECK(head_dim() % 2 == 0, "head_dim = d_model / n_heads = ", d_model, " / ", n_heads, " = ", head_dim(),
                " must be even (RoPE rotates pairs of dimensions)");
   FATHOM_CHECK(norm == "post" || norm == "pre", "norm must be one of post, pre; got '", norm, "'");

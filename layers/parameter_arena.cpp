@@ -50,7 +50,8 @@ void ParameterArena::initialise(uint64_t seed) {
     if (e.init.kind == ParameterInit::Kind::constant) {
       slice.fill_(e.init.value);
     } else if (e.init.kind == ParameterInit::Kind::identity) {
-      FATHOM_CHECK(e.shape.rank() == 2, "parameter '", e.name, "': an identity init needs a matrix, got ", e.shape.str());
+      FATHOM_CHECK(e.shape.rank() == 2, "parameter '", e.name, "': an identity init needs a matrix, got ",
+                   e.shape.str());
       slice.zero_();
       float* w = slice.data<float>();
       for (int64_t i = 0; i < std::min(e.shape.dim(0), e.shape.dim(1)); ++i) w[i * e.shape.dim(1) + i] = 1.0f;
@@ -78,8 +79,8 @@ int64_t ParameterArena::trainable_parameter_count() const {
 }
 
 void ParameterArena::enable_compute_copy(DType dtype) {
-  FATHOM_CHECK(!compute_.defined(), "the parameter arena already has a compute copy (",
-               dtype_name(compute_.dtype()), ")");
+  FATHOM_CHECK(!compute_.defined(), "the parameter arena already has a compute copy (", dtype_name(compute_.dtype()),
+               ")");
   FATHOM_CHECK(dtype == DType::bf16 || dtype == DType::f16, "a compute copy is BF16 or F16 (mixed precision), got ",
                dtype_name(dtype));
   compute_ = Tensor::empty({numel()}, dtype, values_.device());

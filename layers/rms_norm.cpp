@@ -4,8 +4,7 @@
 
 namespace fathom {
 
-RMSNorm::RMSNorm(int64_t dim, double eps)
-    : weight_(add_parameter("weight", {dim}, ParameterInit::ones())), eps_(eps) {}
+RMSNorm::RMSNorm(int64_t dim, double eps) : weight_(add_parameter("weight", {dim}, ParameterInit::ones())), eps_(eps) {}
 
 Variable RMSNorm::forward(const Variable& x) const { return rms_norm(x, weight_, eps_); }
 

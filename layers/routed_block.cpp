@@ -75,64 +75,84 @@ std::string routing_line(int64_t layer, const LayerMeasures& measures) {
 }  // namespace
 
 LayerKind mod_layer_kind() {
-  const auto weight = [](bool reported, double value) { return reported ? std::optional<double>(value) : std::nullopt; };
-  return {.name = "mod",
-          .make_layer = [](const ModelConfig& c, int64_t layer) -> std::unique_ptr<DecoderLayer> {
-            if (!c.options.get<ModConfig>().routes(layer)) return nullptr;
-            return std::make_unique<RoutedBlock>(c, layer);
+  const auto weight = [](bool reported, double value) {
+    return reported ? std::optional<double>(value) : std::nullopt;
+  };
+  return {
+      .name = "mod",
+      .make_layer = [](const ModelConfig& c, int64_t layer) -> std::unique_ptr<DecoderLayer> {
+        if (!c.options.get<ModConfig>().routes(layer)) return nullptr;
+        return std::make_unique<RoutedBlock>(c, layer);
+      },
+      .validate =
+          [](const ModelConfig& c) {
+            const ModConfig& mod = c.options.get<ModConfig>();
+            const MoDAConfig& moda = c.options.get<MoDAConfig>();
+            mod.validate(c.n_layers);
+            // A token that skips a routed block would write no depth slot there, so the readers after it
+            // would see a stream with holes in some token positions: an operator fathom does not define.
+            FATHOM_CHECK(!(mod.enabled() && moda.enabled()), "mod.capacity ", mod.capacity, " with moda.variant '",
+                         name_of(moda.variant),
+                         "': MoD and MoDA cannot be combined (a token that skips a routed block writes no depth "
+                         "slot there, which MoDA's depth stream does not define); turn one of them off");
           },
-          .validate =
-              [](const ModelConfig& c) {
-                const ModConfig& mod = c.options.get<ModConfig>();
-                const MoDAConfig& moda = c.options.get<MoDAConfig>();
-                mod.validate(c.n_layers);
-                // A token that skips a routed block would write no depth slot there, so the readers after it
-                // would see a stream with holes in some token positions: an operator fathom does not define.
-                FATHOM_CHECK(!(mod.enabled() && moda.enabled()), "mod.capacity ", mod.capacity,
-                             " with moda.variant '", name_of(moda.variant),
-                             "': MoD and MoDA cannot be combined (a token that skips a routed block writes no depth "
-                             "slot there, which MoDA's depth stream does not define); turn one of them off");
-              },
-          .options = {kind_option("mod.capacity", &ModConfig::capacity,
-                                  {.at_least = 0, .at_most = 1,
-                                   .aliases = {"capacity_factor", "capacity_fraction", "mod_capacity"},
-                               .doc = "Mixture-of-Depths: the fraction c of each sequence's tokens a routed block runs (k = ceil(c S)); 0 "
-              "turns MoD off. Not combinable with `moda.variant`."}),
-                      kind_option("mod.every", &ModConfig::every,
-                                  {.at_least = 1, .aliases = {"route_every", "routed_every", "interleave"},
-                               .doc = "Route blocks every-1, 2·every-1, ... (block 0 always stays dense; `2`: every other block)."}),
-                      kind_option("mod.router_weight", &ModConfig::router_weight,
-                                  {.choices = mod_router_weight_names(), .aliases = {"gate", "weight", "router_activation"},
-                               .doc = "g in `out[idx] = x + g(r)·(block(x) - x)`: `identity` (the paper) or `sigmoid`."}),
-                      kind_option("mod.causal", &ModConfig::causal,
-                                  {.choices = mod_causal_names(), .aliases = {"causal_routing", "sampling"},
-                               .doc = "How generation routes, token by token: `predictor` (a small MLP on the stop-gradient input) or "
-              "`aux_loss` (the router trained with BCE; route where sigmoid(r) > 0.5)."}),
-                      kind_option("mod.aux_loss_weight", &ModConfig::aux_loss_weight,
-                                  {.at_least = 0, .aliases = {"aux_loss", "router_loss_weight", "aux_weight"},
-                               .doc = "Objective weight of the router's BCE (`mod_router`, with `causal: aux_loss`)."}),
-                      kind_option("mod.predictor_loss_weight", &ModConfig::predictor_loss_weight,
-                                  {.at_least = 0, .aliases = {"predictor_loss", "predictor_weight"},
-                               .doc = "Objective weight of the predictor's BCE (`mod_predictor`, with `causal: predictor`)."}),
-                      kind_option("mod.router", &ModConfig::router,
-                                  {.choices = mod_router_names(), .aliases = {"routing", "router_type"},
-                               .doc = "`learned`, or `random`: uniform draws pick the k tokens (the paper's control at the same capacity)."})},
-          .loss_terms = {{.name = kModRouterLoss,
-                          .weight_from_model = [weight](const ModelConfig& c) {
-                            return weight(c.options.get<ModConfig>().has_aux_loss(), c.options.get<ModConfig>().aux_loss_weight);
+      .options =
+          {kind_option("mod.capacity", &ModConfig::capacity,
+                       {.at_least = 0,
+                        .at_most = 1,
+                        .aliases = {"capacity_factor", "capacity_fraction", "mod_capacity"},
+                        .doc = "Mixture-of-Depths: the fraction c of each sequence's tokens a routed block runs (k = "
+                               "ceil(c S)); 0 "
+                               "turns MoD off. Not combinable with `moda.variant`."}),
+           kind_option(
+               "mod.every", &ModConfig::every,
+               {.at_least = 1,
+                .aliases = {"route_every", "routed_every", "interleave"},
+                .doc = "Route blocks every-1, 2·every-1, ... (block 0 always stays dense; `2`: every other block)."}),
+           kind_option("mod.router_weight", &ModConfig::router_weight,
+                       {.choices = mod_router_weight_names(),
+                        .aliases = {"gate", "weight", "router_activation"},
+                        .doc = "g in `out[idx] = x + g(r)·(block(x) - x)`: `identity` (the paper) or `sigmoid`."}),
+           kind_option(
+               "mod.causal", &ModConfig::causal,
+               {.choices = mod_causal_names(),
+                .aliases = {"causal_routing", "sampling"},
+                .doc = "How generation routes, token by token: `predictor` (a small MLP on the stop-gradient input) or "
+                       "`aux_loss` (the router trained with BCE; route where sigmoid(r) > 0.5)."}),
+           kind_option("mod.aux_loss_weight", &ModConfig::aux_loss_weight,
+                       {.at_least = 0,
+                        .aliases = {"aux_loss", "router_loss_weight", "aux_weight"},
+                        .doc = "Objective weight of the router's BCE (`mod_router`, with `causal: aux_loss`)."}),
+           kind_option("mod.predictor_loss_weight", &ModConfig::predictor_loss_weight,
+                       {.at_least = 0,
+                        .aliases = {"predictor_loss", "predictor_weight"},
+                        .doc = "Objective weight of the predictor's BCE (`mod_predictor`, with `causal: predictor`)."}),
+           kind_option("mod.router", &ModConfig::router,
+                       {.choices = mod_router_names(),
+                        .aliases = {"routing", "router_type"},
+                        .doc = "`learned`, or `random`: uniform draws pick the k tokens (the paper's control at the "
+                               "same capacity)."})},
+      .loss_terms = {{.name = kModRouterLoss,
+                      .weight_from_model =
+                          [weight](const ModelConfig& c) {
+                            return weight(c.options.get<ModConfig>().has_aux_loss(),
+                                          c.options.get<ModConfig>().aux_loss_weight);
                           },
-                          .weight_key = "mod.aux_loss_weight"},
-                         {.name = kModPredictorLoss,
-                          .weight_from_model = [weight](const ModelConfig& c) {
-                            return weight(c.options.get<ModConfig>().has_predictor(), c.options.get<ModConfig>().predictor_loss_weight);
+                      .weight_key = "mod.aux_loss_weight"},
+                     {.name = kModPredictorLoss,
+                      .weight_from_model =
+                          [weight](const ModelConfig& c) {
+                            return weight(c.options.get<ModConfig>().has_predictor(),
+                                          c.options.get<ModConfig>().predictor_loss_weight);
                           },
-                          .weight_key = "mod.predictor_loss_weight"}},
-          .taps = {kRoutingTap},
-          .metrics = {{.tap = kRoutingTap,
-                       .measures = RoutingCounts::measure_names(),
-                       .reported_by = [](const ModelConfig& c, int64_t layer) { return c.options.get<ModConfig>().routes(layer); },
-                       .metrics = routing_metrics,
-                       .console_line = routing_line}}};
+                      .weight_key = "mod.predictor_loss_weight"}},
+      .taps = {kRoutingTap},
+      .metrics = {{.tap = kRoutingTap,
+                   .measures = RoutingCounts::measure_names(),
+                   .reported_by = [](const ModelConfig& c,
+                                     int64_t layer) { return c.options.get<ModConfig>().routes(layer); },
+                   .metrics = routing_metrics,
+                   .console_line = routing_line}}};
 }
 
 RoutingCounts& RoutingCounts::operator+=(const RoutingCounts& o) {
@@ -146,8 +166,8 @@ RoutingCounts& RoutingCounts::operator+=(const RoutingCounts& o) {
 }
 
 const std::vector<std::string>& RoutingCounts::measure_names() {
-  static const std::vector<std::string> names{"mod.tokens", "mod.topk", "mod.causal", "mod.causal_and_topk",
-                                              "mod.router", "mod.router_and_topk"};
+  static const std::vector<std::string> names{"mod.tokens",          "mod.topk",   "mod.causal",
+                                              "mod.causal_and_topk", "mod.router", "mod.router_and_topk"};
   return names;
 }
 
@@ -225,7 +245,8 @@ Tensor RoutedBlock::causal_logits(const Variable& x, const Variable& r, const Te
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int64_t p = pos[size_t(shared ? t : b * T + t)];
-      logits[size_t(b * T + t)] = float(mod_.capacity) - unit_draw(random_router_seed(layer_, uint64_t(b) << 20), uint64_t(p));
+      logits[size_t(b * T + t)] =
+          float(mod_.capacity) - unit_draw(random_router_seed(layer_, uint64_t(b) << 20), uint64_t(p));
     }
   return Tensor::from_vector(logits, {B, T}).to(x.device());
 }
@@ -248,8 +269,8 @@ Variable RoutedBlock::forward(const Variable& x, const MixerInputs& inputs, cons
   const Variable r = router_logits(x);
   if (inputs.cache || inputs.as_decoded) return forward_causal(x, r, inputs, report);
   // Ranked in f32 (the value itself when it is f32: the router's logits are).
-  const Tensor idx = topk_per_sequence(r.defined() ? r.value().to(DType::f32) : random_scores(B, S, inputs.draw, x.device()),
-                                       mod_.tokens_routed(S));
+  const Tensor idx = topk_per_sequence(
+      r.defined() ? r.value().to(DType::f32) : random_scores(B, S, inputs.draw, x.device()), mod_.tokens_routed(S));
   // The chosen tokens keep their original positions: idx is their RoPE position.
   const Variable y = run_block(gather_rows(x, idx), idx, report, nullptr);
   const Variable out = routed_mix(x, y, r, idx, route_weight());
@@ -317,8 +338,8 @@ Variable RoutedBlock::forward_causal(const Variable& x, const Variable& r, const
     const Variable y = run_block(Variable(gather_rows(xb, idx)), Tensor::from_vector(positions, {1, n}).to(x.device()),
                                  report, cache ? cache->sequences[size_t(b)].get() : nullptr);
     Tensor row_out = out.narrow(b, 1);
-    row_out.copy_from(routed_mix_forward(xb, y.value(), r.defined() ? r.value().narrow(b, 1) : Tensor(), idx,
-                                         route_weight()));
+    row_out.copy_from(
+        routed_mix_forward(xb, y.value(), r.defined() ? r.value().narrow(b, 1) : Tensor(), idx, route_weight()));
   }
   if (report.wants(kRoutingTap) && !cache) {
     const int64_t k = mod_.tokens_routed(T);
@@ -342,8 +363,9 @@ LayerCost RoutedBlock::cost(const CostQuery& query) const {
   c.saved_stats = scaled(inner.saved_stats) + (router_ ? 2 : 0) + (predictor_fc1_ ? 1 : 0);
   c.weight_flops = inner.weight_flops * share;
   c.extra_flops = inner.extra_flops * share;
-  for (const Module* head : {static_cast<const Module*>(router_.get()), static_cast<const Module*>(predictor_fc1_.get()),
-                             static_cast<const Module*>(predictor_fc2_.get())})
+  for (const Module* head :
+       {static_cast<const Module*>(router_.get()), static_cast<const Module*>(predictor_fc1_.get()),
+        static_cast<const Module*>(predictor_fc2_.get())})
     if (head)
       for (const Parameter& p : head->parameters()) c.weight_flops += 6.0 * double(p.var.shape().numel());
   return c;

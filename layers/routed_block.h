@@ -34,10 +34,10 @@ LayerKind mod_layer_kind();
 // over the tokens it saw: the counts behind accuracy, precision and recall of the chosen tokens.
 struct RoutingCounts {
   int64_t tokens = 0;
-  int64_t topk = 0;            // chosen by the sequence's top-k
-  int64_t causal = 0;          // routed by the causal router
+  int64_t topk = 0;    // chosen by the sequence's top-k
+  int64_t causal = 0;  // routed by the causal router
   int64_t causal_and_topk = 0;
-  int64_t router = 0;          // where the router's logit is > 0 (sigmoid(r) > 0.5)
+  int64_t router = 0;  // where the router's logit is > 0 (sigmoid(r) > 0.5)
   int64_t router_and_topk = 0;
 
   RoutingCounts& operator+=(const RoutingCounts& other);
@@ -88,7 +88,7 @@ class RoutedBlock : public DecoderLayer {
   ModConfig mod_;
   int64_t layer_, d_model_;
   Block block_;
-  std::unique_ptr<Linear> router_;                   // learned routing
+  std::unique_ptr<Linear> router_;                         // learned routing
   std::unique_ptr<Linear> predictor_fc1_, predictor_fc2_;  // causal: predictor
   bool recompute_block_ = false;
 };

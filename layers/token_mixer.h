@@ -21,7 +21,7 @@ namespace fathom {
 class MixerCache {
  public:
   virtual ~MixerCache() = default;
-  virtual size_t bytes() const = 0;            // device bytes it holds
+  virtual size_t bytes() const = 0;               // device bytes it holds
   virtual size_t bytes_per_position() const = 0;  // what each cached position costs (0: constant state)
   // Positions the state holds (0 for kinds whose state does not grow with them).
   virtual int64_t length() const { return 0; }
@@ -36,9 +36,9 @@ class MixerCache {
 
 // What a layer reads besides its input. Where it reports (losses, taps) is its LayerReport.
 struct MixerInputs {
-  const Tensor& positions;        // I32 [T] (shared by the batch) or [B, T]: RoPE's positions
-  DepthStream* depth = nullptr;   // the depth stream of kinds that read one (MoDA), or none
-  bool write_depth = false;       // also write this layer's own slot(s) to it
+  const Tensor& positions;       // I32 [T] (shared by the batch) or [B, T]: RoPE's positions
+  DepthStream* depth = nullptr;  // the depth stream of kinds that read one (MoDA), or none
+  bool write_depth = false;      // also write this layer's own slot(s) to it
   // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
@@ -84,8 +84,7 @@ class TokenMixer : public Module {
   virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
   virtual LayerCost cost(const CostQuery& query) const = 0;
   // The decoding state for `batch` sequences of up to `capacity` positions, in `dtype` on `device`.
-  virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype,
-                                                 Device device) const = 0;
+  virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const = 0;
   // MoDA slots this mixer writes when asked to (its attention-side slot; 0 for kinds without one).
   virtual int64_t depth_slots_written() const { return 0; }
 };

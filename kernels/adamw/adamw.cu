@@ -21,7 +21,7 @@ struct RangeTable {
   int count;
   int64_t begin[kMaxRanges];
   int64_t end[kMaxRanges];
-  float decay[kMaxRanges];            // 1 - lr * weight_decay
+  float decay[kMaxRanges];  // 1 - lr * weight_decay
   int64_t first_block[kMaxRanges + 1];
 };
 
@@ -82,8 +82,8 @@ void launch_batches(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, con
   // Scalars in double first, as the CPU reference: 1 - beta^step loses precision in float.
   const double bc1 = 1.0 - std::pow(c.beta1, double(c.step));
   const double bc2 = 1.0 - std::pow(c.beta2, double(c.step));
-  const Scalars s{float(c.beta1), float(c.beta2), float(1.0 - c.beta1), float(1.0 - c.beta2), float(c.lr / bc1),
-                  float(1.0 / bc2), float(c.eps),    float(c.grad_scale)};
+  const Scalars s{float(c.beta1),    float(c.beta2),   float(1.0 - c.beta1), float(1.0 - c.beta2),
+                  float(c.lr / bc1), float(1.0 / bc2), float(c.eps),         float(c.grad_scale)};
   for (size_t first = 0; first < ranges.size(); first += kMaxRanges) {
     RangeTable table{};
     int64_t blocks = 0;
@@ -116,12 +116,14 @@ void adamw_update_ranges(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v
   if (compute_copy == nullptr) return launch_batches<void>(param, grad, m, v, ranges, config, nullptr, stream);
   switch (compute_copy->dtype()) {
     case DType::bf16:
-      return launch_batches(param, grad, m, v, ranges, config, static_cast<__nv_bfloat16*>(compute_copy->raw()), stream);
+      return launch_batches(param, grad, m, v, ranges, config, static_cast<__nv_bfloat16*>(compute_copy->raw()),
+                            stream);
     case DType::f16:
       return launch_batches(param, grad, m, v, ranges, config, static_cast<__half*>(compute_copy->raw()), stream);
     case DType::f32:
       return launch_batches(param, grad, m, v, ranges, config, static_cast<float*>(compute_copy->raw()), stream);
-    default: FATHOM_FAIL("adamw: compute_copy must be F32, BF16 or F16, got ", describe(*compute_copy));
+    default:
+      FATHOM_FAIL("adamw: compute_copy must be F32, BF16 or F16, got ", describe(*compute_copy));
   }
 }
 

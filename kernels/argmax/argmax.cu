@@ -14,9 +14,7 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-__device__ bool better(float v, int i, float best_v, int best_i) {
-  return v > best_v || (v == best_v && i < best_i);
-}
+__device__ bool better(float v, int i, float best_v, int best_i) { return v > best_v || (v == best_v && i < best_i); }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(const T* x, int64_t n, int32_t* out) {

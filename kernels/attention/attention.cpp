@@ -13,8 +13,8 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   FATHOM_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, op, ": q, k, v must be [B, T, H, d], got q ",
                describe(q), ", k ", describe(k), ", v ", describe(v));
   FATHOM_CHECK(k.shape() == v.shape(), op, ": k ", describe(k), " and v ", describe(v), " differ in shape");
-  FATHOM_CHECK(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3), op, ": q ", describe(q),
-               " and k ", describe(k), " disagree on batch, sequence length or head dim");
+  FATHOM_CHECK(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3), op, ": q ", describe(q), " and k ",
+               describe(k), " disagree on batch, sequence length or head dim");
   FATHOM_CHECK(k.dim(2) > 0 && q.dim(2) % k.dim(2) == 0, op, ": query heads Hq = ", q.dim(2),
                " must be a multiple of KV heads Hk = ", k.dim(2));
   FATHOM_CHECK(q.dim(3) > 0, op, ": head dim must be positive, got ", describe(q));
@@ -35,11 +35,11 @@ AttentionGrads attention_backward(const Tensor& grad_o, const Tensor& q, const T
   check_qkv("attention_backward", q, k, v, scale);
   FATHOM_CHECK(grad_o.defined() && grad_o.shape() == q.shape() && grad_o.dtype() == q.dtype(),
                "attention_backward: grad_o ", describe(grad_o), " does not match q ", describe(q));
-  FATHOM_CHECK(o.defined() && o.shape() == q.shape() && o.dtype() == q.dtype(), "attention_backward: o ",
-               describe(o), " does not match q ", describe(q));
+  FATHOM_CHECK(o.defined() && o.shape() == q.shape() && o.dtype() == q.dtype(), "attention_backward: o ", describe(o),
+               " does not match q ", describe(q));
   const Shape lse_shape{q.dim(0), q.dim(2), q.dim(1)};
-  FATHOM_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), "attention_backward: lse ",
-               describe(lse), " should be ", dtype_name(q.dtype()), lse_shape.str());
+  FATHOM_CHECK(lse.defined() && lse.shape() == lse_shape && lse.dtype() == stats_dtype(q.dtype()),
+               "attention_backward: lse ", describe(lse), " should be ", dtype_name(q.dtype()), lse_shape.str());
   return on_device("attention_backward", common_device("attention_backward", {&grad_o, &q, &k, &v, &o, &lse}),
                    FATHOM_KERNEL(attention_backward), grad_o, q, k, v, o, lse, scale);
 }

@@ -9,7 +9,7 @@ namespace fathom {
 struct AttentionOutput {
   Tensor o;    // [B, T, Hq, d]
   Tensor lse;  // [B, Hq, T]: log-sum-exp over keys j <= t of the scaled scores q.k * scale, in
-              // stats_dtype(q) (F32 for F32/BF16 inputs, F64 for F64)
+               // stats_dtype(q) (F32 for F32/BF16 inputs, F64 for F64)
 };
 struct AttentionGrads {
   Tensor dq;  // [B, T, Hq, d]

@@ -178,7 +178,8 @@ struct DkDvConfig {
 // acc = A B^T for the warp's 16 rows of A (fragment of k-step ks from afrag) and the BQ rows of the
 // swizzled tile b, D wide: S^T = K Q^T and dP^T = V dO^T of a dK/dV warp.
 template <int D, int BQ, class AFrag>
-__device__ __forceinline__ void warp_rows_times_tile(float (&acc)[BQ / 8][4], const AFrag& afrag, uint32_t b, int lane) {
+__device__ __forceinline__ void warp_rows_times_tile(float (&acc)[BQ / 8][4], const AFrag& afrag, uint32_t b,
+                                                     int lane) {
   using Tile = SwizzledTile<D>;
 #pragma unroll
   for (int nt = 0; nt < BQ / 8; ++nt)
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     }
   }
   // The warp's K (or V) fragment of k-step ks, from registers or shared memory.
-  auto frag = [&](uint32_t (&f)[4], const uint32_t (&held)[Cfg::KV_IN_REGS ? D / 16 : 1][4], uint32_t tile, int ks) {
+  auto frag = [&](uint32_t(&f)[4], const uint32_t(&held)[Cfg::KV_IN_REGS ? D / 16 : 1][4], uint32_t tile, int ks) {
     if constexpr (Cfg::KV_IN_REGS) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) f[e] = held[ks][e];
@@ -339,10 +340,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
     const float* lse2 = rows_base + (s * Cfg::kStageBytes + 2 * Cfg::kTileQ) / 4;
     const float* delta = lse2 + BQ;
 
-    dkdv_warp_item<D, BQ>(dk, dv, [&](uint32_t (&f)[4], int ks) { frag(f, kf, sK, ks); },
-                          [&](uint32_t (&f)[4], int ks) { frag(f, vf, sV, ks); }, tq, tdo, lse2, delta,
-                          k0 + wkey + 15 > q0, [&](int half, int col) { return key_lo + 8 * half > q0 + col; },
-                          a.scale_log2, lane);
+    dkdv_warp_item<D, BQ>(
+        dk, dv, [&](uint32_t(&f)[4], int ks) { frag(f, kf, sK, ks); },
+        [&](uint32_t(&f)[4], int ks) { frag(f, vf, sV, ks); }, tq, tdo, lse2, delta, k0 + wkey + 15 > q0,
+        [&](int half, int col) { return key_lo + 8 * half > q0 + col; }, a.scale_log2, lane);
     __syncthreads();  // the next prefetch overwrites this stage
   }
 
@@ -412,7 +413,8 @@ __global__ void __launch_bounds__(256) flash_backward_dq_convert_kernel(const Ba
 // `masked_block` and the mask hides the key) and dS = P * (dP - delta) with dP = dO V^T, for the warp's rows
 // (the first is row0) against the block's keys (the first is key0).
 template <class Cfg, class Mask>
-__device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8][4], float (&ds)[Cfg::MT][Cfg::BK / 8][4],
+__device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8][4],
+                                                float (&ds)[Cfg::MT][Cfg::BK / 8][4],
                                                 const uint32_t (&qf)[Cfg::MT][Cfg::D / 16][4],
                                                 const uint32_t (&df)[Cfg::MT][Cfg::D / 16][4],
                                                 const float (&lse2)[Cfg::MT][2], const float (&delta)[Cfg::MT][2],
@@ -427,7 +429,7 @@ __device__ __forceinline__ void dq_block_scores(float (&p)[Cfg::MT][Cfg::BK / 8]
     for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[mt][nt][e] = ds[mt][nt][e] = 0.f;
-  // S = Q K^T and dP = dO V^T.
+        // S = Q K^T and dP = dO V^T.
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
@@ -542,8 +544,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) flash_backward_
   const int row0 = q0 + wrow;
   for_each_block<Cfg>(seq, stages, tid, [&](int n, uint32_t sK, uint32_t sV) {
     float p[MT][BK / 8][4], ds[MT][BK / 8][4];
-    dq_block_scores<Cfg>(p, ds, qf, df, lse2, delta, sK, sV, row0, seq.key0(n), seq.masked(n), seq.mask(),
-                         a.scale_log2, lane);
+    dq_block_scores<Cfg>(p, ds, qf, df, lse2, delta, sK, sV, row0, seq.key0(n), seq.masked(n), seq.mask(), a.scale_log2,
+                         lane);
     dq_block_accumulate<Cfg>(dq, ds, sK, lane);
   });
 

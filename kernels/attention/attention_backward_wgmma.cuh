@@ -228,11 +228,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 
     float p[BQ / 2], ds[BQ / 2];
     wgmma_fence();
-    wgmma_product<BQ, D / 16>(p, [&](int ks) { return k_major_desc<BK, D>(sK, wg * 64, ks); },
-                              [&](int ks) { return k_major_desc<BQ, D>(tq, 0, ks); });
+    wgmma_product<BQ, D / 16>(
+        p, [&](int ks) { return k_major_desc<BK, D>(sK, wg * 64, ks); },
+        [&](int ks) { return k_major_desc<BQ, D>(tq, 0, ks); });
     wgmma_commit();
-    wgmma_product<BQ, D / 16>(ds, [&](int ks) { return k_major_desc<BK, D>(sV, wg * 64, ks); },
-                              [&](int ks) { return k_major_desc<BQ, D>(tdo, 0, ks); });
+    wgmma_product<BQ, D / 16>(
+        ds, [&](int ks) { return k_major_desc<BK, D>(sV, wg * 64, ks); },
+        [&](int ks) { return k_major_desc<BQ, D>(tdo, 0, ks); });
     wgmma_commit();
 
     // P^T while dP^T is in flight; the causal mask matters only where a key passes the block's first query.
@@ -298,7 +300,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       // order (dq_sum_index): each store is one warp's 256 contiguous bytes.
       if (item >= 2) mbarrier_wait(slab_read(wg, item), uint32_t((item >> 1) - 1) & 1u);
       // The index adds up the row's and the column's bit fields: this thread's part, then constants.
-      float* staged = reinterpret_cast<float*>(smem + slab_offset(wg, item)) + dq_slab_index<D>((warp & 3) * 16 + g, 2 * t);
+      float* staged =
+          reinterpret_cast<float*>(smem + slab_offset(wg, item)) + dq_slab_index<D>((warp & 3) * 16 + g, 2 * t);
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
 #pragma unroll
@@ -398,11 +401,13 @@ __device__ __forceinline__ void wgmma_dq_causal(float (&dq)[Cfg::D / 2], uint32_
 
     float p[BK / 2], ds[BK / 2];
     wgmma_fence();
-    wgmma_product<BK, D / 16>(p, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
-                              [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
+    wgmma_product<BK, D / 16>(
+        p, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
+        [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
     wgmma_commit();
-    wgmma_product<BK, D / 16>(ds, [&](int ks) { return k_major_desc<BQ, D>(sDO, wg * 64, ks); },
-                              [&](int ks) { return k_major_desc<BK, D>(stage_v(n), 0, ks); });
+    wgmma_product<BK, D / 16>(
+        ds, [&](int ks) { return k_major_desc<BQ, D>(sDO, wg * 64, ks); },
+        [&](int ks) { return k_major_desc<BK, D>(stage_v(n), 0, ks); });
     wgmma_commit();
 
     // P while dP is in flight.

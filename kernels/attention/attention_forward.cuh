@@ -91,9 +91,8 @@ struct CausalMask {
 // S = Q K^T, the online-softmax update, O += P V. MASKED applies `mask` per (row, key).
 template <class Cfg, bool MASKED, class Mask>
 __device__ __forceinline__ void attend_block(SoftmaxState<Cfg::D, Cfg::MT>& st,
-                                             const uint32_t (&qf)[Cfg::MT][Cfg::D / 16][4], uint32_t sK,
-                                             uint32_t sV, int row0, int key0, const Mask& mask, float scale_log2,
-                                             int lane) {
+                                             const uint32_t (&qf)[Cfg::MT][Cfg::D / 16][4], uint32_t sK, uint32_t sV,
+                                             int row0, int key0, const Mask& mask, float scale_log2, int lane) {
   constexpr int D = Cfg::D, MT = Cfg::MT, BK = Cfg::BK;
   using Tile = SwizzledTile<D>;
   float s[MT][BK / 8][4];

@@ -75,9 +75,8 @@ struct WgmmaRowState {
 // complete; other warpgroups may still read the ring.
 template <class Cfg>
 __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, uint32_t sQ, uint32_t ring,
-                                                    uint32_t bars, const KvMaps& maps, int hk, int b,
-                                                    int first_limit, int key_end, const int (&limit)[2],
-                                                    float scale_log2, int tid) {
+                                                    uint32_t bars, const KvMaps& maps, int hk, int b, int first_limit,
+                                                    int key_end, const int (&limit)[2], float scale_log2, int tid) {
   constexpr int D = Cfg::D, BK = Cfg::BK, BQ = Cfg::BQ;
   using KvTile = typename Cfg::KvTile;
   const int wg = tid >> 7, t = tid & 3;
@@ -97,14 +96,15 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   if (tid == 0) stages.init();
   cp_async_wait<0>();  // the Q tile
   fence_proxy_async();
-  __syncthreads();  // barriers initialised, Q published
+  __syncthreads();                          // barriers initialised, Q published
   constexpr int kAhead = Cfg::kStages - 2;  // blocks in flight beyond the one being read
   for (int n = 0; n < min(kAhead, n_blocks); ++n) load_kv(n);
 
   float s[BK / 2];
   auto issue_scores = [&](int n) {
-    wgmma_product<BK, D / 16>(s, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
-                              [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
+    wgmma_product<BK, D / 16>(
+        s, [&](int ks) { return k_major_desc<BQ, D>(sQ, wg * 64, ks); },
+        [&](int ks) { return k_major_desc<BK, D>(stage_k(n), 0, ks); });
     wgmma_commit();
   };
   uint32_t p[BK / 16][4];  // P of the block whose P V product is next
@@ -120,7 +120,7 @@ __device__ __forceinline__ void wgmma_attend_causal(WgmmaRowState<Cfg::D>& st, u
   // overflow), so most blocks leave O unscaled (corr exactly 1). The result is the same softmax: O, l
   // and m stay consistent, and the log-sum-exp is m + log2(l) whatever m is.
   constexpr float kMaxLag = 8.f;
-  auto softmax = [&](int n, float (&corr)[2], auto masked) {
+  auto softmax = [&](int n, float(&corr)[2], auto masked) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float mx = -INFINITY;

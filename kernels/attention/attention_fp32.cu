@@ -46,7 +46,8 @@ void dispatch_columns(int64_t d, Body&& body) {
 
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const auto& args) {
-  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<grid, fp::kThreads, smem, stream>>>(args);
   CUDA_CHECK_LAUNCH();
 }
@@ -56,9 +57,20 @@ unsigned tiles(int64_t rows) { return unsigned((rows + fp::kTile - 1) / fp::kTil
 // The forward over a key buffer of `key_capacity` rows laid out as `kv`; `keys` or `past` as in ForwardArgs.
 void run_forward(const FlashShape& s, const float* q, const float* k, const float* v, float* o, float* lse,
                  fp::KeyLayout kv, int64_t keys, const int32_t* past, int64_t key_capacity, cudaStream_t stream) {
-  const fp::ForwardArgs a{q,         k,           v,           o,        lse,  kv,
-                          int(s.T),  int(s.Hq),   int(s.Hq / s.Hk),      int(s.d),
-                          int(keys), past,        int(key_capacity),     float(s.scale)};
+  const fp::ForwardArgs a{q,
+                          k,
+                          v,
+                          o,
+                          lse,
+                          kv,
+                          int(s.T),
+                          int(s.Hq),
+                          int(s.Hq / s.Hk),
+                          int(s.d),
+                          int(keys),
+                          past,
+                          int(key_capacity),
+                          float(s.scale)};
   const dim3 grid(tiles(s.T), unsigned(s.Hq), unsigned(s.B));
   dispatch_columns(s.d, [&]<int C>() { launch(fp::forward_kernel<C>, grid, fp::forward_smem_bytes(a.d), stream, a); });
 }
@@ -79,11 +91,18 @@ void fp32_attention_backward(const Fp32AttentionBackwardParams& p, cudaStream_t 
   const char* op = "fp32_attention_backward";
   const FlashShape& s = p.shape;
   check_shape(op, s);
-  check_floats(op, {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"o", p.o}, {"grad_o", p.grad_o}, {"lse", p.lse},
-                    {"dq", p.dq}, {"dk", p.dk}, {"dv", p.dv}, {"delta", p.delta}});
-  const fp::BackwardArgs a{p.q,      p.k,       p.v,       p.o,      p.grad_o,         p.lse,
-                           p.delta,  p.dq,      p.dk,      p.dv,     int(s.T),         int(s.Hq),
-                           int(s.Hk), int(s.Hq / s.Hk),    int(s.d), float(s.scale)};
+  check_floats(op, {{"q", p.q},
+                    {"k", p.k},
+                    {"v", p.v},
+                    {"o", p.o},
+                    {"grad_o", p.grad_o},
+                    {"lse", p.lse},
+                    {"dq", p.dq},
+                    {"dk", p.dk},
+                    {"dv", p.dv},
+                    {"delta", p.delta}});
+  const fp::BackwardArgs a{p.q,  p.k,      p.v,       p.o,       p.grad_o,         p.lse,    p.delta,       p.dq, p.dk,
+                           p.dv, int(s.T), int(s.Hq), int(s.Hk), int(s.Hq / s.Hk), int(s.d), float(s.scale)};
   const int64_t rows = s.B * s.T * s.Hq;
   constexpr int kRowsPerBlock = fp::kThreads / 32;
   fp::delta_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), fp::kThreads, 0, stream>>>(a, rows);
@@ -136,8 +155,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                   double scale) {
   const char* op = "decode_attention (cuda, fp32)";
   const Device device = q.device();
-  check_attention_tensors(op, {{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}, DType::f32, device,
-                          kComputes);
+  check_attention_tensors(op, {{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}, DType::f32, device, kComputes);
   if (past) check_device_tensor(op, "past", *past, DType::i32, device, "the position count is I32 [1] on q's device");
   check_current_device(op, device);
   const int64_t Hk = k_cache.dim(1), capacity = k_cache.dim(2), d = q.dim(3);

@@ -31,9 +31,9 @@ struct ForwardArgs {
   float* lse;  // may be null (decoding needs none)
   KeyLayout kv;
   int Tq, Hq, G, d;
-  int keys;              // keys to attend over, when `past` is null
-  const int32_t* past;   // when set: keys = min(past[0] + Tq, key_capacity), read on the device
-  int key_capacity;      // key rows the buffers hold
+  int keys;             // keys to attend over, when `past` is null
+  const int32_t* past;  // when set: keys = min(past[0] + Tq, key_capacity), read on the device
+  int key_capacity;     // key rows the buffers hold
   float scale;
 };
 
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kThreads) delta_kernel(BackwardArgs a, int64_t
 struct ScoreGrad {
   float p, ds;
 };
-__device__ inline ScoreGrad score_grad(const float* q, const float* k, const float* grad_o, const float* v,
-                                       float lse, float delta, float scale, int d) {
+__device__ inline ScoreGrad score_grad(const float* q, const float* k, const float* grad_o, const float* v, float lse,
+                                       float delta, float scale, int d) {
   const float p = expf(scale * dot(q, k, d) - lse);
   return {p, p * (dot(grad_o, v, d) - delta)};
 }
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) key_value_grad_kernel(BackwardArgs a
   float* vs = ks + kTile * P;
   float* qs = vs + kTile * P;
   float* dos = qs + kTile * P;
-  float* probs = dos + kTile * P;      // [query kTile][key kTile]
+  float* probs = dos + kTile * P;  // [query kTile][key kTile]
   float* dscores = probs + kTile * kTile;
   const int hk = blockIdx.y, b = blockIdx.z, key0 = blockIdx.x * kTile;
   const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;

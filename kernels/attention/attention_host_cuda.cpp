@@ -25,8 +25,8 @@ void check_current_device(const char* op, Device device) {
   FATHOM_CHECK(device.is_cuda(), op, ": the tensors are on ", device.str(), ", not on a CUDA device");
   int current = -1;
   CUDA_CHECK(cudaGetDevice(&current));
-  FATHOM_CHECK(current == device.index, op, ": tensors are on ", device.str(), " but the current device is cuda:",
-               current);
+  FATHOM_CHECK(current == device.index, op, ": tensors are on ", device.str(),
+               " but the current device is cuda:", current);
 }
 
 FlashShape sequence_shape_of(const Tensor& q, const Tensor& k, double scale) {

@@ -28,7 +28,9 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Whether a configuration describes warpgroup (wgmma) tiles rather than warp (mma.sync) tiles.
 template <class Cfg>
-concept WarpgroupTiles = requires { Cfg::WARPGROUPS; };
+concept WarpgroupTiles = requires {
+  Cfg::WARPGROUPS;
+};
 
 // The kernels a configuration describes, and the dQ kernel's shared memory.
 template <class Cfg>
@@ -75,8 +77,9 @@ void launch_tiles(Kernel kernel, dim3 grid, int smem, cudaStream_t stream, const
 
 template <class Cfg>
 void launch_forward(const ForwardArgs& a, cudaStream_t stream) {
-  launch_tiles<Cfg>(forward_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), Cfg::kSmemBytes, stream, a,
-                    [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the forward kernel launch");
+  launch_tiles<Cfg>(
+      forward_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), Cfg::kSmemBytes, stream, a,
+      [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the forward kernel launch");
 }
 
 inline void launch_backward_prepare(const BackwardArgs& a, cudaStream_t stream) {
@@ -123,8 +126,9 @@ void launch_backward_dq_convert(const BackwardArgs& a, cudaStream_t stream) {
 
 template <class Cfg>
 void launch_backward_dq(const BackwardArgs& a, cudaStream_t stream) {
-  launch_tiles<Cfg>(dq_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), dq_kernel_smem_bytes<Cfg>(), stream, a,
-                    [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the dQ kernel launch");
+  launch_tiles<Cfg>(
+      dq_kernel<Cfg>(), dim3(ceil_div(a.T, Cfg::BQ), a.B * a.Hq), dq_kernel_smem_bytes<Cfg>(), stream, a,
+      [&] { return kv_maps(a.k, a.v, a.B, a.T, a.Hk, a.d, Cfg::BK); }, "the dQ kernel launch");
 }
 
 // The configurations fathom runs, by head-dim width D (d <= D), chosen by bench/tune_attention.cu
@@ -172,7 +176,7 @@ struct Fastest {
 };
 #if defined(FATHOM_WGMMA)
 template <int D>
-  requires requires { typename Configs<D>::WgmmaForward; }
+requires requires { typename Configs<D>::WgmmaForward; }
 struct Fastest<D> {
   using Forward = typename Configs<D>::WgmmaForward;
   using DkDv = typename Configs<D>::WgmmaDkDv;
@@ -189,7 +193,7 @@ struct FusedDq {
 };
 #if defined(FATHOM_WGMMA)
 template <int D>
-  requires requires { typename Configs<D>::WgmmaDkDvDq; }
+requires requires { typename Configs<D>::WgmmaDkDvDq; }
 struct FusedDq<D> {
   using type = typename Configs<D>::WgmmaDkDvDq;
 };

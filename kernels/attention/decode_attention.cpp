@@ -20,12 +20,11 @@ void check_depth(const Tensor& q, int64_t Hk, const DepthSlots& depth) {
                describe(depth.v));
   const Shape& s = depth.k.shape();
   FATHOM_CHECK(s[0] == q.dim(0) && s[1] == q.dim(1) && s[3] == Hk && s[4] == q.dim(3), kOp, ": depth buffer ",
-               describe(depth.k), " does not match q ", describe(q), " and ", Hk,
-               " KV heads (want [B, Tq, S, Hk, d])");
-  FATHOM_CHECK(0 <= depth.begin && depth.begin <= depth.end && depth.end <= s[2], kOp, ": slot range [",
-               depth.begin, ", ", depth.end, ") outside the depth buffer's ", s[2], " slots");
-  FATHOM_CHECK(depth.k.dtype() == q.dtype() && depth.v.dtype() == q.dtype(), kOp, ": depth buffers ",
-               describe(depth.k), ", ", describe(depth.v), " must have q's dtype ", dtype_name(q.dtype()));
+               describe(depth.k), " does not match q ", describe(q), " and ", Hk, " KV heads (want [B, Tq, S, Hk, d])");
+  FATHOM_CHECK(0 <= depth.begin && depth.begin <= depth.end && depth.end <= s[2], kOp, ": slot range [", depth.begin,
+               ", ", depth.end, ") outside the depth buffer's ", s[2], " slots");
+  FATHOM_CHECK(depth.k.dtype() == q.dtype() && depth.v.dtype() == q.dtype(), kOp, ": depth buffers ", describe(depth.k),
+               ", ", describe(depth.v), " must have q's dtype ", dtype_name(q.dtype()));
 }
 
 void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
@@ -38,14 +37,14 @@ void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   const int64_t B = q.dim(0), Tq = q.dim(1), Hq = q.dim(2), d = q.dim(3);
   const int64_t Hk = k_cache.dim(1), capacity = k_cache.dim(2);
   FATHOM_CHECK(B > 0 && Tq > 0 && d > 0, kOp, ": q ", describe(q), " must have a batch, new tokens and a head dim");
-  FATHOM_CHECK(k_cache.dim(0) == B && k_cache.dim(3) == d, kOp, ": k_cache ", describe(k_cache), " and q ",
-               describe(q), " disagree on batch or head dim");
+  FATHOM_CHECK(k_cache.dim(0) == B && k_cache.dim(3) == d, kOp, ": k_cache ", describe(k_cache), " and q ", describe(q),
+               " disagree on batch or head dim");
   FATHOM_CHECK(Hk > 0 && Hq % Hk == 0, kOp, ": query heads Hq = ", Hq, " must be a multiple of KV heads Hk = ", Hk,
                " (q ", describe(q), ", k_cache ", describe(k_cache), ")");
   FATHOM_CHECK(Tq <= length && length <= capacity, kOp, ": length ", length, " must satisfy Tq = ", Tq,
                " <= length <= capacity = ", capacity, " (the cache holds the new tokens' keys)");
-  FATHOM_CHECK(k_cache.dtype() == q.dtype() && v_cache.dtype() == q.dtype(), kOp, ": dtypes differ: q ",
-               describe(q), ", k_cache ", describe(k_cache), ", v_cache ", describe(v_cache));
+  FATHOM_CHECK(k_cache.dtype() == q.dtype() && v_cache.dtype() == q.dtype(), kOp, ": dtypes differ: q ", describe(q),
+               ", k_cache ", describe(k_cache), ", v_cache ", describe(v_cache));
   FATHOM_CHECK(std::isfinite(scale) && scale != 0, kOp, ": scale must be finite and non-zero, got ", scale);
   check_depth(q, Hk, depth);
 }
@@ -64,7 +63,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                         const DepthSlots& depth, double scale) {
   FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.shape() == Shape{1}, kOp,
                ": the position count must be I32 [1], got ", past.defined() ? describe(past) : "an undefined tensor");
-  FATHOM_CHECK(q.defined() && k_cache.defined() && k_cache.rank() == 4, kOp, ": q and a [B, Hk, capacity, d] k_cache are needed");
+  FATHOM_CHECK(q.defined() && k_cache.defined() && k_cache.rank() == 4, kOp,
+               ": q and a [B, Hk, capacity, d] k_cache are needed");
   // Every check but the length's, which only the device knows: for it, the longest the cache holds.
   check_arguments(q, k_cache, v_cache, k_cache.dim(2), depth, scale);
   const Device device = common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v, &past});

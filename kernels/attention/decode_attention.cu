@@ -33,11 +33,11 @@ using flash::cp_async_16;
 using flash::smem_addr;
 
 constexpr int kThreads = 128;
-constexpr int kTileKeys = 64;                  // cache positions per shared-memory tile
-constexpr int kMaxRows = 32;                   // query rows per block; more rows take more row blocks
+constexpr int kTileKeys = 64;  // cache positions per shared-memory tile
+constexpr int kMaxRows = 32;   // query rows per block; more rows take more row blocks
 constexpr int kScoreGroups = kThreads / kTileKeys;
 constexpr int kScoreRows = kMaxRows / kScoreGroups;  // score rows per thread
-constexpr int kScoreStride = kTileKeys + 1;    // odd: the row groups of the PV step read distinct banks
+constexpr int kScoreStride = kTileKeys + 1;          // odd: the row groups of the PV step read distinct banks
 constexpr int kCombineWarps = 4;
 constexpr int kMaxDevices = 64;
 static_assert(kTileKeys == 64, "the row-statistics step gives each lane two keys of a tile");
@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
   resolve_length(a);
   if (int(blockIdx.x) >= a.splits) return;  // a split this length does not have (the whole block leaves)
   constexpr int kStride = SplitSmem<D>::kStride;
-  constexpr int kChunks = D / 8;                      // 16-byte chunks per row
-  constexpr int kPvGroups = kThreads / kChunks;       // PV step: thread groups, one chunk per thread
-  constexpr int kPvRows = kMaxRows / kPvGroups;       // rows per thread in the PV step
+  constexpr int kChunks = D / 8;                 // 16-byte chunks per row
+  constexpr int kPvGroups = kThreads / kChunks;  // PV step: thread groups, one chunk per thread
+  constexpr int kPvRows = kMaxRows / kPvGroups;  // rows per thread in the PV step
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* ks = reinterpret_cast<bf16_t*>(smem);
   bf16_t* vs = ks + 2 * kTileKeys * kStride;
@@ -294,11 +294,11 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
   DecodeArgs a = args;
   resolve_length(a);
   if (int(blockIdx.x) >= a.splits) return;
-  constexpr int kLanesPerKey = D / 8;                        // 16-byte chunks per row
+  constexpr int kLanesPerKey = D / 8;  // 16-byte chunks per row
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kWarps = kThreads / 32;
-  constexpr int kSlots = kWarps * kKeysPerWarp;             // keys the block reads side by side
-  constexpr int kInFlight = 4;                               // keys per lane group per step
+  constexpr int kSlots = kWarps * kKeysPerWarp;  // keys the block reads side by side
+  constexpr int kInFlight = 4;                   // keys per lane group per step
   __shared__ float red_acc[kWarps][NR][D];
   __shared__ float2 red_ml[kWarps][NR];
 
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(Deco
   constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;  // ((b * Tq + i) * Hq + h)
-  if (row >= int64_t(a.B) * a.Tq * a.Hq) return;  // whole warps leave together
+  if (row >= int64_t(a.B) * a.Tq * a.Hq) return;                   // whole warps leave together
   const int h = int(row % a.Hq), hk = h / a.G;
   const int64_t bi = row / a.Hq;  // b * Tq + i
   const int b = int(bi / a.Tq), i = int(bi % a.Tq);
@@ -527,8 +527,8 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   // With a device-held length, room for the most splits any length up to the capacity takes: a plan
   // never has more than min(wanted, tiles) (the capacity's own plan may have fewer: 5 tiles in 3).
   if (past) plan.splits = int(std::clamp<int64_t>(want_splits, 1, (length + kTileKeys - 1) / kTileKeys));
-  FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp,
-               ": q ", describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
+  FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp, ": q ",
+               describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
 
   Tensor o = Tensor::empty(q.shape(), DType::bf16, device);
   const int64_t part_rows = B * Hk * plan.splits * R;

@@ -16,11 +16,19 @@ namespace {
 struct DecodeDims {
   int64_t B, Tq, Hq, Hk, G, d, capacity, S;
   DecodeDims(const Tensor& q, const Tensor& k_cache, const DepthSlots& depth)
-      : B(q.dim(0)), Tq(q.dim(1)), Hq(q.dim(2)), Hk(k_cache.dim(1)), G(q.dim(2) / k_cache.dim(1)), d(q.dim(3)),
-        capacity(k_cache.dim(2)), S(depth.k.defined() ? depth.k.dim(2) : 0) {}
+      : B(q.dim(0)),
+        Tq(q.dim(1)),
+        Hq(q.dim(2)),
+        Hk(k_cache.dim(1)),
+        G(q.dim(2) / k_cache.dim(1)),
+        d(q.dim(3)),
+        capacity(k_cache.dim(2)),
+        S(depth.k.defined() ? depth.k.dim(2) : 0) {}
   int64_t q_row(int64_t b, int64_t i, int64_t h) const { return ((b * Tq + i) * Hq + h) * d; }
   int64_t cache_row(int64_t b, int64_t hk, int64_t j) const { return ((b * Hk + hk) * capacity + j) * d; }
-  int64_t depth_row(int64_t b, int64_t i, int64_t s, int64_t hk) const { return (((b * Tq + i) * S + s) * Hk + hk) * d; }
+  int64_t depth_row(int64_t b, int64_t i, int64_t s, int64_t hk) const {
+    return (((b * Tq + i) * S + s) * Hk + hk) * d;
+  }
 };
 
 template <typename T>

@@ -27,7 +27,9 @@ void check_shape(const char* op, const FlashShape& s) {
   FATHOM_CHECK(s.B * s.Hq <= kMaxGridRows, op, ": B * Hq = ", s.B * s.Hq, " exceeds ", kMaxGridRows);
 }
 
-flash::BackwardScratch scratch_of(const FlashShape& s) { return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d); }
+flash::BackwardScratch scratch_of(const FlashShape& s) {
+  return flash::backward_scratch_for(s.B, s.T, s.Hq, s.Hk, s.d);
+}
 
 }  // namespace
 
@@ -38,9 +40,9 @@ void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   check_shape(op, s);
   check_forward_pointers(op, p);
-  const ForwardArgs a{dev(p.q),     dev(p.k),     dev(p.v),      dev(p.o),     p.lse,         int(s.B),
-                      int(s.T),     int(s.Hq),    int(s.Hk),     int(s.Hq / s.Hk), int(s.d),
-                      float(s.scale * double(flash::kLog2e))};
+  const ForwardArgs a{dev(p.q),  dev(p.k),         dev(p.v), dev(p.o),
+                      p.lse,     int(s.B),         int(s.T), int(s.Hq),
+                      int(s.Hk), int(s.Hq / s.Hk), int(s.d), float(s.scale * double(flash::kLog2e))};
   flash::dispatch_width(a.d, [&]<int D>() { flash::launch_forward<typename flash::Fastest<D>::Forward>(a, stream); });
 }
 
@@ -51,14 +53,13 @@ void flash_attention_backward(const FlashBackwardParams& p, cudaStream_t stream)
   check_backward_pointers(op, p);
   check_pointer(op, "workspace", p.workspace, 16);
   const size_t need = flash_backward_workspace_bytes(s);
-  FATHOM_CHECK(p.workspace_bytes >= need, op, ": workspace of ", p.workspace_bytes, " bytes is too small, need ",
-               need);
+  FATHOM_CHECK(p.workspace_bytes >= need, op, ": workspace of ", p.workspace_bytes, " bytes is too small, need ", need);
   const flash::BackwardScratch scratch = scratch_of(s);
-  BackwardArgs a{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
-                 p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  nullptr,
-                 nullptr,   int(s.B),  int(s.T),  0,          int(s.Hq),
-                 int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
-                 float(s.scale * double(flash::kLog2e))};
+  BackwardArgs a{dev(p.q),         dev(p.k), dev(p.v),       dev(p.o),
+                 dev(p.grad_o),    p.lse,    dev(p.dq),      dev(p.dk),
+                 dev(p.dv),        nullptr,  nullptr,        int(s.B),
+                 int(s.T),         0,        int(s.Hq),      int(s.Hk),
+                 int(s.Hq / s.Hk), int(s.d), float(s.scale), float(s.scale * double(flash::kLog2e))};
   scratch.place(a, p.workspace);
   flash::launch_backward_prepare(a, stream);
   flash::dispatch_width(a.d, [&]<int D>() { flash::launch_backward_passes<D>(a, stream, scratch); });

@@ -35,8 +35,8 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
   check_cache_and_rows(cache, rows);
   check_past("kv_cache_write", past);
-  FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1), " new positions overrun the cache's capacity of ",
-               cache.dim(2));
+  FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1),
+               " new positions overrun the cache's capacity of ", cache.dim(2));
   if (rows.numel() == 0) return;
   return on_device<KvCacheWritePastKernel>("kv_cache_write", common_device("kv_cache_write", {&cache, &rows, &past}),
                                            FATHOM_KERNEL(kv_cache_write), cache, rows, past);

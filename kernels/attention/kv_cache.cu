@@ -59,7 +59,7 @@ Tensor positions_after(const Tensor& past, int64_t T) {
   Tensor out = Tensor::empty({T}, DType::i32, past.device());
   if (T == 0) return out;
   positions_after_kernel<<<grid_for(T, 128), 128, 0, stream_for(past.device())>>>(past.data<int32_t>(),
-                                                                                   out.data<int32_t>(), T);
+                                                                                  out.data<int32_t>(), T);
   CUDA_CHECK_LAUNCH();
   return out;
 }

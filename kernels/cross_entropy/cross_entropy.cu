@@ -196,9 +196,10 @@ __global__ void cross_entropy_backward_kernel(const T* logits, T* grad, const I*
 // the blocks per SM). The stash mirrors the row's 16-byte alignment (element j at misalign + j), so
 // its packs are aligned wherever global packs are. The gradient then overwrites the row.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kRowThreads, kFusedBlocksPerSm) cross_entropy_fused_kernel(
-    T* logits, const I* targets, int64_t vocab, int64_t ignore_index, int64_t stash_capacity, const float* scale,
-    float z_loss_weight, float* lse_out, double* row_terms, DeviceErrorRecord* errors) {
+__global__ void __launch_bounds__(kRowThreads, kFusedBlocksPerSm)
+    cross_entropy_fused_kernel(T* logits, const I* targets, int64_t vocab, int64_t ignore_index, int64_t stash_capacity,
+                               const float* scale, float z_loss_weight, float* lse_out, double* row_terms,
+                               DeviceErrorRecord* errors) {
   extern __shared__ __align__(16) unsigned char stash_bytes[];
   T* const stash = reinterpret_cast<T*>(stash_bytes);
   const int64_t row = blockIdx.x;
@@ -308,8 +309,8 @@ CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z
       if (grad_loss.defined()) {
         // The mean's divisor (the counted rows) first, then the rows with their gradients.
         cross_entropy_scale_kernel<I><<<1, 1024, 0, stream>>>(tp, N, V, ignore_index,
-                                                             static_cast<const float*>(grad_loss.raw()),
-                                                             static_cast<float*>(scale.raw()), device_error_record());
+                                                              static_cast<const float*>(grad_loss.raw()),
+                                                              static_cast<float*>(scale.raw()), device_error_record());
         CUDA_CHECK_LAUNCH();
         const size_t smem = fused_stash_bytes<T>(V, logits.device());
         auto kernel = cross_entropy_fused_kernel<T, I>;
@@ -324,8 +325,8 @@ CrossEntropyOutput forward(const Tensor& logits, const Tensor& targets, double z
       }
       CUDA_CHECK_LAUNCH();
       cross_entropy_total_kernel<I><<<1, 1024, 0, stream>>>(terms, tp, N, V, ignore_index, z_loss_weight,
-                                                           static_cast<double*>(out.sums.raw()),
-                                                           static_cast<float*>(out.loss.raw()));
+                                                            static_cast<double*>(out.sums.raw()),
+                                                            static_cast<float*>(out.loss.raw()));
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -357,7 +358,7 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
     dispatch_index("cross_entropy_backward", "targets", targets.dtype(), [&]<typename I>() {
       const I* tp = static_cast<const I*>(targets.raw());
       cross_entropy_scale_kernel<I><<<1, 1024, 0, stream>>>(tp, N, V, ignore_index, static_cast<const float*>(g.raw()),
-                                                           static_cast<float*>(scale.raw()), device_error_record());
+                                                            static_cast<float*>(scale.raw()), device_error_record());
       CUDA_CHECK_LAUNCH();
       cross_entropy_backward_kernel<T, I><<<unsigned(N), kRowThreads, 0, stream>>>(
           static_cast<const T*>(logits.raw()), static_cast<T*>(grad.raw()), tp, static_cast<const float*>(lse.raw()),
@@ -368,8 +369,10 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
 }
 
 void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tensor& expected) {
-  FATHOM_CHECK(expected.dtype() == DType::f32, "scale_grad_unless_expected: the CUDA kernel takes an F32 upstream and "
-               "expected gradient (the loss's dtype), got ", describe(expected));
+  FATHOM_CHECK(expected.dtype() == DType::f32,
+               "scale_grad_unless_expected: the CUDA kernel takes an F32 upstream and "
+               "expected gradient (the loss's dtype), got ",
+               describe(expected));
   const int64_t n = grad.numel();
   if (n == 0) return;
   constexpr int kThreads = 256;

@@ -16,8 +16,8 @@ struct CrossEntropyOutput {
   // F64 [3] on the logits' device: the sums over counted rows of lse - logit[target] and of lse^2,
   // and the number of counted rows. ce, z and counted below are read from it.
   Tensor sums;
-  double ce = 0;   // mean of lse - logit[target] over counted rows
-  double z = 0;    // z_loss_weight * mean of lse^2 over counted rows; loss = ce + z
+  double ce = 0;  // mean of lse - logit[target] over counted rows
+  double z = 0;   // z_loss_weight * mean of lse^2 over counted rows; loss = ce + z
   int64_t counted = 0;
 };
 
@@ -26,8 +26,8 @@ struct CrossEntropyOutput {
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets, double z_loss_weight,
                                          int64_t ignore_index);
 // d loss / d logits [N, V], times grad_loss (one element).
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, double z_loss_weight, int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              double z_loss_weight, int64_t ignore_index);
 // The same into grad_logits (logits' shape and dtype), which may be the logits tensor itself: a
 // 100K-vocabulary batch then needs no second logits-sized buffer.
 void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,

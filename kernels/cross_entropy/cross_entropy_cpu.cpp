@@ -25,8 +25,8 @@ int64_t read_targets(const Tensor& targets, int64_t vocab, int64_t ignore_index,
         out[i] = ignore_index;
         continue;
       }
-      FATHOM_CHECK(target >= 0 && target < vocab, "cross_entropy: target ", target, " at row ", i,
-                   " is outside [0, ", vocab, ") and is not ignore_index (", ignore_index, ")");
+      FATHOM_CHECK(target >= 0 && target < vocab, "cross_entropy: target ", target, " at row ", i, " is outside [0, ",
+                   vocab, ") and is not ignore_index (", ignore_index, ")");
       out[i] = target;
       ++counted;
     }
@@ -62,8 +62,8 @@ void write_row_gradient(const T* row, T* grad_row, int64_t V, T lse, double g, d
 
 // The forward; with `grad` (the logits themselves) it also writes each row's gradient, g per counted
 // row, right after the row's statistics, while the row is still in cache.
-CrossEntropyOutput forward_rows(const Tensor& logits, const Tensor& targets, double z_loss_weight,
-                                int64_t ignore_index, Tensor* grad, const Tensor* grad_loss) {
+CrossEntropyOutput forward_rows(const Tensor& logits, const Tensor& targets, double z_loss_weight, int64_t ignore_index,
+                                Tensor* grad, const Tensor* grad_loss) {
   const int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<int64_t> target;
   CrossEntropyOutput out;
@@ -125,7 +125,8 @@ void cross_entropy_backward_into(const Tensor& grad_loss, const Tensor& logits, 
     const T* l = lse.data<T>();
     T* d = grad.data<T>();
 #pragma omp parallel for schedule(static) if (N * V > kMinParallelWork)
-    for (int64_t i = 0; i < N; ++i) write_row_gradient(x + i * V, d + i * V, V, l[i], g, z_loss_weight, target[i], ignore_index);
+    for (int64_t i = 0; i < N; ++i)
+      write_row_gradient(x + i * V, d + i * V, V, l[i], g, z_loss_weight, target[i], ignore_index);
   });
 }
 
@@ -134,9 +135,8 @@ void scale_grad_unless_expected(Tensor& grad, const Tensor& upstream, const Tens
   if (u == e) return;
   FATHOM_CHECK(e != 0, "scale_grad_unless_expected: the expected gradient is 0, so the gradient cannot be rescaled");
   const double ratio = u / e;
-  dispatch_float("scale_grad_unless_expected", grad.dtype(), [&]<typename T>() {
-    ArrayView<T>(grad.data<T>(), grad.numel()) *= T(ratio);
-  });
+  dispatch_float("scale_grad_unless_expected", grad.dtype(),
+                 [&]<typename T>() { ArrayView<T>(grad.data<T>(), grad.numel()) *= T(ratio); });
 }
 
 }  // namespace fathom::cpu

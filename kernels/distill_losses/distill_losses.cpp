@@ -31,9 +31,8 @@ void check_row_stats(const char* op, const char* what, const Tensor& stats, cons
   const DType dtype = stats_dtype(input.dtype());
   const int64_t rows = input.shape().rows();
   const Shape want = width == 1 ? Shape{rows} : Shape{rows, width};
-  FATHOM_CHECK(stats.defined() && stats.shape() == want && stats.dtype() == dtype, op, ": ", what, " ",
-               describe(stats), " should be ", dtype_name(dtype), want.str(), " for input ",
-               describe(input));
+  FATHOM_CHECK(stats.defined() && stats.shape() == want && stats.dtype() == dtype, op, ": ", what, " ", describe(stats),
+               " should be ", dtype_name(dtype), want.str(), " for input ", describe(input));
 }
 
 }  // namespace

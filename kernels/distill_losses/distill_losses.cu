@@ -313,8 +313,8 @@ Tensor mse_forward(const Tensor& x, const Tensor& target) {
   Tensor partial = Tensor::empty({int64_t(blocks)}, DType::f64, device);
   cudaStream_t stream = stream_for(device);
   dispatch_device_float("mse", x.dtype(), [&]<typename T>() {
-    mse_partial_kernel<T><<<blocks, kMseThreads, 0, stream>>>(in_ptr<T>(x), in_ptr<T>(target), n,
-                                                             out_ptr<double>(partial));
+    mse_partial_kernel<T>
+        <<<blocks, kMseThreads, 0, stream>>>(in_ptr<T>(x), in_ptr<T>(target), n, out_ptr<double>(partial));
     CUDA_CHECK_LAUNCH();
   });
   total_kernel<<<1, kTotalThreads, 0, stream>>>(in_ptr<double>(partial), int64_t(blocks), 1.0 / double(n),
@@ -348,9 +348,8 @@ RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b) {
   const int threads = n >= 4096 ? kRowThreads : 128;
   cudaStream_t stream = stream_for(device);
   dispatch_device_float("row_cosine", a.dtype(), [&]<typename T>() {
-    row_cosine_rows_kernel<T><<<unsigned(rows), threads, 0, stream>>>(in_ptr<T>(a), in_ptr<T>(b), n,
-                                                                      out_ptr<float>(out.sums),
-                                                                      out_ptr<double>(row_cos));
+    row_cosine_rows_kernel<T><<<unsigned(rows), threads, 0, stream>>>(
+        in_ptr<T>(a), in_ptr<T>(b), n, out_ptr<float>(out.sums), out_ptr<double>(row_cos));
     CUDA_CHECK_LAUNCH();
   });
   total_kernel<<<1, kTotalThreads, 0, stream>>>(in_ptr<double>(row_cos), rows, 1.0 / double(rows),
@@ -362,17 +361,16 @@ RowCosineOutput row_cosine_forward(const Tensor& a, const Tensor& b) {
 std::pair<Tensor, Tensor> row_cosine_backward(const Tensor& grad_loss, const Tensor& a, const Tensor& b,
                                               const Tensor& sums) {
   check_rows("row_cosine_backward", a);
-  FATHOM_CHECK(sums.dtype() == DType::f32, "row_cosine_backward: the CUDA kernel takes F32 sums, got ",
-               describe(sums));
+  FATHOM_CHECK(sums.dtype() == DType::f32, "row_cosine_backward: the CUDA kernel takes F32 sums, got ", describe(sums));
   const int64_t n = a.shape().last(), rows = a.shape().rows();
   const Tensor g = upstream_f32(grad_loss);
   Tensor ga = Tensor::empty(a.shape(), a.dtype(), a.device()), gb = Tensor::empty(b.shape(), b.dtype(), b.device());
   const int threads = n >= 4096 ? kRowThreads : 128;
   cudaStream_t stream = stream_for(a.device());
   dispatch_device_float("row_cosine_backward", a.dtype(), [&]<typename T>() {
-    row_cosine_backward_kernel<T><<<unsigned(rows), threads, 0, stream>>>(
-        in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(ga), out_ptr<T>(gb), n, float(1.0 / double(rows)),
-        in_ptr<float>(g), in_ptr<float>(sums));
+    row_cosine_backward_kernel<T><<<unsigned(rows), threads, 0, stream>>>(in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(ga),
+                                                                          out_ptr<T>(gb), n, float(1.0 / double(rows)),
+                                                                          in_ptr<float>(g), in_ptr<float>(sums));
     CUDA_CHECK_LAUNCH();
   });
   return {ga, gb};

@@ -1,5 +1,5 @@
-// DSLA: dual-state gated linear attention (docs/DESIGN.md 4.4; docs/decisions/20-dsla-kernels.md). Per query head h, two
-// gated linear-attention states fed the same q, k, v with different per-key-dimension log gates:
+// DSLA: dual-state gated linear attention (docs/DESIGN.md 4.4; docs/decisions/20-dsla-kernels.md). Per query head h,
+// two gated linear-attention states fed the same q, k, v with different per-key-dimension log gates:
 //   S_i,t = diag(exp(g_i,t)) S_i,t-1 + k_t^T v_t,    o_t = (q_t / sqrt(d)) (gamma_h S1_t + (1 - gamma_h) S2_t).
 // With one state (g2 undefined) o_t = (q_t / sqrt(d)) S1_t: plain GLA. No feature map, no normaliser, no RoPE.
 // GQA: k and v carry Hk heads; query head h reads KV head h / (H / Hk).
@@ -16,8 +16,8 @@ struct DslaState {
   Tensor s1, s2;  // [B, H, d, d] (key dim x value dim), F32 (F64 on the CPU for F64 inputs); s2 undefined for one state
 };
 struct DslaForward {
-  Tensor o;                // like q
-  DslaState final_state;   // only when asked for
+  Tensor o;               // like q
+  DslaState final_state;  // only when asked for
   // Only when asked for, and only from the CUDA bf16 kernels (undefined elsewhere): each 64-token chunk's
   // scaled intra-chunk scores, bf16 [B, H, states, chunks, 64, 64], which dsla_backward then reads
   // instead of recomputing them.

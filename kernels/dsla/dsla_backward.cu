@@ -31,8 +31,8 @@ struct BackwardLayout {
   static constexpr int NS = TWO ? 2 : 1, KB = kKeyBlock, P = KB + 1, PV = D + 1;
   static constexpr int q = 0, k = q + kChunk * P, b = k + kChunk * P, qh = b + NS * kChunk * P,
                        kh = qh + NS * kChunk * P, r = kh + NS * kChunk * P, v = r + NS * kChunk * P,
-                       dO = v + kChunk * PV, S = dO + kChunk * PV, A = S + NS * KB * PV,
-                       Dm = A + NS * kChunk * kChunk, red = Dm + kChunk * kChunk, floats = red + 32;
+                       dO = v + kChunk * PV, S = dO + kChunk * PV, A = S + NS * KB * PV, Dm = A + NS * kChunk * kChunk,
+                       red = Dm + kChunk * kChunk, floats = red + 32;
 };
 
 template <typename T, int D, bool TWO>
@@ -245,8 +245,10 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
                         const Tensor& g2, const Tensor& gamma, const Tensor& scores) {
   const bool two = g2.defined();
   const Device device = q.device();
-  DslaGrads grads{Tensor::empty(q.shape(), q.dtype(), device), Tensor::empty(k.shape(), k.dtype(), device),
-                  Tensor::empty(v.shape(), v.dtype(), device), Tensor::empty(q.shape(), DType::f32, device),
+  DslaGrads grads{Tensor::empty(q.shape(), q.dtype(), device),
+                  Tensor::empty(k.shape(), k.dtype(), device),
+                  Tensor::empty(v.shape(), v.dtype(), device),
+                  Tensor::empty(q.shape(), DType::f32, device),
                   two ? Tensor::empty(q.shape(), DType::f32, device) : Tensor(),
                   gamma.defined() ? Tensor::zeros(gamma.shape(), DType::f32, device) : Tensor()};
   if (q.numel() == 0) {
@@ -260,7 +262,8 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
   }
   // The other kernels never keep scores, and recompute their own.
   dispatch_device_float("dsla_backward", q.dtype(), [&]<typename T>() {
-    dispatch_dsla_shape(q.dim(3), two, [&]<int D, bool TWO>() { launch_backward<T, D, TWO>(grad_o, q, k, v, g1, g2, gamma, grads); });
+    dispatch_dsla_shape(q.dim(3), two,
+                        [&]<int D, bool TWO>() { launch_backward<T, D, TWO>(grad_o, q, k, v, g1, g2, gamma, grads); });
   });
   return grads;
 }

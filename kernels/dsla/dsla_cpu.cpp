@@ -65,7 +65,7 @@ void scatter_state(Tensor& s, int64_t b, int64_t h, const Matrix& m) {
 // table of all pairwise ratios (j <= t) is built only where the intra-chunk terms need it.
 struct Chunk {
   int64_t t0, L, d;
-  Matrix b;          // [L, d]
+  Matrix b;           // [L, d]
   Matrix start, end;  // e^{b_t} and e^{b_L - b_t}, [L, d]
   Matrix pairs;       // e^{b_t - b_j} at (t * L + j) * d + c for j <= t; empty unless asked for
   Chunk(const Matrix& g, int64_t t0_, int64_t L_, int64_t d_, bool with_pairs)
@@ -84,8 +84,8 @@ struct Chunk {
         for (int64_t c = 0; c < d; ++c) pairs[(t * L + j) * d + c] = std::exp(b[t * d + c] - b[j * d + c]);
   }
   double ratio(int64_t t, int64_t j, int64_t c) const { return pairs[(t * L + j) * d + c]; }  // j <= t
-  double to_end(int64_t j, int64_t c) const { return end[j * d + c]; }       // e^{b_L - b_j}
-  double from_start(int64_t t, int64_t c) const { return start[t * d + c]; }  // e^{b_t}
+  double to_end(int64_t j, int64_t c) const { return end[j * d + c]; }                        // e^{b_L - b_j}
+  double from_start(int64_t t, int64_t c) const { return start[t * d + c]; }                  // e^{b_t}
 };
 
 // A_tj = sum_c q_tc k_jc e^{b_tc - b_jc} for j <= t within the chunk ([L, L], zero above the diagonal).
@@ -135,8 +135,8 @@ void gla_forward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix
 
 // One state's gradients from zero initial state, for the output gradient Gr (already weighted by the
 // state's mixing weight): adds to dq, dk, dv; writes dg, and the state's own output o (for dgamma).
-void gla_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& g, const Matrix& Gr,
-                  int64_t len, int64_t d, double scale, Matrix& dq, Matrix& dk, Matrix& dv, Matrix& dg, Matrix& o) {
+void gla_backward(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& g, const Matrix& Gr, int64_t len,
+                  int64_t d, double scale, Matrix& dq, Matrix& dk, Matrix& dv, Matrix& dg, Matrix& o) {
   // The forward pass again, keeping each chunk's starting state.
   std::vector<Matrix> starts;
   Matrix S(size_t(d * d), 0.0);
@@ -259,8 +259,10 @@ DslaGrads dsla_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, 
                         const Tensor& g2, const Tensor& gamma, const Tensor& scores) {
   const Dims n = dims_of(q, k);
   const bool two = g2.defined();
-  DslaGrads grads{Tensor::empty(q.shape(), q.dtype()), Tensor::empty(k.shape(), k.dtype()),
-                  Tensor::empty(v.shape(), v.dtype()), Tensor::empty(q.shape(), q.dtype()),
+  DslaGrads grads{Tensor::empty(q.shape(), q.dtype()),
+                  Tensor::empty(k.shape(), k.dtype()),
+                  Tensor::empty(v.shape(), v.dtype()),
+                  Tensor::empty(q.shape(), q.dtype()),
                   two ? Tensor::empty(q.shape(), q.dtype()) : Tensor(),
                   gamma.defined() ? Tensor::zeros(gamma.shape(), gamma.dtype()) : Tensor()};
   const double scale = 1.0 / std::sqrt(double(n.d));

@@ -24,8 +24,8 @@ template <int D, bool TWO>
 struct ForwardLayout {
   static constexpr int NS = TWO ? 2 : 1, VB = kValueBlock, P = D + 1;  // P: padded row stride
   static constexpr int q = 0, k = q + kChunk * P, b = k + kChunk * P, qh = b + NS * kChunk * P,
-                       kh = qh + NS * kChunk * P, v = kh + NS * kChunk * P, S = v + kChunk * VB,
-                       A = S + NS * D * VB, floats = A + NS * kChunk * kChunk;
+                       kh = qh + NS * kChunk * P, v = kh + NS * kChunk * P, S = v + kChunk * VB, A = S + NS * D * VB,
+                       floats = A + NS * kChunk * kChunk;
 };
 
 template <typename T, int D, bool TWO>
@@ -153,12 +153,14 @@ DslaForward dsla_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
       if (dst->defined()) src->defined() ? dst->copy_from(*src) : dst->zero_();
     return out;
   }
-  if (dsla_tensor_core_applies({&q, &k, &v, &g1, &g2, &initial.s1, &initial.s2, &out.final_state.s1, &out.final_state.s2})) {
+  if (dsla_tensor_core_applies(
+          {&q, &k, &v, &g1, &g2, &initial.s1, &initial.s2, &out.final_state.s1, &out.final_state.s2})) {
     dsla_tensor_core_forward(q, k, v, g1, g2, gamma, initial, keep_scores, out);
     return out;
   }
   dispatch_device_float("dsla_forward", q.dtype(), [&]<typename T>() {
-    dispatch_dsla_shape(q.dim(3), two, [&]<int D, bool TWO>() { launch_forward<T, D, TWO>(q, k, v, g1, g2, gamma, initial, out); });
+    dispatch_dsla_shape(q.dim(3), two,
+                        [&]<int D, bool TWO>() { launch_forward<T, D, TWO>(q, k, v, g1, g2, gamma, initial, out); });
   });
   return out;
 }

@@ -16,8 +16,10 @@ namespace fathom::cuda {
 template <typename F>
 void dispatch_dsla_shape(int64_t d, bool two, F&& f) {
   auto with_d = [&]<int D>() {
-    if (two) f.template operator()<D, true>();
-    else f.template operator()<D, false>();
+    if (two)
+      f.template operator()<D, true>();
+    else
+      f.template operator()<D, false>();
   };
   if (d == 64) return with_d.template operator()<64>();
   if (d == 128) return with_d.template operator()<128>();

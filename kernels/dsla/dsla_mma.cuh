@@ -49,8 +49,7 @@ __device__ __forceinline__ void load_gates_async(float* gates, const float* g1, 
     const uint32_t dst = flash::smem_addr(gates + s * kChunk * Sh::ld_gates);
     for (int i = threadIdx.x; i < kChunk * D / 4; i += Sh::threads) {
       const int r = i / (D / 4), ch = i % (D / 4);
-      flash::cp_async_16(dst + (r * Sh::ld_gates + ch * 4) * 4, r < L ? src + int64_t(r) * H * D + ch * 4 : src,
-                         r < L);
+      flash::cp_async_16(dst + (r * Sh::ld_gates + ch * 4) * 4, r < L ? src + int64_t(r) * H * D + ch * 4 : src, r < L);
     }
   }
 }

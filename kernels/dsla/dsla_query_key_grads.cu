@@ -29,10 +29,10 @@ using namespace dsla_mma;
 template <int D>
 struct QkLayout {
   static constexpr int rows = kChunk * D * 2, gates = Shape<D>::gates_bytes;
-  static constexpr int state = D * D * 2 > kChunk * D * 4 ? D * D * 2 : kChunk * D * 4;  // S, then P_q
+  static constexpr int state = D * D * 2 > kChunk* D * 4 ? D* D * 2 : kChunk* D * 4;  // S, then P_q
   static constexpr int q = 0, k = q + rows, v = k + rows, dO = v + rows, g = dO + rows, S = g + 2 * gates,
-                       dH = S + state, db = dH + state, dm = db + kChunk * kChunk * 2, scratch = dm + 4 * kSub * kSub * 4,
-                       bytes = scratch + 2 * Shape<D>::threads * 4;
+                       dH = S + state, db = dH + state, dm = db + kChunk * kChunk * 2,
+                       scratch = dm + 4 * kSub * kSub * 4, bytes = scratch + 2 * Shape<D>::threads * 4;
 };
 
 // Element (row, col) of P_q / P_k: fp32 rows of D, columns XOR-swizzled so that the accumulator stores of
@@ -140,8 +140,10 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
       return;
     }
     if (TWO) value += *wait;
-    if (out == a.dk && a.H != a.Hk) a.dk_heads[at] = value;
-    else out[at] = __float2bfloat16_rn(value);
+    if (out == a.dk && a.H != a.Hk)
+      a.dk_heads[at] = value;
+    else
+      out[at] = __float2bfloat16_rn(value);
   };
   const int rq = 16 * I, rk = I < 3 ? 16 * (I + 1) : kChunk - 1;
 #pragma unroll 1
@@ -179,13 +181,15 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
       }
     // The off-diagonal terms. KEYS: P_q += D[t][j < rq] (k_j e^{b_rq - b_j}); else P_k += D^T[j][t >= rk]
     // (q_t e^{b_t - b_rk}). The bf16 rows (K) are multiplied by their factors in the B fragments.
-    auto factored_product = [&]<bool keys>(float (&acc)[4][4]) {
+    auto factored_product = [&]<bool keys>(float(&acc)[4][4]) {
       const int ref = keys ? rq : rk;
       const uint32_t xs = keys ? ks : qs;
       for (int k0 = keys ? 0 : 16 * (I + 1); k0 < (keys ? rq : kChunk); k0 += 16) {
         uint32_t af[4];
-        if constexpr (keys) ScoreTile::load_a(af, dbs, 16 * I, k0, lane);
-        else ScoreTile::load_a_trans(af, dbs, 16 * I, k0, lane);  // A[j][t] = D[t][j]
+        if constexpr (keys)
+          ScoreTile::load_a(af, dbs, 16 * I, k0, lane);
+        else
+          ScoreTile::load_a_trans(af, dbs, 16 * I, k0, lane);  // A[j][t] = D[t][j]
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
           uint32_t bfr[4];
@@ -199,8 +203,8 @@ __global__ void __launch_bounds__(Shape<D>::threads) query_key_grads_kernel(Dsla
             for (int e = 0; e < 2; ++e) {
               const int row = k0 + 2 * tq + 8 * e;
               const float d0 = bs[row * LG + col] - bref, d1 = bs[(row + 1) * LG + col] - bref;
-              bfr[2 * half + e] = scaled(bfr[2 * half + e], flash::exp2_approx(keys ? -d0 : d0),
-                                         flash::exp2_approx(keys ? -d1 : d1));
+              bfr[2 * half + e] =
+                  scaled(bfr[2 * half + e], flash::exp2_approx(keys ? -d0 : d0), flash::exp2_approx(keys ? -d1 : d1));
             }
           }
           mma_pair(acc, np, af, bfr);

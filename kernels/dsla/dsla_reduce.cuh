@@ -12,8 +12,8 @@ namespace fathom::cuda::dsla {
 // the same sum of dv_parts over the heads and the `slices` partials [slices][rows][Hk G][D].
 template <typename T>
 __global__ void reduce_kv_kernel(const float* __restrict__ dk_heads, const float* __restrict__ dv_parts,
-                                 T* __restrict__ dk, T* __restrict__ dv, int64_t rows, int Hk, int G, int D,
-                                 int slices, bool reduce_dk) {
+                                 T* __restrict__ dk, T* __restrict__ dv, int64_t rows, int Hk, int G, int D, int slices,
+                                 bool reduce_dk) {
   const int64_t n = rows * Hk * D, stride_part = rows * Hk * G * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / (int64_t(Hk) * D);

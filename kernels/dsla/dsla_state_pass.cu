@@ -279,8 +279,10 @@ void dsla_chunk_states(const DslaStatePass& p) {
       kernel<<<grid, PassShape<DD>::threads, bytes, stream>>>(a);
       CUDA_CHECK_LAUNCH();
     };
-    if (p.keys) run.template operator()<true>();
-    else run.template operator()<false>();
+    if (p.keys)
+      run.template operator()<true>();
+    else
+      run.template operator()<false>();
   });
 }
 

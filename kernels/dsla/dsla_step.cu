@@ -16,7 +16,7 @@ namespace {
 constexpr int kKeyParts = 4;
 
 template <typename T, int D, bool TWO>
-__global__ void __launch_bounds__(D * kKeyParts)
+__global__ void __launch_bounds__(D* kKeyParts)
     dsla_step_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      const float* __restrict__ g1, const float* __restrict__ g2, const float* __restrict__ gamma,
                      float* __restrict__ s1, float* __restrict__ s2, T* __restrict__ o, int64_t T_len, int H, int Hk) {

@@ -43,10 +43,10 @@ __constant__ int kTileJ[10] = {0, 0, 1, 0, 1, 2, 0, 1, 2, 3};
 template <int D>
 struct Strides {
   static constexpr int LB = ldb<D>(), LF = ldf<D>(), NE = kChunk * D / kThreads;
-  static constexpr int rows_bytes = kChunk * LB * 2;    // bf16 [64][LB]
-  static constexpr int gates_bytes = kChunk * LF * 4;   // fp32 [64][LF]
+  static constexpr int rows_bytes = kChunk * LB * 2;   // bf16 [64][LB]
+  static constexpr int gates_bytes = kChunk * LF * 4;  // fp32 [64][LF]
   static constexpr int score_f_bytes = kChunk * kLdScoreF * 4, score_b_bytes = kChunk * kLdScoreB * 2;
-  static constexpr int scratch_bytes = kThreads * 4;    // ColumnScan's exchange, block_sum's
+  static constexpr int scratch_bytes = kThreads * 4;  // ColumnScan's exchange, block_sum's
   __host__ __device__ static constexpr int bf16_rows(int rows) { return rows * LB * 2; }
 };
 
@@ -88,7 +88,8 @@ struct ChunkPos {
 // [.., NS, N] slot.
 template <int D, bool TWO, typename F>
 __device__ __forceinline__ void for_each_state(const ChunkPos& p, float* bs, float* scratch, const float* g1,
-                                               const float* g2, const float* gamma, int64_t T_len, int H, int N, F&& f) {
+                                               const float* g2, const float* gamma, int64_t T_len, int H, int N,
+                                               F&& f) {
   constexpr int NS = TWO ? 2 : 1;
 #pragma unroll 1  // one state at a time keeps the per-state registers once
   for (int s = 0; s < NS; ++s) {
@@ -113,7 +114,8 @@ __device__ __forceinline__ void build_key_factors(bf16* kt, const bf16* ks, cons
 // Qt (q_t e^{b_t - b_16I} for rows t >= 16, row t - 16) and Kt: the factor operands of the off-diagonal
 // scores.
 template <int D>
-__device__ __forceinline__ void build_score_factors(bf16* qt, bf16* kt, const bf16* qs, const bf16* ks, const float* bs) {
+__device__ __forceinline__ void build_score_factors(bf16* qt, bf16* kt, const bf16* qs, const bf16* ks,
+                                                    const float* bs) {
   constexpr int LB = ldb<D>(), LF = ldf<D>();
   for (int i = threadIdx.x; i < 48 * D; i += kThreads) {
     const int r = i / D, c = i % D, t = 16 + r, ref = t / 16 * 16;
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
        *vs = reinterpret_cast<bf16*>(smem + Ly::v);
   float* bs = reinterpret_cast<float*>(smem + Ly::b);
   bf16 *qh = reinterpret_cast<bf16*>(smem + Ly::x), *sb = qh + kChunk * LB;  // phase 1
-  bf16 *qt = qh, *kt = qh + 48 * LB;                                        // phase 2
+  bf16 *qt = qh, *kt = qh + 48 * LB;                                         // phase 2
   float *acc = reinterpret_cast<float*>(smem + Ly::acc), *as = reinterpret_cast<float*>(smem + Ly::as);
   bf16* ab = reinterpret_cast<bf16*>(smem + Ly::ab);
   float* scratch = reinterpret_cast<float*>(smem + Ly::scratch);
@@ -258,7 +260,6 @@ void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-
 // The outputs o and (where scores is defined) the kept scores, from the chunk starting states `starts`.
 template <int D, bool TWO>
 void launch_outputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
@@ -282,7 +283,13 @@ void forward_tc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   const int64_t B = q.dim(0), T_len = q.dim(1), N = (T_len + kChunk - 1) / kChunk;
   Tensor starts = Tensor::empty({B, q.dim(2), NS, N, D, D}, DType::bf16, q.device());
   if (keep_scores) out.scores = Tensor::empty(dsla_scores_shape(q, TWO), DType::bf16, q.device());
-  dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = starts, .initial = &initial,
+  dsla_chunk_states({.keys = true,
+                     .x = k,
+                     .y = v,
+                     .g1 = g1,
+                     .g2 = g2,
+                     .starts = starts,
+                     .initial = &initial,
                      .final_state = &out.final_state});
   launch_outputs<D, TWO>(q, k, v, g1, g2, gamma, starts, out.o, out.scores);
 }
@@ -300,7 +307,8 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   Tensor dstates = Tensor::empty({B, H, NS, N, D, D}, DType::bf16, device);
   Tensor later = Tensor::empty({B, H, NS, N, D}, DType::f32, device);
   Tensor dk_heads, dv_heads;
-  if (grouped) dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
+  if (grouped)
+    dk_heads = Tensor::empty(q.shape(), DType::f32, device), dv_heads = Tensor::empty(q.shape(), DType::f32, device);
   Tensor dgamma_parts = Tensor::empty({B, H, N}, DType::f32, device);
   dsla_chunk_states({.keys = true, .x = k, .y = v, .g1 = g1, .g2 = g2, .starts = states});
   Tensor kept = scores;
@@ -311,14 +319,31 @@ void backward_tc(const Tensor& grad_o, const Tensor& q, const Tensor& k, const T
   }
   dsla_chunk_states(
       {.keys = false, .x = q, .y = grad_o, .g1 = g1, .g2 = g2, .starts = dstates, .states = &states, .later = &later});
-  const DslaBackwardArgs args{bf16_data(grad_o), bf16_data(q), bf16_data(k), bf16_data(v), f32_data(g1),
-                              TWO ? f32_data(g2) : nullptr, f32_data(gamma), bf16_data(states), bf16_data(dstates),
-                              bf16_data(kept), static_cast<bf16*>(grads.dq.raw()), static_cast<bf16*>(grads.dk.raw()),
-                              static_cast<bf16*>(grads.dv.raw()), grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
+  const DslaBackwardArgs args{bf16_data(grad_o),
+                              bf16_data(q),
+                              bf16_data(k),
+                              bf16_data(v),
+                              f32_data(g1),
+                              TWO ? f32_data(g2) : nullptr,
+                              f32_data(gamma),
+                              bf16_data(states),
+                              bf16_data(dstates),
+                              bf16_data(kept),
+                              static_cast<bf16*>(grads.dq.raw()),
+                              static_cast<bf16*>(grads.dk.raw()),
+                              static_cast<bf16*>(grads.dv.raw()),
+                              grouped ? static_cast<float*>(dk_heads.raw()) : nullptr,
                               grouped ? static_cast<float*>(dv_heads.raw()) : nullptr,
-                              static_cast<float*>(grads.dg1.raw()), optional_data(grads.dg2),
-                              static_cast<const float*>(later.raw()), static_cast<float*>(dgamma_parts.raw()), B, T_len,
-                              H, Hk, N, D};
+                              static_cast<float*>(grads.dg1.raw()),
+                              optional_data(grads.dg2),
+                              static_cast<const float*>(later.raw()),
+                              static_cast<float*>(dgamma_parts.raw()),
+                              B,
+                              T_len,
+                              H,
+                              Hk,
+                              N,
+                              D};
   dsla_query_key_grads(args, stream);
   dsla_value_grads(args, stream);
   if (grouped) {
@@ -353,9 +378,8 @@ void dsla_tensor_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 void dsla_tensor_core_backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& g1, const Tensor& g2, const Tensor& gamma, const Tensor& scores,
                                DslaGrads& grads) {
-  dispatch_dsla_shape(q.dim(3), g2.defined(), [&]<int D, bool TWO>() {
-    backward_tc<D, TWO>(grad_o, q, k, v, g1, g2, gamma, scores, grads);
-  });
+  dispatch_dsla_shape(q.dim(3), g2.defined(),
+                      [&]<int D, bool TWO>() { backward_tc<D, TWO>(grad_o, q, k, v, g1, g2, gamma, scores, grads); });
 }
 
 }  // namespace fathom::cuda

@@ -28,8 +28,14 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // Row strides (elements) padded so that rows start on different banks; every 16-row step stays 32-byte
 // aligned, as wmma's loads and stores need.
-template <int D> __host__ __device__ constexpr int ldb() { return D + 8; }  // bf16 [rows][D]
-template <int D> __host__ __device__ constexpr int ldf() { return D + 4; }  // fp32 [rows][D]
+template <int D>
+__host__ __device__ constexpr int ldb() {
+  return D + 8;
+}  // bf16 [rows][D]
+template <int D>
+__host__ __device__ constexpr int ldf() {
+  return D + 4;
+}  // fp32 [rows][D]
 constexpr int kLdScoreF = kChunk + 4, kLdScoreB = kChunk + 8;  // fp32 / bf16 [64][64]
 
 // Rows of Kt (k_j e^{b_r - b_j}, r = 16 I) used by row sub-block I = 1..3: 16 I rows starting at 8 I (I - 1).
@@ -92,8 +98,8 @@ struct ColumnScan {
 // The chunk's gates of head h (fp32 [B, T, H, D]) as cumulative log2 sums into dst[64][ldf]. Rows past L
 // are zero gates, so b stays constant there and row 63 holds the chunk's total. Ends with a barrier.
 template <int D>
-__device__ __forceinline__ void load_cumulative_gates(float* dst, float* scratch, const float* g, int64_t b,
-                                                      int64_t t0, int L, int64_t T_len, int H, int h) {
+__device__ __forceinline__ void load_cumulative_gates(float* dst, float* scratch, const float* g, int64_t b, int64_t t0,
+                                                      int L, int64_t T_len, int H, int h) {
   using Scan = ColumnScan<D>;
   const int c = Scan::column(), r0 = Scan::first_row();
   float x[Scan::R];
@@ -127,8 +133,10 @@ __device__ __forceinline__ void load_state(bf16* dst, const bf16* src) {
 
 template <typename Layout>
 __device__ __forceinline__ int element_offset(int row, int col, int ld) {
-  if constexpr (std::is_same_v<Layout, wm::row_major>) return row * ld + col;
-  else return col * ld + row;
+  if constexpr (std::is_same_v<Layout, wm::row_major>)
+    return row * ld + col;
+  else
+    return col * ld + row;
 }
 
 // One 16 x 16 output tile: C(i0.., j0..) (+)= sum over K of A(i0.., k) B(k, j0..). A is [M x K] and B
@@ -137,8 +145,10 @@ template <typename LayoutA, typename LayoutB, typename CT>
 __device__ __forceinline__ void tile_product(int i0, int j0, int K, const bf16* A, int lda, const bf16* B, int ldb_,
                                              CT* Cm, int ldc, bool accumulate) {
   wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
-  if (accumulate) wm::load_matrix_sync(acc, Cm + int64_t(i0) * ldc + j0, ldc, wm::mem_row_major);
-  else wm::fill_fragment(acc, 0.0f);
+  if (accumulate)
+    wm::load_matrix_sync(acc, Cm + int64_t(i0) * ldc + j0, ldc, wm::mem_row_major);
+  else
+    wm::fill_fragment(acc, 0.0f);
   for (int k0 = 0; k0 < K; k0 += 16) {
     wm::fragment<wm::matrix_a, 16, 16, 16, bf16, LayoutA> a;
     wm::fragment<wm::matrix_b, 16, 16, 16, bf16, LayoutB> bfrag;

@@ -46,15 +46,15 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
   load_gates_async<D, NS>(gates, a.g1, a.g2, q_row, L, a.H);
   flash::cp_async_commit();
   flash::load_tile_async<D, kChunk, NT>(dos, a.grad_o + q_row * D, int64_t(a.H) * D, 0, L, D, tid);
-  flash::load_tile_async<D, kChunk, NT>(flash::smem_addr(smem + Ly::v), a.v + kv_row * D, int64_t(a.Hk) * D, 0, L,
-                                        D, tid);
+  flash::load_tile_async<D, kChunk, NT>(flash::smem_addr(smem + Ly::v), a.v + kv_row * D, int64_t(a.Hk) * D, 0, L, D,
+                                        tid);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     flash::load_tile_async<kChunk, kChunk, NT, ScoreTile>(flash::smem_addr(smem + Ly::sc + s * Ly::scores),
                                                           a.scores + slot_of(s) * kChunk * kChunk, kChunk, 0, kChunk,
                                                           kChunk, tid);
-    flash::load_tile_async<D, D, NT>(flash::smem_addr(smem + Ly::dH + s * Ly::state), a.dstates + slot_of(s) * D * D,
-                                     D, 0, D, D, tid);
+    flash::load_tile_async<D, D, NT>(flash::smem_addr(smem + Ly::dH + s * Ly::state), a.dstates + slot_of(s) * D * D, D,
+                                     0, D, D, tid);
   }
   flash::cp_async_commit();
   flash::cp_async_wait<1>();
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
 #pragma unroll
     for (int k0 = 0; k0 < D; k0 += 16) {
       uint32_t af[4];
-      Tile::load_a(af, ks, kSub * I, k0, lane);  // then times e^{b_L - b_j}: a_r is row j + 8 (r & 1), column c + 8 (r >> 1)
+      Tile::load_a(af, ks, kSub * I, k0,
+                   lane);  // then times e^{b_L - b_j}: a_r is row j + 8 (r & 1), column c + 8 (r >> 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int j = kSub * I + g + 8 * (r & 1), c = k0 + 2 * tq + 8 * (r >> 1);
@@ -119,8 +120,10 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
       if (j >= L) continue;
       const int64_t at = (q_row + int64_t(j) * a.H) * D + col;
       const float x0 = total[nt][2 * hf], x1 = total[nt][2 * hf + 1];
-      if (a.H == a.Hk) *reinterpret_cast<uint32_t*>(a.dv + at) = flash::pack_bf16(x0, x1);
-      else *reinterpret_cast<float2*>(a.dv_heads + at) = make_float2(x0, x1);
+      if (a.H == a.Hk)
+        *reinterpret_cast<uint32_t*>(a.dv + at) = flash::pack_bf16(x0, x1);
+      else
+        *reinterpret_cast<float2*>(a.dv_heads + at) = make_float2(x0, x1);
     }
   if (TWO) {
 #pragma unroll
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(Shape<D>::threads) value_grads_kernel(DslaBack
 void dsla_value_grads(const DslaBackwardArgs& a, cudaStream_t stream) {
   FATHOM_CHECK(a.scores != nullptr, "dsla_value_grads: the kernel reads the forward's kept scores");
   dispatch_dsla_shape(a.D, a.g2 != nullptr, [&]<int D, bool TWO>() {
-    dsla_mma::launch_per_chunk<D>(value_grads_kernel<D, TWO>, DvLayout<D, TWO ? 2 : 1>::bytes, a, stream);
+    dsla_mma::launch_per_chunk<D>(value_grads_kernel<D, TWO>, DvLayout < D, TWO ? 2 : 1 > ::bytes, a, stream);
   });
 }
 

@@ -16,8 +16,8 @@ bool is_stats_dtype(DType t) { return t == DType::f32 || t == DType::f64; }
 
 Tensor log_sigmoid_gate_forward(const Tensor& z, const Tensor& bias, double scale) {
   check_defined("log_sigmoid_gate", {&z, &bias});
-  FATHOM_CHECK(z.rank() >= 1 && bias.rank() == 1 && bias.dim(0) == z.dim(-1), "log_sigmoid_gate: bias ",
-               describe(bias), " must be [n] for z ", describe(z), " [..., n]");
+  FATHOM_CHECK(z.rank() >= 1 && bias.rank() == 1 && bias.dim(0) == z.dim(-1), "log_sigmoid_gate: bias ", describe(bias),
+               " must be [n] for z ", describe(z), " [..., n]");
   FATHOM_CHECK(bias.dtype() == stats_dtype(z.dtype()), "log_sigmoid_gate: bias must be ",
                dtype_name(stats_dtype(z.dtype())), " for z ", describe(z), ", got ", describe(bias));
   return on_device("log_sigmoid_gate", common_device("log_sigmoid_gate", {&z, &bias}),
@@ -35,9 +35,9 @@ Tensor log_sigmoid_gate_backward(const Tensor& grad_g, const Tensor& g, double s
 
 Tensor sigmoid_expand_forward(const Tensor& logits, int64_t n) {
   check_defined("sigmoid_expand", {&logits});
-  FATHOM_CHECK(logits.rank() == 1 && logits.dim(0) >= 1 && n >= 1 && n % logits.dim(0) == 0 &&
-                   is_stats_dtype(logits.dtype()),
-               "sigmoid_expand: logits ", describe(logits), " must be F32 or F64 [m] with m dividing n = ", n);
+  FATHOM_CHECK(
+      logits.rank() == 1 && logits.dim(0) >= 1 && n >= 1 && n % logits.dim(0) == 0 && is_stats_dtype(logits.dtype()),
+      "sigmoid_expand: logits ", describe(logits), " must be F32 or F64 [m] with m dividing n = ", n);
   return on_device("sigmoid_expand", logits.device(), FATHOM_KERNEL(sigmoid_expand_forward), logits, n);
 }
 

@@ -90,8 +90,8 @@ Tensor log_sigmoid_gate_backward(const Tensor& grad_g, const Tensor& g, double s
 Tensor sigmoid_expand_forward(const Tensor& logits, int64_t n) {
   check_f32("sigmoid_expand", logits);
   Tensor y = Tensor::empty({n}, DType::f32, logits.device());
-  sigmoid_expand_kernel<<<1, 256, 0, stream_for(logits.device())>>>(static_cast<const float*>(logits.raw()),
-                                                                    n / logits.numel(), n, static_cast<float*>(y.raw()));
+  sigmoid_expand_kernel<<<1, 256, 0, stream_for(logits.device())>>>(
+      static_cast<const float*>(logits.raw()), n / logits.numel(), n, static_cast<float*>(y.raw()));
   CUDA_CHECK_LAUNCH();
   return y;
 }

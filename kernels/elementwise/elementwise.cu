@@ -58,9 +58,12 @@ enum class Reduction { sum, sum_squares, non_finite_count };
 
 template <Reduction R>
 __device__ __forceinline__ double reduce_term(float x) {
-  if constexpr (R == Reduction::sum) return double(x);
-  else if constexpr (R == Reduction::sum_squares) return double(x) * double(x);
-  else return isfinite(x) ? 0.0 : 1.0;
+  if constexpr (R == Reduction::sum)
+    return double(x);
+  else if constexpr (R == Reduction::sum_squares)
+    return double(x) * double(x);
+  else
+    return isfinite(x) ? 0.0 : 1.0;
 }
 
 constexpr int kReduceThreads = 256;
@@ -97,7 +100,8 @@ double reduce(const char* op, const Tensor& t) {
   if (n == 0) return 0.0;
   cudaStream_t stream = stream_for(t.device());
   // The block count depends on n alone, so the summation order (and result) repeats exactly.
-  const int blocks = int(std::min<int64_t>(kMaxPartials, (n + kReduceThreads * kPack * 4 - 1) / (kReduceThreads * kPack * 4)));
+  const int blocks =
+      int(std::min<int64_t>(kMaxPartials, (n + kReduceThreads * kPack * 4 - 1) / (kReduceThreads * kPack * 4)));
   Tensor partials = Tensor::empty({blocks + 1}, DType::f64, t.device());
   double* p = partials.data<double>();
   dispatch_device_float(op, t.dtype(), [&]<typename T>() {

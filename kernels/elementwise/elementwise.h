@@ -8,7 +8,7 @@
 
 namespace fathom {
 
-void add_inplace(Tensor& dst, const Tensor& src);                // dst += src
+void add_inplace(Tensor& dst, const Tensor& src);                 // dst += src
 Tensor add(const Tensor& a, const Tensor& b);                     // a + b
 void axpy_inplace(Tensor& dst, double alpha, const Tensor& src);  // dst += alpha * src
 void scale_inplace(Tensor& dst, double alpha);                    // dst *= alpha

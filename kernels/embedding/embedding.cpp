@@ -31,9 +31,10 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
   expected.push_back(grad_table.dim(1));
   const bool mixed = grad_out.defined() && grad_out.dtype() == DType::bf16 && grad_table.dtype() == DType::f32 &&
                      grad_table.device().is_cuda();
-  FATHOM_CHECK(grad_out.defined() && grad_out.shape() == Shape(expected) && (grad_out.dtype() == grad_table.dtype() || mixed),
-               "embedding_backward: grad_out ", describe(grad_out), " should be ", dtype_name(grad_table.dtype()),
-               Shape(expected).str(), " for ids ", describe(ids), " and table ", describe(grad_table));
+  FATHOM_CHECK(
+      grad_out.defined() && grad_out.shape() == Shape(expected) && (grad_out.dtype() == grad_table.dtype() || mixed),
+      "embedding_backward: grad_out ", describe(grad_out), " should be ", dtype_name(grad_table.dtype()),
+      Shape(expected).str(), " for ids ", describe(ids), " and table ", describe(grad_table));
   return on_device("embedding_backward", common_device("embedding_backward", {&ids, &grad_out, &grad_table}),
                    FATHOM_KERNEL(embedding_backward), ids, grad_out, grad_table);
 }

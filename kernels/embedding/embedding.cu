@@ -237,11 +237,11 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
       T* op = static_cast<T*>(out.raw());
       constexpr int N = 16 / sizeof(T);
       if (dim % N == 0 && all_aligned(16, tp, op))
-        embedding_forward_kernel<N><<<grid_for(n * dim / N, 256), 256, 0, stream>>>(idp, tp, op, n, vocab, dim,
-                                                                                    device_error_record());
+        embedding_forward_kernel<N>
+            <<<grid_for(n * dim / N, 256), 256, 0, stream>>>(idp, tp, op, n, vocab, dim, device_error_record());
       else
-        embedding_forward_kernel<1><<<grid_for(n * dim, 256), 256, 0, stream>>>(idp, tp, op, n, vocab, dim,
-                                                                                device_error_record());
+        embedding_forward_kernel<1>
+            <<<grid_for(n * dim, 256), 256, 0, stream>>>(idp, tp, op, n, vocab, dim, device_error_record());
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -252,7 +252,8 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
   const int64_t n = ids.numel(), vocab = grad_table.dim(0), dim = grad_table.dim(1);
   if (n == 0 || dim == 0) return;
   FATHOM_CHECK(n < (int64_t(1) << 31), "embedding_backward: the CUDA kernel takes fewer than 2^31 ids, got ", n);
-  FATHOM_CHECK(vocab < (int64_t(1) << 31), "embedding_backward: vocabulary ", vocab, " is too large for the CUDA kernel");
+  FATHOM_CHECK(vocab < (int64_t(1) << 31), "embedding_backward: vocabulary ", vocab,
+               " is too large for the CUDA kernel");
   const Device device = grad_table.device();
   cudaStream_t stream = stream_for(device);
 
@@ -294,12 +295,12 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_
         D* dt = static_cast<D*>(grad_table.raw());
         const int threads = int(std::min<int64_t>(kSumThreads, (dim + 31) / 32 * 32));
         const dim3 grid(unsigned(sum_chunks), unsigned((dim + threads - 1) / threads));
-        embedding_chunk_sum_kernel<G, D><<<grid, threads, smem, stream>>>(
-            key_ptr(current), pos_ptr(current), static_cast<const G*>(grad_out.raw()), dt, pp, n, dim,
-            uint32_t(vocab), chunk_len);
+        embedding_chunk_sum_kernel<G, D><<<grid, threads, smem, stream>>>(key_ptr(current), pos_ptr(current),
+                                                                          static_cast<const G*>(grad_out.raw()), dt, pp,
+                                                                          n, dim, uint32_t(vocab), chunk_len);
         CUDA_CHECK_LAUNCH();
-        embedding_boundary_sum_kernel<D><<<grid, threads, 0, stream>>>(
-            key_ptr(current), pp, dt, n, dim, uint32_t(vocab), chunk_len);
+        embedding_boundary_sum_kernel<D>
+            <<<grid, threads, 0, stream>>>(key_ptr(current), pp, dt, n, dim, uint32_t(vocab), chunk_len);
         CUDA_CHECK_LAUNCH();
       } else {
         FATHOM_FAIL("embedding_backward: an F32 gradient cannot accumulate into a BF16 table gradient");

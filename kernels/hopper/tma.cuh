@@ -88,9 +88,7 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 // Orders this thread's generic-proxy global accesses (a flag's load or store) with its bulk copies.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // A ring of STAGES shared-memory stages that one producer thread fills with copies and all WARPS warps
 // of the CTA read. Each stage has a "full" barrier (counting the copies' bytes) and an "empty" one (one

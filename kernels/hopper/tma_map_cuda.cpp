@@ -1,7 +1,7 @@
 #include "kernels/hopper/tma_map.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include "core/error.h"
 
@@ -34,10 +34,10 @@ CUtensorMap head_rows_map(const void* base, int64_t B, int64_t T, int64_t H, int
   const cuuint32_t box[4] = {64, 1, cuuint32_t(rows), 1};
   const cuuint32_t steps[4] = {1, 1, 1, 1};
   CUtensorMap map;
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
-                                          strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                           steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FATHOM_CHECK(r == CUDA_SUCCESS, "TMA tensor map over [", B, ", ", T, ", ", H, ", ", d, "] with ", rows,
                "-row boxes: cuTensorMapEncodeTiled failed with error ", int(r));
   return map;

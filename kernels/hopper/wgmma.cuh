@@ -65,8 +65,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading_by
 // K-major operand rows row0 .. row0 + 63 (A) or the whole N rows (B, row0 = 0) of a PanelTile at k-step ks.
 template <int ROWS, int D>
 __device__ __forceinline__ uint64_t k_major_desc(uint32_t tile, int row0, int ks) {
-  return smem_desc(tile + uint32_t((ks >> 2) * PanelTile<ROWS, D>::kPanelBytes + row0 * 128 + (ks & 3) * 32), 16,
-                   1024);
+  return smem_desc(tile + uint32_t((ks >> 2) * PanelTile<ROWS, D>::kPanelBytes + row0 * 128 + (ks & 3) * 32), 16, 1024);
 }
 // MN-major operand: K rows 16 ks .. 16 ks + 15 of a PanelTile, all D columns as N (B), or the 64 columns
 // of the panel at `tile` as M (A).
@@ -127,21 +126,21 @@ __device__ __forceinline__ void stage_wgmma_accumulator(char* tile, const float 
           pack_bf16(acc[4 * j + 2 * half] * factor[half], acc[4 * j + 2 * half + 1] * factor[half]);
 }
 
-#define FATHOM_ACC8(i)                                                                                 \
+#define FATHOM_ACC8(i)                                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
 #define FATHOM_ACC32 FATHOM_ACC8(0), FATHOM_ACC8(8), FATHOM_ACC8(16), FATHOM_ACC8(24)
 #define FATHOM_ACC64 FATHOM_ACC32, FATHOM_ACC8(32), FATHOM_ACC8(40), FATHOM_ACC8(48), FATHOM_ACC8(56)
-#define FATHOM_OUT8(i)                                                                                 \
+#define FATHOM_OUT8(i)                                                                                        \
   "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), \
       "=f"(d[i + 7])
 #define FATHOM_OUT32 FATHOM_OUT8(0), FATHOM_OUT8(8), FATHOM_OUT8(16), FATHOM_OUT8(24)
 #define FATHOM_OUT64 FATHOM_OUT32, FATHOM_OUT8(32), FATHOM_OUT8(40), FATHOM_OUT8(48), FATHOM_OUT8(56)
-#define FATHOM_REGS32                                                                                     \
+#define FATHOM_REGS32                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FATHOM_REGS64                                                                                         \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
+#define FATHOM_REGS64                                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "     \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
   "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
@@ -244,7 +243,8 @@ __device__ __forceinline__ void wgmma_product(float (&d)[N / 2], const ADesc& a_
 // d += A B over STEPS k-steps, A in registers (a[ks]: the k-step's A fragment), B an MN-major
 // shared-memory operand with descriptors b_desc(ks). Neither fenced nor committed: the caller orders it.
 template <int N, int STEPS, class BDesc>
-__device__ __forceinline__ void wgmma_product_rs(float (&d)[N / 2], const uint32_t (&a)[STEPS][4], const BDesc& b_desc) {
+__device__ __forceinline__ void wgmma_product_rs(float (&d)[N / 2], const uint32_t (&a)[STEPS][4],
+                                                 const BDesc& b_desc) {
 #pragma unroll
   for (int ks = 0; ks < STEPS; ++ks) Wgmma<N>::template rs<1>(d, a[ks], b_desc(ks), 1);
 }

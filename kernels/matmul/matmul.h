@@ -16,8 +16,8 @@ Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose
 
 // The backends' entry point. CUDA runs cuBLASLt: F32 (strict f32), BF16/F16 (f32 accumulation) or F64;
 // BF16 operands with an F32 c.
-using MatmulKernel = void(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
-                          double alpha, double beta);
+using MatmulKernel = void(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
+                          double beta);
 FATHOM_BACKENDS(MatmulKernel, matmul)
 
 }  // namespace fathom

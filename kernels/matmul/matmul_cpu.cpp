@@ -58,10 +58,14 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
     const auto B = matrix_view(b.data<T>(), b.dim(0), b.dim(1), b.dim(1));
     auto C = matrix_view(c.data<T>(), c.dim(0), c.dim(1), c.dim(1));
     const T al = T(alpha), be = T(beta);
-    if (!transpose_a && !transpose_b) gemm<T>(C, A, B, al, be);
-    else if (transpose_a && !transpose_b) gemm<T>(C, A.transpose(), B, al, be);
-    else if (!transpose_a && transpose_b) gemm<T>(C, A, B.transpose(), al, be);
-    else gemm<T>(C, A.transpose(), B.transpose(), al, be);
+    if (!transpose_a && !transpose_b)
+      gemm<T>(C, A, B, al, be);
+    else if (transpose_a && !transpose_b)
+      gemm<T>(C, A.transpose(), B, al, be);
+    else if (!transpose_a && transpose_b)
+      gemm<T>(C, A, B.transpose(), al, be);
+    else
+      gemm<T>(C, A.transpose(), B.transpose(), al, be);
   });
 }
 

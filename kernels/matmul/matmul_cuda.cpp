@@ -28,11 +28,16 @@ struct Types {
 
 Types types_for(DType t) {
   switch (t) {
-    case DType::f32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
-    default: FATHOM_FAIL("matmul: the CUDA GEMM takes F32, BF16, F16 or F64, got ", dtype_name(t));
+    case DType::f32:
+      return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    case DType::bf16:
+      return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    case DType::f16:
+      return {CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    case DType::f64:
+      return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
+    default:
+      FATHOM_FAIL("matmul: the CUDA GEMM takes F32, BF16, F16 or F64, got ", dtype_name(t));
   }
 }
 
@@ -99,8 +104,10 @@ class GemmEngine {
   void* workspace_for(int device, cudaStream_t stream) {
     auto it = workspaces_.find({device, stream});
     if (it == workspaces_.end())
-      it = workspaces_.emplace(std::make_pair(device, stream),
-                               Tensor::empty({int64_t(kWorkspaceBytes)}, DType::u8, Device::cuda(device))).first;
+      it = workspaces_
+               .emplace(std::make_pair(device, stream),
+                        Tensor::empty({int64_t(kWorkspaceBytes)}, DType::u8, Device::cuda(device)))
+               .first;
     return it->second.raw();
   }
 
@@ -115,29 +122,34 @@ class GemmEngine {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     // Stored (column-major) shapes: op(A) is [m, k], op(B) is [k, n].
-    const uint64_t a_rows = uint64_t(key.transpose_a ? key.k : key.m), a_cols = uint64_t(key.transpose_a ? key.m : key.k);
-    const uint64_t b_rows = uint64_t(key.transpose_b ? key.n : key.k), b_cols = uint64_t(key.transpose_b ? key.k : key.n);
+    const uint64_t a_rows = uint64_t(key.transpose_a ? key.k : key.m),
+                   a_cols = uint64_t(key.transpose_a ? key.m : key.k);
+    const uint64_t b_rows = uint64_t(key.transpose_b ? key.n : key.k),
+                   b_cols = uint64_t(key.transpose_b ? key.k : key.n);
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t.data, a_rows, a_cols, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t.data, b_rows, b_cols, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, types_for(key.out_dtype).data, uint64_t(key.m), uint64_t(key.n),
-                                            key.m));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.c, types_for(key.out_dtype).data, uint64_t(key.m), uint64_t(key.n), key.m));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     const uint32_t aa = uint32_t(key.align_a), ab = uint32_t(key.align_b), ac = uint32_t(key.align_c);
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     FATHOM_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(key.dtype), " -> ",
-                 dtype_name(key.out_dtype), " [", key.n, " x ", key.k,
-                 "] x [", key.k, " x ", key.m, "] (row-major)");
+                 dtype_name(key.out_dtype), " [", key.n, " x ", key.k, "] x [", key.k, " x ", key.m, "] (row-major)");
     p.algo = result.algo;
     return plans_.emplace(key, p).first->second;
   }
@@ -155,14 +167,25 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   const int64_t m = c.dim(0), n = c.dim(1), k = transpose_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: C = beta C
-    if (beta == 0.0) c.zero_();
-    else cuda::scale_inplace(c, beta);
+    if (beta == 0.0)
+      c.zero_();
+    else
+      cuda::scale_inplace(c, beta);
     return;
   }
   cudaStream_t stream = stream_for(c.device());
   // Column-major C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m]: cuBLASLt's A is our B and its B our A.
-  const PlanKey key{c.device().index, n, m, k, transpose_b, transpose_a, a.dtype(), c.dtype(),
-                    alignment_of(b.raw()), alignment_of(a.raw()), alignment_of(c.raw())};
+  const PlanKey key{c.device().index,
+                    n,
+                    m,
+                    k,
+                    transpose_b,
+                    transpose_a,
+                    a.dtype(),
+                    c.dtype(),
+                    alignment_of(b.raw()),
+                    alignment_of(a.raw()),
+                    alignment_of(c.raw())};
   GemmEngine::get().run(key, b.dim(1), a.dim(1), b.raw(), a.raw(), c.raw(), alpha, beta, stream);
 }
 

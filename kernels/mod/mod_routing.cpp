@@ -23,9 +23,8 @@ void check_routed_rows(const char* op, const Tensor& x, const Tensor& y, const T
   check_idx(op, idx, x.dim(0), x.dim(1));
   std::vector<int64_t> want = x.shape().vec();
   want[1] = idx.dim(1);
-  FATHOM_CHECK(y.defined() && y.shape() == Shape(want) && y.dtype() == x.dtype(), op, ": y ", describe(y),
-               " must be ", dtype_name(x.dtype()), Shape(want).str(), " (x ", describe(x), ", idx ", describe(idx),
-               ")");
+  FATHOM_CHECK(y.defined() && y.shape() == Shape(want) && y.dtype() == x.dtype(), op, ": y ", describe(y), " must be ",
+               dtype_name(x.dtype()), Shape(want).str(), " (x ", describe(x), ", idx ", describe(idx), ")");
 }
 
 void check_logits(const char* op, const Tensor& r, const Tensor& x, RouteWeight weight) {
@@ -83,8 +82,9 @@ RoutedMixGrads routed_mix_backward(const Tensor& grad_out, const Tensor& x, cons
 
 namespace {
 void check_bce(const char* op, const Tensor& logits, const Tensor& targets) {
-  FATHOM_CHECK(logits.defined() && logits.numel() >= 1 && (logits.dtype() == DType::f32 || logits.dtype() == DType::f64),
-               op, ": logits must be a non-empty F32 (or F64) tensor, got ", describe(logits));
+  FATHOM_CHECK(
+      logits.defined() && logits.numel() >= 1 && (logits.dtype() == DType::f32 || logits.dtype() == DType::f64), op,
+      ": logits must be a non-empty F32 (or F64) tensor, got ", describe(logits));
   FATHOM_CHECK(targets.defined() && targets.shape() == logits.shape() && targets.dtype() == logits.dtype(), op,
                ": targets ", describe(targets), " must match logits ", describe(logits));
 }

@@ -93,7 +93,9 @@ void copy_rows(const Tensor& src, Tensor& dst, const Tensor& idx, int64_t S) {
         device_error_record());
     CUDA_CHECK_LAUNCH();
   };
-  const auto fits = [&](size_t unit) { return row_bytes % int64_t(unit) == 0 && all_aligned(unit, src.raw(), dst.raw()); };
+  const auto fits = [&](size_t unit) {
+    return row_bytes % int64_t(unit) == 0 && all_aligned(unit, src.raw(), dst.raw());
+  };
   if (fits(16)) return launch.template operator()<uint4>();
   if (fits(8)) return launch.template operator()<uint2>();
   if (fits(4)) return launch.template operator()<uint32_t>();
@@ -131,8 +133,8 @@ __global__ void routed_mix_kernel(const T* x, const T* y, const float* r, const 
 // One block per chosen row: dx[i] = (1 - w) g[i], dy[j] = w g[i], dr[i] = g'(r) <g[i], y[j] - x[i]>.
 template <typename T>
 __global__ void routed_mix_backward_kernel(const T* g, const T* x, const T* y, const float* r, const int32_t* idx,
-                                           T* dx, T* dy, float* dr, int64_t k, int64_t S, int64_t d,
-                                           RouteWeight weight, DeviceErrorRecord* errors) {
+                                           T* dx, T* dy, float* dr, int64_t k, int64_t S, int64_t d, RouteWeight weight,
+                                           DeviceErrorRecord* errors) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t i = sequence_row(idx, row, k, S, errors);
@@ -260,7 +262,7 @@ Tensor routing_bce_forward(const Tensor& logits, const Tensor& targets) {
   check_f32("routing_bce", logits);
   Tensor loss = Tensor::empty(Shape{}, DType::f32, logits.device());
   bce_forward_kernel<<<1, kBceThreads, 0, stream_for(logits.device())>>>(logits.data<float>(), targets.data<float>(),
-                                                                          logits.numel(), loss.data<float>());
+                                                                         logits.numel(), loss.data<float>());
   CUDA_CHECK_LAUNCH();
   return loss;
 }

@@ -23,11 +23,13 @@ bool ranks_above(float a, int64_t ia, float b, int64_t ib) {
 void check_indices(const char* op, const Tensor& idx, int64_t seq_len) {
   const int32_t* p = idx.data<int32_t>();
   for (int64_t i = 0; i < idx.numel(); ++i)
-    FATHOM_CHECK(p[i] >= 0 && p[i] < seq_len, op, ": index ", p[i], " at place ", i, " of idx is outside the sequence [0, ",
-                 seq_len, ")");
+    FATHOM_CHECK(p[i] >= 0 && p[i] < seq_len, op, ": index ", p[i], " at place ", i,
+                 " of idx is outside the sequence [0, ", seq_len, ")");
 }
 
-int64_t row_bytes(const Tensor& t) { return t.dim(0) * t.dim(1) == 0 ? 0 : int64_t(t.nbytes()) / (t.dim(0) * t.dim(1)); }
+int64_t row_bytes(const Tensor& t) {
+  return t.dim(0) * t.dim(1) == 0 ? 0 : int64_t(t.nbytes()) / (t.dim(0) * t.dim(1));
+}
 
 template <typename T>
 T gate_of(const T* r, RouteWeight weight) {
@@ -165,8 +167,7 @@ Tensor routing_bce_backward(const Tensor& grad_loss, const Tensor& logits, const
     const T* t = targets.data<T>();
     T* out = dl.data<T>();
     const double scale = grad_loss.item() / double(logits.numel());
-    for (int64_t i = 0; i < logits.numel(); ++i)
-    {
+    for (int64_t i = 0; i < logits.numel(); ++i) {
       // sigmoid(l) - t without cancellation for confident right predictions (as the CUDA kernel).
       const double li = double(l[i]), ti = double(t[i]);
       out[i] = T(scale * ((1.0 - ti) / (1.0 + std::exp(-li)) - ti / (1.0 + std::exp(li))));

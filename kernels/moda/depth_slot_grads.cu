@@ -135,8 +135,7 @@ std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& r
   const Tensor& q0 = readers.front()->q;
   const Device device = q0.device();
   for (const DepthReader* r : readers) check_reader(op, *r, device);
-  FATHOM_CHECK(dtype == DType::f32 || dtype == DType::bf16, op, ": gradients are F32 or BF16, got ",
-               dtype_name(dtype));
+  FATHOM_CHECK(dtype == DType::f32 || dtype == DType::bf16, op, ": gradients are F32 or BF16, got ", dtype_name(dtype));
   const int64_t B = q0.dim(0), T = q0.dim(1), Hq = q0.dim(2), d = q0.dim(3);
   FATHOM_CHECK(d == 64 || d == 128, op, ": head dim ", d, " is not 64 or 128");
   // More readers than one launch carries: the launches add into F32 sums, converted at the end.
@@ -144,8 +143,8 @@ std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& r
   const DType out_dtype = batches ? DType::f32 : dtype;
   std::vector<SlotGrads> out;
   for (int64_t s = first; s < last; ++s)
-    out.push_back({Tensor::empty({B, T, kv_heads, d}, out_dtype, device),
-                   Tensor::empty({B, T, kv_heads, d}, out_dtype, device)});
+    out.push_back(
+        {Tensor::empty({B, T, kv_heads, d}, out_dtype, device), Tensor::empty({B, T, kv_heads, d}, out_dtype, device)});
   SlotGradArgs a{};
   a.rows = B * T * kv_heads;
   a.Hq = int(Hq), a.Hk = int(kv_heads), a.G = int(Hq / kv_heads);
@@ -169,7 +168,9 @@ std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& r
         const DepthReader& rd = *overlapping[r];
         a.readers[a.n_readers++] = {reinterpret_cast<const __nv_bfloat16*>(rd.q.data<bf16>()),
                                     reinterpret_cast<const __nv_bfloat16*>(rd.grad_o.data<bf16>()),
-                                    rd.weights.p.data<float>(), rd.weights.ds.data<float>(), int(rd.begin),
+                                    rd.weights.p.data<float>(),
+                                    rd.weights.ds.data<float>(),
+                                    int(rd.begin),
                                     int(rd.end)};
       }
       auto launch = [&]<int D, int N>() {

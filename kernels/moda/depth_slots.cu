@@ -73,11 +73,12 @@ void write_depth_slot(Tensor& buffer, int64_t slot, const Tensor& x) {
 }
 
 void zero_depth_slots(Tensor& buffer, int64_t begin, int64_t end) {
-  const int64_t rows = buffer.dim(0) * buffer.dim(1), slot_bytes = buffer.dim(3) * buffer.dim(4) *
-                                                                    int64_t(dtype_size(buffer.dtype()));
+  const int64_t rows = buffer.dim(0) * buffer.dim(1),
+                slot_bytes = buffer.dim(3) * buffer.dim(4) * int64_t(dtype_size(buffer.dtype()));
   if (rows * (end - begin) * slot_bytes == 0) return;
-  CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(buffer.raw()) + begin * slot_bytes, size_t(buffer.dim(2) * slot_bytes),
-                               0, size_t((end - begin) * slot_bytes), size_t(rows), stream_for(buffer.device())));
+  CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(buffer.raw()) + begin * slot_bytes,
+                               size_t(buffer.dim(2) * slot_bytes), 0, size_t((end - begin) * slot_bytes), size_t(rows),
+                               stream_for(buffer.device())));
 }
 
 Tensor read_depth_slot(const Tensor& buffer, int64_t slot, DType dtype) {

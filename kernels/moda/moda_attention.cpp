@@ -10,8 +10,8 @@ void check_slot_range(const char* op, const Tensor& buffer, int64_t begin, int64
                ") outside the buffer's ", buffer.dim(2), " slots");
 }
 void check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const DepthSlots& depth) {
-  FATHOM_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, op, ": q, k, v must be [B, T, H, d], got ",
-               describe(q), ", ", describe(k), ", ", describe(v));
+  FATHOM_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, op, ": q, k, v must be [B, T, H, d], got ", describe(q),
+               ", ", describe(k), ", ", describe(v));
   FATHOM_CHECK(k.shape() == v.shape(), op, ": k ", describe(k), " and v ", describe(v), " differ");
   const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), d = q.dim(3), Hk = k.dim(2);
   FATHOM_CHECK(k.dim(0) == B && k.dim(1) == T && k.dim(3) == d, op, ": q ", describe(q), " and k ", describe(k),
@@ -29,7 +29,8 @@ void check_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor
 }
 void check_slot(const char* op, const Tensor& buffer, int64_t slot, const Shape& x) {
   FATHOM_CHECK(buffer.rank() == 5, op, ": a depth buffer is [B, T, S, Hk, d], got ", describe(buffer));
-  FATHOM_CHECK(slot >= 0 && slot < buffer.dim(2), op, ": slot ", slot, " outside the buffer's ", buffer.dim(2), " slots");
+  FATHOM_CHECK(slot >= 0 && slot < buffer.dim(2), op, ": slot ", slot, " outside the buffer's ", buffer.dim(2),
+               " slots");
   const Shape& b = buffer.shape();
   FATHOM_CHECK(x == Shape({b[0], b[1], b[3], b[4]}), op, ": slot shape ", x.str(), " does not match depth buffer ",
                b.str());
@@ -112,7 +113,8 @@ AttentionGrads moda_attention_backward(const Tensor& grad_o, const Tensor& q, co
   FATHOM_CHECK(moda_depth_weights_supported(q, k), "moda_attention_backward: depth weights need the group kernel's ",
                "folded tiles (G <= 16) on CUDA, got G = ", q.dim(2) / k.dim(2));
   const Shape shape{q.dim(0), q.dim(1), q.dim(2), depth.end - depth.begin};
-  weights = {Tensor::empty(shape, stats_dtype(q.dtype()), device), Tensor::empty(shape, stats_dtype(q.dtype()), device)};
+  weights = {Tensor::empty(shape, stats_dtype(q.dtype()), device),
+             Tensor::empty(shape, stats_dtype(q.dtype()), device)};
   return on_device<ModaAttentionBackwardWeightsKernel>("moda_attention_backward", device,
                                                        FATHOM_KERNEL(moda_attention_backward), grad_o, q, k, v, depth,
                                                        o, lse, scale, weights);
@@ -135,8 +137,8 @@ std::vector<SlotGrads> depth_slot_grads(const std::vector<const DepthReader*>& r
     const Shape w{q0.dim(0), q0.dim(1), q0.dim(2), r->end - r->begin};
     for (const Tensor* t : {&r->weights.p, &r->weights.ds})
       FATHOM_CHECK(t->shape() == w && t->dtype() == stats_dtype(q0.dtype()), op, ": weights ", describe(*t),
-                   " should be ", dtype_name(stats_dtype(q0.dtype())), w.str(), " for slots [", r->begin, ", ",
-                   r->end, ")");
+                   " should be ", dtype_name(stats_dtype(q0.dtype())), w.str(), " for slots [", r->begin, ", ", r->end,
+                   ")");
     tensors.insert(tensors.end(), {&r->q, &r->grad_o, &r->weights.p, &r->weights.ds});
   }
   return on_device(op, common_device(op, tensors), FATHOM_KERNEL(depth_slot_grads), readers, first, last, kv_heads,

@@ -17,8 +17,15 @@ namespace {
 struct ModaDims {
   int64_t B, T, Hq, Hk, G, d, S, begin, end;
   ModaDims(const Tensor& q, const Tensor& k, const DepthSlots& depth)
-      : B(q.dim(0)), T(q.dim(1)), Hq(q.dim(2)), Hk(k.dim(2)), G(q.dim(2) / k.dim(2)), d(q.dim(3)),
-        S(depth.k.dim(2)), begin(depth.begin), end(depth.end) {}
+      : B(q.dim(0)),
+        T(q.dim(1)),
+        Hq(q.dim(2)),
+        Hk(k.dim(2)),
+        G(q.dim(2) / k.dim(2)),
+        d(q.dim(3)),
+        S(depth.k.dim(2)),
+        begin(depth.begin),
+        end(depth.end) {}
   int64_t slots() const { return end - begin; }
   int64_t q_row(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * d; }
   int64_t kv_row(int64_t b, int64_t j, int64_t hk) const { return ((b * T + j) * Hk + hk) * d; }
@@ -140,8 +147,8 @@ struct DepthSink {
 // dkey += scale ds q; dvalue += p dO, for sequence keys and depth slots alike (the depth ones, or
 // their weights, go to the sink).
 AttentionGrads backward(const Tensor& grad_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale,
-                        Tensor* d_depth_k, Tensor* d_depth_v, DepthWeights* weights) {
+                        const DepthSlots& depth, const Tensor& o, const Tensor& lse, double scale, Tensor* d_depth_k,
+                        Tensor* d_depth_v, DepthWeights* weights) {
   const ModaDims m(q, k, depth);
   AttentionGrads g{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
                    Tensor::zeros(v.shape(), v.dtype())};

@@ -54,7 +54,9 @@ ModaArgs geometry(ModaKernel kernel, const ModaShape& m, int bq) {
   return a;
 }
 
-dim3 grid_of(const ModaArgs& a) { return dim3(unsigned((a.T + a.tokens - 1) / a.tokens), unsigned(a.B * (a.Hq / a.fold))); }
+dim3 grid_of(const ModaArgs& a) {
+  return dim3(unsigned((a.T + a.tokens - 1) / a.tokens), unsigned(a.B * (a.Hq / a.fold)));
+}
 
 // Launches a MoDA kernel over the call's tiles with `smem` bytes of dynamic shared memory; `more`
 // are the kernel's parameters after the arguments.
@@ -125,11 +127,11 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
   const FlashShape& s = m.seq;
   // Flash attention's prepare (lse2, delta) and sequence dK/dV passes, unchanged: with the joint
   // log-sum-exp their probabilities are the sequence columns of the joint softmax.
-  flash::BackwardArgs fa{dev(p.q),  dev(p.k),  dev(p.v),  dev(p.o),   dev(p.grad_o),
-                         p.lse,     dev(p.dq), dev(p.dk), dev(p.dv),  nullptr,
-                         nullptr,   int(s.B),  int(s.T),  0,          int(s.Hq),
-                         int(s.Hk), int(s.Hq / s.Hk),     int(s.d),   float(s.scale),
-                         float(s.scale * double(flash::kLog2e))};
+  flash::BackwardArgs fa{dev(p.q),         dev(p.k), dev(p.v),       dev(p.o),
+                         dev(p.grad_o),    p.lse,    dev(p.dq),      dev(p.dk),
+                         dev(p.dv),        nullptr,  nullptr,        int(s.B),
+                         int(s.T),         0,        int(s.Hq),      int(s.Hk),
+                         int(s.Hq / s.Hk), int(s.d), float(s.scale), float(s.scale * double(flash::kLog2e))};
   const flash::BackwardScratch scratch = scratch_of(kernel, m);
   scratch.place(fa, p.workspace);
   flash::launch_backward_prepare(fa, stream);
@@ -148,12 +150,11 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     a.dq_seq = seq_dq_done ? fa.dq_acc : nullptr;
     auto launch = [&]<bool WARP_DEPTH, DepthGrads DG>(const char* what) {
       if (wgmma)
-        launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DG>, WgmmaCfg::THREADS,
-                        dq_wgmma_smem_bytes<WgmmaCfg>(), a, stream,
-                        flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, WgmmaCfg::BK));
+        launch_on_tiles(moda_backward_dq_wgmma_kernel<WgmmaCfg, DG>, WgmmaCfg::THREADS, dq_wgmma_smem_bytes<WgmmaCfg>(),
+                        a, stream, flash::kv_maps(p.k, p.v, a.B, a.T, a.Hk, a.d, WgmmaCfg::BK));
       else
-        launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DG>, Cfg::THREADS,
-                        dq_smem_bytes<Cfg, WARP_DEPTH>(), a, stream);
+        launch_on_tiles(moda_backward_dq_kernel<Cfg, WARP_DEPTH, DG>, Cfg::THREADS, dq_smem_bytes<Cfg, WARP_DEPTH>(), a,
+                        stream);
       flash::check_cuda(cudaGetLastError(), what);
     };
     // group with G <= 16 adds the depth dK/dV in its walk: an m-tile holds all rows of its tokens.
@@ -174,8 +175,8 @@ void flash_backward(ModaKernel kernel, const ModaBackwardParams& p, cudaStream_t
     const int64_t units = int64_t(a.B) * a.T * a.Hk * ((a.L + 15) / 16);  // warps: 16 slots each
     constexpr int smem = depth_grads_smem_bytes<D>();
     flash::allow_smem(moda_depth_grads_kernel<D>, smem);
-    moda_depth_grads_kernel<D><<<unsigned((units + kDepthGradWarps - 1) / kDepthGradWarps), kDepthGradWarps * 32,
-                                 smem, stream>>>(a);
+    moda_depth_grads_kernel<D>
+        <<<unsigned((units + kDepthGradWarps - 1) / kDepthGradWarps), kDepthGradWarps * 32, smem, stream>>>(a);
     flash::check_cuda(cudaGetLastError(), "the MoDA depth dK/dV kernel launch");
   });
 }

@@ -38,9 +38,7 @@ using flash::bf16_t;
 struct FastDiv {
   uint32_t mul, shift;
   int d;
-  __device__ __forceinline__ int div(int n) const {
-    return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shift);
-  }
+  __device__ __forceinline__ int div(int n) const { return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shift); }
   __device__ __forceinline__ int mod(int n) const { return n - div(n) * d; }
 };
 inline FastDiv make_fast_div(int d) {  // d >= 1
@@ -51,8 +49,8 @@ inline FastDiv make_fast_div(int d) {  // d >= 1
 }
 
 struct ModaArgs {
-  const bf16_t* q;   // [B, T, Hq, d]
-  const bf16_t* k;   // [B, T, Hk, d]
+  const bf16_t* q;  // [B, T, Hq, d]
+  const bf16_t* k;  // [B, T, Hk, d]
   const bf16_t* v;
   const bf16_t* kd;  // [B, T, S, Hk, d]
   const bf16_t* vd;
@@ -65,21 +63,21 @@ struct ModaArgs {
   const float* delta;  // [B, Hq, Tpad]: rowsum(dO * O)
   float* ddk;          // [B, T, S, Hk, d], added into for slots [begin, begin + L)
   float* ddv;
-  bool store_depth;    // ddk, ddv are written over, not added into
-  bf16_t* ddk_bf16;    // set instead of ddk, ddv: bf16 buffers written over
+  bool store_depth;  // ddk, ddv are written over, not added into
+  bf16_t* ddk_bf16;  // set instead of ddk, ddv: bf16 buffers written over
   bf16_t* ddv_bf16;
-  float* wp;           // or the depth weights [B, T, Hq, L]: p and scale * dS of each row and slot
+  float* wp;  // or the depth weights [B, T, Hq, L]: p and scale * dS of each row and slot
   float* wds;
   // The sequence columns' dQ sums (unscaled, [B, Hq, Tpad, D]) where flash's dK/dV pass formed them
   // (group on wgmma); the dQ kernel then walks only the depth columns. Null: it walks both.
   const float* dq_seq;
   int B, T, Tpad, Hq, Hk, G, d, S, begin, L;
-  int fold;        // query heads folded into a tile's rows
-  int unit;        // rows per unit of whole tokens (a multiple of 16)
-  int per_unit;    // tokens per unit
-  int tokens;      // tokens per tile
+  int fold;                        // query heads folded into a tile's rows
+  int unit;                        // rows per unit of whole tokens (a multiple of 16)
+  int per_unit;                    // tokens per unit
+  int tokens;                      // tokens per tile
   FastDiv by_L, by_fold, by_unit;  // L = 0 divides by 1 (no column is ever divided then)
-  bool all_depth;  // flat: every tile walks all T * L depth columns
+  bool all_depth;                  // flat: every tile walks all T * L depth columns
   float scale, scale_log2;
 };
 
@@ -214,8 +212,7 @@ __device__ __forceinline__ DepthKv<Cfg> depth_source(const ModaArgs& a, const Ti
   const int64_t slot_stride = int64_t(a.Hk) * a.d, token_stride = int64_t(a.S) * slot_stride;
   const int64_t off = int64_t(tr.b) * a.T * token_stride + int64_t(a.begin) * slot_stride + int64_t(tr.hk) * a.d;
   const int c0 = a.all_depth ? 0 : tr.t0 * a.L, c_end = a.all_depth ? a.T * a.L : tr.t_end * a.L;
-  return {a.kd + off, a.vd + off, token_stride, slot_stride, a.by_L, a.d, c0, c_end,
-          SameTokenMask{tr.map, a.L, c_end}};
+  return {a.kd + off, a.vd + off, token_stride, slot_stride, a.by_L, a.d, c0, c_end, SameTokenMask{tr.map, a.L, c_end}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -341,7 +338,9 @@ __device__ __forceinline__ T* depth_grad_row(T* dst, const ModaArgs& a, const Ti
 }
 
 // Writes two adjacent depth-gradient elements.
-__device__ __forceinline__ void store_pair(float* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
+__device__ __forceinline__ void store_pair(float* p, float x, float y) {
+  *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
 __device__ __forceinline__ void store_pair(bf16_t* p, float x, float y) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
@@ -349,8 +348,7 @@ __device__ __forceinline__ void store_pair(bf16_t* p, float x, float y) {
 // Starts pulling the depth gradients of columns [c0, c0 + C) below `hi` into L2, so that their
 // read-add-write at the end of the chunk waits on L2 rather than HBM.
 template <int D, int C>
-__device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const TileRows& tr, int c0, int hi,
-                                                     int lane) {
+__device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const TileRows& tr, int c0, int hi, int lane) {
   constexpr int kLines = D * 4 / 128;  // 128-byte lines per column vector
 #pragma unroll
   for (int i = lane; i < 2 * C * kLines; i += 32) {
@@ -361,8 +359,8 @@ __device__ __forceinline__ void prefetch_depth_grads(const ModaArgs& a, const Ti
   }
 }
 
-// dst[column c] += factor * (X^T Y)[c] (= with a.store_depth, and always into bf16) for the chunk's columns [c0, c0 + C)
-// below `hi`: X holds one m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q,
+// dst[column c] += factor * (X^T Y)[c] (= with a.store_depth, and always into bf16) for the chunk's columns [c0, c0 +
+// C) below `hi`: X holds one m-tile's P or dS against the chunk (fp32 C fragments, 16 rows x C columns), Y is dO or Q,
 // whose m-tile rows (from r0) are in the tile sY of layout YTile. dst is a depth gradient [B, T, S, Hk, d].
 // Each element has one owner (this thread), so the reads and writes need no atomics; they are issued
 // in batches of four 16-column products, all reads before any write, so one batch costs one memory
@@ -464,9 +462,9 @@ __device__ __forceinline__ void attend_mtile_depth(flash::SoftmaxState<Cfg::D, 1
 template <class Cfg, DepthGrads DG, class Tile>
 __device__ __forceinline__ void dq_mtile_depth(float (&dq1)[1][Cfg::D / 8][4], const uint32_t (&q1)[1][Cfg::D / 16][4],
                                                const uint32_t (&d1)[1][Cfg::D / 16][4], const float (&lse2)[1][2],
-                                               const float (&delta)[1][2], const DepthKv<Cfg>& depth,
-                                               const ModaArgs& a, const TileRows& tr, int r0, uint32_t slice,
-                                               uint32_t sQ, uint32_t sDO, int lane) {
+                                               const float (&delta)[1][2], const DepthKv<Cfg>& depth, const ModaArgs& a,
+                                               const TileRows& tr, int r0, uint32_t slice, uint32_t sQ, uint32_t sDO,
+                                               int lane) {
   using One = ChunkShape<Cfg>;
   constexpr int D = Cfg::D, C = One::BK;
   const ColumnRange cols = mtile_columns(tr, r0, a.L);
@@ -630,8 +628,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) moda_backward_d
       const auto& lse2_1 = *reinterpret_cast<const float(*)[1][2]>(&lse2[mt]);
       const auto& delta_1 = *reinterpret_cast<const float(*)[1][2]>(&delta[mt]);
       auto& dq1 = *reinterpret_cast<float(*)[1][D / 8][4]>(&dq[mt]);
-      dq_mtile_depth<Cfg, DG, flash::SwizzledTile<D>>(dq1, q1, d1, lse2_1, delta_1, depth, a, tr, wrow + mt * 16,
-                                                      slice, sQ, sDO, lane);
+      dq_mtile_depth<Cfg, DG, flash::SwizzledTile<D>>(dq1, q1, d1, lse2_1, delta_1, depth, a, tr, wrow + mt * 16, slice,
+                                                      sQ, sDO, lane);
     }
   } else {
     flash::start_source<Cfg>(depth, stages, tid);
@@ -690,7 +688,8 @@ __global__ void __launch_bounds__(kDepthGradWarps * 32) moda_depth_grads_kernel(
   const int64_t slot_row0 = (bt * a.S + a.begin + c0) * a.Hk + hk;  // in rows of d elements
   const int64_t head_row0 = bt * a.Hq + int64_t(hk) * a.G;
   auto slot_rows = [&](const bf16_t* base) {
-    return [=](int r) -> const bf16_t* { return c0 + r < a.L ? base + (slot_row0 + int64_t(r) * a.Hk) * a.d : nullptr; };
+    return
+        [=](int r) -> const bf16_t* { return c0 + r < a.L ? base + (slot_row0 + int64_t(r) * a.Hk) * a.d : nullptr; };
   };
   flash::load_rows_async<D, 16, 32>(sK, slot_rows(a.kd), a.kd, a.d, lane);
   flash::load_rows_async<D, 16, 32>(sV, slot_rows(a.vd), a.vd, a.d, lane);
@@ -712,8 +711,8 @@ __global__ void __launch_bounds__(kDepthGradWarps * 32) moda_depth_grads_kernel(
     flash::cp_async_wait<0>();
     __syncwarp();
     flash::dkdv_warp_item<D, 16>(
-        dk, dv, [&](uint32_t (&f)[4], int ks) { Tile::load_a(f, sK, 0, ks * 16, lane); },
-        [&](uint32_t (&f)[4], int ks) { Tile::load_a(f, sV, 0, ks * 16, lane); }, sQ, sDO, stats, stats + 16, false,
+        dk, dv, [&](uint32_t(&f)[4], int ks) { Tile::load_a(f, sK, 0, ks * 16, lane); },
+        [&](uint32_t(&f)[4], int ks) { Tile::load_a(f, sV, 0, ks * 16, lane); }, sQ, sDO, stats, stats + 16, false,
         [](int, int) { return false; }, a.scale_log2, lane);
     __syncwarp();  // the next heads' copies overwrite the Q and dO tiles and the statistics
   }

@@ -12,10 +12,14 @@ namespace fathom::cuda {
 
 const char* moda_kernel_name(ModaKernel kernel) {
   switch (kernel) {
-    case ModaKernel::naive: return "naive";
-    case ModaKernel::flat: return "flat";
-    case ModaKernel::chunk: return "chunk";
-    case ModaKernel::group: return "group";
+    case ModaKernel::naive:
+      return "naive";
+    case ModaKernel::flat:
+      return "flat";
+    case ModaKernel::chunk:
+      return "chunk";
+    case ModaKernel::group:
+      return "group";
   }
   return "unknown";
 }
@@ -34,7 +38,8 @@ void check_shape(const char* op, ModaKernel kernel, const ModaShape& m) {
   const FlashShape& s = m.seq;
   const char* name = moda_kernel_name(kernel);
   check_sequence_shape(op, s);
-  FATHOM_CHECK(s.d == 64 || s.d == 128, op, ": head dim d = ", s.d, " is not supported by the MoDA kernels (64 or 128)");
+  FATHOM_CHECK(s.d == 64 || s.d == 128, op, ": head dim d = ", s.d,
+               " is not supported by the MoDA kernels (64 or 128)");
   FATHOM_CHECK(m.slots >= 0, op, ": depth slot count S = ", m.slots, " is negative");
   FATHOM_CHECK(0 <= m.slot_begin && m.slot_begin <= m.slot_end && m.slot_end <= m.slots, op, ": slot range [",
                m.slot_begin, ", ", m.slot_end, ") outside the depth buffers' S = ", m.slots, " slots");
@@ -102,10 +107,10 @@ void moda_attention_backward(ModaKernel kernel, const ModaBackwardParams& p, cud
       FATHOM_CHECK(p.d_depth_k == nullptr && p.d_depth_v == nullptr && p.d_depth_k_bf16 == nullptr &&
                        p.d_depth_v_bf16 == nullptr,
                    op, ": set either depth weights or depth-gradient buffers, not both");
-      FATHOM_CHECK(kernel == ModaKernel::group && moda_depth_weights_supported(p.shape.seq.Hq / p.shape.seq.Hk,
-                                                                               p.shape.seq.d),
-                   op, ": depth weights come from the group kernel with G <= 16 only (", moda_kernel_name(kernel),
-                   ", G = ", p.shape.seq.Hq / p.shape.seq.Hk, ")");
+      FATHOM_CHECK(
+          kernel == ModaKernel::group && moda_depth_weights_supported(p.shape.seq.Hq / p.shape.seq.Hk, p.shape.seq.d),
+          op, ": depth weights come from the group kernel with G <= 16 only (", moda_kernel_name(kernel),
+          ", G = ", p.shape.seq.Hq / p.shape.seq.Hk, ")");
       check_pointer(op, "depth_weights_p", p.depth_weights_p, 4);
       check_pointer(op, "depth_weights_ds", p.depth_weights_ds, 4);
     } else if (p.d_depth_k_bf16 != nullptr || p.d_depth_v_bf16 != nullptr) {

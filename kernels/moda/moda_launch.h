@@ -37,8 +37,8 @@ struct ModaParams {
   const bf16* v = nullptr;
   const bf16* depth_k = nullptr;  // [B, T, S, Hk, d]
   const bf16* depth_v = nullptr;
-  bf16* o = nullptr;      // [B, T, Hq, d]
-  float* lse = nullptr;   // [B, Hq, T], natural log of the joint denominator of the scaled scores
+  bf16* o = nullptr;          // [B, T, Hq, d]
+  float* lse = nullptr;       // [B, Hq, T], natural log of the joint denominator of the scaled scores
   void* workspace = nullptr;  // moda_forward_workspace_bytes(kernel, shape), 16-byte aligned
   size_t workspace_bytes = 0;
 };

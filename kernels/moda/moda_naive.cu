@@ -104,9 +104,9 @@ void gemm(cublasHandle_t h, bool a_t, bool b_t, int64_t M, int64_t N, int64_t K,
           cudaDataType_t ta, int64_t lda, const void* B, cudaDataType_t tb, int64_t ldb, float beta, void* C,
           cudaDataType_t tc, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  CUBLAS_CHECK(cublasGemmEx(h, b_t ? CUBLAS_OP_T : CUBLAS_OP_N, a_t ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M),
-                            int(K), &alpha, B, tb, int(ldb), A, ta, int(lda), &beta, C, tc, int(ldc),
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(h, b_t ? CUBLAS_OP_T : CUBLAS_OP_N, a_t ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M), int(K),
+                            &alpha, B, tb, int(ldb), A, ta, int(lda), &beta, C, tc, int(ldc), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
 }
 constexpr cudaDataType_t kBf16 = CUDA_R_16BF, kF32 = CUDA_R_32F;
 
@@ -125,8 +125,8 @@ __global__ void gather_slots_kernel(const bf16_t* depth, bf16_t* flat, int64_t T
 // Adds a flat [T * L, d] fp32 gradient into slots [begin, begin + L) of one (b, KV head), or with
 // `store` writes it over them.
 template <class Out>
-__global__ void scatter_add_slots_kernel(const float* flat, Out* depth, int64_t T, int64_t S, int64_t begin,
-                                         int64_t L, int64_t Hk, int64_t d, int64_t b, int64_t hk, bool store) {
+__global__ void scatter_add_slots_kernel(const float* flat, Out* depth, int64_t T, int64_t S, int64_t begin, int64_t L,
+                                         int64_t Hk, int64_t d, int64_t b, int64_t hk, bool store) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * L * d) return;
   const int64_t c = i / d, col = i % d, t = c / L, s = c % L;
@@ -166,9 +166,9 @@ __device__ float block_reduce(float v, float* scratch, Op op) {
 
 // One CTA per row of the chunk (token t0 + row of head h): masks and scales the scores, writes the
 // joint log-sum-exp and the bf16 probabilities.
-__global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const float* scores, bf16_t* probs, float* lse,
-                                                                int64_t ld, int64_t T, int64_t depth0, int64_t L,
-                                                                int64_t t0, float scale) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_rows_kernel(const float* scores, bf16_t* probs, float* lse, int64_t ld, int64_t T, int64_t depth0,
+                        int64_t L, int64_t t0, float scale) {
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x, t = t0 + row, cols = depth0 + T * L;
   const float* s = scores + row * ld;
@@ -188,12 +188,10 @@ __global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const float* sco
 
 // Backward of one chunk row: P from the scores and the forward lse, dS = P (dP - rowsum(dO * O)), both
 // as bf16 operands of the gradient GEMMs. o and dout point at the row's vectors.
-__global__ void __launch_bounds__(kThreads) softmax_grad_rows_kernel(const float* scores, const float* dprobs,
-                                                                     bf16_t* probs, bf16_t* dscores, const float* lse,
-                                                                     const bf16_t* o, const bf16_t* dout,
-                                                                     int64_t row_stride, int64_t ld, int64_t T,
-                                                                     int64_t depth0, int64_t L, int64_t d, int64_t t0,
-                                                                     float scale) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_grad_rows_kernel(const float* scores, const float* dprobs, bf16_t* probs, bf16_t* dscores, const float* lse,
+                             const bf16_t* o, const bf16_t* dout, int64_t row_stride, int64_t ld, int64_t T,
+                             int64_t depth0, int64_t L, int64_t d, int64_t t0, float scale) {
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x, t = t0 + row, cols = depth0 + T * L;
   float dot = 0.f;
@@ -231,8 +229,8 @@ void chunk_scores(cublasHandle_t h, const NaivePlan& n, const Chunk& c, const bf
   const bf16_t* kr = keys + (c.b * n.T * n.Hk + c.hk) * n.d;
   gemm(h, false, true, c.rows, n.T, n.d, 1.f, xr, kBf16, x_stride, kr, kBf16, kv_stride, 0.f, out, kF32, n.ld);
   if (n.L > 0)
-    gemm(h, false, true, c.rows, n.T * n.L, n.d, 1.f, xr, kBf16, x_stride, flat_keys, kBf16, n.d, 0.f,
-         out + n.depth0, kF32, n.ld);
+    gemm(h, false, true, c.rows, n.T * n.L, n.d, 1.f, xr, kBf16, x_stride, flat_keys, kBf16, n.d, 0.f, out + n.depth0,
+         kF32, n.ld);
 }
 
 // out[rows x d] (fp32) = alpha (P_seq values + P_depth flat_values) for bf16 row operands `p` of a chunk.
@@ -335,11 +333,12 @@ void naive_backward(const ModaBackwardParams& p, cudaStream_t stream) {
                                                                              c.rows, n.d);
         check_launch("the dQ store");
         // dK += scale dS^T Q, dV += P^T dO over the sequence columns; likewise the flat depth columns.
-        gemm(h, true, false, n.T, n.d, c.rows, scale, dscores, kBf16, n.ld, qr, kBf16, q_stride, 1.f, dk_acc, kF32, n.d);
+        gemm(h, true, false, n.T, n.d, c.rows, scale, dscores, kBf16, n.ld, qr, kBf16, q_stride, 1.f, dk_acc, kF32,
+             n.d);
         gemm(h, true, false, n.T, n.d, c.rows, 1.f, probs, kBf16, n.ld, dor, kBf16, q_stride, 1.f, dv_acc, kF32, n.d);
         if (n.L > 0) {
-          gemm(h, true, false, n.T * n.L, n.d, c.rows, scale, dscores + n.depth0, kBf16, n.ld, qr, kBf16, q_stride,
-               1.f, ddk, kF32, n.d);
+          gemm(h, true, false, n.T * n.L, n.d, c.rows, scale, dscores + n.depth0, kBf16, n.ld, qr, kBf16, q_stride, 1.f,
+               ddk, kF32, n.d);
           gemm(h, true, false, n.T * n.L, n.d, c.rows, 1.f, probs + n.depth0, kBf16, n.ld, dor, kBf16, q_stride, 1.f,
                ddv, kF32, n.d);
         }

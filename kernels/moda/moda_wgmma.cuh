@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   load_mtile_fragments<QTile, D>(q1, sQ, r0, lane);
   flash::SoftmaxState<D, 1> one;
   to_mtile_state(one, st);
-  attend_mtile_depth<Cfg>(one, q1, depth_source<Cfg>(a, tr), a, tr, r0, ring + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes),
-                          lane);
+  attend_mtile_depth<Cfg>(one, q1, depth_source<Cfg>(a, tr), a, tr, r0,
+                          ring + uint32_t(warp * WarpChunks<Cfg>::kWarpBytes), lane);
   from_mtile_state(st, one);
 
   float inv[2], lse[2];
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
   float dq[1][D / 8][4];
   auto& dq_flat = *reinterpret_cast<float(*)[D / 2]>(&dq);  // the same registers in the wgmma layout
-  if (a.dq_seq != nullptr) {  // the sequence columns' sums, from flash's dK/dV pass
+  if (a.dq_seq != nullptr) {                                // the sequence columns' sums, from flash's dK/dV pass
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = r0 + g + 8 * half;

@@ -10,8 +10,8 @@ namespace {
 void check_x_weight(const char* op, const Tensor& x, const Tensor& weight) {
   FATHOM_CHECK(x.defined() && weight.defined(), op, ": undefined input");
   FATHOM_CHECK(x.rank() >= 1, op, ": x must have at least one dimension, got ", describe(x));
-  FATHOM_CHECK(weight.rank() == 1 && weight.dim(0) == x.dim(-1), op, ": weight ", describe(weight),
-               " must be [", x.dim(-1), "] to match the last dimension of x ", describe(x));
+  FATHOM_CHECK(weight.rank() == 1 && weight.dim(0) == x.dim(-1), op, ": weight ", describe(weight), " must be [",
+               x.dim(-1), "] to match the last dimension of x ", describe(x));
   FATHOM_CHECK(x.dtype() == weight.dtype(), op, ": x ", describe(x), " and weight ", describe(weight),
                " differ in dtype");
 }
@@ -39,8 +39,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
                "rms_norm_backward: grad_y ", describe(grad_y), " does not match x ", describe(x));
   const DType stats = stats_dtype(x.dtype());
   FATHOM_CHECK(rstd.defined() && rstd.rank() == 1 && rstd.dim(0) == x.shape().rows() && rstd.dtype() == stats,
-               "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(stats), "[",
-               x.shape().rows(), "]");
+               "rms_norm_backward: rstd ", describe(rstd), " should be ", dtype_name(stats), "[", x.shape().rows(),
+               "]");
   return on_device("rms_norm_backward", common_device("rms_norm_backward", {&grad_y, &x, &weight, &rstd}),
                    FATHOM_KERNEL(rms_norm_backward), grad_y, x, weight, rstd, dw);
 }

@@ -1,9 +1,9 @@
 // CUDA RMSNorm over the last dimension, statistics in f32. The forward gives full-width rows of 33 to
 // 256 16-byte packs (hidden sizes 264-2048 in bf16) one warp each with the row held in registers.
 // Otherwise narrow rows (per-head norms, n <= 1024) get one warp each; wide rows, and full-width rows
-// when there are fewer of them than SMs (decoding), one block of 256 threads. The weight gradient is deterministic: each block sums its fixed range of rows per column in
-// shared memory (every column owned by one thread), writes one partial row, and a second kernel sums
-// the partials in order.
+// when there are fewer of them than SMs (decoding), one block of 256 threads. The weight gradient is deterministic:
+// each block sums its fixed range of rows per column in shared memory (every column owned by one thread), writes one
+// partial row, and a second kernel sums the partials in order.
 #include <initializer_list>
 
 #include "kernels/rms_norm/rms_norm.h"
@@ -16,17 +16,19 @@ namespace fathom::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxWarpRow = 1024;      // widest row a single warp handles
-constexpr int64_t kMaxWidth = 32768;       // shared-memory bound of the wide backward
-constexpr int kMaxBackwardBlocks = 1024;   // partial rows of the weight gradient: enough blocks to fill the device
-constexpr int kRowWarps = 4;               // warps per block of the register-row forward
-constexpr int kMaxRowPacks = 8;            // 16-byte packs per lane a register row holds
+constexpr int64_t kMaxWarpRow = 1024;     // widest row a single warp handles
+constexpr int64_t kMaxWidth = 32768;      // shared-memory bound of the wide backward
+constexpr int kMaxBackwardBlocks = 1024;  // partial rows of the weight gradient: enough blocks to fill the device
+constexpr int kRowWarps = 4;              // warps per block of the register-row forward
+constexpr int kMaxRowPacks = 8;           // 16-byte packs per lane a register row holds
 
 // Sum over the TPR threads of one row: a warp, or the whole block.
 template <int TPR>
 __device__ __forceinline__ float group_sum(float v, float* scratch) {
-  if constexpr (TPR == 32) return warp_sum(v);
-  else return block_sum(v, scratch);
+  if constexpr (TPR == 32)
+    return warp_sum(v);
+  else
+    return block_sum(v, scratch);
 }
 
 // Stores one pack of y = x rstd w (+ the residual's pack at the same place, where there is one).
@@ -47,8 +49,8 @@ __device__ __forceinline__ void store_normalized_pack(const Pack<T, N>& xv, cons
 }
 
 template <int TPR, int N, typename T>
-__global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out,
-                                        int64_t rows, int64_t n, float eps) {
+__global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
+                                        int64_t n, float eps) {
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
@@ -224,8 +226,8 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     dispatch_forward_layout<T>(
         n, few_rows, {xp, wp, yp, rp},
         [&]<int N, int PACKS>() {
-          rms_norm_forward_rows_kernel<N, PACKS, T>
-              <<<grid_for(rows, kRowWarps, 65535), kRowWarps * 32, 0, stream>>>(xp, wp, rp, yp, rstd_p, rows, n, float(eps));
+          rms_norm_forward_rows_kernel<N, PACKS, T><<<grid_for(rows, kRowWarps, 65535), kRowWarps * 32, 0, stream>>>(
+              xp, wp, rp, yp, rstd_p, rows, n, float(eps));
           CUDA_CHECK_LAUNCH();
         },
         [&]<int TPR, int N>() {
@@ -241,8 +243,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                DType dweight_dtype) {
   const int64_t n = x.dim(-1), rows = x.shape().rows();
-  FATHOM_CHECK(n <= kMaxWidth, "rms_norm_backward: the CUDA kernel handles rows up to ", kMaxWidth,
-               " wide, got ", n);
+  FATHOM_CHECK(n <= kMaxWidth, "rms_norm_backward: the CUDA kernel handles rows up to ", kMaxWidth, " wide, got ", n);
   RmsNormGrads grads{Tensor::empty(x.shape(), x.dtype(), x.device()),
                      Tensor::empty(weight.shape(), dweight_dtype, weight.device())};
   if (rows == 0 || n == 0) {
@@ -263,7 +264,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
       Tensor partial = Tensor::empty({int64_t(blocks) * n}, DType::f32, x.device());
       const size_t smem = size_t(groups * n) * sizeof(float);
       auto kernel = rms_norm_backward_kernel<TPR, N, T>;
-      if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kernel<<<blocks, kThreads, smem, stream>>>(dyp, xp, wp, static_cast<const float*>(rstd.raw()), dxp,
                                                  static_cast<float*>(partial.raw()), rows, n, rows_per_block);
       CUDA_CHECK_LAUNCH();

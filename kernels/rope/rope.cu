@@ -20,8 +20,8 @@ namespace fathom::cuda {
 namespace {
 
 template <typename I>
-__global__ void rope_table_kernel(const I* positions, int64_t n_pos, int64_t half, const double* inv_freq,
-                                  double sign, float2* table, DeviceErrorRecord* errors) {
+__global__ void rope_table_kernel(const I* positions, int64_t n_pos, int64_t half, const double* inv_freq, double sign,
+                                  float2* table, DeviceErrorRecord* errors) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n_pos * half; e += stride) {
     const int64_t p = e / half, i = e % half;
@@ -80,9 +80,14 @@ const Tensor& device_inverse_frequencies(int64_t d, double theta, const RopeScal
   using Key = std::tuple<int, int64_t, double, std::string, double, double, double, int64_t>;
   static std::mutex mutex;
   static auto* tables = new std::map<Key, Tensor>;
-  const Key key{device.index,          d,                      theta,
-                scaling.type,          scaling.factor,         scaling.low_freq_factor,
-                scaling.high_freq_factor, scaling.original_max_position};
+  const Key key{device.index,
+                d,
+                theta,
+                scaling.type,
+                scaling.factor,
+                scaling.low_freq_factor,
+                scaling.high_freq_factor,
+                scaling.original_max_position};
   std::lock_guard<std::mutex> lock(mutex);
   auto it = tables->find(key);
   if (it == tables->end()) {
@@ -121,11 +126,11 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double theta, const
     if (half % N == 0 && all_aligned(N * sizeof(T), xp, yp)) {
       const int64_t groups = head_groups_for(tokens, half / N, H);
       rope_apply_kernel<N, T><<<grid_for(tokens * groups * half / N, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H,
-                                                                                           groups, half, per_row);
+                                                                                             groups, half, per_row);
     } else {
       const int64_t groups = head_groups_for(tokens, half, H);
-      rope_apply_kernel<1, T><<<grid_for(tokens * groups * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H,
-                                                                                       groups, half, per_row);
+      rope_apply_kernel<1, T>
+          <<<grid_for(tokens * groups * half, 256), 256, 0, stream>>>(xp, yp, t, tokens, seq, H, groups, half, per_row);
     }
     CUDA_CHECK_LAUNCH();
   });

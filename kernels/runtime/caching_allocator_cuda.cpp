@@ -25,9 +25,12 @@ size_t rounded_size(size_t bytes) {
 std::string human_bytes(size_t bytes) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(2);
-  if (bytes >= (size_t(1) << 30)) out << double(bytes) / double(size_t(1) << 30) << " GiB";
-  else if (bytes >= (size_t(1) << 20)) out << double(bytes) / double(size_t(1) << 20) << " MiB";
-  else out << bytes << " bytes";
+  if (bytes >= (size_t(1) << 30))
+    out << double(bytes) / double(size_t(1) << 30) << " GiB";
+  else if (bytes >= (size_t(1) << 20))
+    out << double(bytes) / double(size_t(1) << 20) << " MiB";
+  else
+    out << bytes << " bytes";
   return out.str();
 }
 
@@ -151,10 +154,11 @@ void CachingAllocator::fail_out_of_memory(int device, size_t requested) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const MemoryStats& s = devices_[size_t(device)].stats;
-  FATHOM_FAIL("CUDA out of memory on cuda:", device, ": could not allocate ", human_bytes(requested), " (",
-              requested, " bytes requested); the device has ", human_bytes(free_bytes), " (", free_bytes,
-              " bytes) free of ", human_bytes(total_bytes), ", and fathom's tensors hold ", human_bytes(s.current),
-              " (peak ", human_bytes(s.peak), ") after its cache was returned. Use a smaller train.batch_size, "
+  FATHOM_FAIL("CUDA out of memory on cuda:", device, ": could not allocate ", human_bytes(requested), " (", requested,
+              " bytes requested); the device has ", human_bytes(free_bytes), " (", free_bytes, " bytes) free of ",
+              human_bytes(total_bytes), ", and fathom's tensors hold ", human_bytes(s.current), " (peak ",
+              human_bytes(s.peak),
+              ") after its cache was returned. Use a smaller train.batch_size, "
               "or recompute activations in the backward pass (train.recompute: block)");
 }
 

@@ -12,23 +12,55 @@
 namespace fathom::cuda {
 
 // The device element type of a fathom dtype.
-template <DType D> struct DeviceType;
-template <> struct DeviceType<DType::f32> { using type = float; };
-template <> struct DeviceType<DType::bf16> { using type = __nv_bfloat16; };
-template <> struct DeviceType<DType::f16> { using type = __half; };
-template <> struct DeviceType<DType::f64> { using type = double; };
-template <> struct DeviceType<DType::i32> { using type = int32_t; };
-template <> struct DeviceType<DType::i64> { using type = int64_t; };
-template <> struct DeviceType<DType::u8> { using type = uint8_t; };
+template <DType D>
+struct DeviceType;
+template <>
+struct DeviceType<DType::f32> {
+  using type = float;
+};
+template <>
+struct DeviceType<DType::bf16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct DeviceType<DType::f16> {
+  using type = __half;
+};
+template <>
+struct DeviceType<DType::f64> {
+  using type = double;
+};
+template <>
+struct DeviceType<DType::i32> {
+  using type = int32_t;
+};
+template <>
+struct DeviceType<DType::i64> {
+  using type = int64_t;
+};
+template <>
+struct DeviceType<DType::u8> {
+  using type = uint8_t;
+};
 
 // Every element type to float (the arithmetic type of the kernels) and back, rounding to nearest.
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // N consecutive elements moved as one access (N * sizeof(T) bytes, at most 16); callers check that
 // the address is aligned to the pack size.

@@ -12,9 +12,12 @@ namespace fathom::cuda {
 template <typename F>
 void dispatch_device_float(const char* op, DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    default: FATHOM_FAIL(op, ": the CUDA kernel takes F32 or BF16 tensors, got ", dtype_name(dtype));
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::bf16:
+      return f.template operator()<__nv_bfloat16>();
+    default:
+      FATHOM_FAIL(op, ": the CUDA kernel takes F32 or BF16 tensors, got ", dtype_name(dtype));
   }
 }
 

@@ -32,10 +32,10 @@ CachingAllocator& caching_allocator();
 // a fathom::Error naming the op, the value, its position and the valid range.
 enum DeviceErrorCode : int {
   kNoDeviceError = 0,
-  kEmbeddingIdOutOfRange = 1,       // value = id, index = position in ids, bound = vocabulary size
+  kEmbeddingIdOutOfRange = 1,         // value = id, index = position in ids, bound = vocabulary size
   kCrossEntropyTargetOutOfRange = 2,  // value = target, index = row, bound = vocabulary size
-  kRopeNegativePosition = 3,        // value = position, index = its index in positions
-  kRouteIndexOutOfRange = 4,        // value = index, index = its place in idx, bound = sequence length
+  kRopeNegativePosition = 3,          // value = position, index = its index in positions
+  kRouteIndexOutOfRange = 4,          // value = index, index = its place in idx, bound = sequence length
 };
 struct DeviceErrorRecord {
   int code;  // 0 none, -1 while being written, else a DeviceErrorCode
@@ -53,11 +53,11 @@ bool sync_after_launch();
 
 }  // namespace fathom::cuda
 
-#define CUDA_CHECK(expr)                                                                     \
-  do {                                                                                       \
-    const cudaError_t fathom_cuda_status_ = (expr);                                          \
-    if (fathom_cuda_status_ != cudaSuccess)                                                  \
-      ::fathom::cuda::detail::fail_cuda(fathom_cuda_status_, #expr, __FILE__, __LINE__);     \
+#define CUDA_CHECK(expr)                                                                 \
+  do {                                                                                   \
+    const cudaError_t fathom_cuda_status_ = (expr);                                      \
+    if (fathom_cuda_status_ != cudaSuccess)                                              \
+      ::fathom::cuda::detail::fail_cuda(fathom_cuda_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 #define CUBLAS_CHECK(expr)                                                                   \

@@ -32,8 +32,7 @@ Runtime& rt() {
 }
 
 void check_device_index(int device) {
-  FATHOM_CHECK(device >= 0 && device < rt().devices, "no CUDA device cuda:", device, " (", rt().devices,
-               " present)");
+  FATHOM_CHECK(device >= 0 && device < rt().devices, "no CUDA device cuda:", device, " (", rt().devices, " present)");
 }
 
 // Per thread and device: the stream made current by a StreamGuard, or null for the default stream.
@@ -237,10 +236,10 @@ bool sync_after_launch() {
 namespace detail {
 
 void fail_cuda(cudaError_t error, const char* expr, const char* file, int line) {
-  ::fathom::detail::fail(file, line,
-                         ::fathom::detail::concat("CUDA error ", cudaGetErrorName(error), " (", cudaGetErrorString(error),
-                                                  ") from ", expr,
-                                                  "; to find the kernel that faulted, rerun with FATHOM_CUDA_SYNC=1"));
+  ::fathom::detail::fail(
+      file, line,
+      ::fathom::detail::concat("CUDA error ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ") from ", expr,
+                               "; to find the kernel that faulted, rerun with FATHOM_CUDA_SYNC=1"));
 }
 
 void fail_cublas(cublasStatus_t status, const char* expr, const char* file, int line) {

@@ -7,28 +7,36 @@ namespace fathom::cuda {
 namespace {
 
 template <typename T>
-constexpr bool is_16_or_32_bit_float = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
-                                       std::is_same_v<T, __half>;
+constexpr bool is_16_or_32_bit_float =
+    std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
 template <typename T>
 __device__ __forceinline__ double to_double(T x) {
-  if constexpr (is_16_or_32_bit_float<T>) return double(to_float(x));
-  else return double(x);
+  if constexpr (is_16_or_32_bit_float<T>)
+    return double(to_float(x));
+  else
+    return double(x);
 }
 template <typename T>
 __device__ __forceinline__ T from_double(double x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __double2bfloat16(x);
-  else if constexpr (std::is_same_v<T, __half>) return __double2half(x);
-  else return T(x);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __double2bfloat16(x);
+  else if constexpr (std::is_same_v<T, __half>)
+    return __double2half(x);
+  else
+    return T(x);
 }
 
 // Floats among themselves through float (exact for the wider type, one rounding to the narrower);
 // integers among themselves directly; anything else through double.
 template <typename To, typename From>
 __device__ __forceinline__ To convert(From x) {
-  if constexpr (is_16_or_32_bit_float<From> && is_16_or_32_bit_float<To>) return from_float<To>(to_float(x));
-  else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) return To(x);
-  else return from_double<To>(to_double(x));
+  if constexpr (is_16_or_32_bit_float<From> && is_16_or_32_bit_float<To>)
+    return from_float<To>(to_float(x));
+  else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>)
+    return To(x);
+  else
+    return from_double<To>(to_double(x));
 }
 
 template <typename From, typename To>
@@ -61,13 +69,20 @@ struct FillOp {
 template <typename F>
 void dispatch_any(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    case DType::f16: return f.template operator()<__half>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::i64: return f.template operator()<int64_t>();
-    case DType::u8: return f.template operator()<uint8_t>();
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::bf16:
+      return f.template operator()<__nv_bfloat16>();
+    case DType::f16:
+      return f.template operator()<__half>();
+    case DType::f64:
+      return f.template operator()<double>();
+    case DType::i32:
+      return f.template operator()<int32_t>();
+    case DType::i64:
+      return f.template operator()<int64_t>();
+    case DType::u8:
+      return f.template operator()<uint8_t>();
   }
   FATHOM_FAIL("unknown dtype ", int(t));
 }
@@ -83,8 +98,9 @@ void cast(const Tensor& src, Tensor& dst) {
       const CastOp<From, To> op{static_cast<const From*>(src.raw()), static_cast<To*>(dst.raw())};
       // Packs of 4 for the common float conversions only; 8-byte types go one at a time.
       constexpr bool small = sizeof(From) <= 4 && sizeof(To) <= 4;
-      run_map<small ? 4 : 1>(src.numel(), small && all_aligned(4 * sizeof(From), src.raw()) &&
-                                              all_aligned(4 * sizeof(To), dst.raw()), op, stream);
+      run_map<small ? 4 : 1>(
+          src.numel(), small && all_aligned(4 * sizeof(From), src.raw()) && all_aligned(4 * sizeof(To), dst.raw()), op,
+          stream);
     });
   });
 }

@@ -67,8 +67,8 @@ std::optional<fs::path> read_latest(const fs::path& checkpoints) {
   const size_t end = text.find_last_not_of(" \t\r\n");
   const std::string name = end == std::string::npos ? "" : text.substr(0, end + 1);
   FATHOM_CHECK(parse_step_folder_name(name).has_value(), latest,
-               " is corrupt: expected a checkpoint folder name like step_00000100, found '",
-               printable_excerpt(name), "'");
+               " is corrupt: expected a checkpoint folder name like step_00000100, found '", printable_excerpt(name),
+               "'");
   const fs::path folder = checkpoints / name;
   FATHOM_CHECK(fs::is_directory(folder, error), latest, " names ", name, ", but the folder ", folder,
                " does not exist");
@@ -177,8 +177,7 @@ fs::path resolve_checkpoint(const fs::path& path) {
 CheckpointData load_checkpoint(const fs::path& path, CheckpointUse use) {
   const fs::path folder = resolve_checkpoint(path);
   std::error_code error;
-  const char* files[] = {kCheckpointModelFile, kCheckpointOptimizerFile, kCheckpointStateFile,
-                         kCheckpointRecipeFile};
+  const char* files[] = {kCheckpointModelFile, kCheckpointOptimizerFile, kCheckpointStateFile, kCheckpointRecipeFile};
   int missing = 0;
   for (const char* file : files) missing += !fs::exists(folder / file, error);
   FATHOM_CHECK(missing < 4, folder,

@@ -38,16 +38,17 @@ std::string checkpoint_folder_name(int64_t step);
 // points `latest` at it, then deletes the oldest step folders so that keep_last remain besides the
 // one just written, which is never deleted (keep_last 0 keeps all). Refuses a state_json that is
 // not a JSON object before writing anything. Returns the checkpoint folder.
-std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
-                                      const CheckpointData& data, int keep_last);
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const CheckpointData& data,
+                                      int keep_last);
 
 // What a checkpoint is read for: resuming needs every file; eval, export and model.init_from need
 // only the model (and the recipe), so a checkpoint without optimizer.safetensors serves them.
 enum class CheckpointUse { resume, model_only };
 
 // `path` is a checkpoint folder, a run folder (follows checkpoints/latest) or a run's checkpoints
-// folder. With CheckpointUse::model_only, `optimizer` stays empty. Every problem (missing folder or file, a dangling or garbage `latest`, a corrupt
-// safetensors file, state.json that is not a JSON object) is a fathom::Error naming the path.
+// folder. With CheckpointUse::model_only, `optimizer` stays empty. Every problem (missing folder or file, a dangling or
+// garbage `latest`, a corrupt safetensors file, state.json that is not a JSON object) is a fathom::Error naming the
+// path.
 CheckpointData load_checkpoint(const std::filesystem::path& path, CheckpointUse use = CheckpointUse::resume);
 
 // The checkpoint folder load_checkpoint(path) reads, with the same checks on `latest`.

@@ -76,8 +76,8 @@ void recover_interrupted_replacement(const fs::path& dir) {
 }  // namespace
 
 RunFolder::RunFolder(fs::path dir, const RunFolderRequest& request) : dir_(std::move(dir)), request_(request) {
-  FATHOM_CHECK(!(request.resume && request.overwrite),
-               "--resume continues the run in ", dir_, " and --overwrite starts it again; pass only one of them");
+  FATHOM_CHECK(!(request.resume && request.overwrite), "--resume continues the run in ", dir_,
+               " and --overwrite starts it again; pass only one of them");
   check_can_be_folder(dir_);
   recover_interrupted_replacement(dir_);
   const bool has_checkpoint = latest_checkpoint(dir_).has_value();

@@ -8,12 +8,18 @@ namespace fathom {
 std::string run_state_to_json(const RunState& s) {
   JsonWriter w;
   w.begin_object()
-      .key("step").value(s.step)
-      .key("tokens_seen").value(s.tokens_seen)
-      .key("seed").value(s.seed)
-      .key("loader").begin_object()
-      .key("epoch").value(s.loader.epoch)
-      .key("position").value(s.loader.position)
+      .key("step")
+      .value(s.step)
+      .key("tokens_seen")
+      .value(s.tokens_seen)
+      .key("seed")
+      .value(s.seed)
+      .key("loader")
+      .begin_object()
+      .key("epoch")
+      .value(s.loader.epoch)
+      .key("position")
+      .value(s.loader.position)
       .end_object()
       .end_object();
   return w.str() + "\n";

@@ -17,14 +17,15 @@ void print_summary(const PrepResult& result, const PrepOptions& options, std::os
   char line[256];
   for (const PrepSplit& split : result.splits) {
     bytes += split.text_bytes;
-    std::snprintf(line, sizeof line, "%-24s %9llu documents %13llu tokens %5zu shards  (%s)", split.folder.c_str(),
-                  (unsigned long long)split.documents, (unsigned long long)split.tokens, split.shards.size(),
-                  split.shards.size() == 1 ? split.shards.front().file.c_str() : (split.folder + "/shard_*.bin").c_str());
+    std::snprintf(
+        line, sizeof line, "%-24s %9llu documents %13llu tokens %5zu shards  (%s)", split.folder.c_str(),
+        (unsigned long long)split.documents, (unsigned long long)split.tokens, split.shards.size(),
+        split.shards.size() == 1 ? split.shards.front().file.c_str() : (split.folder + "/shard_*.bin").c_str());
     out << line << "\n";
   }
-  std::snprintf(line, sizeof line, "%.1f MB of text in %.2f s (%.1f MB/s) with tokenizer %s (vocab %u)", double(bytes) / 1e6,
-                result.seconds, double(bytes) / 1e6 / std::max(result.seconds, 1e-9), result.tokenizer.c_str(),
-                result.vocab_size);
+  std::snprintf(line, sizeof line, "%.1f MB of text in %.2f s (%.1f MB/s) with tokenizer %s (vocab %u)",
+                double(bytes) / 1e6, result.seconds, double(bytes) / 1e6 / std::max(result.seconds, 1e-9),
+                result.tokenizer.c_str(), result.vocab_size);
   out << line << "\nwrote " << options.out << "/" << kPrepManifestFile << "\n";
 }
 

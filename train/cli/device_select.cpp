@@ -30,8 +30,10 @@ bool cuda_usable() {
 Device resolve_device(const std::string& requested, const std::string& setting) {
   if (requested == "cpu") return Device::cpu();
   if (requested == "cuda") {
-    FATHOM_CHECK(cuda_usable(), setting, " asks for cuda, but no GPU is usable here (this build has no CUDA backend or no "
-                 "device was found); use ", setting, " cpu or auto");
+    FATHOM_CHECK(cuda_usable(), setting,
+                 " asks for cuda, but no GPU is usable here (this build has no CUDA backend or no "
+                 "device was found); use ",
+                 setting, " cpu or auto");
     return Device::cuda(0);
   }
   FATHOM_CHECK(requested == "auto", setting, " must be auto, cpu or cuda; got '", requested, "'");

@@ -15,8 +15,9 @@ void add_distill_command(CLI::App& app) {
     int64_t max_steps = 0;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("distill", "Convert a teacher's attention layers to DSLA one by one, "
-                                                "training each against the teacher (recipe section distill)");
+  CLI::App* cmd = app.add_subcommand("distill",
+                                     "Convert a teacher's attention layers to DSLA one by one, "
+                                     "training each against the teacher (recipe section distill)");
   cmd->add_option("recipe", args->recipe, "Recipe file with a distill section")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe value (repeatable)");
   cmd->add_flag("--resume", args->resume, "Continue the chain at the layer and step where it stopped");
@@ -27,8 +28,9 @@ void add_distill_command(CLI::App& app) {
     const Recipe recipe = load_recipe(args->recipe, args->overrides);
     FATHOM_CHECK(!recipe.distill.teacher.empty(), args->recipe,
                  ": fathom distill needs a distill section with distill.teacher (checkpoint:DIR or hf:DIR)");
-    run_distillation(recipe, DistillOptions{.resume = args->resume, .quiet = false, .max_steps = args->max_steps,
-                                            .recipe_file = args->recipe});
+    run_distillation(
+        recipe, DistillOptions{
+                    .resume = args->resume, .quiet = false, .max_steps = args->max_steps, .recipe_file = args->recipe});
   });
 }
 

@@ -9,9 +9,9 @@
 #include "data/tokenizer.h"
 #include "train/cli/commands.h"
 #include "train/cli/device_select.h"
+#include "train/cli/model_text_input.h"
 #include "train/generate/generator.h"
 #include "train/generate/inference_model.h"
-#include "train/cli/model_text_input.h"
 
 namespace fathom {
 
@@ -20,7 +20,10 @@ namespace {
 std::string gib_or_mib(size_t bytes) {
   const int shift = bytes >= (size_t(1) << 30) ? 30 : bytes >= (size_t(1) << 20) ? 20 : 10;
   char text[32];
-  std::snprintf(text, sizeof text, shift == 30 ? "%.2f GiB" : shift == 20 ? "%.1f MiB" : "%.1f KiB",
+  std::snprintf(text, sizeof text,
+                shift == 30   ? "%.2f GiB"
+                : shift == 20 ? "%.1f MiB"
+                              : "%.1f KiB",
                 double(bytes) / double(size_t(1) << shift));
   return text;
 }
@@ -68,7 +71,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
   cmd->add_flag("--ignore-eos", args->options.ignore_eos, "Go on past the end-of-text token (fixed-length runs)");
-  cmd->add_option("--device", args->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  cmd->add_option("--device", args->device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "GPU compute precision: bf16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}))
@@ -97,17 +101,18 @@ void add_generate_command(CLI::App& app) {
               << " bytes per position and sequence)\n";
     if (memory.state_layers > 0)
       std::cerr << "  " << memory.state_layers << " " << join_names(memory.state_kinds, "/")
-                << (memory.state_layers == 1 ? " layer keeps " : " layers keep ")
-                << gib_or_mib(memory.state_bytes) << " of constant state per sequence instead of a KV cache of "
+                << (memory.state_layers == 1 ? " layer keeps " : " layers keep ") << gib_or_mib(memory.state_bytes)
+                << " of constant state per sequence instead of a KV cache of "
                 << gib_or_mib(memory.kv_bytes_saved_per_position * 1000) << " per 1,000 tokens\n";
     std::cout << text << std::flush;
-    const GenerationResult result =
-        generate(model, *tokenizer, prompt_ids, args->options, dtype, device,
-                 [](const std::string& piece) { std::cout << piece << std::flush; });
+    const GenerationResult result = generate(model, *tokenizer, prompt_ids, args->options, dtype, device,
+                                             [](const std::string& piece) { std::cout << piece << std::flush; });
     std::cout << std::endl;
-    for (size_t b = 1; b < result.texts.size(); ++b) std::cout << "--- sample " << b << "\n" << text << result.texts[b] << std::endl;
+    for (size_t b = 1; b < result.texts.size(); ++b)
+      std::cout << "--- sample " << b << "\n" << text << result.texts[b] << std::endl;
     const double decode_tokens = double(result.decode_steps * args->options.batch);
-    std::fprintf(stderr, "prefill %lld tokens in %.1f ms (%.0f tok/s); decode %lld steps x %lld in %.1f ms (%.0f tok/s)\n",
+    std::fprintf(stderr,
+                 "prefill %lld tokens in %.1f ms (%.0f tok/s); decode %lld steps x %lld in %.1f ms (%.0f tok/s)\n",
                  (long long)result.prompt_tokens * (long long)args->options.batch, 1e3 * result.prefill_seconds,
                  double(result.prompt_tokens * args->options.batch) / std::max(result.prefill_seconds, 1e-9),
                  (long long)result.decode_steps, (long long)args->options.batch, 1e3 * result.decode_seconds,

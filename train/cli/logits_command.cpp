@@ -10,8 +10,8 @@
 #include "data/tokenizer.h"
 #include "train/cli/commands.h"
 #include "train/cli/device_select.h"
-#include "train/generate/inference_model.h"
 #include "train/cli/model_text_input.h"
+#include "train/generate/inference_model.h"
 
 namespace fathom {
 
@@ -24,7 +24,8 @@ void add_logits_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logits", "Write a model's logits on a text (fp32) to a safetensors file");
   args->input.add_options(cmd, "text");
   cmd->add_option("--out", args->out, "The safetensors file to write (ids and logits)")->required();
-  cmd->add_option("--device", args->device, "cpu, cuda or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  cmd->add_option("--device", args->device, "cpu, cuda or auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--routing", args->routing,
                   "MoD: each sequence's top-k as in training and `fathom eval` (topk), or each token by the causal "

@@ -11,8 +11,7 @@
 #include "train/cli/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"fathom: a C++/CUDA training framework for depth-adaptive decoders (OLMo2, MoDA, MoD, DSLA)",
-               "fathom"};
+  CLI::App app{"fathom: a C++/CUDA training framework for depth-adaptive decoders (OLMo2, MoDA, MoD, DSLA)", "fathom"};
   app.require_subcommand(1);
   fathom::add_train_command(app);
   fathom::add_distill_command(app);
@@ -40,8 +39,9 @@ int main(int argc, char** argv) {
     // Library code reports its own file failures as fathom::Error; this is the net under the rest.
     std::string message = e.code().message() + ": \"" + e.path1().string() + "\"";
     if (!e.path2().empty()) message += " and \"" + e.path2().string() + "\"";
-    report(message + "; check that the path exists, is the kind of entry expected and is writable, and that the "
-                     "disk has space");
+    report(message +
+           "; check that the path exists, is the kind of entry expected and is writable, and that the "
+           "disk has space");
     return 1;
   } catch (const std::bad_alloc&) {
     report("out of memory; use a smaller train.batch_size, train.seq_len or model");

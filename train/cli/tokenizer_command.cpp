@@ -29,7 +29,8 @@ void add_train(CLI::App& parent) {
     std::vector<std::string> files;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = parent.add_subcommand("train", "Train a byte-level BPE tokenizer on text files; writes a tokenizer.json");
+  CLI::App* cmd =
+      parent.add_subcommand("train", "Train a byte-level BPE tokenizer on text files; writes a tokenizer.json");
   cmd->add_option("--vocab", args->vocab, "Vocabulary size, counting the 256 bytes and <|endoftext|>")->required();
   cmd->add_option("--out", args->out, "The tokenizer.json to write")->required();
   cmd->add_option("files", args->files, "Text files to learn from")->required();
@@ -42,7 +43,8 @@ void add_train(CLI::App& parent) {
     if (r.vocab_size < args->vocab)
       std::cout << "note: the text ran out of pairs to merge: vocab is " << r.vocab_size << ", not " << args->vocab
                 << "\n";
-    std::cout << "wrote " << args->out << ": vocab " << r.vocab_size << ", <|endoftext|> = " << r.vocab_size - 1 << "\n";
+    std::cout << "wrote " << args->out << ": vocab " << r.vocab_size << ", <|endoftext|> = " << r.vocab_size - 1
+              << "\n";
   });
 }
 

@@ -19,7 +19,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("recipe", args->recipe, "Recipe file (see recipes/)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.steps=100 (repeatable)");
   cmd->add_flag("--resume", args->options.resume, "Continue from the run folder's latest checkpoint");
-  cmd->add_flag("--overwrite", args->options.overwrite, "Start the run again, replacing its folder once the new run has a checkpoint");
+  cmd->add_flag("--overwrite", args->options.overwrite,
+                "Start the run again, replacing its folder once the new run has a checkpoint");
   cmd->callback([args] {
     // From the start: a signal while the recipe is read stops the run after its first step.
     const StopSignalScope stop_signals;

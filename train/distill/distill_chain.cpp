@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "distributed/world.h"
+#include "layers/dsla.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/run_state.h"
 #include "train/cli/device_select.h"
 #include "train/distill/distill_config.h"
 #include "train/distill/distill_init.h"
@@ -20,9 +22,7 @@
 #include "train/recipe/resume_check.h"
 #include "train/run/run.h"
 #include "train/run/run_loop.h"
-#include "train/checkpoint/run_state.h"
 #include "train/run/stop_signal.h"
-#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -106,7 +106,10 @@ void release_finished_intermediate(std::vector<DistilledModel>& models, bool wri
 class Chain {
  public:
   Chain(const Recipe& recipe, const DistillOptions& options)
-      : recipe_(recipe), options_(options), plan_(distill_plan(recipe)), folder_(recipe.log.dir),
+      : recipe_(recipe),
+        options_(options),
+        plan_(distill_plan(recipe)),
+        folder_(recipe.log.dir),
         S_(recipe.distill.steps_per_layer) {}
 
   DistillResult run() {
@@ -217,9 +220,9 @@ class Chain {
     result_.steps_done += outcome.steps_taken;
     if (outcome.end != LoopEnd::finished) {
       // The step budget may have run out at the end of the previous layer: this one saved nothing.
-      stop(outcome.steps_taken == 0 ? "distill stopped before layer " + std::to_string(k)
-                                    : "distill stopped at layer " + std::to_string(k) + " step " +
-                                          std::to_string(run.state().step));
+      stop(outcome.steps_taken == 0
+               ? "distill stopped before layer " + std::to_string(k)
+               : "distill stopped at layer " + std::to_string(k) + " step " + std::to_string(run.state().step));
       return false;
     }
     // Its training's cost, before the measuring adds to either.
@@ -296,18 +299,18 @@ class Chain {
   void measure_layer(TrainingRun& run, DistilledModel& model, double train_seconds) {
     const double peak = device_.is_cuda() ? double(allocator_for(device_).stats(device_).peak) : 0.0;
     if (writes())
-      model.measures = measure_decoding(run.model(), run.parameters().has_compute_copy() ? DType::bf16 : DType::f32,
-                                        device_);
+      model.measures =
+          measure_decoding(run.model(), run.parameters().has_compute_copy() ? DType::bf16 : DType::f32, device_);
     model.measures.validation = run.evaluate();
     model.measures.train_seconds = train_seconds;
     model.measures.peak_memory_bytes = peak;
     model.measures.planned_memory_bytes = device_.is_cuda() ? double(run.memory_plan().total()) : 0.0;
     char cost[160];
-    std::snprintf(cost, sizeof cost, "layer %lld of %lld trained in %.1f s", (long long)model.k,
-                  (long long)plan_.count, train_seconds);
-    log(std::string(cost) + (device_.is_cuda() ? ", peak memory " + gib(size_t(peak)) + " (plan " +
-                                                     gib(run.memory_plan().total()) + ")"
-                                               : std::string()));
+    std::snprintf(cost, sizeof cost, "layer %lld of %lld trained in %.1f s", (long long)model.k, (long long)plan_.count,
+                  train_seconds);
+    log(std::string(cost) +
+        (device_.is_cuda() ? ", peak memory " + gib(size_t(peak)) + " (plan " + gib(run.memory_plan().total()) + ")"
+                           : std::string()));
     if (writes()) write_measures(model_folder(folder_, model.k) / kMeasuresFile, model.measures, recipe_.eval.batches);
     ++result_.models_measured;
   }

@@ -42,8 +42,8 @@ struct DistillResult {
   std::vector<int64_t> order;          // the K layers converted, first first
   std::vector<DistilledModel> models;  // M_1..M_k of the layers finished
   ModelMeasures teacher;
-  bool stopped = false;                // stopped before the chain's end (resume continues it)
-  int64_t steps_done = 0;              // training steps of this invocation
+  bool stopped = false;    // stopped before the chain's end (resume continues it)
+  int64_t steps_done = 0;  // training steps of this invocation
   // What this invocation measured; a resumed chain reads the earlier results back (measures.json).
   int64_t models_measured = 0;
   bool teacher_measured = false;

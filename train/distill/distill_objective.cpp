@@ -36,7 +36,7 @@ ExtraLosses distill_teacher_losses(const Teacher& teacher, const Recipe::Distill
   const double temperature = distill.temperature;
   const bool align_kl = distill.align == "kl";
   return [&teacher, logit_kl, align, align_kl, temperature, layer](const Decoder& student, const Tensor& inputs,
-                                                                  ModelOutput& output) {
+                                                                   ModelOutput& output) {
     const TeacherTargets target = teacher.targets(inputs, logit_kl, align ? layer : -1);
     if (logit_kl) {
       const int64_t d = student.config().d_model;
@@ -46,8 +46,8 @@ ExtraLosses distill_teacher_losses(const Teacher& teacher, const Recipe::Distill
       output.aux_losses.push_back({"logit_kl", softmax_kl_to_target(logits, target.logits, temperature)});
     }
     if (align) {
-      FATHOM_CHECK(layer < int64_t(output.layer_outputs.size()), "layer_align: the forward reported no output of layer ",
-                   layer);
+      FATHOM_CHECK(layer < int64_t(output.layer_outputs.size()),
+                   "layer_align: the forward reported no output of layer ", layer);
       const Variable& h = output.layer_outputs[size_t(layer)];
       output.aux_losses.push_back({"layer_align", align_kl ? softmax_kl_to_target(h, target.layer_output, 1.0)
                                                            : mse_to_target(h, target.layer_output)});

@@ -6,11 +6,11 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/loader.h"
+#include "layers/attention.h"
+#include "layers/dsla.h"
 #include "layers/parameter_arena.h"
 #include "train/distill/distill_init.h"
 #include "train/measure/evaluator.h"
-#include "layers/attention.h"
-#include "layers/dsla.h"
 
 namespace fathom {
 
@@ -18,9 +18,12 @@ namespace {
 
 const char* order_name(DistillOrder order) {
   switch (order) {
-    case DistillOrder::entropy: return "entropy";
-    case DistillOrder::sensitivity: return "sensitivity";
-    case DistillOrder::list: return "list";
+    case DistillOrder::entropy:
+      return "entropy";
+    case DistillOrder::sensitivity:
+      return "sensitivity";
+    case DistillOrder::list:
+      return "list";
   }
   return "?";
 }
@@ -67,9 +70,9 @@ double loss_with_layer_converted(const Recipe& recipe, const Teacher& teacher, c
   arena.load(weights, "distill.teacher");
   double total = 0;
   for (const auto& [domain, source] : data.validation)
-    total += evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches,
-                      teacher.device())
-                 .loss;
+    total +=
+        evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, teacher.device())
+            .loss;
   return total / double(data.validation.size());
 }
 
@@ -81,8 +84,7 @@ std::string format_score(double v) {
 
 }  // namespace
 
-DistillRanking rank_layers(const Recipe& recipe, const DistillPlan& plan, const Teacher& teacher,
-                           const RunData& data) {
+DistillRanking rank_layers(const Recipe& recipe, const DistillPlan& plan, const Teacher& teacher, const RunData& data) {
   const ModelConfig& config = teacher.decoder().config();
   DistillRanking ranking;
   ranking.order = plan.order;
@@ -113,7 +115,7 @@ DistillRanking rank_layers(const Recipe& recipe, const DistillPlan& plan, const 
 void write_ranking(const DistillRanking& ranking, const std::filesystem::path& folder) {
   const bool scored = ranking.order != DistillOrder::list;
   const std::string score = ranking.order == DistillOrder::entropy ? "mean attention entropy (nats)"
-                                                                    : "validation loss, this layer converted";
+                                                                   : "validation loss, this layer converted";
   std::string md = "# Layer order: " + std::string(order_name(ranking.order)) + "\n\n| rank | layer |" +
                    (scored ? " " + score + " |" : "") + "\n|---|---|" + (scored ? "---|" : "") + "\n";
   std::string json = "{\"order\": \"" + std::string(order_name(ranking.order)) + "\", \"layers\": [";
@@ -122,8 +124,8 @@ void write_ranking(const DistillRanking& ranking, const std::filesystem::path& f
     md += "| " + std::to_string(r + 1) + " | " + std::to_string(rank.layer) + " |" +
           (scored ? " " + format_score(rank.score) + " |" : "") + "\n";
     json += std::string(r ? ", " : "") + "{\"rank\": " + std::to_string(r + 1) +
-            ", \"layer\": " + std::to_string(rank.layer) +
-            (scored ? ", \"score\": " + format_score(rank.score) : "") + "}";
+            ", \"layer\": " + std::to_string(rank.layer) + (scored ? ", \"score\": " + format_score(rank.score) : "") +
+            "}";
   }
   json += "]}\n";
   write_file_atomically(folder / "order.md", md);

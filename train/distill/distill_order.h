@@ -24,8 +24,7 @@ struct DistillRanking {
   std::vector<LayerRank> ranked;  // the attention layers, first converted first
 };
 
-DistillRanking rank_layers(const Recipe& recipe, const DistillPlan& plan, const Teacher& teacher,
-                           const RunData& data);
+DistillRanking rank_layers(const Recipe& recipe, const DistillPlan& plan, const Teacher& teacher, const RunData& data);
 
 // order.md and order.json in `folder`.
 void write_ranking(const DistillRanking& ranking, const std::filesystem::path& folder);

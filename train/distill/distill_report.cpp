@@ -65,14 +65,26 @@ void write_measures(const std::filesystem::path& file, const ModelMeasures& meas
   JsonWriter w;
   w.begin_object().key("eval_batches").value(eval_batches).key("validation").begin_object();
   for (const auto& [domain, e] : measures.validation)
-    w.key(domain).begin_object().key("loss").value(e.loss).key("perplexity").value(e.perplexity).key("tokens")
-        .value(e.tokens).end_object();
+    w.key(domain)
+        .begin_object()
+        .key("loss")
+        .value(e.loss)
+        .key("perplexity")
+        .value(e.perplexity)
+        .key("tokens")
+        .value(e.tokens)
+        .end_object();
   w.end_object()
-      .key("kv_bytes_per_1k_tokens").value(measures.kv_bytes_per_1k_tokens)
-      .key("decode_tokens_per_second").value(measures.decode_tokens_per_second)
-      .key("train_seconds").value(measures.train_seconds)
-      .key("peak_memory_bytes").value(measures.peak_memory_bytes)
-      .key("planned_memory_bytes").value(measures.planned_memory_bytes)
+      .key("kv_bytes_per_1k_tokens")
+      .value(measures.kv_bytes_per_1k_tokens)
+      .key("decode_tokens_per_second")
+      .value(measures.decode_tokens_per_second)
+      .key("train_seconds")
+      .value(measures.train_seconds)
+      .key("peak_memory_bytes")
+      .value(measures.peak_memory_bytes)
+      .key("planned_memory_bytes")
+      .value(measures.planned_memory_bytes)
       .end_object();
   write_file_atomically(file, w.str() + "\n");
 }
@@ -136,8 +148,11 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
   for (size_t i = 0; i < models.size(); ++i) {
     const DistilledModel& m = models[i];
     const double saved = teacher.kv_bytes_per_1k_tokens - m.measures.kv_bytes_per_1k_tokens;
-    md += "| M_" + std::to_string(m.k) + (m.named ? "" : m.checkpoint.empty() ? " (intermediate, not kept)" : " (intermediate)") + " | " + std::to_string(m.k) + " | " +
-          layer_list(m.layers) + " | " + fixed(m.fraction, 3) + " |";
+    md += "| M_" + std::to_string(m.k) +
+          (m.named                ? ""
+           : m.checkpoint.empty() ? " (intermediate, not kept)"
+                                  : " (intermediate)") +
+          " | " + std::to_string(m.k) + " | " + layer_list(m.layers) + " | " + fixed(m.fraction, 3) + " |";
     json += std::string(i ? ", " : "") + "{\"k\": " + std::to_string(m.k) + ", \"layers\": [" + layer_list(m.layers) +
             "], \"fraction\": " + fixed(m.fraction, 6) + ", \"named\": " + (m.named ? "true" : "false") +
             ", \"checkpoint\": \"" + m.checkpoint.string() + "\", \"validation\": {";

@@ -29,9 +29,9 @@ struct ModelMeasures {
 
 struct DistilledModel {
   int64_t k = 0;
-  std::vector<int64_t> layers;  // converted, in the order they were
-  double fraction = 0;          // k / n_layers
-  bool named = false;           // a fraction distill.layers gave (or any k when it gave a count)
+  std::vector<int64_t> layers;       // converted, in the order they were
+  double fraction = 0;               // k / n_layers
+  bool named = false;                // a fraction distill.layers gave (or any k when it gave a count)
   std::filesystem::path checkpoint;  // its run folder; empty once an intermediate model's checkpoints are released
   ModelMeasures measures;
 };

@@ -3,8 +3,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/error.h"
-#include "train/run/model_source.h"
 #include "layers/attention.h"
+#include "train/run/model_source.h"
 
 namespace fathom {
 

@@ -15,7 +15,8 @@ Tensor last_logits(const Decoder& model, const Variable& hidden) {
   if (T == 1) return linear(reshape(hidden, {B, d}), model.head_weight()).value();
   std::vector<int32_t> rows(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = int32_t(b * T + T - 1);
-  const Variable last = embedding(Tensor::from_vector(rows, {B}).to(hidden.value().device()), reshape(hidden, {B * T, d}));
+  const Variable last =
+      embedding(Tensor::from_vector(rows, {B}).to(hidden.value().device()), reshape(hidden, {B * T, d}));
   return linear(last, model.head_weight()).value();
 }
 
@@ -30,10 +31,13 @@ struct DecodeStep::Graphed {};
 DecodeStep::DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bool graphs)
     : model_(model), state_(state), greedy_(greedy) {
   const Device device = state.device_length.defined() ? state.device_length.device() : Device::cpu();
-  if (!graphs) eager_reason_ = "CUDA graphs were turned off";
-  else if (!device.is_cuda()) eager_reason_ = "CUDA graphs are for GPU decoding";
+  if (!graphs)
+    eager_reason_ = "CUDA graphs were turned off";
+  else if (!device.is_cuda())
+    eager_reason_ = "CUDA graphs are for GPU decoding";
 #ifndef FATHOM_WITH_CUDA
-  else eager_reason_ = "this build has no CUDA backend";
+  else
+    eager_reason_ = "this build has no CUDA backend";
 #endif
   if (device.is_cuda()) input_ = Tensor::empty({state.batch, 1}, DType::i32, device);
 }
@@ -61,7 +65,8 @@ void DecodeStep::try_capture() {
   const int64_t before = state_.length;
   const int device = input_.device().index;
   std::string reason;
-  cuda::Graph graph = cuda::Graph::capture(device, [&] { output_ = compute(input_); }, &reason);
+  cuda::Graph graph = cuda::Graph::capture(
+      device, [&] { output_ = compute(input_); }, &reason);
   if (!graph.captured()) {
     // Nothing captured ran: the host's counts go back, the device's never moved.
     state_.set_length(before);

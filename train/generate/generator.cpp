@@ -33,8 +33,8 @@ std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sa
   }
   const std::vector<float> host = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();
   for (int64_t b = 0; b < B; ++b)
-    out[size_t(b)] = sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling,
-                                  uint64_t(step * B + b));
+    out[size_t(b)] =
+        sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling, uint64_t(step * B + b));
   return out;
 }
 

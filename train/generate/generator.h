@@ -18,17 +18,18 @@ struct GenerationOptions {
   int64_t max_new_tokens = 128;
   int64_t batch = 1;
   SamplingOptions sampling;
-  std::string stop{};  // stop text ("" for none): a sequence ends where its continuation first holds it
+  std::string stop{};       // stop text ("" for none): a sequence ends where its continuation first holds it
   bool ignore_eos = false;  // keep going past the end-of-text token (benchmarks: a fixed length)
-  bool cuda_graphs = true;  // GPU: replay the decoding steps as a CUDA graph where they can be (train/generate/decode_step.h)
+  bool cuda_graphs =
+      true;  // GPU: replay the decoding steps as a CUDA graph where they can be (train/generate/decode_step.h)
 };
 
 struct GenerationResult {
-  std::vector<std::string> texts;                // per sequence: the continuation (cut at the stop text)
-  std::vector<std::vector<uint32_t>> tokens;     // per sequence: the generated ids
+  std::vector<std::string> texts;             // per sequence: the continuation (cut at the stop text)
+  std::vector<std::vector<uint32_t>> tokens;  // per sequence: the generated ids
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
-  int64_t decode_steps = 0;                      // steps after the prefill
+  int64_t decode_steps = 0;  // steps after the prefill
   size_t cache_bytes = 0, cache_bytes_per_position = 0;
   bool cuda_graph = false;   // the decoding steps replayed a CUDA graph
   std::string eager_reason;  // else why not (train/generate/decode_step.h)
@@ -41,7 +42,7 @@ struct DecodeMemory {
   size_t state_bytes = 0;  // constant: whatever the length
   int64_t state_layers = 0;
   std::vector<std::string> state_kinds = {};  // the kinds of those layers
-  size_t kv_bytes_saved_per_position = 0;    // by those layers, against attention in their place
+  size_t kv_bytes_saved_per_position = 0;     // by those layers, against attention in their place
 };
 // Measured from a one-position decoding state of `model` on the host, activations in `dtype`.
 DecodeMemory decode_memory(const Decoder& model, DType dtype);

@@ -36,13 +36,16 @@ int64_t sample_token(std::span<const float> logits, const SamplingOptions& optio
       if (u <= (acc += p[i])) return int64_t(i);
     return int64_t(p.size() - 1);
   }
-  auto before = [&](int64_t a, int64_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+  auto before = [&](int64_t a, int64_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
   std::partial_sort(order.begin(), order.begin() + ptrdiff_t(keep), order.end(), before);
   order.resize(keep);
   const double top = logits[size_t(order.front())];
   std::vector<double> p(order.size());
   double total = 0;
-  for (size_t i = 0; i < order.size(); ++i) total += p[i] = std::exp((logits[size_t(order[i])] - top) / options.temperature);
+  for (size_t i = 0; i < order.size(); ++i)
+    total += p[i] = std::exp((logits[size_t(order[i])] - top) / options.temperature);
   // Nucleus: the shortest prefix whose mass reaches top_p.
   size_t n = 0;
   double mass = 0;

@@ -37,7 +37,8 @@ std::vector<LayerMetricMeasures> reported_metrics(const Decoder& model) {
 void sum_over_ranks(std::vector<LayerMetricMeasures>& metrics, Communicator& comm) {
   std::vector<double> values;
   for (const LayerMetricMeasures& m : metrics)
-    for (const std::string& name : m.metric.measures) values.push_back(m.measures.contains(name) ? m.measures.at(name) : 0.0);
+    for (const std::string& name : m.metric.measures)
+      values.push_back(m.measures.contains(name) ? m.measures.at(name) : 0.0);
   if (values.empty()) return;
   comm.all_reduce_sum(values.data(), int64_t(values.size()));
   size_t i = 0;
@@ -77,8 +78,8 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
         if (measured.contains(name)) m.measures[name] += measured.at(name);
     }
     const Variable logits = linear(output.hidden, model.head_weight());
-    const LossParts loss = cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
-                                         batch->targets.to(device).view({rows}), 0.0);
+    const LossParts loss =
+        cross_entropy(reshape(logits, {rows, model.config().vocab_size}), batch->targets.to(device).view({rows}), 0.0);
     loss_sums[b] = loss.ce * double(loss.counted);
     token_counts[b] = double(loss.counted);
   }
@@ -101,7 +102,8 @@ std::vector<std::pair<std::string, double>> layer_metrics(const EvalResult& resu
   std::vector<std::pair<std::string, double>> fields;
   for (const LayerMetricMeasures& m : result.layer_metrics) {
     const std::string prefix = m.kind + ".L" + std::to_string(m.layer) + ".";
-    for (const auto& [name, value] : m.metric.metrics(m.measures)) fields.emplace_back(prefix + name + "/" + domain, value);
+    for (const auto& [name, value] : m.metric.metrics(m.measures))
+      fields.emplace_back(prefix + name + "/" + domain, value);
   }
   return fields;
 }
@@ -132,8 +134,8 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   const RunData data = open_run_data(recipe, DataUse::validation_only);
   out << "checkpoint " << dir.string() << "\n";
   for (const auto& [domain, source] : data.validation) {
-    const EvalResult e = evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches,
-                                  device, routing);
+    const EvalResult e =
+        evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device, routing);
     char line[256];
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
                   (long long)e.tokens);

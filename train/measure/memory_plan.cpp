@@ -43,8 +43,8 @@ void plan_teacher_memory(const TeacherMemoryInput& t, int64_t batch_size, int64_
 }  // namespace
 
 size_t MemoryPlan::total() const {
-  return master_weights + compute_weights + gradients + optimizer_state + reduction + activations + logits +
-         workspace + teacher_weights + teacher_forward;
+  return master_weights + compute_weights + gradients + optimizer_state + reduction + activations + logits + workspace +
+         teacher_weights + teacher_forward;
 }
 
 std::string gib(size_t bytes) {
@@ -101,8 +101,9 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   // ZeRO-1: the fp32 staging of the padded arena and the shard's sums; with bf16 on the wire, also the
   // bf16 copies of both and the shard's conversion back to fp32 (DataParallel::reduce_gradients).
   if (in.world > 1)
-    p.reduction = in.zero == 1 ? 4 * (shard * world + shard) + (in.bf16_wire ? 2 * (shard * world + shard) + 4 * shard : 0)
-                               : (in.bf16_wire ? 2 * trainable : 0);
+    p.reduction = in.zero == 1
+                      ? 4 * (shard * world + shard) + (in.bf16_wire ? 2 * (shard * world + shard) + 4 * shard : 0)
+                      : (in.bf16_wire ? 2 * trainable : 0);
 
   // What each block keeps for its backward, as the block and its mixer report it.
   auto block_bytes = [&](const LayerCost& cost, bool selective) {
@@ -128,7 +129,8 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     // cache's shape instead (autograd/depth_stream.h).
     const size_t cache_elements = tokens * size_t(model.depth_slots() * c.n_kv_heads * c.head_dim());
     depth += 2 * cache_elements * act;
-    if (!depth_reader_leaves_weights(c.n_heads / c.n_kv_heads, c.options.get<MoDAConfig>().depth_key == DepthKey::reader))
+    if (!depth_reader_leaves_weights(c.n_heads / c.n_kv_heads,
+                                     c.options.get<MoDAConfig>().depth_key == DepthKey::reader))
       depth += 2 * cache_elements * 4;
   }
   p.activations = kept + working + head + depth;
@@ -166,8 +168,8 @@ void check_memory_plan_fits(const MemoryPlan& plan, size_t free_bytes, const Mem
     hints += "; the teacher's logits and the student's (" + gib(plan.teacher_forward) +
              " with the teacher's forward) scale with train.batch_size too";
   FATHOM_FAIL("training needs about ", gib(plan.total()), " on ", device, " but only ", gib(free_bytes),
-              plan.teacher_resident ? " (with the loaded teacher's weights)" : "", " are free (", plan.total(), " > ", free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ",
-              hints, ".");
+              plan.teacher_resident ? " (with the loaded teacher's weights)" : "", " are free (", plan.total(), " > ",
+              free_bytes, " bytes). Estimate:\n", plan.describe(), "To fit: ", hints, ".");
 }
 
 }  // namespace fathom

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -47,12 +47,16 @@ MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resume_step
   write_file_atomically(path_, kept);
 }
 
-void MetricsLog::write(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& fields) {
+void MetricsLog::write(const std::string& kind, int64_t step,
+                       const std::vector<std::pair<std::string, double>>& fields) {
   JsonWriter w;
   w.begin_object().key("kind").value(kind).key("step").value(step);
   for (const auto& [name, value] : fields) {
     w.key(name);
-    if (std::isfinite(value)) w.value(value); else w.null();
+    if (std::isfinite(value))
+      w.value(value);
+    else
+      w.null();
   }
   w.end_object();
   std::ofstream out(path_, std::ios::app);
@@ -101,9 +105,9 @@ std::string with_thousands(double value) {
 
 std::string format_progress(const Progress& p) {
   char buf[320];
-  int n = std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s",
-                        (long long)p.step, (long long)p.total_steps, p.loss, p.lr, p.grad_norm,
-                        with_thousands(p.tokens_per_second).c_str());
+  int n =
+      std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %s tok/s", (long long)p.step,
+                    (long long)p.total_steps, p.loss, p.lr, p.grad_norm, with_thousands(p.tokens_per_second).c_str());
   if (p.mfu >= 0) n += std::snprintf(buf + n, sizeof buf - size_t(n), " | MFU %.1f%%", 100.0 * p.mfu);
   if (p.memory_gib >= 0)
     n += std::snprintf(buf + n, sizeof buf - size_t(n), " | mem %.1f/%.1f GiB", p.memory_gib, p.peak_memory_gib);

@@ -25,8 +25,8 @@ class MetricsLog {
 struct Progress {
   int64_t step = 0, total_steps = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, eta_seconds = 0;
-  double mfu = -1;                 // shown when >= 0
-  double memory_gib = -1;          // device memory held by tensors, shown when >= 0
+  double mfu = -1;         // shown when >= 0
+  double memory_gib = -1;  // device memory held by tensors, shown when >= 0
   double peak_memory_gib = -1;
 };
 std::string format_progress(const Progress& p);

@@ -22,7 +22,7 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 double dense_bf16_peak_flops(const std::string& device_name) {
   // Vendor datasheet figures for dense (not 2:4 sparse) bf16.
   static const std::pair<const char*, double> kPeaks[] = {
-      {"NVIDIA H200", 989e12},       {"NVIDIA H100 80GB HBM3", 989e12}, {"NVIDIA H100 PCIe", 756e12},
+      {"NVIDIA H200", 989e12},           {"NVIDIA H100 80GB HBM3", 989e12}, {"NVIDIA H100 PCIe", 756e12},
       {"NVIDIA A100-SXM4-80GB", 312e12}, {"NVIDIA A100-SXM4-40GB", 312e12}, {"NVIDIA A100 80GB PCIe", 312e12},
   };
   for (const auto& [name, peak] : kPeaks)

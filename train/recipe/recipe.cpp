@@ -20,9 +20,9 @@
 #include "core/suggest.h"
 #include "core/yaml_documents.h"
 #include "train/distill/distill_config.h"
+#include "train/recipe/recipe_schema.h"
 #include "train/run/model_source.h"
 #include "train/run/objective.h"
-#include "train/recipe/recipe_schema.h"
 
 namespace fathom {
 
@@ -136,7 +136,7 @@ class RecipeReader {
   std::string source_;
   bool follow_init_from_;
   ModelOrigin origin_;
-  std::map<std::string, GivenValue> given_;            // key path -> value
+  std::map<std::string, GivenValue> given_;                   // key path -> value
   std::map<std::string, std::string, std::less<>> sections_;  // section path -> where it was written
 };
 
@@ -325,7 +325,8 @@ struct ValueReader {
         check_range(*value);
         return option->set(recipe.model, *value);
       }
-      case KindOption::Type::choice: return option->set(recipe.model, double(choice(scalar(), key.path, given.where)));
+      case KindOption::Type::choice:
+        return option->set(recipe.model, double(choice(scalar(), key.path, given.where)));
     }
   }
   void operator()(StringList& (*field)(Recipe&)) const {
@@ -345,8 +346,9 @@ struct ValueReader {
       const std::string place = reader.where_inside(given, entry.first);
       choice(name, key.path, place);
       const std::optional<double> value = entry.second.IsScalar() ? parse_number(entry.second.Scalar()) : std::nullopt;
-      if (!value) fail_at(reader.where_inside(given, entry.second), path + " must be a number, got " +
-                                                                        describe_node(entry.second));
+      if (!value)
+        fail_at(reader.where_inside(given, entry.second),
+                path + " must be a number, got " + describe_node(entry.second));
       if (!key.range.contains(*value)) {
         fail_at(reader.where_inside(given, entry.second),
                 path + " must be " + key.range.describe() + ", got " + entry.second.Scalar());
@@ -387,8 +389,8 @@ StringList RecipeReader::read_paths(const GivenValue& given, const YAML::Node& n
   StringList paths;
   for (const YAML::Node& element : node) {
     if (!element.IsScalar() || element.Scalar().empty()) {
-      fail_at(where_inside(given, element), path + "[" + std::to_string(paths.size()) + "] must be a " + item +
-                                                ", got " + describe_node(element));
+      fail_at(where_inside(given, element),
+              path + "[" + std::to_string(paths.size()) + "] must be a " + item + ", got " + describe_node(element));
     }
     paths.push_back(element.Scalar());
   }
@@ -498,8 +500,8 @@ void RecipeReader::check_agrees_with_source(const Recipe& recipe, const InitMode
 
 Recipe RecipeReader::resolve() const {
   Recipe recipe;
-  const bool distills = std::any_of(given_.begin(), given_.end(),
-                                    [](const auto& entry) { return entry.first.starts_with("distill."); });
+  const bool distills =
+      std::any_of(given_.begin(), given_.end(), [](const auto& entry) { return entry.first.starts_with("distill."); });
   // Before the model keys: a distillation recipe's model is its teacher's.
   if (distills && !find("distill.teacher"))
     fail_at(where_section("distill"), "distill.teacher: missing: give the teacher as checkpoint:DIR or hf:DIR");
@@ -539,8 +541,9 @@ Recipe RecipeReader::resolve() const {
 
   check_steps_or_tokens(recipe);
   const bool plain_name = recipe.name != "." && recipe.name != ".." &&
-                          recipe.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                        "0123456789._-+") == std::string::npos;
+                          recipe.name.find_first_not_of(
+                              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                              "0123456789._-+") == std::string::npos;
   if (!plain_name) {
     fail_at(find("name")->where, "name '" + recipe.name + "' may hold only letters, digits, '.', '_', '-' and '+'" +
                                      " (it names the run folder)");

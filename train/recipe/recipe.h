@@ -26,8 +26,8 @@ namespace fathom {
 
 struct Recipe {
   struct Data {
-    std::string tokenizer = "bytes";  // "bytes" or a tokenizer file
-    std::vector<std::string> train;   // required, non-empty
+    std::string tokenizer = "bytes";                             // "bytes" or a tokenizer file
+    std::vector<std::string> train;                              // required, non-empty
     std::map<std::string, std::vector<std::string>> validation;  // domain -> files (sorted by domain); may be empty
     std::string documents = "lines";  // "lines" | "files": how a text file splits into documents
     std::string verify = "auto";      // "auto" | "always" | "never": shard SHA-256 checks (data/manifest_verify.h)
@@ -51,11 +51,11 @@ struct Recipe {
   struct Train {
     std::string device = "auto";  // "auto" | "cpu" | "cuda"
     uint64_t seed = 1234;
-    int64_t batch_size = 0;  // sequences per micro-batch; required
-    int64_t grad_accum = 1;  // micro-batches per optimizer step
-    int64_t seq_len = 0;     // required, > 1
-    int64_t steps = 0;       // optimizer steps; always resolved (given, or derived from tokens)
-    int64_t tokens = 0;      // the token budget when the recipe gave `tokens` instead of `steps`; else 0
+    int64_t batch_size = 0;          // sequences per micro-batch; required
+    int64_t grad_accum = 1;          // micro-batches per optimizer step
+    int64_t seq_len = 0;             // required, > 1
+    int64_t steps = 0;               // optimizer steps; always resolved (given, or derived from tokens)
+    int64_t tokens = 0;              // the token budget when the recipe gave `tokens` instead of `steps`; else 0
     std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
     int64_t threads = 0;             // CPU threads; 0 = all cores, else 1..kMaxThreads
     // The objective's terms and weights (train/run/objective.h); a given map replaces this one whole.
@@ -81,7 +81,7 @@ struct Recipe {
     bool operator==(const Eval&) const = default;
   };
   struct Checkpoint {
-    int64_t every = 0;  // steps between checkpoints; 0 = only at the end
+    int64_t every = 0;      // steps between checkpoints; 0 = only at the end
     int64_t keep_last = 3;  // step folders kept; 0 keeps all
     bool operator==(const Checkpoint&) const = default;
   };
@@ -89,14 +89,14 @@ struct Recipe {
   // The recipe's model is the teacher's (distill.teacher stands for model.init_from); train.steps or
   // train.tokens, or steps_per_layer, is the length of each converted layer's training.
   struct Distill {
-    std::string teacher;                         // "checkpoint:DIR" | "hf:DIR"
-    std::vector<std::string> order{"entropy"};   // entropy | sensitivity | layer indices, first converted first
-    std::vector<std::string> layers;             // a count ("2") or fractions of the layers ("0.25", "0.5")
-    int64_t steps_per_layer = 0;                 // resolved: train.steps when not given
+    std::string teacher;                        // "checkpoint:DIR" | "hf:DIR"
+    std::vector<std::string> order{"entropy"};  // entropy | sensitivity | layer indices, first converted first
+    std::vector<std::string> layers;            // a count ("2") or fractions of the layers ("0.25", "0.5")
+    int64_t steps_per_layer = 0;                // resolved: train.steps when not given
     std::map<std::string, double> loss{{"layer_align", 1.0}};  // ce, logit_kl, layer_align, gate_cos
-    double temperature = 1.0;                    // logit_kl's softmax temperature
-    std::string align = "mse";                   // layer_align: mse | kl (over the hidden dimension)
-    int64_t calibration_batches = 1;             // order entropy: batches of training data it averages
+    double temperature = 1.0;                                  // logit_kl's softmax temperature
+    std::string align = "mse";                                 // layer_align: mse | kl (over the hidden dimension)
+    int64_t calibration_batches = 1;                           // order entropy: batches of training data it averages
     bool operator==(const Distill&) const = default;
   };
   struct Log {
@@ -105,8 +105,8 @@ struct Recipe {
     bool operator==(const Log&) const = default;
   };
 
-  std::string name = "run";  // letters, digits, '.', '_', '-', '+'
-  std::string model_size;    // the `model.size` the model started from ("" if none)
+  std::string name = "run";     // letters, digits, '.', '_', '-', '+'
+  std::string model_size;       // the `model.size` the model started from ("" if none)
   std::string model_init_from;  // `model.init_from`: "hf:DIR" or "checkpoint:DIR" ("" for a random init)
   ModelConfig model;
   Data data;

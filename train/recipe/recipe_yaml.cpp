@@ -16,7 +16,8 @@ void write_string(YAML::Emitter& out, const std::string& text) {
   bool as_bool = false;
   looks_typed = looks_typed || YAML::convert<bool>::decode(YAML::Node(text), as_bool);
   // Anything that might be a number (1e-3, +5, .inf, 0x1f, 1_000) starts with one of these.
-  looks_typed = looks_typed || (!text.empty() && std::string_view("0123456789+-.").find(text[0]) != std::string_view::npos);
+  looks_typed =
+      looks_typed || (!text.empty() && std::string_view("0123456789+-.").find(text[0]) != std::string_view::npos);
   if (looks_typed) out << YAML::DoubleQuoted;
   out << text;
 }
@@ -51,9 +52,15 @@ struct ValueWriter {
   void operator()(const KindOption* option) const {
     const double value = option->get(recipe.model);
     switch (option->type) {
-      case KindOption::Type::integer: out << std::to_string(int64_t(value)); return;
-      case KindOption::Type::number: out << format_number(value); return;
-      case KindOption::Type::choice: write_string(out, key.choices[size_t(value)]); return;
+      case KindOption::Type::integer:
+        out << std::to_string(int64_t(value));
+        return;
+      case KindOption::Type::number:
+        out << format_number(value);
+        return;
+      case KindOption::Type::choice:
+        write_string(out, key.choices[size_t(value)]);
+        return;
     }
   }
   void write_paths(const StringList& paths) const {

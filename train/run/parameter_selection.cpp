@@ -23,7 +23,8 @@ void check_each_matches(const char* key, const std::vector<std::string>& globs, 
 
 }  // namespace
 
-std::set<std::string> frozen_parameters(const std::vector<std::string>& names, const std::vector<std::string>& trainable,
+std::set<std::string> frozen_parameters(const std::vector<std::string>& names,
+                                        const std::vector<std::string>& trainable,
                                         const std::vector<std::string>& frozen) {
   check_each_matches("train.trainable", trainable, names);
   check_each_matches("train.frozen", frozen, names);

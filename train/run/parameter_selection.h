@@ -11,7 +11,8 @@ namespace fathom {
 // The names in `names` that the run freezes: with trainable globs, every name none of them matches;
 // then every name a frozen glob matches. A glob that matches no name is an error naming it (and an
 // example name), and so is a selection that leaves nothing to train.
-std::set<std::string> frozen_parameters(const std::vector<std::string>& names, const std::vector<std::string>& trainable,
+std::set<std::string> frozen_parameters(const std::vector<std::string>& names,
+                                        const std::vector<std::string>& trainable,
                                         const std::vector<std::string>& frozen);
 
 }  // namespace fathom

@@ -93,9 +93,16 @@ void TrainingRun::plan_memory() {
   for (const auto& [name, shape] : shapes)
     if (frozen_.count(name)) frozen_elements += shape.numel();
   // One rank's plan: ZeRO-1 shards the moments, and the reduction keeps buffers of its own.
-  const MemoryPlanInput plan_input{r.model, r.train.batch_size, r.train.seq_len, mixed_,
-                                   parse_recompute(r.train.recompute), frozen_elements, comm_->world(),
-                                   r.train.zero, r.train.grad_reduce == "bf16", options_.teacher_memory};
+  const MemoryPlanInput plan_input{r.model,
+                                   r.train.batch_size,
+                                   r.train.seq_len,
+                                   mixed_,
+                                   parse_recompute(r.train.recompute),
+                                   frozen_elements,
+                                   comm_->world(),
+                                   r.train.zero,
+                                   r.train.grad_reduce == "bf16",
+                                   options_.teacher_memory};
   memory_plan_ = plan_training_memory(plan_input);
 #ifdef FATHOM_WITH_CUDA
   // Before anything is written or allocated: a run that cannot fit fails now, not mid-step.
@@ -110,8 +117,8 @@ void TrainingRun::check_run_folder() {
   // Checks only: the folder is made (or an old run replaced) once everything below is valid. Rank 0
   // alone owns it; the others read a resumed run's checkpoint from it (a shared file system).
   if (writes())
-    folder_ = std::make_unique<RunFolder>(run_dir_, RunFolderRequest{options_.resume, options_.overwrite,
-                                                                     run_sources(r, options_)});
+    folder_ = std::make_unique<RunFolder>(
+        run_dir_, RunFolderRequest{options_.resume, options_.overwrite, run_sources(r, options_)});
   else if (options_.resume)
     FATHOM_CHECK(latest_checkpoint(run_dir_), "--resume: rank ", comm_->rank(), " finds no checkpoint in ",
                  run_dir_.string(), "; every machine must see the run folder (a shared file system)");
@@ -148,9 +155,10 @@ void TrainingRun::build_optimizer() {
   const Recipe& r = recipe_;
   // Every rank initialises (or loads) the same weights from the same seed and files.
   data_parallel_ = std::make_unique<DataParallel>(
-      *comm_, *arena_, DataParallelConfig{.wire = r.train.grad_reduce == "bf16" ? DType::bf16 : DType::f32,
-                                          .zero = int(r.train.zero),
-                                          .bucket_elements = r.train.grad_bucket_kib * 1024 / int64_t(sizeof(float))});
+      *comm_, *arena_,
+      DataParallelConfig{.wire = r.train.grad_reduce == "bf16" ? DType::bf16 : DType::f32,
+                         .zero = int(r.train.zero),
+                         .bucket_elements = r.train.grad_bucket_kib * 1024 / int64_t(sizeof(float))});
   optimizer_ = std::make_unique<AdamW>(*arena_,
                                        AdamWConfig{r.train.optimizer.beta1, r.train.optimizer.beta2,
                                                    r.train.optimizer.eps, r.train.optimizer.weight_decay},
@@ -169,16 +177,20 @@ void TrainingRun::restore_checkpoint() {
 }
 
 StepResult TrainingRun::step() {
-  StepSettings settings{.step = state_.step + 1, .lr = lr(), .clip = recipe_.train.optimizer.clip,
-                        .objective = objective_, .grad_accum = recipe_.train.grad_accum,
-                        .forward = options_.forward, .extra_losses = options_.extra_losses,
+  StepSettings settings{.step = state_.step + 1,
+                        .lr = lr(),
+                        .clip = recipe_.train.optimizer.clip,
+                        .objective = objective_,
+                        .grad_accum = recipe_.train.grad_accum,
+                        .forward = options_.forward,
+                        .extra_losses = options_.extra_losses,
                         .data_parallel = data_parallel_.get()};
   settings.failure_note = [this] {
     const auto last = latest_checkpoint(folder());
     return "Last checkpoint: " + (last ? last->string() : std::string("none"));
   };
-  const StepResult result =
-      train_step(*model_, *arena_, *optimizer_, [this] { return loader_->next_batch(); }, device_, settings);
+  const StepResult result = train_step(
+      *model_, *arena_, *optimizer_, [this] { return loader_->next_batch(); }, device_, settings);
   ++state_.step;
   state_.tokens_seen += tokens_per_step_;
   return result;
@@ -194,10 +206,10 @@ fs::path TrainingRun::save() {
   }
   fs::path dir;
   try {
-    dir = save_checkpoint(folder(), state_.step,
-                          CheckpointData{arena_->named_values(), std::move(optimizer_state), run_state_to_json(state_),
-                                         recipe_yaml_},
-                          int(recipe_.checkpoint.keep_last));
+    dir = save_checkpoint(
+        folder(), state_.step,
+        CheckpointData{arena_->named_values(), std::move(optimizer_state), run_state_to_json(state_), recipe_yaml_},
+        int(recipe_.checkpoint.keep_last));
   } catch (const Error& e) {
     const auto previous = latest_checkpoint(folder());
     FATHOM_FAIL("saving the checkpoint of step ", state_.step, " failed: ", e.message(), "; ",
@@ -263,12 +275,12 @@ void TrainingRun::log(const std::string& line) const {
 
 std::string TrainingRun::describe() const {
   const Recipe& r = recipe_;
-  std::string text = "fathom train '" + r.name + "': " + std::to_string(arena_->parameter_count()) + " parameters" +
-                     (frozen_.empty() ? ""
-                                      : " (" + std::to_string(arena_->trainable_parameter_count()) + " trainable)") +
-                     " on " + device_.str() + " (" + std::to_string(threads_) + " threads), " +
-                     std::to_string(r.train.steps) + " steps of " + std::to_string(tokens_per_step_) + " tokens" +
-                     (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
+  std::string text =
+      "fathom train '" + r.name + "': " + std::to_string(arena_->parameter_count()) + " parameters" +
+      (frozen_.empty() ? "" : " (" + std::to_string(arena_->trainable_parameter_count()) + " trainable)") + " on " +
+      device_.str() + " (" + std::to_string(threads_) + " threads), " + std::to_string(r.train.steps) + " steps of " +
+      std::to_string(tokens_per_step_) + " tokens" +
+      (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
   std::string precision = mixed_ ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
   if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
   if (!mixed_ && device_.is_cuda() && r.model.options.get<MoDAConfig>().enabled())
@@ -279,8 +291,7 @@ std::string TrainingRun::describe() const {
     text += "\ndata parallel over " + std::to_string(comm_->world()) + " ranks (" + comm_->backend_name() +
             "): global batch " + std::to_string(r.train.batch_size * r.train.grad_accum * comm_->world()) +
             " sequences, gradients reduced in " + r.train.grad_reduce + ", ZeRO stage " + std::to_string(r.train.zero) +
-            ": optimizer moments " + std::to_string(data_parallel_->optimizer_bytes_per_rank() >> 10) +
-            " KiB per rank";
+            ": optimizer moments " + std::to_string(data_parallel_->optimizer_bytes_per_rank() >> 10) + " KiB per rank";
     if (r.train.zero == 0)
       text += "; " + std::to_string(data_parallel_->bucket_count()) + " buckets of " +
               std::to_string(r.train.grad_bucket_kib) + " KiB, each as soon as backward has finished it";

@@ -24,15 +24,15 @@
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "train/checkpoint/run_dir.h"
+#include "train/checkpoint/run_state.h"
 #include "train/measure/evaluator.h"
 #include "train/measure/memory_plan.h"
 #include "train/measure/metrics_log.h"
-#include "train/run/objective.h"
 #include "train/recipe/recipe.h"
-#include "train/run/run_data.h"
-#include "train/checkpoint/run_dir.h"
 #include "train/recipe/run_options.h"
-#include "train/checkpoint/run_state.h"
+#include "train/run/objective.h"
+#include "train/run/run_data.h"
 #include "train/run/train_step.h"
 
 namespace fathom {
@@ -80,11 +80,11 @@ class TrainingRun {
 
  private:
   // Opening, in order (each step reads what the ones before it set).
-  void join_world();        // device, communicator, threads, tokens per step (and steps of a token budget)
-  void plan_memory();       // precision, frozen set and the memory plan, checked against the device
-  void check_run_folder();  // the run folder may be taken; a resumed run matches its checkpoint
-  void build_model();       // model and parameters, initialised or given their starting weights
-  void build_optimizer();   // data parallel, AdamW and the schedule
+  void join_world();          // device, communicator, threads, tokens per step (and steps of a token budget)
+  void plan_memory();         // precision, frozen set and the memory plan, checked against the device
+  void check_run_folder();    // the run folder may be taken; a resumed run matches its checkpoint
+  void build_model();         // model and parameters, initialised or given their starting weights
+  void build_optimizer();     // data parallel, AdamW and the schedule
   void restore_checkpoint();  // --resume: weights, moments, state and the loader's position
 
   Recipe recipe_;

@@ -27,9 +27,9 @@ RunData open_run_data(const Recipe& r, DataUse use) {
   if (use == DataUse::training) d.train = open_tokens(r.data.train, *d.tokenizer, split, r.model.vocab_size, verify);
   for (const auto& [domain, paths] : r.data.validation) {
     auto source = open_tokens(paths, *d.tokenizer, split, r.model.vocab_size, verify);
-    FATHOM_CHECK(source->size() >= size_t(r.train.seq_len) + 1, "validation domain '", domain, "' (",
-                 join_paths(paths), ") has ", source->size(), " tokens, too few for one sequence of train.seq_len ",
-                 r.train.seq_len, " (needs ", r.train.seq_len + 1, "); give it more text or drop the domain");
+    FATHOM_CHECK(source->size() >= size_t(r.train.seq_len) + 1, "validation domain '", domain, "' (", join_paths(paths),
+                 ") has ", source->size(), " tokens, too few for one sequence of train.seq_len ", r.train.seq_len,
+                 " (needs ", r.train.seq_len + 1, "); give it more text or drop the domain");
     d.validation.emplace_back(domain, std::move(source));
   }
   return d;

@@ -53,9 +53,7 @@ std::optional<LoopEnd> RunLoop::stop_after(bool last) {
   return std::nullopt;
 }
 
-bool RunLoop::logging_due(const LoopStep& step) const {
-  return step.step % run_.recipe().log.every == 0 || step.last;
-}
+bool RunLoop::logging_due(const LoopStep& step) const { return step.step % run_.recipe().log.every == 0 || step.last; }
 
 bool RunLoop::checkpoint_due(const LoopStep& step) const {
   const int64_t every = run_.recipe().checkpoint.every;

@@ -68,9 +68,9 @@ StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimi
     const MicroBatchLoss loss = accumulate_gradients(model, next_micro_batch(), device, settings.objective, seed,
                                                      forward, settings.extra_losses);
     overlap.reset();
-    FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ",
-                 settings.step, " (cross-entropy ", loss.ce, ", z-loss ", loss.z,
-                 "); lower train.optimizer.lr or check the data.", Note(settings));
+    FATHOM_CHECK(std::isfinite(loss.ce) && std::isfinite(loss.z), "training loss is not finite at step ", settings.step,
+                 " (cross-entropy ", loss.ce, ", z-loss ", loss.z, "); lower train.optimizer.lr or check the data.",
+                 Note(settings));
     result.loss += loss.ce;
     result.z_loss += loss.z;
     for (const auto& [name, term] : loss.terms) result.terms[name] += term / accum;

@@ -27,13 +27,13 @@ struct MicroBatchLoss {
 // that have them. batch.inputs and batch.targets are [B, T] token ids (targets -100 where a position
 // has none). `forward` reaches the decoder's forward (e.g. the random router's draw).
 MicroBatchLoss accumulate_gradients(const Decoder& model, const TokenBatch& batch, Device device,
-                                    const Objective& objective, double grad_scale,
-                                    const ForwardOptions& forward = {}, const ExtraLosses& extra = nullptr);
+                                    const Objective& objective, double grad_scale, const ForwardOptions& forward = {},
+                                    const ExtraLosses& extra = nullptr);
 
 struct StepSettings {
-  int64_t step = 0;          // the number of this step (1-based), for error messages
-  double lr = 0;             // learning rate of this step
-  double clip = 0;           // max global gradient norm; 0 disables clipping
+  int64_t step = 0;  // the number of this step (1-based), for error messages
+  double lr = 0;     // learning rate of this step
+  double clip = 0;   // max global gradient norm; 0 disables clipping
   Objective objective = Objective::language_model(0.0);
   int64_t grad_accum = 1;    // micro-batches per step
   ForwardOptions forward{};  // what the forward also reports (the extra losses read it)
@@ -56,7 +56,6 @@ struct StepResult {
 // and the AdamW update. A non-finite loss or gradient norm throws fathom::Error naming the step before
 // the parameters are updated.
 StepResult train_step(const Decoder& model, ParameterArena& arena, AdamW& optimizer,
-                      const std::function<TokenBatch()>& next_micro_batch, Device device,
-                      const StepSettings& settings);
+                      const std::function<TokenBatch()>& next_micro_batch, Device device, const StepSettings& settings);
 
 }  // namespace fathom

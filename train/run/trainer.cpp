@@ -43,9 +43,12 @@ class ProgressReport {
     const int64_t interval_tokens = (state.step - interval_first_step_) * run_.tokens_per_step();
     p.tokens_per_second = double(interval_tokens) / std::max(seconds_since(interval_start_), 1e-9);
     p.eta_seconds = seconds_since(run_start_) / double(state.step - first_step_) * double(total_steps - state.step);
-    std::vector<std::pair<std::string, double>> fields{
-        {"loss", p.loss}, {"z_loss", step.z_loss}, {"lr", lr}, {"grad_norm", step.grad_norm},
-        {"tokens_per_second", p.tokens_per_second}, {"tokens_seen", double(state.tokens_seen)}};
+    std::vector<std::pair<std::string, double>> fields{{"loss", p.loss},
+                                                       {"z_loss", step.z_loss},
+                                                       {"lr", lr},
+                                                       {"grad_norm", step.grad_norm},
+                                                       {"tokens_per_second", p.tokens_per_second},
+                                                       {"tokens_seen", double(state.tokens_seen)}};
     // Layer terms of the objective (ce and z_loss are logged above).
     for (const auto& [name, term] : step.terms)
       if (name != "ce" && name != "z_loss") fields.emplace_back("loss/" + name, term);
@@ -93,9 +96,10 @@ TrainResult run_training(const Recipe& recipe, const RunOptions& options) {
   RunLoop loop(run, {.report = [&progress](const LoopStep& step) { progress.write(step.result, step.lr); },
                      .evaluation_due = [&run](int64_t step) { return run.evaluation_due(step); },
                      .evaluate = [&] { keep_losses(run.evaluate()); },
-                     .on_stop = [&run](LoopEnd, int64_t step) {
-                       run.log("stop requested: saving a checkpoint at step " + std::to_string(step));
-                     }});
+                     .on_stop =
+                         [&run](LoopEnd, int64_t step) {
+                           run.log("stop requested: saving a checkpoint at step " + std::to_string(step));
+                         }});
   const LoopOutcome outcome = loop.run();
   result.last_loss = outcome.last.loss;
   result.stopped_by_signal = outcome.end == LoopEnd::stop_requested;

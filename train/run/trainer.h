@@ -18,7 +18,7 @@ struct TrainResult {
   double last_loss = 0;    // training loss of the last step (mean over its micro-batches)
   bool stopped_by_signal = false;
   std::map<std::string, double> validation_loss;  // per domain, from the last evaluation (rank 0's)
-  bool reports = true;  // this process speaks for the run (rank 0 of a data-parallel job)
+  bool reports = true;                            // this process speaks for the run (rank 0 of a data-parallel job)
 };
 
 TrainResult run_training(const Recipe& recipe, const RunOptions& options);
