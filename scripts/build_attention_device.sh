@@ -35,7 +35,7 @@ cpu_objs+=("$obj/tensor_ops.o")
 # CUDA attention_forward runs the fp32 kernels for F32 inputs.
 "${nvcc[@]}" -c kernels/attention/attention_fp32.cu -o "$obj/attention_fp32.o"
 attention_objs=("$obj/attention.o" "$obj/attention_fp32.o")
-"${cxx[@]}" -c tests/gpu/test_gpu_attention.cpp -o "$obj/test_gpu_attention.o"
+"${cxx[@]}" -c tests/kernels/test_gpu_attention.cpp -o "$obj/test_gpu_attention.o"
 g++ -fopenmp "$obj/test_gpu_attention.o" "${attention_objs[@]}" "${cpu_objs[@]}" -lgtest_main -lgtest "${link[@]}" \
     -o "$out/gpu_attention_tests"
 "${cxx[@]}" -c bench/bench_attention.cpp -o "$obj/bench_attention.o"

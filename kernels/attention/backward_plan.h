@@ -1,6 +1,6 @@
 // How the flash-attention backward is planned from its shape, and where its device scratch lives: the
 // split of the dK/dV pass, whether that pass also forms dQ, and the scratch's layout. Host code only
-// (no CUDA), so that the rules are unit-tested without a GPU (tests/unit/test_backward_plan.cpp).
+// (no CUDA), so that the rules are unit-tested without a GPU (tests/kernels/test_backward_plan.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace fathom::testing {
 

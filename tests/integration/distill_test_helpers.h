@@ -9,7 +9,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace fathom::testing {
 

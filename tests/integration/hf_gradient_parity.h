@@ -1,4 +1,4 @@
-// HF gradient parity, shared by the CPU test (tests/integration) and the GPU test (tests/gpu): the olmo2
+// HF gradient parity, shared by the CPU test (tests/integration) and the GPU test (tests/train): the olmo2
 // fixture of scripts/make_hf_fixtures.py holds HF's fp32 training loss for labels = input_ids and the
 // gradient of every parameter; fathom computes both with the trainer's own forward/loss/backward
 // (train/run/train_step.h) and they are compared by relative L2.
@@ -15,8 +15,8 @@
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
 #include "layers/parameter_arena.h"
-#include "tests/gpu/gpu_test_util.h"  // relative_l2 (any dtype and device)
-#include "tests/unit/op_test_util.h"
+#include "tests/support/gpu_test_util.h"  // relative_l2 (any dtype and device)
+#include "tests/support/op_test_util.h"
 #include "train/run/train_step.h"
 
 namespace fathom::test {

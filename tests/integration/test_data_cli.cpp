@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "data/prep.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "cli_test_helpers.h"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 
 #include "train/checkpoint/checkpoint.h"
 #include "mpi_test_helpers.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"
-#include "tests/gpu/gpu_test_util.h"
-#include "../unit/test_support.h"
+#include "tests/support/gpu_test_util.h"
+#include "tests/support/test_support.h"
 #include "cli_test_helpers.h"
 
 namespace fs = std::filesystem;

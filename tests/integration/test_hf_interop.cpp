@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "autograd/grad_mode.h"
 #include "core/safetensors.h"
 #include "layers/decoder.h"

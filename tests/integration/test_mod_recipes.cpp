@@ -11,7 +11,7 @@
 #include "train/recipe/recipe.h"
 #include "train/measure/throughput.h"
 #include "train/run/trainer.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include "train/run/run.h"
 #include "train/run/run_loop.h"
 #include "train/run/stop_signal.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

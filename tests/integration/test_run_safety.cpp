@@ -19,7 +19,7 @@
 #include "train/checkpoint/run_dir.h"
 #include "train/run/stop_signal.h"
 #include "train/run/trainer.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

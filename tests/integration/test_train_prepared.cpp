@@ -13,7 +13,7 @@
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"
-#include "../unit/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;

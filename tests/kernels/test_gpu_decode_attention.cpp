@@ -1,0 +1,130 @@
+// CUDA decode attention against the CPU reference (in f32 on the same bf16-rounded inputs, itself
+// checked against causal and MoDA attention in tests/kernels/test_decode_attention.cpp), within 1e-2
+// relative L2: cache lengths 1 to 16385 (single keys, tile tails, several splits), Tq 1 to 5,
+// batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row blocks), head dims 64 and 128, with
+// and without depth slots. Every cache has room past `length` filled with huge keys and NaN values, so
+// a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/decode_attention.h"
+#include "tests/support/gpu_test_util.h"
+#include "tests/support/op_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+struct Case {
+  int64_t B, Tq, Hk, G, d, length;
+  int64_t slots = 0;  // depth slots read, the range [1, 1 + slots) of slots + 2
+};
+
+std::string describe_case(const Case& c) {
+  char text[128];
+  std::snprintf(text, sizeof(text), "B%lld_Tq%lld_Hk%lld_G%lld_d%lld_len%lld_L%lld", (long long)c.B, (long long)c.Tq,
+                (long long)c.Hk, (long long)c.G, (long long)c.d, (long long)c.length, (long long)c.slots);
+  return text;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return describe_case(info.param); }
+// gtest prints a parameter with this, not as its raw bytes.
+[[maybe_unused]] void PrintTo(const Case& c, std::ostream* os) { *os << describe_case(c); }
+
+// A bf16 cache [B, Hk, capacity, d] whose first `length` positions are random and whose tail holds
+// `poison`; on the GPU, and exactly as f32 on the host.
+GpuInput poisoned_cache(const Case& c, int64_t capacity, double low, double high, double poison, uint64_t seed) {
+  const Tensor valid = random_tensor({c.B * c.Hk, c.length, c.d}, DType::bf16, seed, low, high).to(DType::f32);
+  Tensor cache = Tensor::full({c.B * c.Hk, capacity, c.d}, poison, DType::f32);
+  const float* src = valid.data<float>();
+  float* dst = cache.data<float>();
+  for (int64_t bh = 0; bh < c.B * c.Hk; ++bh)
+    std::copy(src + bh * c.length * c.d, src + (bh + 1) * c.length * c.d, dst + bh * capacity * c.d);
+  const Tensor rounded = cache.view({c.B, c.Hk, capacity, c.d}).to(DType::bf16);
+  return {rounded.to(kGpu), rounded.to(DType::f32)};
+}
+
+// One case's inputs on both sides.
+struct Problem {
+  Case c;
+  double scale;
+  GpuInput q, k_cache, v_cache, depth_k, depth_v;
+  int64_t begin = 1, end = 1;
+
+  Problem(const Case& cs, uint64_t seed) : c(cs), scale(1.0 / std::sqrt(double(cs.d))) {
+    const int64_t capacity = c.length + 37;
+    // Scores of standard deviation about 1.3: softmax rows far from uniform.
+    q = random_input({c.B, c.Tq, c.G * c.Hk, c.d}, DType::bf16, seed, -2, 2);
+    k_cache = poisoned_cache(c, capacity, -2, 2, 1e30, seed + 1);
+    v_cache = poisoned_cache(c, capacity, -1, 1, NAN, seed + 2);
+    if (c.slots > 0) {
+      const Shape depth{c.B, c.Tq, c.slots + 2, c.Hk, c.d};
+      depth_k = random_input(depth, DType::bf16, seed + 3, -2, 2);
+      depth_v = random_input(depth, DType::bf16, seed + 4);
+      end = begin + c.slots;
+    }
+  }
+  Tensor run_gpu() const {
+    return decode_attention(q.gpu, k_cache.gpu, v_cache.gpu, c.length, DepthSlots{depth_k.gpu, depth_v.gpu, begin, end},
+                            scale);
+  }
+  Tensor run_cpu() const {
+    return decode_attention(q.cpu, k_cache.cpu, v_cache.cpu, c.length, DepthSlots{depth_k.cpu, depth_v.cpu, begin, end},
+                            scale);
+  }
+};
+
+class GpuDecodeAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuDecodeAttention, MatchesCpuReference) {
+  FATHOM_REQUIRE_GPU();
+  const Problem p(GetParam(), 7000 + uint64_t(GetParam().length));
+  const Tensor got = p.run_gpu();
+  ASSERT_EQ(got.shape(), p.q.gpu.shape());
+  ASSERT_EQ(got.dtype(), DType::bf16);
+  EXPECT_GPU_CLOSE(got, p.run_cpu(), DType::bf16, "o");
+}
+
+// B, Tq, Hk, G, d, length, slots.
+const Case kCases[] = {
+    {1, 1, 2, 1, 64, 1},        {1, 1, 2, 4, 128, 1, 2},    {3, 3, 2, 3, 64, 63},        {1, 3, 2, 8, 128, 63, 4},
+    {1, 1, 4, 1, 128, 64},      {3, 3, 1, 4, 64, 64, 1},    {1, 3, 2, 8, 128, 1000},     {3, 1, 2, 3, 128, 1000, 24},
+    {3, 1, 2, 4, 64, 4097},     {1, 3, 3, 3, 128, 4097, 8}, {1, 1, 4, 1, 128, 16385},    {1, 3, 2, 8, 64, 16385, 24},
+    {3, 1, 1, 8, 128, 16385},   {1, 5, 2, 8, 128, 129},     {1, 5, 2, 8, 64, 1000, 3},   {3, 3, 2, 1, 64, 4097, 2},
+    // Few rows per KV head (the register kernel): a decoding batch of 32, R = 2 from G or from Tq,
+    // R = 4 from four tokens, cache lengths off every tile and step size.
+    {32, 1, 4, 1, 128, 200},    {2, 1, 2, 2, 64, 77, 3},    {1, 2, 2, 1, 128, 130},      {3, 4, 1, 1, 64, 300},
+    {1, 1, 1, 1, 64, 2},        {2, 1, 3, 1, 128, 16385, 1},
+};
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuDecodeAttention, ::testing::ValuesIn(kCases), case_name);
+
+TEST(GpuDecodeAttentionDeterminism, TwoRunsAreBitIdentical) {
+  FATHOM_REQUIRE_GPU();
+  for (const Case& c : {Case{1, 3, 2, 8, 128, 16385, 24}, Case{3, 1, 2, 1, 64, 4097}, Case{32, 1, 4, 1, 128, 200}}) {
+    const Problem p(c, 99);
+    EXPECT_TRUE(bitwise_equal(p.run_gpu(), p.run_gpu())) << "length " << c.length;
+  }
+}
+
+TEST(GpuDecodeAttentionErrors, UnsupportedHeadDimAndDtype) {
+  FATHOM_REQUIRE_GPU();
+  const Tensor q = Tensor::zeros({1, 1, 2, 96}, DType::bf16, kGpu), kv = Tensor::zeros({1, 2, 4, 96}, DType::bf16, kGpu);
+  expect_error([&] { cuda::decode_attention(q, kv, kv, 4, DepthSlots{}, 0.1); }, {"head dim d = 96", "64 and 128"});
+  // The dispatch decodes head dims without a kernel through the host reference.
+  const Tensor o = decode_attention(q, kv, kv, 4, 0.1);
+  EXPECT_EQ(o.shape(), q.shape());
+  EXPECT_TRUE(o.device() == kGpu && o.dtype() == DType::bf16);
+  const Tensor q32 = Tensor::zeros({1, 1, 2, 64}, DType::f32, kGpu), kv32 = Tensor::zeros({1, 2, 4, 64}, DType::f32, kGpu);
+  // The dispatch decodes F32 with the fp32 attention kernel (test_gpu_attention.cpp); this one refuses it.
+  expect_error([&] { cuda::decode_attention(q32, kv32, kv32, 4, DepthSlots{}, 0.1); }, {"q F32[1, 1, 2, 64]", "must be BF16"});
+  const Tensor kv_cpu = Tensor::zeros({1, 2, 4, 96}, DType::bf16);
+  expect_error([&] { decode_attention(q, kv_cpu, kv_cpu, 4, 0.1); }, {"tensors on different devices"});
+}
+
+}  // namespace

@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "tests/support/op_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+struct NaiveRmsNorm {
+  std::vector<double> y, dx, dw;
+};
+// y = x / sqrt(mean(x^2) + eps) * w; gradients of sum(g * y) written out by the quotient rule.
+NaiveRmsNorm naive_rms_norm(const Tensor& x, const Tensor& w, const Tensor& g, double eps) {
+  const std::vector<double> xv = values(x), wv = values(w), gv = values(g);
+  const int64_t n = w.numel(), rows = x.numel() / n;
+  NaiveRmsNorm out{std::vector<double>(xv.size()), std::vector<double>(xv.size()), std::vector<double>(size_t(n))};
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < n; ++i) ms += xv[r * n + i] * xv[r * n + i] / double(n);
+    const double rms = std::sqrt(ms + eps);
+    double dot = 0;  // sum_i g_i w_i x_i
+    for (int64_t i = 0; i < n; ++i) dot += gv[r * n + i] * wv[i] * xv[r * n + i];
+    for (int64_t i = 0; i < n; ++i) {
+      const double x_i = xv[r * n + i];
+      out.y[r * n + i] = x_i / rms * wv[i];
+      // d y_j / d x_i = w_j (delta_ij / rms - x_j x_i / (n rms^3))
+      out.dx[r * n + i] = gv[r * n + i] * wv[i] / rms - x_i * dot / (double(n) * rms * rms * rms);
+      out.dw[i] += gv[r * n + i] * x_i / rms;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(RmsNorm, MatchesNaiveFormulaAcrossRowBlocks) {
+  // 300 rows span several of the backward's 64-row reduction blocks, with a ragged tail; the
+  // second shape is large enough for the multi-threaded path.
+  for (Shape shape : {Shape{3, 100, 24}, Shape{2, 4100, 130}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      const int64_t n = shape.last();
+      Tensor x = random_tensor(shape, dt, 1, -2, 2);
+      Tensor w = random_tensor({n}, dt, 2, 0.5, 1.5);
+      Tensor g = random_tensor(shape, dt, 3);
+      const NaiveRmsNorm want = naive_rms_norm(x, w, g, 1e-6);
+      RmsNormOutput out = rms_norm_forward(x, w, 1e-6);
+      RmsNormGrads grads = rms_norm_backward(g, x, w, out.rstd);
+      const double tol = dt == DType::f32 ? 2e-5 : 1e-12;
+      expect_close(out.y, want.y, tol, tol, "y");
+      expect_close(grads.dx, want.dx, tol, tol, "dx");
+      expect_close(grads.dweight, want.dw, 1e-3 * tol * double(shape.rows()), tol, "dweight");
+      EXPECT_EQ(out.rstd.shape(), Shape({shape.rows()}));
+    }
+}
+
+TEST(RmsNorm, GradcheckFullWidthAndPerHead) {
+  // Full-width (weight over H*d) and per-head (x [.., H, d], weight [d]) as QK-norm uses them.
+  auto f = [](const std::vector<Variable>& in) { return rms_norm(in[0], in[1], 1e-5); };
+  GradcheckResult full = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 4), random_tensor({15}, DType::f64, 5)});
+  EXPECT_TRUE(full.ok) << full.message;
+  GradcheckResult head = gradcheck(f, {random_tensor({2, 3, 5, 3}, DType::f64, 6), random_tensor({3}, DType::f64, 7)});
+  EXPECT_TRUE(head.ok) << head.message;
+}
+
+// The residual form adds the residual in the same pass: y = residual + norm(x), same rstd, and the
+// residual's gradient is the output's.
+TEST(RmsNorm, ResidualFormAddsTheResidual) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = random_tensor({2, 70, 24}, dt, 11, -2, 2), w = random_tensor({24}, dt, 12, 0.5, 1.5);
+    const Tensor residual = random_tensor({2, 70, 24}, dt, 13);
+    const RmsNormOutput plain = rms_norm_forward(x, w, 1e-6);
+    const RmsNormOutput fused = rms_norm_forward(x, w, 1e-6, residual);
+    std::vector<double> want = values(plain.y);
+    const std::vector<double> r = values(residual);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
+    const double tol = dt == DType::f32 ? 1e-6 : 1e-14;
+    expect_close(fused.y, want, tol, tol, "y");
+    EXPECT_EQ(values(fused.rstd), values(plain.rstd));
+  }
+  auto f = [](const std::vector<Variable>& in) { return residual_rms_norm(in[0], in[1], in[2], 1e-5); };
+  GradcheckResult r = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 14), random_tensor({2, 3, 15}, DType::f64, 15),
+                                    random_tensor({15}, DType::f64, 16)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(RmsNorm, F32AgreesWithF64) {
+  Tensor x = random_tensor({50, 128}, DType::f64, 8), w = random_tensor({128}, DType::f64, 9);
+  Tensor g = random_tensor({50, 128}, DType::f64, 10);
+  Variable x64(x, true), w64(w, true), x32(x.to(DType::f32), true), w32(w.to(DType::f32), true);
+  Variable y64 = rms_norm(x64, w64, 1e-6), y32 = rms_norm(x32, w32, 1e-6);
+  expect_close(y32.value(), y64.value(), 1e-5, 1e-5);
+  backward(y64, g);
+  backward(y32, g.to(DType::f32));
+  expect_close(x32.grad(), x64.grad(), 1e-5, 1e-5);
+  expect_close(w32.grad(), w64.grad(), 1e-4, 1e-5);
+}
+
+TEST(RmsNorm, StatisticsDoNotOverflowInF32) {
+  // Squares of 1e20 overflow float; the double accumulation keeps the row finite and unit-RMS.
+  Tensor x = Tensor::full({1, 8}, 1e20, DType::f32);
+  RmsNormOutput out = rms_norm_forward(x, Tensor::full({8}, 1.0, DType::f32), 1e-6);
+  expect_close(out.y, std::vector<double>(8, 1.0), 1e-6, 1e-6);
+}
+
+TEST(RmsNorm, BadInputsAreErrors) {
+  Variable x(random_tensor({4, 6}, DType::f32, 1));
+  expect_error([&] { rms_norm(x, Variable(random_tensor({5}, DType::f32, 2)), 1e-6); }, {"weight", "[6]"});
+  expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f64, 2)), 1e-6); }, {"dtype"});
+  expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f32, 2)), 0.0); }, {"eps"});
+  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 5}, DType::f32, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
+               {"residual", "[4, 5]", "must match x"});
+  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 6}, DType::f64, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
+               {"residual", "must match x"});
+  RmsNormOutput out = rms_norm_forward(x.value(), random_tensor({6}, DType::f32, 3), 1e-6);
+  expect_error([&] { rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd); },
+               {"grad_y"});
+}

@@ -1,0 +1,168 @@
+// CUDA graphs for decoding (kernels/runtime/backend.h Graph, train/generate/decode_step.h): a captured body runs
+// only when replayed, and memory it freed is not handed out while the graph lives; a capture that
+// needs the host fails cleanly. A replayed decoding step equals the eager step bit for bit, at every
+// step, as the cache grows past tile and split boundaries, for OLMo2, Llama-style, head dim 128, MoDA
+// and dsla hybrids at batch 1 to 3; the caches the replays wrote then read the same as the eager ones.
+// Head dim 16 (decode attention's host reference) cannot be captured and stays eager with the same
+// results; sampling gives the same tokens with and without graphs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "data/tokenizer.h"
+#include "kernels/attention/kv_cache.h"
+#include "layers/dsla_config.h"
+#include "layers/parameter_arena.h"
+#include "tests/support/gpu_generation_models.h"
+#include "tests/support/gpu_test_util.h"
+#include "train/generate/decode_step.h"
+#include "train/generate/generator.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+constexpr uint64_t kSeed = 17;
+
+
+Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
+
+// Two states read the same prompt; then one steps eagerly and one through a graph, on the same tokens
+// (the eager side's greedy choices). Returns whether the graphed side replayed.
+bool replay_equals_eager(const std::string& name, const ModelConfig& config, int64_t B, int64_t P, int64_t steps,
+                         int64_t capacity) {
+  GpuModel m(config, kSeed);
+  NoGrad no_grad;
+  std::vector<int32_t> prompt(static_cast<size_t>(B * P));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 257);
+  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, P}).to(kGpu);
+  DecodeState eager = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  m.model.decode(prompt_ids, eager);
+  m.model.decode(prompt_ids, graphed);
+  DecodeStep by_eager(m.model, eager, true, false), by_graph(m.model, graphed, true, true);
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) next[size_t(b)] = int32_t(b * 5 + 40);
+  for (int64_t s = 0; s < steps; ++s) {
+    const DecodeStep::Output a = by_eager.run(next);
+    const Tensor a_logits = host_copy(a.logits), a_ids = host_copy(a.ids);
+    const DecodeStep::Output g = by_graph.run(next);
+    EXPECT_TRUE(bitwise_equal(g.logits, a_logits)) << name << ": logits at length " << eager.length;
+    EXPECT_TRUE(bitwise_equal(g.ids, a_ids)) << name << ": ids at length " << eager.length;
+    EXPECT_EQ(graphed.length, eager.length) << name;
+    const std::vector<int32_t> chosen = a_ids.to_vector<int32_t>();
+    next.assign(chosen.begin(), chosen.end());
+  }
+  // The caches the replays wrote, and the device-held length they left, read as the eager ones.
+  std::vector<int32_t> chunk(static_cast<size_t>(B * 2));
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = int32_t(i * 3 + 1);
+  const Tensor chunk_ids = Tensor::from_vector(chunk, {B, 2}).to(kGpu);
+  EXPECT_TRUE(bitwise_equal(m.model.decode(chunk_ids, graphed).value(), m.model.decode(chunk_ids, eager).value()))
+      << name << ": a chunk after the replays";
+  EXPECT_EQ(graphed.device_length.to(Device::cpu()).to_vector<int32_t>(), std::vector<int32_t>{int32_t(graphed.length)});
+  EXPECT_FALSE(by_eager.graphed());
+  if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
+  return by_graph.graphed();
+}
+
+}  // namespace
+
+#ifdef FATHOM_WITH_CUDA
+TEST(GpuCudaGraph, ACaptureRunsOnlyWhenReplayedAndKeepsWhatItFreed) {
+  FATHOM_REQUIRE_GPU();
+  Tensor counter = Tensor::zeros({1}, DType::i32, kGpu);
+  const void* freed = nullptr;
+  std::string reason;
+  cuda::Graph graph = cuda::Graph::capture(
+      0,
+      [&] {
+        const Tensor scratch = positions_after(counter, 1000);  // freed inside the capture
+        freed = scratch.raw();
+        advance_positions(counter, 2);
+      },
+      &reason);
+  ASSERT_TRUE(graph.captured()) << reason;
+  EXPECT_EQ(counter.to(Device::cpu()).to_vector<int32_t>(), std::vector<int32_t>{0});  // captured, not run
+  // The scratch block stays the graph's: an allocation of its size gets other memory.
+  const Tensor other = Tensor::empty({1000}, DType::i32, kGpu);
+  EXPECT_NE(other.raw(), freed);
+  for (int i = 0; i < 3; ++i) graph.replay();
+  EXPECT_EQ(counter.to(Device::cpu()).to_vector<int32_t>(), std::vector<int32_t>{6});
+}
+
+TEST(GpuCudaGraph, ACaptureThatNeedsTheHostFailsCleanly) {
+  FATHOM_REQUIRE_GPU();
+  Tensor counter = Tensor::zeros({1}, DType::i32, kGpu);
+  std::string reason;
+  cuda::Graph graph = cuda::Graph::capture(
+      0,
+      [&] {
+        advance_positions(counter, 1);
+        (void)counter.to(Device::cpu());  // a copy to the host waits for the stream: not in a graph
+      },
+      &reason);
+  EXPECT_FALSE(graph.captured());
+  EXPECT_FALSE(reason.empty());
+  expect_error([&] { graph.replay(); }, {"not captured"});
+  // The stream works as before, and nothing captured ran.
+  advance_positions(counter, 5);
+  EXPECT_EQ(counter.to(Device::cpu()).to_vector<int32_t>(), std::vector<int32_t>{5});
+}
+#endif
+
+TEST(GpuDecodeStep, AReplayedStepEqualsTheEagerStepBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  // Batch 1 from 60 positions: the cache passes 64 (a second tile, and a second split).
+  EXPECT_TRUE(replay_equals_eager("olmo2", gpu_small("post", true), 1, 60, 10, 80));
+  EXPECT_TRUE(replay_equals_eager("llama/B3", gpu_small("pre", false), 3, 62, 8, 200));
+  ModelConfig d128 = gpu_small("post", true);
+  d128.d_model = 256, d128.n_heads = 2, d128.n_kv_heads = 1;  // head dim 128, G = 2
+  EXPECT_TRUE(replay_equals_eager("olmo2/d128/B2", d128, 2, 127, 4, 140));
+  ModelConfig hybrid = gpu_small("post", true);
+  hybrid.layers = {"attention", "dsla", "attention"};
+  hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
+  EXPECT_TRUE(replay_equals_eager("dsla/2_states/B2", hybrid, 2, 30, 6, 64));
+  // MoDA: equal whether or not its depth reads capture (the reason is printed when they do not).
+  replay_equals_eager("moda/extra_reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
+                                                                    .depth_key = DepthKey::reader}),
+                      2, 20, 6, 64);
+}
+
+TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
+  FATHOM_REQUIRE_GPU();
+  const ModelConfig d16{.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
+                        .vocab_size = 257};
+  EXPECT_FALSE(replay_equals_eager("olmo2/d16", d16, 2, 9, 5, 32));
+  GpuModel m(d16, kSeed);
+  NoGrad no_grad;
+  DecodeState state = m.model.start_decoding(1, 8, DType::bf16, kGpu);
+  m.model.decode(Tensor::from_vector(std::vector<int32_t>{1, 2, 3}, {1, 3}).to(kGpu), state);
+  DecodeStep step(m.model, state, true, true);
+  for (int i = 0; i < 3; ++i) step.run({int32_t(10 + i)});
+  EXPECT_FALSE(step.graphed());
+  EXPECT_NE(step.eager_reason().find("could not be captured"), std::string::npos) << step.eager_reason();
+  EXPECT_EQ(state.length, 6);
+}
+
+TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {
+  FATHOM_REQUIRE_GPU();
+  const auto tokenizer = make_tokenizer("bytes");
+  const std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
+  GpuModel m(gpu_small("post", true), kSeed);
+  NoGrad no_grad;
+  for (const SamplingOptions& sampling :
+       {SamplingOptions{.temperature = 0}, SamplingOptions{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 11}}) {
+    GenerationOptions options{.max_new_tokens = 10, .batch = 3, .sampling = sampling, .ignore_eos = true};
+    const GenerationResult graphed = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    options.cuda_graphs = false;
+    const GenerationResult eager = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    EXPECT_TRUE(graphed.cuda_graph) << graphed.eager_reason;
+    EXPECT_FALSE(eager.cuda_graph);
+    EXPECT_EQ(graphed.tokens, eager.tokens) << "temperature " << sampling.temperature;
+    EXPECT_EQ(graphed.tokens[0].size(), 10u);
+  }
+}

@@ -1,0 +1,116 @@
+// Generation on the GPU (bf16 weights and activations, the KV cache and decode-attention kernels):
+// greedy decoding equals the argmax of a full forward at every step (up to bf16 near-ties), and
+// chunked decoding matches the full forward's hidden states, for OLMo2, Llama-style, MoDA and
+// attention + dsla models.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "data/tokenizer.h"
+#include "kernels/argmax/argmax.h"
+#include "layers/dsla_config.h"
+#include "layers/parameter_arena.h"
+#include "tests/support/gpu_generation_models.h"
+#include "tests/support/gpu_test_util.h"
+#include "train/generate/generator.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+// Layer 1 of 3 a dsla layer (gamma per head with two states).
+ModelConfig gpu_hybrid(int64_t states, const std::string& norm = "post") {
+  ModelConfig c = gpu_small(norm, norm == "post");
+  c.layers = {"attention", "dsla", "attention"};
+  c.options.get<DslaConfig>() = {.states = states, .gamma = states == 2 ? DslaGamma::head : DslaGamma::layer};
+  return c;
+}
+
+constexpr uint64_t kSeed = 31;
+
+std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
+  return {{"olmo2", gpu_small("post", true)},
+          {"llama", gpu_small("pre", false)},
+          {"attn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv})},
+          {"attn_kv+ffn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv})},
+          {"extra/reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
+                                                   .depth_key = DepthKey::reader})},
+          // Hybrids: the dsla layer's chunked prefill and step kernels (head dim 64, G = 3).
+          {"dsla/2_states", gpu_hybrid(2)},
+          {"dsla/1_state/pre", gpu_hybrid(1, "pre")},
+          // Head dim 16: no decode kernel; the host reference decodes it.
+          {"olmo2/d16", {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
+                         .vocab_size = 257}}};
+}
+
+}  // namespace
+
+TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
+  FATHOM_REQUIRE_GPU();
+  const auto tokenizer = make_tokenizer("bytes");
+  const std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
+  for (const auto& [name, config] : gpu_cases()) {
+    GpuModel m(config, kSeed);
+    NoGrad no_grad;
+    const GenerationOptions options{.max_new_tokens = 12, .sampling = {.temperature = 0}};
+    const GenerationResult r = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    std::vector<int32_t> seq(prompt.begin(), prompt.end());
+    for (uint32_t token : r.tokens[0]) {
+      const int64_t T = int64_t(seq.size()), V = config.vocab_size;
+      const std::vector<float> all =
+          m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu)).value().to(DType::f32).to(Device::cpu()).to_vector<float>();
+      const std::vector<float> last(all.end() - V, all.end());
+      const float best = *std::max_element(last.begin(), last.end());
+      // bf16: the chosen token is the full forward's argmax, or within a near-tie of it.
+      EXPECT_GE(last[token], best - 2e-2f * (1.0f + std::abs(best))) << name << " after " << T << " tokens";
+      seq.push_back(int32_t(token));
+    }
+  }
+}
+
+TEST(GpuGenerate, ChunkedDecodingMatchesTheFullForward) {
+  FATHOM_REQUIRE_GPU();
+  for (const auto& [name, config] : gpu_cases()) {
+    GpuModel m(config, kSeed);
+    NoGrad no_grad;
+    std::vector<int32_t> ids(45);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % 257);
+    const Tensor full = m.model.forward(Tensor::from_vector(ids, {1, 45}).to(kGpu)).hidden.value();
+    DecodeState state = m.model.start_decoding(1, 64, DType::bf16, kGpu);
+    std::vector<Tensor> pieces;
+    for (auto [from, n] : {std::pair{0, 40}, {40, 3}, {43, 1}, {44, 1}}) {
+      const std::vector<int32_t> chunk(ids.begin() + from, ids.begin() + from + n);
+      pieces.push_back(m.model.decode(Tensor::from_vector(chunk, {1, n}).to(kGpu), state).value().to(DType::f32).to(Device::cpu()));
+    }
+    std::vector<float> got;
+    for (const Tensor& p : pieces) {
+      const std::vector<float> v = p.to_vector<float>();
+      got.insert(got.end(), v.begin(), v.end());
+    }
+    const Tensor joined = Tensor::from_vector(got, full.shape());
+    EXPECT_GPU_CLOSE(joined, full.to(DType::f32).to(Device::cpu()), DType::bf16, name);
+  }
+}
+
+TEST(GpuArgmaxRows, MatchesTheCpuOnAwkwardRows) {
+  FATHOM_REQUIRE_GPU();
+  for (const int64_t n : {1, 7, 1000, 100352}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      // Coarse values make ties common; the lowest index must win on both.
+      const GpuInput x = random_input({5, n}, dtype, uint64_t(n), -3, 3);
+      const Tensor rounded = Tensor::from_vector(
+          [&] {
+            std::vector<float> v = x.cpu.to_vector<float>();
+            for (float& e : v) e = std::round(e * 2) / 2;
+            return v;
+          }(),
+          x.cpu.shape());
+      EXPECT_EQ(argmax_rows(rounded.to(dtype).to(kGpu)).to(Device::cpu()).to_vector<int32_t>(),
+                argmax_rows(rounded).to_vector<int32_t>())
+          << n << " " << dtype_name(dtype);
+    }
+  }
+}
