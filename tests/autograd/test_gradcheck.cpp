@@ -41,8 +41,7 @@ TEST(Gradcheck, CatchesAWrongGradientAndNamesWhere) {
   Tensor good = random_tensor({3}, DType::f64, 1, 0.5, 1.0);
   Tensor bad = random_tensor({3}, DType::f64, 2, 0.5, 1.0);
   GradcheckResult r = gradcheck(
-      [](const std::vector<Variable>& in) { return add(scale(in[0], 2.0), wrong_square(in[1])); },
-      {good, bad});
+      [](const std::vector<Variable>& in) { return add(scale(in[0], 2.0), wrong_square(in[1])); }, {good, bad});
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.failed_input, 1);
   EXPECT_EQ(r.failed_element, 0);
@@ -54,16 +53,20 @@ TEST(Gradcheck, CatchesAWrongGradientAndNamesWhere) {
 TEST(Gradcheck, PassesIntegerInputsThroughAndChecksEveryFloatingElement) {
   Tensor table = random_tensor({6, 3}, DType::f64, 3);
   Tensor ids = Tensor::from_vector<int64_t>({0, 2, 2, 5}, {4});
-  GradcheckResult r = gradcheck([](const std::vector<Variable>& in) { return embedding(in[1].value(), in[0]); },
-                                {table, ids});
+  GradcheckResult r =
+      gradcheck([](const std::vector<Variable>& in) { return embedding(in[1].value(), in[0]); }, {table, ids});
   EXPECT_TRUE(r.ok) << r.message;
   EXPECT_EQ(r.checked, 18);
 }
 
 TEST(Gradcheck, RejectsF32InputsAndResultsWithoutGradient) {
-  expect_error([] { gradcheck([](const std::vector<Variable>& in) { return in[0]; }, {random_tensor({2}, DType::f32, 1)}); },
-               {"input 0", "F64"});
-  expect_error([] { gradcheck([](const std::vector<Variable>&) { return Variable(Tensor::zeros({1}, DType::f64)); },
-                              {random_tensor({2}, DType::f64, 1)}); },
-               {"does not depend"});
+  expect_error(
+      [] { gradcheck([](const std::vector<Variable>& in) { return in[0]; }, {random_tensor({2}, DType::f32, 1)}); },
+      {"input 0", "F64"});
+  expect_error(
+      [] {
+        gradcheck([](const std::vector<Variable>&) { return Variable(Tensor::zeros({1}, DType::f64)); },
+                  {random_tensor({2}, DType::f64, 1)});
+      },
+      {"does not depend"});
 }

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "tests/support/op_test_util.h"
 

@@ -81,8 +81,8 @@ TEST(LinearCrossEntropy, AScaledSeedOfTheExpectedGradientNeedsNoCorrection) {
   const Tensor targets = targets_every(9, 301, 4, -100, 45);
   auto run_scaled = [&](bool fused) {
     Variable h(h0.clone(), true), w(w0.clone(), true);
-    const LossParts parts = fused ? linear_cross_entropy(h, w, targets, 1e-3, 1.0 / 3, 9)
-                                  : cross_entropy(linear(h, w), targets, 1e-3);
+    const LossParts parts =
+        fused ? linear_cross_entropy(h, w, targets, 1e-3, 1.0 / 3, 9) : cross_entropy(linear(h, w), targets, 1e-3);
     backward(scale(parts.loss, 1.0 / 3));
     return std::make_pair(values(h.grad()), values(w.grad()));
   };
@@ -128,9 +128,8 @@ TEST(LinearCrossEntropy, BadInputsAreErrors) {
   const Tensor good = targets_every(40, 9, 5, -100, 14);
   std::vector<int64_t> bad = good.to_vector<int64_t>();
   bad[30] = 9;
-  fathom::testing::expect_error(
-      [&] { linear_cross_entropy(h, w, Tensor::from_vector(bad, {40}), 0.0, 1.0, 8); },
-      {"target 9 at row 30", "outside the vocabulary [0, 9)"});
+  fathom::testing::expect_error([&] { linear_cross_entropy(h, w, Tensor::from_vector(bad, {40}), 0.0, 1.0, 8); },
+                                {"target 9 at row 30", "outside the vocabulary [0, 9)"});
   fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 1.0, 0); },
                                 {"chunk_rows must be >= 1, got 0"});
   fathom::testing::expect_error([&] { linear_cross_entropy(h, w, good, 0.0, 0.0, 8); },

@@ -20,8 +20,14 @@ using namespace fathom;
 namespace {
 
 ModelConfig small_config(const std::string& norm, bool tied) {
-  return {.d_model = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 48, .vocab_size = 41,
-          .norm = norm, .tie_embeddings = tied};
+  return {.d_model = 32,
+          .n_layers = 3,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .ffn_hidden = 48,
+          .vocab_size = 41,
+          .norm = norm,
+          .tie_embeddings = tied};
 }
 
 // The gradient arena after two micro-batches of forward + backward (so accumulation is covered too).
@@ -141,16 +147,16 @@ TEST(BlockRecompute, MoDAGradientsAreBitIdenticalToTheOrdinaryBackward) {
     std::string variant, norm, depth_key;
     int64_t max_slots;
   };
-  for (const MoDACase& m : {MoDACase{"attn_kv", "post", "writer", 0}, MoDACase{"attn_kv+ffn_kv", "pre", "writer", 0},
-                            MoDACase{"extra_attn_kv+ffn_kv", "post", "reader", 0},
-                            MoDACase{"attn_kv+ffn_kv", "post", "writer", 2}}) {
+  for (const MoDACase& m :
+       {MoDACase{"attn_kv", "post", "writer", 0}, MoDACase{"attn_kv+ffn_kv", "pre", "writer", 0},
+        MoDACase{"extra_attn_kv+ffn_kv", "post", "reader", 0}, MoDACase{"attn_kv+ffn_kv", "post", "writer", 2}}) {
     ModelConfig c = small_config(m.norm, false);
     c.n_layers = 4;
-    c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(m.variant), .max_slots = m.max_slots,
-              .depth_key = parse_depth_key(m.depth_key)};
+    c.options.get<MoDAConfig>() = {
+        .variant = parse_moda_variant(m.variant), .max_slots = m.max_slots, .depth_key = parse_depth_key(m.depth_key)};
     for (Recompute recompute : {Recompute::block, Recompute::selective})
-      expect_recompute_bit_identical(c, recompute, std::string(recompute_name(recompute)) + " " + m.variant + " " +
-                                                       m.norm + " " + m.depth_key);
+      expect_recompute_bit_identical(
+          c, recompute, std::string(recompute_name(recompute)) + " " + m.variant + " " + m.norm + " " + m.depth_key);
   }
 }
 

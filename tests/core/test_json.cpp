@@ -27,16 +27,33 @@ TEST(Json, QuoteEscapesQuotesBackslashesAndControlCharacters) {
 TEST(Json, QuotePassesValidUtf8AndRejectsInvalid) {
   const std::string text = "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf";  // é ✓ 😀 U+10FFFF
   EXPECT_EQ(json_quote(text), "\"" + text + "\"");
-  for (const char* bad : {"\xff", "ab\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                                "\x80", "\xe2\x9c"}) {
+  for (const char* bad :
+       {"\xff", "ab\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80", "\xe2\x9c"}) {
     expect_error([&] { json_quote(bad); }, {"invalid UTF-8"});
   }
 }
 
 TEST(Json, RandomStringsRoundTripThroughTheReader) {
   std::mt19937 rng(7);
-  const std::vector<std::string> pieces = {"\"", "\\", "/", "\n", "\t", "\x01", "\x1f", "\x7f", "a", "Z", "0",
-                                           " ", ":", ",", "{", "]", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+  const std::vector<std::string> pieces = {"\"",
+                                           "\\",
+                                           "/",
+                                           "\n",
+                                           "\t",
+                                           "\x01",
+                                           "\x1f",
+                                           "\x7f",
+                                           "a",
+                                           "Z",
+                                           "0",
+                                           " ",
+                                           ":",
+                                           ",",
+                                           "{",
+                                           "]",
+                                           "\xc3\xa9",
+                                           "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80"};
   for (int trial = 0; trial < 200; ++trial) {
     std::string key, value;
     for (int i = 0, n = int(rng() % 20); i < n; ++i) key += pieces[rng() % pieces.size()];
@@ -55,8 +72,17 @@ TEST(Json, RandomStringsRoundTripThroughTheReader) {
 
 TEST(Json, DoublesRoundTripExactly) {
   std::mt19937_64 rng(11);
-  std::vector<double> values = {0.1, 1.0 / 3, -2.5, 1e300, -1e-300, 5e-324, std::numeric_limits<double>::max(),
-                                std::numeric_limits<double>::min(), 123456789.0, 0.0, -0.0};
+  std::vector<double> values = {0.1,
+                                1.0 / 3,
+                                -2.5,
+                                1e300,
+                                -1e-300,
+                                5e-324,
+                                std::numeric_limits<double>::max(),
+                                std::numeric_limits<double>::min(),
+                                123456789.0,
+                                0.0,
+                                -0.0};
   for (int i = 0; i < 2000; ++i) {
     const uint64_t bits = rng();
     double d;
@@ -147,7 +173,13 @@ TEST(Json, WriterMisuseIsAnError) {
   expect_error([] { JsonWriter().begin_array().end_object(); }, {"outside an object"});
   expect_error([] { JsonWriter().end_array(); }, {"outside an array"});
   expect_error([] { JsonWriter().value(1).value(2); }, {"single top-level value"});
-  expect_error([] { JsonWriter w; w.begin_object(); (void)w.str(); }, {"still has an open"});
+  expect_error(
+      [] {
+        JsonWriter w;
+        w.begin_object();
+        (void)w.str();
+      },
+      {"still has an open"});
   expect_error([] { (void)JsonWriter().str(); }, {"nothing was written"});
 }
 
@@ -156,7 +188,8 @@ TEST(Json, ParseErrorsNameTheSourceAndLine) {
                {"run/state.json", "invalid JSON", "line 4"});
   expect_error([] { parse_json("", "empty.json"); }, {"empty.json", "empty"});
   expect_error([] { parse_json("  \n ", "blank.json"); }, {"blank.json", "empty"});
-  expect_error([] { parse_json("{\"a\":1}\n{\"b\":2}", "two.json"); }, {"two.json", "unexpected content after the JSON value"});
+  expect_error([] { parse_json("{\"a\":1}\n{\"b\":2}", "two.json"); },
+               {"two.json", "unexpected content after the JSON value"});
   expect_error([] { parse_json(std::string(100000, '['), "deep.json"); }, {"deep.json", "invalid JSON"});
   const YAML::Node node = parse_json("{\"a\": [1, \"x\\u00e9\\n\"], \"b\": {\"c\": true}}", "ok.json");
   EXPECT_EQ(node["a"][1].Scalar(), "x\xc3\xa9\n");
@@ -165,7 +198,8 @@ TEST(Json, ParseErrorsNameTheSourceAndLine) {
 
 // parse_json reads with the strict reader: YAML-only syntax that yaml-cpp let through is refused.
 TEST(Json, ParseJsonIsStrict) {
-  for (const std::string text : {"{'a': 1}", "{\"a\": 1,}", "[1, 2] # note", "{a: 1}", "[.inf]", "---\n{}", "[1]\n[2]"}) {
+  for (const std::string text :
+       {"{'a': 1}", "{\"a\": 1,}", "[1, 2] # note", "{a: 1}", "[.inf]", "---\n{}", "[1]\n[2]"}) {
     expect_error([&] { parse_json(text, "cfg.json"); }, {"cfg.json: invalid JSON at line"});
   }
 }
@@ -198,7 +232,8 @@ TEST(Json, StrictIntegers) {
 }
 
 TEST(JsonReader, ParsesStrictJson) {
-  const JsonValue v = read_json(R"( {"a": [1, -2.5e3, true, false, null], "b\u00e9": "x\"\\\/\n\ud83d\udc0b", "c": {}} )", "t");
+  const JsonValue v =
+      read_json(R"( {"a": [1, -2.5e3, true, false, null], "b\u00e9": "x\"\\\/\n\ud83d\udc0b", "c": {}} )", "t");
   ASSERT_TRUE(v.is_object());
   ASSERT_EQ(v.keys().size(), 3u);
   const JsonValue& a = *v.find("a");
@@ -208,8 +243,8 @@ TEST(JsonReader, ParsesStrictJson) {
   EXPECT_TRUE(a.items()[2].boolean());
   EXPECT_TRUE(a.items()[4].is_null());
   EXPECT_EQ(v.find("b\xC3\xA9")->text(), "x\"\\/\n\xF0\x9F\x90\x8B");  // surrogate pair -> one 4-byte character
-  for (const std::string bad : {"{", "{\"a\" 1}", "[1,]", "01", "\"\\ud83d\"", "\"a\nb\"", "{\"a\":1,\"a\":2}", "1 2",
-                                "nul", "\"\\x\""}) {
+  for (const std::string bad :
+       {"{", "{\"a\" 1}", "[1,]", "01", "\"\\ud83d\"", "\"a\nb\"", "{\"a\":1,\"a\":2}", "1 2", "nul", "\"\\x\""}) {
     const std::string message = error_of([&] { read_json(bad, "bad.json"); });
     EXPECT_TRUE(message.find("bad.json: invalid JSON at line") != std::string::npos) << bad << ": " << message;
   }
@@ -220,9 +255,23 @@ TEST(JsonReader, ParsesStrictJson) {
 // Raw control bytes are named in the message, wherever they sit (the fuzzed safetensors header
 // had a form feed where a value belongs).
 TEST(JsonReader, NamesRawControlBytes) {
-  expect_error([] { read_json("{\"a\":\x0c" "1}", "h.json"); },
-               {"h.json: invalid JSON at line 1, column 6: expected a value (found control byte 0x0c)"});
+  expect_error(
+      [] {
+        read_json(
+            "{\"a\":\x0c"
+            "1}",
+            "h.json");
+      },
+      {"h.json: invalid JSON at line 1, column 6: expected a value (found control byte 0x0c)"});
   expect_error([] { read_json("[\"x\x01\"]", "s.json"); }, {"line 1, column 4", "found control byte 0x01"});
-  expect_error([] { read_json("[1,\x7f" "2]", "d.json"); }, {"found control byte 0x7f"});
-  expect_error([] { read_json(" \n ", "blank.json"); }, {"blank.json: invalid JSON at line 2, column 2: the text is empty"});
+  expect_error(
+      [] {
+        read_json(
+            "[1,\x7f"
+            "2]",
+            "d.json");
+      },
+      {"found control byte 0x7f"});
+  expect_error([] { read_json(" \n ", "blank.json"); },
+               {"blank.json: invalid JSON at line 2, column 2: the text is empty"});
 }

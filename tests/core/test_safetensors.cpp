@@ -36,7 +36,9 @@ std::string le64(uint64_t v) {
 }
 
 // A file from a header text and a data section.
-std::string file_bytes(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
+std::string file_bytes(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
 
 }  // namespace
 
@@ -111,11 +113,10 @@ TEST(Safetensors, HeaderIsStandardAndAligned) {
   EXPECT_EQ(n % 8, 0u);
   EXPECT_EQ(bytes.size(), 8 + n + 24 + 6 + 8);
   const std::string header = bytes.substr(8, n);
-  const std::string expected =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("model.embed_tokens.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},)"
-      R"("model.norm.weight":{"dtype":"BF16","shape":[3],"data_offsets":[24,30]},)"
-      R"("step":{"dtype":"I64","shape":[],"data_offsets":[30,38]}})";
+  const std::string expected = R"({"__metadata__":{"format":"pt"},)"
+                               R"("model.embed_tokens.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},)"
+                               R"("model.norm.weight":{"dtype":"BF16","shape":[3],"data_offsets":[24,30]},)"
+                               R"("step":{"dtype":"I64","shape":[],"data_offsets":[30,38]}})";
   EXPECT_EQ(header.substr(0, expected.size()), expected);
   EXPECT_EQ(header.find_first_not_of(' ', expected.size()), std::string::npos) << "padding must be spaces";
   const YAML::Node json = parse_json(header, "header");
@@ -166,8 +167,11 @@ TEST(Safetensors, WriterRejectsBadInputWithoutLeavingFiles) {
   expect_error([&] { write_safetensors(path, {{"", t}}); }, {"empty name"});
   expect_error([&] { write_safetensors(path, {{"w", Tensor()}}); }, {"'w' is undefined"});
   expect_error([&] { write_safetensors(path, {{"bad\xff", t}}); }, {"invalid UTF-8"});
-  expect_error([&] { write_safetensors((dir / "no/such/folder/x.safetensors").string(), {{"w", t}}); },
-               {"cannot write", "x.safetensors"});
+  expect_error(
+      [&] {
+        write_safetensors((dir / "no/such/folder/x.safetensors").string(), {{"w", t}});
+      },
+      {"cannot write", "x.safetensors"});
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "a failed write left a file behind";
 }
 
@@ -207,42 +211,54 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
       {"array header", file_bytes("[1, 2]", ""), {"does not start with '{'"}},
       {"not a map after all", file_bytes("{} {}", ""), {"invalid JSON"}},
       // Found by fuzzing (tests/fuzz/findings): a form feed where '{' belongs made yaml-cpp spin.
-      {"raw control byte", file_bytes("{\"s\":{\"dtype\":\"F16\"},\"e\":\x0c\"dtype\":\"F16\"}", ""),
+      {"raw control byte",
+       file_bytes("{\"s\":{\"dtype\":\"F16\"},\"e\":\x0c\"dtype\":\"F16\"}", ""),
        {"invalid JSON at line 1, column 26", "found control byte 0x0c"}},
-      {"control byte in a name", file_bytes("{\"a\x01" "b\":{}}", ""), {"column 4", "found control byte 0x01"}},
+      {"control byte in a name",
+       file_bytes("{\"a\x01"
+                  "b\":{}}",
+                  ""),
+       {"column 4", "found control byte 0x01"}},
       {"key not a string", file_bytes("{w: 3}", ""), {"invalid JSON at line 1, column 2", "expected a string key"}},
       {"entry not an object", file_bytes("{\"w\": 3}", data), {"tensor 'w'", "expected an object"}},
-      {"unknown dtype", file_bytes("{\"w\":" + entry("\"F8_E4M3\"", "[1]", "[0,1]") + "}", data),
+      {"unknown dtype",
+       file_bytes("{\"w\":" + entry("\"F8_E4M3\"", "[1]", "[0,1]") + "}", data),
        {"tensor 'w'", "unsupported dtype 'F8_E4M3'"}},
-      {"bool dtype", file_bytes("{\"w\":" + entry("\"BOOL\"", "[1]", "[0,1]") + "}", data),
+      {"bool dtype",
+       file_bytes("{\"w\":" + entry("\"BOOL\"", "[1]", "[0,1]") + "}", data),
        {"tensor 'w'", "unsupported dtype 'BOOL'"}},
-      {"dtype not a string", file_bytes("{\"w\":" + entry("7", "[1]", "[0,1]") + "}", data),
+      {"dtype not a string",
+       file_bytes("{\"w\":" + entry("7", "[1]", "[0,1]") + "}", data),
        {"tensor 'w'", "'dtype' is 7, not a string"}},
       {"missing dtype", file_bytes(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", data), {"missing field 'dtype'"}},
       {"missing shape", file_bytes(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", data), {"missing field 'shape'"}},
-      {"missing offsets", file_bytes(R"({"w":{"dtype":"F32","shape":[1]}})", data),
-       {"missing field 'data_offsets'"}},
-      {"negative shape", file_bytes("{\"w\":" + entry("\"F32\"", "[2,-1]", "[0,8]") + "}", data),
+      {"missing offsets", file_bytes(R"({"w":{"dtype":"F32","shape":[1]}})", data), {"missing field 'data_offsets'"}},
+      {"negative shape",
+       file_bytes("{\"w\":" + entry("\"F32\"", "[2,-1]", "[0,8]") + "}", data),
        {"tensor 'w'", "shape[1] is -1, not a non-negative integer"}},
-      {"fractional shape", file_bytes("{\"w\":" + entry("\"F32\"", "[1.5]", "[0,4]") + "}", data),
-       {"shape[0] is 1.5"}},
-      {"quoted shape", file_bytes("{\"w\":" + entry("\"F32\"", "[\"2\"]", "[0,8]") + "}", data),
-       {"shape[0] is \"2\""}},
-      {"shape not an array", file_bytes("{\"w\":" + entry("\"F32\"", "4", "[0,16]") + "}", data),
+      {"fractional shape", file_bytes("{\"w\":" + entry("\"F32\"", "[1.5]", "[0,4]") + "}", data), {"shape[0] is 1.5"}},
+      {"quoted shape", file_bytes("{\"w\":" + entry("\"F32\"", "[\"2\"]", "[0,8]") + "}", data), {"shape[0] is \"2\""}},
+      {"shape not an array",
+       file_bytes("{\"w\":" + entry("\"F32\"", "4", "[0,16]") + "}", data),
        {"'shape' is 4, not an array"}},
-      {"rank 9", file_bytes("{\"w\":" + entry("\"U8\"", "[1,1,1,1,1,1,1,1,1]", "[0,1]") + "}", data),
-       {"9 dimensions"}},
+      {"rank 9", file_bytes("{\"w\":" + entry("\"U8\"", "[1,1,1,1,1,1,1,1,1]", "[0,1]") + "}", data), {"9 dimensions"}},
       {"overflowing shape",
-       file_bytes("{\"w\":" + entry("\"F64\"", "[4294967296,4294967296]", "[0,8]") + "}", data), {"overflows"}},
-      {"offsets beyond the data", file_bytes("{\"w\":" + entry("\"F32\"", "[20]", "[0,80]") + "}", data),
+       file_bytes("{\"w\":" + entry("\"F64\"", "[4294967296,4294967296]", "[0,8]") + "}", data),
+       {"overflows"}},
+      {"offsets beyond the data",
+       file_bytes("{\"w\":" + entry("\"F32\"", "[20]", "[0,80]") + "}", data),
        {"tensor 'w'", "data_offsets [0, 80] reach beyond the 64-byte data section"}},
-      {"offsets not matching the shape", file_bytes("{\"w\":" + entry("\"F32\"", "[2,3]", "[0,20]") + "}", data),
+      {"offsets not matching the shape",
+       file_bytes("{\"w\":" + entry("\"F32\"", "[2,3]", "[0,20]") + "}", data),
        {"tensor 'w'", "hold 20 bytes, but F32[2, 3] needs 24"}},
-      {"offsets reversed", file_bytes("{\"w\":" + entry("\"U8\"", "[0]", "[8,4]") + "}", data),
+      {"offsets reversed",
+       file_bytes("{\"w\":" + entry("\"U8\"", "[0]", "[8,4]") + "}", data),
        {"end before they begin"}},
-      {"offsets of one number", file_bytes("{\"w\":" + entry("\"U8\"", "[4]", "[4]") + "}", data),
+      {"offsets of one number",
+       file_bytes("{\"w\":" + entry("\"U8\"", "[4]", "[4]") + "}", data),
        {"expected [begin, end]"}},
-      {"negative offset", file_bytes("{\"w\":" + entry("\"U8\"", "[4]", "[-4,0]") + "}", data),
+      {"negative offset",
+       file_bytes("{\"w\":" + entry("\"U8\"", "[4]", "[-4,0]") + "}", data),
        {"data_offsets[0] is -4"}},
       {"overlapping ranges",
        file_bytes("{\"a\":" + entry("\"F32\"", "[4]", "[0,16]") + ",\"b\":" + entry("\"F32\"", "[2]", "[12,20]") + "}",
@@ -257,7 +273,8 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
        file_bytes("{\"w\":" + entry("\"F32\"", "[1]", "[0,4]") + ",\"w\":" + entry("\"F32\"", "[1]", "[4,8]") + "}",
                   data),
        {"duplicate object key \"w\""}},
-      {"metadata not strings", file_bytes(R"({"__metadata__":{"format":1}})", ""),
+      {"metadata not strings",
+       file_bytes(R"({"__metadata__":{"format":1}})", ""),
        {"'__metadata__' value of 'format' is 1, not a string"}},
       {"metadata not an object", file_bytes(R"({"__metadata__":"pt"})", ""), {"'__metadata__' is \"pt\""}},
       {"deeply nested", file_bytes("{\"w\":" + std::string(50000, '[') + "}", ""), {"invalid JSON"}},
@@ -275,7 +292,8 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
         EXPECT_NE(e.message().find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.message();
     }
   }
-  expect_error([&] { read_safetensors((dir / "missing.safetensors").string()); }, {"missing.safetensors", "cannot open"});
+  expect_error([&] { read_safetensors((dir / "missing.safetensors").string()); },
+               {"missing.safetensors", "cannot open"});
   expect_error([&] { read_safetensors(dir.path().string()); }, {"not a regular file"});
 }
 
@@ -283,8 +301,8 @@ TEST(Safetensors, TruncatedFilesAreClearErrors) {
   ScratchFolder dir;
   std::mt19937_64 rng(21);
   const auto path = dir / "t.safetensors";
-  write_safetensors(path.string(), {{"a", random_tensor({5, 3}, DType::f32, rng)},
-                                    {"b", random_tensor({7}, DType::bf16, rng)}});
+  write_safetensors(path.string(),
+                    {{"a", random_tensor({5, 3}, DType::f32, rng)}, {"b", random_tensor({7}, DType::bf16, rng)}});
   const std::string full = read_bytes(path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(full[i]);
@@ -320,7 +338,9 @@ TEST(Safetensors, ReadsAFileWrittenByTheSafetensorsLibrary) {
       Tensor expected = Tensor::empty(Shape(dims), DType::f64);
       for (int64_t i = 0; i < expected.numel(); ++i) {
         const int64_t k = (7 * i + 3 * j) % 200;
-        expected.data<double>()[i] = dtype == DType::u8 ? double(k) : is_floating(dtype) ? double(k - 100) / 4 : double(k - 100);
+        expected.data<double>()[i] = dtype == DType::u8   ? double(k)
+                                     : is_floating(dtype) ? double(k - 100) / 4
+                                                          : double(k - 100);
       }
       EXPECT_TRUE(same_bytes(file.load(name), expected.to(dtype))) << name;
       ++j;

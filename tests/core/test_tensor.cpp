@@ -57,7 +57,8 @@ TEST(Tensor, HalfPrecisionRoundTrips) {
 
 TEST(Philox, KnownAnswer) {
   // Random123 known-answer test for philox4x32-10: counter and key all ones (0xffffffff).
-  philox::U32x4 r = philox::philox4x32({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
+  philox::U32x4 r =
+      philox::philox4x32({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
   EXPECT_EQ(r.v[0], 0x408f276du);
   EXPECT_EQ(r.v[1], 0x41c83b0eu);
   EXPECT_EQ(r.v[2], 0xa20bc7c6u);

@@ -57,6 +57,4 @@ TEST(ThreadPool, DestroyingWithQueuedTasksDropsThem) {
   }
 }
 
-TEST(ThreadPool, NeedsAtLeastOneThread) {
-  EXPECT_THROW(ThreadPool(0), Error);
-}
+TEST(ThreadPool, NeedsAtLeastOneThread) { EXPECT_THROW(ThreadPool(0), Error); }

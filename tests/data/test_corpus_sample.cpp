@@ -13,11 +13,19 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kSample = fs::path(FATHOM_SOURCE_DIR) / "data" / "corpus" / "sample";
-const char* kTrain[] = {
-    "train/sotu_1790-2014.txt", "train/kjv.txt", "train/web.txt", "train/austen.txt",
-    "train/treasury_of_david.txt", "train/linux_kernel_docs.txt", "train/python_docs.txt", "train/perl_docs.txt",
-    "train/postgresql_docs.txt", "train/git_docs.txt", "train/rust_docs.txt", "train/django_docs.txt",
-    "train/debian_handbook.txt"};
+const char* kTrain[] = {"train/sotu_1790-2014.txt",
+                        "train/kjv.txt",
+                        "train/web.txt",
+                        "train/austen.txt",
+                        "train/treasury_of_david.txt",
+                        "train/linux_kernel_docs.txt",
+                        "train/python_docs.txt",
+                        "train/perl_docs.txt",
+                        "train/postgresql_docs.txt",
+                        "train/git_docs.txt",
+                        "train/rust_docs.txt",
+                        "train/django_docs.txt",
+                        "train/debian_handbook.txt"};
 const char* kValidation[] = {"validation/moby_dick.txt", "validation/sotu_2015-2021.txt",
                              "validation/linux_filesystems.txt", "validation/python_howto.txt"};
 

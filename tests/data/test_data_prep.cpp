@@ -49,7 +49,8 @@ std::string random_text(std::mt19937& rng, int lines) {
   return text;
 }
 
-std::vector<std::string> write_random_files(const ScratchFolder& dir, const std::string& stem, int count, std::mt19937& rng) {
+std::vector<std::string> write_random_files(const ScratchFolder& dir, const std::string& stem, int count,
+                                            std::mt19937& rng) {
   std::vector<std::string> paths;
   for (int i = 0; i < count; ++i) {
     paths.push_back(dir.file(stem + std::to_string(i) + ".txt"));
@@ -117,7 +118,8 @@ TEST(DataPrep, ShardsHoldTheSameStreamAsTheTextLoader) {
     const PrepResult r = prepare_data(o);
     EXPECT_EQ(folder_tokens(dir.path() / "out" / "train"), tokenize_text_files(train, split, *bytes));
     EXPECT_EQ(folder_tokens(dir.path() / "out" / "validation" / "moby"), tokenize_text_files(moby, split, *bytes));
-    EXPECT_EQ(folder_tokens(dir.path() / "out" / "validation" / "sotu_recent"), tokenize_text_files(sotu, split, *bytes));
+    EXPECT_EQ(folder_tokens(dir.path() / "out" / "validation" / "sotu_recent"),
+              tokenize_text_files(sotu, split, *bytes));
     ASSERT_EQ(r.splits.size(), 3u);
     EXPECT_EQ(r.splits[0].tokens, tokenize_text_files(train, split, *bytes).size());
     size_t documents = 0;
@@ -253,19 +255,31 @@ TEST(DataPrep, BadInputsAreClearErrorsAndWriteNothing) {
     std::string message;
   };
   const Case cases[] = {
-      {[&](PrepOptions& o) { o.validation = {{"moby", {dir.file("missing.txt")}}}; },
+      {[&](PrepOptions& o) {
+         o.validation = {{"moby", {dir.file("missing.txt")}}};
+       },
        "input file '" + dir.file("missing.txt") + "' of split 'moby' does not exist"},
-      {[&](PrepOptions& o) { o.train.push_back((dir.path() / "a_folder").string()); }, "is not a regular file (it is a folder"},
+      {[&](PrepOptions& o) { o.train.push_back((dir.path() / "a_folder").string()); },
+       "is not a regular file (it is a folder"},
       {[&](PrepOptions& o) { o.tokenizer = "no_such_tokenizer"; }, "unknown tokenizer 'no_such_tokenizer'"},
       {[&](PrepOptions& o) { o.train = {dir.file("blank.txt")}; }, "split 'train' has no documents"},
-      {[&](PrepOptions& o) { o.validation = {{"empty", {dir.file("blank.txt")}}}; }, "split 'empty' has no documents"},
+      {[&](PrepOptions& o) {
+         o.validation = {{"empty", {dir.file("blank.txt")}}};
+       },
+       "split 'empty' has no documents"},
       {[&](PrepOptions& o) { o.train.clear(); }, "no training files given"},
       {[&](PrepOptions& o) { o.out.clear(); }, "no output folder given"},
       {[&](PrepOptions& o) { o.shard_tokens = 0; }, "--shard-tokens must be at least 1"},
       {[&](PrepOptions& o) { o.threads = -1; }, "--threads must be >= 0"},
       {[&](PrepOptions& o) { o.threads = 100000; }, "--threads must be >= 0 (0 = every core) and at most 1024"},
-      {[&](PrepOptions& o) { o.validation = {{"a", train}, {"a", train}}; }, "validation domain 'a' is given twice"},
-      {[&](PrepOptions& o) { o.validation = {{"../escape", train}}; }, "validation domain name '../escape' may hold only"},
+      {[&](PrepOptions& o) {
+         o.validation = {{"a", train}, {"a", train}};
+       },
+       "validation domain 'a' is given twice"},
+      {[&](PrepOptions& o) {
+         o.validation = {{"../escape", train}};
+       },
+       "validation domain name '../escape' may hold only"},
   };
   for (const Case& c : cases) {
     PrepOptions o = options_for(out, train);

@@ -77,7 +77,8 @@ TEST(BpeTokenizer, Dolma2IsCl100kWithEosAndPad) {
     EXPECT_EQ(dolma2.encode(quickstart_documents()[i]), cl100k.encode(quickstart_documents()[i])) << "document " << i;
   // 100256 lies below the vocab size but names no token in cl100k_base.
   const std::string message = error_of([&] { dolma2.decode(Ids{9906, 100256}); });
-  EXPECT_TRUE(contains(message, "100256") && contains(message, "position 1") && contains(message, "no token")) << message;
+  EXPECT_TRUE(contains(message, "100256") && contains(message, "position 1") && contains(message, "no token"))
+      << message;
 }
 
 TEST(BpeTokenizer, SpecialTokensOnlyWhenAllowed) {
@@ -141,10 +142,17 @@ TEST(BpeTokenizer, RoundTripsRealText) {
 }
 
 TEST(BpeTokenizer, RoundTripsMultilingualTextEmojiAndWhitespace) {
-  const std::vector<std::string> fixed = {
-      "Größe straße Ærø naïve café", "日本語のテキスト", "Привет, мир!", "العربية עברית हिन्दी",
-      "١٢٣ १२३ ½ Ⅻ 3.14159", "🐋 👩‍👩‍👧 👍🏽 🇩🇪", "a   b\t\t\tc\n\n\n  d \r\n e\u00a0f\u3000g", "   ", "\n", "x",
-      " leading and trailing spaces  "};
+  const std::vector<std::string> fixed = {"Größe straße Ærø naïve café",
+                                          "日本語のテキスト",
+                                          "Привет, мир!",
+                                          "العربية עברית हिन्दी",
+                                          "١٢٣ १२३ ½ Ⅻ 3.14159",
+                                          "🐋 👩‍👩‍👧 👍🏽 🇩🇪",
+                                          "a   b\t\t\tc\n\n\n  d \r\n e\u00a0f\u3000g",
+                                          "   ",
+                                          "\n",
+                                          "x",
+                                          " leading and trailing spaces  "};
   for (const std::string name : {"cl100k", "gpt2", "dolma2"}) {
     const Tokenizer& tok = shared_tokenizer(name);
     for (const std::string& text : fixed) EXPECT_EQ(tok.decode(tok.encode(text)), text) << name;

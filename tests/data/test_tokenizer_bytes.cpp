@@ -10,7 +10,8 @@ using fathom::testing::error_of;
 TEST(ByteTokenizer, RoundTripsMultibyteUtf8) {
   ByteTokenizer tok;
   // 2-, 3- and 4-byte UTF-8 sequences: é, —, 日本語, 🐋.
-  const std::string text = "Call me Ishmael. Caf\xC3\xA9 \xE2\x80\x94 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x90\x8B!";
+  const std::string text =
+      "Call me Ishmael. Caf\xC3\xA9 \xE2\x80\x94 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x90\x8B!";
   const std::vector<uint32_t> ids = tok.encode(text);
   ASSERT_EQ(ids.size(), text.size());  // one id per byte, not per character
   EXPECT_EQ(ids[0], uint32_t('C'));

@@ -23,7 +23,8 @@ std::vector<std::string> rank_lines() {
   tokens.emplace_back("ab");
   tokens.emplace_back("abc");
   std::vector<std::string> lines;
-  for (size_t rank = 0; rank < tokens.size(); ++rank) lines.push_back(base64(tokens[rank]) + " " + std::to_string(rank));
+  for (size_t rank = 0; rank < tokens.size(); ++rank)
+    lines.push_back(base64(tokens[rank]) + " " + std::to_string(rank));
   return lines;
 }
 
@@ -34,7 +35,8 @@ std::string join_lines(const std::vector<std::string>& lines) {
 }
 
 TiktokenSpec small_spec() {
-  return {.name = "small", .pattern = std::string(kGpt2Pattern), .added = {}, .eos_text = "<|endoftext|>", .pad_text = {}};
+  return {
+      .name = "small", .pattern = std::string(kGpt2Pattern), .added = {}, .eos_text = "<|endoftext|>", .pad_text = {}};
 }
 
 // The error of loading a rank file with these lines.
@@ -230,7 +232,8 @@ TEST(TokenizerFiles, ValidSmallTokenizerJsonLoads) {
   // A non-special added token is recognised even in plain encode (as HF does); special ones only
   // when allowed.
   write_bytes(dir.file("tokenizer.json"),
-              replaced(small_tokenizer_json(), "\"added_tokens\": [", "\"added_tokens\": [{\"id\": 263, \"content\": \"<|user|>\", \"special\": false}, "));
+              replaced(small_tokenizer_json(), "\"added_tokens\": [",
+                       "\"added_tokens\": [{\"id\": 263, \"content\": \"<|user|>\", \"special\": false}, "));
   const auto with_user = load_hf_tokenizer_json(dir.file("tokenizer.json"), "small");
   EXPECT_EQ(with_user->vocab_size(), 264u);
   const std::vector<uint32_t> ids = with_user->encode("hello<|user|>hello<|endoftext|>");
@@ -239,7 +242,8 @@ TEST(TokenizerFiles, ValidSmallTokenizerJsonLoads) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 262u), 0);
   EXPECT_EQ(with_user->encode("hello<|user|>hello<|endoftext|>", true), (std::vector<uint32_t>{259, 263, 259, 262}));
   // tokenizer_config.json beside it may name the EOS and PAD tokens.
-  write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token": {"content": "<|endoftext|>"}, "pad_token": "<|endoftext|>"})");
+  write_bytes(dir.file("tokenizer_config.json"),
+              R"({"eos_token": {"content": "<|endoftext|>"}, "pad_token": "<|endoftext|>"})");
   const auto with_config = load_hf_tokenizer_json(dir.file("tokenizer.json"), "small");
   EXPECT_EQ(with_config->pad_id(), std::optional<uint32_t>(262));
   write_bytes(dir.file("tokenizer_config.json"), R"({"eos_token": "</s>"})");
@@ -252,11 +256,15 @@ TEST(TokenizerFiles, TokenizerJsonWithUnsupportedParts) {
   const std::string json = small_tokenizer_json();
   const std::string path = dir.file("tokenizer.json");
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {replaced(json, "\"type\": \"BPE\"", "\"type\": \"WordPiece\""), {"model.type", "unsupported model type \"WordPiece\""}},
-      {replaced(json, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}"), {"normalizer", "\"NFC\" is not supported"}},
-      {replaced(json, "\"Isolated\"", "\"MergedWithPrevious\""), {"pre_tokenizer.pretokenizers[0]", "MergedWithPrevious"}},
+      {replaced(json, "\"type\": \"BPE\"", "\"type\": \"WordPiece\""),
+       {"model.type", "unsupported model type \"WordPiece\""}},
+      {replaced(json, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}"),
+       {"normalizer", "\"NFC\" is not supported"}},
+      {replaced(json, "\"Isolated\"", "\"MergedWithPrevious\""),
+       {"pre_tokenizer.pretokenizers[0]", "MergedWithPrevious"}},
       {replaced(json, "\"add_prefix_space\": false", "\"add_prefix_space\": true"), {"add_prefix_space"}},
-      {replaced(json, "\"decoder\": {\"type\": \"ByteLevel\"", "\"decoder\": {\"type\": \"Metaspace\""), {"decoder.type", "Metaspace"}},
+      {replaced(json, "\"decoder\": {\"type\": \"ByteLevel\"", "\"decoder\": {\"type\": \"Metaspace\""),
+       {"decoder.type", "Metaspace"}},
       {replaced(json, "\"byte_fallback\": false", "\"byte_fallback\": true"), {"model.byte_fallback"}},
       {replaced(json, "\"dropout\": null", "\"dropout\": 0.1"), {"model.dropout"}},
   };
@@ -292,7 +300,8 @@ TEST(TokenizerFiles, TokenizerJsonWithBadAddedTokens) {
       {replaced(json, "{\"id\": 262,", "{\"id\": -1,"), "added_tokens[0].id"},
       {replaced(json, "{\"id\": 262,", "{\"id\": \"262\","), "added_tokens[0].id"},
       {replaced(json, "{\"id\": 262,", "{\"id\": 99999999999,"), "added_tokens[0].id: expected a token id"},
-      {replaced(json, "\"content\": \"<|endoftext|>\"", "\"text\": \"<|endoftext|>\""), "added_tokens[0].content: missing"},
+      {replaced(json, "\"content\": \"<|endoftext|>\"", "\"text\": \"<|endoftext|>\""),
+       "added_tokens[0].content: missing"},
       {replaced(json, "\"content\": \"<|endoftext|>\"", "\"content\": 5"), "added_tokens[0].content"},
       {replaced(json, "\"lstrip\": false", "\"lstrip\": true"), "added_tokens[0].lstrip"},
       {replaced(json, "\"added_tokens\": [", "\"added_tokens\": [7, "), "added_tokens[0]"},

@@ -173,7 +173,9 @@ TEST(BpeTraining, BadInputIsAnErrorAndWritesNothing) {
   write_bytes(dir.file("blank.txt"), " \n\t\n");
   std::string message = error_of([&] { train_bpe_tokenizer({dir.file("text.txt")}, 256, dir.file("out.json")); });
   EXPECT_TRUE(contains(message, "256") && contains(message, "at least 257")) << message;
-  message = error_of([&] { train_bpe_tokenizer({dir.file("text.txt"), dir.file("absent.txt")}, 300, dir.file("out.json")); });
+  message = error_of([&] {
+    train_bpe_tokenizer({dir.file("text.txt"), dir.file("absent.txt")}, 300, dir.file("out.json"));
+  });
   EXPECT_TRUE(contains(message, dir.file("absent.txt"))) << message;
   message = error_of([&] { train_bpe_tokenizer({dir.file("blank.txt")}, 300, dir.file("out.json")); });
   EXPECT_TRUE(contains(message, "blank") && contains(message, dir.file("blank.txt"))) << message;
@@ -185,7 +187,8 @@ TEST(BpeTraining, CommittedQuickstartTokenizerIsReproducible) {
   const std::string committed = kTokenizerFiles + "/quickstart-4k.json";
   ScratchFolder dir;
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(kCorpus + "/train")) files.push_back(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator(kCorpus + "/train"))
+    files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   train_bpe_tokenizer(files, 4096, dir.file("retrained.json"));
   EXPECT_EQ(read_bytes(dir.file("retrained.json")), read_bytes(committed))
@@ -199,15 +202,15 @@ TEST(TokenizerCli, TrainEncodeDecode) {
   ScratchFolder dir;
   const std::string fathom = FATHOM_BINARY;
   const std::string out = dir.file("tok.json");
-  auto [status, text] = run(fathom + " tokenizer train --vocab 600 --out " + out + " " + kCorpus +
-                                "/train/sotu_2009-2019.txt",
-                            dir);
+  auto [status, text] =
+      run(fathom + " tokenizer train --vocab 600 --out " + out + " " + kCorpus + "/train/sotu_2009-2019.txt", dir);
   ASSERT_EQ(status, 0) << text;
   EXPECT_TRUE(contains(text, "vocab 600")) << text;
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(out);
 
   const std::string sample = "We the People <|endoftext|> of the United States";
-  std::tie(status, text) = run(fathom + " tokenizer encode --tokenizer " + out + " --allow-special '" + sample + "'", dir);
+  std::tie(status, text) =
+      run(fathom + " tokenizer encode --tokenizer " + out + " --allow-special '" + sample + "'", dir);
   ASSERT_EQ(status, 0) << text;
   std::string expected;
   for (uint32_t id : tok->encode(sample, true)) {
@@ -229,8 +232,8 @@ TEST(TokenizerCli, TrainEncodeDecode) {
   std::tie(status, text) = run(fathom + " tokenizer decode --tokenizer gpt2 15496 x7", dir);
   EXPECT_NE(status, 0);
   EXPECT_TRUE(contains(text, "'x7' is not a token id")) << text;
-  std::tie(status, text) = run(fathom + " tokenizer train --vocab 100 --out " + dir.file("small.json") + " " +
-                                   kCorpus + "/train/sotu_2009-2019.txt",
+  std::tie(status, text) = run(fathom + " tokenizer train --vocab 100 --out " + dir.file("small.json") + " " + kCorpus +
+                                   "/train/sotu_2009-2019.txt",
                                dir);
   EXPECT_NE(status, 0);
   EXPECT_TRUE(contains(text, "at least 257")) << text;

@@ -86,14 +86,15 @@ Stepped step_once(const Setup& setup) {
   DataParallel parallel(comm, arena, DataParallelConfig{.zero = setup.zero, .bucket_elements = 700});
   AdamW optimizer(arena, AdamWConfig{}, parallel.optimizer_shard());
   uint64_t seed = 20;
-  const StepSettings settings{.step = 1, .lr = 1e-2, .clip = 1.0, .grad_accum = 2,
-                              .data_parallel = setup.parallel ? &parallel : nullptr};
-  train_step(model, arena, optimizer,
-             [&] {
-               seed += 2;
-               return TokenBatch{random_ints({2, 8}, 40, seed, DType::i32), random_ints({2, 8}, 40, seed + 1, DType::i32)};
-             },
-             Device::cpu(), settings);
+  const StepSettings settings{
+      .step = 1, .lr = 1e-2, .clip = 1.0, .grad_accum = 2, .data_parallel = setup.parallel ? &parallel : nullptr};
+  train_step(
+      model, arena, optimizer,
+      [&] {
+        seed += 2;
+        return TokenBatch{random_ints({2, 8}, 40, seed, DType::i32), random_ints({2, 8}, 40, seed + 1, DType::i32)};
+      },
+      Device::cpu(), settings);
   Stepped out{comm.log, arena.grads().clone(), parallel.bucket_count(), parallel.buckets_started_early(), {}};
   return out;
 }

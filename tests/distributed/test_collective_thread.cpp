@@ -19,7 +19,8 @@ TEST(CollectiveThread, AJobRunsWhileTheCallerGoesOn) {
   std::future<void> signal = caller_went_on.get_future();
   bool saw_caller = false;
   // The job waits for what the caller does after submit: run in submit, it would time out.
-  auto pending = thread.submit([&] { saw_caller = signal.wait_for(std::chrono::seconds(10)) == std::future_status::ready; });
+  auto pending =
+      thread.submit([&] { saw_caller = signal.wait_for(std::chrono::seconds(10)) == std::future_status::ready; });
   caller_went_on.set_value();
   pending->wait();
   EXPECT_TRUE(saw_caller);

@@ -48,8 +48,8 @@ TEST(LaunchEnvironment, NoLauncherIsAWorldOfOne) {
 }
 
 TEST(LaunchEnvironment, OpenMpiVariablesGiveRankWorldAndLocalRank) {
-  const LaunchEnvironment launch = launch_with(
-      {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  const LaunchEnvironment launch =
+      launch_with({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
   EXPECT_TRUE(launch.launched && launch.by_mpi);
   EXPECT_EQ(launch.ranks.rank, 5);
   EXPECT_EQ(launch.ranks.world, 8);
@@ -62,23 +62,31 @@ TEST(LaunchEnvironment, GenericVariablesAreReadAndMustAgreeWithMpirun) {
   EXPECT_FALSE(generic.by_mpi);
   EXPECT_EQ(generic.ranks.rank, 2);
   EXPECT_EQ(generic.ranks.local_rank, 0);
-  EXPECT_NO_THROW(launch_with({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"},
-                               {"WORLD_SIZE", "2"}}));
-  EXPECT_NE(error_of([] {
-              launch_with({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"},
-                           {"WORLD_SIZE", "2"}});
-            }).find("RANK=0 and WORLD_SIZE=2 disagree with the launcher's rank 1 of 2"),
-            std::string::npos);
+  EXPECT_NO_THROW(
+      launch_with({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}));
+  EXPECT_NE(
+      error_of([] {
+        launch_with({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}});
+      }).find("RANK=0 and WORLD_SIZE=2 disagree with the launcher's rank 1 of 2"),
+      std::string::npos);
 }
 
 TEST(LaunchEnvironment, MalformedVariablesAreErrorsNamingThem) {
-  EXPECT_NE(error_of([] { launch_with({{"RANK", "x"}, {"WORLD_SIZE", "2"}}); }).find("RANK='x' is not a whole number"),
+  EXPECT_NE(error_of([] {
+              launch_with({{"RANK", "x"}, {"WORLD_SIZE", "2"}});
+            }).find("RANK='x' is not a whole number"),
             std::string::npos);
-  EXPECT_NE(error_of([] { launch_with({{"RANK", "2"}, {"WORLD_SIZE", "2"}}); }).find("RANK=2 is not below WORLD_SIZE=2"),
+  EXPECT_NE(error_of([] {
+              launch_with({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+            }).find("RANK=2 is not below WORLD_SIZE=2"),
             std::string::npos);
-  EXPECT_NE(error_of([] { launch_with({{"WORLD_SIZE", "2"}}); }).find("RANK is missing while WORLD_SIZE is set"),
+  EXPECT_NE(error_of([] {
+              launch_with({{"WORLD_SIZE", "2"}});
+            }).find("RANK is missing while WORLD_SIZE is set"),
             std::string::npos);
-  EXPECT_NE(error_of([] { launch_with({{"RANK", "0"}, {"WORLD_SIZE", "0"}}); }).find("WORLD_SIZE='0'"),
+  EXPECT_NE(error_of([] {
+              launch_with({{"RANK", "0"}, {"WORLD_SIZE", "0"}});
+            }).find("WORLD_SIZE='0'"),
             std::string::npos);
 }
 
@@ -111,7 +119,9 @@ TEST(LoaderShard, RanksTakeDisjointPartsOfTheOneProcessBatch) {
     ASSERT_EQ(joined, expected) << "step " << step;
     for (TokenLoader& rank : ranks) EXPECT_EQ(rank.state(), whole.state());
   }
-  EXPECT_NE(error_of([&] { TokenLoader(source, 2, 8, 3, LoaderShard{3, 3}); }).find("rank 3 is no rank of a world of 3"),
+  EXPECT_NE(error_of([&] {
+              TokenLoader(source, 2, 8, 3, LoaderShard{3, 3});
+            }).find("rank 3 is no rank of a world of 3"),
             std::string::npos);
 }
 

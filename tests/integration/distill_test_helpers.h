@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_support.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"
-#include "tests/support/test_support.h"
 
 namespace fathom::testing {
 
@@ -18,9 +18,14 @@ inline const std::string kDistillCorpus = std::string(FATHOM_SOURCE_DIR) + "/dat
 inline std::string tiny_data_and_train(int steps) {
   return "data:\n"
          "  tokenizer: bytes\n"
-         "  train: [" + kDistillCorpus + "/train/sotu_2009-2019.txt]\n"
-         "  validation: {moby_dick: [" + kDistillCorpus + "/validation/moby_dick.txt]}\n"
-         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " + std::to_string(steps) +
+         "  train: [" +
+         kDistillCorpus +
+         "/train/sotu_2009-2019.txt]\n"
+         "  validation: {moby_dick: [" +
+         kDistillCorpus +
+         "/validation/moby_dick.txt]}\n"
+         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " +
+         std::to_string(steps) +
          ", optimizer: {lr: 3.0e-3}, schedule: {warmup_steps: 5}}\n"
          "eval: {every: 0, batches: 2}\n";
 }
@@ -30,11 +35,11 @@ inline const std::filesystem::path& tiny_teacher() {
   static ScratchFolder folder;
   static const std::filesystem::path run = [] {
     const std::filesystem::path dir = folder / "teacher";
-    const std::string yaml = "name: teacher\n"
-                             "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, "
-                             "vocab_size: 264}\n" +
-                             tiny_data_and_train(200) + "checkpoint: {every: 0}\nlog: {every: 50, dir: " +
-                             dir.string() + "}\n";
+    const std::string yaml =
+        "name: teacher\n"
+        "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, "
+        "vocab_size: 264}\n" +
+        tiny_data_and_train(200) + "checkpoint: {every: 0}\nlog: {every: 50, dir: " + dir.string() + "}\n";
     RunOptions options;
     options.quiet = true;
     run_training(parse_recipe(yaml, "teacher.yaml"), options);
@@ -46,17 +51,23 @@ inline const std::filesystem::path& tiny_teacher() {
 // A distillation of the tiny teacher into `dir`; `distill` is the section's flow mapping body.
 inline std::string distill_yaml(const std::filesystem::path& dir, const std::string& distill, int steps_per_layer) {
   return "name: distilled\n"
-         "distill: {teacher: 'checkpoint:" + tiny_teacher().string() + "', steps_per_layer: " +
-         std::to_string(steps_per_layer) + (distill.empty() ? "" : ", " + distill) + "}\n" +
+         "distill: {teacher: 'checkpoint:" +
+         tiny_teacher().string() + "', steps_per_layer: " + std::to_string(steps_per_layer) +
+         (distill.empty() ? "" : ", " + distill) + "}\n" +
          "data:\n"
          "  tokenizer: bytes\n"
-         "  train: [" + kDistillCorpus + "/train/sotu_2009-2019.txt]\n"
-         "  validation: {moby_dick: [" + kDistillCorpus + "/validation/moby_dick.txt]}\n"
+         "  train: [" +
+         kDistillCorpus +
+         "/train/sotu_2009-2019.txt]\n"
+         "  validation: {moby_dick: [" +
+         kDistillCorpus +
+         "/validation/moby_dick.txt]}\n"
          "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, optimizer: {lr: 3.0e-3, weight_decay: 0}, "
          "schedule: {warmup_steps: 2}}\n"
          "eval: {every: 0, batches: 2}\n"
          "checkpoint: {every: 4, keep_last: 0}\n"
-         "log: {every: 5, dir: " + dir.string() + "}\n";
+         "log: {every: 5, dir: " +
+         dir.string() + "}\n";
 }
 
 // A run's (or checkpoint's) weights by name, as floats.

@@ -61,7 +61,8 @@ inline FathomGradients fathom_loss_and_gradients(const HfGradientFixture& f, con
   arena.zero_grad();
   FathomGradients out;
   out.loss = accumulate_gradients(model, batch, device, Objective::language_model(0.0), /*grad_scale=*/1.0).ce;
-  for (const ArenaEntry& entry : arena.entries()) out.grads.emplace_back(entry.name, entry.var.grad().to(Device::cpu()));
+  for (const ArenaEntry& entry : arena.entries())
+    out.grads.emplace_back(entry.name, entry.var.grad().to(Device::cpu()));
   return out;
 }
 
@@ -75,7 +76,8 @@ inline void expect_gradients_match(const FathomGradients& got, const HfGradientF
   double worst = 0;
   std::string worst_name;
   for (const auto& [name, grad] : got.grads) {
-    const auto it = std::find_if(want.grads.begin(), want.grads.end(), [&](const auto& kv) { return kv.first == name; });
+    const auto it =
+        std::find_if(want.grads.begin(), want.grads.end(), [&](const auto& kv) { return kv.first == name; });
     ASSERT_NE(it, want.grads.end()) << name << " has no gradient in the fixture";
     ASSERT_EQ(grad.shape(), it->second.shape()) << name;
     const double rel = relative_l2(grad, it->second);

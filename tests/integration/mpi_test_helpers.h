@@ -40,7 +40,8 @@ inline pid_t find_rank(const std::filesystem::path& folder, int rank) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string cmdline = text_of_file(entry.path() / "cmdline"), environ = text_of_file(entry.path() / "environ");
+    const std::string cmdline = text_of_file(entry.path() / "cmdline"),
+                      environ = text_of_file(entry.path() / "environ");
     std::error_code error;
     if (cmdline.find(FATHOM_BINARY) == 0 && fs::equivalent(entry.path() / "cwd", folder, error) &&
         environ.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)

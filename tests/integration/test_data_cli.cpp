@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "cli_test_helpers.h"
 #include "data/prep.h"
 #include "tests/support/test_support.h"
-#include "cli_test_helpers.h"
 
 namespace fs = std::filesystem;
 using fathom::testing::read_bytes;

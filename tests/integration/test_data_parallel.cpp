@@ -16,9 +16,9 @@
 #include <regex>
 #include <thread>
 
-#include "train/checkpoint/checkpoint.h"
 #include "mpi_test_helpers.h"
 #include "tests/support/test_support.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -32,12 +32,14 @@ const std::string kCorpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quick
 
 // validation: with a Moby Dick domain evaluated every 3 steps on 5 batches.
 std::string recipe_text(int steps, bool validation = false) {
-  const std::string eval = validation ? ", validation: {moby: [" + kCorpus + "/validation/moby_dick.txt]}}\n"
-                                        "eval: {every: 3, batches: 5}\n"
+  const std::string eval = validation ? ", validation: {moby: [" + kCorpus +
+                                            "/validation/moby_dick.txt]}}\n"
+                                            "eval: {every: 3, batches: 5}\n"
                                       : "}\n";
   return "name: dp\n"
          "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
-         "data: {tokenizer: bytes, train: [" + kCorpus + "/train/sotu_2009-2019.txt]" + eval +
+         "data: {tokenizer: bytes, train: [" +
+         kCorpus + "/train/sotu_2009-2019.txt]" + eval +
          "train: {device: cpu, threads: 1, batch_size: 2, seq_len: 32, steps: " + std::to_string(steps) +
          ", optimizer: {lr: 3.0e-3, clip: 1.0}, schedule: {warmup_steps: 2}}\n"
          "checkpoint: {every: 3, keep_last: 10}\n"

@@ -9,14 +9,16 @@
 
 #include <chrono>
 #include <cmath>
-#include <thread>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "autograd/distill_losses.h"
 #include "autograd/grad_mode.h"
 #include "core/safetensors.h"
 #include "data/loader.h"
+#include "distill_test_helpers.h"
+#include "layers/dsla.h"
 #include "layers/parameter_arena.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/distill/distill_chain.h"
@@ -25,8 +27,6 @@
 #include "train/distill/distill_teacher.h"
 #include "train/run/run_data.h"
 #include "train/run/stop_signal.h"
-#include "distill_test_helpers.h"
-#include "layers/dsla.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -85,7 +85,8 @@ TEST(Distill, ChainConvertsBothLayersTrainsOnlyEachAndBeatsTheUntrainedConversio
       << "teacher " << teacher_loss << ", untrained conversion " << untrained << ", M_1 " << trained;
 
   // Frozen parameters bit for bit: M_1 is the teacher except layer pi_1's mixer, M_2 is M_1 except pi_2's.
-  const auto t = weights_of(tiny_teacher()), m1 = weights_of(dir / "chain" / "M_1"), m2 = weights_of(dir / "chain" / "M_2");
+  const auto t = weights_of(tiny_teacher()), m1 = weights_of(dir / "chain" / "M_1"),
+             m2 = weights_of(dir / "chain" / "M_2");
   int64_t trained_tensors = 0;
   for (const auto& [name, values] : m1) {
     if (in_layer_mixer(name, r.order[0])) {
@@ -202,7 +203,8 @@ TEST(Distill, StoppedChainResumesToTheUninterruptedWeights) {
   EXPECT_EQ(again.models_measured, 0);
   EXPECT_EQ(text_of(dir / "parts" / "distill.json"), table);
   for (int k = 1; k <= 2; ++k)
-    EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))), weights_of(dir / "whole" / ("M_" + std::to_string(k))))
+    EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))),
+              weights_of(dir / "whole" / ("M_" + std::to_string(k))))
         << "M_" << k;
   // A budget that ends with a layer stops before the next one trains a step.
   const Recipe edge = parse_recipe(distill_yaml(dir / "edge", section, 10), "distill.yaml");
@@ -243,7 +245,8 @@ TEST(Distill, StopRequestCheckpointsTheStepAndResumeEqualsTheUninterruptedChain)
   EXPECT_FALSE(resumed.stopped);
   EXPECT_EQ(resumed.steps_done, 11);
   for (int k = 1; k <= 2; ++k)
-    EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))), weights_of(dir / "whole" / ("M_" + std::to_string(k))))
+    EXPECT_EQ(weights_of(dir / "parts" / ("M_" + std::to_string(k))),
+              weights_of(dir / "whole" / ("M_" + std::to_string(k))))
         << "M_" << k;
 }
 

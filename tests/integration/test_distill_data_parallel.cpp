@@ -18,10 +18,10 @@
 #include <thread>
 
 #include "core/file_io.h"
-#include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/run_state.h"
 #include "distill_test_helpers.h"
 #include "mpi_test_helpers.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/run_state.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -37,8 +37,8 @@ namespace {
 // `fathom distill recipe.yaml <args>` in `folder` under mpirun with two ranks, its output in
 // folder/out.txt and folder/err.txt; the shell's status.
 int distill_two_ranks(const fs::path& folder, const std::string& args) {
-  const std::string command = "cd '" + folder.string() + "' && " + fathom::testing::mpirun_prefix(2) +
-                              FATHOM_BINARY + " distill recipe.yaml " + args + " > out.txt 2> err.txt";
+  const std::string command = "cd '" + folder.string() + "' && " + fathom::testing::mpirun_prefix(2) + FATHOM_BINARY +
+                              " distill recipe.yaml " + args + " > out.txt 2> err.txt";
   return std::system(command.c_str());
 }
 
@@ -55,8 +55,8 @@ int64_t latest_step(const fs::path& run) {
 }
 
 int distill_one_process(const fs::path& folder, const std::string& args) {
-  const std::string command = "cd '" + folder.string() + "' && " + FATHOM_BINARY + " distill recipe.yaml " + args +
-                              " > out.txt 2> err.txt";
+  const std::string command =
+      "cd '" + folder.string() + "' && " + FATHOM_BINARY + " distill recipe.yaml " + args + " > out.txt 2> err.txt";
   return std::system(command.c_str());
 }
 
@@ -78,9 +78,8 @@ class DistillDataParallel : public ::testing::Test {
   fs::path chain_folder(const std::string& name, int steps) {
     const fs::path folder = dir_ / name;
     fs::create_directories(folder);
-    std::ofstream(folder / "recipe.yaml")
-        << distill_yaml(folder / "chain", "order: [1, 0], loss: {ce: 1, logit_kl: 1, layer_align: 1, gate_cos: 0.1}",
-                        steps);
+    std::ofstream(folder / "recipe.yaml") << distill_yaml(
+        folder / "chain", "order: [1, 0], loss: {ce: 1, logit_kl: 1, layer_align: 1, gate_cos: 0.1}", steps);
     return folder;
   }
   ScratchFolder dir_;
@@ -152,8 +151,7 @@ TEST_P(DistillStopSignal, ASignalToOneRankStopsEveryRankAtTheSameStepAndResumeCo
 }
 
 // The writer (rank 0) and a rank that writes nothing (rank 1), each with one of the two stop signals.
-INSTANTIATE_TEST_SUITE_P(OneRank, DistillStopSignal,
-                         ::testing::Values(Signalled{1, SIGTERM}, Signalled{0, SIGINT}),
+INSTANTIATE_TEST_SUITE_P(OneRank, DistillStopSignal, ::testing::Values(Signalled{1, SIGTERM}, Signalled{0, SIGINT}),
                          [](const ::testing::TestParamInfo<Signalled>& info) {
                            return "Rank" + std::to_string(info.param.rank) +
                                   (info.param.signal == SIGTERM ? "Sigterm" : "Sigint");

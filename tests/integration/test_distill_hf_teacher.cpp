@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "distill_test_helpers.h"
 #include "layers/hf_export.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/distill/distill_chain.h"
-#include "distill_test_helpers.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -58,7 +58,8 @@ TEST(DistillHfTeacher, AnExportedTeacherGivesTheChainOfItsCheckpoint) {
   for (size_t k = 0; k < 2; ++k) {
     const std::string m = "M_" + std::to_string(k + 1);
     EXPECT_EQ(hf.models[k].measures.validation.at("moby_dick").loss,
-              own.models[k].measures.validation.at("moby_dick").loss) << m;
+              own.models[k].measures.validation.at("moby_dick").loss)
+        << m;
     EXPECT_EQ(weights_of(dir / "hf_chain" / m), weights_of(dir / "own" / m)) << m;
   }
 }

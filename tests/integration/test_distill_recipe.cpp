@@ -1,8 +1,8 @@
 // The recipe's distill section: every key read, defaults, and a clear error for each bad value.
 #include <gtest/gtest.h>
 
-#include "train/distill/distill_config.h"
 #include "distill_test_helpers.h"
+#include "train/distill/distill_config.h"
 
 using namespace fathom;
 using fathom::testing::distill_yaml;
@@ -62,7 +62,8 @@ TEST(DistillRecipe, EveryBadValueIsAnErrorNamingItsKey) {
   expect_error([] { distill_recipe("layers: [0.5, 0.6]"); }, {"distill.layers", "as an earlier fraction does"});
   expect_error([] { distill_recipe("layers: 3"); }, {"distill.layers", "converts 3 layers; give 1..2"});
   expect_error([] { distill_recipe(""); }, {"distill.layers", "missing"});
-  expect_error([] { distill_recipe("layers: 1, loss: {layer_align: 0}"); }, {"distill.loss", "every term has weight 0"});
+  expect_error([] { distill_recipe("layers: 1, loss: {layer_align: 0}"); },
+               {"distill.loss", "every term has weight 0"});
   expect_error([] { distill_recipe("layers: 1, loss: {kd: 1}"); }, {"distill.loss", "must be one of"});
   expect_error([] { distill_recipe("layers: 1, loss: {layer_align: -1}"); }, {"distill.loss.layer_align", ">= 0"});
   expect_error([] { distill_recipe("layers: 1, temperature: 0"); }, {"distill.temperature", "> 0"});
@@ -76,8 +77,7 @@ TEST(DistillRecipe, EveryBadValueIsAnErrorNamingItsKey) {
   // The teacher: missing, not a source, not there, not a decoder fathom can load.
   expect_error([] { parse_recipe("distill: {layers: 1}\n" + fathom::testing::tiny_data_and_train(3), "d.yaml"); },
                {"distill.teacher", "missing"});
-  expect_error([] { distill_recipe("layers: 1", 5, {"distill.teacher=somewhere"}); },
-               {"distill.teacher", "somewhere"});
+  expect_error([] { distill_recipe("layers: 1", 5, {"distill.teacher=somewhere"}); }, {"distill.teacher", "somewhere"});
   expect_error([] { distill_recipe("layers: 1", 5, {"distill.teacher=checkpoint:/nonexistent/teacher"}); },
                {"distill.teacher", "/nonexistent/teacher"});
   expect_error([] { distill_recipe("layers: 1", 5, {"distill.teacher=hf:" + std::string(FATHOM_SOURCE_DIR)}); },
@@ -85,9 +85,11 @@ TEST(DistillRecipe, EveryBadValueIsAnErrorNamingItsKey) {
 }
 
 TEST(DistillRecipe, OrdinaryRecipesHaveNoDistillSection) {
-  const Recipe r = parse_recipe("name: plain\nmodel: {d_model: 32, n_layers: 2, n_heads: 4, ffn_hidden: 64, "
-                                "vocab_size: 264}\n" + fathom::testing::tiny_data_and_train(3),
-                                "plain.yaml");
+  const Recipe r = parse_recipe(
+      "name: plain\nmodel: {d_model: 32, n_layers: 2, n_heads: 4, ffn_hidden: 64, "
+      "vocab_size: 264}\n" +
+          fathom::testing::tiny_data_and_train(3),
+      "plain.yaml");
   EXPECT_TRUE(r.distill.teacher.empty());
   EXPECT_EQ(recipe_to_yaml(r).find("\ndistill:"), std::string::npos) << recipe_to_yaml(r);
 }

@@ -4,11 +4,11 @@
 
 #include <filesystem>
 
-#include "train/recipe/recipe.h"
-#include "train/run/trainer.h"
+#include "cli_test_helpers.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/test_support.h"
-#include "cli_test_helpers.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 
 namespace fs = std::filesystem;
 using fathom::testing::read_bytes;
@@ -20,23 +20,31 @@ TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
   const fathom::Recipe recipe = fathom::parse_recipe(
       "model: {d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 64, vocab_size: 257}\n"
       "moda: {variant: attn_kv+ffn_kv}\n"
-      "data: {tokenizer: bytes, train: [" + corpus + "]}\n"
-      "train: {device: cpu, threads: 2, batch_size: 2, seq_len: 32, steps: 3, optimizer: {lr: 1.0e-3}}\n"
-      "log: {dir: " + (dir / "run").string() + "}\n",
+      "data: {tokenizer: bytes, train: [" +
+          corpus +
+          "]}\n"
+          "train: {device: cpu, threads: 2, batch_size: 2, seq_len: 32, steps: 3, optimizer: {lr: 1.0e-3}}\n"
+          "log: {dir: " +
+          (dir / "run").string() + "}\n",
       "tiny.yaml");
   fathom::RunOptions quiet;
   quiet.quiet = true;
   fathom::run_training(recipe, quiet);
 
   const std::string run = (dir / "run").string();
-  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt 'The Union' --max-new-tokens 12 "
-                            "--temperature 0 --ignore-eos --device cpu"), 0) << read_bytes(dir / "err.txt");
+  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + run +
+                                " --prompt 'The Union' --max-new-tokens 12 "
+                                "--temperature 0 --ignore-eos --device cpu"),
+            0)
+      << read_bytes(dir / "err.txt");
   const std::string first = read_bytes(dir / "out.txt");
   EXPECT_EQ(first.rfind("The Union", 0), 0u) << first;  // the prompt, then the continuation
   EXPECT_GT(first.size(), std::string("The Union\n").size());
   EXPECT_NE(read_bytes(dir / "err.txt").find("bytes per position"), std::string::npos);
-  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt 'The Union' --max-new-tokens 12 "
-                            "--temperature 0 --ignore-eos --device cpu"), 0);
+  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + run +
+                                " --prompt 'The Union' --max-new-tokens 12 "
+                                "--temperature 0 --ignore-eos --device cpu"),
+            0);
   EXPECT_EQ(read_bytes(dir / "out.txt"), first);  // greedy is reproducible
 
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --max-new-tokens 4"), 1);
@@ -44,8 +52,10 @@ TEST(GenerateCli, GeneratesFromARunFolderAndRefusesBadInput) {
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --top-p 0"), 1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("--top-p must be in (0, 1]"), std::string::npos);
   // Caches larger than the host's memory are refused before anything is allocated.
-  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run + " --prompt x --max-new-tokens 16000000 --batch 65536 "
-                            "--device cpu"), 1);
+  EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + run +
+                                " --prompt x --max-new-tokens 16000000 --batch 65536 "
+                                "--device cpu"),
+            1);
   EXPECT_NE(read_bytes(dir / "err.txt").find("lower --batch or --max-new-tokens"), std::string::npos)
       << read_bytes(dir / "err.txt");
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "missing").string() + " --prompt x"), 1);
@@ -80,11 +90,15 @@ TEST(GenerateCli, DeviceCudaWithoutAGpuNamesTheFlag) {
   fathom::testing::ScratchFolder dir;
   const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/train/sotu_2009-2019.txt";
   const std::string recipe = (dir / "tiny.yaml").string();
-  fathom::testing::write_bytes(recipe,
+  fathom::testing::write_bytes(
+      recipe,
       "model: {d_model: 32, n_layers: 1, n_heads: 2, n_kv_heads: 1, ffn_hidden: 64, vocab_size: 257}\n"
-      "data: {tokenizer: bytes, train: [" + corpus + "]}\n"
-      "train: {device: cpu, threads: 1, batch_size: 1, seq_len: 16, steps: 1, optimizer: {lr: 1.0e-3}}\n"
-      "log: {dir: " + (dir / "run").string() + "}\n");
+      "data: {tokenizer: bytes, train: [" +
+          corpus +
+          "]}\n"
+          "train: {device: cpu, threads: 1, batch_size: 1, seq_len: 16, steps: 1, optimizer: {lr: 1.0e-3}}\n"
+          "log: {dir: " +
+          (dir / "run").string() + "}\n");
   ASSERT_EQ(run_fathom(dir, "train " + recipe), 0) << read_bytes(dir / "err.txt");
   EXPECT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "run").string() + " --prompt x --device cuda"), 1);
   const std::string err = read_bytes(dir / "err.txt");
@@ -98,15 +112,21 @@ TEST(GenerateCli, DslaLayersKeepAConstantStateInsteadOfAKvCache) {
   fathom::testing::ScratchFolder dir;
   const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/train/sotu_2009-2019.txt";
   const std::string recipe = (dir / "hybrid.yaml").string();
-  fathom::testing::write_bytes(recipe,
+  fathom::testing::write_bytes(
+      recipe,
       "model: {d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 64, vocab_size: 257, "
       "layers: [attention, dsla]}\n"
-      "data: {tokenizer: bytes, train: [" + corpus + "]}\n"
-      "train: {device: cpu, threads: 2, batch_size: 2, seq_len: 32, steps: 3, optimizer: {lr: 1.0e-3}}\n"
-      "log: {dir: " + (dir / "run").string() + "}\n");
+      "data: {tokenizer: bytes, train: [" +
+          corpus +
+          "]}\n"
+          "train: {device: cpu, threads: 2, batch_size: 2, seq_len: 32, steps: 3, optimizer: {lr: 1.0e-3}}\n"
+          "log: {dir: " +
+          (dir / "run").string() + "}\n");
   ASSERT_EQ(run_fathom(dir, "train " + recipe), 0) << read_bytes(dir / "err.txt");
-  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "run").string() + " --prompt 'The Union' "
-                            "--max-new-tokens 6 --temperature 0 --ignore-eos --device cpu"), 0)
+  ASSERT_EQ(run_fathom(dir, "generate --checkpoint " + (dir / "run").string() +
+                                " --prompt 'The Union' "
+                                "--max-new-tokens 6 --temperature 0 --ignore-eos --device cpu"),
+            0)
       << read_bytes(dir / "err.txt");
   EXPECT_EQ(read_bytes(dir / "out.txt").rfind("The Union", 0), 0u);
   // One attention layer: K and V of 1 head x 16, f32 = 128 bytes per position; the dsla layer's two
@@ -114,5 +134,7 @@ TEST(GenerateCli, DslaLayersKeepAConstantStateInsteadOfAKvCache) {
   const std::string err = read_bytes(dir / "err.txt");
   EXPECT_NE(err.find("(128 bytes per position and sequence)"), std::string::npos) << err;
   EXPECT_NE(err.find("1 dsla layer keeps 4.0 KiB of constant state per sequence instead of a KV cache of 125.0 KiB "
-                     "per 1,000 tokens"), std::string::npos) << err;
+                     "per 1,000 tokens"),
+            std::string::npos)
+      << err;
 }

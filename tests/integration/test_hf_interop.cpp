@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tests/support/test_support.h"
 #include "autograd/grad_mode.h"
 #include "core/safetensors.h"
 #include "layers/decoder.h"
 #include "layers/hf_import.h"
 #include "layers/parameter_arena.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"

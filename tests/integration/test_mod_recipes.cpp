@@ -7,11 +7,11 @@
 #include <sstream>
 
 #include "layers/mod_config.h"
-#include "train/measure/evaluator.h"
-#include "train/recipe/recipe.h"
-#include "train/measure/throughput.h"
-#include "train/run/trainer.h"
 #include "tests/support/test_support.h"
+#include "train/measure/evaluator.h"
+#include "train/measure/throughput.h"
+#include "train/recipe/recipe.h"
+#include "train/run/trainer.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -32,15 +32,15 @@ Recipe mod_recipe(const std::string& name, const std::vector<std::string>& extra
 
 TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
   fathom::testing::ScratchFolder dir;
-  for (const char* name : {"mod-dense", "mod-c12-identity", "mod-c12-sigmoid", "mod-c12-isoflop", "mod-c12-random",
-                           "mod-c50"}) {
+  for (const char* name :
+       {"mod-dense", "mod-c12-identity", "mod-c12-sigmoid", "mod-c12-isoflop", "mod-c12-random", "mod-c50"}) {
     SCOPED_TRACE(name);
     const fs::path run = dir / name;
-    const Recipe recipe = mod_recipe(name, {"model.d_model=32", "model.n_heads=4", "model.n_kv_heads=2",
-                                            "model.ffn_hidden=64", "train.device=cpu", "train.threads=2",
-                                            "train.batch_size=2", "train.seq_len=32", "train.steps=3",
-                                            "train.schedule.warmup_steps=1", "eval.batches=1", "checkpoint.every=0",
-                                            "log.every=1", "log.dir=" + run.string()});
+    const Recipe recipe =
+        mod_recipe(name, {"model.d_model=32", "model.n_heads=4", "model.n_kv_heads=2", "model.ffn_hidden=64",
+                          "train.device=cpu", "train.threads=2", "train.batch_size=2", "train.seq_len=32",
+                          "train.steps=3", "train.schedule.warmup_steps=1", "eval.batches=1", "checkpoint.every=0",
+                          "log.every=1", "log.dir=" + run.string()});
     EXPECT_EQ(recipe.name, name);
     RunOptions options;
     options.quiet = true;

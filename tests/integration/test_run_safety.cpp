@@ -2,8 +2,8 @@
 // the new one is valid and has a checkpoint, never the current folder or what a command reads;
 // --resume refuses a changed run; file system failures are clear errors, never a crash; a stop
 // signal at any moment ends cleanly.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,13 +13,13 @@
 #include <sstream>
 
 #include "data/prep.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/run_dir.h"
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
-#include "train/checkpoint/run_dir.h"
 #include "train/run/stop_signal.h"
 #include "train/run/trainer.h"
-#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -41,13 +41,19 @@ std::string tiny_recipe(const fs::path& run_dir, int steps, const std::string& t
          "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
          "data:\n"
          "  tokenizer: bytes\n"
-         "  train: ['" + train + "']\n"
-         "  validation: {moby_dick: ['" + validation + "']}\n"
-         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " + std::to_string(steps) +
+         "  train: ['" +
+         train +
+         "']\n"
+         "  validation: {moby_dick: ['" +
+         validation +
+         "']}\n"
+         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " +
+         std::to_string(steps) +
          ", optimizer: {lr: 3.0e-3}, schedule: {warmup_steps: 2}}\n"
          "eval: {every: 0, batches: 2}\n"
          "checkpoint: {every: 3, keep_last: 10}\n"
-         "log: {every: 1, dir: '" + run_dir.string() + "'}\n";
+         "log: {every: 1, dir: '" +
+         run_dir.string() + "'}\n";
 }
 
 Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::string>& overrides = {}) {
@@ -81,8 +87,8 @@ pid_t dead_pid() {
 std::pair<int, std::string> run_fathom(const ScratchFolder& dir, const std::string& args) {
   const fs::path err = dir / "stderr.txt";
   // In the scratch folder: a command that goes wrong there harms nothing else.
-  const std::string command = "cd '" + dir.path().string() + "' && " + FATHOM_BINARY + " " + args + " > /dev/null 2> '" +
-                              err.string() + "'";
+  const std::string command =
+      "cd '" + dir.path().string() + "' && " + FATHOM_BINARY + " " + args + " > /dev/null 2> '" + err.string() + "'";
   const int status = std::system(command.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return {code, fs::exists(err) ? read_bytes(err) : ""};
@@ -92,7 +98,8 @@ void expect_clean_error(const std::pair<int, std::string>& result, const std::ve
   EXPECT_EQ(result.first, 1) << result.second;
   EXPECT_EQ(result.second.rfind("fathom: error: ", 0), 0u) << result.second;
   EXPECT_EQ(result.second.find("terminate called"), std::string::npos) << result.second;
-  for (const std::string& f : fragments) EXPECT_NE(result.second.find(f), std::string::npos) << f << " in " << result.second;
+  for (const std::string& f : fragments)
+    EXPECT_NE(result.second.find(f), std::string::npos) << f << " in " << result.second;
 }
 
 }  // namespace
@@ -107,9 +114,8 @@ TEST(RunSafety, OverwriteWithABadRecipeKeepsTheOldRun) {
     run_training(parse_recipe(tiny_recipe(dir / "run", 3, kTrainText + ".typo"), "tiny.yaml"), options(false, true));
   });
   EXPECT_NE(misspelt.find(".typo"), std::string::npos) << misspelt;
-  const std::string bad_vocab = error_of([&] {
-    run_training(recipe_for(dir / "run", 3, {"model.vocab_size=100"}), options(false, true));
-  });
+  const std::string bad_vocab =
+      error_of([&] { run_training(recipe_for(dir / "run", 3, {"model.vocab_size=100"}), options(false, true)); });
   EXPECT_NE(bad_vocab.find("model.vocab_size"), std::string::npos) << bad_vocab;
   EXPECT_EQ(latest_name(dir / "run"), "step_00000003");
   EXPECT_EQ(read_bytes(dir / "run" / "metrics.jsonl"), metrics);
@@ -121,8 +127,9 @@ TEST(RunSafety, OverwriteReplacesTheOldRunOnlyOnceTheNewOneHasACheckpoint) {
   run_training(recipe_for(dir / "run", 3), options());
   // The new run fails at its first step, before any checkpoint: the old run comes back whole.
   const std::string nan = error_of([&] {
-    run_training(recipe_for(dir / "run", 20, {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0",
-                                              "train.schedule.warmup_steps=0", "checkpoint.every=0"}),
+    run_training(recipe_for(dir / "run", 20,
+                            {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0", "train.schedule.warmup_steps=0",
+                             "checkpoint.every=0"}),
                  options(false, true));
   });
   EXPECT_NE(nan.find("not finite"), std::string::npos) << nan;
@@ -148,8 +155,10 @@ TEST(RunSafety, OverwriteNeverRemovesTheCurrentFolderOrWhatTheRunReads) {
   // A run folder that holds the run's own data.
   fs::create_directories(dir / "run");
   fs::copy_file(kTrainText, dir / "run" / "train.txt");
-  const Recipe reads_its_folder = parse_recipe(tiny_recipe(dir / "run", 3, (dir / "run" / "train.txt").string()), "t.yaml");
-  expect_error([&] { run_training(reads_its_folder, options(false, true)); }, {"train.txt", "which this command reads"});
+  const Recipe reads_its_folder =
+      parse_recipe(tiny_recipe(dir / "run", 3, (dir / "run" / "train.txt").string()), "t.yaml");
+  expect_error([&] { run_training(reads_its_folder, options(false, true)); },
+               {"train.txt", "which this command reads"});
   EXPECT_TRUE(fs::exists(dir / "run" / "train.txt"));
   // And the recipe file itself.
   write_bytes(dir / "run" / "r.yaml", tiny_recipe(dir / "run", 3));
@@ -183,7 +192,8 @@ TEST(RunSafety, AReplacementInterruptedByAKillIsFinishedAtTheNextStart) {
 TEST(RunSafety, UnusableLogDirIsAClearErrorBeforeAnyWork) {
   ScratchFolder dir;
   write_bytes(dir / "file", "x");
-  expect_error([&] { run_training(recipe_for(dir / "file", 3), options()); }, {"log.dir", "exists and is not a folder"});
+  expect_error([&] { run_training(recipe_for(dir / "file", 3), options()); },
+               {"log.dir", "exists and is not a folder"});
   expect_error([&] { run_training(recipe_for(dir / "file" / "run", 3), options()); },
                {"cannot create the run folder", "is a file, not a folder"});
   EXPECT_EQ(read_bytes(dir / "file"), "x");
@@ -207,7 +217,8 @@ TEST(RunSafetyCli, FileSystemFailuresAreErrorsNotCrashes) {
   expect_clean_error(run_fathom(dir, "train " + recipe.string() + " --set log.dir=" + (dir / "file" / "x").string()),
                      {"is a file, not a folder"});
   expect_clean_error(run_fathom(dir, "train " + recipe.string() + " --set train.threads=100000"), {"train.threads"});
-  expect_clean_error(run_fathom(dir, "train " + recipe.string() + " --resume --overwrite"), {"--resume", "--overwrite"});
+  expect_clean_error(run_fathom(dir, "train " + recipe.string() + " --resume --overwrite"),
+                     {"--resume", "--overwrite"});
 }
 
 // ---- 3. a run cannot change under --resume ----
@@ -224,14 +235,14 @@ TEST(RunSafety, ResumeRefusesAChangedRunAndNamesEveryChange) {
   EXPECT_NE(message.find("data.documents: 'lines' in the run, 'files' in the recipe"), std::string::npos) << message;
   EXPECT_NE(message.find("keys that may change on resume: "), std::string::npos) << message;
   EXPECT_EQ(message.find("train.steps:"), std::string::npos) << message;
-  const std::string tokenizer = error_of([&] {
-    run_training(recipe_for(dir / "run", 6, {"data.tokenizer=gpt2"}), options(true));
-  });
+  const std::string tokenizer =
+      error_of([&] { run_training(recipe_for(dir / "run", 6, {"data.tokenizer=gpt2"}), options(true)); });
   EXPECT_NE(tokenizer.find("data.tokenizer: 'bytes' in the run, 'gpt2' in the recipe"), std::string::npos) << tokenizer;
   EXPECT_EQ(latest_name(dir / "run"), "step_00000003");
   // Length, reporting and checkpointing may change.
-  EXPECT_EQ(run_training(recipe_for(dir / "run", 5, {"log.every=2", "eval.batches=1", "checkpoint.every=1",
-                                                     "train.threads=1", "train.recompute=block"}),
+  EXPECT_EQ(run_training(recipe_for(dir / "run", 5,
+                                    {"log.every=2", "eval.batches=1", "checkpoint.every=1", "train.threads=1",
+                                     "train.recompute=block"}),
                          options(true))
                 .steps_done,
             5);
@@ -245,7 +256,8 @@ TEST(RunSafety, AShortValidationDomainFailsAtTheStartNamingItsFiles) {
   ScratchFolder dir;
   write_bytes(dir / "short.txt", "too short\n");
   const std::string message = error_of([&] {
-    run_training(parse_recipe(tiny_recipe(dir / "run", 3, kTrainText, (dir / "short.txt").string()), "t.yaml"), options());
+    run_training(parse_recipe(tiny_recipe(dir / "run", 3, kTrainText, (dir / "short.txt").string()), "t.yaml"),
+                 options());
   });
   EXPECT_NE(message.find("validation domain 'moby_dick'"), std::string::npos) << message;
   EXPECT_NE(message.find("short.txt"), std::string::npos) << message;
@@ -284,11 +296,13 @@ TEST(RunSafety, ShardsAreCheckedAgainstTheirManifest) {
   // A shard that no manifest names: only `always` insists.
   fs::create_directories(dir / "loose");
   fs::copy_file(shard, dir / "loose" / "shard.bin");
-  expect_error([&] {
-    run_training(parse_recipe(tiny_recipe(dir / "run2", 1, (dir / "loose").string(), validation), "t.yaml",
-                              {"data.verify=always"}),
-                 options());
-  }, {"no manifest.json names the shard"});
+  expect_error(
+      [&] {
+        run_training(parse_recipe(tiny_recipe(dir / "run2", 1, (dir / "loose").string(), validation), "t.yaml",
+                                  {"data.verify=always"}),
+                     options());
+      },
+      {"no manifest.json names the shard"});
 }
 
 TEST(RunSafetyCli, TheFinalCheckpointIsWrittenBeforeTheFinalEvaluation) {
@@ -431,8 +445,8 @@ TEST(RunSafety, EvalAndExportNeedOnlyTheModel) {
   std::ostringstream out;
   run_evaluation(recipe_for(dir / "run", 2), (dir / "run").string(), out);
   EXPECT_NE(out.str().find("moby_dick"), std::string::npos);
-  const auto exported = run_fathom(dir, "export --format hf --checkpoint " + (dir / "run").string() + " --out " +
-                                            (dir / "hf").string());
+  const auto exported =
+      run_fathom(dir, "export --format hf --checkpoint " + (dir / "run").string() + " --out " + (dir / "hf").string());
   EXPECT_EQ(exported.first, 0) << exported.second;
   EXPECT_TRUE(fs::exists(dir / "hf" / "config.json"));
   expect_error([&] { run_training(recipe_for(dir / "run", 4), options(true)); }, {"optimizer.safetensors"});

@@ -1,7 +1,7 @@
 // End-to-end runs of the trainer on the shipped corpus: loss falls, resume is bit-exact, a stop
 // request checkpoints, NaN stops the run, run folders are protected.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,12 +12,12 @@
 #include <thread>
 
 #include "core/safetensors.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
 #include "train/run/stop_signal.h"
 #include "train/run/trainer.h"
-#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -32,13 +32,19 @@ std::string tiny_recipe(const fs::path& run_dir, int steps) {
          "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
          "data:\n"
          "  tokenizer: bytes\n"
-         "  train: [" + kCorpus + "/train/sotu_2009-2019.txt]\n"
-         "  validation: {moby_dick: [" + kCorpus + "/validation/moby_dick.txt]}\n"
-         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " + std::to_string(steps) +
+         "  train: [" +
+         kCorpus +
+         "/train/sotu_2009-2019.txt]\n"
+         "  validation: {moby_dick: [" +
+         kCorpus +
+         "/validation/moby_dick.txt]}\n"
+         "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: " +
+         std::to_string(steps) +
          ", optimizer: {lr: 3.0e-3}, schedule: {warmup_steps: 2}}\n"
          "eval: {every: 0, batches: 2}\n"
          "checkpoint: {every: 3, keep_last: 10}\n"
-         "log: {every: 1, dir: " + run_dir.string() + "}\n";
+         "log: {every: 1, dir: " +
+         run_dir.string() + "}\n";
 }
 
 Recipe recipe_for(const fs::path& run_dir, int steps, const std::vector<std::string>& overrides = {}) {
@@ -150,29 +156,26 @@ TEST_P(ResumeFromAMidRunCheckpoint, IsBitExact) {
   expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
 }
 
-INSTANTIATE_TEST_SUITE_P(Train, ResumeFromAMidRunCheckpoint,
-                         ::testing::Values(std::vector<std::string>{},
-                                           std::vector<std::string>{"model.layers=[attention, dsla]",
-                                                                    "dsla.gamma=head"},
-                                           std::vector<std::string>{"mod.capacity=0.25", "mod.every=2", "mod.router=random",
-                                                                    "train.grad_accum=2"}),
-                         [](const auto& info) {
-                           return info.param.empty() ? "olmo2" : info.param[0].starts_with("mod.")
-                                                                     ? "mod_random"
-                                                                     : "dsla_hybrid";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Train, ResumeFromAMidRunCheckpoint,
+    ::testing::Values(std::vector<std::string>{},
+                      std::vector<std::string>{"model.layers=[attention, dsla]", "dsla.gamma=head"},
+                      std::vector<std::string>{"mod.capacity=0.25", "mod.every=2", "mod.router=random",
+                                               "train.grad_accum=2"}),
+    [](const auto& info) {
+      return info.param.empty() ? "olmo2" : info.param[0].starts_with("mod.") ? "mod_random" : "dsla_hybrid";
+    });
 
 // recipes/dsla: each hybrid (and its baseline) trains a few steps of its own model on the CPU and the
 // loss falls (shorter batches than the recipe's, for the test's time).
 TEST(Train, DslaRecipesTrainAndTheLossFalls) {
   for (const char* name : {"hybrid_2state", "hybrid_1state", "attention_baseline"}) {
     fathom::testing::ScratchFolder dir;
-    const Recipe recipe = load_recipe(std::string(FATHOM_SOURCE_DIR) + "/recipes/dsla/" + std::string(name) + ".yaml",
-                                      {"train.device=cpu", "train.threads=2", "train.batch_size=2", "train.seq_len=96",
-                                       "train.steps=12", "train.schedule.warmup_steps=2",
-                                       "data.train=[" + kCorpus + "/train/sotu_2009-2019.txt]",
-                                       "data.validation={}", "eval.every=0", "checkpoint.every=0", "log.every=1",
-                                       "log.dir=" + (dir / "run").string()});
+    const Recipe recipe = load_recipe(
+        std::string(FATHOM_SOURCE_DIR) + "/recipes/dsla/" + std::string(name) + ".yaml",
+        {"train.device=cpu", "train.threads=2", "train.batch_size=2", "train.seq_len=96", "train.steps=12",
+         "train.schedule.warmup_steps=2", "data.train=[" + kCorpus + "/train/sotu_2009-2019.txt]", "data.validation={}",
+         "eval.every=0", "checkpoint.every=0", "log.every=1", "log.dir=" + (dir / "run").string()});
     EXPECT_EQ(recipe.model.layers.empty(), std::string(name) == "attention_baseline") << name;
     const TrainResult r = run_training(recipe, quiet());
     const std::vector<std::string> metrics = lines_of(dir / "run" / "metrics.jsonl");
@@ -191,11 +194,14 @@ TEST(Train, FrozenParametersStayPutAndResumeBitExact) {
   const TensorMap first = load_checkpoint(dir / "a" / "checkpoints" / "step_00000003").model;
   const CheckpointData last = load_checkpoint(dir / "a");
   for (size_t i = 0; i < first.size(); ++i) {
-    const bool is_frozen = first[i].first.starts_with("model.embed_tokens.") || first[i].first.starts_with("model.layers.0.");
-    EXPECT_EQ(first[i].second.to_vector<float>() == last.model[i].second.to_vector<float>(), is_frozen) << first[i].first;
+    const bool is_frozen =
+        first[i].first.starts_with("model.embed_tokens.") || first[i].first.starts_with("model.layers.0.");
+    EXPECT_EQ(first[i].second.to_vector<float>() == last.model[i].second.to_vector<float>(), is_frozen)
+        << first[i].first;
   }
   for (const auto& [name, t] : last.optimizer)
-    EXPECT_TRUE(name == "step" || (name.find("embed_tokens") == std::string::npos && name.find(".layers.0.") == std::string::npos))
+    EXPECT_TRUE(name == "step" ||
+                (name.find("embed_tokens") == std::string::npos && name.find(".layers.0.") == std::string::npos))
         << name;
   fs::copy(dir / "a", dir / "b", fs::copy_options::recursive);
   fs::remove_all(dir / "b" / "checkpoints" / "step_00000006");
@@ -217,7 +223,8 @@ TEST(Train, GradientAccumulationMatchesTheLargerBatch) {
     const std::vector<float> a = big[i].second.to_vector<float>(), b = accum[i].second.to_vector<float>();
     for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-5) << big[i].first << "[" << j << "]";
   }
-  const std::vector<std::string> a = lines_of(dir / "big" / "metrics.jsonl"), b = lines_of(dir / "accum" / "metrics.jsonl");
+  const std::vector<std::string> a = lines_of(dir / "big" / "metrics.jsonl"),
+                                 b = lines_of(dir / "accum" / "metrics.jsonl");
   EXPECT_EQ(a.size(), b.size());
 }
 
@@ -249,8 +256,8 @@ TEST(Train, RecomputeTrainsTheSameBits) {
 TEST(Train, NonFiniteLossStopsWithTheStep) {
   fathom::testing::ScratchFolder dir;
   const std::string message = error_of([&] {
-    run_training(recipe_for(dir / "run", 20, {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0",
-                                              "train.schedule.warmup_steps=0"}),
+    run_training(recipe_for(dir / "run", 20,
+                            {"train.optimizer.lr=1.0e30", "train.optimizer.clip=0", "train.schedule.warmup_steps=0"}),
                  quiet());
   });
   EXPECT_NE(message.find("not finite at step"), std::string::npos) << message;
@@ -270,7 +277,8 @@ TEST(Train, ProtectsExistingRunsAndRejectsBadRequests) {
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "fresh" / "checkpoints"));
 
-  const std::string small_vocab = error_of([&] { run_training(recipe_for(dir / "v", 3, {"model.vocab_size=200"}), quiet()); });
+  const std::string small_vocab =
+      error_of([&] { run_training(recipe_for(dir / "v", 3, {"model.vocab_size=200"}), quiet()); });
   EXPECT_NE(small_vocab.find("model.vocab_size"), std::string::npos) << small_vocab;
 
 #ifndef FATHOM_WITH_CUDA
@@ -321,7 +329,8 @@ TEST(TrainCli, BadRecipeFailsWithTheKeyAndNoRunFolder) {
   fathom::testing::ScratchFolder dir;
   const fs::path recipe = dir / "bad.yaml";
   std::ofstream(recipe) << tiny_recipe(dir / "run", 3) << "trian: {}\n";
-  const std::string command = std::string(FATHOM_BINARY) + " train " + recipe.string() + " 2> " + (dir / "err").string();
+  const std::string command =
+      std::string(FATHOM_BINARY) + " train " + recipe.string() + " 2> " + (dir / "err").string();
   const int status = std::system(command.c_str());
   EXPECT_NE(status, 0);
   std::ifstream err(dir / "err");

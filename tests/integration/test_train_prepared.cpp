@@ -10,10 +10,10 @@
 
 #include "core/json.h"
 #include "data/prep.h"
+#include "tests/support/test_support.h"
 #include "train/measure/evaluator.h"
 #include "train/recipe/recipe.h"
 #include "train/run/trainer.h"
-#include "tests/support/test_support.h"
 
 using namespace fathom;
 namespace fs = std::filesystem;
@@ -24,7 +24,8 @@ TEST(TrainPrepared, TrainsFromPreparedShardsAndReportsEveryValidationDomain) {
   PrepOptions prep;
   prep.tokenizer = "bytes";
   prep.out = (dir / "prepared").string();
-  for (const char* name : {"sotu_1790-2014", "kjv", "web", "austen"}) prep.train.push_back(sample + "/train/" + name + ".txt");
+  for (const char* name : {"sotu_1790-2014", "kjv", "web", "austen"})
+    prep.train.push_back(sample + "/train/" + name + ".txt");
   prep.validation = {{"moby_dick", {sample + "/validation/moby_dick.txt"}},
                      {"sotu_recent", {sample + "/validation/sotu_2015-2021.txt"}}};
   prep.threads = 2;
@@ -38,14 +39,21 @@ TEST(TrainPrepared, TrainsFromPreparedShardsAndReportsEveryValidationDomain) {
       "model: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64, vocab_size: 264}\n"
       "data:\n"
       "  tokenizer: bytes\n"
-      "  train: [" + out + "/train]\n"
+      "  train: [" +
+      out +
+      "/train]\n"
       "  validation:\n"
-      "    moby_dick: [" + out + "/validation/moby_dick]\n"
-      "    sotu_recent: [" + out + "/validation/sotu_recent]\n"
+      "    moby_dick: [" +
+      out +
+      "/validation/moby_dick]\n"
+      "    sotu_recent: [" +
+      out +
+      "/validation/sotu_recent]\n"
       "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: 5, optimizer: {lr: 3.0e-3}}\n"
       "eval: {every: 0, batches: 2}\n"
       "checkpoint: {every: 0}\n"
-      "log: {every: 1, dir: " + (dir / "run").string() + "}\n";
+      "log: {every: 1, dir: " +
+      (dir / "run").string() + "}\n";
   const Recipe recipe = parse_recipe(yaml, "tiny-prepared.yaml");
   RunOptions quiet;
   quiet.quiet = true;

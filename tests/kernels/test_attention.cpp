@@ -89,12 +89,14 @@ TEST(Attention, MatchesNaiveForEveryGroupSize) {
 
 TEST(Attention, GradcheckGroupOfThreeAndSingleHead) {
   auto f = [](const std::vector<Variable>& in) { return attention(in[0], in[1], in[2], 0.4); };
-  GradcheckResult g3 = gradcheck(f, {random_tensor({2, 7, 6, 4}, DType::f64, 5), random_tensor({2, 7, 2, 4}, DType::f64, 6),
-                                     random_tensor({2, 7, 2, 4}, DType::f64, 7)});
+  GradcheckResult g3 =
+      gradcheck(f, {random_tensor({2, 7, 6, 4}, DType::f64, 5), random_tensor({2, 7, 2, 4}, DType::f64, 6),
+                    random_tensor({2, 7, 2, 4}, DType::f64, 7)});
   EXPECT_TRUE(g3.ok) << g3.message;
   // Odd head dim, and T = 67 so the second row block has a tail of 3.
-  GradcheckResult g1 = gradcheck(f, {random_tensor({1, 67, 1, 3}, DType::f64, 8), random_tensor({1, 67, 1, 3}, DType::f64, 9),
-                                     random_tensor({1, 67, 1, 3}, DType::f64, 10)});
+  GradcheckResult g1 =
+      gradcheck(f, {random_tensor({1, 67, 1, 3}, DType::f64, 8), random_tensor({1, 67, 1, 3}, DType::f64, 9),
+                    random_tensor({1, 67, 1, 3}, DType::f64, 10)});
   EXPECT_TRUE(g1.ok) << g1.message;
 }
 
@@ -114,13 +116,19 @@ TEST(Attention, F32AgreesWithF64) {
 
 TEST(Attention, BadInputsAreErrors) {
   auto t = [](Shape s) { return Variable(random_tensor(s, DType::f32, 1)); };
-  expect_error([&] { attention(t({1, 4, 6, 8}), t({1, 4, 4, 8}), t({1, 4, 4, 8}), 0.3); },
-               {"Hq = 6", "multiple of KV heads Hk = 4"});
+  expect_error(
+      [&] {
+        attention(t({1, 4, 6, 8}), t({1, 4, 4, 8}), t({1, 4, 4, 8}), 0.3);
+      },
+      {"Hq = 6", "multiple of KV heads Hk = 4"});
   expect_error([&] { attention(t({1, 4, 4, 8}), t({1, 5, 2, 8}), t({1, 5, 2, 8}), 0.3); }, {"sequence length"});
   expect_error([&] { attention(t({1, 4, 4, 8}), t({1, 4, 2, 8}), t({1, 4, 2, 4}), 0.3); }, {"differ in shape"});
   expect_error([&] { attention(t({4, 4, 8}), t({4, 2, 8}), t({4, 2, 8}), 0.3); }, {"[B, T, H, d]"});
-  expect_error([&] { attention(t({1, 4, 2, 8}), t({1, 4, 2, 8}), Variable(random_tensor({1, 4, 2, 8}, DType::f64, 2)), 0.3); },
-               {"dtypes differ"});
+  expect_error(
+      [&] {
+        attention(t({1, 4, 2, 8}), t({1, 4, 2, 8}), Variable(random_tensor({1, 4, 2, 8}, DType::f64, 2)), 0.3);
+      },
+      {"dtypes differ"});
   Tensor q = random_tensor({1, 4, 2, 8}, DType::f32, 3);
   AttentionOutput out = attention_forward(q, q, q, 0.3);
   expect_error([&] { attention_backward(q, q, q, q, out.o, out.lse.view({1, 4, 2}), 0.3); }, {"lse", "[1, 2, 4]"});

@@ -128,14 +128,23 @@ TEST(CrossEntropy, F32AgreesWithF64) {
 
 TEST(CrossEntropy, BadTargetsAreErrorsNamingRowAndValue) {
   Variable logits(random_tensor({4, 10}, DType::f32, 1));
-  expect_error([&] { cross_entropy(logits, Tensor::from_vector<int64_t>({1, 2, 3, 10}, {4}), 0.0); },
-               {"target 10", "row 3", "[0, 10)"});
-  expect_error([&] { cross_entropy(logits, Tensor::from_vector<int32_t>({1, -5, 3, 0}, {4}), 0.0); },
-               {"target -5", "row 1"});
+  expect_error(
+      [&] {
+        cross_entropy(logits, Tensor::from_vector<int64_t>({1, 2, 3, 10}, {4}), 0.0);
+      },
+      {"target 10", "row 3", "[0, 10)"});
+  expect_error(
+      [&] {
+        cross_entropy(logits, Tensor::from_vector<int32_t>({1, -5, 3, 0}, {4}), 0.0);
+      },
+      {"target -5", "row 1"});
   expect_error([&] { cross_entropy(logits, random_ints({5}, 10, 2), 0.0); }, {"targets", "[N] = [4]"});
   expect_error([&] { cross_entropy(logits, random_tensor({4}, DType::f32, 3), 0.0); }, {"I32 or I64"});
-  expect_error([&] { cross_entropy(Variable(random_tensor({2, 2, 10}, DType::f32, 4)), random_ints({4}, 10, 5), 0.0); },
-               {"[N, V]"});
+  expect_error(
+      [&] {
+        cross_entropy(Variable(random_tensor({2, 2, 10}, DType::f32, 4)), random_ints({4}, 10, 5), 0.0);
+      },
+      {"[N, V]"});
   expect_error([&] { cross_entropy(logits, random_ints({4}, 10, 6), -1.0); }, {"z_loss_weight"});
 }
 
@@ -214,18 +223,23 @@ TEST(CrossEntropyWithGrad, KernelsMatchForwardThenBackward) {
 TEST(CrossEntropyWithGrad, BadArgumentsAreClearErrors) {
   const Tensor targets = random_ints({4}, 10, 51);
   Tensor logits = random_tensor({4, 10}, DType::f32, 54);
-  expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full(Shape{}, 1.0, DType::f64)); },
-               {"cross_entropy_forward_with_grad", "grad_loss", "should be F32"});
+  expect_error(
+      [&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full(Shape{}, 1.0, DType::f64)); },
+      {"cross_entropy_forward_with_grad", "grad_loss", "should be F32"});
   expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full({2}, 1.0, DType::f32)); },
                {"one element"});
-  expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, logits.narrow(0, 1).view({10}).narrow(0, 1)); },
-               {"must not share storage"});
-  expect_error([&] {
-    cross_entropy_forward_with_grad(logits, Tensor::from_vector<int64_t>({1, 2, 30, 3}, {4}), 0.0, -100,
-                                    Tensor::full(Shape{}, 1.0, DType::f32));
-  }, {"target 30", "row 2"});
+  expect_error(
+      [&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, logits.narrow(0, 1).view({10}).narrow(0, 1)); },
+      {"must not share storage"});
+  expect_error(
+      [&] {
+        cross_entropy_forward_with_grad(logits, Tensor::from_vector<int64_t>({1, 2, 30, 3}, {4}), 0.0, -100,
+                                        Tensor::full(Shape{}, 1.0, DType::f32));
+      },
+      {"target 30", "row 2"});
   const Tensor one32 = Tensor::full(Shape{}, 1.0, DType::f32), one64 = Tensor::full(Shape{}, 1.0, DType::f64);
-  expect_error([&] { scale_grad_unless_expected(logits, one32, one64); }, {"scale_grad_unless_expected", "one floating dtype"});
+  expect_error([&] { scale_grad_unless_expected(logits, one32, one64); },
+               {"scale_grad_unless_expected", "one floating dtype"});
   expect_error([&] { scale_grad_unless_expected(logits, Tensor::full({2}, 1.0, DType::f32), one32); }, {"one element"});
   expect_error([&] { scale_grad_unless_expected(logits, one32, Tensor::full(Shape{}, 0.0, DType::f32)); },
                {"expected gradient is 0"});

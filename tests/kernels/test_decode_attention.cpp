@@ -46,7 +46,8 @@ Tensor to_cache(const Tensor& x, int64_t capacity) {
 struct Sequence {
   Tensor q, k, v, depth_k, depth_v;  // [B, T, Hq | Hk, d]; depth [B, T, S, Hk, d]
 };
-Sequence random_sequence(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int64_t S, DType dtype, uint64_t seed) {
+Sequence random_sequence(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, int64_t S, DType dtype,
+                         uint64_t seed) {
   return {random_tensor({B, T, Hq, d}, dtype, seed, -2, 2), random_tensor({B, T, Hk, d}, dtype, seed + 1, -2, 2),
           random_tensor({B, T, Hk, d}, dtype, seed + 2), random_tensor({B, T, S, Hk, d}, dtype, seed + 3, -2, 2),
           random_tensor({B, T, S, Hk, d}, dtype, seed + 4)};
@@ -67,10 +68,10 @@ TEST(DecodeAttention, EqualsLastRowsOfCausalAttention) {
       const double scale = 1.0 / std::sqrt(double(d));
       for (int64_t Tq : {1, 5})
         for (int64_t length : {Tq, int64_t(7), T}) {
-          SCOPED_TRACE("G " + std::to_string(G) + ", Tq " + std::to_string(Tq) + ", length " +
-                       std::to_string(length) + ", " + dtype_name(dtype));
-          const Tensor want = cpu::attention_forward(tokens(s.q, 0, length), tokens(s.k, 0, length),
-                                                     tokens(s.v, 0, length), scale).o;
+          SCOPED_TRACE("G " + std::to_string(G) + ", Tq " + std::to_string(Tq) + ", length " + std::to_string(length) +
+                       ", " + dtype_name(dtype));
+          const Tensor want =
+              cpu::attention_forward(tokens(s.q, 0, length), tokens(s.k, 0, length), tokens(s.v, 0, length), scale).o;
           const Tensor got = decode_attention(tokens(s.q, length - Tq, length), k_cache, v_cache, length, scale);
           expect_close(got, tokens(want, length - Tq, length), tolerance(dtype), tolerance(dtype), "o");
         }
@@ -89,8 +90,8 @@ TEST(DecodeAttention, EqualsLastRowsOfModaAttention) {
         const double scale = 0.3;
         const Tensor want = cpu::moda_attention_forward(s.q, s.k, s.v, DepthSlots{s.depth_k, s.depth_v, 1, 4}, scale).o;
         const DepthSlots depth{tokens(s.depth_k, T - Tq, T), tokens(s.depth_v, T - Tq, T), 1, 4};
-        const Tensor got = decode_attention(tokens(s.q, T - Tq, T), to_cache(s.k, T + 3), to_cache(s.v, T + 3), T,
-                                            depth, scale);
+        const Tensor got =
+            decode_attention(tokens(s.q, T - Tq, T), to_cache(s.k, T + 3), to_cache(s.v, T + 3), T, depth, scale);
         expect_close(got, tokens(want, T - Tq, T), tolerance(dtype), tolerance(dtype), "o");
       }
 }
@@ -100,32 +101,64 @@ TEST(DecodeAttention, EmptySlotRangeIsPlainAttention) {
   const Sequence s = random_sequence(1, 6, 4, 2, 8, 3, DType::f64, 300);
   const Tensor k_cache = to_cache(s.k, 8), v_cache = to_cache(s.v, 8), q = tokens(s.q, 4, 6);
   const Tensor plain = decode_attention(q, k_cache, v_cache, 6, 0.5);
-  const Tensor empty = decode_attention(q, k_cache, v_cache, 6, DepthSlots{tokens(s.depth_k, 4, 6), tokens(s.depth_v, 4, 6), 2, 2}, 0.5);
+  const Tensor empty =
+      decode_attention(q, k_cache, v_cache, 6, DepthSlots{tokens(s.depth_k, 4, 6), tokens(s.depth_v, 4, 6), 2, 2}, 0.5);
   expect_close(empty, plain, 0, 0, "o");
 }
 
 TEST(DecodeAttention, BadArgumentsNameTheArgumentAndShapes) {
   const int64_t B = 2, Tq = 3, Hk = 2, d = 8, capacity = 10;
   const Tensor q = random_tensor({B, Tq, 4, d}, DType::f32, 1);
-  const Tensor kc = random_tensor({B, Hk, capacity, d}, DType::f32, 2), vc = random_tensor({B, Hk, capacity, d}, DType::f32, 3);
-  const Tensor dk = random_tensor({B, Tq, 4, Hk, d}, DType::f32, 4), dv = random_tensor({B, Tq, 4, Hk, d}, DType::f32, 5);
-  expect_error([&] { decode_attention(q.view({B, Tq, 4 * d}), kc, vc, 5, 1.0); }, {"q must be [B, Tq, Hq, d]", "F32[2, 3, 32]"});
-  expect_error([&] { decode_attention(q, kc, vc.view({B, Hk, 5, 2 * d}), 5, 1.0); },
-               {"k_cache and v_cache must both be [B, Hk, capacity, d]", "F32[2, 2, 5, 16]"});
-  expect_error([&] { decode_attention(q, random_tensor({B, 3, capacity, d}, DType::f32, 6), random_tensor({B, 3, capacity, d}, DType::f32, 7), 5, 1.0); },
-               {"Hq = 4 must be a multiple of KV heads Hk = 3"});
-  expect_error([&] { decode_attention(q, kc.view({1, 2 * Hk, capacity, d}), vc.view({1, 2 * Hk, capacity, d}), 5, 1.0); },
-               {"disagree on batch or head dim", "F32[1, 4, 10, 8]"});
+  const Tensor kc = random_tensor({B, Hk, capacity, d}, DType::f32, 2),
+               vc = random_tensor({B, Hk, capacity, d}, DType::f32, 3);
+  const Tensor dk = random_tensor({B, Tq, 4, Hk, d}, DType::f32, 4),
+               dv = random_tensor({B, Tq, 4, Hk, d}, DType::f32, 5);
+  expect_error(
+      [&] {
+        decode_attention(q.view({B, Tq, 4 * d}), kc, vc, 5, 1.0);
+      },
+      {"q must be [B, Tq, Hq, d]", "F32[2, 3, 32]"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc, vc.view({B, Hk, 5, 2 * d}), 5, 1.0);
+      },
+      {"k_cache and v_cache must both be [B, Hk, capacity, d]", "F32[2, 2, 5, 16]"});
+  expect_error(
+      [&] {
+        decode_attention(q, random_tensor({B, 3, capacity, d}, DType::f32, 6),
+                         random_tensor({B, 3, capacity, d}, DType::f32, 7), 5, 1.0);
+      },
+      {"Hq = 4 must be a multiple of KV heads Hk = 3"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc.view({1, 2 * Hk, capacity, d}), vc.view({1, 2 * Hk, capacity, d}), 5, 1.0);
+      },
+      {"disagree on batch or head dim", "F32[1, 4, 10, 8]"});
   expect_error([&] { decode_attention(q, kc, vc, 11, 1.0); }, {"length 11", "capacity = 10"});
   expect_error([&] { decode_attention(q, kc, vc, 2, 1.0); }, {"length 2", "Tq = 3"});
   expect_error([&] { decode_attention(q, kc, vc.to(DType::f64), 5, 1.0); }, {"dtypes differ", "v_cache F64"});
   expect_error([&] { decode_attention(q, kc, vc, 5, NAN); }, {"scale must be finite"});
-  expect_error([&] { decode_attention(q, kc, vc, 5, DepthSlots{dk, dv, 1, 5}, 1.0); }, {"slot range [1, 5)", "4 slots"});
-  expect_error([&] { decode_attention(q, kc, vc, 5, DepthSlots{dk, Tensor(), 0, 2}, 1.0); }, {"need both depth.k and depth.v"});
-  expect_error([&] { decode_attention(q, kc, vc, 5, DepthSlots{dk.view({B, Tq, 4, 1, 2 * d}), dv.view({B, Tq, 4, 1, 2 * d}), 0, 2}, 1.0); },
-               {"depth buffer F32[2, 3, 4, 1, 16]", "want [B, Tq, S, Hk, d]"});
-  expect_error([&] { decode_attention(q, kc, vc, 5, DepthSlots{dk, dv.view({B, Tq, 4, Hk * d}), 0, 2}, 1.0); },
-               {"depth.k and depth.v must both be [B, Tq, S, Hk, d]"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc, vc, 5, DepthSlots{dk, dv, 1, 5}, 1.0);
+      },
+      {"slot range [1, 5)", "4 slots"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc, vc, 5, DepthSlots{dk, Tensor(), 0, 2}, 1.0);
+      },
+      {"need both depth.k and depth.v"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc, vc, 5, DepthSlots{dk.view({B, Tq, 4, 1, 2 * d}), dv.view({B, Tq, 4, 1, 2 * d}), 0, 2},
+                         1.0);
+      },
+      {"depth buffer F32[2, 3, 4, 1, 16]", "want [B, Tq, S, Hk, d]"});
+  expect_error(
+      [&] {
+        decode_attention(q, kc, vc, 5, DepthSlots{dk, dv.view({B, Tq, 4, Hk * d}), 0, 2}, 1.0);
+      },
+      {"depth.k and depth.v must both be [B, Tq, S, Hk, d]"});
   expect_error([&] { decode_attention(q.to(DType::bf16), kc.to(DType::bf16), vc.to(DType::bf16), 5, 1.0); },
                {"decode_attention", "F32 or F64"});
 }

@@ -78,17 +78,24 @@ TEST(DistillLosses, KernelInputsAreChecked) {
   const Tensor a64 = a.to(DType::f64), one = Tensor::full({}, 1.0, DType::f32);
   expect_error([&] { softmax_kl_forward(a, a64, 1.0); }, {"softmax_kl", "one floating dtype"});
   expect_error([&] { softmax_kl_forward(a, b, -1.0); }, {"softmax_kl", "temperature must be > 0"});
-  expect_error([&] { mse_forward(Tensor::empty({0, 4}, DType::f32), Tensor::empty({0, 4}, DType::f32)); },
-               {"mse", "empty input"});
+  expect_error(
+      [&] {
+        mse_forward(Tensor::empty({0, 4}, DType::f32), Tensor::empty({0, 4}, DType::f32));
+      },
+      {"mse", "empty input"});
   expect_error([&] { row_cosine_forward(a, random_tensor({4, 3}, DType::f32, 3)); }, {"row_cosine", "one shape"});
-  expect_error([&] { row_cosine_forward(Tensor::from_vector<int64_t>({1, 2}, {2}), Tensor::from_vector<int64_t>({1, 2}, {2})); },
-               {"row_cosine", "floating"});
+  expect_error(
+      [&] {
+        row_cosine_forward(Tensor::from_vector<int64_t>({1, 2}, {2}), Tensor::from_vector<int64_t>({1, 2}, {2}));
+      },
+      {"row_cosine", "floating"});
   const SoftmaxKlOutput f = softmax_kl_forward(a, b, 1.0);
   EXPECT_EQ(f.lse_student.shape(), (Shape{3}));
   expect_error([&] { softmax_kl_backward(one, a, b, f.lse_teacher.to(DType::f64), f.lse_teacher, 1.0); },
                {"softmax_kl_backward", "lse_student", "should be F32[3]"});
-  expect_error([&] { softmax_kl_backward(Tensor::full({2}, 1.0, DType::f32), a, b, f.lse_student, f.lse_teacher, 1.0); },
-               {"softmax_kl_backward", "grad_loss must be one floating element"});
+  expect_error(
+      [&] { softmax_kl_backward(Tensor::full({2}, 1.0, DType::f32), a, b, f.lse_student, f.lse_teacher, 1.0); },
+      {"softmax_kl_backward", "grad_loss must be one floating element"});
   const RowCosineOutput c = row_cosine_forward(a, b);
   expect_error([&] { row_cosine_backward(one, a, b, c.sums.view(Shape{9})); }, {"row_cosine_backward", "sums"});
 }

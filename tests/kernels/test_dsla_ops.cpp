@@ -118,7 +118,9 @@ TEST(DslaOps, GradcheckTwoStatesGqaAcrossAChunkBoundary) {
 
 TEST(DslaOps, GradcheckOneState) {
   const DslaInputs in = make_inputs(2, 5, 4, 2, 2, false, DType::f64, 90);
-  auto f = [](const std::vector<Variable>& x) { return dsla_attention(x[0], x[1], x[2], x[3], Variable(), Variable()); };
+  auto f = [](const std::vector<Variable>& x) {
+    return dsla_attention(x[0], x[1], x[2], x[3], Variable(), Variable());
+  };
   const GradcheckResult r = gradcheck(f, {in.q, in.k, in.v, in.g1});
   EXPECT_TRUE(r.ok) << r.message;
 }
@@ -139,8 +141,8 @@ TEST(DslaOps, BackwardGivesGammaItsMixGradient) {
 TEST(DslaOps, FirstGateGetsNoGradient) {
   // g_0 multiplies the zero initial state: its gradient is zero, and with T = 1 all of dg is.
   const DslaInputs in = make_inputs(2, 70, 2, 1, 4, true, DType::f64, 110);
-  const DslaGrads g = dsla_backward(random_tensor(in.q.shape(), DType::f64, 111), in.q, in.k, in.v, in.g1, in.g2,
-                                    in.gamma);
+  const DslaGrads g =
+      dsla_backward(random_tensor(in.q.shape(), DType::f64, 111), in.q, in.k, in.v, in.g1, in.g2, in.gamma);
   const std::vector<double> dg1 = values(g.dg1), dg2 = values(g.dg2);
   const int64_t row = 2 * 4, per_batch = 70 * row;
   double largest = 0;
@@ -157,10 +159,22 @@ TEST(DslaOps, BadInputsNameTheProblem) {
   const DslaInputs in = make_inputs(1, 4, 4, 2, 8, true, DType::f32, 120);
   auto fwd = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g1, const Tensor& g2,
                  const Tensor& gamma, const DslaState& s = {}) { return dsla_forward(q, k, v, g1, g2, gamma, s); };
-  expect_error([&] { fwd(in.q.view({4, 4, 8}), in.k, in.v, in.g1, in.g2, in.gamma); }, {"dsla_forward", "[B, T, H, d]"});
-  expect_error([&] { fwd(in.q, random_tensor({1, 4, 2, 4}, DType::f32, 1), in.v, in.g1, in.g2, in.gamma); }, {"k", "Hk"});
-  expect_error([&] { fwd(in.q, random_tensor({1, 4, 3, 8}, DType::f32, 1), random_tensor({1, 4, 3, 8}, DType::f32, 2),
-                         in.g1, in.g2, in.gamma); }, {"multiple", "3 key/value heads"});
+  expect_error(
+      [&] {
+        fwd(in.q.view({4, 4, 8}), in.k, in.v, in.g1, in.g2, in.gamma);
+      },
+      {"dsla_forward", "[B, T, H, d]"});
+  expect_error(
+      [&] {
+        fwd(in.q, random_tensor({1, 4, 2, 4}, DType::f32, 1), in.v, in.g1, in.g2, in.gamma);
+      },
+      {"k", "Hk"});
+  expect_error(
+      [&] {
+        fwd(in.q, random_tensor({1, 4, 3, 8}, DType::f32, 1), random_tensor({1, 4, 3, 8}, DType::f32, 2), in.g1, in.g2,
+            in.gamma);
+      },
+      {"multiple", "3 key/value heads"});
   expect_error([&] { fwd(in.q, in.k, in.v.view({1, 4, 1, 16}), in.g1, in.g2, in.gamma); }, {"v", "k's shape"});
   expect_error([&] { fwd(in.q, in.k, in.v, in.g1.view({1, 4, 2, 16}), in.g2, in.gamma); }, {"gate", "q's shape"});
   expect_error([&] { fwd(in.q, in.k, in.v, in.g1, in.g2.to(DType::f64), in.gamma); }, {"gate", "F32"});
@@ -172,12 +186,18 @@ TEST(DslaOps, BadInputsNameTheProblem) {
   const Tensor s = Tensor::zeros({1, 4, 8, 8}, DType::f32);
   expect_error([&] { fwd(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {s, Tensor()}); }, {"need s2"});
   expect_error([&] { fwd(in.q, in.k, in.v, in.g1, Tensor(), in.gamma, {s, s}); }, {"takes no s2"});
-  expect_error([&] { fwd(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {s, Tensor::zeros({1, 4, 8, 4}, DType::f32)}); },
-               {"state", "[1, 4, 8, 8]"});
+  expect_error(
+      [&] {
+        fwd(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {s, Tensor::zeros({1, 4, 8, 4}, DType::f32)});
+      },
+      {"state", "[1, 4, 8, 8]"});
   DslaState empty;
   expect_error([&] { dsla_step(in.q, in.k, in.v, in.g1, in.g2, in.gamma, empty); }, {"dsla_step", "needs s1"});
-  expect_error([&] { dsla_backward(in.q.view({1, 4, 2, 16}), in.q, in.k, in.v, in.g1, in.g2, in.gamma); },
-               {"grad_o", "does not match q"});
+  expect_error(
+      [&] {
+        dsla_backward(in.q.view({1, 4, 2, 16}), in.q, in.k, in.v, in.g1, in.g2, in.gamma);
+      },
+      {"grad_o", "does not match q"});
   // Only the CUDA bf16 kernels keep scores; any given back must have a forward's shape.
   EXPECT_FALSE(dsla_forward(in.q, in.k, in.v, in.g1, in.g2, in.gamma, {}, false, true).scores.defined());
   const Tensor wrong = Tensor::zeros({1, 4, 2, 2, 64, 64}, DType::bf16);

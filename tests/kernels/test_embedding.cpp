@@ -72,8 +72,11 @@ TEST(Embedding, BadShapesAndTypesAreErrors) {
   expect_error([&] { embedding(random_ints({3}, 10, 3), Variable(random_tensor({10}, DType::f32, 4))); },
                {"[vocab, dim]"});
   Tensor dtable = Tensor::zeros({10, 4}, DType::f32);
-  expect_error([&] { embedding_backward(random_ints({3}, 10, 3), random_tensor({3, 5}, DType::f32, 5), dtable); },
-               {"grad_out"});
+  expect_error(
+      [&] {
+        embedding_backward(random_ints({3}, 10, 3), random_tensor({3, 5}, DType::f32, 5), dtable);
+      },
+      {"grad_out"});
 }
 
 TEST(Embedding, BackwardUsesTheIdsOfTheForwardEvenIfTheBufferIsRefilled) {

@@ -23,7 +23,7 @@ TEST(LogSigmoidGate, MatchesTheFormulaFarIntoBothTails) {
     std::vector<double> g(zv.size()), du(zv.size());
     for (size_t i = 0; i < zv.size(); ++i) {
       const double u = zv[i] + bv[i % n];
-      g[i] = -std::log1p(std::exp(-u)) / 16;                       // log(sigmoid(u)) / 16
+      g[i] = -std::log1p(std::exp(-u)) / 16;                                                     // log(sigmoid(u)) / 16
       du[i] = dv[i] / 16 * (u > 0 ? std::exp(-u) / (1 + std::exp(-u)) : 1 / (1 + std::exp(u)));  // sigmoid(-u) / 16
     }
     const double tol = dt == DType::f32 ? 1e-6 : 1e-13;

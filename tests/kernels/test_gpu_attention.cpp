@@ -38,8 +38,8 @@ struct Case {
 
 std::string describe_case(const Case& c, const char* separator) {
   char text[96];
-  std::snprintf(text, sizeof(text), "T%lld%sG%lld%sd%lld%sB%lld", (long long)c.T, separator, (long long)c.G,
-                separator, (long long)c.d, separator, (long long)c.B);
+  std::snprintf(text, sizeof(text), "T%lld%sG%lld%sd%lld%sB%lld", (long long)c.T, separator, (long long)c.G, separator,
+                (long long)c.d, separator, (long long)c.B);
   std::string name = text;
   if (c.Hk != 2) name += separator + std::string("Hk") + std::to_string(c.Hk);
   return name;
@@ -73,7 +73,9 @@ bool gpu_available() {
 #define SKIP_WITHOUT_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
 
-void cuda_ok(cudaError_t err, const char* what) { ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err); }
+void cuda_ok(cudaError_t err, const char* what) {
+  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
 
 // A device copy of a host tensor's bytes, or an output buffer poisoned with 0xff bytes (NaN in bf16
 // and f32), so that any element a kernel fails to write shows up.
@@ -506,8 +508,8 @@ TEST(GpuFp32Attention, DecodeMatchesTheCpu) {
           };
           const Tensor k = cache(seed + 1), v = cache(seed + 2);
           const double scale = 1.0 / std::sqrt(double(d));
-          const Tensor want = cpu::decode_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), length,
-                                                    DepthSlots{}, scale);
+          const Tensor want =
+              cpu::decode_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), length, DepthSlots{}, scale);
           const Tensor got = decode_attention(q.to(gpu), k.to(gpu), v.to(gpu), length, scale);
           ASSERT_EQ(got.dtype(), DType::f32) << what;
           EXPECT_LE(relative_l2(values(got.to(Device::cpu())), values(want)), 1e-5) << what << ", host length";
@@ -529,7 +531,11 @@ TEST(GpuFp32Attention, BadArgumentsAreErrors) {
   };
   auto forward = [&](cuda::Fp32AttentionParams p) { cuda::fp32_attention_forward(p, nullptr); };
   expect_error([&] { forward(params({1, 4, 6, 4, 64, 0.125})); }, {"Hq = 6", "multiple of KV heads Hk = 4"});
-  expect_error([&] { forward(params({1, 4, 2, 2, 257, 0.125})); }, {"head dim d = 257", "exceeds the fp32 kernels' 256"});
+  expect_error(
+      [&] {
+        forward(params({1, 4, 2, 2, 257, 0.125}));
+      },
+      {"head dim d = 257", "exceeds the fp32 kernels' 256"});
   expect_error([&] { forward(params({1, 0, 2, 2, 64, 0.125})); }, {"T = 0"});
   expect_error([&] { forward(params({1, 4, 2, 2, 64, NAN})); }, {"scale"});
   expect_error([&] { forward(params({70000, 4, 2, 2, 64, 0.125})); }, {"B = 70000", "at most 65535"});

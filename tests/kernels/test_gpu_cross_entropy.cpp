@@ -80,7 +80,8 @@ TEST(GpuCrossEntropy, AllRowsIgnoredGiveZeroLossAndGradient) {
   const CrossEntropyOutput out = cross_entropy_forward(logits.gpu, targets, 1e-4, -100);
   EXPECT_EQ(out.counted, 0);
   EXPECT_EQ(out.loss.item(), 0.0);
-  const Tensor grad = cross_entropy_backward(Tensor::full({}, 1.0, DType::f32, kGpu), logits.gpu, targets, out.lse, 1e-4, -100);
+  const Tensor grad =
+      cross_entropy_backward(Tensor::full({}, 1.0, DType::f32, kGpu), logits.gpu, targets, out.lse, 1e-4, -100);
   EXPECT_TRUE(bitwise_equal(grad, Tensor::zeros({4, 11}, DType::f32)));
 }
 
@@ -91,15 +92,21 @@ TEST(GpuCrossEntropy, ABadTargetIsAnErrorNamingItsRow) {
   expect_error([&] { cross_entropy_forward(logits.gpu, targets, 0.0, -100); },
                {"cross_entropy", "target 10", "row 1", "[0, 10)"});
   const Tensor lse = Tensor::zeros({3}, DType::f32, kGpu);
-  expect_error([&] {
-    cross_entropy_backward(Tensor::full({}, 1.0, DType::f32, kGpu), logits.gpu, targets, lse, 0.0, -100).to(Device::cpu());
-  }, {"target 10", "row 1"});
+  expect_error(
+      [&] {
+        cross_entropy_backward(Tensor::full({}, 1.0, DType::f32, kGpu), logits.gpu, targets, lse, 0.0, -100)
+            .to(Device::cpu());
+      },
+      {"target 10", "row 1"});
   // A partially overlapping gradient buffer is refused.
   Tensor big = Tensor::zeros({4, 10}, DType::bf16, kGpu);
   Tensor overlap = big.narrow(1, 3);
-  expect_error([&] {
-    cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), big.narrow(0, 3), targets, lse, 0.0, -100, overlap);
-  }, {"overlaps"});
+  expect_error(
+      [&] {
+        cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), big.narrow(0, 3), targets, lse, 0.0, -100,
+                                    overlap);
+      },
+      {"overlaps"});
 }
 
 // The forward with the gradient fused in (the training step's loss): the forward's outputs bit for
@@ -164,8 +171,8 @@ TEST(GpuCrossEntropy, ChunkedHeadAndLossMatchTheUnchunkedOps) {
       const Tensor targets = targets_with_ignored(N, V, 23, DType::i32).to(kGpu);
       auto run = [&](int64_t chunk, const Tensor& t) {
         Variable h(h0.clone(), true), w(w0.clone(), true);
-        LossParts parts = chunk > 0 ? linear_cross_entropy(h, w, t, 1e-3, 0.5, chunk)
-                                    : cross_entropy(linear(h, w), t, 1e-3);
+        LossParts parts =
+            chunk > 0 ? linear_cross_entropy(h, w, t, 1e-3, 0.5, chunk) : cross_entropy(linear(h, w), t, 1e-3);
         backward(parts.loss, Tensor::full(Shape{}, upstream, parts.loss.dtype(), kGpu));
         return std::make_tuple(parts.loss.value().item(), h.grad().clone(), w.grad().clone());
       };
@@ -190,8 +197,9 @@ TEST(GpuCrossEntropy, FusedForwardReportsABadTarget) {
   FATHOM_REQUIRE_GPU();
   Tensor logits = random_input({3, 10}, DType::bf16, 3).gpu;
   const Tensor targets = Tensor::from_vector<int64_t>({1, 2, 10}, {3}).to(kGpu);
-  expect_error([&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full({}, 1.0, DType::f32, kGpu)); },
-               {"target 10", "row 2", "[0, 10)"});
+  expect_error(
+      [&] { cross_entropy_forward_with_grad(logits, targets, 0.0, -100, Tensor::full({}, 1.0, DType::f32, kGpu)); },
+      {"target 10", "row 2", "[0, 10)"});
 }
 
 // The row kernels index a row in 32 bits: a wider vocabulary is refused before anything runs (no
@@ -203,6 +211,9 @@ TEST(GpuCrossEntropy, RowsWiderThanThirtyTwoBitsAreAClearError) {
   expect_error([&] { cross_entropy_forward(logits, targets, 0.0, -100); }, {"cross_entropy", "2147483648", "2^31 - 1"});
   const Tensor lse = Tensor::empty({0}, DType::f32, kGpu);
   Tensor grad = Tensor::empty({0, int64_t(1) << 31}, DType::bf16, kGpu);
-  expect_error([&] { cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), logits, targets, lse, 0.0, -100, grad); },
-               {"cross_entropy_backward", "2147483648"});
+  expect_error(
+      [&] {
+        cross_entropy_backward_into(Tensor::full({}, 1.0, DType::f32, kGpu), logits, targets, lse, 0.0, -100, grad);
+      },
+      {"cross_entropy_backward", "2147483648"});
 }

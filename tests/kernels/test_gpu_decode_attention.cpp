@@ -1,9 +1,10 @@
 // CUDA decode attention against the CPU reference (in f32 on the same bf16-rounded inputs, itself
 // checked against causal and MoDA attention in tests/kernels/test_decode_attention.cpp), within 1e-2
 // relative L2: cache lengths 1 to 16385 (single keys, tile tails, several splits), Tq 1 to 5,
-// batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row blocks), head dims 64 and 128, with
-// and without depth slots. Every cache has room past `length` filled with huge keys and NaN values, so
-// a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests skip.
+// batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row
+// blocks), head dims 64 and 128, with and without depth slots. Every cache has room past `length` filled with huge keys
+// and NaN values, so a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests
+// skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,14 +94,30 @@ TEST_P(GpuDecodeAttention, MatchesCpuReference) {
 
 // B, Tq, Hk, G, d, length, slots.
 const Case kCases[] = {
-    {1, 1, 2, 1, 64, 1},        {1, 1, 2, 4, 128, 1, 2},    {3, 3, 2, 3, 64, 63},        {1, 3, 2, 8, 128, 63, 4},
-    {1, 1, 4, 1, 128, 64},      {3, 3, 1, 4, 64, 64, 1},    {1, 3, 2, 8, 128, 1000},     {3, 1, 2, 3, 128, 1000, 24},
-    {3, 1, 2, 4, 64, 4097},     {1, 3, 3, 3, 128, 4097, 8}, {1, 1, 4, 1, 128, 16385},    {1, 3, 2, 8, 64, 16385, 24},
-    {3, 1, 1, 8, 128, 16385},   {1, 5, 2, 8, 128, 129},     {1, 5, 2, 8, 64, 1000, 3},   {3, 3, 2, 1, 64, 4097, 2},
+    {1, 1, 2, 1, 64, 1},
+    {1, 1, 2, 4, 128, 1, 2},
+    {3, 3, 2, 3, 64, 63},
+    {1, 3, 2, 8, 128, 63, 4},
+    {1, 1, 4, 1, 128, 64},
+    {3, 3, 1, 4, 64, 64, 1},
+    {1, 3, 2, 8, 128, 1000},
+    {3, 1, 2, 3, 128, 1000, 24},
+    {3, 1, 2, 4, 64, 4097},
+    {1, 3, 3, 3, 128, 4097, 8},
+    {1, 1, 4, 1, 128, 16385},
+    {1, 3, 2, 8, 64, 16385, 24},
+    {3, 1, 1, 8, 128, 16385},
+    {1, 5, 2, 8, 128, 129},
+    {1, 5, 2, 8, 64, 1000, 3},
+    {3, 3, 2, 1, 64, 4097, 2},
     // Few rows per KV head (the register kernel): a decoding batch of 32, R = 2 from G or from Tq,
     // R = 4 from four tokens, cache lengths off every tile and step size.
-    {32, 1, 4, 1, 128, 200},    {2, 1, 2, 2, 64, 77, 3},    {1, 2, 2, 1, 128, 130},      {3, 4, 1, 1, 64, 300},
-    {1, 1, 1, 1, 64, 2},        {2, 1, 3, 1, 128, 16385, 1},
+    {32, 1, 4, 1, 128, 200},
+    {2, 1, 2, 2, 64, 77, 3},
+    {1, 2, 2, 1, 128, 130},
+    {3, 4, 1, 1, 64, 300},
+    {1, 1, 1, 1, 64, 2},
+    {2, 1, 3, 1, 128, 16385, 1},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuDecodeAttention, ::testing::ValuesIn(kCases), case_name);
 
@@ -114,15 +131,18 @@ TEST(GpuDecodeAttentionDeterminism, TwoRunsAreBitIdentical) {
 
 TEST(GpuDecodeAttentionErrors, UnsupportedHeadDimAndDtype) {
   FATHOM_REQUIRE_GPU();
-  const Tensor q = Tensor::zeros({1, 1, 2, 96}, DType::bf16, kGpu), kv = Tensor::zeros({1, 2, 4, 96}, DType::bf16, kGpu);
+  const Tensor q = Tensor::zeros({1, 1, 2, 96}, DType::bf16, kGpu),
+               kv = Tensor::zeros({1, 2, 4, 96}, DType::bf16, kGpu);
   expect_error([&] { cuda::decode_attention(q, kv, kv, 4, DepthSlots{}, 0.1); }, {"head dim d = 96", "64 and 128"});
   // The dispatch decodes head dims without a kernel through the host reference.
   const Tensor o = decode_attention(q, kv, kv, 4, 0.1);
   EXPECT_EQ(o.shape(), q.shape());
   EXPECT_TRUE(o.device() == kGpu && o.dtype() == DType::bf16);
-  const Tensor q32 = Tensor::zeros({1, 1, 2, 64}, DType::f32, kGpu), kv32 = Tensor::zeros({1, 2, 4, 64}, DType::f32, kGpu);
+  const Tensor q32 = Tensor::zeros({1, 1, 2, 64}, DType::f32, kGpu),
+               kv32 = Tensor::zeros({1, 2, 4, 64}, DType::f32, kGpu);
   // The dispatch decodes F32 with the fp32 attention kernel (test_gpu_attention.cpp); this one refuses it.
-  expect_error([&] { cuda::decode_attention(q32, kv32, kv32, 4, DepthSlots{}, 0.1); }, {"q F32[1, 1, 2, 64]", "must be BF16"});
+  expect_error([&] { cuda::decode_attention(q32, kv32, kv32, 4, DepthSlots{}, 0.1); },
+               {"q F32[1, 1, 2, 64]", "must be BF16"});
   const Tensor kv_cpu = Tensor::zeros({1, 2, 4, 96}, DType::bf16);
   expect_error([&] { decode_attention(q, kv_cpu, kv_cpu, 4, 0.1); }, {"tensors on different devices"});
 }

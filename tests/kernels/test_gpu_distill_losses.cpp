@@ -72,10 +72,11 @@ TEST(GpuDistillLosses, RowsAtAnotherAlignmentThanTheirPartnersMatchTheCpu) {
       const SoftmaxKlOutput want = softmax_kl_forward(s_cpu, t.cpu, 2.0);
       expect_scalar_close(got.loss, want.loss, 1e-5, 2e-5, w + " kl loss");
       EXPECT_GPU_CLOSE(got.lse_student, want.lse_student, DType::f32, w + " lse_student");
-      const Tensor grad = softmax_kl_backward(Tensor::full({}, 0.75, DType::f32, kGpu), s_gpu, t.gpu,
-                                              got.lse_student, got.lse_teacher, 2.0);
-      EXPECT_GPU_CLOSE(grad, softmax_kl_backward(Tensor::full({}, 0.75, DType::f32), s_cpu, t.cpu, want.lse_student,
-                                                 want.lse_teacher, 2.0),
+      const Tensor grad = softmax_kl_backward(Tensor::full({}, 0.75, DType::f32, kGpu), s_gpu, t.gpu, got.lse_student,
+                                              got.lse_teacher, 2.0);
+      EXPECT_GPU_CLOSE(grad,
+                       softmax_kl_backward(Tensor::full({}, 0.75, DType::f32), s_cpu, t.cpu, want.lse_student,
+                                           want.lse_teacher, 2.0),
                        dt, w + " kl gradient");
       const RowCosineOutput cos = row_cosine_forward(s_gpu, t.gpu), cos_want = row_cosine_forward(s_cpu, t.cpu);
       expect_scalar_close(cos.loss, cos_want.loss, 1e-5, 1e-7, w + " cosine");

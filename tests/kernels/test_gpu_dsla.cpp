@@ -16,9 +16,9 @@ struct DslaCase {
   double gate_low = -1.0;
   std::string str() const {
     // A std::string first: GCC 12 warns (-Wrestrict, a false positive) on a literal + a temporary string.
-    return std::string("B").append(std::to_string(B)) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" + std::to_string(Hk) +
-           " d" + std::to_string(d) + (two ? " two states " : " one state ") + dtype_name(dtype) + " gates >= " +
-           std::to_string(gate_low);
+    return std::string("B").append(std::to_string(B)) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" +
+           std::to_string(Hk) + " d" + std::to_string(d) + (two ? " two states " : " one state ") + dtype_name(dtype) +
+           " gates >= " + std::to_string(gate_low);
   }
 };
 
@@ -40,9 +40,9 @@ DslaGpuInputs make_inputs(const DslaCase& c, uint64_t seed) {
 
 double tolerance(DType dt) { return dt == DType::bf16 ? 1e-2 : 2e-5; }
 
-#define EXPECT_DSLA_CLOSE(got, want, dt, what)                              \
-  do {                                                                     \
-    EXPECT_LE(relative_l2(got, want), tolerance(dt)) << (what);            \
+#define EXPECT_DSLA_CLOSE(got, want, dt, what)                  \
+  do {                                                          \
+    EXPECT_LE(relative_l2(got, want), tolerance(dt)) << (what); \
   } while (0)
 
 // The gate gradient's error. dg_t = sum_{t' >= t} (q dq - k dk) cancels exactly at t = 0 (the first
@@ -61,14 +61,14 @@ double gate_grad_error(const Tensor& got, const Tensor& want, const Tensor& q, c
 }
 
 const DslaCase kCases[] = {
-    {3, 65, 4, 2, 64, true, DType::bf16},    // a 64-chunk and one row; GQA 2
-    {3, 1, 4, 4, 128, true, DType::bf16},    // one token
-    {2, 130, 4, 1, 128, true, DType::bf16},  // GQA 4, a ragged last GPU chunk
-    {1, 100, 2, 2, 64, false, DType::f32},   // one state (plain GLA), f32
-    {3, 77, 4, 2, 128, false, DType::bf16},  // one state, GQA
-    {2, 64, 2, 1, 128, true, DType::f32},    // exactly one CPU chunk, f32
-    {1, 40, 2, 2, 64, true, DType::bf16, -30.0},  // strong gates: the pairwise ratios must not overflow
-    {2, 300, 4, 2, 128, true, DType::bf16, -8.0},  // several 64-chunks with strong gates, GQA 2
+    {3, 65, 4, 2, 64, true, DType::bf16},           // a 64-chunk and one row; GQA 2
+    {3, 1, 4, 4, 128, true, DType::bf16},           // one token
+    {2, 130, 4, 1, 128, true, DType::bf16},         // GQA 4, a ragged last GPU chunk
+    {1, 100, 2, 2, 64, false, DType::f32},          // one state (plain GLA), f32
+    {3, 77, 4, 2, 128, false, DType::bf16},         // one state, GQA
+    {2, 64, 2, 1, 128, true, DType::f32},           // exactly one CPU chunk, f32
+    {1, 40, 2, 2, 64, true, DType::bf16, -30.0},    // strong gates: the pairwise ratios must not overflow
+    {2, 300, 4, 2, 128, true, DType::bf16, -8.0},   // several 64-chunks with strong gates, GQA 2
     {1, 200, 2, 1, 64, false, DType::bf16, -30.0},  // one state, GQA 2, strong gates over four chunks
     {1, 1000, 2, 2, 128, true, DType::bf16, -0.5},  // 16 chunks of weak gates: the states carry far
 };
@@ -103,9 +103,11 @@ TEST(GpuDsla, ForwardAndBackwardMatchTheCpu) {
 
 TEST(GpuDsla, InitialAndFinalStatesMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
-  for (const DslaCase& c : {DslaCase{3, 33, 4, 2, 64, true, DType::bf16}, DslaCase{2, 17, 2, 1, 128, false, DType::f32}}) {
+  for (const DslaCase& c :
+       {DslaCase{3, 33, 4, 2, 64, true, DType::bf16}, DslaCase{2, 17, 2, 1, 128, false, DType::f32}}) {
     const DslaGpuInputs in = make_inputs(c, 200);
-    const GpuInput s1 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 210), s2 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 211);
+    const GpuInput s1 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 210),
+                   s2 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 211);
     const Tensor g2g = c.two ? in.g2.gpu : Tensor(), g2c = c.two ? in.g2.cpu : Tensor();
     const DslaState sg{s1.gpu, c.two ? s2.gpu : Tensor()}, sc{s1.cpu, c.two ? s2.cpu : Tensor()};
     const DslaForward got = dsla_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2g, in.gamma.gpu, sg, true);
@@ -121,8 +123,10 @@ TEST(GpuDsla, DecodeStepMatchesTheCpu) {
   for (const DslaCase& c : {DslaCase{3, 1, 4, 2, 128, true, DType::bf16}, DslaCase{3, 5, 4, 1, 64, true, DType::f32},
                             DslaCase{2, 1, 2, 2, 64, false, DType::bf16}}) {
     const DslaGpuInputs in = make_inputs(c, 300);
-    const GpuInput s1 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 310), s2 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 311);
-    DslaState sg{s1.gpu.clone(), c.two ? s2.gpu.clone() : Tensor()}, sc{s1.cpu.clone(), c.two ? s2.cpu.clone() : Tensor()};
+    const GpuInput s1 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 310),
+                   s2 = random_input({c.B, c.H, c.d, c.d}, DType::f32, 311);
+    DslaState sg{s1.gpu.clone(), c.two ? s2.gpu.clone() : Tensor()},
+        sc{s1.cpu.clone(), c.two ? s2.cpu.clone() : Tensor()};
     const Tensor g2g = c.two ? in.g2.gpu : Tensor(), g2c = c.two ? in.g2.cpu : Tensor();
     for (int step = 0; step < 3; ++step) {
       const Tensor got = dsla_step(in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, g2g, in.gamma.gpu, sg);
@@ -147,8 +151,12 @@ TEST(GpuDsla, ResultsAreBitIdenticalAcrossRuns) {
   const auto [f2, b2] = run();
   EXPECT_TRUE(bitwise_equal(f1.o, f2.o));
   EXPECT_TRUE(bitwise_equal(f1.final_state.s2, f2.final_state.s2));
-  for (auto [x, y] : {std::pair{&b1.dq, &b2.dq}, {&b1.dk, &b2.dk}, {&b1.dv, &b2.dv}, {&b1.dg1, &b2.dg1},
-                      {&b1.dg2, &b2.dg2}, {&b1.dgamma, &b2.dgamma}})
+  for (auto [x, y] : {std::pair{&b1.dq, &b2.dq},
+                      {&b1.dk, &b2.dk},
+                      {&b1.dv, &b2.dv},
+                      {&b1.dg1, &b2.dg1},
+                      {&b1.dg2, &b2.dg2},
+                      {&b1.dgamma, &b2.dgamma}})
     EXPECT_TRUE(bitwise_equal(*x, *y));
 }
 
@@ -180,8 +188,10 @@ TEST(GpuDsla, KeptScoresGiveTheSameBackward) {
   const DslaForward other = dsla_forward(shorter.q.gpu, shorter.k.gpu, shorter.v.gpu, shorter.g1.gpu, shorter.g2.gpu,
                                          shorter.gamma.gpu, {}, false, true);
   expect_error(
-      [&] { dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, in.g2.gpu, in.gamma.gpu, other.scores); },
-               {"scores", "kept scores", "bf16[1, 2, 2, 3, 64, 64]"});
+      [&] {
+        dsla_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.g1.gpu, in.g2.gpu, in.gamma.gpu, other.scores);
+      },
+      {"scores", "kept scores", "bf16[1, 2, 2, 3, 64, 64]"});
 }
 
 TEST(GpuDsla, UnsupportedShapesAreErrors) {

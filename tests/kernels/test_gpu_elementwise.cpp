@@ -77,7 +77,8 @@ TEST(GpuElementwise, ReductionsMatchTheCpuAndRepeatBitForBit) {
       // Unaligned view.
       if (n > 2) {
         EXPECT_NEAR(sum_squares(a.gpu.narrow(1, n - 2)), cpu::sum_squares(a.cpu.narrow(1, n - 2)),
-                    1e-12 * cpu::sum_squares(a.cpu) + 1e-12) << what;
+                    1e-12 * cpu::sum_squares(a.cpu) + 1e-12)
+            << what;
       }
     }
 }

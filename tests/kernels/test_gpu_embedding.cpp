@@ -33,8 +33,9 @@ TEST(GpuEmbedding, ForwardAndBackwardMatchTheCpu) {
   for (DType dt : {DType::f32, DType::bf16})
     for (const Case& c : cases)
       for (DType id_type : {DType::i32, DType::i64}) {
-        const std::string what = std::string(dtype_name(dt)) + " V=" + std::to_string(c.vocab) + " d=" +
-                                 std::to_string(c.dim) + " n=" + std::to_string(c.tokens) + " ids " + dtype_name(id_type);
+        const std::string what = std::string(dtype_name(dt)) + " V=" + std::to_string(c.vocab) +
+                                 " d=" + std::to_string(c.dim) + " n=" + std::to_string(c.tokens) + " ids " +
+                                 dtype_name(id_type);
         const Tensor ids = skewed_ids(c.tokens, c.vocab, seed++, id_type);
         GpuInput table = random_input({c.vocab, c.dim}, dt, seed++);
         GpuInput grad_out = random_input({c.tokens, c.dim}, dt, seed++);

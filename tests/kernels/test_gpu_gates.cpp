@@ -20,8 +20,8 @@ TEST(GpuGates, LogSigmoidGateMatchesTheCpu) {
       const Tensor want = log_sigmoid_gate_forward(z.cpu, b.cpu, 1.0 / 16);
       // The gates are fp32 from identical inputs whatever z's dtype: f32 agreement.
       EXPECT_GPU_CLOSE(g, want, DType::f32, what + " g");
-      EXPECT_GPU_CLOSE(log_sigmoid_gate_backward(dg.gpu, g, 1.0 / 16), log_sigmoid_gate_backward(dg.cpu, want, 1.0 / 16),
-                       DType::f32, what + " du");
+      EXPECT_GPU_CLOSE(log_sigmoid_gate_backward(dg.gpu, g, 1.0 / 16),
+                       log_sigmoid_gate_backward(dg.cpu, want, 1.0 / 16), DType::f32, what + " du");
     }
 }
 

@@ -23,8 +23,9 @@ TEST(GpuMatmul, EveryTransposeMatchesTheCpu) {
     for (const GemmShape& s : kShapes)
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
-          const std::string what = std::string(dtype_name(dt)) + " m=" + std::to_string(s.m) + " n=" +
-                                   std::to_string(s.n) + " k=" + std::to_string(s.k) + (ta ? " aT" : "") + (tb ? " bT" : "");
+          const std::string what = std::string(dtype_name(dt)) + " m=" + std::to_string(s.m) +
+                                   " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + (ta ? " aT" : "") +
+                                   (tb ? " bT" : "");
           GpuInput a = random_input(ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, dt, seed++);
           GpuInput b = random_input(tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, dt, seed++);
           const Tensor got = matmul(a.gpu, ta, b.gpu, tb);
@@ -57,8 +58,8 @@ TEST(GpuMatmul, OperandsAtUnalignedOffsetsAndEmptyInnerDimension) {
   EXPECT_GPU_CLOSE(matmul(a.gpu.narrow(1, 64), false, b.gpu, false), matmul(a.cpu.narrow(1, 64), false, b.cpu, false),
                    DType::f32, "unaligned a");
   GpuInput ab = random_input({65, 33}, DType::bf16, 9), bb = random_input({33, 19}, DType::bf16, 10);
-  EXPECT_GPU_CLOSE(matmul(ab.gpu.narrow(1, 64), false, bb.gpu, false), matmul(ab.cpu.narrow(1, 64), false, bb.cpu, false),
-                   DType::bf16, "unaligned bf16 a");
+  EXPECT_GPU_CLOSE(matmul(ab.gpu.narrow(1, 64), false, bb.gpu, false),
+                   matmul(ab.cpu.narrow(1, 64), false, bb.cpu, false), DType::bf16, "unaligned bf16 a");
   // k = 0: C = beta C.
   GpuInput c = random_input({4, 5}, DType::f32, 11);
   Tensor got = c.gpu.clone();

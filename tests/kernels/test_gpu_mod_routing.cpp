@@ -79,7 +79,8 @@ TEST(GpuModRouting, BceAndSiluMatchTheCpu) {
     const Tensor l = random_tensor({n}, DType::f32, uint64_t(n), -20, 20);
     const Tensor t = random_ints({n}, 2, uint64_t(n) + 1).to(DType::f32);
     const Tensor loss = routing_bce_forward(l.to(kGpu), t.to(kGpu));
-    EXPECT_NEAR(loss.to(Device::cpu()).item(), routing_bce_forward(l, t).item(), 1e-5 * (1 + routing_bce_forward(l, t).item()));
+    EXPECT_NEAR(loss.to(Device::cpu()).item(), routing_bce_forward(l, t).item(),
+                1e-5 * (1 + routing_bce_forward(l, t).item()));
     const Tensor dl = routing_bce_backward(Tensor::full(Shape{}, 0.5, DType::f32, kGpu), l.to(kGpu), t.to(kGpu));
     EXPECT_GPU_CLOSE(dl, routing_bce_backward(Tensor::full(Shape{}, 0.5, DType::f32), l, t), DType::f32, "dlogits");
   }

@@ -254,12 +254,9 @@ TEST_P(GpuModaMatchesCpu, EveryKernel) {
       const char* what;
       std::vector<double> got, want;
     } checks[] = {
-        {"o", host_values(run.o), values(pb.ref.o)},
-        {"lse", host_values(run.lse), values(pb.ref.lse)},
-        {"dq", host_values(run.dq), values(pb.ref_grads.dq)},
-        {"dk", host_values(run.dk), values(pb.ref_grads.dk)},
-        {"dv", host_values(run.dv), values(pb.ref_grads.dv)},
-        {"d_depth_k", gk.added, values(pb.ref_ddk)},
+        {"o", host_values(run.o), values(pb.ref.o)},          {"lse", host_values(run.lse), values(pb.ref.lse)},
+        {"dq", host_values(run.dq), values(pb.ref_grads.dq)}, {"dk", host_values(run.dk), values(pb.ref_grads.dk)},
+        {"dv", host_values(run.dv), values(pb.ref_grads.dv)}, {"d_depth_k", gk.added, values(pb.ref_ddk)},
         {"d_depth_v", gv.added, values(pb.ref_ddv)},
     };
     for (const auto& check : checks) {
@@ -300,8 +297,8 @@ std::vector<Case> main_cases() {
   return cases;
 }
 std::vector<Case> batch_cases() {
-  return {{2, 65, 3, 5, 64, 3}, {2, 129, 4, 3, 128, 1}, {3, 40, 16, 2, 64, 1}, {1, 70, 32, 4, 128, 2},
-          {2, 257, 2, 9, 128, 2}, {2, 77, 5, 7, 128, 1}, {1, 50, 24, 3, 64, 1}};
+  return {{2, 65, 3, 5, 64, 3},   {2, 129, 4, 3, 128, 1}, {3, 40, 16, 2, 64, 1}, {1, 70, 32, 4, 128, 2},
+          {2, 257, 2, 9, 128, 2}, {2, 77, 5, 7, 128, 1},  {1, 50, 24, 3, 64, 1}};
 }
 
 // Grids of at least 192 dK/dV CTAs: at d = 64 on sm_90a flash attention's dK/dV pass then also forms
@@ -367,12 +364,15 @@ TEST(GpuModa, DISABLED_TimesOfTheFourKernels) {
   shape.slot_begin = 0;
   shape.slot_end = S;
   const Tensor q = random_input({B, T, Hq, d}, DType::bf16, 1).gpu, k = random_input({B, T, Hk, d}, DType::bf16, 2).gpu,
-               v = random_input({B, T, Hk, d}, DType::bf16, 3).gpu, dout = random_input({B, T, Hq, d}, DType::bf16, 4).gpu;
-  const Tensor kd = random_input({B, T, S, Hk, d}, DType::bf16, 5).gpu, vd = random_input({B, T, S, Hk, d}, DType::bf16, 6).gpu;
+               v = random_input({B, T, Hk, d}, DType::bf16, 3).gpu,
+               dout = random_input({B, T, Hq, d}, DType::bf16, 4).gpu;
+  const Tensor kd = random_input({B, T, S, Hk, d}, DType::bf16, 5).gpu,
+               vd = random_input({B, T, S, Hk, d}, DType::bf16, 6).gpu;
   Tensor o = Tensor::empty({B, T, Hq, d}, DType::bf16, kGpu), lse = Tensor::empty({B, Hq, T}, DType::f32, kGpu);
   Tensor dq = Tensor::empty({B, T, Hq, d}, DType::bf16, kGpu), dk = Tensor::empty({B, T, Hk, d}, DType::bf16, kGpu),
          dv = Tensor::empty({B, T, Hk, d}, DType::bf16, kGpu);
-  Tensor ddk = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu), ddv = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu);
+  Tensor ddk = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu),
+         ddv = Tensor::zeros({B, T, S, Hk, d}, DType::f32, kGpu);
   double total_ms[4] = {};
   for (int i = 0; i < 4; ++i) {
     const ModaKernel kernel = kKernels[i];
@@ -386,8 +386,8 @@ TEST(GpuModa, DISABLED_TimesOfTheFourKernels) {
     b.q = f.q, b.k = f.k, b.v = f.v, b.depth_k = f.depth_k, b.depth_v = f.depth_v, b.o = f.o, b.lse = f.lse;
     b.grad_o = dout.data<bf16>(), b.dq = dq.data<bf16>(), b.dk = dk.data<bf16>(), b.dv = dv.data<bf16>();
     b.d_depth_k = ddk.data<float>(), b.d_depth_v = ddv.data<float>();
-    const size_t bytes = std::max(cuda::moda_forward_workspace_bytes(kernel, shape),
-                                  cuda::moda_backward_workspace_bytes(kernel, shape));
+    const size_t bytes =
+        std::max(cuda::moda_forward_workspace_bytes(kernel, shape), cuda::moda_backward_workspace_bytes(kernel, shape));
     const Tensor workspace = Tensor::empty({int64_t(bytes)}, DType::u8, kGpu);
     f.workspace = b.workspace = const_cast<void*>(workspace.raw());
     f.workspace_bytes = b.workspace_bytes = bytes;
@@ -467,7 +467,8 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     b.workspace_bytes = cuda::moda_backward_workspace_bytes(kernel, b.shape) - 4;
     expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"workspace of", "too small"});
     b.d_depth_v = nullptr;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"moda_attention_backward", "d_depth_v is null"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); },
+                 {"moda_attention_backward", "d_depth_v is null"});
     // bf16 depth gradients: instead of the fp32 ones, and only stored.
     b.d_depth_k_bf16 = b.d_depth_v_bf16 = buffer;
     b.store_depth_grads = true;
@@ -477,10 +478,12 @@ TEST(GpuModa, BadArgumentsAreErrors) {
     expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"stored, never added"});
     b.store_depth_grads = true;
     b.d_depth_v_bf16 = buffer + 1;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"d_depth_v_bf16 must be 16-byte aligned"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); },
+                 {"d_depth_v_bf16 must be 16-byte aligned"});
     // Depth weights: instead of any gradient buffer, and from the group kernel only.
     b.depth_weights_p = b.depth_weights_ds = stats;
-    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"depth weights or depth-gradient buffers"});
+    expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); },
+                 {"depth weights or depth-gradient buffers"});
     b.d_depth_k_bf16 = b.d_depth_v_bf16 = nullptr;
     if (kernel != cuda::ModaKernel::group)
       expect_error([&] { cuda::moda_attention_backward(kernel, b, nullptr); }, {"group kernel with G <= 16 only"});

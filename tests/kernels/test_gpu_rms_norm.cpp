@@ -1,6 +1,7 @@
 // CUDA RMSNorm, full-width and per-head, against the CPU reference: narrow rows (one warp each),
-// register rows, wide ones and fewer rows than the H200's 132 SMs (one block each), widths that are and are not multiples of the pack, row counts that
-// are not multiples of anything; plus a bit-identical weight gradient across runs.
+// register rows, wide ones and fewer rows than the H200's 132 SMs (one block each), widths that are and are not
+// multiples of the pack, row counts that are not multiples of anything; plus a bit-identical weight gradient across
+// runs.
 #include "kernels/rms_norm/rms_norm.h"
 #include "tests/support/gpu_test_util.h"
 
@@ -10,18 +11,18 @@ using namespace fathom::test;
 TEST(GpuRmsNorm, ForwardAndBackwardMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
   const Shape shapes[] = {
-      {3, 5, 64},      // per-head, d = 64
+      {3, 5, 64},       // per-head, d = 64
       {2, 37, 6, 128},  // per-head [B, T, H, d], d = 128
-      {301, 77},       // odd width, warp rows, unpacked
-      {229, 1000},     // register rows (bf16: 125 packs of 8), f32 warp rows
-      {167, 2048},     // register rows (bf16), f32 block rows
-      {145, 768},      // register rows, 96 packs of a lane's 128 slots (bf16)
-      {170, 520},      // register rows (bf16: 65 packs), f32 warp rows
-      {3, 384},        // fewer rows than SMs: a block per row (bf16)
-      {32, 2048},      // a decoding batch's rows: a block per row (bf16)
-      {67, 520},       // fewer rows than SMs, 65 packs
-      {33, 4100},      // wide, packed, not a power of two
-      {19, 3001},      // wide, odd
+      {301, 77},        // odd width, warp rows, unpacked
+      {229, 1000},      // register rows (bf16: 125 packs of 8), f32 warp rows
+      {167, 2048},      // register rows (bf16), f32 block rows
+      {145, 768},       // register rows, 96 packs of a lane's 128 slots (bf16)
+      {170, 520},       // register rows (bf16: 65 packs), f32 warp rows
+      {3, 384},         // fewer rows than SMs: a block per row (bf16)
+      {32, 2048},       // a decoding batch's rows: a block per row (bf16)
+      {67, 520},        // fewer rows than SMs, 65 packs
+      {33, 4100},       // wide, packed, not a power of two
+      {19, 3001},       // wide, odd
   };
   for (DType dt : {DType::f32, DType::bf16})
     for (const Shape& shape : shapes) {

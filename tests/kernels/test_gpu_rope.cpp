@@ -9,7 +9,8 @@ using namespace fathom::test;
 
 TEST(GpuRope, ForwardAndBackwardMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
-  const Shape shapes[] = {{2, 37, 3, 64}, {1, 129, 4, 128}, {3, 5, 2, 6}, {2, 2048, 4, 128}, {32, 1, 16, 128}, {3, 1, 5, 64}};
+  const Shape shapes[] = {{2, 37, 3, 64},    {1, 129, 4, 128}, {3, 5, 2, 6},
+                          {2, 2048, 4, 128}, {32, 1, 16, 128}, {3, 1, 5, 64}};
   for (DType dt : {DType::f32, DType::bf16})
     for (const Shape& shape : shapes)
       for (bool per_row : {false, true}) {

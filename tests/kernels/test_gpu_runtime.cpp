@@ -159,5 +159,6 @@ TEST(GpuDeviceErrors, ABadTokenIdFoundByAKernelIsReportedAtTheNextSynchronisatio
   expect_error([&] { out.to(Device::cpu()); }, {"embedding", "token id 12", "position 2", "[0, 10)"});
   // Reported once: the backend is clean afterwards.
   const Tensor good = Tensor::from_vector<int64_t>({1, 2}, {2}).to(kGpu);
-  EXPECT_TRUE(bitwise_equal(embedding_forward(good, table), embedding_forward(good.to(Device::cpu()), table.to(Device::cpu()))));
+  EXPECT_TRUE(bitwise_equal(embedding_forward(good, table),
+                            embedding_forward(good.to(Device::cpu()), table.to(Device::cpu()))));
 }

@@ -103,8 +103,11 @@ TEST(ModGather, RoundTripAndErrors) {
         EXPECT_EQ(back[i], chosen ? xs[i] : 0.0);
       }
     }
-  expect_error([&] { gather_rows(x, Tensor::from_vector(std::vector<int32_t>{0, 9, 1}, {3, 1})); },
-               {"index 9", "outside the sequence [0, 9)"});
+  expect_error(
+      [&] {
+        gather_rows(x, Tensor::from_vector(std::vector<int32_t>{0, 9, 1}, {3, 1}));
+      },
+      {"index 9", "outside the sequence [0, 9)"});
   expect_error([&] { gather_rows(x, Tensor::zeros({2, 1}, DType::i32)); }, {"idx must be I32 [3, k]"});
   expect_error([&] { gather_rows(x, Tensor::zeros({3, 1}, DType::i64)); }, {"idx must be I32"});
 }
@@ -121,11 +124,12 @@ TEST(ModRoutedMix, AddsTheWeightedDeltaAtTheChosenRowsOnly) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < k; ++j) {
         const int64_t i = b * S + id[size_t(b * k + j)];
-        const double g = weight == RouteWeight::one ? 1.0
+        const double g = weight == RouteWeight::one       ? 1.0
                          : weight == RouteWeight::sigmoid ? 1.0 / (1.0 + std::exp(-rs[size_t(i)]))
                                                           : rs[size_t(i)];
         for (int64_t c = 0; c < d; ++c)
-          want[size_t(i * d + c)] = xs[size_t(i * d + c)] + g * (ys[size_t((b * k + j) * d + c)] - xs[size_t(i * d + c)]);
+          want[size_t(i * d + c)] =
+              xs[size_t(i * d + c)] + g * (ys[size_t((b * k + j) * d + c)] - xs[size_t(i * d + c)]);
       }
     expect_close(routed_mix_forward(x, y, r, idx, weight), want, 1e-12, 1e-12);
   }
@@ -135,13 +139,18 @@ TEST(ModRoutedMix, WeightOneGivesTheBlockOutputExactly) {
   const Tensor x = random_tensor({2, 6, 4}, DType::f32, 6), y = random_tensor({2, 6, 4}, DType::f32, 7);
   std::vector<int32_t> all{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
   const Tensor idx = Tensor::from_vector(all, {2, 6});
-  EXPECT_EQ(routed_mix_forward(x, y, Tensor::full({2, 6}, 1.0, DType::f32), idx, RouteWeight::identity).to_vector<float>(),
-            y.to_vector<float>());
+  EXPECT_EQ(
+      routed_mix_forward(x, y, Tensor::full({2, 6}, 1.0, DType::f32), idx, RouteWeight::identity).to_vector<float>(),
+      y.to_vector<float>());
   EXPECT_EQ(routed_mix_forward(x, y, Tensor::zeros({2, 6}, DType::f32), idx, RouteWeight::identity).to_vector<float>(),
             x.to_vector<float>());
-  expect_error([&] { routed_mix_forward(x, y, Tensor::zeros({2, 6}, DType::f64), idx, RouteWeight::identity); },
-               {"router logits r must be F32[2, 6]"});
-  expect_error([&] { routed_mix_forward(x, y.narrow(0, 1), Tensor(), idx, RouteWeight::one); }, {"y ", "must be F32[2, 6, 4]"});
+  expect_error(
+      [&] {
+        routed_mix_forward(x, y, Tensor::zeros({2, 6}, DType::f64), idx, RouteWeight::identity);
+      },
+      {"router logits r must be F32[2, 6]"});
+  expect_error([&] { routed_mix_forward(x, y.narrow(0, 1), Tensor(), idx, RouteWeight::one); },
+               {"y ", "must be F32[2, 6, 4]"});
 }
 
 TEST(ModRoutedMix, Gradcheck) {
@@ -167,8 +176,8 @@ TEST(ModRouting, RouterGradcheckThroughGatherBlockAndMix) {
       const Variable y = add(chosen, silu(linear(chosen, in[2])));
       return routed_mix(x, y, r, idx, weight);
     };
-    GradcheckResult r = gradcheck(f, {random_tensor({3, 7, 5}, DType::f64, 12), random_tensor({1, 5}, DType::f64, 13),
-                                      w_block});
+    GradcheckResult r =
+        gradcheck(f, {random_tensor({3, 7, 5}, DType::f64, 12), random_tensor({1, 5}, DType::f64, 13), w_block});
     EXPECT_TRUE(r.ok) << r.message;
   }
 }

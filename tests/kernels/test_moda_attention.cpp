@@ -28,7 +28,8 @@ Problem random_problem(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t d, 
 }
 
 // Depth-only softmax per row, written plainly: returns (o, lse) of attention over the slots alone.
-std::pair<std::vector<double>, std::vector<double>> depth_only(const Problem& p, int64_t begin, int64_t end, double scale) {
+std::pair<std::vector<double>, std::vector<double>> depth_only(const Problem& p, int64_t begin, int64_t end,
+                                                               double scale) {
   const int64_t B = p.q.dim(0), T = p.q.dim(1), Hq = p.q.dim(2), d = p.q.dim(3), Hk = p.k.dim(2), S = p.dk.dim(2);
   const std::vector<double> q = values(p.q), dk = values(p.dk), dv = values(p.dv);
   std::vector<double> o(q.size(), 0.0), lse(size_t(B * Hq * T));
@@ -49,8 +50,8 @@ std::pair<std::vector<double>, std::vector<double>> depth_only(const Problem& p,
         lse[size_t((b * Hq + h) * T + t)] = m + std::log(z);
         for (int64_t s = begin; s < end; ++s)
           for (int64_t i = 0; i < d; ++i)
-            o[size_t(((b * T + t) * Hq + h) * d + i)] += std::exp(logit[size_t(s - begin)] - m) / z *
-                                                           dv[size_t((((b * T + t) * S + s) * Hk + hk) * d + i)];
+            o[size_t(((b * T + t) * Hq + h) * d + i)] +=
+                std::exp(logit[size_t(s - begin)] - m) / z * dv[size_t((((b * T + t) * S + s) * Hk + hk) * d + i)];
       }
   return {o, lse};
 }
@@ -119,13 +120,11 @@ TEST(ModaAttention, DiffersFromSeparateSoftmaxesAdded) {
 TEST(ModaAttention, Float32AgreesWithFloat64) {
   const Problem p = random_problem(2, 11, 6, 2, 16, 4, DType::f64, 5);
   const AttentionOutput want = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 4}, 0.25);
-  const AttentionOutput got =
-      moda_attention_forward(p.q.to(DType::f32), p.k.to(DType::f32), p.v.to(DType::f32),
-                             DepthSlots{p.dk.to(DType::f32), p.dv.to(DType::f32), 0, 4}, 0.25);
+  const AttentionOutput got = moda_attention_forward(p.q.to(DType::f32), p.k.to(DType::f32), p.v.to(DType::f32),
+                                                     DepthSlots{p.dk.to(DType::f32), p.dv.to(DType::f32), 0, 4}, 0.25);
   expect_close(got.o, want.o, 1e-5, 1e-4, "o");
   expect_close(got.lse, want.lse, 1e-5, 1e-4, "lse");
 }
-
 
 // Writers' gradients reach them through the depth stream: slot 0 and 1 are written from (k0, v0)
 // and (k1, v1), then two readers attend over different slot ranges.
@@ -162,7 +161,8 @@ TEST(ModaAttention, SlotGradientsFromWeightsEqualAddedGradients) {
   std::vector<DepthReader> readers;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto [begin, end] = ranges[i];
-    const Tensor q = random_tensor(p.q.shape(), DType::f64, 70 + i), grad_o = random_tensor(p.q.shape(), DType::f64, 80 + i);
+    const Tensor q = random_tensor(p.q.shape(), DType::f64, 70 + i),
+                 grad_o = random_tensor(p.q.shape(), DType::f64, 80 + i);
     const DepthSlots depth{p.dk, p.dv, begin, end};
     const AttentionOutput out = moda_attention_forward(q, p.k, p.v, depth, 0.4);
     const AttentionGrads added = moda_attention_backward(grad_o, q, p.k, p.v, depth, out.o, out.lse, 0.4, ddk, ddv);
@@ -191,7 +191,8 @@ TEST(ModaAttention, SlotGradientsFromWeightsEqualAddedGradients) {
   expect_error([&] { depth_slot_grads(all, 0, 1, 4, DType::f64); }, {"depth_slot_grads", "multiple of 4 KV heads"});
   DepthReader bad = readers[0];
   bad.weights.p = Tensor::zeros({B, T, Hq, 2}, DType::f64);
-  expect_error([&] { depth_slot_grads({&bad}, 0, 1, Hk, DType::f64); }, {"depth_slot_grads", "weights", "slots [0, 3)"});
+  expect_error([&] { depth_slot_grads({&bad}, 0, 1, Hk, DType::f64); },
+               {"depth_slot_grads", "weights", "slots [0, 3)"});
 }
 
 // Readers over sliding slot ranges, as with moda.max_slots: in backward the later reader stores
@@ -270,8 +271,8 @@ TEST(ModaAttention, ReaderKeysAreTheNormalisedRawKeys) {
                weight = random_tensor({Hk * d}, DType::f64, 6, 0.5, 1.5);
   DepthStream reader(B, T, 1, Hk, d, DType::f64, Device::cpu());
   reader.write(0, Variable(raw), Variable(dv));
-  const Tensor got = reader.attend(Variable(q), Variable(k), Variable(v), 0, 1, 0.5, DepthKeyNorm{Variable(weight), 1e-6})
-                         .value();
+  const Tensor got =
+      reader.attend(Variable(q), Variable(k), Variable(v), 0, 1, 0.5, DepthKeyNorm{Variable(weight), 1e-6}).value();
   // The same keys normalised by hand and written as writer keys.
   const std::vector<double> r = values(raw), w = values(weight);
   std::vector<double> normed(r.size());
@@ -279,7 +280,8 @@ TEST(ModaAttention, ReaderKeysAreTheNormalisedRawKeys) {
     double ms = 0;
     for (int64_t i = 0; i < Hk * d; ++i) ms += r[size_t(t * Hk * d + i)] * r[size_t(t * Hk * d + i)];
     const double rstd = 1 / std::sqrt(ms / double(Hk * d) + 1e-6);
-    for (int64_t i = 0; i < Hk * d; ++i) normed[size_t(t * Hk * d + i)] = r[size_t(t * Hk * d + i)] * rstd * w[size_t(i)];
+    for (int64_t i = 0; i < Hk * d; ++i)
+      normed[size_t(t * Hk * d + i)] = r[size_t(t * Hk * d + i)] * rstd * w[size_t(i)];
   }
   DepthStream writer(B, T, 1, Hk, d, DType::f64, Device::cpu());
   writer.write(0, Variable(Tensor::from_vector(normed, {B, T, Hk, d})), Variable(dv));
@@ -309,12 +311,16 @@ TEST(ModaAttention, BackwardIsDeterministic) {
 TEST(ModaAttention, BadInputsAreClearErrors) {
   const Problem p = random_problem(1, 4, 4, 2, 8, 3, DType::f32, 1);
   expect_error([&] { moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 2, 4}, 1.0); }, {"slot range"});
-  expect_error([&] { moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk.narrow(0, 0), p.dv, 0, 1}, 1.0); },
-               {"depth"});
+  expect_error(
+      [&] {
+        moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk.narrow(0, 0), p.dv, 0, 1}, 1.0);
+      },
+      {"depth"});
   Tensor buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::f32);
   expect_error([&] { write_depth_slot(buffer, 3, p.k); }, {"slot 3"});
   expect_error([&] { write_depth_slot(buffer, 0, p.q); }, {"does not match"});
-  expect_error([&] { write_depth_slot(buffer, 0, p.k.to(DType::f64)); }, {"write_depth_slot", "into a F32 depth buffer", "F32 into BF16"});
+  expect_error([&] { write_depth_slot(buffer, 0, p.k.to(DType::f64)); },
+               {"write_depth_slot", "into a F32 depth buffer", "F32 into BF16"});
   expect_error([&] { zero_depth_slots(buffer, 2, 4); }, {"zero_depth_slots", "[2, 4)", "3 slots"});
   expect_error([&] { zero_depth_slots(buffer, 2, 1); }, {"zero_depth_slots", "slot range"});
   Tensor not_a_buffer = p.k.clone();
@@ -322,12 +328,16 @@ TEST(ModaAttention, BadInputsAreClearErrors) {
   // F32 into a BF16 buffer converts; the slot reads back rounded to bf16.
   Tensor bf16_buffer = Tensor::zeros({1, 4, 3, 2, 8}, DType::bf16);
   write_depth_slot(bf16_buffer, 1, p.k);
-  EXPECT_EQ(read_depth_slot(bf16_buffer, 1).to(DType::f32).to_vector<float>(), p.k.to(DType::bf16).to(DType::f32).to_vector<float>());
+  EXPECT_EQ(read_depth_slot(bf16_buffer, 1).to(DType::f32).to_vector<float>(),
+            p.k.to(DType::bf16).to(DType::f32).to_vector<float>());
   // Depth gradients accumulate in the statistics dtype: F64 buffers for F64 inputs.
   const AttentionOutput out = moda_attention_forward(p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 2}, 1.0);
   Tensor ddk = Tensor::zeros(p.dk.shape(), DType::f64), ddv = Tensor::zeros(p.dv.shape(), DType::f64);
-  expect_error([&] { moda_attention_backward(p.q, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 2}, out.o, out.lse, 1.0, ddk, ddv); },
-               {"depth gradient buffers", "must be F32"});
+  expect_error(
+      [&] {
+        moda_attention_backward(p.q, p.q, p.k, p.v, DepthSlots{p.dk, p.dv, 0, 2}, out.o, out.lse, 1.0, ddk, ddv);
+      },
+      {"depth gradient buffers", "must be F32"});
   expect_error([&] { DepthStream(1, 4, 2, 2, 8, DType::i32, Device::cpu()); }, {"depth stream", "I32"});
   DepthStream stream(1, 4, 2, 2, 8, DType::f32, Device::cpu());
   expect_error([&] { stream.attend(Variable(p.q), Variable(p.k), Variable(p.v), 0, 1, 1.0); }, {"only written slots"});

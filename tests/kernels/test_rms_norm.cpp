@@ -83,8 +83,8 @@ TEST(RmsNorm, ResidualFormAddsTheResidual) {
     EXPECT_EQ(values(fused.rstd), values(plain.rstd));
   }
   auto f = [](const std::vector<Variable>& in) { return residual_rms_norm(in[0], in[1], in[2], 1e-5); };
-  GradcheckResult r = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 14), random_tensor({2, 3, 15}, DType::f64, 15),
-                                    random_tensor({15}, DType::f64, 16)});
+  GradcheckResult r = gradcheck(f, {random_tensor({2, 3, 15}, DType::f64, 14),
+                                    random_tensor({2, 3, 15}, DType::f64, 15), random_tensor({15}, DType::f64, 16)});
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -112,11 +112,22 @@ TEST(RmsNorm, BadInputsAreErrors) {
   expect_error([&] { rms_norm(x, Variable(random_tensor({5}, DType::f32, 2)), 1e-6); }, {"weight", "[6]"});
   expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f64, 2)), 1e-6); }, {"dtype"});
   expect_error([&] { rms_norm(x, Variable(random_tensor({6}, DType::f32, 2)), 0.0); }, {"eps"});
-  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 5}, DType::f32, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
-               {"residual", "[4, 5]", "must match x"});
-  expect_error([&] { residual_rms_norm(Variable(random_tensor({4, 6}, DType::f64, 5)), x, Variable(random_tensor({6}, DType::f32, 2)), 1e-6); },
-               {"residual", "must match x"});
+  expect_error(
+      [&] {
+        residual_rms_norm(Variable(random_tensor({4, 5}, DType::f32, 5)), x,
+                          Variable(random_tensor({6}, DType::f32, 2)), 1e-6);
+      },
+      {"residual", "[4, 5]", "must match x"});
+  expect_error(
+      [&] {
+        residual_rms_norm(Variable(random_tensor({4, 6}, DType::f64, 5)), x,
+                          Variable(random_tensor({6}, DType::f32, 2)), 1e-6);
+      },
+      {"residual", "must match x"});
   RmsNormOutput out = rms_norm_forward(x.value(), random_tensor({6}, DType::f32, 3), 1e-6);
-  expect_error([&] { rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd); },
-               {"grad_y"});
+  expect_error(
+      [&] {
+        rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd);
+      },
+      {"grad_y"});
 }

@@ -39,11 +39,11 @@ TEST(Rope, MatchesNaiveFormulaForSharedAndPerRowPositions) {
       Tensor shared = random_ints({shape[1]}, 4096, 2);
       Tensor per_row = random_ints({shape[0], shape[1]}, 4096, 3, DType::i32);
       const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
-      expect_close(rope_forward(x, shared, 500000.0), naive_rope(x, shared.to_vector<int64_t>(), false, 500000.0),
-                   tol, tol, "shared positions");
+      expect_close(rope_forward(x, shared, 500000.0), naive_rope(x, shared.to_vector<int64_t>(), false, 500000.0), tol,
+                   tol, "shared positions");
       const std::vector<int32_t> p32 = per_row.to_vector<int32_t>();
-      expect_close(rope_forward(x, per_row, 10000.0), naive_rope(x, {p32.begin(), p32.end()}, true, 10000.0), tol,
-                   tol, "per-row positions");
+      expect_close(rope_forward(x, per_row, 10000.0), naive_rope(x, {p32.begin(), p32.end()}, true, 10000.0), tol, tol,
+                   "per-row positions");
     }
 }
 
@@ -62,7 +62,8 @@ TEST(Rope, BackwardIsTheInverseRotation) {
 
 TEST(Rope, Gradcheck) {
   auto f = [](const std::vector<Variable>& in) { return rope(in[0], in[1].value(), 10000.0); };
-  GradcheckResult per_row = gradcheck(f, {random_tensor({2, 7, 3, 6}, DType::f64, 6), random_ints({2, 7}, 50, 7, DType::i32)});
+  GradcheckResult per_row =
+      gradcheck(f, {random_tensor({2, 7, 3, 6}, DType::f64, 6), random_ints({2, 7}, 50, 7, DType::i32)});
   EXPECT_TRUE(per_row.ok) << per_row.message;
   GradcheckResult shared = gradcheck(f, {random_tensor({2, 7, 3, 6}, DType::f64, 8), random_ints({7}, 50, 9)});
   EXPECT_TRUE(shared.ok) << shared.message;
@@ -80,8 +81,11 @@ TEST(Rope, BadInputsAreErrors) {
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 7}, DType::f32, 2), pos, 1e4); }, {"even", "7"});
   expect_error([&] { rope_forward(random_tensor({1, 6, 2, 8}, DType::f32, 2), pos, 1e4); }, {"positions", "[T] = [6]"});
   expect_error([&] { rope_forward(random_tensor({5, 2, 8}, DType::f32, 2), pos, 1e4); }, {"[B, T, H, d]"});
-  expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), random_tensor({5}, DType::f32, 3), 1e4); },
-               {"I32 or I64"});
+  expect_error(
+      [&] {
+        rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), random_tensor({5}, DType::f32, 3), 1e4);
+      },
+      {"I32 or I64"});
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), pos, 0.0); }, {"theta"});
   Tensor negative = Tensor::from_vector<int64_t>({0, 1, -2, 3, 4}, {5});
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), negative, 1e4); }, {"position -2"});
@@ -126,7 +130,8 @@ TEST(RopeScaling, ForwardRotatesByTheScaledFrequencies) {
 TEST(RopeScaling, GradcheckWithLlama3Scaling) {
   const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 16};
   auto f = [&](const std::vector<Variable>& in) { return rope(in[0], in[1].value(), 10000.0, scaling); };
-  GradcheckResult r = gradcheck(f, {random_tensor({2, 7, 3, 8}, DType::f64, 12), random_ints({2, 7}, 50, 13, DType::i32)});
+  GradcheckResult r =
+      gradcheck(f, {random_tensor({2, 7, 3, 8}, DType::f64, 12), random_ints({2, 7}, 50, 13, DType::i32)});
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -136,8 +141,14 @@ TEST(RopeScaling, BadSpecsAreErrors) {
   expect_error([&] { rope_forward(x, pos, 1e4, {"yarn"}); }, {"rope_scaling.type", "none, llama3", "'yarn'"});
   expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 0.0}); }, {"rope_scaling.factor must be positive"});
   expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 0.0}); }, {"low_freq_factor must be positive"});
-  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 4.0, 4.0}); },
-               {"high_freq_factor (4) must be greater than low_freq_factor (4)"});
-  expect_error([&] { rope_forward(x, pos, 1e4, {"llama3", 8.0, 1.0, 4.0, 0}); },
-               {"original_max_position must be at least 1"});
+  expect_error(
+      [&] {
+        rope_forward(x, pos, 1e4, {"llama3", 8.0, 4.0, 4.0});
+      },
+      {"high_freq_factor (4) must be greater than low_freq_factor (4)"});
+  expect_error(
+      [&] {
+        rope_forward(x, pos, 1e4, {"llama3", 8.0, 1.0, 4.0, 0});
+      },
+      {"original_max_position must be at least 1"});
 }

@@ -52,9 +52,14 @@ TEST(Swiglu, F32AgreesWithF64) {
 }
 
 TEST(Swiglu, BadInputsAreErrors) {
-  expect_error([&] { swiglu(Variable(random_tensor({3, 4}, DType::f32, 1)), Variable(random_tensor({4, 3}, DType::f32, 2))); },
-               {"up", "does not match gate"});
-  expect_error([&] { swiglu(Variable(random_tensor({3}, DType::f32, 1)), Variable(random_tensor({3}, DType::f64, 2))); },
-               {"does not match"});
-  expect_error([&] { swiglu_forward(Tensor::zeros({3}, DType::bf16), Tensor::zeros({3}, DType::bf16)); }, {"F32 or F64"});
+  expect_error(
+      [&] {
+        swiglu(Variable(random_tensor({3, 4}, DType::f32, 1)), Variable(random_tensor({4, 3}, DType::f32, 2)));
+      },
+      {"up", "does not match gate"});
+  expect_error(
+      [&] { swiglu(Variable(random_tensor({3}, DType::f32, 1)), Variable(random_tensor({3}, DType::f64, 2))); },
+      {"does not match"});
+  expect_error([&] { swiglu_forward(Tensor::zeros({3}, DType::bf16), Tensor::zeros({3}, DType::bf16)); },
+               {"F32 or F64"});
 }

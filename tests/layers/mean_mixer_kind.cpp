@@ -99,18 +99,21 @@ LayerKind mean_layer_kind() {
                                   {.at_least = 0, .aliases = {"output_scale"}, .doc = "Scales the mixer's output."})},
           .loss_terms = {{.name = kMeanGateLoss}},
           .taps = {kMeanOutputTap},
-          .metrics = {{.tap = kMeanOutputTap,
-                       .measures = {"mean.abs_sum", "mean.values"},
-                       .reported_by = [](const ModelConfig& c, int64_t layer) { return c.layer_kind(layer) == kMeanKind; },
-                       .metrics =
-                           [](const LayerMeasures& m) {
-                             const double values = m.contains("mean.values") ? m.at("mean.values") : 0.0;
-                             const double sum = m.contains("mean.abs_sum") ? m.at("mean.abs_sum") : 0.0;
-                             return std::vector<std::pair<std::string, double>>{{"mean_abs", values > 0 ? sum / values : 0.0}};
-                           },
-                       .console_line = [](int64_t layer, const LayerMeasures& m) {
-                         return "  mean L" + std::to_string(layer) + " | " + std::to_string(m.at("mean.values")) + " values";
-                       }}}};
+          .metrics = {
+              {.tap = kMeanOutputTap,
+               .measures = {"mean.abs_sum", "mean.values"},
+               .reported_by = [](const ModelConfig& c, int64_t layer) { return c.layer_kind(layer) == kMeanKind; },
+               .metrics =
+                   [](const LayerMeasures& m) {
+                     const double values = m.contains("mean.values") ? m.at("mean.values") : 0.0;
+                     const double sum = m.contains("mean.abs_sum") ? m.at("mean.abs_sum") : 0.0;
+                     return std::vector<std::pair<std::string, double>>{{"mean_abs", values > 0 ? sum / values : 0.0}};
+                   },
+               .console_line =
+                   [](int64_t layer, const LayerMeasures& m) {
+                     return "  mean L" + std::to_string(layer) + " | " + std::to_string(m.at("mean.values")) +
+                            " values";
+                   }}}};
 }
 
 }  // namespace fathom::test

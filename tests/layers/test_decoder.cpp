@@ -18,11 +18,13 @@ namespace {
 
 ModelConfig tiny_config(const std::string& norm = "post") {
   // G = 3.
-  return {.d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 37,
-          .norm = norm};
+  return {
+      .d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 37, .norm = norm};
 }
 
-Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) { return test::lcg_token_ids({B, T}, vocab, seed); }
+Tensor random_ids(int64_t B, int64_t T, int64_t vocab, uint32_t seed) {
+  return test::lcg_token_ids({B, T}, vocab, seed);
+}
 
 std::vector<std::string> names_of(const Module& m) {
   std::vector<std::string> names;
@@ -79,9 +81,8 @@ TEST(Decoder, ArenaMatchesParameterCountAndInitIsSeeded) {
     if (e.name.find("norm") != std::string::npos) {
       EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 1.0f; })) << e.name;
     } else {
-      const float max_abs = std::abs(*std::max_element(v.begin(), v.end(), [](float a, float b) {
-        return std::abs(a) < std::abs(b);
-      }));
+      const float max_abs =
+          std::abs(*std::max_element(v.begin(), v.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }));
       EXPECT_LE(max_abs, 0.06f + 1e-6f) << e.name;  // truncated at 3 sigma of 0.02
       EXPECT_GT(max_abs, 0.01f) << e.name;
     }

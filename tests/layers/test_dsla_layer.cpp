@@ -7,8 +7,8 @@
 #include <map>
 
 #include "autograd/engine.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "layers/decoder.h"
 #include "layers/dsla.h"
 #include "layers/hf_export.h"
@@ -17,8 +17,8 @@
 #include "tests/support/test_support.h"
 #include "train/generate/generator.h"
 #include "train/measure/memory_plan.h"
-#include "train/recipe/recipe.h"
 #include "train/measure/throughput.h"
+#include "train/recipe/recipe.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -27,8 +27,14 @@ namespace {
 
 // d 16, 4 query heads of dim 4 over 2 KV heads (G = 2); layer 1 is dsla.
 ModelConfig hybrid(int64_t states = 2, DslaGamma gamma = DslaGamma::layer, bool qk_norm = true) {
-  ModelConfig c{.d_model = 16, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_hidden = 24, .vocab_size = 37,
-                .qk_norm = qk_norm, .layers = {"attention", "dsla"}};
+  ModelConfig c{.d_model = 16,
+                .n_layers = 2,
+                .n_heads = 4,
+                .n_kv_heads = 2,
+                .ffn_hidden = 24,
+                .vocab_size = 37,
+                .qk_norm = qk_norm,
+                .layers = {"attention", "dsla"}};
   c.options.get<DslaConfig>() = {.states = states, .gamma = gamma};
   return c;
 }
@@ -145,8 +151,8 @@ TEST(DslaLayer, EqualGatesMakeTwoStatesOneWhateverGamma) {
   set_parameter(two, l + "gamma_logit", Tensor::from_vector(std::vector<float>{-3, 0.5, 2, 7}, {4}));
   NoGrad no_grad;
   const Tensor ids = fathom::test::lcg_token_ids({2, 9}, 37, 4);
-  fathom::test::expect_close(two.model.forward(ids).hidden.value(), one.model.forward(ids).hidden.value(), 1e-5,
-                             1e-5, "hidden");
+  fathom::test::expect_close(two.model.forward(ids).hidden.value(), one.model.forward(ids).hidden.value(), 1e-5, 1e-5,
+                             "hidden");
   // And different gates do change it.
   set_parameter(two, l + "gate2_proj.bias", Tensor::full({16}, -4.0, DType::f32));
   const std::vector<float> a = two.model.forward(ids).hidden.value().to_vector<float>();
@@ -197,8 +203,8 @@ TEST(DslaLayer, GradientsThroughTheMixerMatchFiniteDifferences) {
       if (!gate_or_gamma && p.name != "q_norm.weight" && p.name != "v_proj.weight") continue;
       std::vector<int64_t> elements;
       for (int64_t e = 0; e < p.var.shape().numel(); e += (p.var.shape().numel() > 20 ? 7 : 1)) elements.push_back(e);
-      fathom::testing::expect_gradient_matches_differences(p, objective, elements, 1e-5,
-                                                           std::to_string(c.options.get<DslaConfig>().states) + " states");
+      fathom::testing::expect_gradient_matches_differences(
+          p, objective, elements, 1e-5, std::to_string(c.options.get<DslaConfig>().states) + " states");
     }
   }
 }
@@ -225,11 +231,12 @@ TEST(DslaLayer, ReportsItsCost) {
   // The dsla block keeps more than the attention block it replaces, and is now the largest one, whose
   // gradients in flight the plan adds once more: twice the difference, over 2 x 100 tokens.
   EXPECT_EQ(int64_t(plan_training_memory(with).activations) - int64_t(plan_training_memory(without).activations),
-            2 * 200 * (2 * (costs[1].saved_elements - attention.saved_elements) +
-                   4 * (costs[1].saved_stats - attention.saved_stats)));
-  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 100) - training_flops_per_token(dense, 100),
-                   6.0 * double(parameter_count(c) - parameter_count(dense)) + costs[1].extra_flops -
-                       attention.extra_flops);
+            2 * 200 *
+                (2 * (costs[1].saved_elements - attention.saved_elements) +
+                 4 * (costs[1].saved_stats - attention.saved_stats)));
+  EXPECT_DOUBLE_EQ(
+      training_flops_per_token(c, 100) - training_flops_per_token(dense, 100),
+      6.0 * double(parameter_count(c) - parameter_count(dense)) + costs[1].extra_flops - attention.extra_flops);
 }
 
 TEST(DslaLayer, DecodesWithAConstantState) {

@@ -74,7 +74,8 @@ TEST(GpuMixedPrecision, Bf16GemmWritesAndAccumulatesFp32) {
   // The combination is CUDA-only, and only BF16 -> F32.
   Tensor a = random_tensor({4, 4}, DType::f32, 1).to(DType::bf16), c = Tensor::empty({4, 4}, DType::f32);
   fathom::testing::expect_error([&] { matmul(a, false, a, false, c); }, {"CUDA-only"});
-  Tensor f16 = random_tensor({4, 4}, DType::f32, 2).to(DType::f16).to(kGpu), c_gpu = Tensor::empty({4, 4}, DType::f32, kGpu);
+  Tensor f16 = random_tensor({4, 4}, DType::f32, 2).to(DType::f16).to(kGpu),
+         c_gpu = Tensor::empty({4, 4}, DType::f32, kGpu);
   fathom::testing::expect_error([&] { matmul(f16, false, f16, false, c_gpu); }, {"dtypes differ"});
 }
 
@@ -182,9 +183,12 @@ TEST(GpuMixedPrecision, TrainerRefusesARunThatCannotFitBeforeAllocating) {
   const Recipe recipe = parse_recipe(
       "name: too-big\n"
       "model: {size: olmo2_1B}\n"
-      "data: {tokenizer: bytes, train: [" + (dir / "absent.txt").string() + "]}\n"
-      "train: {device: cuda, batch_size: 256, seq_len: 4096, steps: 1, optimizer: {lr: 1.0e-3}}\n"
-      "log: {dir: " + (dir / "run").string() + "}\n",
+      "data: {tokenizer: bytes, train: [" +
+          (dir / "absent.txt").string() +
+          "]}\n"
+          "train: {device: cuda, batch_size: 256, seq_len: 4096, steps: 1, optimizer: {lr: 1.0e-3}}\n"
+          "log: {dir: " +
+          (dir / "run").string() + "}\n",
       "too-big.yaml");
   RunOptions options;
   options.quiet = true;
@@ -205,11 +209,13 @@ TEST(GpuMixedPrecision, ResumeAndEvalRebuildTheBf16CopyFromTheSavedMasters) {
     return parse_recipe(
         "name: resume\n"
         "model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 96, vocab_size: 264}\n"
-        "data: {tokenizer: bytes, train: [" + corpus + "/train/sotu_2009-2019.txt], validation: {moby: [" + corpus +
+        "data: {tokenizer: bytes, train: [" +
+            corpus + "/train/sotu_2009-2019.txt], validation: {moby: [" + corpus +
             "/validation/moby_dick.txt]}}\n"
-        "train: {device: cuda, batch_size: 4, seq_len: 64, steps: 6, optimizer: {lr: 3.0e-3}}\n"
-        "eval: {every: 0, batches: 2}\n"
-        "log: {every: 1, dir: " + (dir / run).string() + "}\n",
+            "train: {device: cuda, batch_size: 4, seq_len: 64, steps: 6, optimizer: {lr: 3.0e-3}}\n"
+            "eval: {every: 0, batches: 2}\n"
+            "log: {every: 1, dir: " +
+            (dir / run).string() + "}\n",
         "resume.yaml");
   };
   RunOptions options;

@@ -25,8 +25,8 @@ namespace {
 
 // Head dim 64 (what the MoDA CUDA kernels support: 64 and 128) and G = 3 (the paper's small models).
 ModelConfig tiny_moda(const std::string& variant, const std::string& norm, const std::string& depth_key) {
-  ModelConfig c{.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96,
-          .norm = norm};
+  ModelConfig c{
+      .d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 96, .norm = norm};
   c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)};
   return c;
 }
@@ -73,7 +73,9 @@ TEST(GpuModaModel, DepthSlotWriteAndReadMatchTheCpu) {
   // Only F32 converts, and only into BF16.
   Tensor bf16_buffer = Tensor::zeros({B, T, S, Hk, d}, DType::bf16, kGpu);
   fathom::testing::expect_error(
-      [&] { write_depth_slot(bf16_buffer, 0, random_tensor({B, T, Hk, d}, DType::f16, 5).to(kGpu)); },
+      [&] {
+        write_depth_slot(bf16_buffer, 0, random_tensor({B, T, Hk, d}, DType::f16, 5).to(kGpu));
+      },
       {"write_depth_slot", "F16"});
 }
 
@@ -86,21 +88,25 @@ TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
   const double scale = 0.125;
   const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, 1), k = random_input({B, T, Hk, d}, DType::bf16, 2),
                  v = random_input({B, T, Hk, d}, DType::bf16, 3), dk = random_input({B, T, S, Hk, d}, DType::bf16, 4),
-                 dv = random_input({B, T, S, Hk, d}, DType::bf16, 5), grad_o = random_input({B, T, Hq, d}, DType::bf16, 6);
-  const AttentionOutput cpu = moda_attention_forward(q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end}, scale);
-  const AttentionOutput gpu = moda_attention_forward(q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, scale);
+                 dv = random_input({B, T, S, Hk, d}, DType::bf16, 5),
+                 grad_o = random_input({B, T, Hq, d}, DType::bf16, 6);
+  const AttentionOutput cpu =
+      moda_attention_forward(q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end}, scale);
+  const AttentionOutput gpu =
+      moda_attention_forward(q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, scale);
   EXPECT_EQ(gpu.o.dtype(), DType::bf16);
   EXPECT_EQ(gpu.lse.dtype(), DType::f32);
   EXPECT_GPU_CLOSE(gpu.o, cpu.o, DType::bf16, "o");
   EXPECT_LE(relative_l2(gpu.lse, cpu.lse), 1e-3) << "lse";
 
-  const Tensor prefill_k = random_tensor({B, T, S, Hk, d}, DType::f32, 7), prefill_v = random_tensor({B, T, S, Hk, d}, DType::f32, 8);
+  const Tensor prefill_k = random_tensor({B, T, S, Hk, d}, DType::f32, 7),
+               prefill_v = random_tensor({B, T, S, Hk, d}, DType::f32, 8);
   Tensor cpu_ddk = prefill_k.clone(), cpu_ddv = prefill_v.clone();
   Tensor gpu_ddk = prefill_k.to(kGpu), gpu_ddv = prefill_v.to(kGpu);
-  const AttentionGrads cg = moda_attention_backward(grad_o.cpu, q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end},
-                                                    cpu.o, cpu.lse, scale, cpu_ddk, cpu_ddv);
-  const AttentionGrads gg = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end},
-                                                    gpu.o, gpu.lse, scale, gpu_ddk, gpu_ddv);
+  const AttentionGrads cg = moda_attention_backward(
+      grad_o.cpu, q.cpu, k.cpu, v.cpu, DepthSlots{dk.cpu, dv.cpu, begin, end}, cpu.o, cpu.lse, scale, cpu_ddk, cpu_ddv);
+  const AttentionGrads gg = moda_attention_backward(
+      grad_o.gpu, q.gpu, k.gpu, v.gpu, DepthSlots{dk.gpu, dv.gpu, begin, end}, gpu.o, gpu.lse, scale, gpu_ddk, gpu_ddv);
   EXPECT_GPU_CLOSE(gg.dq, cg.dq, DType::bf16, "dq");
   EXPECT_GPU_CLOSE(gg.dk, cg.dk, DType::bf16, "dk");
   EXPECT_GPU_CLOSE(gg.dv, cg.dv, DType::bf16, "dv");
@@ -109,8 +115,10 @@ TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
     if (slot >= begin && slot < end) {
       // Compare the added gradients alone, so the prefill does not hide an error.
       Tensor want_k = read_depth_slot(cpu_ddk, slot), want_v = read_depth_slot(cpu_ddv, slot);
-      Tensor got_k = read_depth_slot(gpu_ddk, slot).to(Device::cpu()), got_v = read_depth_slot(gpu_ddv, slot).to(Device::cpu());
-      const std::vector<double> base_k = values(read_depth_slot(prefill_k, slot)), base_v = values(read_depth_slot(prefill_v, slot));
+      Tensor got_k = read_depth_slot(gpu_ddk, slot).to(Device::cpu()),
+             got_v = read_depth_slot(gpu_ddv, slot).to(Device::cpu());
+      const std::vector<double> base_k = values(read_depth_slot(prefill_k, slot)),
+                                base_v = values(read_depth_slot(prefill_v, slot));
       std::vector<double> wk = values(want_k), wv = values(want_v), gk = values(got_k), gv = values(got_v);
       for (size_t i = 0; i < wk.size(); ++i) {
         wk[i] -= base_k[i];
@@ -130,7 +138,10 @@ TEST(GpuModaModel, TensorDispatchMatchesTheCpuAndAddsDepthGradients) {
   const Tensor q32 = q.cpu.to(kGpu), k32 = k.cpu.to(kGpu), v32 = v.cpu.to(kGpu), dk32 = dk.cpu.to(kGpu),
                dv32 = dv.cpu.to(kGpu);
   fathom::testing::expect_error(
-      [&] { moda_attention_forward(q32, k32, v32, DepthSlots{dk32, dv32, begin, end}, scale); }, {"q", "must be BF16"});
+      [&] {
+        moda_attention_forward(q32, k32, v32, DepthSlots{dk32, dv32, begin, end}, scale);
+      },
+      {"q", "must be BF16"});
   Tensor bf16_ddk = gpu_ddk.to(DType::bf16), bf16_ddv = gpu_ddv.to(DType::bf16);
   fathom::testing::expect_error(
       [&] {
@@ -160,13 +171,15 @@ TEST(GpuModaModel, DepthWeightsMatchTheCpuAndFormTheAddedGradients) {
         std::vector<DepthReader> readers, cpu_readers;
         for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, S}, {S / 2, S}}) {
           const uint64_t seed = uint64_t(10 + begin);
-          const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed), grad_o = random_input({B, T, Hq, d}, DType::bf16, seed + 1);
+          const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed),
+                         grad_o = random_input({B, T, Hq, d}, DType::bf16, seed + 1);
           const DepthSlots gpu_depth{dk.gpu, dv.gpu, begin, end}, cpu_depth{dk.cpu, dv.cpu, begin, end};
           const AttentionOutput gpu = moda_attention_forward(q.gpu, k.gpu, v.gpu, gpu_depth, scale);
           const AttentionOutput cpu = moda_attention_forward(q.cpu, k.cpu, v.cpu, cpu_depth, scale);
           ASSERT_TRUE(moda_depth_weights_supported(q.gpu, k.gpu)) << what;
           DepthReader r{q.gpu, grad_o.gpu, {}, begin, end}, c{q.cpu, grad_o.cpu, {}, begin, end};
-          const AttentionGrads wg = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, gpu_depth, gpu.o, gpu.lse, scale, r.weights);
+          const AttentionGrads wg =
+              moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, gpu_depth, gpu.o, gpu.lse, scale, r.weights);
           moda_attention_backward(grad_o.cpu, q.cpu, k.cpu, v.cpu, cpu_depth, gpu.o.to(Device::cpu()).to(DType::f32),
                                   gpu.lse.to(Device::cpu()), scale, c.weights);
           const AttentionGrads ag = moda_attention_backward(grad_o.gpu, q.gpu, k.gpu, v.gpu, gpu_depth, gpu.o, gpu.lse,
@@ -200,14 +213,17 @@ TEST(GpuModaModel, SlotGradientsOverManyReaders) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t begin = i % 3, end = begin + 2;
     const uint64_t seed = uint64_t(100 + 4 * i);
-    const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed), dout = random_input({B, T, Hq, d}, DType::bf16, seed + 1),
-                   p = random_input({B, T, Hq, 2}, DType::f32, seed + 2), ds = random_input({B, T, Hq, 2}, DType::f32, seed + 3);
+    const GpuInput q = random_input({B, T, Hq, d}, DType::bf16, seed),
+                   dout = random_input({B, T, Hq, d}, DType::bf16, seed + 1),
+                   p = random_input({B, T, Hq, 2}, DType::f32, seed + 2),
+                   ds = random_input({B, T, Hq, 2}, DType::f32, seed + 3);
     gpu[size_t(i)] = {q.gpu, dout.gpu, {p.gpu, ds.gpu}, begin, end};
     cpu[size_t(i)] = {q.cpu, dout.cpu, {p.cpu, ds.cpu}, begin, end};
   }
   std::vector<const DepthReader*> gp, cp;
   for (int64_t i = 0; i < n; ++i) gp.push_back(&gpu[size_t(i)]), cp.push_back(&cpu[size_t(i)]);
-  const std::vector<SlotGrads> got = depth_slot_grads(gp, 0, 4, Hk, DType::bf16), want = depth_slot_grads(cp, 0, 4, Hk, DType::f32);
+  const std::vector<SlotGrads> got = depth_slot_grads(gp, 0, 4, Hk, DType::bf16),
+                               want = depth_slot_grads(cp, 0, 4, Hk, DType::f32);
   for (size_t s = 0; s < 4; ++s) {
     EXPECT_EQ(got[s].k.dtype(), DType::bf16);
     EXPECT_GPU_CLOSE(got[s].k, want[s].k, DType::bf16, "dk of slot " + std::to_string(s));

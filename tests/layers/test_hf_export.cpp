@@ -21,8 +21,14 @@ namespace fs = std::filesystem;
 namespace {
 
 ModelConfig olmo2_config() {
-  return {.d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 50,
-          .rope_theta = 10000, .norm_eps = 1e-5};
+  return {.d_model = 24,
+          .n_layers = 2,
+          .n_heads = 6,
+          .n_kv_heads = 2,
+          .ffn_hidden = 40,
+          .vocab_size = 50,
+          .rope_theta = 10000,
+          .norm_eps = 1e-5};
 }
 
 ModelConfig llama_config() {
@@ -111,8 +117,18 @@ TEST(HfExportConfig, ModelsWithoutANativeClassExportAsRemoteCode) {
       {moda_config(), {"moda.variant attn_kv+ffn_kv", "depth", "another function"}},
       {mod_config(), {"MoD (mod.capacity 0.5", "another function"}},
       {dsla_config(), {"layer 1 is a 'dsla' layer"}},
-      {[] { ModelConfig c = olmo2_config(); c.qk_norm = false; return c; }(), {"norm: post with qk_norm: false"}},
-      {[] { ModelConfig c = llama_config(); c.qk_norm = true; return c; }(), {"norm: pre with qk_norm: true"}},
+      {[] {
+         ModelConfig c = olmo2_config();
+         c.qk_norm = false;
+         return c;
+       }(),
+       {"norm: post with qk_norm: false"}},
+      {[] {
+         ModelConfig c = llama_config();
+         c.qk_norm = true;
+         return c;
+       }(),
+       {"norm: pre with qk_norm: true"}},
   };
   for (const auto& [config, why] : cases) {
     expect_error([&] { hf_architecture_for(config); }, why);
@@ -193,8 +209,8 @@ TEST(HfExport, RemoteCodeFolderHoldsTheModelingFilesAndEveryParameter) {
     ScratchFolder dir;
     const TensorMap weights = random_weights(c, 30);
     export_hf_model(c, weights, (dir / "hf").string(), {});
-    EXPECT_EQ(entries_of(dir / "hf"), (std::vector<std::string>{"config.json", "fathom_core.py", "model.safetensors",
-                                                                 "modeling_fathom.py"}));
+    EXPECT_EQ(entries_of(dir / "hf"),
+              (std::vector<std::string>{"config.json", "fathom_core.py", "model.safetensors", "modeling_fathom.py"}));
     for (const HfRemoteFile& file : hf_remote_code_files()) {
       EXPECT_GT(file.contents.size(), 1000u) << file.name;
       EXPECT_EQ(read_file((dir / "hf" / file.name).string()), file.contents) << file.name;

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "kernels/attention/attention.h"
+#include "layers/attention.h"
 #include "layers/decoder.h"
 #include "layers/layer_kinds.h"
 #include "layers/parameter_arena.h"
@@ -19,7 +20,6 @@
 #include "train/run/objective.h"
 #include "train/run/parameter_selection.h"
 #include "train/run/train_step.h"
-#include "layers/attention.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -152,8 +152,11 @@ TEST(Objective, TermsAreNamedAndValidated) {
   expect_error([&] { Objective({{"z_loss", 1e-4}}); }, {"z_loss needs ce"});
   const ModelConfig c = tiny();
   fathom::testing::SeededModel m(c, 3);
-  expect_error([&] { accumulate_gradients(m.model, batch_for(c, 5), Device::cpu(), Objective({{"ce", 0.0}}), 1.0); },
-               {"every term has weight 0"});
+  expect_error(
+      [&] {
+        accumulate_gradients(m.model, batch_for(c, 5), Device::cpu(), Objective({{"ce", 0.0}}), 1.0);
+      },
+      {"every term has weight 0"});
 }
 
 TEST(Objective, WeightsScaleTheirTermsGradients) {
@@ -178,12 +181,12 @@ TEST(FrozenParameters, GlobsSelectAndMustMatch) {
   EXPECT_EQ(frozen_parameters(names, {}, {}), std::set<std::string>{});
   EXPECT_EQ(frozen_parameters(names, {}, {"model.embed_tokens.*", "lm_head.*"}),
             (std::set<std::string>{"model.embed_tokens.weight", "lm_head.weight"}));
-  EXPECT_EQ(frozen_parameters(names, {"model.layers.1.*"}, {}),
-            (std::set<std::string>{"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                                   "lm_head.weight"}));
-  EXPECT_EQ(frozen_parameters(names, {"model.layers.*"}, {"*.0.*"}),
-            (std::set<std::string>{"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                                   "lm_head.weight"}));
+  EXPECT_EQ(
+      frozen_parameters(names, {"model.layers.1.*"}, {}),
+      (std::set<std::string>{"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "lm_head.weight"}));
+  EXPECT_EQ(
+      frozen_parameters(names, {"model.layers.*"}, {"*.0.*"}),
+      (std::set<std::string>{"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "lm_head.weight"}));
   expect_error([&] { frozen_parameters(names, {}, {"model.layerz.*"}); }, {"train.frozen", "'model.layerz.*'"});
   expect_error([&] { frozen_parameters(names, {"nope"}, {}); }, {"train.trainable", "'nope'"});
   expect_error([&] { frozen_parameters(names, {}, {"*"}); }, {"no parameter to train"});
@@ -211,7 +214,8 @@ TEST(FrozenParameters, HoldNoGradientNorStateAndDoNotMove) {
   for (const auto& [name, t] : optimizer.state())
     EXPECT_TRUE(name == "step" || name.find("model.layers.1.") != std::string::npos) << name;
   const StepSettings settings{.step = 1, .lr = 1e-2, .clip = 1.0, .objective = Objective::language_model(1e-4)};
-  train_step(frozen_model, arena, optimizer, [&] { return batch_for(c, 3); }, Device::cpu(), settings);
+  train_step(
+      frozen_model, arena, optimizer, [&] { return batch_for(c, 3); }, Device::cpu(), settings);
   for (const auto& [name, t] : arena.named_values()) {
     const bool moved = t.to_vector<float>() != initial[name];
     EXPECT_EQ(moved, name.starts_with("model.layers.1.")) << name;

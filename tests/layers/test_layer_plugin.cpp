@@ -12,11 +12,11 @@
 #include "autograd/grad_mode.h"
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
+#include "tests/layers/mean_mixer_kind.h"
+#include "tests/support/test_support.h"
 #include "train/recipe/recipe.h"
 #include "train/run/objective.h"
 #include "train/run/trainer.h"
-#include "tests/layers/mean_mixer_kind.h"
-#include "tests/support/test_support.h"
 
 using namespace fathom;
 using fathom::testing::expect_error;
@@ -33,13 +33,18 @@ std::string plugin_recipe(const fs::path& run_dir, const std::string& extra = ""
          "mean: {scale: 0.5}\n"
          "data:\n"
          "  tokenizer: bytes\n"
-         "  train: [" + kCorpus + "/train/sotu_2009-2019.txt]\n"
-         "  validation: {moby_dick: [" + kCorpus + "/validation/moby_dick.txt]}\n"
+         "  train: [" +
+         kCorpus +
+         "/train/sotu_2009-2019.txt]\n"
+         "  validation: {moby_dick: [" +
+         kCorpus +
+         "/validation/moby_dick.txt]}\n"
          "train: {device: cpu, threads: 2, batch_size: 4, seq_len: 32, steps: 6, loss: {ce: 1, mean_gate: 0.5},\n"
          "        optimizer: {lr: 3.0e-3}, schedule: {warmup_steps: 2}}\n"
          "eval: {every: 3, batches: 2}\n"
          "checkpoint: {every: 3, keep_last: 2}\n"
-         "log: {every: 1, dir: " + run_dir.string() + "}\n" + extra;
+         "log: {every: 1, dir: " +
+         run_dir.string() + "}\n" + extra;
 }
 
 class LayerPlugin : public ::testing::Test {

@@ -15,9 +15,9 @@
 #include "tests/support/op_test_util.h"
 #include "tests/support/test_support.h"
 #include "train/measure/memory_plan.h"
-#include "train/run/objective.h"
-#include "train/recipe/recipe.h"
 #include "train/measure/throughput.h"
+#include "train/recipe/recipe.h"
+#include "train/run/objective.h"
 #include "train/run/train_step.h"
 
 using namespace fathom;
@@ -164,7 +164,10 @@ TEST(ModBlock, ChosenTokensKeepTheirOriginalPositions) {
   // Positions 0..k-1 instead would be another block output.
   std::vector<int32_t> first(10);
   for (int32_t i = 0; i < 10; ++i) first[size_t(i)] = i % 5;
-  const Tensor y_wrong = routed.block().forward(Variable(gather_rows(x, idx)), MixerInputs{Tensor::from_vector(first, {2, 5})}, LayerReport()).value();
+  const Tensor y_wrong =
+      routed.block()
+          .forward(Variable(gather_rows(x, idx)), MixerInputs{Tensor::from_vector(first, {2, 5})}, LayerReport())
+          .value();
   EXPECT_NE(y.to_vector<float>(), y_wrong.to_vector<float>());
 }
 
@@ -279,7 +282,8 @@ TEST(ModModel, CausalPrefillEqualsStepByStepDecode) {
     for (int64_t t = 0; t < 9; ++t) {
       std::vector<int32_t> column;
       for (int64_t b = 0; b < 2; ++b) column.push_back(ids.to_vector<int32_t>()[size_t(b * 9 + t)]);
-      const std::vector<float> h = m.model.decode(Tensor::from_vector(column, {2, 1}), steps).value().to_vector<float>();
+      const std::vector<float> h =
+          m.model.decode(Tensor::from_vector(column, {2, 1}), steps).value().to_vector<float>();
       stepped.insert(stepped.end(), h.begin(), h.end());
     }
     // stepped is [t][b][d]; the others [b][t][d].
@@ -302,8 +306,11 @@ TEST(ModModel, CausalPrefillEqualsStepByStepDecode) {
 
 TEST(ModModel, CausalRoutingNeedsNoGrad) {
   fathom::testing::SeededModel m(mod_config(0.5), 18);
-  expect_error([&] { m.model.forward(test::lcg_token_ids({1, 5}, 37, 19), {.as_decoded = true}); },
-               {"causal routing is for evaluation and generation"});
+  expect_error(
+      [&] {
+        m.model.forward(test::lcg_token_ids({1, 5}, 37, 19), {.as_decoded = true});
+      },
+      {"causal routing is for evaluation and generation"});
 }
 
 TEST(ModModel, HfExportRefusesARoutedModel) {

@@ -23,8 +23,8 @@ namespace {
 ModelConfig moda_config(const std::string& variant, const std::string& norm = "post",
                         const std::string& depth_key = "writer") {
   // G = 3, as in the paper's small models.
-  ModelConfig c{.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31,
-          .norm = norm};
+  ModelConfig c{
+      .d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 31, .norm = norm};
   c.options.get<MoDAConfig>() = {.variant = parse_moda_variant(variant), .depth_key = parse_depth_key(depth_key)};
   return c;
 }
@@ -52,40 +52,40 @@ TEST(ModaModel, VariantNoneIsPlainOlmo2BitForBit) {
 TEST(ModaModel, VariantsAddTheirParametersAndCountThem) {
   for (const std::string& variant : moda_variant_names()) {
     for (const char* norm : {"post", "pre"}) {
-     for (const std::string& key : depth_key_names()) {
-      const ModelConfig c = moda_config(variant, norm, key);
-      Decoder model(c);
-      ParameterArena arena(model, Device::cpu());
-      EXPECT_EQ(arena.parameter_count(), parameter_count(c)) << variant << " " << norm;
-      std::vector<std::string> names;
-      for (const Parameter& p : model.parameters()) names.push_back(p.name);
-      auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-      const bool ffn = variant == "attn_kv+ffn_kv" || variant == "extra_attn_kv+ffn_kv";
-      EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_proj.weight"), ffn) << variant;
-      // Reader keys are normalised by each reader, so the writers have no k-norm of their own.
-      EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_norm.weight"), ffn && key == "writer") << variant << " " << key;
-      EXPECT_EQ(has("model.layers.1.self_attn.depth_kv.v_proj.weight"), variant == "extra_attn_kv+ffn_kv") << variant;
-     }
+      for (const std::string& key : depth_key_names()) {
+        const ModelConfig c = moda_config(variant, norm, key);
+        Decoder model(c);
+        ParameterArena arena(model, Device::cpu());
+        EXPECT_EQ(arena.parameter_count(), parameter_count(c)) << variant << " " << norm;
+        std::vector<std::string> names;
+        for (const Parameter& p : model.parameters()) names.push_back(p.name);
+        auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+        const bool ffn = variant == "attn_kv+ffn_kv" || variant == "extra_attn_kv+ffn_kv";
+        EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_proj.weight"), ffn) << variant;
+        // Reader keys are normalised by each reader, so the writers have no k-norm of their own.
+        EXPECT_EQ(has("model.layers.1.mlp.depth_kv.k_norm.weight"), ffn && key == "writer") << variant << " " << key;
+        EXPECT_EQ(has("model.layers.1.self_attn.depth_kv.v_proj.weight"), variant == "extra_attn_kv+ffn_kv") << variant;
+      }
     }
   }
 }
 
 TEST(ModaModel, DepthChangesTheOutputAndStaysCausal) {
   for (const std::string variant : {"attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"}) {
-   for (const std::string& key : depth_key_names()) {
-    const ModelConfig c = moda_config(variant, "post", key);
-    const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
-    const std::vector<float> with_depth = logits_of(c, ids, 9);
-    ModelConfig without = c;
-    without.options.get<MoDAConfig>().variant = MoDAVariant::none;
-    if (variant == "attn_kv") {
-      EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+    for (const std::string& key : depth_key_names()) {
+      const ModelConfig c = moda_config(variant, "post", key);
+      const Tensor ids = ids_for(1, 10, c.vocab_size, 7);
+      const std::vector<float> with_depth = logits_of(c, ids, 9);
+      ModelConfig without = c;
+      without.options.get<MoDAConfig>().variant = MoDAVariant::none;
+      if (variant == "attn_kv") {
+        EXPECT_NE(with_depth, logits_of(without, ids, 9));  // same weights
+      }
+      Tensor changed = ids.clone();
+      changed.data<int32_t>()[9] = (changed.data<int32_t>()[9] + 1) % int32_t(c.vocab_size);
+      const std::vector<float> after = logits_of(c, changed, 9);
+      for (int64_t i = 0; i < 9 * c.vocab_size; ++i) ASSERT_EQ(with_depth[size_t(i)], after[size_t(i)]) << variant;
     }
-    Tensor changed = ids.clone();
-    changed.data<int32_t>()[9] = (changed.data<int32_t>()[9] + 1) % int32_t(c.vocab_size);
-    const std::vector<float> after = logits_of(c, changed, 9);
-    for (int64_t i = 0; i < 9 * c.vocab_size; ++i) ASSERT_EQ(with_depth[size_t(i)], after[size_t(i)]) << variant;
-   }
   }
 }
 
@@ -143,10 +143,11 @@ TEST(ModaModel, GradcheckThroughTheBlocks) {
       }
       const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4}, {T});
       auto run = [&](const Variable& x) {
-        DepthStream stream(B, T, (L - 1) * c.options.get<MoDAConfig>().slots_per_block(), c.n_kv_heads, c.head_dim(), DType::f64,
-                           Device::cpu());
+        DepthStream stream(B, T, (L - 1) * c.options.get<MoDAConfig>().slots_per_block(), c.n_kv_heads, c.head_dim(),
+                           DType::f64, Device::cpu());
         Variable h = x;
-        for (int64_t i = 0; i < L; ++i) h = blocks[size_t(i)]->forward(h, MixerInputs{positions, &stream, i + 1 < L}, LayerReport());
+        for (int64_t i = 0; i < L; ++i)
+          h = blocks[size_t(i)]->forward(h, MixerInputs{positions, &stream, i + 1 < L}, LayerReport());
         return h;
       };
       const Tensor x = random_tensor({B, T, c.d_model}, DType::f64, 7);
@@ -243,8 +244,7 @@ TEST_P(ModaOverfit, MemorisesOneBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ModaOverfit,
-                         ::testing::Values("attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"),
+INSTANTIATE_TEST_SUITE_P(Variants, ModaOverfit, ::testing::Values("attn_kv", "attn_kv+ffn_kv", "extra_attn_kv+ffn_kv"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '+', '_');

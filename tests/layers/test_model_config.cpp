@@ -55,9 +55,9 @@ TEST(ModelConfig, NamedSizesFollowTheOlmoCoreLadder) {
     const char* name;
     int64_t d, layers, heads, ffn;
   };
-  const Rung ladder[] = {{"olmo2_14M", 128, 4, 8, 512},       {"olmo2_30M", 256, 4, 8, 768},
-                         {"olmo2_60M", 384, 8, 8, 1536},      {"olmo2_100M", 512, 12, 8, 2048},
-                         {"olmo2_190M", 768, 12, 12, 3072},   {"olmo2_370M", 1024, 16, 16, 4096},
+  const Rung ladder[] = {{"olmo2_14M", 128, 4, 8, 512},     {"olmo2_30M", 256, 4, 8, 768},
+                         {"olmo2_60M", 384, 8, 8, 1536},    {"olmo2_100M", 512, 12, 8, 2048},
+                         {"olmo2_190M", 768, 12, 12, 3072}, {"olmo2_370M", 1024, 16, 16, 4096},
                          {"olmo2_1B", 2048, 16, 16, 8192}};
   ASSERT_EQ(model_size_names().size(), std::size(ladder));
   for (const Rung& rung : ladder) {

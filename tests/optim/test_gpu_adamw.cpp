@@ -9,7 +9,9 @@ using namespace fathom::test;
 TEST(GpuAdamW, RangesAndComputeCopyMatchTheCpuOverSeveralSteps) {
   FATHOM_REQUIRE_GPU();
   const int64_t n = 1'000'003;
-  const std::vector<AdamWRange> ranges = {{0, 1000, 0.1}, {1000, 1001, 0.0}, {1001, 500'000, 0.1},
+  const std::vector<AdamWRange> ranges = {{0, 1000, 0.1},
+                                          {1000, 1001, 0.0},
+                                          {1001, 500'000, 0.1},
                                           {500'017, 999'999, 0.0}};  // [500000, 500017) and the tail untouched
   Tensor p = random_tensor({n}, DType::f32, 1), m = random_tensor({n}, DType::f32, 2, -1e-3, 1e-3),
          v = random_tensor({n}, DType::f32, 3, 0, 1e-4);

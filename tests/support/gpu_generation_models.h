@@ -11,8 +11,14 @@ namespace fathom::test {
 
 // Head dim 64 (the decode kernel takes 64 and 128), G = 3; the bytes tokenizer's 257 ids.
 inline ModelConfig gpu_small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  ModelConfig c{.d_model = 384, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 256, .vocab_size = 257,
-                .norm = norm, .qk_norm = qk_norm};
+  ModelConfig c{.d_model = 384,
+                .n_layers = 3,
+                .n_heads = 6,
+                .n_kv_heads = 2,
+                .ffn_hidden = 256,
+                .vocab_size = 257,
+                .norm = norm,
+                .qk_norm = qk_norm};
   c.options.get<MoDAConfig>() = moda;
   return c;
 }

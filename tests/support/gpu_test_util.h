@@ -40,9 +40,9 @@ inline bool gpu_present() {
 #endif
 }
 
-#define FATHOM_REQUIRE_GPU()                                                       \
-  do {                                                                             \
-    if (!::fathom::test::gpu_present()) GTEST_SKIP() << "no usable CUDA device";   \
+#define FATHOM_REQUIRE_GPU()                                                     \
+  do {                                                                           \
+    if (!::fathom::test::gpu_present()) GTEST_SKIP() << "no usable CUDA device"; \
   } while (0)
 
 inline const Device kGpu = Device::cuda(0);

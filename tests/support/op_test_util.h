@@ -57,7 +57,8 @@ inline void expect_close(const Tensor& got, const std::vector<double>& want, dou
     if (!ok && reported++ < 5) ADD_FAILURE() << what << " element " << i << ": got " << g[i] << ", want " << want[i];
   }
 }
-inline void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what = "") {
+inline void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol,
+                         const std::string& what = "") {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   expect_close(got, values(want), atol, rtol, what);
 }

@@ -22,11 +22,13 @@ inline std::vector<double> tiny_training_losses(const std::filesystem::path& run
                                                 const std::string& precision = "bf16") {
   const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart";
   const Recipe recipe = parse_recipe(
-      "name: gpu-vs-cpu\n" + model_sections +
-          "data: {tokenizer: bytes, train: [" + corpus + "/train/sotu_2009-2019.txt]}\n"
-          "train: {device: " + device + ", precision: " + precision + ", batch_size: 4, seq_len: 64, steps: " + std::to_string(steps) +
+      "name: gpu-vs-cpu\n" + model_sections + "data: {tokenizer: bytes, train: [" + corpus +
+          "/train/sotu_2009-2019.txt]}\n"
+          "train: {device: " +
+          device + ", precision: " + precision + ", batch_size: 4, seq_len: 64, steps: " + std::to_string(steps) +
           ", optimizer: {lr: 3.0e-3}}\n"
-          "log: {every: 1, dir: " + run_dir.string() + "}\n",
+          "log: {every: 1, dir: " +
+          run_dir.string() + "}\n",
       "gpu-vs-cpu.yaml");
   RunOptions options;
   options.quiet = true;

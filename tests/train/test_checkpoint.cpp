@@ -40,8 +40,8 @@ CheckpointData random_checkpoint(uint64_t seed) {
   data.optimizer = {{"exp_avg", random_tensor({128}, DType::f32, rng)},
                     {"exp_avg_sq", random_tensor({128}, DType::f32, rng)},
                     {"step", random_tensor({}, DType::i64, rng)}};
-  data.state_json = "{\"step\": " + std::to_string(rng() % 1000) + ", \"rng\": {\"seed\": " +
-                    std::to_string(rng()) + "}}\n";
+  data.state_json =
+      "{\"step\": " + std::to_string(rng() % 1000) + ", \"rng\": {\"seed\": " + std::to_string(rng()) + "}}\n";
   data.recipe_yaml = "model:\n  size: olmo2_14M\ntrain:\n  lr: " + std::to_string(double(rng() % 100) / 1e4) + "\n";
   return data;
 }
@@ -106,9 +106,9 @@ TEST(Checkpoint, SaveLoadRoundTrip) {
   EXPECT_EQ(latest_checkpoint(run.path()), folder);
   EXPECT_EQ(read_safetensors((folder / "model.safetensors").string()).metadata().at("format"), "pt");
 
-  expect_same(load_checkpoint(run.path()), data);               // a run folder
-  expect_same(load_checkpoint(folder), data);                   // a checkpoint folder
-  expect_same(load_checkpoint(run / "checkpoints"), data);      // a run's checkpoints folder
+  expect_same(load_checkpoint(run.path()), data);           // a run folder
+  expect_same(load_checkpoint(folder), data);               // a checkpoint folder
+  expect_same(load_checkpoint(run / "checkpoints"), data);  // a run's checkpoints folder
   EXPECT_EQ(resolve_checkpoint(run.path()), folder);
 }
 
@@ -215,7 +215,7 @@ TEST(Checkpoint, MissingOrGarbageLatestIsAClearError) {
 
   save_checkpoint(run.path(), 7, random_checkpoint(1), 5);
   for (const std::string& garbage : {std::string("\x00\xff\x13junk", 7), std::string("../../etc"),
-                                    std::string("step_abc"), std::string(""), std::string(".tmp-step_1-2")}) {
+                                     std::string("step_abc"), std::string(""), std::string(".tmp-step_1-2")}) {
     write_bytes(checkpoints / "latest", garbage);
     expect_error([&] { load_checkpoint(run.path()); }, {"latest", "is corrupt"});
     expect_error([&] { latest_checkpoint(run.path()); }, {"latest", "is corrupt"});

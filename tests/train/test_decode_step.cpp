@@ -41,11 +41,15 @@ TEST(DecodePositions, TheCountedWriteEqualsTheHostOne) {
   kv_cache_write(by_host, rows, 3);
   kv_cache_write(by_count, rows, count(3));
   EXPECT_EQ(by_count.to_vector<float>(), by_host.to_vector<float>());
-  expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({1}, DType::i64)); }, {"kv_cache_write", "I32 [1]", "I64"});
+  expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({1}, DType::i64)); },
+               {"kv_cache_write", "I32 [1]", "I64"});
   expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({2}, DType::i32)); }, {"I32 [1]"});
   expect_error([&] { kv_cache_write(by_count, rows, Tensor()); }, {"undefined"});
-  expect_error([&] { kv_cache_write(by_count, Tensor::zeros({2, 6, 3, 4}, DType::f32), count(0)); },
-               {"overrun", "capacity of 5"});
+  expect_error(
+      [&] {
+        kv_cache_write(by_count, Tensor::zeros({2, 6, 3, 4}, DType::f32), count(0));
+      },
+      {"overrun", "capacity of 5"});
 }
 
 TEST(DecodePositions, PositionsFollowTheCountAndAdvanceMovesIt) {

@@ -40,8 +40,8 @@ TEST(DistillMeasures, AnotherEvaluationIsNotReused) {
   ScratchFolder dir;
   write_measures(dir / "measures.json", sample(), 8);
   EXPECT_FALSE(read_measures(dir / "none.json", 8, {"moby_dick", "sotu"}).has_value());
-  EXPECT_FALSE(read_measures(dir / "measures.json", 4, {"moby_dick", "sotu"}).has_value());  // eval.batches changed
-  EXPECT_FALSE(read_measures(dir / "measures.json", 8, {"moby_dick"}).has_value());          // a domain dropped
+  EXPECT_FALSE(read_measures(dir / "measures.json", 4, {"moby_dick", "sotu"}).has_value());   // eval.batches changed
+  EXPECT_FALSE(read_measures(dir / "measures.json", 8, {"moby_dick"}).has_value());           // a domain dropped
   EXPECT_FALSE(read_measures(dir / "measures.json", 8, {"moby_dick", "other"}).has_value());  // one renamed
 }
 

@@ -3,14 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <deque>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "distributed/communicator.h"
 #include "layers/parameter_arena.h"
-#include "train/measure/evaluator.h"
 #include "tests/support/data_test_helpers.h"
+#include "train/measure/evaluator.h"
 
 using namespace fathom;
 
@@ -50,15 +50,16 @@ class PretendRank final : public Communicator {
 }  // namespace
 
 TEST(EvaluateOverRanks, EachRankTakesItsBatchesAndTheSumIsOneProcessBitForBit) {
-  const ModelConfig config{.d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40,
-                           .vocab_size = 37};
+  const ModelConfig config{
+      .d_model = 24, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 37};
   Decoder model(config);
   ParameterArena arena(model, Device::cpu());
   arena.initialise(11);
   // 5 batches of 3 windows of 8 tokens, the last one short (2 windows).
   auto source = std::make_shared<VectorTokenSource>(fathom::testing::random_tokens(14 * 8 + 1, 37, 5), 37);
-  const auto run = [&](Communicator* ranks) { return evaluate(model, source, 3, 8, 100, Device::cpu(),
-                                                              EvalRouting::topk, ranks); };
+  const auto run = [&](Communicator* ranks) {
+    return evaluate(model, source, 3, 8, 100, Device::cpu(), EvalRouting::topk, ranks);
+  };
   const EvalResult whole = run(nullptr);
   ASSERT_EQ(whole.tokens, 14 * 8);
 

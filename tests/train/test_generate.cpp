@@ -11,11 +11,11 @@
 #include "data/tokenizer.h"
 #include "kernels/argmax/argmax.h"
 #include "kernels/attention/kv_cache.h"
+#include "layers/dsla_config.h"
+#include "layers/moda_config.h"
 #include "tests/support/model_test_helpers.h"
 #include "tests/support/op_test_util.h"
 #include "tests/support/test_support.h"
-#include "layers/dsla_config.h"
-#include "layers/moda_config.h"
 #include "train/generate/generator.h"
 #include "train/generate/inference_model.h"
 #include "train/generate/sampler.h"
@@ -27,8 +27,14 @@ namespace {
 
 // The bytes tokenizer's 257 ids (EOS 256), so every generated id decodes.
 ModelConfig small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  ModelConfig c{.d_model = 24, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2, .ffn_hidden = 40, .vocab_size = 257,
-                .norm = norm, .qk_norm = qk_norm};
+  ModelConfig c{.d_model = 24,
+                .n_layers = 3,
+                .n_heads = 6,
+                .n_kv_heads = 2,
+                .ffn_hidden = 40,
+                .vocab_size = 257,
+                .norm = norm,
+                .qk_norm = qk_norm};
   c.options.get<MoDAConfig>() = moda;
   return c;
 }
@@ -43,8 +49,8 @@ std::vector<Case> cases() {
   for (MoDAVariant v : {MoDAVariant::attn_kv, MoDAVariant::attn_kv_ffn_kv, MoDAVariant::extra_attn_kv_ffn_kv})
     for (DepthKey key : {DepthKey::writer, DepthKey::reader})
       out.push_back({name_of(v) + "/" + name_of(key), small("post", true, {.variant = v, .depth_key = key})});
-  out.push_back({"attn_kv+ffn_kv/pre/max_slots_3",
-                 small("pre", true, {.variant = MoDAVariant::attn_kv_ffn_kv, .max_slots = 3})});
+  out.push_back(
+      {"attn_kv+ffn_kv/pre/max_slots_3", small("pre", true, {.variant = MoDAVariant::attn_kv_ffn_kv, .max_slots = 3})});
   // Hybrids: layer 1 of 3 is dsla, with its constant state instead of a KV cache.
   for (int64_t states : {1, 2}) {
     ModelConfig hybrid = small(states == 2 ? "post" : "pre", states == 2);
@@ -134,8 +140,11 @@ TEST(Generate, ChunkedDecodingSeesWhatTheFullForwardSees) {
     const std::vector<float> expected = full.to_vector<float>();
     ASSERT_EQ(pieces.size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(pieces[i], expected[i], 1e-4) << c.name << " at " << i;
-    expect_error([&] { m.model.decode(Tensor::from_vector(std::vector<int32_t>{1, 2, 3}, {1, 3}), state); },
-                 {"capacity of 9"});
+    expect_error(
+        [&] {
+          m.model.decode(Tensor::from_vector(std::vector<int32_t>{1, 2, 3}, {1, 3}), state);
+        },
+        {"capacity of 9"});
   }
 }
 
@@ -174,10 +183,12 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
   EXPECT_EQ(sample_token(logits, {.temperature = 1, .top_p = 1e-6}, 7), 1);
   // With top_k = 2 only ids 1 and 2 come up; a seed and draw index give one answer.
   std::vector<int> counts(4, 0);
-  for (uint64_t i = 0; i < 2000; ++i) ++counts[size_t(sample_token(logits, {.temperature = 1, .top_k = 2, .seed = 3}, i))];
+  for (uint64_t i = 0; i < 2000; ++i)
+    ++counts[size_t(sample_token(logits, {.temperature = 1, .top_k = 2, .seed = 3}, i))];
   EXPECT_EQ(counts[0] + counts[3], 0);
   EXPECT_NEAR(counts[1] / 2000.0, 0.5, 0.05);
-  EXPECT_EQ(sample_token(logits, {.temperature = 1, .seed = 9}, 5), sample_token(logits, {.temperature = 1, .seed = 9}, 5));
+  EXPECT_EQ(sample_token(logits, {.temperature = 1, .seed = 9}, 5),
+            sample_token(logits, {.temperature = 1, .seed = 9}, 5));
   // Full softmax: p(1) = e^3 / (e^1 + 2 e^3 + e^-2).
   std::fill(counts.begin(), counts.end(), 0);
   for (uint64_t i = 0; i < 4000; ++i) ++counts[size_t(sample_token(logits, {.temperature = 1, .seed = 1}, i))];
@@ -189,9 +200,9 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
 
 TEST(Generate, StreamsWholeUtf8Characters) {
   EXPECT_EQ(complete_utf8_prefix("abc"), 3u);
-  EXPECT_EQ(complete_utf8_prefix("a\xC3"), 1u);            // the lead byte of a 2-byte character
-  EXPECT_EQ(complete_utf8_prefix("a\xC3\xA9"), 3u);        // é, whole
-  EXPECT_EQ(complete_utf8_prefix("a\xE2\x82"), 1u);        // 2 of the 3 bytes of €
+  EXPECT_EQ(complete_utf8_prefix("a\xC3"), 1u);             // the lead byte of a 2-byte character
+  EXPECT_EQ(complete_utf8_prefix("a\xC3\xA9"), 3u);         // é, whole
+  EXPECT_EQ(complete_utf8_prefix("a\xE2\x82"), 1u);         // 2 of the 3 bytes of €
   EXPECT_EQ(complete_utf8_prefix("\xF0\x9F\x98\x80"), 4u);  // 😀, whole
 }
 

@@ -28,7 +28,6 @@ namespace {
 
 constexpr uint64_t kSeed = 17;
 
-
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
 
 // Two states read the same prompt; then one steps eagerly and one through a graph, on the same tokens
@@ -63,7 +62,8 @@ bool replay_equals_eager(const std::string& name, const ModelConfig& config, int
   const Tensor chunk_ids = Tensor::from_vector(chunk, {B, 2}).to(kGpu);
   EXPECT_TRUE(bitwise_equal(m.model.decode(chunk_ids, graphed).value(), m.model.decode(chunk_ids, eager).value()))
       << name << ": a chunk after the replays";
-  EXPECT_EQ(graphed.device_length.to(Device::cpu()).to_vector<int32_t>(), std::vector<int32_t>{int32_t(graphed.length)});
+  EXPECT_EQ(graphed.device_length.to(Device::cpu()).to_vector<int32_t>(),
+            std::vector<int32_t>{int32_t(graphed.length)});
   EXPECT_FALSE(by_eager.graphed());
   if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
   return by_graph.graphed();
@@ -127,15 +127,16 @@ TEST(GpuDecodeStep, AReplayedStepEqualsTheEagerStepBitForBit) {
   hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
   EXPECT_TRUE(replay_equals_eager("dsla/2_states/B2", hybrid, 2, 30, 6, 64));
   // MoDA: equal whether or not its depth reads capture (the reason is printed when they do not).
-  replay_equals_eager("moda/extra_reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
-                                                                    .depth_key = DepthKey::reader}),
-                      2, 20, 6, 64);
+  replay_equals_eager(
+      "moda/extra_reader",
+      gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader}), 2, 20, 6,
+      64);
 }
 
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
-  const ModelConfig d16{.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
-                        .vocab_size = 257};
+  const ModelConfig d16{
+      .d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128, .vocab_size = 257};
   EXPECT_FALSE(replay_equals_eager("olmo2/d16", d16, 2, 9, 5, 32));
   GpuModel m(d16, kSeed);
   NoGrad no_grad;
@@ -155,7 +156,8 @@ TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {
   GpuModel m(gpu_small("post", true), kSeed);
   NoGrad no_grad;
   for (const SamplingOptions& sampling :
-       {SamplingOptions{.temperature = 0}, SamplingOptions{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 11}}) {
+       {SamplingOptions{.temperature = 0},
+        SamplingOptions{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 11}}) {
     GenerationOptions options{.max_new_tokens = 10, .batch = 3, .sampling = sampling, .ignore_eos = true};
     const GenerationResult graphed = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
     options.cuda_graphs = false;

@@ -36,14 +36,14 @@ std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
           {"llama", gpu_small("pre", false)},
           {"attn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv})},
           {"attn_kv+ffn_kv", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv})},
-          {"extra/reader", gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv,
-                                                   .depth_key = DepthKey::reader})},
+          {"extra/reader",
+           gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader})},
           // Hybrids: the dsla layer's chunked prefill and step kernels (head dim 64, G = 3).
           {"dsla/2_states", gpu_hybrid(2)},
           {"dsla/1_state/pre", gpu_hybrid(1, "pre")},
           // Head dim 16: no decode kernel; the host reference decodes it.
-          {"olmo2/d16", {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128,
-                         .vocab_size = 257}}};
+          {"olmo2/d16",
+           {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128, .vocab_size = 257}}};
 }
 
 }  // namespace
@@ -60,8 +60,11 @@ TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
     std::vector<int32_t> seq(prompt.begin(), prompt.end());
     for (uint32_t token : r.tokens[0]) {
       const int64_t T = int64_t(seq.size()), V = config.vocab_size;
-      const std::vector<float> all =
-          m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu)).value().to(DType::f32).to(Device::cpu()).to_vector<float>();
+      const std::vector<float> all = m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu))
+                                         .value()
+                                         .to(DType::f32)
+                                         .to(Device::cpu())
+                                         .to_vector<float>();
       const std::vector<float> last(all.end() - V, all.end());
       const float best = *std::max_element(last.begin(), last.end());
       // bf16: the chosen token is the full forward's argmax, or within a near-tie of it.
@@ -83,7 +86,8 @@ TEST(GpuGenerate, ChunkedDecodingMatchesTheFullForward) {
     std::vector<Tensor> pieces;
     for (auto [from, n] : {std::pair{0, 40}, {40, 3}, {43, 1}, {44, 1}}) {
       const std::vector<int32_t> chunk(ids.begin() + from, ids.begin() + from + n);
-      pieces.push_back(m.model.decode(Tensor::from_vector(chunk, {1, n}).to(kGpu), state).value().to(DType::f32).to(Device::cpu()));
+      pieces.push_back(
+          m.model.decode(Tensor::from_vector(chunk, {1, n}).to(kGpu), state).value().to(DType::f32).to(Device::cpu()));
     }
     std::vector<float> got;
     for (const Tensor& p : pieces) {

@@ -19,11 +19,13 @@ using namespace fathom::test;
 TEST(GpuTraining, TwentyStepsMatchTheCpuLossCurve) {
   FATHOM_REQUIRE_GPU();
   fathom::testing::ScratchFolder dir;
-  const std::string model = "model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 96, vocab_size: 264}\n";
+  const std::string model =
+      "model: {d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 96, vocab_size: 264}\n";
   const std::vector<double> cpu = test::tiny_training_losses(dir / "cpu", "cpu", model);
   ASSERT_EQ(cpu.size(), 20u);
   for (const std::string precision : {"bf16", "fp32"}) {
-    const std::vector<double> gpu = test::tiny_training_losses(dir / ("gpu-" + precision), "cuda", model, 20, precision);
+    const std::vector<double> gpu =
+        test::tiny_training_losses(dir / ("gpu-" + precision), "cuda", model, 20, precision);
     ASSERT_EQ(gpu.size(), 20u);
     // fp32 differs from the CPU only in the order of its sums; bf16 rounds every activation.
     const double tolerance = precision == "fp32" ? 1e-3 : 2e-2;
@@ -44,8 +46,8 @@ TEST(GpuTraining, TwentyStepsMatchTheCpuLossCurve) {
 // rounded to bf16 anywhere would be off by about 1e-3.
 TEST(GpuTraining, Fp32StepMatchesTheCpuToFp32Rounding) {
   FATHOM_REQUIRE_GPU();
-  const ModelConfig config{.d_model = 240, .n_layers = 2, .n_heads = 3, .n_kv_heads = 1, .ffn_hidden = 128,
-                           .vocab_size = 96};
+  const ModelConfig config{
+      .d_model = 240, .n_layers = 2, .n_heads = 3, .n_kv_heads = 1, .ffn_hidden = 128, .vocab_size = 96};
   const int64_t B = 2, T = 45;
   const Tensor ids = token_ids(B, T, config.vocab_size, 1), targets = token_ids(B, T, config.vocab_size, 2);
   const StepResult cpu = forward_backward(config, ids, targets, Device::cpu());

@@ -86,10 +86,10 @@ TEST(MemoryPlan, ARunThatCannotFitFailsWithTheNumbersAndTheKnobs) {
   const MemoryPlanInput in = olmo2_190m(true);
   const MemoryPlan p = plan_training_memory(in);
   check_memory_plan_fits(p, p.total(), in, "cuda:0");  // exactly enough
-  fathom::testing::expect_error([&] { check_memory_plan_fits(p, size_t(16) << 30, in, "cuda:0"); },
-                                {"training needs about 19.32 GiB", "on cuda:0 but only 16.00 GiB are free",
-                                 "lower train.batch_size (now 16", "set train.recompute: selective or block",
-                                 "activations"});
+  fathom::testing::expect_error(
+      [&] { check_memory_plan_fits(p, size_t(16) << 30, in, "cuda:0"); },
+      {"training needs about 19.32 GiB", "on cuda:0 but only 16.00 GiB are free", "lower train.batch_size (now 16",
+       "set train.recompute: selective or block", "activations"});
   const MemoryPlanInput fp32 = olmo2_190m(false, Recompute::block);
   const std::string message =
       fathom::testing::error_of([&] { check_memory_plan_fits(plan_training_memory(fp32), 1 << 30, fp32, "cuda:0"); });

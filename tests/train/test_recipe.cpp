@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -197,10 +197,10 @@ TEST(Recipe, TokensConvertToSteps) {
     // Sometimes an exact multiple, sometimes a remainder that needs one more step.
     const int64_t tokens = per_step * std::uniform_int_distribution<int64_t>(1, 1000)(rng) +
                            (trial % 2 ? std::uniform_int_distribution<int64_t>(1, per_step - 1)(rng) : 0);
-    const std::string recipe_text = "model: {size: olmo2_14M}\ndata: {train: a.txt}\ntrain:\n  batch_size: " +
-                                    std::to_string(batch) + "\n  grad_accum: " + std::to_string(accum) +
-                                    "\n  seq_len: " + std::to_string(seq) + "\n  tokens: " + std::to_string(tokens) +
-                                    "\n  optimizer: {lr: 0.001}\n";
+    const std::string recipe_text =
+        "model: {size: olmo2_14M}\ndata: {train: a.txt}\ntrain:\n  batch_size: " + std::to_string(batch) +
+        "\n  grad_accum: " + std::to_string(accum) + "\n  seq_len: " + std::to_string(seq) +
+        "\n  tokens: " + std::to_string(tokens) + "\n  optimizer: {lr: 0.001}\n";
     const Recipe r = parse_recipe(recipe_text, "recipe.yaml");
     EXPECT_EQ(r.train.tokens, tokens);
     EXPECT_EQ(r.train.tokens_per_step(), per_step);
@@ -234,9 +234,8 @@ TEST(Recipe, ValidationDomainsAndDocuments) {
 TEST(RecipeOverrides, NestedListsAndMaps) {
   const Recipe r = parse_recipe(kMinimal, "recipe.yaml",
                                 {"train.optimizer.lr=1e-3", "data.train=[x.txt, y.txt]",
-                                 "data.validation={web: [w.txt], code: c.txt}", "eval.every=50",
-                                 "model.norm=pre", "train.optimizer.beta2 = 0.99", "name=other",
-                                 "train.seed=18446744073709551615"});
+                                 "data.validation={web: [w.txt], code: c.txt}", "eval.every=50", "model.norm=pre",
+                                 "train.optimizer.beta2 = 0.99", "name=other", "train.seed=18446744073709551615"});
   EXPECT_EQ(r.train.optimizer.lr, 1e-3);
   EXPECT_EQ(r.train.optimizer.beta2, 0.99);
   EXPECT_EQ(r.data.train, (std::vector<std::string>{"x.txt", "y.txt"}));
@@ -363,7 +362,9 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
       {minimal_with("  optimizer:", "  schedule: {final_lr_fraction: 1.25}\n  optimizer:"),
        {},
        "recipe.yaml:10:33: train.schedule.final_lr_fraction must be in [0, 1], got 1.25"},
-      {kMinimal + "checkpoint: {keep_last: -1}\n", {}, "checkpoint.keep_last must be in [0, 2147483647], got -1",
+      {kMinimal + "checkpoint: {keep_last: -1}\n",
+       {},
+       "checkpoint.keep_last must be in [0, 2147483647], got -1",
        Match::part},
       {kMinimal + "log: {every: 0}\n", {}, "log.every must be >= 1, got 0", Match::part},
       {kMinimal + "eval: {batches: 0}\n", {}, "eval.batches must be >= 1, got 0", Match::part},
@@ -490,13 +491,16 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
 
 TEST(RecipeErrors, SuggestionsOverTheWholeSchema) {
   EXPECT_EQ(unknown_key_message("lr"), "unknown key 'lr'; did you mean 'train.optimizer.lr'?");
-  EXPECT_EQ(unknown_key_message("train.optimiser.lr"), "unknown key 'train.optimiser.lr'; did you mean 'train.optimizer.lr'?");
-  EXPECT_EQ(unknown_key_message("eval.evry"), "unknown key 'eval.evry'; did you mean 'eval.every'?");  // same section wins
+  EXPECT_EQ(unknown_key_message("train.optimiser.lr"),
+            "unknown key 'train.optimiser.lr'; did you mean 'train.optimizer.lr'?");
+  EXPECT_EQ(unknown_key_message("eval.evry"),
+            "unknown key 'eval.evry'; did you mean 'eval.every'?");  // same section wins
   EXPECT_EQ(unknown_key_message("log.evry"), "unknown key 'log.evry'; did you mean 'log.every'?");
-  EXPECT_EQ(unknown_key_message("train.x"), "unknown key 'train.x'; valid keys in 'train': device, seed, batch_size, "
-                                             "grad_accum, seq_len, steps, tokens, precision, threads, loss, "
-                                             "trainable, frozen, recompute, grad_reduce, grad_bucket_kib, zero, optimizer, "
-                                             "schedule");
+  EXPECT_EQ(unknown_key_message("train.x"),
+            "unknown key 'train.x'; valid keys in 'train': device, seed, batch_size, "
+            "grad_accum, seq_len, steps, tokens, precision, threads, loss, "
+            "trainable, frozen, recompute, grad_reduce, grad_bucket_kib, zero, optimizer, "
+            "schedule");
 }
 
 // Found by fuzzing (tests/fuzz/findings): a ',' starting line 2 made yaml-cpp 0.7's LoadAll append
@@ -511,8 +515,8 @@ TEST(RecipeErrors, FuzzedStrayCommaRecipeIsRefusedQuickly) {
 
 TEST(Recipe, BlockRecomputeWithMoDA) {
   // Accepted: a re-run MoDA block rewinds the depth stream and rewrites its own slots.
-  const Recipe moda =
-      parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml", {"moda.variant=attn_kv"});
+  const Recipe moda = parse_recipe(minimal_with("  steps: 100", "  steps: 100\n  recompute: block"), "recipe.yaml",
+                                   {"moda.variant=attn_kv"});
   EXPECT_EQ(moda.train.recompute, "block");
   EXPECT_EQ(moda.model.options.get<MoDAConfig>().variant, MoDAVariant::attn_kv);
 }
@@ -521,25 +525,19 @@ TEST(RecipeErrors, RecipeFiles) {
   const auto folder = std::filesystem::temp_directory_path() / ("fathom_recipe_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(folder);
   const std::string path = (folder / "tiny.yaml").string();
-  {
-    std::ofstream(path) << kMinimal;
-  }
+  { std::ofstream(path) << kMinimal; }
   const Recipe r = load_recipe(path, {"train.steps=12"});
   EXPECT_EQ(r.train.steps, 12);
   EXPECT_EQ(r.name, "tiny");
 
-  {
-    std::ofstream(path) << minimal_with("batch_size: 4", "batch_size: eight");
-  }
+  { std::ofstream(path) << minimal_with("batch_size: 4", "batch_size: eight"); }
   try {
     load_recipe(path);
     ADD_FAILURE() << "accepted a bad recipe file";
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), path + ":7:15: train.batch_size must be an integer, got 'eight'");
   }
-  {
-    std::ofstream empty(path);
-  }
+  { std::ofstream empty(path); }
   try {
     load_recipe(path);
     ADD_FAILURE() << "accepted an empty recipe file";
@@ -591,7 +589,8 @@ Recipe random_recipe(std::mt19937_64& rng) {
   r.model.tie_embeddings = integer(0, 1);
   r.model.rope_scaling = {pick({"none", "llama3"}), real(1, 16), real(0.5, 2), real(2.5, 8), integer(1, 1 << 17)};
   r.data.tokenizer = pick({"bytes", "tok/gpt2.json", "null", "true", "123"});
-  for (int64_t i = integer(1, 4); i > 0; --i) r.data.train.push_back("data/shard " + std::to_string(integer(0, 999)) + ".bin");
+  for (int64_t i = integer(1, 4); i > 0; --i)
+    r.data.train.push_back("data/shard " + std::to_string(integer(0, 999)) + ".bin");
   for (int64_t i = integer(0, 3); i > 0; --i) {
     r.data.validation["domain" + std::to_string(i)] = {"val/" + std::to_string(integer(0, 99)) + ".txt", "#x: y"};
   }
@@ -640,8 +639,8 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
   const Recipe r = parse_recipe(minimal_with("steps: 100", "tokens: 25601"), "recipe.yaml");
   const std::string text = recipe_to_yaml(r);
   for (const RecipeKey& key : recipe_keys()) {
-    if (key.path == "train.steps") continue;      // this recipe spells its length in tokens
-    if (key.path == "model.init_from") continue;  // this recipe starts from a random init
+    if (key.path == "train.steps") continue;         // this recipe spells its length in tokens
+    if (key.path == "model.init_from") continue;     // this recipe starts from a random init
     if (key.path.starts_with("distill.")) continue;  // only distillation recipes have the section
     EXPECT_CONTAINS(text, std::string(last_key_name(key.path)) + ":");
   }
@@ -653,7 +652,8 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
   EXPECT_CONTAINS(text, "eps: 1e-08\n");
   EXPECT_CONTAINS(text, "validation: {}\n");
   // Strings that other YAML readers would take for a number, bool or null are quoted.
-  const std::string quoted = recipe_to_yaml(parse_recipe(kMinimal, "r", {"data.tokenizer='2'", "name=yes", "data.train=[null.bin, '1']"}));
+  const std::string quoted =
+      recipe_to_yaml(parse_recipe(kMinimal, "r", {"data.tokenizer='2'", "name=yes", "data.train=[null.bin, '1']"}));
   EXPECT_CONTAINS(quoted, "tokenizer: \"2\"\n");
   EXPECT_CONTAINS(quoted, "name: \"yes\"\n");
   EXPECT_CONTAINS(quoted, "- null.bin\n    - \"1\"\n");
@@ -664,7 +664,9 @@ TEST(Recipe, ResolvedYamlIsExplicitAndReadable) {
 namespace {
 
 // A recipe whose model section is `model` (YAML flow mapping text).
-std::string with_model(const std::string& model) { return minimal_with("model:\n  size: olmo2_14M", "model: " + model); }
+std::string with_model(const std::string& model) {
+  return minimal_with("model:\n  size: olmo2_14M", "model: " + model);
+}
 
 }  // namespace
 
@@ -677,10 +679,11 @@ TEST(RecipeInitFrom, HfFolderGivesTheModel) {
   EXPECT_EQ(r.model, read_hf_config(dir.path().string()).config);
   EXPECT_EQ(r.model.n_kv_heads, 2);  // the source's, not n_heads
   // Keys that restate the source are fine; init_std is not part of the network.
-  EXPECT_EQ(parse_recipe(with_model("{init_from: '" + spec + "', d_model: 24, norm: pre, qk_norm: false, init_std: 0.5}"),
-                         "recipe.yaml")
-                .model.init_std,
-            0.5);
+  EXPECT_EQ(
+      parse_recipe(with_model("{init_from: '" + spec + "', d_model: 24, norm: pre, qk_norm: false, init_std: 0.5}"),
+                   "recipe.yaml")
+          .model.init_std,
+      0.5);
   // The resolved recipe names the source and parses back to itself.
   const std::string text = recipe_to_yaml(r);
   EXPECT_CONTAINS(text, "init_from: " + spec + "\n");
@@ -694,10 +697,13 @@ TEST(RecipeInitFrom, DisagreeingKeysNameBothValues) {
   const std::string spec = "hf:" + dir.path().string();
   const std::string wrong_width = error_of(with_model("{init_from: '" + spec + "', d_model: 64}"));
   EXPECT_CONTAINS(wrong_width, "recipe.yaml:2:");
-  EXPECT_CONTAINS(wrong_width, ": model.d_model is 64, but model.init_from " + spec + " gives 24; drop the key or make it agree");
-  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "', norm: pre}")), "model.norm is 'pre', but model.init_from");
-  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "'}"), {"model.rope_theta=500000"}),
-                  "--set model.rope_theta=500000: model.rope_theta is 500000, but model.init_from " + spec + " gives 10000");
+  EXPECT_CONTAINS(wrong_width,
+                  ": model.d_model is 64, but model.init_from " + spec + " gives 24; drop the key or make it agree");
+  EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "', norm: pre}")),
+                  "model.norm is 'pre', but model.init_from");
+  EXPECT_CONTAINS(
+      error_of(with_model("{init_from: '" + spec + "'}"), {"model.rope_theta=500000"}),
+      "--set model.rope_theta=500000: model.rope_theta is 500000, but model.init_from " + spec + " gives 10000");
   EXPECT_CONTAINS(error_of(with_model("{init_from: '" + spec + "', tie_embeddings: true}")),
                   "model.tie_embeddings is true, but model.init_from " + spec + " gives false");
 }
@@ -722,7 +728,9 @@ TEST(RecipeInitFrom, Errors) {
   EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:/x', size: olmo2_14M}")),
                   "model.init_from and model.size (at recipe.yaml:2:");
   fathom::testing::ScratchFolder dir;
-  write_file_atomically(dir / "config.json", fathom::test::tiny_hf_config("Olmo2ForCausalLM").set("architectures", "[\"GPT2LMHeadModel\"]").text());
+  write_file_atomically(
+      dir / "config.json",
+      fathom::test::tiny_hf_config("Olmo2ForCausalLM").set("architectures", "[\"GPT2LMHeadModel\"]").text());
   EXPECT_CONTAINS(error_of(with_model("{init_from: 'hf:" + dir.path().string() + "'}")),
                   "architecture 'GPT2LMHeadModel' is not supported");
   // Without init_from or size, the shape keys are required, and the message names both ways out.
@@ -761,9 +769,9 @@ TEST(RecipeInitFrom, RunsWithWeightsTakeTheModelFromTheirCheckpoint) {
   // A new run still needs the source.
   EXPECT_CONTAINS(error_of(text, overrides), "has no config.json");
   // The run folder follows log.dir as resolve() sets it, including the runs/<name> default.
-  EXPECT_CONTAINS(fathom::testing::error_of([&] { parse_recipe(text, "recipe.yaml", {}, own_run); }),
-                  "recipe.yaml:2:20: model.init_from: the model comes from the run's latest checkpoint, not from " +
-                      spec + ": ");
+  EXPECT_CONTAINS(
+      fathom::testing::error_of([&] { parse_recipe(text, "recipe.yaml", {}, own_run); }),
+      "recipe.yaml:2:20: model.init_from: the model comes from the run's latest checkpoint, not from " + spec + ": ");
   EXPECT_CONTAINS(fathom::testing::error_of([&] { parse_recipe(text, "recipe.yaml", {}, own_run); }), "runs/tiny");
   EXPECT_CONTAINS(fathom::testing::error_of([&] {
                     parse_recipe(text, "recipe.yaml", {}, {ModelOrigin::Kind::checkpoint, (dir / "none").string()});
@@ -771,7 +779,8 @@ TEST(RecipeInitFrom, RunsWithWeightsTakeTheModelFromTheirCheckpoint) {
                   "model.init_from: the model comes from the checkpoint, not from " + spec);
   // Explicit model keys must agree with the checkpoint's model, which the message names.
   EXPECT_CONTAINS(fathom::testing::error_of([&] {
-                    parse_recipe(with_model("{init_from: '" + spec + "', d_model: 64}"), "recipe.yaml", overrides, own_run);
+                    parse_recipe(with_model("{init_from: '" + spec + "', d_model: 64}"), "recipe.yaml", overrides,
+                                 own_run);
                   }),
                   "model.d_model is 64, but the checkpoint in '" + run + "' gives 24; drop the key or make it agree");
   // Recipes without init_from keep their own model whatever the origin.
@@ -785,7 +794,8 @@ TEST(Recipe, RopeScalingAndTiedEmbeddingKeys) {
                                  "model.rope_scaling.original_max_position=4096", "model.tie_embeddings=true"});
   EXPECT_EQ(r.model.rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 4096}));
   EXPECT_TRUE(r.model.tie_embeddings);
-  EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.type=yarn"}), "model.rope_scaling.type must be one of none, llama3");
+  EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.type=yarn"}),
+                  "model.rope_scaling.type must be one of none, llama3");
   EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.type=llama3", "model.rope_scaling.high_freq_factor=0.5"}),
                   "inconsistent model: rope_scaling.high_freq_factor (0.5) must be greater than low_freq_factor (1)");
   EXPECT_CONTAINS(error_of(kMinimal, {"model.rope_scaling.factor=0"}), "model.rope_scaling.factor must be > 0");

@@ -96,11 +96,24 @@ TEST(RecipeReference, AcceptedValuesComeFromTypeRangeAndChoices) {
 TEST(RecipeReference, ResumeColumnIsTheResumeChecksProperty) {
   // What `train --resume` may change: the run's length, reporting and checkpointing, and where and how
   // fast it runs. Pinned here, so that a key changing sides is a decision.
-  const std::vector<std::string> expected = {
-      "name",           "data.validation", "data.verify",      "train.device",          "train.steps",
-      "train.tokens",   "train.threads",   "train.recompute",  "train.grad_accum",      "train.grad_reduce",
-      "train.grad_bucket_kib", "train.zero", "eval.every",     "eval.batches",          "checkpoint.every",
-      "checkpoint.keep_last",  "log.every", "log.dir"};
+  const std::vector<std::string> expected = {"name",
+                                             "data.validation",
+                                             "data.verify",
+                                             "train.device",
+                                             "train.steps",
+                                             "train.tokens",
+                                             "train.threads",
+                                             "train.recompute",
+                                             "train.grad_accum",
+                                             "train.grad_reduce",
+                                             "train.grad_bucket_kib",
+                                             "train.zero",
+                                             "eval.every",
+                                             "eval.batches",
+                                             "checkpoint.every",
+                                             "checkpoint.keep_last",
+                                             "log.every",
+                                             "log.dir"};
   std::vector<std::string> got = keys_changeable_on_resume(), want = expected;
   std::sort(got.begin(), got.end());
   std::sort(want.begin(), want.end());

@@ -36,7 +36,8 @@ TEST(ShippedRecipes, GpuBenchmarksTrainOnThePreparedFullCorpus) {
     const Recipe recipe = load_recipe(std::string(FATHOM_SOURCE_DIR) + "/recipes/" + name + ".yaml");
     EXPECT_EQ(recipe.data.train, std::vector<std::string>{"data/prepared/dolma2/train"}) << name;
     ASSERT_EQ(recipe.data.validation.size(), 2u) << name;
-    EXPECT_EQ(recipe.data.validation.at("moby_dick"), std::vector<std::string>{"data/prepared/dolma2/validation/moby_dick"});
+    EXPECT_EQ(recipe.data.validation.at("moby_dick"),
+              std::vector<std::string>{"data/prepared/dolma2/validation/moby_dick"});
     EXPECT_EQ(recipe.data.validation.at("sotu_recent"),
               std::vector<std::string>{"data/prepared/dolma2/validation/sotu_recent"});
   }

@@ -36,6 +36,7 @@ TEST(Throughput, ProgressLineShowsMfuAndMemoryOnlyWhenKnown) {
   p.mfu = 0.4567;
   p.memory_gib = 12.25;
   p.peak_memory_gib = 20.5;
-  EXPECT_EQ(format_progress(p), "step 20/400 | loss 3.2500 | lr 1.00e-03 | gnorm 0.500 | 123,456 tok/s | MFU 45.7% | "
-                                "mem 12.2/20.5 GiB | ETA 1m15s");
+  EXPECT_EQ(format_progress(p),
+            "step 20/400 | loss 3.2500 | lr 1.00e-03 | gnorm 0.500 | 123,456 tok/s | MFU 45.7% | "
+            "mem 12.2/20.5 GiB | ETA 1m15s");
 }

@@ -39,8 +39,10 @@ Trained one_step(const TokenBatch& batch, int64_t accum) {
   ParameterArena arena(model, Device::cpu());
   arena.initialise(5);
   AdamW optimizer(arena, AdamWConfig{});
-  const StepSettings settings{.step = 1, .lr = 1e-2, .clip = 0.5, .objective = Objective::language_model(1e-4), .grad_accum = accum};
-  const StepResult r = train_step(model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings);
+  const StepSettings settings{
+      .step = 1, .lr = 1e-2, .clip = 0.5, .objective = Objective::language_model(1e-4), .grad_accum = accum};
+  const StepResult r = train_step(
+      model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings);
   return {r, arena.grads().to(DType::f32), arena.values().to_vector<float>()};
 }
 
@@ -53,13 +55,14 @@ TEST(TrainStep, AccumulatedIdenticalMicroBatchesEqualOneBatch) {
   EXPECT_NEAR(three.result.loss, one.result.loss, 1e-6 * one.result.loss);
   EXPECT_NEAR(three.result.z_loss, one.result.z_loss, 1e-6 * one.result.z_loss + 1e-12);
   EXPECT_NEAR(three.result.grad_norm, one.result.grad_norm, 1e-5 * one.result.grad_norm);
-  EXPECT_GT(one.result.grad_norm, 0.5);  // so clipping took part
+  EXPECT_GT(one.result.grad_norm, 0.5);                           // so clipping took part
   expect_close(three.grads, one.grads, 2e-8, 1e-4, "gradients");  // f32 sums in another order
   // AdamW's first step is nearly sign(g) * lr, so gradients near zero may round to slightly other
   // updates; a hundredth of a step bounds that.
   ASSERT_EQ(one.params.size(), three.params.size());
   double max_diff = 0;
-  for (size_t i = 0; i < one.params.size(); ++i) max_diff = std::max(max_diff, double(std::abs(one.params[i] - three.params[i])));
+  for (size_t i = 0; i < one.params.size(); ++i)
+    max_diff = std::max(max_diff, double(std::abs(one.params[i] - three.params[i])));
   EXPECT_LT(max_diff, 1e-2 * 1e-2);
 }
 
@@ -78,7 +81,8 @@ TEST(TrainStep, TheHeadAndLossFuseTheirGradient) {
     EXPECT_EQ(std::string(loss.loss.grad_fn()->name()), "linear_cross_entropy");
   }
   arena.zero_grad();
-  const MicroBatchLoss fused = accumulate_gradients(model, batch, Device::cpu(), Objective::language_model(1e-4), 1.0 / 3);
+  const MicroBatchLoss fused =
+      accumulate_gradients(model, batch, Device::cpu(), Objective::language_model(1e-4), 1.0 / 3);
   const std::vector<double> fused_grads = values(arena.grads());
   arena.zero_grad();
   const Variable kept = reshape(model.logits(batch.inputs), {tokens, vocab});
@@ -95,8 +99,9 @@ TEST(TrainStep, MoreMicroBatchesOfOtherDataChangeTheStep) {
   arena.initialise(5);
   AdamW optimizer(arena, AdamWConfig{});
   uint64_t seed = 20;
-  const StepResult r = train_step(model, arena, optimizer, [&] { return random_batch(seed += 2); }, Device::cpu(),
-                                  StepSettings{.step = 1, .lr = 1e-2, .clip = 1.0, .grad_accum = 2});
+  const StepResult r = train_step(
+      model, arena, optimizer, [&] { return random_batch(seed += 2); }, Device::cpu(),
+      StepSettings{.step = 1, .lr = 1e-2, .clip = 1.0, .grad_accum = 2});
   EXPECT_EQ(seed, 24u);  // two micro-batches drawn
   EXPECT_EQ(r.z_loss, 0.0);
   EXPECT_NE(r.loss, one_step(random_batch(22), 1).result.loss);
@@ -108,8 +113,13 @@ TEST(TrainStep, BadInputsAreClearErrors) {
   arena.initialise(5);
   AdamW optimizer(arena, AdamWConfig{});
   const TokenBatch good = random_batch(3);
-  expect_error([&] { train_step(model, arena, optimizer, [&] { return good; }, Device::cpu(), StepSettings{.step = 1, .lr = 1e-3, .grad_accum = 0}); },
-               {"grad_accum must be at least 1", "0"});
+  expect_error(
+      [&] {
+        train_step(
+            model, arena, optimizer, [&] { return good; }, Device::cpu(),
+            StepSettings{.step = 1, .lr = 1e-3, .grad_accum = 0});
+      },
+      {"grad_accum must be at least 1", "0"});
   const TokenBatch uneven{good.inputs, random_ints({2, 7}, 40, 4, DType::i32)};
   expect_error([&] { accumulate_gradients(model, uneven, Device::cpu(), Objective::language_model(0.0), 1.0); },
                {"inputs and targets must both be [B, T]", "[2, 7]"});
@@ -126,12 +136,17 @@ TEST(TrainStep, NonFiniteLossNamesTheStepAndTheNote) {
                                   [](const ArenaEntry& e) { return e.name == "model.embed_tokens.weight"; });
   ASSERT_NE(embed, arena.entries().end());
   float* values = arena.values().data<float>();
-  for (int64_t i = embed->offset; i < embed->offset + embed->numel(); ++i) values[i] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = embed->offset; i < embed->offset + embed->numel(); ++i)
+    values[i] = std::numeric_limits<float>::quiet_NaN();
   StepSettings settings{.step = 7, .lr = 1e-3, .clip = 1.0, .objective = Objective::language_model(1e-4)};
   settings.failure_note = [] { return std::string("Last checkpoint: run/step_5."); };
   const TokenBatch batch = random_batch(9);
-  expect_error([&] { train_step(model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings); },
-               {"training loss is not finite at step 7", "Last checkpoint: run/step_5."});
+  expect_error(
+      [&] {
+        train_step(
+            model, arena, optimizer, [&] { return batch; }, Device::cpu(), settings);
+      },
+      {"training loss is not finite at step 7", "Last checkpoint: run/step_5."});
   // The update did not run: every parameter outside the embedding is unchanged.
   const std::vector<float> after = arena.values().to_vector<float>();
   for (int64_t i = 0; i < int64_t(after.size()); ++i) {
