@@ -74,13 +74,18 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer* block = model_.layers[size_t(i)].get();
     inputs.write_depth = i + 1 < L;
-    std::set<std::string> taps = options.taps;
+    // The taps asked of every layer, plus those asked of this one (copied only when there are such).
+    const TapSet* taps = &options.taps;
+    TapSet with_layer_taps;
     for (const auto& [layer, tap] : options.layer_taps)
-      if (layer == i) taps.insert(tap);
+      if (layer == i) {
+        if (taps != &with_layer_taps) taps = &(with_layer_taps = options.taps);
+        with_layer_taps.insert(tap);
+      }
     // Taps are read while the forward runs, so a block asked for one runs as recorded; a layer that is
     // not rerunnable recomputes inside itself.
-    if (recompute_ != Recompute::block || !taps.empty() || !block->rerunnable()) {
-      h = block->forward(h, inputs, LayerReport(&out.aux_losses, &taps, measured ? &out.measures[size_t(i)] : nullptr));
+    if (recompute_ != Recompute::block || !taps->empty() || !block->rerunnable()) {
+      h = block->forward(h, inputs, LayerReport(&out.aux_losses, taps, measured ? &out.measures[size_t(i)] : nullptr));
     } else if (!depth) {
       h = checkpoint(
           [block, positions](const Variable& x) { return block->forward(x, MixerInputs{positions}, LayerReport()); }, h,

@@ -21,7 +21,7 @@ struct ForwardOptions {
   bool layer_outputs = false;  // every block's output hidden state [B, T, d]
   // Taps every layer is asked for, by the names kinds register (layers/layer_kinds.h): e.g.
   // attention's "attention_entropy", MoD's "mod.routing". Layers without the tap ignore it.
-  std::set<std::string> taps{};
+  TapSet taps{};
   // Taps asked of one layer only: {layer, name} (distillation's gate_cos of the converted layer).
   std::vector<std::pair<int64_t, std::string>> layer_taps{};
   // Evaluate as decoding decides (MixerInputs::as_decoded: MoD routes by its causal router; evaluation

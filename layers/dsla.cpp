@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 #include "autograd/ops.h"
 #include "kernels/dsla/dsla.h"
 #include "layers/layer_kinds.h"

@@ -30,6 +30,7 @@ struct KindOption {
   std::vector<std::string> choices{};           // a choice's names, in its enum's order
   std::vector<std::string> aliases{};           // what other stacks call it, for suggestions
   std::string doc{};                            // one line for the recipe reference
+  bool resumable = false;  // --resume may change it: only an option that leaves the run's math alone
   std::function<double(const ModelConfig&)> get{};
   std::function<void(ModelConfig&, double)> set{};
 };

@@ -3,6 +3,7 @@
 // (layers/token_mixer.h, MixerInputs) and writes only here, so a new kind adds losses and measures
 // without a field in any shared struct: it names them in its registration (layers/layer_kinds.h).
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -22,6 +23,8 @@ struct NamedLoss {
 // One layer's measurements in a forward, by name: a tap's value ("attention_entropy") or counts that
 // add up over batches and ranks ("mod.tokens").
 using LayerMeasures = std::map<std::string, double>;
+// Tap names, looked up by string_view without building a string.
+using TapSet = std::set<std::string, std::less<>>;
 
 class LayerReport {
  public:
@@ -29,7 +32,7 @@ class LayerReport {
   LayerReport() = default;
   // losses: where add_loss appends (none: losses are dropped); taps: the names asked of this layer;
   // measures: where measure/count write (none when no tap is asked).
-  LayerReport(std::vector<NamedLoss>* losses, const std::set<std::string>* taps, LayerMeasures* measures)
+  LayerReport(std::vector<NamedLoss>* losses, const TapSet* taps, LayerMeasures* measures)
       : losses_(losses), taps_(taps), measures_(measures) {}
 
   // Whether the caller keeps losses (a layer may skip computing them when not).
@@ -43,7 +46,7 @@ class LayerReport {
 
  private:
   std::vector<NamedLoss>* losses_ = nullptr;
-  const std::set<std::string>* taps_ = nullptr;
+  const TapSet* taps_ = nullptr;
   LayerMeasures* measures_ = nullptr;
 };
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 #include "autograd/grad_mode.h"
 #include "core/safetensors.h"
 #include "data/loader.h"

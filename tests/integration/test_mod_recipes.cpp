@@ -56,8 +56,8 @@ TEST(ModRecipes, EachTrainsAFewStepsOnTheCpu) {
     // fathom eval, routing as training does and as generation does: the same tokens counted, and the
     // routed layers' report.
     std::ostringstream topk, causal;
-    run_evaluation(recipe, run.string(), topk, EvalRouting::topk);
-    run_evaluation(recipe, run.string(), causal, EvalRouting::causal);
+    run_evaluation(recipe, run.string(), topk, /*as_decoded=*/false);
+    run_evaluation(recipe, run.string(), causal, /*as_decoded=*/true);
     EXPECT_EQ(topk.str().find("mod L1 |") != std::string::npos, mod) << topk.str();
     EXPECT_EQ(causal.str().find("mod L1 |") != std::string::npos, mod) << causal.str();
   }

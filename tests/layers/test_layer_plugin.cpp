@@ -15,6 +15,7 @@
 #include "tests/layers/mean_mixer_kind.h"
 #include "tests/support/test_support.h"
 #include "train/recipe/recipe.h"
+#include "train/recipe/resume_check.h"
 #include "train/run/objective.h"
 #include "train/run/trainer.h"
 
@@ -72,6 +73,21 @@ TEST_F(LayerPlugin, ItsOptionIsARecipeKeyWithTheUsualChecks) {
   expect_error([] { register_layer_kind(test::mean_layer_kind()); },
                {"the name 'mean' is already the layer kind 'mean''s"});
   expect_error([] { unregister_layer_kind("dsla"); }, {"the layer kind 'dsla' is built in"});
+}
+
+TEST_F(LayerPlugin, ItsOptionMustMatchOnResumeUnlessTheKindSaysItMayChange) {
+  const Recipe saved = parse_recipe(plugin_recipe("/tmp/unused"), "plugin.yaml");
+  const Recipe changed = parse_recipe(plugin_recipe("/tmp/unused"), "plugin.yaml", {"mean.scale=2"});
+  expect_error([&] { check_resume_compatible(saved, changed, "run/recipe.yaml"); },
+               {"mean.scale: 0.5 in the run, 2 in the recipe"});
+  // The same kind, its option declared resumable: the resume check lets it change and lists it.
+  unregister_layer_kind(test::kMeanKind);
+  LayerKind kind = test::mean_layer_kind();
+  kind.options[0].resumable = true;
+  register_layer_kind(kind);
+  EXPECT_NO_THROW(check_resume_compatible(saved, changed, "run/recipe.yaml"));
+  const std::vector<std::string> keys = keys_changeable_on_resume();
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "mean.scale"), keys.end());
 }
 
 TEST_F(LayerPlugin, TheOptionReachesTheLayer) {

@@ -58,7 +58,7 @@ TEST(EvaluateOverRanks, EachRankTakesItsBatchesAndTheSumIsOneProcessBitForBit) {
   // 5 batches of 3 windows of 8 tokens, the last one short (2 windows).
   auto source = std::make_shared<VectorTokenSource>(fathom::testing::random_tokens(14 * 8 + 1, 37, 5), 37);
   const auto run = [&](Communicator* ranks) {
-    return evaluate(model, source, 3, 8, 100, Device::cpu(), EvalRouting::topk, ranks);
+    return evaluate(model, source, 3, 8, 100, Device::cpu(), /*as_decoded=*/false, ranks);
   };
   const EvalResult whole = run(nullptr);
   ASSERT_EQ(whole.tokens, 14 * 8);

@@ -26,7 +26,7 @@ void add_eval_command(CLI::App& app) {
     // The evaluated checkpoint gives the model, so model.init_from's source need not exist any more.
     const ModelOrigin origin{ModelOrigin::Kind::checkpoint, args->checkpoint};
     run_evaluation(load_recipe(args->recipe, args->overrides, origin), args->checkpoint, std::cout,
-                   parse_eval_routing(args->routing));
+                   /*as_decoded=*/args->routing == "causal");
   });
 }
 

@@ -1,6 +1,6 @@
 #include "train/distill/distill_objective.h"
 
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "layers/dsla.h"

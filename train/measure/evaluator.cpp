@@ -17,10 +17,6 @@
 
 namespace fathom {
 
-EvalRouting parse_eval_routing(const std::string& name) {
-  return EvalRouting(choice_index(name, {"topk", "causal"}, "--routing"));
-}
-
 namespace {
 
 // The kind metrics `model`'s layers report, each with its summed measures still zero.
@@ -49,7 +45,7 @@ void sum_over_ranks(std::vector<LayerMetricMeasures>& metrics, Communicator& com
 }  // namespace
 
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing, Communicator* ranks) {
+                    int64_t seq_len, int64_t max_batches, Device device, bool as_decoded, Communicator* ranks) {
   NoGrad no_grad;
   EvalIterator batches(std::move(source), batch_size, seq_len, max_batches);
   const int rank = ranks ? ranks->rank() : 0;
@@ -62,7 +58,7 @@ EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> sou
   EvalResult result;
   result.layer_metrics = reported_metrics(model);
   ForwardOptions options;
-  options.as_decoded = routing == EvalRouting::causal;
+  options.as_decoded = as_decoded;
   for (const LayerMetricMeasures& m : result.layer_metrics) options.taps.insert(m.metric.tap);
   for (size_t b = 0; b < loss_sums.size(); ++b) {
     if (int(b % size_t(world)) != rank) {
@@ -120,7 +116,7 @@ std::string format_eval(const EvalResult& e) {
   return line;
 }
 
-void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out, EvalRouting routing) {
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out, bool as_decoded) {
   FATHOM_CHECK(!recipe.data.validation.empty(), "the recipe has no data.validation domains to evaluate");
   const Device device = resolve_device(recipe.train.device);
   configure_threads(recipe.train.threads);
@@ -135,7 +131,7 @@ void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::os
   out << "checkpoint " << dir.string() << "\n";
   for (const auto& [domain, source] : data.validation) {
     const EvalResult e =
-        evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device, routing);
+        evaluate(model, source, recipe.train.batch_size, recipe.train.seq_len, recipe.eval.batches, device, as_decoded);
     char line[256];
     std::snprintf(line, sizeof line, "%-16s loss %.4f  ppl %.2f  (%lld tokens)", domain.c_str(), e.loss, e.perplexity,
                   (long long)e.tokens);

@@ -32,17 +32,14 @@ struct EvalResult {
   std::vector<LayerMetricMeasures> layer_metrics;
 };
 
-// How MoD's routed blocks choose their tokens in an evaluation: each sequence's top-k (as in
-// training) or the causal router (the predictor or sigmoid(r) > 0.5, as generation does).
-enum class EvalRouting { topk, causal };
-EvalRouting parse_eval_routing(const std::string& name);  // "topk" | "causal"; else an error naming them
-
 // Runs up to max_batches batches of consecutive windows of `source` through the model, without
 // recording a graph. With `ranks` (data parallel: every rank holds the same weights and calls this
 // together), rank r evaluates batches r, r + world, ... and every rank returns the whole result, equal
-// bit for bit to one process evaluating every batch.
+// bit for bit to one process evaluating every batch. as_decoded: layers decide as decoding does
+// (ForwardOptions::as_decoded: MoD routes each token by its causal router instead of each sequence's
+// top-k), so the loss is the one generation sees.
 EvalResult evaluate(const Decoder& model, std::shared_ptr<const TokenSource> source, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device, EvalRouting routing = EvalRouting::topk,
+                    int64_t seq_len, int64_t max_batches, Device device, bool as_decoded = false,
                     Communicator* ranks = nullptr);
 
 // The kind metrics of an evaluation of `domain` for metrics.jsonl: <kind>.L<layer>.<name>/<domain>, e.g.
@@ -56,8 +53,7 @@ std::string format_eval(const EvalResult& result);
 
 // `fathom eval`: loads a checkpoint's weights into the recipe's model and prints loss and
 // perplexity for every validation domain of the recipe.
-// With MoD it also prints each routed layer's routing metrics; `routing` as evaluate() takes it.
-void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out,
-                    EvalRouting routing = EvalRouting::topk);
+// It also prints each layer kind's metrics (MoD's routing agreement); `as_decoded` as evaluate() takes it.
+void run_evaluation(const Recipe& recipe, const std::string& checkpoint, std::ostream& out, bool as_decoded = false);
 
 }  // namespace fathom

@@ -510,7 +510,8 @@ RecipeKey option_key(const KindOption& option) {
   RecipeKey key{.path = option.path, .field = &option, .choices = option.choices, .aliases = option.aliases};
   if (option.at_least) key.range.low = Bound{*option.at_least, true};
   if (option.at_most) key.range.high = Bound{*option.at_most, true};
-  key.doc = option.doc;  // a kind's options must match on --resume (resumable stays false)
+  key.doc = option.doc;
+  key.resumable = option.resumable;
   return key;
 }
 
@@ -575,7 +576,13 @@ std::string unknown_key_message(std::string_view path) {
   while (!is_recipe_section(section)) section = parent_key_path(section);
   const std::string_view typed_name = last_key_name(path);
 
-  static const std::vector<Candidate> candidates = suggestion_candidates();
+  // Rebuilt with the schema when the layer kinds change (their options are candidates too).
+  static std::vector<Candidate> candidates;
+  static uint64_t kinds_version = 0;
+  if (candidates.empty() || kinds_version != layer_kinds_version()) {
+    candidates = suggestion_candidates();
+    kinds_version = layer_kinds_version();
+  }
   const Candidate* best = nullptr;
   std::size_t best_distance = 0;
   bool best_in_section = false;

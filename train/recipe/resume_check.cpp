@@ -12,15 +12,11 @@ namespace fathom {
 // the next unseen ones. train.steps / train.tokens stretch or shorten the schedule from the current step
 // on. ZeRO checkpoints are whole, so train.zero may change too. data.validation is only evaluated, never
 // trained on.
-const std::vector<std::string>& keys_changeable_on_resume() {
-  static const std::vector<std::string> keys = [] {
-    std::vector<std::string> resumable;
-    for (const RecipeKey& key : recipe_keys()) {
-      if (key.resumable) resumable.push_back(key.path);
-    }
-    return resumable;
-  }();
-  return keys;
+std::vector<std::string> keys_changeable_on_resume() {
+  std::vector<std::string> resumable;  // built per call: a layer kind registered later adds its options
+  for (const RecipeKey& key : recipe_keys())
+    if (key.resumable) resumable.push_back(key.path);
+  return resumable;
 }
 
 void check_resume_compatible(const Recipe& saved, const Recipe& now, const std::string& saved_source) {

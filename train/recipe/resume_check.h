@@ -12,7 +12,7 @@ namespace fathom {
 // The keys a resumed run may change, in schema order: those whose RecipeKey::resumable is set (its
 // length, its reporting, and where and how fast it runs). The recipe reference (`fathom recipe
 // reference`, the README) shows the same property.
-const std::vector<std::string>& keys_changeable_on_resume();
+std::vector<std::string> keys_changeable_on_resume();
 
 // An error listing every other key whose value differs between `saved` (the checkpoint's recipe,
 // read from `saved_source`) and `now`, with both values.

@@ -55,6 +55,8 @@ std::vector<std::string> objective_term_names() {
 }
 
 Objective::Objective(std::map<std::string, double> weights) : weights_(std::move(weights)) {
+  for (const ObjectiveTerm& term : objective_terms())
+    if (term.source == TermSource::layer) layer_terms_.insert(term.name);
   for (const auto& [name, weight] : weights_) {
     if (!find_term(name)) {
       const auto closest = closest_name(name, objective_term_names());
@@ -78,8 +80,8 @@ Objective Objective::for_model(const std::map<std::string, double>& loss, const 
   for (const LayerKind& kind : layer_kinds())
     for (const KindLossTerm& term : kind.loss_terms) {
       if (!term.weight_from_model) continue;
-      FATHOM_CHECK(!weights.contains(term.name), "train.loss.", term.name, ": the weight of ", kind.name, "'s ",
-                   term.name, " loss is ", term.weight_key, "; set it there");
+      FATHOM_CHECK(!weights.contains(term.name), "train.loss.", term.name, ": the weight of the ", kind.name,
+                   " kind's ", term.name, " loss is ", term.weight_key, "; set it there");
       if (const std::optional<double> w = term.weight_from_model(model)) weights[term.name] = *w;
     }
   return Objective(std::move(weights));
@@ -108,8 +110,7 @@ ObjectiveValue Objective::evaluate(const Decoder& model, const ModelOutput& outp
     value.terms["z_loss"] = parts.z * ce_weight;
   }
   for (const NamedLoss& aux : output.aux_losses) {
-    const std::optional<ObjectiveTerm> term = find_term(aux.name);
-    FATHOM_CHECK(term && term->source == TermSource::layer, "objective: a layer reports loss '", aux.name,
+    FATHOM_CHECK(layer_terms_.contains(aux.name), "objective: a layer reports loss '", aux.name,
                  "', which no layer kind registers as a loss term (layers/layer_kinds.h)");
     const double w = weight(aux.name);
     value.terms[aux.name] += aux.value.value().to(DType::f64).to(Device::cpu()).item();

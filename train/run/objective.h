@@ -4,6 +4,7 @@
 // which its layer kind registers (layers/layer_kinds.h: MoD's router and predictor losses).
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ class Objective {
 
  private:
   std::map<std::string, double> weights_;
+  std::set<std::string, std::less<>> layer_terms_;  // the layer kinds' term names when this was made
 };
 
 }  // namespace fathom

@@ -250,7 +250,7 @@ std::map<std::string, EvalResult> TrainingRun::evaluate_domains(const std::set<s
   for (const auto& [domain, source] : data_.validation) {
     if (domains && !domains->count(domain)) continue;
     const EvalResult e = fathom::evaluate(*model_, source, recipe_.train.batch_size, recipe_.train.seq_len,
-                                          recipe_.eval.batches, device_, EvalRouting::topk, comm_);
+                                          recipe_.eval.batches, device_, /*as_decoded=*/false, comm_);
     results[domain] = e;
     if (!writes()) continue;
     std::vector<std::pair<std::string, double>> fields{{"loss/" + domain, e.loss}, {"ppl/" + domain, e.perplexity}};

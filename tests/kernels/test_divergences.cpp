@@ -1,18 +1,18 @@
-// The distillation losses against their formulas, by central differences, and their edge cases.
+// The divergences (distillation's losses, DSLA's gate cosine) against their formulas, by central differences, and their edge cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
 using namespace fathom::test;
 
-TEST(DistillLosses, MatchTheirFormulas) {
+TEST(Divergences, MatchTheirFormulas) {
   const Tensor a = random_tensor({3, 4}, DType::f64, 1), b = random_tensor({3, 4}, DType::f64, 2);
   const std::vector<double> x = values(a), y = values(b);
   double mse = 0;
@@ -39,7 +39,7 @@ TEST(DistillLosses, MatchTheirFormulas) {
   EXPECT_EQ(mse_to_target(Variable(a.to(DType::f32)), b).value().dtype(), DType::f32);
 }
 
-TEST(DistillLosses, Gradcheck) {
+TEST(Divergences, Gradcheck) {
   const Tensor target = random_tensor({2, 3, 5}, DType::f64, 9);
   auto mse = [&](const std::vector<Variable>& in) { return mse_to_target(in[0], target); };
   auto kl = [&](const std::vector<Variable>& in) { return softmax_kl_to_target(in[0], target, 1.7); };
@@ -50,14 +50,14 @@ TEST(DistillLosses, Gradcheck) {
     EXPECT_TRUE(r.ok) << name << ": " << r.message;
 }
 
-TEST(DistillLosses, BadInputsAreErrors) {
+TEST(Divergences, BadInputsAreErrors) {
   const Tensor a = random_tensor({3, 4}, DType::f32, 1), b = random_tensor({4, 3}, DType::f32, 2);
   expect_error([&] { mse_to_target(Variable(a), b); }, {"mse_to_target", "one shape"});
   expect_error([&] { softmax_kl_to_target(Variable(a), a, 0.0); }, {"temperature must be > 0"});
   expect_error([&] { mean_row_cosine(Variable(a), Variable(b)); }, {"mean_row_cosine", "one shape"});
 }
 
-TEST(DistillLosses, F32InputsGiveF32ResultsNearTheF64Ones) {
+TEST(Divergences, F32InputsGiveF32ResultsNearTheF64Ones) {
   // The CPU reference accumulates in f64 whatever the input: f32 inputs match f64 inputs to f32 rounding.
   const Tensor s = random_tensor({5, 37}, DType::f64, 11, -4, 4), t = random_tensor({5, 37}, DType::f64, 12, -4, 4);
   const Tensor s32 = s.to(DType::f32).to(DType::f64), t32 = t.to(DType::f32).to(DType::f64);
@@ -73,7 +73,7 @@ TEST(DistillLosses, F32InputsGiveF32ResultsNearTheF64Ones) {
               mse_to_target(Variable(s32), t32).value().item(), 1e-6);
 }
 
-TEST(DistillLosses, KernelInputsAreChecked) {
+TEST(Divergences, KernelInputsAreChecked) {
   const Tensor a = random_tensor({3, 4}, DType::f32, 1), b = random_tensor({3, 4}, DType::f32, 2);
   const Tensor a64 = a.to(DType::f64), one = Tensor::full({}, 1.0, DType::f32);
   expect_error([&] { softmax_kl_forward(a, a64, 1.0); }, {"softmax_kl", "one floating dtype"});
@@ -100,7 +100,7 @@ TEST(DistillLosses, KernelInputsAreChecked) {
   expect_error([&] { row_cosine_backward(one, a, b, c.sums.view(Shape{9})); }, {"row_cosine_backward", "sums"});
 }
 
-TEST(DistillLosses, OneRowOfOneElement) {
+TEST(Divergences, OneRowOfOneElement) {
   // A single token of a one-word vocabulary: the two softmaxes are both 1, no divergence, no gradient.
   Variable x(Tensor::full({1, 1}, 3.0, DType::f64), true);
   const Variable kl = softmax_kl_to_target(x, Tensor::full({1, 1}, -5.0, DType::f64), 2.0);

@@ -1,4 +1,4 @@
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 
 #include <cmath>
 

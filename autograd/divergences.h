@@ -1,6 +1,6 @@
-// The losses of layer-by-layer distillation (DESIGN.md 4.4, train/distill/distill_objective.h): each reduces
-// a student activation against a fixed teacher tensor (or two gate tensors against each other) to
-// one element (F32; F64 for F64 inputs). The kernels (kernels/distill_losses/distill_losses.h) run on the inputs'
+// Divergences of one tensor from another, each reduced to one element: the losses of layer-by-layer
+// distillation (DESIGN.md 4.4, train/distill/distill_objective.h) of a student activation against a fixed
+// teacher tensor, and the row cosine of two tensors (DSLA's gate similarity). Each gives one element (F32; F64 for F64 inputs). The kernels (kernels/divergences/divergences.h) run on the inputs'
 // device: on a GPU the logits never leave it.
 #pragma once
 #include "autograd/variable.h"

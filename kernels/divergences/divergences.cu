@@ -1,4 +1,4 @@
-// CUDA distillation losses (kernels/distill_losses/distill_losses.h). softmax_kl: one block per row streams the
+// CUDA divergences (kernels/divergences/divergences.h). softmax_kl: one block per row streams the
 // student's and the teacher's row together once, each thread keeping an online softmax of both in
 // f32 registers (base 2: a running max and rescaled sum each) and the teacher-weighted sum of
 // t - s, so KL = E_p[t - s] / T - (lse_t - lse_s) needs neither softmax stored; the backward reads
@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "kernels/dispatch.h"
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/float_dispatch.h"
 #include "kernels/runtime/runtime.h"

@@ -1,4 +1,4 @@
-// CPU reference of the distillation losses: plain loops over rows, f64 accumulation whatever the
+// CPU reference of the divergences: plain loops over rows, f64 accumulation whatever the
 // input dtype (F32 or F64), one row per task where rows are independent; sums over rows run in order
 // on one thread, so results do not depend on the thread count.
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "kernels/cpu_support/parallel.h"
 #include "kernels/dispatch.h"
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 
 namespace fathom::cpu {
 

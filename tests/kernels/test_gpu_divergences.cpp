@@ -1,13 +1,13 @@
-// CUDA distillation losses against the CPU reference (kernels/distill_losses/distill_losses.h): softmax KL over
+// CUDA divergences against the CPU reference (kernels/divergences/divergences.h): softmax KL over
 // vocabularies of 100352, 50257 (rows at every alignment), 1003 and 1, a single row, mse, the row
 // cosine of gate-like rows with a row of zeros; f32 and bf16 inputs (f32 loss and statistics); the
 // autograd ops end to end; results that repeat bit for bit.
 #include <cmath>
 #include <string>
 
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 #include "autograd/engine.h"
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 #include "tests/support/gpu_test_util.h"
 
 using namespace fathom;
@@ -34,7 +34,7 @@ void expect_scalar_close(const Tensor& got, const Tensor& want, double rtol, dou
 
 }  // namespace
 
-TEST(GpuDistillLosses, SoftmaxKlMatchesTheCpu) {
+TEST(GpuDivergences, SoftmaxKlMatchesTheCpu) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 1;
   for (DType dt : {DType::f32, DType::bf16})
@@ -58,7 +58,7 @@ TEST(GpuDistillLosses, SoftmaxKlMatchesTheCpu) {
 
 // A student that starts one row into its storage: with an odd width its rows sit at another offset
 // within 16 bytes than the teacher's, so the kernels take their one-element-at-a-time path.
-TEST(GpuDistillLosses, RowsAtAnotherAlignmentThanTheirPartnersMatchTheCpu) {
+TEST(GpuDivergences, RowsAtAnotherAlignmentThanTheirPartnersMatchTheCpu) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 400;
   for (DType dt : {DType::f32, DType::bf16})
@@ -87,7 +87,7 @@ TEST(GpuDistillLosses, RowsAtAnotherAlignmentThanTheirPartnersMatchTheCpu) {
     }
 }
 
-TEST(GpuDistillLosses, SoftmaxKlOfNearbyRowsIsSmallAndAccurate) {
+TEST(GpuDivergences, SoftmaxKlOfNearbyRowsIsSmallAndAccurate) {
   FATHOM_REQUIRE_GPU();
   // A student close to its teacher (the case training reaches): the KL is small, and the kernel's
   // E_p[t - s] - (lse_t - lse_s) must not lose it to cancellation.
@@ -106,7 +106,7 @@ TEST(GpuDistillLosses, SoftmaxKlOfNearbyRowsIsSmallAndAccurate) {
   EXPECT_NEAR(softmax_kl_forward(t.to(kGpu), t.to(kGpu), 2.0).loss.to(Device::cpu()).item(), 0.0, 1e-5);
 }
 
-TEST(GpuDistillLosses, MseMatchesTheCpu) {
+TEST(GpuDivergences, MseMatchesTheCpu) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 100;
   // A layer output [B, T, d], one token, a size no grid divides, and more elements than the grid's threads.
@@ -121,7 +121,7 @@ TEST(GpuDistillLosses, MseMatchesTheCpu) {
     }
 }
 
-TEST(GpuDistillLosses, RowCosineMatchesTheCpu) {
+TEST(GpuDivergences, RowCosineMatchesTheCpu) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 200;
   for (DType dt : {DType::f32, DType::bf16})
@@ -151,7 +151,7 @@ TEST(GpuDistillLosses, RowCosineMatchesTheCpu) {
     }
 }
 
-TEST(GpuDistillLosses, AutogradOpsMatchTheCpuAndRepeat) {
+TEST(GpuDivergences, AutogradOpsMatchTheCpuAndRepeat) {
   FATHOM_REQUIRE_GPU();
   // The student's logits bf16 on the GPU, the teacher's f32 (cast to the student's dtype by the op).
   const GpuInput s = random_input({2, 3, 50257}, DType::bf16, 300, -6, 6);

@@ -1,10 +1,10 @@
-#include "autograd/distill_losses.h"
+#include "autograd/divergences.h"
 
 #include <cmath>
 
 #include "autograd/node.h"
 #include "core/error.h"
-#include "kernels/distill_losses/distill_losses.h"
+#include "kernels/divergences/divergences.h"
 
 namespace fathom {
 

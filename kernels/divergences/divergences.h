@@ -1,6 +1,5 @@
-// The kernels of the distillation losses (autograd/distill_losses.h, DESIGN.md 4.4): each reduces a
-// student tensor against a fixed teacher tensor (or two gate tensors against each other) to one
-// element, rows over the last dimension. The loss and per-row statistics are in
+// The kernels of the divergences (autograd/divergences.h, DESIGN.md 4.4): each reduces a student tensor
+// against a fixed teacher tensor (or two gate tensors against each other) to one element, rows over the last dimension. The loss and per-row statistics are in
 // stats_dtype(input) (F32 for F32/BF16, F64 for F64); gradients are in the input's dtype.
 //   softmax_kl: T^2 * mean over rows of KL(softmax(teacher / T) || softmax(student / T))
 //   mse:        mean over all elements of (x - target)^2
