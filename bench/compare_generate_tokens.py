@@ -24,6 +24,10 @@ def main():
     p.add_argument("--label", default="")
     p.add_argument("--min-tokens", type=int, default=32)
     a = p.parse_args()
+    for path, name in ((a.reference, a.names[0]), (a.other, a.names[1])):
+        if not os.path.exists(path):
+            print(f"MISSING: {a.names[1]} vs {a.names[0]}, {a.label}: {name} wrote no ids ({path})")
+            return 1
     ref, other = read_ids_lines(a.reference), read_ids_lines(a.other)
     if not ref:
         print(f"DISAGREE: {a.reference} holds no rows")
