@@ -1,47 +1,129 @@
 #!/usr/bin/env bash
-# fathom's generation against HF transformers' generate on the same weights, one after the other on the
-# same GPU (docs/DESIGN.md section 9). For each size: a fathom checkpoint of the size's initial weights
-# (one step at lr 1e-9 on the quickstart corpus, dolma2 tokenizer), exported with `fathom export` as the
-# HF folder both read; a 128-token prompt from Moby Dick; greedy decoding to exactly N new tokens at
-# each batch size: bench/bench_generate (fathom) and bench/hf_generate_reference.py (HF, static cache;
-# with HF_COMPILE=1 also torch.compile). Writes $OUT/generate.md.
-# Usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]   (SIZE: olmo2_190M, olmo2_1B; default both)
+# fathom's greedy decoding against the memory-bandwidth limit and against its peers, in one run on one GPU
+# on the same weights (docs/DESIGN.md section 9): bench/bench_generate (fathom), bench/gpt_fast_reference.py
+# (gpt-fast, its decode step compiled with torch.compile(mode="reduce-overhead"); Llama-shaped model only:
+# its model file is Llama's) and bench/hf_generate_reference.py (HF generate, static cache; with
+# HF_COMPILE=1 also torch.compile). Every row gives ms per decoding step, the bytes the step must read
+# (weights + KV cache at the steps' mean length, train/measure/decode_traffic.h) and % of roofline: those
+# bytes over the step time, over the copy bandwidth each process measures on the same GPU (a 1 GiB
+# device-to-device copy, read + write bytes counted).
+#
+# Sizes: olmo2_190M, olmo2_1B (fathom's ladder) and llama3_1B, Llama-3.2-1B's shape (d 2048, 16 layers,
+# GQA 32/8, FFN 8192, vocab 128256, tied head, RoPE theta 500000 with llama3 scaling). Each is trained by
+# fathom for TRAIN_STEPS steps on the quickstart corpus (dolma2 tokenizer) from its random init, so that its
+# greedy choices are decisive (a random model's near-ties would flip between bf16 kernels), and exported with
+# `fathom export --format hf` as the one folder all three systems read (fathom as hf:DIR). The prompt of
+# context C is Moby Dick's dolma2 ids cut at C. Grid: context CONTEXTS x batch BATCHES, NEW_TOKENS new tokens.
+# Greedy agreement: each peer's first NEW_TOKENS ids per context and batch against fathom's
+# (bench/compare_generate_tokens.py: AGREE, or DISAGREE at the first differing position).
+#
+# Usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]   (default: olmo2_190M olmo2_1B llama3_1B)
+#   BUILD: a CUDA build folder (fathom, bench/bench_generate). OUT: where generate.md and the logs go.
+#   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
+#   gpt-fast rows; without it they are left out and said so.
+# Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
+#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), GPTFAST_TUNING (off; on: Inductor's coordinate-descent
+#   tuning as gpt-fast's generate.py sets it, minutes more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu
+#   runs the fathom side of the plumbing on a machine without a GPU, e.g. with olmo2_14M and small grids).
+#
+# Device time, estimated for the H200 with the defaults (not yet measured): training and export 3 x ~20 s;
+# fathom 3 sizes x 6 cells x 7 generations, ~1 min; HF eager generate 3 x 6 cells x 8 generations, ~2 min;
+# gpt-fast's compile of the step (first cell, then once more with dynamic shapes) ~1.5 min plus its 6 cells
+# ~0.5 min; model loads ~0.5 min: about 7 minutes in all, the build not counted.
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 shift 2
 sizes=("$@")
-[ ${#sizes[@]} -gt 0 ] || sizes=(olmo2_190M olmo2_1B)
-N=${NEW_TOKENS:-256}
-mkdir -p "$OUT" /tmp/fathom-gen || exit 2
+[ ${#sizes[@]} -gt 0 ] || sizes=(olmo2_190M olmo2_1B llama3_1B)
+N=${NEW_TOKENS:-40}
+CONTEXTS=${CONTEXTS:-128,4096}
+BATCHES=${BATCHES:-1,8,32}
+TRAIN_STEPS=${TRAIN_STEPS:-30}
+REPEATS=${REPEATS:-}
+TUNING=${GPTFAST_TUNING:-off}
+DEVICE=${DEVICE:-cuda}
+work=/tmp/fathom-gen
+mkdir -p "$OUT" "$work" || exit 2
 fathom=$BUILD/fathom
-prompt=$(tr '\n' ' ' < data/corpus/quickstart/validation/moby_dick.txt | head -c 2000)
-"$fathom" tokenizer encode --tokenizer dolma2 "$prompt" | tr ' ' '\n' | head -128 | tr '\n' ' ' > /tmp/fathom-gen/ids.txt
+
+# The prompt: enough of Moby Dick for the longest context (about 5,600 ids from 24,000 characters).
+text=$(tr '\n' ' ' < data/corpus/quickstart/validation/moby_dick.txt | head -c 24000)
+"$fathom" tokenizer encode --tokenizer dolma2 "$text" > "$work/ids.txt" || { echo "tokenizing the prompt failed"; exit 1; }
+
+gpt_fast=""
+if [ -f .ref/gpt-fast.tar.gz ]; then
+  tar -xzf .ref/gpt-fast.tar.gz -C "$work" && [ -f "$work/gpt-fast/model.py" ] && gpt_fast=$work/gpt-fast
+fi
+
+# The model block of a size's recipe.
+model_yaml() {
+  case $1 in
+    llama3_1B)
+      echo "{d_model: 2048, n_layers: 16, n_heads: 32, n_kv_heads: 8, ffn_hidden: 8192, vocab_size: 128256," \
+           "norm: pre, qk_norm: false, tie_embeddings: true, norm_eps: 1.0e-5, rope_theta: 500000," \
+           "rope_scaling: {type: llama3, factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position: 8192}}"
+      ;;
+    *) echo "{size: $1}" ;;
+  esac
+}
+
+md=$OUT/generate.md
+agreement=$OUT/agreement.txt
+: > "$agreement"
 {
-  echo "# Generation: fathom vs HF transformers generate"
+  echo "# Generation: fathom, gpt-fast and HF transformers against the copy bandwidth"
   echo
-  echo "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${FATHOM_COMMIT:-unknown}, $(date +%Y-%m-%d); greedy, bf16, prompt 128 tokens, $N new tokens"
+  echo "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "$DEVICE"), commit ${FATHOM_COMMIT:-unknown}, $(date +%Y-%m-%d);" \
+       "greedy, bf16, prompt of C tokens (Moby Dick, dolma2), $N new tokens, models trained $TRAIN_STEPS steps" \
+       "from random init. MB/step: weights + KV cache at C + $((N / 2)) positions; % of roofline: (MB/step /" \
+       "ms/step) / the copy bandwidth measured by each process (1 GiB D2D copy, read + write counted)."
   echo
-  echo "| system | model | batch | prompt | new | prefill ms | prefill tok/s | decode ms/step | decode tok/s |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-} > "$OUT/generate.md"
+  python3 -c "import sys; sys.path.insert(0, 'bench'); import generate_bench_common as c; print(c.COLUMNS)"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+} > "$md"
+
 for size in "${sizes[@]}"; do
-  run=/tmp/fathom-gen/$size
-  cat > /tmp/fathom-gen/$size.yaml <<YAML
+  run=$work/$size
+  cat > "$work/$size.yaml" <<YAML
 name: gen-$size
-model: {size: $size}
+model: $(model_yaml "$size")
 data: {tokenizer: dolma2, train: [data/corpus/quickstart/train]}
-train: {device: cuda, batch_size: 1, seq_len: 256, steps: 1, optimizer: {lr: 1.0e-9}}
+train: {device: $DEVICE, batch_size: 8, seq_len: 256, steps: $TRAIN_STEPS, optimizer: {lr: 1.0e-3}, schedule: {warmup_steps: 5}}
 log: {dir: $run}
 YAML
-  "$fathom" train /tmp/fathom-gen/$size.yaml --overwrite > "$OUT/train_$size.log" 2>&1 || { tail -5 "$OUT/train_$size.log"; continue; }
+  "$fathom" train "$work/$size.yaml" --overwrite > "$OUT/train_$size.log" 2>&1 || { tail -5 "$OUT/train_$size.log"; continue; }
   "$fathom" export --format hf --checkpoint "$run" --out "$run-hf" --dtype bf16 --overwrite > /dev/null || continue
-  timeout 300 "$BUILD/bench/bench_generate" "$run" /tmp/fathom-gen/ids.txt "$N" 1 32 | tee -a "$OUT/generate.md"
-  timeout 400 python3 bench/hf_generate_reference.py "$run-hf" --ids /tmp/fathom-gen/ids.txt --max-new-tokens "$N" \
-    --batch 1 32 --label "$size" 2>"$OUT/hf_$size.err" | tee -a "$OUT/generate.md"
+  grid=(--ids "$work/ids.txt" --context "$CONTEXTS" --batch "$BATCHES" --new-tokens "$N" --label "$size")
+
+  timeout 240 "$BUILD/bench/bench_generate" "hf:$run-hf" "${grid[@]}" --repeats "${REPEATS:-5}" \
+    --tokens-out "$OUT/tokens_fathom_$size.txt" 2> "$OUT/fathom_$size.err" | tee -a "$md"
+
+  if [ "$size" = llama3_1B ]; then
+    if [ -n "$gpt_fast" ]; then
+      TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
+        --gpt-fast "$gpt_fast" "${grid[@]}" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
+        --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
+      python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
+        --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
+    else
+      echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
+    fi
+  fi
+
+  timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --repeats "${REPEATS:-3}" \
+    --tokens-out "$OUT/tokens_hf_$size.txt" 2> "$OUT/hf_$size.err" | tee -a "$md"
+  python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_hf_$size.txt" \
+    --names fathom HF --label "$size" --min-tokens 32 >> "$agreement"
   if [ "${HF_COMPILE:-0}" = 1 ]; then
-    timeout 400 python3 bench/hf_generate_reference.py "$run-hf" --ids /tmp/fathom-gen/ids.txt --max-new-tokens "$N" \
-      --batch 1 32 --label "$size" --compile 2>"$OUT/hf_compile_$size.err" | tee -a "$OUT/generate.md"
+    timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --repeats "${REPEATS:-3}" --compile \
+      2> "$OUT/hf_compile_$size.err" | tee -a "$md"
   fi
 done
-cat "$OUT/generate.md"
+{
+  echo
+  echo "## Greedy agreement (first $N new tokens, same weights and prompts)"
+  echo
+  sed 's/^/    /' "$agreement"
+} >> "$md"
+cat "$md"
