@@ -50,9 +50,9 @@ bool replay_equals_eager(const std::string& name, const ModelConfig& config, int
     const DecodeStep::Output a = by_eager.run(next);
     const Tensor a_logits = host_copy(a.logits), a_ids = host_copy(a.ids);
     const DecodeStep::Output g = by_graph.run(next);
-    EXPECT_TRUE(bitwise_equal(g.logits, a_logits)) << name << ": logits at length " << eager.length;
-    EXPECT_TRUE(bitwise_equal(g.ids, a_ids)) << name << ": ids at length " << eager.length;
-    EXPECT_EQ(graphed.length, eager.length) << name;
+    EXPECT_TRUE(bitwise_equal(g.logits, a_logits)) << name << ": logits at length " << eager.longest();
+    EXPECT_TRUE(bitwise_equal(g.ids, a_ids)) << name << ": ids at length " << eager.longest();
+    EXPECT_EQ(graphed.lengths, eager.lengths) << name;
     const std::vector<int32_t> chosen = a_ids.to_vector<int32_t>();
     next.assign(chosen.begin(), chosen.end());
   }
@@ -62,8 +62,8 @@ bool replay_equals_eager(const std::string& name, const ModelConfig& config, int
   const Tensor chunk_ids = Tensor::from_vector(chunk, {B, 2}).to(kGpu);
   EXPECT_TRUE(bitwise_equal(m.model.decode(chunk_ids, graphed).value(), m.model.decode(chunk_ids, eager).value()))
       << name << ": a chunk after the replays";
-  EXPECT_EQ(graphed.device_length.to(Device::cpu()).to_vector<int32_t>(),
-            std::vector<int32_t>{int32_t(graphed.length)});
+  EXPECT_EQ(graphed.device_lengths.to(Device::cpu()).to_vector<int32_t>(),
+            std::vector<int32_t>(graphed.lengths.begin(), graphed.lengths.end()));
   EXPECT_FALSE(by_eager.graphed());
   if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
   return by_graph.graphed();
@@ -146,7 +146,7 @@ TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   for (int i = 0; i < 3; ++i) step.run({int32_t(10 + i)});
   EXPECT_FALSE(step.graphed());
   EXPECT_NE(step.eager_reason().find("could not be captured"), std::string::npos) << step.eager_reason();
-  EXPECT_EQ(state.length, 6);
+  EXPECT_EQ(state.longest(), 6);
 }
 
 TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {
