@@ -2,11 +2,13 @@
 // only when replayed, and memory it freed is not handed out while the graph lives; a capture that
 // needs the host fails cleanly. A replayed decoding step equals the eager step bit for bit, at every
 // step, as the cache grows past tile and split boundaries, for OLMo2, Llama-style, head dim 128, MoDA
-// and dsla hybrids at batch 1 to 3; the caches the replays wrote then read the same as the eager ones.
+// and dsla hybrids at batch 1 to 3, and for ragged batches whose sequences hold different lengths; the
+// caches the replays wrote then read the same as the eager ones.
 // Head dim 16 (decode attention's host reference) cannot be captured and stays eager with the same
 // results; sampling gives the same tokens with and without graphs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,19 +32,10 @@ constexpr uint64_t kSeed = 17;
 
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
 
-// Two states read the same prompt; then one steps eagerly and one through a graph, on the same tokens
+// Two states that read the same prompts step, one eagerly and one through a graph, on the same tokens
 // (the eager side's greedy choices). Returns whether the graphed side replayed.
-bool replay_equals_eager(const std::string& name, const ModelConfig& config, int64_t B, int64_t P, int64_t steps,
-                         int64_t capacity) {
-  GpuModel m(config, kSeed);
-  NoGrad no_grad;
-  std::vector<int32_t> prompt(static_cast<size_t>(B * P));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 257);
-  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, P}).to(kGpu);
-  DecodeState eager = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
-  DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
-  m.model.decode(prompt_ids, eager);
-  m.model.decode(prompt_ids, graphed);
+bool steps_equal(const std::string& name, const GpuModel& m, DecodeState& eager, DecodeState& graphed, int64_t steps) {
+  const int64_t B = eager.batch;
   DecodeStep by_eager(m.model, eager, true, false), by_graph(m.model, graphed, true, true);
   std::vector<int32_t> next(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) next[size_t(b)] = int32_t(b * 5 + 40);
@@ -67,6 +60,45 @@ bool replay_equals_eager(const std::string& name, const ModelConfig& config, int
   EXPECT_FALSE(by_eager.graphed());
   if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
   return by_graph.graphed();
+}
+
+// B sequences read a prompt of P tokens each, then steps_equal.
+bool replay_equals_eager(const std::string& name, const ModelConfig& config, int64_t B, int64_t P, int64_t steps,
+                         int64_t capacity) {
+  GpuModel m(config, kSeed);
+  NoGrad no_grad;
+  std::vector<int32_t> prompt(static_cast<size_t>(B * P));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 257);
+  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, P}).to(kGpu);
+  DecodeState eager = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  m.model.decode(prompt_ids, eager);
+  m.model.decode(prompt_ids, graphed);
+  return steps_equal(name, m, eager, graphed, steps);
+}
+
+// A ragged batch: prompts of `lengths` tokens, each prefilled alone and taken into its row, then
+// steps_equal.
+bool ragged_replay_equals_eager(const std::string& name, const ModelConfig& config, const std::vector<int64_t>& lengths,
+                                int64_t steps) {
+  GpuModel m(config, kSeed);
+  NoGrad no_grad;
+  const int64_t B = int64_t(lengths.size());
+  const int64_t capacity = *std::max_element(lengths.begin(), lengths.end()) + steps + 2;
+  DecodeState eager = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t P = lengths[size_t(b)];
+    std::vector<int32_t> prompt(static_cast<size_t>(P));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + size_t(b) * 7 + 3) % 257);
+    DecodeState one = m.model.start_decoding(1, P, DType::bf16, kGpu);
+    m.model.decode(Tensor::from_vector(prompt, {1, P}).to(kGpu), one);
+    eager.take_sequence(b, one);
+    graphed.take_sequence(b, one);
+  }
+  EXPECT_EQ(graphed.device_lengths.to(Device::cpu()).to_vector<int32_t>(),
+            std::vector<int32_t>(lengths.begin(), lengths.end()));
+  return steps_equal(name, m, eager, graphed, steps);
 }
 
 }  // namespace
@@ -131,6 +163,21 @@ TEST(GpuDecodeStep, AReplayedStepEqualsTheEagerStepBitForBit) {
       "moda/extra_reader",
       gpu_small("pre", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader}), 2, 20, 6,
       64);
+}
+
+// Sequences at their own lengths (1 to 130: one tile, a tile tail, several splits) replay as a graph too.
+TEST(GpuDecodeStep, ARaggedBatchReplaysBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  EXPECT_TRUE(ragged_replay_equals_eager("olmo2/ragged", gpu_small("post", true), {1, 9, 130, 63}, 8));
+  ModelConfig d128 = gpu_small("post", true);
+  d128.d_model = 256, d128.n_heads = 2, d128.n_kv_heads = 1;
+  EXPECT_TRUE(ragged_replay_equals_eager("olmo2/d128/ragged", d128, {70, 2, 5}, 6));
+  ModelConfig hybrid = gpu_small("pre", false);
+  hybrid.layers = {"attention", "dsla", "attention"};
+  hybrid.options.get<DslaConfig>() = {.states = 1, .gamma = DslaGamma::layer};
+  EXPECT_TRUE(ragged_replay_equals_eager("dsla/ragged", hybrid, {3, 40, 1}, 6));
+  ragged_replay_equals_eager("moda/ragged", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv}),
+                             {12, 1, 33}, 5);
 }
 
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
