@@ -179,7 +179,7 @@ TEST(GenerateCli, PromptsFileDecodesEachLineAsOneBatch) {
   EXPECT_TRUE(first == 0 && last != std::string::npos && last > samples.find("=== prompt 2, sample 2 ===")) << samples;
 
   auto refused = [&](const std::string& arguments, const std::string& message) {
-    EXPECT_EQ(run_fathom(dir, "generate" + run + " " + arguments), 1) << arguments;
+    EXPECT_NE(run_fathom(dir, "generate" + run + " " + arguments), 0) << arguments;
     const std::string err = read_bytes(dir / "err.txt");
     EXPECT_NE(err.find(message), std::string::npos) << arguments << ": " << err;
   };
