@@ -14,14 +14,39 @@ namespace fathom {
 namespace {
 
 struct KVCache final : MixerCache {
-  Tensor k, v;       // [B, Hk, capacity, d]
-  int64_t held = 0;  // positions written
+  Tensor k, v;                // [B, Hk, capacity, d]
+  std::vector<int64_t> held;  // per sequence: positions written
   size_t bytes() const override { return k.nbytes() + v.nbytes(); }
   size_t bytes_per_position() const override { return bytes() / size_t(k.dim(2)); }
-  int64_t length() const override { return held; }
-  // With MixerInputs::device_past (GPU decoding) the writes and reads take their position from it.
+  int64_t length() const override { return *std::max_element(held.begin(), held.end()); }
+  bool uniform() const {
+    return std::all_of(held.begin(), held.end(), [&](int64_t n) { return n == held[0]; });
+  }
+  // With MixerInputs::device_past the writes and reads take each sequence's position from it.
   bool replayable() const override { return true; }
-  void set_length(int64_t positions) override { held = positions; }
+  void set_lengths(const std::vector<int64_t>& positions) override {
+    FATHOM_CHECK(positions.size() == held.size(), "KV cache: ", positions.size(), " lengths for ", held.size(),
+                 " sequences");
+    held = positions;
+  }
+  // Sequence 0's keys and values, each head's one contiguous run, into row `row`.
+  void copy_sequence(int64_t row, const MixerCache& single) override {
+    const auto* one = dynamic_cast<const KVCache*>(&single);
+    FATHOM_CHECK(one && one->k.dim(0) == 1, "KV cache: a sequence is taken from a one-sequence KV cache");
+    const int64_t B = k.dim(0), Hk = k.dim(1), capacity = k.dim(2), d = k.dim(3), n = one->held[0];
+    const int64_t one_capacity = one->k.dim(2);
+    FATHOM_CHECK(row >= 0 && row < B, "KV cache: row ", row, " outside the batch of ", B);
+    FATHOM_CHECK(
+        one->k.dim(1) == Hk && one->k.dim(3) == d && one->k.dtype() == k.dtype() && one->k.device() == k.device(),
+        "KV cache: ", describe(one->k), " does not fit ", describe(k), " (heads, head dim, dtype, device)");
+    FATHOM_CHECK(n <= capacity, "KV cache: a sequence of ", n, " positions exceeds the capacity of ", capacity);
+    for (auto [to, from] : {std::pair<Tensor*, const Tensor*>{&k, &one->k}, {&v, &one->v}})
+      for (int64_t h = 0; h < Hk && n > 0; ++h)
+        to->view({B * Hk * capacity, d})
+            .narrow((row * Hk + h) * capacity, n)
+            .copy_from(from->view({Hk * one_capacity, d}).narrow(h * one_capacity, n));
+    held[size_t(row)] = n;
+  }
 };
 
 }  // namespace
@@ -63,10 +88,11 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
   // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
   // later ones read the cache.
   KVCache* cache = static_cast<KVCache*>(inputs.cache);
-  const int64_t past = cache ? cache->held : 0;
-  // On a GPU the position comes from the device (inputs.device_past, equal to `past`), so the
-  // step can be replayed as a CUDA graph at later positions.
+  // The positions come from inputs.device_past (each sequence's count, equal to cache->held), so a GPU
+  // step can be replayed as a CUDA graph at later positions and the sequences of a ragged batch write
+  // and read at their own lengths. Without it (MoD's one-sequence block caches) from the host.
   const Tensor* device_past = cache ? inputs.device_past : nullptr;
+  const int64_t past = cache ? cache->length() : 0;  // the longest sequence's, before this step
   if (cache) {
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
@@ -75,10 +101,13 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
       kv_cache_write(cache->k, k.value().to(cache->k.dtype()), *device_past);
       kv_cache_write(cache->v, v.value().to(cache->v.dtype()), *device_past);
     } else {
+      FATHOM_CHECK(cache->uniform(),
+                   "decode: the sequences of this KV cache hold different lengths; their positions must come from "
+                   "MixerInputs::device_past");
       kv_cache_write(cache->k, k.value().to(cache->k.dtype()), past);
       kv_cache_write(cache->v, v.value().to(cache->v.dtype()), past);
     }
-    cache->held += T;
+    for (int64_t& held : cache->held) held += T;
   }
   if (report.wants(kAttentionEntropyTap)) {
     FATHOM_CHECK(!depth, "attention entropy taps read the sequence softmax only; this model has MoDA depth reads");
@@ -90,7 +119,7 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
     const DType kernel_dtype = cache->k.dtype();
     const Tensor q_value = q.value().to(kernel_dtype);
     o = Variable((device_past ? decode_attention(q_value, cache->k, cache->v, *device_past, slots, scale)
-                              : decode_attention(q_value, cache->k, cache->v, cache->held, slots, scale))
+                              : decode_attention(q_value, cache->k, cache->v, past + T, slots, scale))
                      .to(q.dtype()));
   } else if (depth) {
     o = depth->attend(q, k, v, begin, written, scale, key_norm);
@@ -122,6 +151,7 @@ LayerCost Attention::cost(const CostQuery& query) const {
 
 std::unique_ptr<MixerCache> Attention::make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const {
   auto cache = std::make_unique<KVCache>();
+  cache->held.assign(size_t(batch), 0);
   cache->k = Tensor::empty({batch, n_kv_heads_, capacity, head_dim_}, dtype, device);
   cache->v = Tensor::empty({batch, n_kv_heads_, capacity, head_dim_}, dtype, device);
   return cache;

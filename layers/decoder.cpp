@@ -107,6 +107,12 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
   return out;
 }
 
+int64_t DecodeState::longest() const { return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()); }
+
+int64_t DecodeState::shortest() const {
+  return lengths.empty() ? 0 : *std::min_element(lengths.begin(), lengths.end());
+}
+
 size_t DecodeState::bytes() const {
   size_t total = 0;
   for (const auto& cache : layers) total += cache->bytes();
@@ -125,20 +131,38 @@ bool DecodeState::replayable() const {
   return true;
 }
 
-void DecodeState::set_length(int64_t positions) {
-  FATHOM_CHECK(positions >= 0 && positions <= capacity, "decoding state: length ", positions,
-               " outside its capacity of ", capacity);
-  for (const auto& cache : layers) cache->set_length(positions);
-  length = positions;
+void DecodeState::set_lengths(const std::vector<int64_t>& positions) {
+  FATHOM_CHECK(int64_t(positions.size()) == batch, "decoding state: ", positions.size(), " lengths for a batch of ",
+               batch);
+  for (int64_t n : positions)
+    FATHOM_CHECK(n >= 0 && n <= capacity, "decoding state: length ", n, " outside its capacity of ", capacity);
+  for (const auto& cache : layers) cache->set_lengths(positions);
+  lengths = positions;
+}
+
+void DecodeState::take_sequence(int64_t row, const DecodeState& single) {
+  FATHOM_CHECK(single.batch == 1 && single.layers.size() == layers.size(),
+               "decoding state: a sequence is taken from a one-sequence state of the same model, got a batch of ",
+               single.batch, " with ", single.layers.size(), " layers for ", layers.size());
+  FATHOM_CHECK(row >= 0 && row < batch, "decoding state: row ", row, " outside the batch of ", batch);
+  FATHOM_CHECK(single.lengths[0] <= capacity, "decoding state: a sequence of ", single.lengths[0],
+               " positions exceeds the capacity of ", capacity);
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->copy_sequence(row, *single.layers[i]);
+  lengths[size_t(row)] = single.lengths[0];
+  const std::vector<int32_t> counts(lengths.begin(), lengths.end());
+  device_lengths.copy_from(Tensor::from_vector(counts, {batch}));
 }
 
 DecodeState Decoder::start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const {
   FATHOM_CHECK(batch >= 1 && capacity >= 1, "decoding needs batch and capacity >= 1, got ", batch, " and ", capacity);
+  FATHOM_CHECK(capacity < (int64_t(1) << 31), "decoding: a capacity of ", capacity,
+               " positions exceeds the I32 positions' 2^31 - 1");
   DecodeState state;
   state.batch = batch;
   state.capacity = capacity;
+  state.lengths.assign(size_t(batch), 0);
   for (const auto& block : model_.layers) state.layers.push_back(block->make_cache(batch, capacity, dtype, device));
-  if (device.is_cuda()) state.device_length = Tensor::zeros({1}, DType::i32, device);
+  state.device_lengths = Tensor::zeros({batch}, DType::i32, device);
   return state;
 }
 
@@ -146,14 +170,13 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   FATHOM_CHECK(ids.rank() == 2 && ids.dim(0) == state.batch && ids.dim(1) >= 1, "decode: ids must be [", state.batch,
                ", Tq >= 1] for this state, got ", describe(ids));
   const int64_t T = ids.dim(1);
-  FATHOM_CHECK(state.length + T <= state.capacity, "decode: ", T, " more positions after ", state.length,
+  FATHOM_CHECK(state.longest() + T <= state.capacity, "decode: ", T, " more positions after ", state.longest(),
                " exceed the cache's capacity of ", state.capacity);
-  // On a GPU the positions come from the device-held length (a replayed step finds its own there).
-  const bool on_device = state.device_length.defined();
-  FATHOM_CHECK(!on_device || state.device_length.device() == ids.device(), "decode: ids ", describe(ids),
-               " are not on the decoding state's device ", state.device_length.device().str());
-  const Tensor positions =
-      on_device ? positions_after(state.device_length, T) : positions_from(state.length, T, ids.device());
+  FATHOM_CHECK(state.device_lengths.device() == ids.device(), "decode: ids ", describe(ids),
+               " are not on the decoding state's device ", state.device_lengths.device().str());
+  // Each sequence's positions come from its count on the state's device (a replayed step finds its
+  // own there): [T] for one sequence, [B, T] for more.
+  const Tensor positions = positions_after(state.device_lengths, T);
   Variable h = model_.embed_tokens.forward(ids);
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
@@ -161,11 +184,11 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   for (int64_t i = 0; i < L; ++i) {
     MixerInputs inputs{positions, depth.get(), i + 1 < L};
     inputs.cache = state.layers[size_t(i)].get();
-    inputs.device_past = on_device ? &state.device_length : nullptr;
+    inputs.device_past = &state.device_lengths;
     h = model_.layers[size_t(i)]->forward(h, inputs, LayerReport());
   }
-  state.length += T;
-  if (on_device) advance_positions(state.device_length, T);
+  for (int64_t& n : state.lengths) n += T;
+  advance_positions(state.device_lengths, T);
   return model_.norm.forward(h);
 }
 

@@ -42,19 +42,30 @@ struct ModelOutput {
 };
 
 // Incremental decoding's state: every layer's cache for a batch of sequences, and how many positions
-// they hold (the same for every sequence).
+// each sequence holds. A batch of prompts of different lengths (a ragged batch) keeps different counts:
+// each sequence writes its keys at its own position, attends over its own length and rotates by its
+// own RoPE positions, so its tokens are those it would get decoded alone.
 struct DecodeState {
   std::vector<std::unique_ptr<MixerCache>> layers;
-  int64_t batch = 0, capacity = 0, length = 0;
-  // On a GPU: `length` on the device too, I32 [1], which the step's kernels read (MixerInputs::
-  // device_past), so a step can be replayed as a CUDA graph. Undefined on the CPU.
-  Tensor device_length;
+  int64_t batch = 0, capacity = 0;
+  std::vector<int64_t> lengths;  // per sequence: the positions it holds
+  // `lengths` as I32 [batch] on the state's device (host memory on the CPU), which the step's kernels
+  // read (MixerInputs::device_past): on a GPU a step finds its positions there, so it can be replayed
+  // as a CUDA graph.
+  Tensor device_lengths;
+  int64_t longest() const;            // the most positions a sequence holds
+  int64_t shortest() const;           // the fewest
   size_t bytes() const;               // what the caches hold on the device
   size_t bytes_per_position() const;  // what each cached position costs, summed over the layers
   // Whether every layer's state can be replayed (MixerCache::replayable).
   bool replayable() const;
-  // A replayed step's host-side bookkeeping: length and every layer's count become `positions`.
-  void set_length(int64_t positions);
+  // A replayed step's host-side bookkeeping: every sequence's count, and every layer's, become
+  // `positions` (one per sequence); the device's counts are the replay's to move.
+  void set_lengths(const std::vector<int64_t>& positions);
+  // Takes sequence 0 of `single`, a one-sequence state of the same model that has read a prompt alone,
+  // as sequence `row`: every layer's cache (MixerCache::copy_sequence) and its count. How a ragged batch
+  // is prefilled.
+  void take_sequence(int64_t row, const DecodeState& single);
 };
 
 class Decoder : public Module {
@@ -70,9 +81,9 @@ class Decoder : public Module {
   // Caches for decoding `batch` sequences of up to `capacity` positions, in `dtype` on `device` (the
   // activations' dtype: BF16 with a mixed-precision arena, else F32).
   DecodeState start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const;
-  // Reads the next ids [batch, Tq] of every sequence at positions state.length .. + Tq - 1 and
+  // Reads the next ids [batch, Tq] of every sequence b at positions state.lengths[b] .. + Tq - 1 and
   // extends the caches by them; returns the final norm's output for them [batch, Tq, d]. Each
-  // position sees exactly what a forward over the whole sequence would (the first call reads the
+  // position sees exactly what a forward over its whole sequence would (the first call reads the
   // prompt as training does). No gradient: run under NoGrad.
   Variable decode(const Tensor& ids, DecodeState& state) const;
   // Each block's training cost per token for sequences of seq_len (the memory plan and MFU sum these).

@@ -16,12 +16,27 @@ constexpr double kGateScale = 1.0 / 16;
 
 struct DslaCache final : MixerCache {
   DslaState state;  // s1, s2 [B, H, d, d] F32 (s2 undefined with one state)
+  // The longest sequence's positions: 0 until a prompt has made the states (a state does not depend on
+  // how many positions it summarises, so one count serves every sequence).
   int64_t length = 0;
   size_t bytes() const override { return state.s1.nbytes() + (state.s2.defined() ? state.s2.nbytes() : 0); }
   size_t bytes_per_position() const override { return 0; }
   // After the prompt the states stay where they are and each step updates them in place.
   bool replayable() const override { return length > 0; }
-  void set_length(int64_t positions) override { length = positions; }
+  void set_lengths(const std::vector<int64_t>& positions) override {
+    length = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+  }
+  // Sequence 0's states into row `row`: the states are the whole of what a sequence keeps.
+  void copy_sequence(int64_t row, const MixerCache& single) override {
+    const auto* one = dynamic_cast<const DslaCache*>(&single);
+    FATHOM_CHECK(one && one->state.s1.defined() && one->state.s1.dim(0) == 1 && state.s1.defined(),
+                 "dsla state: a sequence is taken from a one-sequence dsla state that has read a prompt");
+    FATHOM_CHECK(row >= 0 && row < state.s1.dim(0), "dsla state: row ", row, " outside the batch of ", state.s1.dim(0));
+    FATHOM_CHECK(one->state.s2.defined() == state.s2.defined(), "dsla state: the states' counts differ");
+    state.s1.narrow(row, 1).copy_from(one->state.s1);
+    if (state.s2.defined()) state.s2.narrow(row, 1).copy_from(one->state.s2);
+    length = std::max(length, one->length);
+  }
 };
 
 }  // namespace

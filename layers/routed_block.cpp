@@ -36,6 +36,13 @@ struct RoutedCache final : MixerCache {
     for (const auto& s : sequences) total += s->length();
     return total;
   }
+  void copy_sequence(int64_t row, const MixerCache& single) override {
+    const auto* one = dynamic_cast<const RoutedCache*>(&single);
+    FATHOM_CHECK(one && one->sequences.size() == 1, "routed block: a sequence is taken from a one-sequence cache");
+    FATHOM_CHECK(row >= 0 && row < int64_t(sequences.size()), "routed block: row ", row, " outside the batch of ",
+                 sequences.size());
+    sequences[size_t(row)]->copy_sequence(0, *one->sequences[0]);
+  }
 };
 
 // F32 [B, S]: 1 where idx chose the token, else 0.

@@ -4,8 +4,14 @@
 
 namespace fathom {
 
-void MixerCache::set_length(int64_t) {
+void MixerCache::set_lengths(const std::vector<int64_t>&) {
   FATHOM_FAIL("this decoding state cannot be replayed (replayable() is false), so its length is not set from outside");
+}
+
+void MixerCache::copy_sequence(int64_t, const MixerCache&) {
+  FATHOM_FAIL(
+      "this layer kind's decoding state cannot take a sequence prefilled alone (MixerCache::copy_sequence), so it "
+      "decodes one prompt at a time; a batch of different prompts needs it");
 }
 
 LayerCost& LayerCost::operator+=(const LayerCost& other) {

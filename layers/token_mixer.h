@@ -17,21 +17,27 @@
 namespace fathom {
 
 // What a mixer keeps between decoding steps (attention: its KV cache; DSLA: its states). Made by the
-// mixer for a batch and a capacity in positions, before the prompt is read.
+// mixer for a batch and a capacity in positions, before the prompt is read. Each sequence of the batch
+// holds its own number of positions (a batch of prompts of different lengths).
 class MixerCache {
  public:
   virtual ~MixerCache() = default;
   virtual size_t bytes() const = 0;               // device bytes it holds
   virtual size_t bytes_per_position() const = 0;  // what each cached position costs (0: constant state)
-  // Positions the state holds (0 for kinds whose state does not grow with them).
+  // Positions the state holds: the longest sequence's (0 for kinds whose state does not grow with them).
   virtual int64_t length() const { return 0; }
   // Whether a decoding step of one token per sequence over this state can be captured once as a CUDA
-  // graph and replayed (train/generate/decode_step.h): its kernels find the step's position in
+  // graph and replayed (train/generate/decode_step.h): its kernels find each sequence's position in
   // MixerInputs::device_past, keep the state at fixed addresses, and the only host-side state is
-  // the count of positions, which a replay moves on with set_length().
+  // the counts of positions, which a replay moves on with set_lengths().
   virtual bool replayable() const { return false; }
-  // Only for replayable states: the host's count of positions held.
-  virtual void set_length(int64_t positions);
+  // Only for replayable states: the host's counts of positions held, one per sequence.
+  virtual void set_lengths(const std::vector<int64_t>& positions);
+  // Takes sequence 0 of `single` (a cache this mixer made for a batch of 1, which has read a prompt
+  // alone) as sequence `row` of this batch: what a ragged batch is prefilled with, one prompt at a
+  // time (train/generate/generator.h). The default refuses: a kind without it decodes batches of one
+  // prompt only.
+  virtual void copy_sequence(int64_t row, const MixerCache& single);
 };
 
 // What a layer reads besides its input. Where it reports (losses, taps) is its LayerReport.
@@ -42,9 +48,11 @@ struct MixerInputs {
   // Decoding: this layer's state, holding every earlier position of the batch; the input is the next
   // positions (`positions` gives their absolute indices) and the mixer extends the state by them.
   MixerCache* cache = nullptr;
-  // Decoding on a GPU: the positions the state held before this step, I32 [1] on the device (the
-  // decoding state's; kernels/attention/kv_cache.h). Kernels that depend on the position read it there rather
-  // than take it from the host, so the step can be replayed as a CUDA graph. Null elsewhere.
+  // Decoding: the positions each sequence held before this step, I32 [B] on the decoding state's device
+  // (host memory on the CPU; kernels/attention/kv_cache.h). Kernels that depend on the positions read
+  // them there rather than take them from the host, so a GPU step can be replayed as a CUDA graph, and
+  // each sequence of a ragged batch writes and reads at its own length. Null outside decoding, and for
+  // caches whose counts the layer keeps itself (MoD's per-sequence block caches).
   const Tensor* device_past = nullptr;
   // Evaluate as decoding decides: a layer whose training forward looks ahead along the sequence (MoD's
   // top-k routing) decides per token instead. Decoding (a cache) always does.

@@ -54,9 +54,11 @@ void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const au
 
 unsigned tiles(int64_t rows) { return unsigned((rows + fp::kTile - 1) / fp::kTile); }
 
-// The forward over a key buffer of `key_capacity` rows laid out as `kv`; `keys` or `past` as in ForwardArgs.
+// The forward over a key buffer of `key_capacity` rows laid out as `kv`; `keys` or `past` (of past_rows
+// entries) as in ForwardArgs.
 void run_forward(const FlashShape& s, const float* q, const float* k, const float* v, float* o, float* lse,
-                 fp::KeyLayout kv, int64_t keys, const int32_t* past, int64_t key_capacity, cudaStream_t stream) {
+                 fp::KeyLayout kv, int64_t keys, const int32_t* past, int64_t past_rows, int64_t key_capacity,
+                 cudaStream_t stream) {
   const fp::ForwardArgs a{q,
                           k,
                           v,
@@ -70,7 +72,8 @@ void run_forward(const FlashShape& s, const float* q, const float* k, const floa
                           int(keys),
                           past,
                           int(key_capacity),
-                          float(s.scale)};
+                          float(s.scale),
+                          int(past_rows)};
   const dim3 grid(tiles(s.T), unsigned(s.Hq), unsigned(s.B));
   dispatch_columns(s.d, [&]<int C>() { launch(fp::forward_kernel<C>, grid, fp::forward_smem_bytes(a.d), stream, a); });
 }
@@ -84,7 +87,7 @@ void fp32_attention_forward(const Fp32AttentionParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   check_shape(op, s);
   check_floats(op, {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"o", p.o}, {"lse", p.lse}});
-  run_forward(s, p.q, p.k, p.v, p.o, p.lse, sequence_layout(s), s.T, nullptr, s.T, stream);
+  run_forward(s, p.q, p.k, p.v, p.o, p.lse, sequence_layout(s), s.T, nullptr, 1, s.T, stream);
 }
 
 void fp32_attention_backward(const Fp32AttentionBackwardParams& p, cudaStream_t stream) {
@@ -156,7 +159,8 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const char* op = "decode_attention (cuda, fp32)";
   const Device device = q.device();
   check_attention_tensors(op, {{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}, DType::f32, device, kComputes);
-  if (past) check_device_tensor(op, "past", *past, DType::i32, device, "the position count is I32 [1] on q's device");
+  if (past)
+    check_device_tensor(op, "past", *past, DType::i32, device, "the position counts are I32 [1] or [B] on q's device");
   check_current_device(op, device);
   const int64_t Hk = k_cache.dim(1), capacity = k_cache.dim(2), d = q.dim(3);
   const FlashShape s{q.dim(0), q.dim(1), q.dim(2), Hk, d, scale};
@@ -165,7 +169,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   Tensor o = Tensor::empty(q.shape(), DType::f32, device);
   const fp::KeyLayout cache_layout{Hk * capacity * d, capacity * d, d};
   run_forward(s, q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), o.data<float>(), nullptr, cache_layout,
-              length, past ? past->data<int32_t>() : nullptr, capacity, stream_for(device));
+              length, past ? past->data<int32_t>() : nullptr, past ? past->numel() : 1, capacity, stream_for(device));
   return o;
 }
 

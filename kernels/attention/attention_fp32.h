@@ -53,8 +53,9 @@ AttentionForwardKernel attention_forward_fp32;
 AttentionBackwardKernel attention_backward_fp32;
 
 // Decode attention (kernels/attention/decode_attention.h) in fp32 without depth slots: q [B, Tq, Hq, d]
-// reads the KV caches [B, Hk, capacity, d] up to `length`, or up to past[0] + Tq read on the device (I32
-// [1]; at most the capacity), so that a decoding step replays as a CUDA graph. The caller has checked the
+// reads the KV caches [B, Hk, capacity, d] up to `length`, or sequence b up to past_b + Tq read on the
+// device (past I32 [1]: past_b = past[0]; I32 [B]: past[b]; at most the capacity), so that a decoding
+// step replays as a CUDA graph. The caller has checked the
 // shapes and the length against the capacity.
 Tensor decode_attention_fp32(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                              double scale);

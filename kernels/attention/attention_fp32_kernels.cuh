@@ -32,9 +32,10 @@ struct ForwardArgs {
   KeyLayout kv;
   int Tq, Hq, G, d;
   int keys;             // keys to attend over, when `past` is null
-  const int32_t* past;  // when set: keys = min(past[0] + Tq, key_capacity), read on the device
+  const int32_t* past;  // when set: keys = min(past_b + Tq, key_capacity), read on the device
   int key_capacity;     // key rows the buffers hold
   float scale;
+  int past_rows = 1;  // past's entries: 1 (past_b = past[0] for every b) or B (past_b = past[b])
 };
 
 struct BackwardArgs {
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs a) {
   float* scores = vs + kTile * P;  // [kTile][kTile]
   const int h = blockIdx.y, b = blockIdx.z, row0 = blockIdx.x * kTile;
   const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
-  const int keys = a.past ? min(a.past[0] + a.Tq, a.key_capacity) : a.keys;
+  const int keys = a.past ? min(a.past[a.past_rows > 1 ? b : 0] + a.Tq, a.key_capacity) : a.keys;
   const int t = row0 + r, position = keys - a.Tq + t;
   const bool row_valid = t < a.Tq;
 

@@ -61,20 +61,18 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale) {
-  FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.shape() == Shape{1}, kOp,
-               ": the position count must be I32 [1], got ", past.defined() ? describe(past) : "an undefined tensor");
   FATHOM_CHECK(q.defined() && k_cache.defined() && k_cache.rank() == 4, kOp,
                ": q and a [B, Hk, capacity, d] k_cache are needed");
-  // Every check but the length's, which only the device knows: for it, the longest the cache holds.
+  const int64_t B = q.rank() >= 1 ? q.dim(0) : 0;
+  FATHOM_CHECK(
+      past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && (past.dim(0) == 1 || past.dim(0) == B), kOp,
+      ": the position counts must be I32 [1] or I32 [B] = [", B, "], got ",
+      past.defined() ? describe(past) : "an undefined tensor");
+  // Every check but the lengths', which only the device knows: for them, the longest the cache holds.
   check_arguments(q, k_cache, v_cache, k_cache.dim(2), depth, scale);
   const Device device = common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v, &past});
-  Tensor o = on_device<DecodeAttentionPastKernel>(kOp, device, FATHOM_KERNEL(run_decode_attention), q, k_cache, v_cache,
-                                                  past, depth, scale);
-  if (o.defined()) return o;
-  // No kernel reads the count on the device: it is read on the host (a copy and a wait, which a graph
-  // capture refuses).
-  return decode_attention(q, k_cache, v_cache, int64_t(past.to(Device::cpu()).data<int32_t>()[0]) + q.dim(1), depth,
-                          scale);
+  return on_device<DecodeAttentionPastKernel>(kOp, device, FATHOM_KERNEL(run_decode_attention), q, k_cache, v_cache,
+                                              past, depth, scale);
 }
 
 }  // namespace fathom

@@ -51,20 +51,25 @@ struct DecodeArgs {
   int64_t capacity, length;
   int64_t chunk;  // cache positions per split, a multiple of kTileKeys
   int splits, row_blocks;
+  int part_splits;  // the partials' room per (b, hk): the grid's splits (a row's own may be fewer)
   int S, slot_begin, slot_end;
   float scale_log2;  // scale * log2(e)
   // A decoding step captured as a CUDA graph: the positions held before the step, read at run time
-  // (length = *past + Tq); then chunk and splits follow from it on the device as plan_splits() would
-  // make them on the host, the grid holding the most splits any length up to capacity takes (null:
-  // length, chunk and splits as given).
+  // (sequence b's length = past[b] + Tq, or past[0] + Tq for every b when past_rows is 1); then chunk
+  // and splits follow from it on the device as plan_splits() would make them on the host, the grid
+  // holding the most splits any length up to capacity takes (null: length, chunk and splits as given).
   const int32_t* past;
+  int past_rows;        // past's entries: 1 (every sequence's count) or B
   int64_t want_splits;  // plan_splits' blocks-per-SM target, before clamping to the tiles
 };
 
-// Both kernels' view of the split plan (see plan_splits, which this mirrors for a device-held length).
-__device__ __forceinline__ void resolve_length(DecodeArgs& a) {
+// Both kernels' view of sequence b's split plan (see plan_splits, which this mirrors for a device-held
+// length). Sequences of different lengths have different plans; the partials' layout (part_splits)
+// is the grid's, the same for all.
+__device__ __forceinline__ void resolve_length(DecodeArgs& a, int b) {
   if (a.past == nullptr) return;
-  a.length = min(int64_t(*a.past) + a.Tq, a.capacity);  // never past the cache (the host checks its count)
+  // Never past the cache (the host checks its counts).
+  a.length = min(int64_t(a.past[a.past_rows > 1 ? b : 0]) + a.Tq, a.capacity);
   const int64_t tiles = (a.length + kTileKeys - 1) / kTileKeys;
   const int64_t want = max(int64_t(1), min(a.want_splits, tiles));
   const int64_t tiles_per_split = (tiles + want - 1) / want;
@@ -87,7 +92,7 @@ struct SplitSmem {
 template <int D>
 __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args) {
   DecodeArgs a = args;
-  resolve_length(a);
+  resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;  // a split this length does not have (the whole block leaves)
   constexpr int kStride = SplitSmem<D>::kStride;
   constexpr int kChunks = D / 8;                 // 16-byte chunks per row
@@ -267,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
           for (int e = 0; e < 8; ++e) acc[i][e] += red[((rg + g * nrg) * kPvRows + i) * D + c_pv * 8 + e];
   }
 
-  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.splits + split) * a.R + r0;
+  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.part_splits + split) * a.R + r0;
   if (kg == 0)
 #pragma unroll
     for (int i = 0; i < kPvRows; ++i) {
@@ -292,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
 template <int D, int NR>
 __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs args) {
   DecodeArgs a = args;
-  resolve_length(a);
+  resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;
   constexpr int kLanesPerKey = D / 8;  // 16-byte chunks per row
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
@@ -400,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
     }
   __syncthreads();
   if (warp != 0 || lane >= kLanesPerKey) return;
-  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.splits + split) * a.R + r0;
+  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.part_splits + split) * a.R + r0;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     if (r >= rows) break;
@@ -417,7 +422,6 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
 template <int D>
 __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs args) {
   DecodeArgs a = args;
-  resolve_length(a);
   constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;  // ((b * Tq + i) * Hq + h)
@@ -425,7 +429,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(Deco
   const int h = int(row % a.Hq), hk = h / a.G;
   const int64_t bi = row / a.Hq;  // b * Tq + i
   const int b = int(bi / a.Tq), i = int(bi % a.Tq);
-  const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.splits * int64_t(a.R) + i * a.G + h % a.G;
+  resolve_length(a, b);
+  const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
   const int dim0 = lane * kPer;
 
   float qv[kPer];
@@ -546,12 +551,13 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.part_ml = reinterpret_cast<float2*>(part_ml.data<float>());
   a.B = int(B), a.Tq = int(Tq), a.Hq = int(Hq), a.Hk = int(Hk), a.G = int(G), a.R = int(R);
   a.capacity = k_cache.dim(2), a.length = length, a.chunk = plan.chunk;
-  a.splits = plan.splits, a.row_blocks = plan.row_blocks;
+  a.splits = plan.splits, a.row_blocks = plan.row_blocks, a.part_splits = plan.splits;
   a.S = has_depth ? int(depth.k.dim(2)) : 0;
   a.slot_begin = has_depth ? int(depth.begin) : 0;
   a.slot_end = has_depth ? int(depth.end) : 0;
   a.scale_log2 = float(scale * double(flash::kLog2e));
   a.past = past ? past->data<int32_t>() : nullptr;
+  a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
 
   cudaStream_t stream = stream_for(device);
@@ -596,7 +602,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale) {
-  check_device_tensor(kOp, "past", past, DType::i32, q.device(), "the position count is I32 [1] on q's device");
+  check_device_tensor(kOp, "past", past, DType::i32, q.device(),
+                      "the position counts are I32 [1] or [B] on q's device");
   return run_decode(q, k_cache, v_cache, k_cache.dim(2), &past, depth, scale);
 }
 
@@ -626,7 +633,12 @@ Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor
                             const DepthSlots& depth, double scale) {
   if (runs_fp32_kernel(q, depth)) return decode_attention_fp32(q, k_cache, v_cache, past, scale);
   if (runs_bf16_kernel(q)) return cuda::decode_attention(q, k_cache, v_cache, past, depth, scale);
-  return Tensor();  // no kernel for these inputs reads the count on the device
+  // No kernel for these inputs: the reference on host copies, the counts read there too.
+  auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu()).to(DType::f32) : t; };
+  return cpu::decode_attention(host(q), host(k_cache), host(v_cache), past.to(Device::cpu()),
+                               DepthSlots{host(depth.k), host(depth.v), depth.begin, depth.end}, scale)
+      .to(q.dtype())
+      .to(q.device());
 }
 
 }  // namespace fathom::cuda

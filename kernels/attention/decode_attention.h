@@ -36,11 +36,14 @@ inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Ten
                                double scale) {
   return decode_attention(q, k_cache, v_cache, length, DepthSlots{}, scale);
 }
-// The same with the length read from the device when the kernels run: length = past[0] + Tq, where
-// past (I32 [1] on q's device) counts the positions held before this step (kernels/attention/kv_cache.h), so a
-// decoding step captured as a CUDA graph attends over each replay's length. The CUDA kernels give
-// bit for bit what the overload above gives for that length. A kernel cannot throw: the caller checks
-// its own count (past[0] + Tq <= capacity); a larger one reads no further than the capacity.
+// The same with the lengths read from the device when the kernels run: past (I32 on q's device, host
+// memory on the CPU) counts the positions held before this step, I32 [1] for every sequence or I32 [B]
+// for each (sequence b's at b: a batch of prompts of different lengths), and sequence b attends over
+// length_b = past_b + Tq (kernels/attention/kv_cache.h). So a decoding step captured as a CUDA graph
+// attends over each replay's lengths. For every row the result is bit for bit what the overload above
+// gives for that row's length (a [1] count: exactly the overload above). A CUDA kernel cannot throw:
+// the caller checks its own counts (past_b + Tq <= capacity), and a larger one reads no further than the
+// capacity; the CPU checks them and names the row.
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale);
 
@@ -52,15 +55,13 @@ using DecodeAttentionKernel = Tensor(const Tensor& q, const Tensor& k_cache, con
 using DecodeAttentionPastKernel = Tensor(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                          const Tensor& past, const DepthSlots& depth, double scale);
 FATHOM_BACKENDS(DecodeAttentionKernel, decode_attention)
-namespace cuda {
-DecodeAttentionPastKernel decode_attention;
-}  // namespace cuda
+FATHOM_BACKENDS(DecodeAttentionPastKernel, decode_attention)
 
-// The entry points the dispatch calls. The CPU runs the reference. CUDA picks a kernel: the fp32 attention
-// kernel for F32 without depth slots (kernels/attention/attention_fp32.h), the bf16 kernel above, and for the
-// rest (bf16 at other head dims, such as the quickstart's 16, and F32 with depth slots) the reference on a
-// host copy in f32. With the count `past` on the device, the result is undefined where no kernel reads it
-// there (always on the CPU): the dispatch then reads the count on the host.
+// The entry points the dispatch calls. The CPU runs the reference (reading past on the host, where it
+// is). CUDA picks a kernel: the fp32 attention kernel for F32 without depth slots
+// (kernels/attention/attention_fp32.h), the bf16 kernel above, and for the rest (bf16 at other head dims,
+// such as the quickstart's 16, and F32 with depth slots) the reference on a host copy in f32 (with a
+// count on the device, read there: a copy and a wait, which a graph capture refuses).
 FATHOM_BACKENDS(DecodeAttentionKernel, run_decode_attention)
 FATHOM_BACKENDS(DecodeAttentionPastKernel, run_decode_attention)
 

@@ -1,6 +1,6 @@
 // CPU reference of decode attention, written as the formula reads: for each new query, one list of
-// logits over the cache positions it may see followed by its token's depth slots, one softmax, one
-// weighted sum of the matching value rows.
+// logits over the cache positions it may see (up to its own sequence's length) followed by its token's
+// depth slots, one softmax, one weighted sum of the matching value rows.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -38,12 +38,12 @@ T dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-}  // namespace
-
-Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
-                        const DepthSlots& depth, double scale) {
+// lengths[b]: the cache entries sequence b attends over, its new tokens' keys included.
+Tensor decode_rows(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int64_t>& lengths,
+                   const DepthSlots& depth, double scale) {
   const DecodeDims m(q, k_cache, depth);
   const int64_t slots = depth.end - depth.begin;
+  const int64_t length = *std::max_element(lengths.begin(), lengths.end());
   Tensor o = Tensor::empty(q.shape(), q.dtype());
   dispatch_float("decode_attention", q.dtype(), [&]<typename T>() {
     const T *qp = q.data<T>(), *kp = k_cache.data<T>(), *vp = v_cache.data<T>();
@@ -59,7 +59,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
         const int64_t b = bh / m.Hq, h = bh % m.Hq, hk = h / m.G;
         for (int64_t i = 0; i < m.Tq; ++i) {
           const T* qrow = qp + m.q_row(b, i, h);
-          const int64_t position = length - m.Tq + i;
+          const int64_t position = lengths[size_t(b)] - m.Tq + i;
           int64_t n = 0;
           for (int64_t j = 0; j <= position; ++j, ++n) {
             logits[size_t(n)] = T(scale) * dot(qrow, kp + m.cache_row(b, hk, j), m.d);
@@ -85,15 +85,36 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   return o;
 }
 
+}  // namespace
+
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
+                        const DepthSlots& depth, double scale) {
+  return decode_rows(q, k_cache, v_cache, std::vector<int64_t>(size_t(q.dim(0)), length), depth, scale);
+}
+
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                        const DepthSlots& depth, double scale) {
+  const int64_t B = q.dim(0), Tq = q.dim(1), capacity = k_cache.dim(2);
+  const int32_t* counts = past.data<int32_t>();
+  std::vector<int64_t> lengths(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    lengths[size_t(b)] = int64_t(counts[past.numel() > 1 ? b : 0]) + Tq;
+    FATHOM_CHECK(counts[past.numel() > 1 ? b : 0] >= 0 && lengths[size_t(b)] <= capacity, "decode_attention: sequence ",
+                 b, " held ", lengths[size_t(b)] - Tq, " positions before ", Tq,
+                 " new ones: more than the cache's capacity of ", capacity);
+  }
+  return decode_rows(q, k_cache, v_cache, lengths, depth, scale);
+}
+
 Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                             const DepthSlots& depth, double scale) {
   return cpu::decode_attention(q, k_cache, v_cache, length, depth, scale);
 }
 
-// The CPU reads the count on the host, where it is: nothing here reads it on a device.
+// The counts are host memory on the CPU: read where they are.
 Tensor run_decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                             const DepthSlots& depth, double scale) {
-  return Tensor();
+  return cpu::decode_attention(q, k_cache, v_cache, past, depth, scale);
 }
 
 }  // namespace fathom::cpu

@@ -16,9 +16,13 @@ void check_cache_and_rows(const Tensor& cache, const Tensor& rows) {
                " (batch, KV heads, head dim and dtype must agree)");
 }
 
-void check_past(const char* op, const Tensor& past) {
-  FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.shape() == Shape{1}, op,
-               ": the position count must be I32 [1], got ", past.defined() ? describe(past) : "an undefined tensor");
+// batch: the sequences the counts are for (-1: any number).
+void check_past(const char* op, const Tensor& past, int64_t batch = -1) {
+  FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && past.dim(0) >= 1, op,
+               ": the position counts must be I32 [1] or I32 [batch], got ",
+               past.defined() ? describe(past) : "an undefined tensor");
+  FATHOM_CHECK(batch < 0 || past.dim(0) == 1 || past.dim(0) == batch, op, ": ", past.dim(0),
+               " position counts for a batch of ", batch, " (want I32 [1] or I32 [", batch, "])");
 }
 
 }  // namespace
@@ -34,7 +38,7 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
 
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
   check_cache_and_rows(cache, rows);
-  check_past("kv_cache_write", past);
+  check_past("kv_cache_write", past, rows.dim(0));
   FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1),
                " new positions overrun the cache's capacity of ", cache.dim(2));
   if (rows.numel() == 0) return;

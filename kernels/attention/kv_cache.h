@@ -11,14 +11,18 @@ namespace fathom {
 // 0 <= start and start + Tq <= capacity.
 void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start);
 
-// Decoding's position count kept on the device, so that a decoding step captured once as a CUDA graph
+// Decoding's position counts kept on the device, so that a decoding step captured once as a CUDA graph
 // (kernels/runtime/backend.h) finds each replay's positions in memory instead of in its launch arguments.
-// `past` is I32 [1] on the tensors' device: the positions the caches held before this step.
-//   kv_cache_write:    as above with start = past[0]. A kernel cannot throw, so the caller checks
-//                      past[0] + Tq <= capacity against its own host count.
-//   positions_after:   I32 [T], past[0] + t (RoPE's positions for the step).
-//   advance_positions: past[0] += T.
-// Each throws unless past is I32 [1] on the device of the other tensors.
+// `past` is on the tensors' device (host memory on the CPU): the positions the caches held before this
+// step, I32 [1] (one count for every sequence) or I32 [B] (sequence b's own count, past[b]: a batch of
+// prompts of different lengths). Below, past_b is past[b], or past[0] for a [1] count.
+//   kv_cache_write:    as above with row b's start = past_b. A kernel cannot throw, so the caller checks
+//                      past_b + Tq <= capacity against its own host counts; the CUDA kernel writes no
+//                      row whose start is out of range, the CPU throws naming the row.
+//   positions_after:   past_b + t (RoPE's positions for the step): I32 [T] for a [1] count, [B, T] for
+//                      a [B] count.
+//   advance_positions: every past_b += T.
+// Each throws unless past is I32 [1] or I32 [B] (B = the rows' batch) on the device of the other tensors.
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past);
 Tensor positions_after(const Tensor& past, int64_t T);
 void advance_positions(Tensor& past, int64_t T);

@@ -138,3 +138,58 @@ TEST(GenerateCli, DslaLayersKeepAConstantStateInsteadOfAKvCache) {
             std::string::npos)
       << err;
 }
+
+// --prompts FILE: one prompt per line decoded as one batch, each continuation under its header in line
+// order and equal to the prompt generated alone; --batch gives each prompt that many samples; a missing
+// or empty file, a blank line, --prompt alongside, and caches too large for the longest prompt are
+// errors that name the file, the line or the flags.
+TEST(GenerateCli, PromptsFileDecodesEachLineAsOneBatch) {
+  fathom::testing::ScratchFolder dir;
+  const std::string corpus = std::string(FATHOM_SOURCE_DIR) + "/data/corpus/quickstart/train/sotu_2009-2019.txt";
+  const std::string recipe = (dir / "tiny.yaml").string();
+  fathom::testing::write_bytes(
+      recipe,
+      "model: {d_model: 32, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 64, vocab_size: 257}\n"
+      "data: {tokenizer: bytes, train: [" +
+          corpus +
+          "]}\n"
+          "train: {device: cpu, threads: 1, batch_size: 1, seq_len: 16, steps: 2, optimizer: {lr: 1.0e-3}}\n"
+          "log: {dir: " +
+          (dir / "run").string() + "}\n");
+  ASSERT_EQ(run_fathom(dir, "train " + recipe), 0) << read_bytes(dir / "err.txt");
+  const std::string run = " --checkpoint " + (dir / "run").string();
+  const std::string flags = " --max-new-tokens 10 --temperature 0 --ignore-eos --device cpu";
+  const std::vector<std::string> prompts{"The Union", "A", "We the people of"};
+  const std::string file = (dir / "prompts.txt").string();
+  fathom::testing::write_bytes(file, prompts[0] + "\n" + prompts[1] + "\r\n" + prompts[2] + "\n");
+  ASSERT_EQ(run_fathom(dir, "generate" + run + " --prompts " + file + flags), 0) << read_bytes(dir / "err.txt");
+  const std::string batch = read_bytes(dir / "out.txt");
+  EXPECT_NE(read_bytes(dir / "err.txt").find("3 prompts of 26 tokens (longest 16)"), std::string::npos)
+      << read_bytes(dir / "err.txt");
+  std::string expected;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    ASSERT_EQ(run_fathom(dir, "generate" + run + " --prompt '" + prompts[p] + "'" + flags), 0);
+    expected += "=== prompt " + std::to_string(p + 1) + " ===\n" + read_bytes(dir / "out.txt");
+  }
+  EXPECT_EQ(batch, expected);
+  ASSERT_EQ(run_fathom(dir, "generate" + run + " --prompts " + file + " --batch 2" + flags), 0);
+  const std::string samples = read_bytes(dir / "out.txt");
+  const size_t first = samples.find("=== prompt 1, sample 1 ===\n"),
+               last = samples.find("=== prompt 3, sample 2 ===\n");
+  EXPECT_TRUE(first == 0 && last != std::string::npos && last > samples.find("=== prompt 2, sample 2 ===")) << samples;
+
+  auto refused = [&](const std::string& arguments, const std::string& message) {
+    EXPECT_NE(run_fathom(dir, "generate" + run + " " + arguments), 0) << arguments;
+    const std::string err = read_bytes(dir / "err.txt");
+    EXPECT_NE(err.find(message), std::string::npos) << arguments << ": " << err;
+  };
+  refused("--prompts " + (dir / "missing.txt").string(), "--prompts: File does not exist");
+  const std::string empty = (dir / "empty.txt").string(), blank = (dir / "blank.txt").string();
+  fathom::testing::write_bytes(empty, "");
+  fathom::testing::write_bytes(blank, "one\n\nthree\n");
+  refused("--prompts " + empty, "--prompts " + empty + " holds no prompts");
+  refused("--prompts " + blank, "--prompts " + blank + ": line 2 is empty");
+  refused("--prompts " + file + " --prompt x", "excludes");
+  refused("--prompts " + file + " --max-new-tokens 16000000 --batch 65536 --device cpu",
+          "the longest prompt, line 3 of " + file + ", 16 tokens");
+}

@@ -4,7 +4,11 @@
 // batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row
 // blocks), head dims 64 and 128, with and without depth slots. Every cache has room past `length` filled with huge keys
 // and NaN values, so a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests
-// skip.
+// skip. Ragged batches (a count per sequence, I32 [B]): every kernel (bf16 register and tile kernels,
+// with and without depth slots; fp32; the host fallback) against the CPU reference, with rows holding
+// 0, 1, capacity - Tq and a few thousand positions, each row's tail poisoned past its own length; a
+// count of [B] equal entries gives what the one-count call gives, bit for bit; the per-row KV write,
+// positions and advance equal the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/op_test_util.h"
 
@@ -127,6 +132,114 @@ TEST(GpuDecodeAttentionDeterminism, TwoRunsAreBitIdentical) {
     const Problem p(c, 99);
     EXPECT_TRUE(bitwise_equal(p.run_gpu(), p.run_gpu())) << "length " << c.length;
   }
+}
+
+// A ragged problem: q [B, Tq, G * Hk, d] and caches whose row b holds past[b] + Tq valid positions
+// (huge keys and NaN values after), in `dtype` on the GPU and exactly as f32 on the host.
+struct RaggedProblem {
+  std::vector<int32_t> past;
+  double scale;
+  GpuInput q, k_cache, v_cache, depth_k, depth_v;
+  int64_t begin = 0, end = 0;
+
+  RaggedProblem(std::vector<int32_t> counts, int64_t Tq, int64_t Hk, int64_t G, int64_t d, int64_t capacity,
+                int64_t slots, DType dtype, uint64_t seed)
+      : past(std::move(counts)), scale(1.0 / std::sqrt(double(d))) {
+    const int64_t B = int64_t(past.size());
+    q = random_input({B, Tq, G * Hk, d}, dtype, seed, -2, 2);
+    k_cache = cache(B, Tq, Hk, d, capacity, dtype, seed + 1, 1e30);
+    v_cache = cache(B, Tq, Hk, d, capacity, dtype, seed + 2, NAN);
+    if (slots > 0) {
+      const Shape depth{B, Tq, slots + 1, Hk, d};
+      depth_k = random_input(depth, dtype, seed + 3, -2, 2);
+      depth_v = random_input(depth, dtype, seed + 4);
+      begin = 1, end = 1 + slots;
+    }
+  }
+  GpuInput cache(int64_t B, int64_t Tq, int64_t Hk, int64_t d, int64_t capacity, DType dtype, uint64_t seed,
+                 double poison) const {
+    Tensor host = random_tensor({B, Hk, capacity, d}, dtype, seed, -2, 2).to(DType::f32);
+    float* p = host.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hk; ++h)
+        for (int64_t j = past[size_t(b)] + Tq; j < capacity; ++j)
+          for (int64_t c = 0; c < d; ++c) p[((b * Hk + h) * capacity + j) * d + c] = float(poison);
+    const Tensor rounded = host.to(dtype);
+    return {rounded.to(kGpu), rounded.to(DType::f32)};
+  }
+  Tensor counts(Device device) const { return Tensor::from_vector(past, {int64_t(past.size())}).to(device); }
+  Tensor run_gpu() const {
+    return decode_attention(q.gpu, k_cache.gpu, v_cache.gpu, counts(kGpu),
+                            DepthSlots{depth_k.gpu, depth_v.gpu, begin, end}, scale);
+  }
+  Tensor run_cpu() const {
+    return decode_attention(q.cpu, k_cache.cpu, v_cache.cpu, counts(Device::cpu()),
+                            DepthSlots{depth_k.cpu, depth_v.cpu, begin, end}, scale);
+  }
+};
+
+TEST(GpuDecodeAttentionRagged, EveryKernelReadsEachRowsCount) {
+  FATHOM_REQUIRE_GPU();
+  struct Ragged {
+    int64_t Tq, Hk, G, d, slots;
+    DType dtype;
+    const char* what;
+  };
+  const Ragged cases[] = {
+      {1, 2, 1, 64, 0, DType::bf16, "bf16 register kernel, R 1"},
+      {1, 2, 2, 128, 2, DType::bf16, "bf16 register kernel, R 2, depth"},
+      {2, 1, 2, 64, 0, DType::bf16, "bf16 register kernel, R 4"},
+      {3, 2, 3, 128, 3, DType::bf16, "bf16 tile kernel, R 9, depth"},
+      {5, 2, 8, 64, 0, DType::bf16, "bf16 tile kernel, two row blocks"},
+      {1, 2, 3, 40, 0, DType::f32, "fp32 kernel"},
+      {3, 1, 2, 24, 0, DType::f32, "fp32 kernel, Tq 3"},
+      {1, 2, 3, 16, 2, DType::bf16, "host fallback (head dim 16), depth"},
+  };
+  for (const Ragged& c : cases) {
+    const int64_t capacity = 4200;
+    // Rows holding 0, 1, capacity - Tq, a tile tail and several splits' worth before the step.
+    const std::vector<int32_t> past{0, 1, int32_t(capacity - c.Tq), 63, 2500, 7};
+    const RaggedProblem p(past, c.Tq, c.Hk, c.G, c.d, capacity, c.slots, c.dtype, 500 + uint64_t(c.d));
+    const Tensor got = p.run_gpu();
+    ASSERT_EQ(got.shape(), p.q.gpu.shape()) << c.what;
+    EXPECT_GPU_CLOSE(got, p.run_cpu(), c.dtype, c.what);
+    EXPECT_TRUE(bitwise_equal(got, p.run_gpu())) << c.what << ": two runs differ";
+  }
+}
+
+TEST(GpuDecodeAttentionRagged, EqualCountsAreTheOneCountCall) {
+  FATHOM_REQUIRE_GPU();
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    const RaggedProblem p({300, 300, 300}, 1, 2, 3, 64, 400, dtype == DType::bf16 ? 2 : 0, dtype, 77);
+    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
+    const DepthSlots depth{p.depth_k.gpu, p.depth_v.gpu, p.begin, p.end};
+    EXPECT_TRUE(
+        bitwise_equal(p.run_gpu(), decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, depth, p.scale)))
+        << dtype_name(dtype);
+    EXPECT_TRUE(
+        bitwise_equal(p.run_gpu(), decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, 301, depth, p.scale)))
+        << dtype_name(dtype);
+  }
+}
+
+TEST(GpuDecodeAttentionRagged, KvWritePositionsAndAdvancePerRow) {
+  FATHOM_REQUIRE_GPU();
+  for (const int64_t d : {64, 5}) {  // 16-byte units and 2-byte units
+    const int64_t B = 4, Tq = 2, Hk = 3, capacity = 9;
+    const GpuInput rows = random_input({B, Tq, Hk, d}, DType::bf16, 8);
+    const std::vector<int32_t> past{0, 1, int32_t(capacity - Tq), 4};
+    const Tensor counts = Tensor::from_vector(past, {B});
+    Tensor on_gpu = Tensor::zeros({B, Hk, capacity, d}, DType::bf16, kGpu);
+    Tensor on_cpu = Tensor::zeros({B, Hk, capacity, d}, DType::bf16);
+    kv_cache_write(on_gpu, rows.gpu, counts.to(kGpu));
+    kv_cache_write(on_cpu, rows.gpu.to(Device::cpu()), counts);
+    EXPECT_TRUE(bitwise_equal(on_gpu, on_cpu)) << "d " << d;
+  }
+  Tensor past = Tensor::from_vector(std::vector<int32_t>{0, 5, 2}, {3}).to(kGpu);
+  EXPECT_EQ(positions_after(past, 3).to(Device::cpu()).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 1, 2, 5, 6, 7, 2, 3, 4}));
+  advance_positions(past, 2);
+  EXPECT_EQ(past.to(Device::cpu()).to_vector<int32_t>(), (std::vector<int32_t>{2, 7, 4}));
 }
 
 TEST(GpuDecodeAttentionErrors, UnsupportedHeadDimAndDtype) {

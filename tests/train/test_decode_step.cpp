@@ -42,8 +42,9 @@ TEST(DecodePositions, TheCountedWriteEqualsTheHostOne) {
   kv_cache_write(by_count, rows, count(3));
   EXPECT_EQ(by_count.to_vector<float>(), by_host.to_vector<float>());
   expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({1}, DType::i64)); },
-               {"kv_cache_write", "I32 [1]", "I64"});
-  expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({2}, DType::i32)); }, {"I32 [1]"});
+               {"kv_cache_write", "I32 [1] or I32 [batch]", "I64"});
+  expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({3}, DType::i32)); },
+               {"3 position counts for a batch of 2", "I32 [1] or I32 [2]"});
   expect_error([&] { kv_cache_write(by_count, rows, Tensor()); }, {"undefined"});
   expect_error(
       [&] {
@@ -60,7 +61,7 @@ TEST(DecodePositions, PositionsFollowTheCountAndAdvanceMovesIt) {
   EXPECT_EQ(past.to_vector<int32_t>(), std::vector<int32_t>{11});
   expect_error([&] { positions_after(past, -1); }, {"positions_after", ">= 0"});
   Tensor wrong = Tensor::zeros({1}, DType::f32);
-  expect_error([&] { advance_positions(wrong, 1); }, {"advance_positions", "I32 [1]"});
+  expect_error([&] { advance_positions(wrong, 1); }, {"advance_positions", "I32 [1] or I32 [batch]"});
 }
 
 TEST(DecodePositions, DecodeAttentionReadsTheLengthFromTheCount) {
@@ -71,7 +72,7 @@ TEST(DecodePositions, DecodeAttentionReadsTheLengthFromTheCount) {
   const Tensor by_count = decode_attention(q, k, v, count(5), DepthSlots{}, 0.3);
   EXPECT_EQ(by_count.to_vector<float>(), decode_attention(q, k, v, 8, 0.3).to_vector<float>());
   expect_error([&] { decode_attention(q, k, v, Tensor::zeros({1}, DType::i64), DepthSlots{}, 0.3); },
-               {"decode_attention", "I32 [1]"});
+               {"decode_attention", "I32 [1] or I32 [B] = [2]"});
 }
 
 TEST(DecodeStep, OnlyStatesWhoseHostSideIsTheirLengthReplay) {
@@ -79,11 +80,16 @@ TEST(DecodeStep, OnlyStatesWhoseHostSideIsTheirLengthReplay) {
   HostModel dense(small());
   DecodeState state = dense.model.start_decoding(2, 8, DType::f32, Device::cpu());
   EXPECT_TRUE(state.replayable());
-  EXPECT_FALSE(state.device_length.defined());  // the CPU counts on the host only
-  state.set_length(5);
-  EXPECT_EQ(state.length, 5);
-  for (const auto& cache : state.layers) EXPECT_EQ(cache->length(), 5);
-  expect_error([&] { state.set_length(9); }, {"length 9", "capacity of 8"});
+  // The CPU's counts on the device are host memory.
+  EXPECT_TRUE(state.device_lengths.device() == Device::cpu());
+  EXPECT_EQ(state.device_lengths.to_vector<int32_t>(), (std::vector<int32_t>{0, 0}));
+  state.set_lengths({5, 3});
+  EXPECT_EQ(state.lengths, (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(state.longest(), 5);
+  EXPECT_EQ(state.shortest(), 3);
+  for (const auto& cache : state.layers) EXPECT_EQ(cache->length(), 5);  // the longest sequence's
+  expect_error([&] { state.set_lengths({9, 1}); }, {"length 9", "capacity of 8"});
+  expect_error([&] { state.set_lengths({1}); }, {"1 lengths for a batch of 2"});
   // dsla's states replay once the prompt made them (in place from then on).
   ModelConfig hybrid = small();
   hybrid.layers = {"attention", "dsla", "attention"};
@@ -95,7 +101,7 @@ TEST(DecodeStep, OnlyStatesWhoseHostSideIsTheirLengthReplay) {
   HostModel routed(small({.capacity = 0.5}));
   DecodeState routed_state = routed.model.start_decoding(2, 8, DType::f32, Device::cpu());
   EXPECT_FALSE(routed_state.replayable());
-  expect_error([&] { routed_state.layers[1]->set_length(3); }, {"cannot be replayed"});
+  expect_error([&] { routed_state.layers[1]->set_lengths({3, 3}); }, {"cannot be replayed"});
 }
 
 TEST(DecodeStep, OnTheCpuItStaysEagerAndEqualsDecode) {
@@ -117,7 +123,7 @@ TEST(DecodeStep, OnTheCpuItStaysEagerAndEqualsDecode) {
     ASSERT_TRUE(out.ids.defined());
     EXPECT_EQ(out.ids.numel(), 2);
   }
-  EXPECT_EQ(by_step.length, 7);
+  EXPECT_EQ(by_step.lengths, (std::vector<int64_t>{7, 7}));
   EXPECT_FALSE(step.graphed());
   EXPECT_NE(step.eager_reason().find("GPU"), std::string::npos) << step.eager_reason();
   expect_error([&] { step.run({1}); }, {"1 ids for a batch of 2"});

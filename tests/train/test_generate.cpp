@@ -136,7 +136,7 @@ TEST(Generate, ChunkedDecodingSeesWhatTheFullForwardSees) {
       const std::vector<float> h = m.model.decode(Tensor::from_vector(chunk, {1, n}), state).value().to_vector<float>();
       pieces.insert(pieces.end(), h.begin(), h.end());
     }
-    EXPECT_EQ(state.length, 7);
+    EXPECT_EQ(state.lengths, std::vector<int64_t>{7});
     const std::vector<float> expected = full.to_vector<float>();
     ASSERT_EQ(pieces.size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(pieces[i], expected[i], 1e-4) << c.name << " at " << i;
@@ -170,7 +170,7 @@ TEST(Generate, BatchesSamplesOfOnePromptAndStops) {
   }
   expect_error([&] { generate(m.model, *tokenizer, {}, greedy, DType::f32, Device::cpu()); }, {"no tokens"});
   expect_error([&] { generate(m.model, *tokenizer, {300}, greedy, DType::f32, Device::cpu()); },
-               {"prompt token 300", "vocabulary of 257"});
+               {"the prompt's token 300", "vocabulary of 257"});
   GenerationOptions bad = greedy;
   bad.sampling.top_p = 0;
   expect_error([&] { generate(m.model, *tokenizer, prompt, bad, DType::f32, Device::cpu()); }, {"--top-p"});

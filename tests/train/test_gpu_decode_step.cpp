@@ -2,11 +2,13 @@
 // only when replayed, and memory it freed is not handed out while the graph lives; a capture that
 // needs the host fails cleanly. A replayed decoding step equals the eager step bit for bit, at every
 // step, as the cache grows past tile and split boundaries, for OLMo2, Llama-style, head dim 128, MoDA
-// and dsla hybrids at batch 1 to 3; the caches the replays wrote then read the same as the eager ones.
+// and dsla hybrids at batch 1 to 3, and for ragged batches whose sequences hold different lengths; the
+// caches the replays wrote then read the same as the eager ones.
 // Head dim 16 (decode attention's host reference) cannot be captured and stays eager with the same
 // results; sampling gives the same tokens with and without graphs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,8 +32,37 @@ constexpr uint64_t kSeed = 17;
 
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()); }
 
-// Two states read the same prompt; then one steps eagerly and one through a graph, on the same tokens
+// Two states that read the same prompts step, one eagerly and one through a graph, on the same tokens
 // (the eager side's greedy choices). Returns whether the graphed side replayed.
+bool steps_equal(const std::string& name, const GpuModel& m, DecodeState& eager, DecodeState& graphed, int64_t steps) {
+  const int64_t B = eager.batch;
+  DecodeStep by_eager(m.model, eager, true, false), by_graph(m.model, graphed, true, true);
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) next[size_t(b)] = int32_t(b * 5 + 40);
+  for (int64_t s = 0; s < steps; ++s) {
+    const DecodeStep::Output a = by_eager.run(next);
+    const Tensor a_logits = host_copy(a.logits), a_ids = host_copy(a.ids);
+    const DecodeStep::Output g = by_graph.run(next);
+    EXPECT_TRUE(bitwise_equal(g.logits, a_logits)) << name << ": logits at length " << eager.longest();
+    EXPECT_TRUE(bitwise_equal(g.ids, a_ids)) << name << ": ids at length " << eager.longest();
+    EXPECT_EQ(graphed.lengths, eager.lengths) << name;
+    const std::vector<int32_t> chosen = a_ids.to_vector<int32_t>();
+    next.assign(chosen.begin(), chosen.end());
+  }
+  // The caches the replays wrote, and the device-held length they left, read as the eager ones.
+  std::vector<int32_t> chunk(static_cast<size_t>(B * 2));
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = int32_t(i * 3 + 1);
+  const Tensor chunk_ids = Tensor::from_vector(chunk, {B, 2}).to(kGpu);
+  EXPECT_TRUE(bitwise_equal(m.model.decode(chunk_ids, graphed).value(), m.model.decode(chunk_ids, eager).value()))
+      << name << ": a chunk after the replays";
+  EXPECT_EQ(graphed.device_lengths.to(Device::cpu()).to_vector<int32_t>(),
+            std::vector<int32_t>(graphed.lengths.begin(), graphed.lengths.end()));
+  EXPECT_FALSE(by_eager.graphed());
+  if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
+  return by_graph.graphed();
+}
+
+// B sequences read a prompt of P tokens each, then steps_equal.
 bool replay_equals_eager(const std::string& name, const ModelConfig& config, int64_t B, int64_t P, int64_t steps,
                          int64_t capacity) {
   GpuModel m(config, kSeed);
@@ -43,30 +74,31 @@ bool replay_equals_eager(const std::string& name, const ModelConfig& config, int
   DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
   m.model.decode(prompt_ids, eager);
   m.model.decode(prompt_ids, graphed);
-  DecodeStep by_eager(m.model, eager, true, false), by_graph(m.model, graphed, true, true);
-  std::vector<int32_t> next(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) next[size_t(b)] = int32_t(b * 5 + 40);
-  for (int64_t s = 0; s < steps; ++s) {
-    const DecodeStep::Output a = by_eager.run(next);
-    const Tensor a_logits = host_copy(a.logits), a_ids = host_copy(a.ids);
-    const DecodeStep::Output g = by_graph.run(next);
-    EXPECT_TRUE(bitwise_equal(g.logits, a_logits)) << name << ": logits at length " << eager.length;
-    EXPECT_TRUE(bitwise_equal(g.ids, a_ids)) << name << ": ids at length " << eager.length;
-    EXPECT_EQ(graphed.length, eager.length) << name;
-    const std::vector<int32_t> chosen = a_ids.to_vector<int32_t>();
-    next.assign(chosen.begin(), chosen.end());
+  return steps_equal(name, m, eager, graphed, steps);
+}
+
+// A ragged batch: prompts of `lengths` tokens, each prefilled alone and taken into its row, then
+// steps_equal.
+bool ragged_replay_equals_eager(const std::string& name, const ModelConfig& config, const std::vector<int64_t>& lengths,
+                                int64_t steps) {
+  GpuModel m(config, kSeed);
+  NoGrad no_grad;
+  const int64_t B = int64_t(lengths.size());
+  const int64_t capacity = *std::max_element(lengths.begin(), lengths.end()) + steps + 2;
+  DecodeState eager = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  DecodeState graphed = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t P = lengths[size_t(b)];
+    std::vector<int32_t> prompt(static_cast<size_t>(P));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + size_t(b) * 7 + 3) % 257);
+    DecodeState one = m.model.start_decoding(1, P, DType::bf16, kGpu);
+    m.model.decode(Tensor::from_vector(prompt, {1, P}).to(kGpu), one);
+    eager.take_sequence(b, one);
+    graphed.take_sequence(b, one);
   }
-  // The caches the replays wrote, and the device-held length they left, read as the eager ones.
-  std::vector<int32_t> chunk(static_cast<size_t>(B * 2));
-  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = int32_t(i * 3 + 1);
-  const Tensor chunk_ids = Tensor::from_vector(chunk, {B, 2}).to(kGpu);
-  EXPECT_TRUE(bitwise_equal(m.model.decode(chunk_ids, graphed).value(), m.model.decode(chunk_ids, eager).value()))
-      << name << ": a chunk after the replays";
-  EXPECT_EQ(graphed.device_length.to(Device::cpu()).to_vector<int32_t>(),
-            std::vector<int32_t>{int32_t(graphed.length)});
-  EXPECT_FALSE(by_eager.graphed());
-  if (!by_graph.graphed()) std::printf("%s: eager, %s\n", name.c_str(), by_graph.eager_reason().c_str());
-  return by_graph.graphed();
+  EXPECT_EQ(graphed.device_lengths.to(Device::cpu()).to_vector<int32_t>(),
+            std::vector<int32_t>(lengths.begin(), lengths.end()));
+  return steps_equal(name, m, eager, graphed, steps);
 }
 
 }  // namespace
@@ -133,6 +165,21 @@ TEST(GpuDecodeStep, AReplayedStepEqualsTheEagerStepBitForBit) {
       64);
 }
 
+// Sequences at their own lengths (1 to 130: one tile, a tile tail, several splits) replay as a graph too.
+TEST(GpuDecodeStep, ARaggedBatchReplaysBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  EXPECT_TRUE(ragged_replay_equals_eager("olmo2/ragged", gpu_small("post", true), {1, 9, 130, 63}, 8));
+  ModelConfig d128 = gpu_small("post", true);
+  d128.d_model = 256, d128.n_heads = 2, d128.n_kv_heads = 1;
+  EXPECT_TRUE(ragged_replay_equals_eager("olmo2/d128/ragged", d128, {70, 2, 5}, 6));
+  ModelConfig hybrid = gpu_small("pre", false);
+  hybrid.layers = {"attention", "dsla", "attention"};
+  hybrid.options.get<DslaConfig>() = {.states = 1, .gamma = DslaGamma::layer};
+  EXPECT_TRUE(ragged_replay_equals_eager("dsla/ragged", hybrid, {3, 40, 1}, 6));
+  ragged_replay_equals_eager("moda/ragged", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv}),
+                             {12, 1, 33}, 5);
+}
+
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
   const ModelConfig d16{
@@ -146,7 +193,7 @@ TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   for (int i = 0; i < 3; ++i) step.run({int32_t(10 + i)});
   EXPECT_FALSE(step.graphed());
   EXPECT_NE(step.eager_reason().find("could not be captured"), std::string::npos) << step.eager_reason();
-  EXPECT_EQ(state.length, 6);
+  EXPECT_EQ(state.longest(), 6);
 }
 
 TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {

@@ -1,7 +1,8 @@
 // Generation on the GPU (bf16 weights and activations, the KV cache and decode-attention kernels):
 // greedy decoding equals the argmax of a full forward at every step (up to bf16 near-ties), and
 // chunked decoding matches the full forward's hidden states, for OLMo2, Llama-style, MoDA and
-// attention + dsla models.
+// attention + dsla models; and so does each prompt of a ragged batch (prompts of different lengths
+// decoded together), whose hidden states match the prompt decoded alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,6 +97,86 @@ TEST(GpuGenerate, ChunkedDecodingMatchesTheFullForward) {
     }
     const Tensor joined = Tensor::from_vector(got, full.shape());
     EXPECT_GPU_CLOSE(joined, full.to(DType::f32).to(Device::cpu()), DType::bf16, name);
+  }
+}
+
+namespace {
+
+// Lengths 1, 5, 13, 2 and 70 (past a 64-key tile).
+std::vector<std::vector<uint32_t>> ragged_prompts() {
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int64_t n : {1, 5, 13, 2, 70}) {
+    std::vector<uint32_t> p(static_cast<size_t>(n));
+    for (size_t i = 0; i < p.size(); ++i) p[i] = uint32_t((i * 41 + size_t(n) * 3 + 7) % 256);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+}  // namespace
+
+TEST(GpuGenerate, EachPromptOfARaggedBatchFollowsItsFullForward) {
+  FATHOM_REQUIRE_GPU();
+  const auto tokenizer = make_tokenizer("bytes");
+  const auto prompts = ragged_prompts();
+  for (const auto& [name, config] : gpu_cases()) {
+    GpuModel m(config, kSeed);
+    NoGrad no_grad;
+    const GenerationOptions options{.max_new_tokens = 16, .sampling = {.temperature = 0}, .ignore_eos = true};
+    const GenerationResult r = generate_batch(m.model, *tokenizer, prompts, options, DType::bf16, kGpu);
+    ASSERT_EQ(r.tokens.size(), prompts.size());
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      ASSERT_EQ(r.tokens[p].size(), 16u) << name;
+      std::vector<int32_t> seq(prompts[p].begin(), prompts[p].end());
+      for (uint32_t token : r.tokens[p]) {
+        const int64_t T = int64_t(seq.size()), V = config.vocab_size;
+        const std::vector<float> all = m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu))
+                                           .value()
+                                           .to(DType::f32)
+                                           .to(Device::cpu())
+                                           .to_vector<float>();
+        const std::vector<float> last(all.end() - V, all.end());
+        const float best = *std::max_element(last.begin(), last.end());
+        EXPECT_GE(last[token], best - 2e-2f * (1.0f + std::abs(best))) << name << ": prompt " << p << " at " << T;
+        seq.push_back(int32_t(token));
+      }
+    }
+  }
+}
+
+TEST(GpuGenerate, ARaggedStateMatchesEachSequenceDecodedAlone) {
+  FATHOM_REQUIRE_GPU();
+  const auto prompts = ragged_prompts();
+  const int64_t B = int64_t(prompts.size()), capacity = 80;
+  for (const auto& [name, config] : gpu_cases()) {
+    GpuModel m(config, kSeed);
+    NoGrad no_grad;
+    DecodeState batch = m.model.start_decoding(B, capacity, DType::bf16, kGpu);
+    std::vector<DecodeState> alone;
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int32_t> ids(prompts[size_t(b)].begin(), prompts[size_t(b)].end());
+      const Tensor input = Tensor::from_vector(ids, {1, int64_t(ids.size())}).to(kGpu);
+      DecodeState one = m.model.start_decoding(1, int64_t(ids.size()), DType::bf16, kGpu);
+      m.model.decode(input, one);
+      batch.take_sequence(b, one);
+      alone.push_back(m.model.start_decoding(1, capacity, DType::bf16, kGpu));
+      m.model.decode(input, alone.back());
+    }
+    for (int64_t T : {1, 1, 1, 3}) {
+      std::vector<int32_t> ids;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) ids.push_back(int32_t((b * 31 + t * 7 + batch.lengths[size_t(b)]) % 256));
+      const Tensor together =
+          m.model.decode(Tensor::from_vector(ids, {B, T}).to(kGpu), batch).value().to(DType::f32).to(Device::cpu());
+      for (int64_t b = 0; b < B; ++b) {
+        const std::vector<int32_t> own(ids.begin() + ptrdiff_t(b * T), ids.begin() + ptrdiff_t((b + 1) * T));
+        const Tensor want = m.model.decode(Tensor::from_vector(own, {1, T}).to(kGpu), alone[size_t(b)])
+                                .value()
+                                .to(DType::f32)
+                                .to(Device::cpu());
+        EXPECT_GPU_CLOSE(together.narrow(b, 1), want, DType::bf16, name + ": sequence " + std::to_string(b));
+      }
+    }
   }
 }
 

@@ -1,9 +1,12 @@
-// fathom generate: text from a fathom checkpoint or a HuggingFace folder, streamed as it is produced.
+// fathom generate: text from a fathom checkpoint or a HuggingFace folder, streamed as it is produced; or
+// the continuations of a file of prompts (--prompts, one per line) decoded as one batch, printed in
+// order once all are done.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "core/error.h"
 #include "core/file_io.h"
 #include "core/suggest.h"
 #include "data/tokenizer.h"
@@ -12,6 +15,7 @@
 #include "train/cli/model_text_input.h"
 #include "train/generate/generator.h"
 #include "train/generate/inference_model.h"
+#include "train/generate/prompt_lines.h"
 
 namespace fathom {
 
@@ -42,6 +46,18 @@ const CLI::Validator kNonNegativeWholeNumber(
     },
     "UINT");
 
+// The continuations of a --prompts batch, in prompt order: a header line per sequence, then the prompt
+// and its continuation.
+void print_batch(const std::vector<PromptLine>& lines, const GenerationResult& result, int64_t samples) {
+  for (size_t r = 0; r < result.texts.size(); ++r) {
+    const PromptLine& line = lines[r / size_t(samples)];
+    std::cout << "=== prompt " << line.line;
+    if (samples > 1) std::cout << ", sample " << r % size_t(samples) + 1;
+    std::cout << " ===\n" << line.text << result.texts[r] << "\n";
+  }
+  std::cout << std::flush;
+}
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
@@ -50,10 +66,17 @@ void add_generate_command(CLI::App& app) {
     std::string stop, device = "auto", precision = "bf16";
     GenerationOptions options;
     int64_t threads = 0;
+    std::string prompts;  // --prompts FILE: one prompt per line, one batch
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint, streaming it as it is produced");
   args->input.add_options(cmd, "prompt");
+  cmd->add_option("--prompts", args->prompts,
+                  "A file of prompts, one per line (no blank lines), decoded together as one batch; each "
+                  "continuation is printed under a '=== prompt LINE ===' header")
+      ->check(CLI::ExistingFile)
+      ->excludes(cmd->get_option("--prompt"))
+      ->excludes(cmd->get_option("--prompt-file"));
   cmd->add_option("--max-new-tokens", args->options.max_new_tokens, "Tokens to generate per sequence")
       ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
@@ -66,7 +89,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->options.sampling.seed, "Sampling seed (0 or more)")
       ->check(kNonNegativeWholeNumber)
       ->capture_default_str();
-  cmd->add_option("--batch", args->options.batch, "Samples of the prompt generated together")
+  cmd->add_option("--batch", args->options.batch, "Samples of each prompt generated together")
       ->check(CLI::Range(int64_t(1), kMaxBatch))
       ->capture_default_str();
   cmd->add_option("--stop", args->options.stop, "Stop a sequence where its text first holds this");
@@ -79,7 +102,10 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   add_threads_option(cmd, args->threads, "CPU threads");
   cmd->callback([args] {
-    const std::string text = args->input.text();
+    // --prompts: a batch of prompts, each named by its line; else one prompt, --batch samples of it.
+    const bool batch_file = !args->prompts.empty();
+    const std::vector<PromptLine> lines =
+        batch_file ? read_prompt_lines(args->prompts) : std::vector<PromptLine>{{1, args->input.text()}};
     const ModelFiles loaded = read_model_files(args->input.checkpoint);
     const std::unique_ptr<Tokenizer> tokenizer = args->input.tokenizer_for(loaded);
     const Device device = resolve_device(args->device, "--device");
@@ -87,36 +113,62 @@ void add_generate_command(CLI::App& app) {
     const InferenceModel inference(loaded.config, loaded.weights, loaded.origin, device,
                                    uses_mixed_precision(args->precision, device));
     const Decoder& model = inference.decoder();
-    const std::vector<uint32_t> prompt_ids = tokenizer->encode(text);
-    const int64_t positions = int64_t(prompt_ids.size()) + args->options.max_new_tokens;
-    // The caches are allocated whole before the prompt is read: one that cannot fit fails now.
+    const std::vector<std::vector<uint32_t>> prompts =
+        batch_file ? encode_prompt_lines(lines, *tokenizer, args->prompts)
+                   : std::vector<std::vector<uint32_t>>{tokenizer->encode(lines[0].text)};
+    size_t longest = 0;  // the prompt the caches are sized for
+    int64_t prompt_tokens = 0;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (prompts[p].size() > prompts[longest].size()) longest = p;
+      prompt_tokens += int64_t(prompts[p].size());
+    }
+    const int64_t positions = int64_t(prompts[longest].size()) + args->options.max_new_tokens;
+    const int64_t sequences = int64_t(prompts.size()) * args->options.batch;
+    // The caches are allocated whole before the prompts are read: one that cannot fit fails now.
     const DType dtype = inference.activation_dtype();
     // A one-position state on the host says what a position costs, before the device is touched.
     const DecodeMemory memory = decode_memory(model, dtype);
     const size_t per_position = memory.bytes_per_position;
-    const size_t cache_bytes =
-        check_decoding_caches_fit(memory, args->options.batch, positions, available_memory(device), device.str());
-    std::cerr << "fathom generate: " << loaded.origin << " on " << device.str() << ", " << prompt_ids.size()
-              << " prompt tokens, caches " << gib_or_mib(cache_bytes) << " (" << per_position
+    size_t cache_bytes = 0;
+    try {
+      cache_bytes = check_decoding_caches_fit(memory, sequences, positions, available_memory(device), device.str());
+    } catch (const Error& e) {
+      if (!batch_file) throw;
+      FATHOM_FAIL(e.message(), " (every sequence is sized for the longest prompt, line ", lines[longest].line, " of ",
+                  args->prompts, ", ", prompts[longest].size(), " tokens)");
+    }
+    std::cerr << "fathom generate: " << loaded.origin << " on " << device.str() << ", ";
+    if (batch_file)
+      std::cerr << prompts.size() << " prompts of " << prompt_tokens << " tokens (longest " << prompts[longest].size()
+                << ")";
+    else
+      std::cerr << prompt_tokens << " prompt tokens";
+    std::cerr << ", caches " << gib_or_mib(cache_bytes) << " (" << per_position
               << " bytes per position and sequence)\n";
     if (memory.state_layers > 0)
       std::cerr << "  " << memory.state_layers << " " << join_names(memory.state_kinds, "/")
                 << (memory.state_layers == 1 ? " layer keeps " : " layers keep ") << gib_or_mib(memory.state_bytes)
                 << " of constant state per sequence instead of a KV cache of "
                 << gib_or_mib(memory.kv_bytes_saved_per_position * 1000) << " per 1,000 tokens\n";
-    std::cout << text << std::flush;
-    const GenerationResult result = generate(model, *tokenizer, prompt_ids, args->options, dtype, device,
-                                             [](const std::string& piece) { std::cout << piece << std::flush; });
-    std::cout << std::endl;
-    for (size_t b = 1; b < result.texts.size(); ++b)
-      std::cout << "--- sample " << b << "\n" << text << result.texts[b] << std::endl;
-    const double decode_tokens = double(result.decode_steps * args->options.batch);
-    std::fprintf(stderr,
-                 "prefill %lld tokens in %.1f ms (%.0f tok/s); decode %lld steps x %lld in %.1f ms (%.0f tok/s)\n",
-                 (long long)result.prompt_tokens * (long long)args->options.batch, 1e3 * result.prefill_seconds,
-                 double(result.prompt_tokens * args->options.batch) / std::max(result.prefill_seconds, 1e-9),
-                 (long long)result.decode_steps, (long long)args->options.batch, 1e3 * result.decode_seconds,
-                 decode_tokens / std::max(result.decode_seconds, 1e-9));
+    GenerationResult result;
+    if (batch_file) {
+      result = generate_batch(model, *tokenizer, prompts, args->options, dtype, device);
+      print_batch(lines, result, args->options.batch);
+    } else {
+      const std::string& text = lines[0].text;
+      std::cout << text << std::flush;
+      result = generate(model, *tokenizer, prompts[0], args->options, dtype, device,
+                        [](const std::string& piece) { std::cout << piece << std::flush; });
+      std::cout << std::endl;
+      for (size_t b = 1; b < result.texts.size(); ++b)
+        std::cout << "--- sample " << b << "\n" << text << result.texts[b] << std::endl;
+    }
+    const double decode_tokens = double(result.decode_steps * sequences);
+    std::fprintf(
+        stderr, "prefill %lld tokens in %.1f ms (%.0f tok/s); decode %lld steps x %lld in %.1f ms (%.0f tok/s)\n",
+        (long long)result.prefill_tokens, 1e3 * result.prefill_seconds,
+        double(result.prefill_tokens) / std::max(result.prefill_seconds, 1e-9), (long long)result.decode_steps,
+        (long long)sequences, 1e3 * result.decode_seconds, decode_tokens / std::max(result.decode_seconds, 1e-9));
   });
 }
 

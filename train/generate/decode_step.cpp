@@ -30,7 +30,7 @@ struct DecodeStep::Graphed {};
 
 DecodeStep::DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bool graphs)
     : model_(model), state_(state), greedy_(greedy) {
-  const Device device = state.device_length.defined() ? state.device_length.device() : Device::cpu();
+  const Device device = state.device_lengths.device();
   if (!graphs)
     eager_reason_ = "CUDA graphs were turned off";
   else if (!device.is_cuda())
@@ -62,14 +62,14 @@ DecodeStep::Output DecodeStep::compute(const Tensor& input) const {
 
 void DecodeStep::try_capture() {
 #ifdef FATHOM_WITH_CUDA
-  const int64_t before = state_.length;
+  const std::vector<int64_t> before = state_.lengths;
   const int device = input_.device().index;
   std::string reason;
   cuda::Graph graph = cuda::Graph::capture(
       device, [&] { output_ = compute(input_); }, &reason);
   if (!graph.captured()) {
     // Nothing captured ran: the host's counts go back, the device's never moved.
-    state_.set_length(before);
+    state_.set_lengths(before);
     output_ = {};
     eager_reason_ = "the step could not be captured as a CUDA graph: " + reason;
     return;
@@ -81,8 +81,8 @@ void DecodeStep::try_capture() {
 
 DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   FATHOM_CHECK(int64_t(ids.size()) == state_.batch, "decode step: ", ids.size(), " ids for a batch of ", state_.batch);
-  FATHOM_CHECK(state_.length >= 1, "decode step: the decoding state has read no prompt");
-  FATHOM_CHECK(state_.length + 1 <= state_.capacity, "decode: 1 more position after ", state_.length,
+  FATHOM_CHECK(state_.shortest() >= 1, "decode step: a sequence of the decoding state has read no prompt");
+  FATHOM_CHECK(state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ", state_.longest(),
                " exceeds the cache's capacity of ", state_.capacity);
   const Tensor host = Tensor::from_vector(ids, {state_.batch, 1});
   ++steps_;
@@ -91,7 +91,9 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
 #ifdef FATHOM_WITH_CUDA
   if (graphed()) {
     graph_->graph.replay();
-    state_.set_length(state_.length + 1);
+    std::vector<int64_t> after = state_.lengths;
+    for (int64_t& n : after) ++n;
+    state_.set_lengths(after);
     return output_;
   }
   if (eager_reason_.empty() && steps_ >= 2 && !state_.replayable())

@@ -1,8 +1,9 @@
 // One decoding step of a batch: Decoder::decode of one new token per sequence, the head's logits for
 // them and, when decoding greedily, each row's argmax. On a GPU the step is captured once as a CUDA
 // graph (kernels/runtime/backend.h) and replayed at every later position: the step's kernels read the
-// position from the decoding state's device-held length and write to the same buffers each time, so
-// a replay is one launch instead of every layer's kernels and the host work around them. The first
+// positions from the decoding state's device-held lengths and write to the same buffers each time, so
+// a replay is one launch instead of every layer's kernels and the host work around them. Each sequence's
+// position is its own (DecodeState::lengths), so a ragged batch of prompts replays as well. The first
 // step runs eagerly (it warms the GEMM plans and kernels), the second is captured and replayed, the
 // rest replay. Where a graph cannot be used the steps stay eager, with the same results: on the CPU,
 // when asked, when a layer's state is not replayable (MixerCache::replayable: MoD's routed blocks),
@@ -35,7 +36,7 @@ class DecodeStep {
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
 
-  // Reads one token per sequence (ids.size() == batch) at position state.length and extends the
+  // Reads one token per sequence (ids.size() == batch), sequence b's at position state.lengths[b], and extends the
   // caches by it. The output's tensors are overwritten by the next run: read them before.
   Output run(const std::vector<int32_t>& ids);
   // Whether the steps are replaying a captured graph.

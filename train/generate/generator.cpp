@@ -18,11 +18,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The next token of every sequence: greedy choices are made on the device (only B ids cross to the
-// host); sampling reads each row's logits on the host.
+// The next token of every sequence at decoding step `step`: greedy choices are made on the device (only
+// B ids cross to the host); sampling reads each row's logits on the host. Row b is sample
+// samples[b] of its prompt, which numbers its draws (sampler.h: draw_index).
 // `greedy_ids`: the argmax of the logits when already taken on the device (undefined: take it here).
 std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step,
-                                 const Tensor& greedy_ids = {}) {
+                                 const std::vector<int64_t>& samples, const Tensor& greedy_ids = {}) {
   const int64_t B = logits.dim(0), vocab = logits.dim(1);
   std::vector<int64_t> out(static_cast<size_t>(B));
   if (sampling.temperature == 0) {
@@ -33,9 +34,43 @@ std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sa
   }
   const std::vector<float> host = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();
   for (int64_t b = 0; b < B; ++b)
-    out[size_t(b)] =
-        sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling, uint64_t(step * B + b));
+    out[size_t(b)] = sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling,
+                                  draw_index(step, samples[size_t(b)]));
   return out;
+}
+
+// Where a prompt sits in messages: "the prompt" alone, else "prompt 3" (1-based).
+std::string prompt_name(size_t p, size_t prompts) {
+  return prompts == 1 ? "the prompt" : "prompt " + std::to_string(p + 1);
+}
+
+// The prefill: every prompt read into `state` and the logits [B, vocab] of each sequence's last prompt
+// position. One prompt: its samples read together, as one batch of copies. Several: each prompt read
+// alone into a one-sequence state, which its rows then take (DecodeState::take_sequence), so a prompt's
+// caches and logits are what it gets decoded alone.
+Tensor prefill(const Decoder& model, const std::vector<std::vector<uint32_t>>& prompts, int64_t samples,
+               DecodeState& state, DType dtype, Device device) {
+  if (prompts.size() == 1) {
+    const std::vector<uint32_t>& prompt = prompts[0];
+    std::vector<int32_t> ids;
+    for (int64_t s = 0; s < samples; ++s) ids.insert(ids.end(), prompt.begin(), prompt.end());
+    const Tensor input = Tensor::from_vector(ids, {samples, int64_t(prompt.size())}).to(device);
+    return last_logits(model, model.decode(input, state));
+  }
+  Tensor logits;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::vector<int32_t> ids(prompts[p].begin(), prompts[p].end());
+    const int64_t P = int64_t(ids.size());
+    DecodeState alone = model.start_decoding(1, P, dtype, device);
+    const Tensor own = last_logits(model, model.decode(Tensor::from_vector(ids, {1, P}).to(device), alone));
+    if (!logits.defined()) logits = Tensor::empty({state.batch, own.dim(1)}, own.dtype(), device);
+    for (int64_t s = 0; s < samples; ++s) {
+      const int64_t row = int64_t(p) * samples + s;
+      state.take_sequence(row, alone);
+      logits.narrow(row, 1).copy_from(own);
+    }
+  }
+  return logits;
 }
 
 // How much of `text`'s end could be the start of `stop` (held back from streaming until it is known
@@ -78,42 +113,53 @@ size_t complete_utf8_prefix(const std::string& text) {
   return back + 1 >= length ? n : n - 1 - back;
 }
 
-GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
-                          const GenerationOptions& options, DType dtype, Device device, const TextSink& sink) {
-  FATHOM_CHECK(!prompt.empty(), "generate: the prompt encodes to no tokens");
+GenerationResult generate_batch(const Decoder& model, const Tokenizer& tokenizer,
+                                const std::vector<std::vector<uint32_t>>& prompts, const GenerationOptions& options,
+                                DType dtype, Device device, const TextSink& sink) {
+  FATHOM_CHECK(!prompts.empty(), "generate: no prompts");
   FATHOM_CHECK(options.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", options.max_new_tokens);
   FATHOM_CHECK(options.batch >= 1, "--batch must be >= 1, got ", options.batch);
   options.sampling.validate();
   const int64_t vocab = model.config().vocab_size;
-  for (uint32_t id : prompt)
-    FATHOM_CHECK(int64_t(id) < vocab, "generate: prompt token ", id, " is outside the model's vocabulary of ", vocab,
-                 " (is this the model's tokenizer?)");
+  int64_t longest = 0, prompt_tokens = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::string name = prompt_name(p, prompts.size());
+    FATHOM_CHECK(!prompts[p].empty(), "generate: ", name, " encodes to no tokens");
+    for (uint32_t id : prompts[p])
+      FATHOM_CHECK(int64_t(id) < vocab, "generate: ", name, "'s token ", id, " is outside the model's vocabulary of ",
+                   vocab, " (is this the model's tokenizer?)");
+    FATHOM_CHECK(int64_t(prompts[p].size()) + options.max_new_tokens < (int64_t(1) << 31), "generate: ", name, "'s ",
+                 prompts[p].size(), " tokens + ", options.max_new_tokens,
+                 " new ones exceed the 2^31 - 1 positions decoding counts");
+    longest = std::max(longest, int64_t(prompts[p].size()));
+    prompt_tokens += int64_t(prompts[p].size());
+  }
   NoGrad no_grad;
-  const int64_t B = options.batch, P = int64_t(prompt.size());
-  DecodeState state = model.start_decoding(B, P + options.max_new_tokens, dtype, device);
+  const int64_t S = options.batch, B = int64_t(prompts.size()) * S;
+  DecodeState state = model.start_decoding(B, longest + options.max_new_tokens, dtype, device);
   GenerationResult result;
-  result.prompt_tokens = P;
+  result.prompt_tokens = prompt_tokens;
+  result.prefill_tokens = prompts.size() == 1 ? prompt_tokens * S : prompt_tokens;
   result.tokens.resize(size_t(B));
   result.texts.resize(size_t(B));
   result.cache_bytes = state.bytes();
   result.cache_bytes_per_position = state.bytes_per_position();
   std::vector<bool> done(size_t(B), false);
+  std::vector<int64_t> samples(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) samples[size_t(b)] = b % S;
   size_t streamed = 0;
 
-  std::vector<int32_t> ids;
-  for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
-  const Tensor input = Tensor::from_vector(ids, {B, P}).to(device);
-  // The prompt is one decode call; every later step one token per sequence (a CUDA graph on a GPU).
+  // The prompts are the prefill; every later step one token per sequence (a CUDA graph on a GPU).
   DecodeStep decode_step(model, state, options.sampling.temperature == 0, options.cuda_graphs);
   std::vector<int32_t> next(static_cast<size_t>(B));
   auto start = Clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     std::vector<int64_t> chosen;
     if (step == 0) {
-      chosen = next_tokens(last_logits(model, model.decode(input, state)), options.sampling, step);
+      chosen = next_tokens(prefill(model, prompts, S, state, dtype, device), options.sampling, step, samples);
     } else {
       const DecodeStep::Output out = decode_step.run(next);
-      chosen = next_tokens(out.logits, options.sampling, step, out.ids);
+      chosen = next_tokens(out.logits, options.sampling, step, samples, out.ids);
     }
     if (step == 0) {
       synchronize(device);
@@ -162,6 +208,11 @@ GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, cons
   if (options.stop.empty())
     for (int64_t b = 0; b < B; ++b) result.texts[size_t(b)] = tokenizer.decode(result.tokens[size_t(b)]);
   return result;
+}
+
+GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
+                          const GenerationOptions& options, DType dtype, Device device, const TextSink& sink) {
+  return generate_batch(model, tokenizer, {prompt}, options, dtype, device, sink);
 }
 
 size_t check_decoding_caches_fit(const DecodeMemory& memory, int64_t batch, int64_t positions, size_t free_bytes,

@@ -1,7 +1,14 @@
-// Generation: the prompt read in one prefill step, then one token per sequence per step from the
-// decoding caches (Decoder::decode), each chosen by the sampler. The batch holds `batch` samples of
-// one prompt; a sequence stops at the tokenizer's end-of-text token, at the stop text, or after
-// max_new_tokens.
+// Generation: the prompts read in a prefill, then one token per sequence per step from the decoding
+// caches (Decoder::decode), each chosen by the sampler. The batch holds `batch` samples of each prompt;
+// a sequence stops at the tokenizer's end-of-text token, at the stop text, or after max_new_tokens.
+//
+// Prompts of different lengths decode as one batch (a ragged batch), and no prompt's output depends on
+// the others: each prompt is prefilled alone (a one-sequence state, then DecodeState::take_sequence
+// into its rows), every later step runs the whole batch with each sequence at its own position and
+// length, and a sampled token's draw is numbered by its prompt's sample and the step, not by the batch
+// row (sampler.h: draw_index). Finished sequences keep stepping with the batch (their tokens are
+// dropped) until every sequence has finished. A single prompt's samples are prefilled together, as one
+// batch of copies.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,7 +23,7 @@ namespace fathom {
 
 struct GenerationOptions {
   int64_t max_new_tokens = 128;
-  int64_t batch = 1;
+  int64_t batch = 1;  // samples of each prompt
   SamplingOptions sampling;
   std::string stop{};       // stop text ("" for none): a sequence ends where its continuation first holds it
   bool ignore_eos = false;  // keep going past the end-of-text token (benchmarks: a fixed length)
@@ -24,10 +31,12 @@ struct GenerationOptions {
       true;  // GPU: replay the decoding steps as a CUDA graph where they can be (train/generate/decode_step.h)
 };
 
+// Sequences are prompt-major: sequence p * batch + s is sample s of prompt p.
 struct GenerationResult {
   std::vector<std::string> texts;             // per sequence: the continuation (cut at the stop text)
   std::vector<std::vector<uint32_t>> tokens;  // per sequence: the generated ids
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;                  // of the prompts, each counted once
+  int64_t prefill_tokens = 0;                 // the prefill read (a single prompt: once per sample)
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;  // steps after the prefill
   size_t cache_bytes = 0, cache_bytes_per_position = 0;
@@ -50,8 +59,14 @@ DecodeMemory decode_memory(const Decoder& model, DType dtype);
 // Called after each step with sequence 0's new text (complete UTF-8 only), for streaming.
 using TextSink = std::function<void(const std::string&)>;
 
-// `dtype` is the activations' (the caches'), on `device`. Throws when the prompt is empty, or when
-// prompt + max_new_tokens positions do not fit `max_positions` (0: no limit).
+// `dtype` is the activations' (the caches'), on `device`. Throws, naming the prompt (1-based) where
+// there are several, when there are no prompts, a prompt is empty or holds an id outside the model's
+// vocabulary, or a prompt + max_new_tokens positions exceed the I32 positions. Several prompts need
+// every layer kind's MixerCache::copy_sequence.
+GenerationResult generate_batch(const Decoder& model, const Tokenizer& tokenizer,
+                                const std::vector<std::vector<uint32_t>>& prompts, const GenerationOptions& options,
+                                DType dtype, Device device, const TextSink& sink = {});
+// One prompt: generate_batch of {prompt}.
 GenerationResult generate(const Decoder& model, const Tokenizer& tokenizer, const std::vector<uint32_t>& prompt,
                           const GenerationOptions& options, DType dtype, Device device, const TextSink& sink = {});
 

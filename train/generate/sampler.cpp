@@ -17,7 +17,13 @@ void SamplingOptions::validate() const {
   FATHOM_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1], got ", top_p);
 }
 
-int64_t sample_token(std::span<const float> logits, const SamplingOptions& options, uint64_t draw_index) {
+uint64_t draw_index(int64_t step, int64_t sample) {
+  FATHOM_CHECK(step >= 0 && step < (int64_t(1) << 32) && sample >= 0 && sample < (int64_t(1) << 32), "sampling: step ",
+               step, " and sample ", sample, " must each be in [0, 2^32)");
+  return (uint64_t(sample) << 32) | uint64_t(step);
+}
+
+int64_t sample_token(std::span<const float> logits, const SamplingOptions& options, uint64_t draw) {
   FATHOM_CHECK(!logits.empty(), "sample_token: no logits");
   if (options.temperature == 0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   // Candidates by descending logit (ties by index, so the order is total); without a top-k or top-p
@@ -30,7 +36,7 @@ int64_t sample_token(std::span<const float> logits, const SamplingOptions& optio
     std::vector<double> p(logits.size());
     double total = 0;
     for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp((logits[i] - top) / options.temperature);
-    const double u = double(philox::to_unit(philox::draw(options.seed, draw_index, 0).v[0])) * total;
+    const double u = double(philox::to_unit(philox::draw(options.seed, draw, 0).v[0])) * total;
     double acc = 0;
     for (size_t i = 0; i < p.size(); ++i)
       if (u <= (acc += p[i])) return int64_t(i);
@@ -50,7 +56,7 @@ int64_t sample_token(std::span<const float> logits, const SamplingOptions& optio
   size_t n = 0;
   double mass = 0;
   while (n < p.size() && (n == 0 || mass < options.top_p * total)) mass += p[n++];
-  const double u = double(philox::to_unit(philox::draw(options.seed, draw_index, 0).v[0])) * mass;
+  const double u = double(philox::to_unit(philox::draw(options.seed, draw, 0).v[0])) * mass;
   double acc = 0;
   for (size_t i = 0; i < n; ++i) {
     acc += p[i];
