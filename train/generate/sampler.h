@@ -1,22 +1,12 @@
-// Choosing the next token from a row of logits: greedy (temperature 0), or sampling from
-// softmax(logits / temperature) restricted to the top_k most likely tokens and to the smallest set
-// whose probability reaches top_p (nucleus). Draws come from Philox counters (seed, draw index), so a
-// seed reproduces a generation whatever the batch or device.
+// Choosing the next token from a row of logits on the host (kernels/sampling/sampling.h says how; its
+// sample_rows does the same on the logits' device, for a whole batch).
 #pragma once
 #include <cstdint>
 #include <span>
 
+#include "kernels/sampling/sampling_options.h"
+
 namespace fathom {
-
-struct SamplingOptions {
-  double temperature = 1.0;  // 0: greedy (argmax, lowest index on ties)
-  int64_t top_k = 0;         // 0: no limit
-  double top_p = 1.0;        // in (0, 1]
-  uint64_t seed = 0;
-
-  // Throws fathom::Error naming the option: temperature >= 0 and finite, top_k >= 0, top_p in (0, 1].
-  void validate() const;
-};
 
 // The chosen token of one row. draw_index numbers the draws of a generation (step * batch + row).
 int64_t sample_token(std::span<const float> logits, const SamplingOptions& options, uint64_t draw_index);
