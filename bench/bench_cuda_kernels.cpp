@@ -20,6 +20,7 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
+#include "kernels/sampling/sampling.h"
 #include "kernels/swiglu/swiglu.h"
 
 #ifdef FATHOM_WITH_CUDA
@@ -236,6 +237,23 @@ int main(int argc, char** argv) {
     row("cross_entropy fused bf16", "5312 x 100352",
         median_ms([&] { cross_entropy_forward_with_grad(chunk_logits, chunk_targets, 1e-4, -100, one, false); }),
         double(chunk) * 100352 * 2 * B2);
+  }
+  {  // sampling the next token of a decode step on the device (bytes: the logits read once; the kernel
+     // makes several passes over each row, from L2 where the batch fits)
+    for (const int64_t vocab : {int64_t(50304), int64_t(128256)})
+      for (const int64_t batch : {int64_t(1), int64_t(8), int64_t(32)}) {
+        Tensor logits = random_gpu({batch, vocab}, DType::bf16, -8, 8);
+        std::vector<int64_t> indices(static_cast<size_t>(batch));
+        for (int64_t b = 0; b < batch; ++b) indices[size_t(b)] = b;
+        const Tensor draws = Tensor::from_vector(indices, {batch}).to(kGpu);
+        const std::string shape = std::to_string(batch) + " x " + std::to_string(vocab);
+        row("sample_rows bf16 top-k 50", shape,
+            median_ms([&] { sample_rows(logits, {.temperature = 0.8, .top_k = 50, .seed = 1}, draws); }),
+            double(batch) * vocab * B2);
+        row("sample_rows bf16 top-p 0.9", shape,
+            median_ms([&] { sample_rows(logits, {.temperature = 0.8, .top_p = 0.9, .seed = 1}, draws); }),
+            double(batch) * vocab * B2);
+      }
   }
   const MemoryStats s = allocator_for(kGpu).stats(kGpu);
   std::printf("\nallocator: current %.2f GiB, peak %.2f GiB, cached %.2f GiB\n", s.current / 1073741824.0,

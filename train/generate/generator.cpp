@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "kernels/argmax/argmax.h"
+#include "kernels/sampling/sampling.h"
 #include "layers/attention.h"
 #include "train/cli/device_select.h"
 #include "train/generate/decode_step.h"
@@ -18,25 +19,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The next token of every sequence at decoding step `step`: greedy choices are made on the device (only
-// B ids cross to the host); sampling reads each row's logits on the host. Row b is sample
+// The next token of every sequence at decoding step `step`, chosen on the logits' device (argmax, or
+// kernels/sampling's sample_rows), so only B ids cross to the host. Row b is sample
 // samples[b] of its prompt, which numbers its draws (sampler.h: draw_index).
 // `greedy_ids`: the argmax of the logits when already taken on the device (undefined: take it here).
 std::vector<int64_t> next_tokens(const Tensor& logits, const SamplingOptions& sampling, int64_t step,
                                  const std::vector<int64_t>& samples, const Tensor& greedy_ids = {}) {
-  const int64_t B = logits.dim(0), vocab = logits.dim(1);
-  std::vector<int64_t> out(static_cast<size_t>(B));
+  const int64_t B = logits.dim(0);
+  Tensor chosen;
   if (sampling.temperature == 0) {
-    const Tensor chosen = greedy_ids.defined() ? greedy_ids : argmax_rows(logits);
-    const std::vector<int32_t> ids = chosen.to(Device::cpu()).to_vector<int32_t>();
-    std::copy(ids.begin(), ids.end(), out.begin());
-    return out;
+    chosen = greedy_ids.defined() ? greedy_ids : argmax_rows(logits);
+  } else {
+    std::vector<int64_t> draws(static_cast<size_t>(B));  // draw_index's bits, as the kernel reads them
+    for (int64_t b = 0; b < B; ++b) draws[size_t(b)] = int64_t(draw_index(step, samples[size_t(b)]));
+    chosen = sample_rows(logits, sampling, Tensor::from_vector(draws, {B}).to(logits.device()));
   }
-  const std::vector<float> host = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();
-  for (int64_t b = 0; b < B; ++b)
-    out[size_t(b)] = sample_token(std::span<const float>(host.data() + b * vocab, size_t(vocab)), sampling,
-                                  draw_index(step, samples[size_t(b)]));
-  return out;
+  const std::vector<int32_t> ids = chosen.to(Device::cpu()).to_vector<int32_t>();
+  return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
 // Where a prompt sits in messages: "the prompt" alone, else "prompt 3" (1-based).
