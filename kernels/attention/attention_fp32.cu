@@ -159,8 +159,11 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const char* op = "decode_attention (cuda, fp32)";
   const Device device = q.device();
   check_attention_tensors(op, {{"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}, DType::f32, device, kComputes);
-  if (past)
+  if (past) {
     check_device_tensor(op, "past", *past, DType::i32, device, "the position counts are I32 [1] or [B] on q's device");
+    FATHOM_CHECK(past->numel() == 1 || past->numel() == q.dim(0), op, ": past holds ", past->numel(),
+                 " counts for a batch of ", q.dim(0), "; give one, or one per sequence");
+  }
   check_current_device(op, device);
   const int64_t Hk = k_cache.dim(1), capacity = k_cache.dim(2), d = q.dim(3);
   const FlashShape s{q.dim(0), q.dim(1), q.dim(2), Hk, d, scale};

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs a) {
   float* scores = vs + kTile * P;  // [kTile][kTile]
   const int h = blockIdx.y, b = blockIdx.z, row0 = blockIdx.x * kTile;
   const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
-  const int keys = a.past ? min(a.past[a.past_rows > 1 ? b : 0] + a.Tq, a.key_capacity) : a.keys;
+  const int keys = a.past ? max(a.Tq, min(a.past[a.past_rows > 1 ? b : 0] + a.Tq, a.key_capacity)) : a.keys;
   const int t = row0 + r, position = keys - a.Tq + t;
   const bool row_valid = t < a.Tq;
 

@@ -68,8 +68,9 @@ struct DecodeArgs {
 // is the grid's, the same for all.
 __device__ __forceinline__ void resolve_length(DecodeArgs& a, int b) {
   if (a.past == nullptr) return;
-  // Never past the cache (the host checks its counts).
-  a.length = min(int64_t(a.past[a.past_rows > 1 ? b : 0]) + a.Tq, a.capacity);
+  // Never past the cache nor below the step's own positions (the host checks its counts; a bad one
+  // must not make a plan of no tiles).
+  a.length = max(int64_t(a.Tq), min(int64_t(a.past[a.past_rows > 1 ? b : 0]) + a.Tq, a.capacity));
   const int64_t tiles = (a.length + kTileKeys - 1) / kTileKeys;
   const int64_t want = max(int64_t(1), min(a.want_splits, tiles));
   const int64_t tiles_per_split = (tiles + want - 1) / want;
@@ -604,6 +605,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                         const DepthSlots& depth, double scale) {
   check_device_tensor(kOp, "past", past, DType::i32, q.device(),
                       "the position counts are I32 [1] or [B] on q's device");
+  FATHOM_CHECK(past.numel() == 1 || past.numel() == q.dim(0), kOp, ": past holds ", past.numel(),
+               " counts for a batch of ", q.dim(0), "; give one, or one per sequence");
   return run_decode(q, k_cache, v_cache, k_cache.dim(2), &past, depth, scale);
 }
 

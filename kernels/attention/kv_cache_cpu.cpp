@@ -30,12 +30,13 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
   const int32_t* counts = past.data<int32_t>();
   const bool per_row = past.numel() > 1;
+  // Every row checked before any is written, so a bad count leaves the cache as it was.
   for (int64_t b = 0; b < rows.dim(0); ++b) {
     const int64_t start = counts[per_row ? b : 0];
     FATHOM_CHECK(start >= 0 && start + rows.dim(1) <= cache.dim(2), "kv_cache_write: row ", b, ": ", rows.dim(1),
                  " new positions from ", start, " overrun the cache's capacity of ", cache.dim(2));
-    write_rows(cache, rows, b, b + 1, start);
   }
+  for (int64_t b = 0; b < rows.dim(0); ++b) write_rows(cache, rows, b, b + 1, counts[per_row ? b : 0]);
 }
 
 Tensor positions_after(const Tensor& past, int64_t T) {

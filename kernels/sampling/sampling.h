@@ -9,8 +9,8 @@
 // as -inf); a row with no finite maximum (every logit -inf or NaN, or some +inf) takes its argmax.
 //
 // The backends agree in distribution, not token for token: the CPU walks the kept tokens from the most
-// likely down, the CUDA kernel in its own fixed order. Each is deterministic: the same logits, seed and
-// draw index give the same token, run to run.
+// likely down (in index order when nothing is cut), the CUDA kernel in its own fixed order. Each is deterministic: the
+// same logits, seed and draw index give the same token, run to run.
 #pragma once
 #include <cstdint>
 #include <span>
