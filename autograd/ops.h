@@ -19,6 +19,11 @@ Variable linear(const Variable& x, const Variable& weight);
 // The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
 // MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
 Variable linear_wide(const Variable& x, const Variable& weight);
+// linear as FP8 GEMMs (train.precision fp8; docs/DESIGN.md, "FP8 linears"): x and the weight in e4m3,
+// the output gradient in e5m2, each with its own per-tensor current scale; y (and dx) in x's dtype,
+// F32 or BF16. Both widths must be multiples of 16. On the CPU this is the FP8 emulation: the same
+// casts, bit for bit, and f32 GEMMs of the dequantized values.
+Variable linear_fp8(const Variable& x, const Variable& weight);
 
 // ids (I32 or I64) [...] -> table rows [..., d]. An id outside [0, vocab) is an error naming it.
 Variable embedding(const Tensor& ids, const Variable& table);

@@ -7,7 +7,7 @@
 // gradients, AdamW moments, activations), the counterpart of torch.cuda.max_memory_allocated, then
 // the peak of what it held from the driver (live and cached blocks), torch.cuda.max_memory_reserved's.
 //
-// Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp32] [--recompute none|selective|block]
+// Usage: bench_train_step [--device cuda|cpu|auto] [--precision bf16|fp8|fp32] [--recompute none|selective|block]
 //                         [--warmup N] [--steps N] [--threads N] [--mod CAPACITY]
 //                         [--layers KIND,KIND,...] [--dsla-states 1|2]
 //                         [CONFIG...]      CONFIG = SIZE or SIZE:BATCHxSEQ (e.g. olmo2_14M:2x64)
@@ -30,8 +30,10 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/suggest.h"
+#include "kernels/fp8/fp8.h"
 #include "layers/decoder.h"
 #include "layers/dsla_config.h"
+#include "layers/linear.h"
 #include "layers/mod_config.h"
 #include "layers/model_config.h"
 #include "layers/parameter_arena.h"
@@ -136,8 +138,8 @@ Options parse_options(int argc, char** argv) {
     else
       o.configs.push_back(parse_config(arg));
   }
-  FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp32", "--precision must be bf16 or fp32, got '", o.precision,
-               "'");
+  FATHOM_CHECK(o.precision == "bf16" || o.precision == "fp8" || o.precision == "fp32",
+               "--precision must be bf16, fp8 or fp32, got '", o.precision, "'");
   if (o.configs.empty()) o.configs = kDefaultConfigs;
   return o;
 }
@@ -172,6 +174,10 @@ void run_config(const BenchConfig& c, const Options& o, Device device) {
   {
     Decoder model(config);
     model.set_recompute(o.recompute);
+    if (uses_fp8_linears(o.precision)) {
+      check_fp8_device(device);
+      use_fp8_linears(model);
+    }
     ParameterArena arena(model, device);
     if (uses_mixed_precision(o.precision, device)) arena.enable_compute_copy(DType::bf16);
     arena.initialise(1);

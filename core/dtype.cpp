@@ -19,6 +19,8 @@ size_t dtype_size(DType t) {
     case DType::i64:
       return 8;
     case DType::u8:
+    case DType::e4m3:
+    case DType::e5m2:
       return 1;
   }
   FATHOM_FAIL("unknown dtype ", int(t));
@@ -40,17 +42,24 @@ const char* dtype_name(DType t) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::e4m3:
+      return "F8_E4M3";
+    case DType::e5m2:
+      return "F8_E5M2";
   }
   return "?";
 }
 
 DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64, DType::u8})
+  for (DType t :
+       {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64, DType::u8, DType::e4m3, DType::e5m2})
     if (name == dtype_name(t)) return t;
-  FATHOM_FAIL("unsupported dtype '", name, "' (expected one of F32, BF16, F16, F64, I32, I64, U8)");
+  FATHOM_FAIL("unsupported dtype '", name, "' (expected one of F32, BF16, F16, F64, I32, I64, U8, F8_E4M3, F8_E5M2)");
 }
 
 bool is_floating(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64; }
+
+bool is_fp8(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
 float f16_to_float(f16 v) {
   const uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;

@@ -1,4 +1,5 @@
-// Element types and the 16-bit float conversions the CPU backend needs.
+// Element types and the 16-bit float conversions the CPU backend needs (the 8-bit float ones are in
+// core/fp8.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,14 +9,18 @@
 
 namespace fathom {
 
-enum class DType : uint8_t { f32, bf16, f16, f64, i32, i64, u8 };
+// e4m3 and e5m2 are the two 8-bit float formats of FP8 training (core/fp8.h): storage only, made and
+// read by the scaled casts and GEMMs of kernels/fp8 and kernels/matmul; no other op computes in them.
+enum class DType : uint8_t { f32, bf16, f16, f64, i32, i64, u8, e4m3, e5m2 };
 
 size_t dtype_size(DType t);
-// Names as safetensors spells them: F32, BF16, F16, F64, I32, I64, U8.
+// Names as safetensors spells them: F32, BF16, F16, F64, I32, I64, U8, F8_E4M3, F8_E5M2.
 const char* dtype_name(DType t);
 // Parses a safetensors name; throws on anything else.
 DType dtype_from_name(std::string_view name);
+// The types ops compute in: F32, BF16, F16, F64 (not the FP8 storage types).
 bool is_floating(DType t);
+bool is_fp8(DType t);
 
 // bfloat16 and IEEE half as plain 16-bit values; arithmetic happens in float.
 struct bf16 {

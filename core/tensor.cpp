@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/fp8.h"
 
 namespace fathom {
 
@@ -25,6 +26,9 @@ double load(const void* p, DType t, int64_t i) {
       return double(static_cast<const int64_t*>(p)[i]);
     case DType::u8:
       return static_cast<const uint8_t*>(p)[i];
+    case DType::e4m3:
+    case DType::e5m2:
+      return fp8_to_float(static_cast<const uint8_t*>(p)[i], t);
   }
   return 0;
 }
@@ -51,6 +55,10 @@ void store(void* p, DType t, int64_t i, double v) {
       break;
     case DType::u8:
       static_cast<uint8_t*>(p)[i] = uint8_t(v);
+      break;
+    case DType::e4m3:
+    case DType::e5m2:  // unscaled and saturating: the scaled casts of kernels/fp8 are how FP8 data is made
+      static_cast<uint8_t*>(p)[i] = float_to_fp8(float(v), t);
       break;
   }
 }

@@ -31,6 +31,7 @@ Decoder::Decoder(const ModelConfig& config) : config_((config.validate(), config
   if (!config_.tie_embeddings) {
     lm_head_ = std::make_unique<Linear>(config_.d_model, config_.vocab_size,
                                         ParameterInit::normal(config_.init_std, config_.init_cutoff));
+    lm_head_->keep_out_of_fp8();  // the fused cross-entropy head reads it: logits stay bf16 (precision-sensitive)
     add_child("lm_head", *lm_head_);
   }
 }

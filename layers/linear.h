@@ -1,5 +1,8 @@
 // Bias-free Linear layer (OLMo2 has no biases anywhere).
 #pragma once
+#include <string>
+#include <vector>
+
 #include "layers/module.h"
 
 namespace fathom {
@@ -9,9 +12,33 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, ParameterInit init);
   Variable forward(const Variable& x) const;  // [..., in] -> [..., out]
   const Variable& weight() const { return weight_; }
+  int64_t in_features() const { return weight_.dim(1); }
+  int64_t out_features() const { return weight_.dim(0); }
+
+  // train.precision fp8: forward, input gradient and weight gradient as FP8 GEMMs (autograd/ops.h
+  // linear_fp8). Off by default; use_fp8_linears switches a model's eligible linears on.
+  void set_fp8(bool fp8) { fp8_ = fp8; }
+  bool fp8() const { return fp8_; }
+  // For a projection its owner keeps in bf16 whatever the precision (MoD's router and predictor).
+  void keep_out_of_fp8() { fp8_allowed_ = false; }
+  bool fp8_allowed() const { return fp8_allowed_; }
 
  private:
   Variable weight_;  // [out, in], HF layout
+  bool fp8_ = false;
+  bool fp8_allowed_ = true;
 };
+
+// Which linears of a model run in FP8, by full name.
+struct Fp8Linears {
+  std::vector<std::string> fp8;
+  std::vector<std::string> kept;  // eligible by role, left in bf16: a width not a multiple of 16
+};
+
+// train.precision fp8 (docs/DESIGN.md, "FP8 linears"): every Linear of the model runs in FP8 except
+// those their owner keeps out (MoD's router and predictor) and those with a width that is not a multiple
+// of 16 (cuBLASLt's FP8 alignment). The LM head never does: it is no Linear::forward but the fused
+// cross-entropy head. Returns the names of both groups.
+Fp8Linears use_fp8_linears(Module& model);
 
 }  // namespace fathom

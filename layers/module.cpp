@@ -27,4 +27,16 @@ void Module::collect(const std::string& prefix, std::vector<Parameter>& out) con
   for (const auto& [name, child] : children_) child->collect(name.empty() ? prefix : prefix + name + ".", out);
 }
 
+void Module::visit_modules(const std::function<void(const std::string& name, Module& module)>& f) {
+  visit_children("", f);
+}
+
+void Module::visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f) {
+  for (const auto& [name, child] : children_) {
+    const std::string full = name.empty() ? prefix : (prefix.empty() ? name : prefix + "." + name);
+    f(full, *child);
+    child->visit_children(full, f);
+  }
+}
+
 }  // namespace fathom

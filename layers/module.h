@@ -1,6 +1,7 @@
 // Module: a named tree of parameters. Names are dotted paths (HF names for the OLMo2 parts), stable
 // across runs, and the only way checkpoints and the flat arenas refer to a parameter.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,9 @@ class Module {
   std::vector<Parameter> parameters() const;
   // The same parameters' handles, without names (what a checkpointed segment declares it reads).
   std::vector<Variable> parameter_variables() const;
+  // Calls f(name, module) for every descendant, depth first in registration order, with its full dotted
+  // name (a wrapper's unnamed child has the wrapper's name).
+  void visit_modules(const std::function<void(const std::string& name, Module& module)>& f);
 
  protected:
   // A new F32 CPU parameter (values are set when the model's arena is built).
@@ -52,6 +56,7 @@ class Module {
 
  private:
   void collect(const std::string& prefix, std::vector<Parameter>& out) const;
+  void visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
 
   std::vector<Parameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;

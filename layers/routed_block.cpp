@@ -208,12 +208,15 @@ RoutedBlock::RoutedBlock(const ModelConfig& c, int64_t layer)
   add_child("", block_);  // the block keeps its own names: a dense checkpoint's layer loads into it
   if (mod_.router == ModRouter::learned) {
     router_ = std::make_unique<Linear>(c.d_model, 1, linear_init(c));
+    router_->keep_out_of_fp8();  // tiny, and its ranking must not see FP8 ties
     add_child("mod.router", *router_);
   }
   if (mod_.has_predictor()) {
     const int64_t hidden = std::max<int64_t>(1, c.d_model / 8);
     predictor_fc1_ = std::make_unique<Linear>(c.d_model, hidden, linear_init(c));
     predictor_fc2_ = std::make_unique<Linear>(hidden, 1, linear_init(c));
+    predictor_fc1_->keep_out_of_fp8();  // the causal router: small, and decides what runs
+    predictor_fc2_->keep_out_of_fp8();
     add_child("mod.predictor.fc1", *predictor_fc1_);
     add_child("mod.predictor.fc2", *predictor_fc2_);
   }

@@ -83,6 +83,10 @@ void dispatch_any(DType t, F&& f) {
       return f.template operator()<int64_t>();
     case DType::u8:
       return f.template operator()<uint8_t>();
+    case DType::e4m3:
+    case DType::e5m2:
+      FATHOM_FAIL("cast and fill: ", dtype_name(t),
+                  " tensors on the GPU are made by the scaled casts of kernels/fp8 (copy to the CPU to convert)");
   }
   FATHOM_FAIL("unknown dtype ", int(t));
 }

@@ -156,15 +156,19 @@ TEST_P(ResumeFromAMidRunCheckpoint, IsBitExact) {
   expect_same_weights(dir / "a" / "checkpoints" / "step_00000006", dir / "b" / "checkpoints" / "step_00000006");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Train, ResumeFromAMidRunCheckpoint,
-    ::testing::Values(std::vector<std::string>{},
-                      std::vector<std::string>{"model.layers=[attention, dsla]", "dsla.gamma=head"},
-                      std::vector<std::string>{"mod.capacity=0.25", "mod.every=2", "mod.router=random",
-                                               "train.grad_accum=2"}),
-    [](const auto& info) {
-      return info.param.empty() ? "olmo2" : info.param[0].starts_with("mod.") ? "mod_random" : "dsla_hybrid";
-    });
+INSTANTIATE_TEST_SUITE_P(Train, ResumeFromAMidRunCheckpoint,
+                         ::testing::Values(std::vector<std::string>{},
+                                           std::vector<std::string>{"model.layers=[attention, dsla]",
+                                                                    "dsla.gamma=head"},
+                                           std::vector<std::string>{"mod.capacity=0.25", "mod.every=2",
+                                                                    "mod.router=random", "train.grad_accum=2"},
+                                           std::vector<std::string>{"train.precision=fp8"}),
+                         [](const auto& info) {
+                           return info.param.empty()                        ? "olmo2"
+                                  : info.param[0].starts_with("mod.")       ? "mod_random"
+                                  : info.param[0].starts_with("train.prec") ? "fp8_emulation"
+                                                                            : "dsla_hybrid";
+                         });
 
 // recipes/dsla: each hybrid (and its baseline) trains a few steps of its own model on the CPU and the
 // loss falls (shorter batches than the recipe's, for the test's time).

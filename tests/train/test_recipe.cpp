@@ -385,7 +385,7 @@ TEST(RecipeErrors, EachMalformedRecipeGetsItsMessage) {
        "recipe.yaml:4:9: model.norm must be one of post, pre; got 'middle'"},
       {minimal_with("steps: 100", "steps: 100\n  precision: bf61"),
        {},
-       "recipe.yaml:10:14: train.precision must be one of fp32, bf16; got 'bf61' (did you mean 'bf16'?)"},
+       "recipe.yaml:10:14: train.precision must be one of fp32, bf16, fp8; got 'bf61' (did you mean 'bf16'?)"},
       {minimal_with("size: olmo2_14M", "size: olmo2_15M"),
        {},
        "recipe.yaml:3:9: model.size must be one of olmo2_14M, olmo2_30M, olmo2_60M, olmo2_100M, olmo2_190M, "
@@ -606,7 +606,7 @@ Recipe random_recipe(std::mt19937_64& rng) {
   } else {
     r.train.steps = integer(1, 1000000);
   }
-  r.train.precision = pick({"fp32", "bf16"});
+  r.train.precision = pick({"fp32", "bf16", "fp8"});
   r.train.threads = integer(0, 64);
   r.train.loss["z_loss"] = real(0, 1e-3);
   r.train.recompute = pick({"none", "selective", "block"});

@@ -50,8 +50,10 @@ int configure_threads(int64_t threads, const std::string& setting) {
 }
 
 bool uses_mixed_precision(const std::string& precision, Device device) {
-  return device.is_cuda() && precision == "bf16";
+  return device.is_cuda() && (precision == "bf16" || precision == "fp8");
 }
+
+bool uses_fp8_linears(const std::string& precision) { return precision == "fp8"; }
 
 size_t available_memory(Device device) {
 #ifdef FATHOM_WITH_CUDA

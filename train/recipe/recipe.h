@@ -56,7 +56,7 @@ struct Recipe {
     int64_t seq_len = 0;             // required, > 1
     int64_t steps = 0;               // optimizer steps; always resolved (given, or derived from tokens)
     int64_t tokens = 0;              // the token budget when the recipe gave `tokens` instead of `steps`; else 0
-    std::string precision = "bf16";  // "fp32" | "bf16": bf16 compute on GPU; the CPU always computes in fp32
+    std::string precision = "bf16";  // "fp32" | "bf16" | "fp8" (bf16 + FP8 linears; the CPU emulates them)
     int64_t threads = 0;             // CPU threads; 0 = all cores, else 1..kMaxThreads
     // The objective's terms and weights (train/run/objective.h); a given map replaces this one whole.
     std::map<std::string, double> loss{{"ce", 1.0}, {"z_loss", 1e-5}};

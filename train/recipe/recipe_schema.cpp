@@ -227,10 +227,11 @@ std::vector<RecipeKey> build_schema() {
        .doc = "Token budget, converted to steps."},
       {.path = "train.precision",
        .field = FIELD(train.precision),
-       .choices = {"fp32", "bf16"},
+       .choices = {"fp32", "bf16", "fp8"},
        .aliases = {"dtype", "mixed_precision", "amp"},
-       .doc = "GPU compute precision: `bf16` (fp32 master weights, gradients and AdamW state; bf16 compute copies "
-              "and activations) or `fp32`; the CPU always computes in fp32."},
+       .doc = "GPU compute precision: `bf16` (fp32 master weights and AdamW state, bf16 compute), `fp8` (bf16 plus "
+              "the blocks' linears as FP8 GEMMs; compute capability 8.9+; the CPU emulates it) or `fp32`; the CPU "
+              "computes in fp32."},
       {.path = "train.threads",
        .field = FIELD(train.threads),
        .range = closed(0, kMaxThreads),

@@ -7,6 +7,7 @@
 #include "core/file_io.h"
 #include "core/sha256.h"
 #include "distributed/world.h"
+#include "kernels/fp8/fp8.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/cli/device_select.h"
 #include "train/recipe/resume_check.h"
@@ -84,6 +85,8 @@ void TrainingRun::join_world() {
 void TrainingRun::plan_memory() {
   const Recipe& r = recipe_;
   mixed_ = uses_mixed_precision(r.train.precision, device_);
+  // Before anything is written: FP8 GEMMs need FP8 tensor cores (the CPU emulates them anywhere).
+  if (uses_fp8_linears(r.train.precision)) check_fp8_device(device_);
   // Which parameters train, from the layers' own report of their names (no model is built yet).
   const std::vector<std::pair<std::string, Shape>> shapes = decoder_parameter_shapes(r.model);
   std::vector<std::string> names;
@@ -133,6 +136,7 @@ void TrainingRun::build_model() {
   const Recipe& r = recipe_;
   model_ = std::make_unique<Decoder>(r.model);
   model_->set_recompute(parse_recompute(r.train.recompute));
+  if (uses_fp8_linears(r.train.precision)) fp8_linears_ = use_fp8_linears(*model_);
   arena_ = std::make_unique<ParameterArena>(*model_, device_, frozen_);
   // The bf16 weights the layers read; initialise/load below fill it, the optimizer keeps it current.
   if (mixed_) arena_->enable_compute_copy(DType::bf16);
@@ -283,6 +287,15 @@ std::string TrainingRun::describe() const {
       (options_.resume ? ", resumed at step " + std::to_string(state_.step) : "");
   std::string precision = mixed_ ? "bf16 (fp32 master weights, gradients and optimizer state)" : "fp32";
   if (device_.is_cpu() && r.train.precision == "bf16") precision += " (train.precision bf16 applies to GPUs)";
+  if (uses_fp8_linears(r.train.precision)) {
+    precision +=
+        std::string(device_.is_cpu() ? ", FP8 emulation (e4m3/e5m2 rounding, f32 GEMMs) of " : ", FP8 GEMMs in ") +
+        std::to_string(fp8_linears_.fp8.size()) + " linears (e4m3 weights and activations, e5m2 gradients, " +
+        "current per-tensor scaling; the LM head and MoD's routers in bf16)";
+    if (!fp8_linears_.kept.empty())
+      precision += "; " + std::to_string(fp8_linears_.kept.size()) + " linears with a width not a multiple of 16 in " +
+                   (mixed_ ? "bf16" : "fp32") + ", e.g. " + fp8_linears_.kept.front();
+  }
   if (!mixed_ && device_.is_cuda() && r.model.options.get<MoDAConfig>().enabled())
     precision += ", except MoDA's attention (bf16 q, k, v and depth stream, fp32 accumulation)";
   std::string plan_text = memory_plan_.describe();

@@ -21,6 +21,7 @@
 #include "distributed/communicator.h"
 #include "distributed/data_parallel.h"
 #include "layers/decoder.h"
+#include "layers/linear.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -96,6 +97,7 @@ class TrainingRun {
   std::filesystem::path run_dir_;
   int threads_ = 0;
   bool mixed_ = false;
+  Fp8Linears fp8_linears_;  // train.precision fp8: which linears run as FP8 GEMMs
   std::set<std::string> frozen_;
   Objective objective_;
   MemoryPlan memory_plan_;

@@ -1,0 +1,115 @@
+// linear_fp8: y = x W^T with FP8 operands. Forward: x (e4m3) @ W^T (e4m3). Backward: dx = dy (e5m2) @ W
+// (e4m3), dW = dy^T (e5m2) @ x (e4m3). Every cast uses its tensor's own amax from the same step
+// (current scaling), so nothing but the tensors is kept between steps. The node saves what the bf16
+// linear saves (x, or its selective-recompute rebuild, and W's compute copy) and casts them again in
+// backward: the casts are exact functions of those tensors, so the memory plan is unchanged and the
+// gradients are those of the forward's quantized values.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/saved_tensor.h"
+#include "kernels/fp8/fp8.h"
+#include "kernels/matmul/fp8_matmul.h"
+
+namespace fathom {
+
+namespace {
+
+// Hopper's FP8 GEMMs keep partial sums in the tensor cores' reduced-precision accumulator longer with
+// fast accumulation: taken for the forward, never for gradients (the common FP8 training recipe).
+constexpr Fp8GemmOptions kForward{.accumulate = false, .fast_accumulation = true};
+
+class Fp8LinearNode final : public Node {
+ public:
+  Fp8LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad, DType x_dtype, DType dweight_dtype)
+      : x_(std::move(x)),
+        weight_(std::move(weight)),
+        x_shape_(x_shape),
+        weight_grad_(std::move(weight_grad)),
+        x_dtype_(x_dtype),
+        dweight_dtype_(dweight_dtype) {}
+
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return backward_into(grad_output, {}); }
+
+  std::vector<Tensor> backward_into(const Tensor& grad_output, const std::vector<Tensor*>& partial) override {
+    const int64_t rows = x_shape_.rows(), in = x_shape_.last(), out = grad_output.dim(-1);
+    const Tensor dy = grad_output.to(x_dtype_).view({rows, out});
+    const bool need_dx = needs_input_grad(0), need_dw = needs_input_grad(1);
+    // dy in e5m2: its rows for dx, its transpose for dW (cuBLASLt's FP8 GEMMs read only that layout).
+    const Tensor dy_amax = fp8_amax(dy);
+    const Fp8Tensor g =
+        need_dw ? fp8_cast_transpose(dy, dy_amax, DType::e5m2, need_dx) : fp8_cast(dy, dy_amax, DType::e5m2);
+    Tensor dx, dweight;
+    if (need_dx) {
+      // W^T [in, out] in e4m3: dx [rows, in] = dy [rows, out] (W^T)^T.
+      const Fp8Tensor w = fp8_cast_transpose(weight_, fp8_amax(weight_), DType::e4m3, false);
+      Tensor* dx_sum = partial.empty() ? nullptr : partial[0];
+      if (dx_sum && dx_sum->dtype() == x_dtype_) {
+        Tensor sum2d = dx_sum->view({rows, in});
+        fp8_matmul(g.data, g.scale_inv, w.transposed, w.scale_inv, sum2d, {.accumulate = true});
+      } else {
+        dx = Tensor::empty(x_shape_, x_dtype_, dy.device());
+        Tensor dx2d = dx.view({rows, in});
+        fp8_matmul(g.data, g.scale_inv, w.transposed, w.scale_inv, dx2d);
+      }
+    }
+    if (need_dw) {
+      // x^T [in, rows padded to 16] in e4m3: dW [out, in] = dy^T [out, rows] (x^T)^T; the padding is zero.
+      const Tensor x2d = x_.get().view({rows, in});
+      const Fp8Tensor x = fp8_cast_transpose(x2d, fp8_amax(x2d), DType::e4m3, false);
+      if (weight_grad_.defined()) {
+        fp8_matmul(g.transposed, g.scale_inv, x.transposed, x.scale_inv, weight_grad_, {.accumulate = true});
+      } else {
+        dweight = Tensor::empty({out, in}, dweight_dtype_, dy.device());
+        fp8_matmul(g.transposed, g.scale_inv, x.transposed, x.scale_inv, dweight);
+      }
+    }
+    return {dx, dweight};
+  }
+  void release_saved() override {
+    x_.release();
+    weight_ = Tensor();
+    weight_grad_ = Tensor();
+  }
+  const char* name() const override { return "linear_fp8"; }
+
+ private:
+  SavedTensor x_;  // kept (or rebuilt) only when the weight needs a gradient
+  Tensor weight_;  // the compute copy, kept only when x needs a gradient
+  Shape x_shape_;
+  Tensor weight_grad_;  // mixed precision: the weight's F32 gradient in the arena, accumulated into
+  DType x_dtype_;
+  DType dweight_dtype_;
+};
+
+}  // namespace
+
+Variable linear_fp8(const Variable& x, const Variable& weight) {
+  FATHOM_CHECK(x.defined() && weight.defined(), "linear_fp8: undefined input");
+  FATHOM_CHECK(weight.value().rank() == 2, "linear_fp8: weight must be [out, in], got ", describe(weight.value()));
+  FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear_fp8: x ", describe(x.value()),
+               " must end in the weight's input width ", weight.dim(1), " (weight ", describe(weight.value()), ")");
+  FATHOM_CHECK(weight.dim(0) % 16 == 0 && weight.dim(1) % 16 == 0, "linear_fp8: weight ", describe(weight.value()),
+               " needs both widths to be multiples of 16 (the FP8 GEMMs' alignment); such a layer stays in bf16");
+  FATHOM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "linear_fp8: x must be F32 or BF16, got ",
+               describe(x.value()));
+  const Tensor& w = weight.compute_value();
+  const Shape& xs = x.shape();
+  const Tensor x2d = x.value().view({xs.rows(), xs.last()});
+  const Fp8Tensor xq = fp8_quantize(x2d, DType::e4m3, false);
+  const Fp8Tensor wq = fp8_quantize(w, DType::e4m3, false);
+  std::vector<int64_t> out_dims = xs.vec();
+  out_dims.back() = weight.dim(0);
+  Tensor y = Tensor::empty(Shape(out_dims), x.dtype(), x.device());
+  Tensor y2d = y.view({xs.rows(), weight.dim(0)});
+  fp8_matmul(xq.data, xq.scale_inv, wq.data, wq.scale_inv, y2d, kForward);
+  if (!any_requires_grad({x, weight})) return Variable(std::move(y));
+  const bool into_arena = weight.requires_grad() && weight.is_leaf() && weight.has_compute_copy() &&
+                          weight.grad().defined() && weight.grad().dtype() == DType::f32;
+  const DType dweight_dtype = weight.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+  auto node = std::make_shared<Fp8LinearNode>(
+      weight.requires_grad() ? SavedTensor::of(x) : SavedTensor(), x.requires_grad() ? w : Tensor(), xs,
+      into_arena ? weight.grad().view(weight.shape()) : Tensor(), x.dtype(), dweight_dtype);
+  return record(std::move(y), std::move(node), {x, weight});
+}
+
+}  // namespace fathom
