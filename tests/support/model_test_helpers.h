@@ -18,6 +18,20 @@
 
 namespace fathom::testing {
 
+// A model small enough for the many decoding tests, over the bytes tokenizer's 257 ids (EOS 256), so every
+// generated id decodes: d 24, 6 query heads of dim 4 over 2 KV heads (G = 3), FFN 40. norm "post" with
+// QK-norm is OLMo2's block, "pre" without it Llama's.
+inline ModelConfig byte_vocab_model(const std::string& norm, bool qk_norm, int64_t n_layers) {
+  return {.d_model = 24,
+          .n_layers = n_layers,
+          .n_heads = 6,
+          .n_kv_heads = 2,
+          .ffn_hidden = 40,
+          .vocab_size = 257,
+          .norm = norm,
+          .qk_norm = qk_norm};
+}
+
 // A Decoder and the arena of its parameters, initialised from `seed`.
 struct SeededModel {
   SeededModel(const ModelConfig& config, uint64_t seed) : model(config), arena(model, Device::cpu()) {

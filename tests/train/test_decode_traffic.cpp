@@ -10,6 +10,7 @@
 #include "layers/hf_import.h"
 #include "layers/mod_config.h"
 #include "layers/moda_config.h"
+#include "tests/support/model_test_helpers.h"
 #include "tests/support/test_support.h"
 #include "train/generate/generator.h"
 #include "train/measure/decode_traffic.h"
@@ -21,16 +22,7 @@ namespace {
 
 const std::string kFixtures = std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/hf/";
 
-ModelConfig small() {
-  return ModelConfig{.d_model = 24,
-                     .n_layers = 4,
-                     .n_heads = 6,
-                     .n_kv_heads = 2,
-                     .ffn_hidden = 40,
-                     .vocab_size = 257,
-                     .norm = "pre",
-                     .qk_norm = false};
-}
+ModelConfig small() { return fathom::testing::byte_vocab_model("pre", /*qk_norm=*/false, /*n_layers=*/4); }
 
 // Bytes of every stored tensor, in `dtype`, and of the embedding table alone.
 struct StoredBytes {

@@ -25,16 +25,8 @@ using fathom::testing::expect_error;
 
 namespace {
 
-// The bytes tokenizer's 257 ids (EOS 256), so every generated id decodes.
 ModelConfig small(const std::string& norm, bool qk_norm, MoDAConfig moda = {}) {
-  ModelConfig c{.d_model = 24,
-                .n_layers = 3,
-                .n_heads = 6,
-                .n_kv_heads = 2,
-                .ffn_hidden = 40,
-                .vocab_size = 257,
-                .norm = norm,
-                .qk_norm = qk_norm};
+  ModelConfig c = fathom::testing::byte_vocab_model(norm, qk_norm, /*n_layers=*/3);
   c.options.get<MoDAConfig>() = moda;
   return c;
 }

@@ -20,16 +20,8 @@ using fathom::testing::expect_error;
 
 namespace {
 
-// The bytes tokenizer's 257 ids (EOS 256).
 ModelConfig small(const std::string& norm = "post") {
-  return {.d_model = 24,
-          .n_layers = 4,
-          .n_heads = 6,
-          .n_kv_heads = 2,
-          .ffn_hidden = 40,
-          .vocab_size = 257,
-          .norm = norm,
-          .qk_norm = norm == "post"};
+  return fathom::testing::byte_vocab_model(norm, /*qk_norm=*/norm == "post", /*n_layers=*/4);
 }
 
 struct Case {
