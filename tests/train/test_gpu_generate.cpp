@@ -47,6 +47,26 @@ std::vector<std::pair<std::string, ModelConfig>> gpu_cases() {
            {.d_model = 96, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3, .ffn_hidden = 128, .vocab_size = 257}}};
 }
 
+// Each of `tokens`, generated greedily after `prompt`, is the argmax of the full forward over the prompt and
+// the tokens before it, or within a bf16 near-tie of it.
+void expect_follows_full_forward(const Decoder& model, const std::vector<uint32_t>& prompt,
+                                 const std::vector<uint32_t>& tokens, const std::string& label) {
+  const int64_t V = model.config().vocab_size;
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  for (uint32_t token : tokens) {
+    const int64_t T = int64_t(seq.size());
+    const std::vector<float> all = model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu))
+                                       .value()
+                                       .to(DType::f32)
+                                       .to(Device::cpu())
+                                       .to_vector<float>();
+    const std::vector<float> last(all.end() - V, all.end());
+    const float best = *std::max_element(last.begin(), last.end());
+    EXPECT_GE(last[token], best - 2e-2f * (1.0f + std::abs(best))) << label << " after " << T << " tokens";
+    seq.push_back(int32_t(token));
+  }
+}
+
 }  // namespace
 
 TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
@@ -58,20 +78,7 @@ TEST(GpuGenerate, GreedyEqualsTheArgmaxOfAFullForward) {
     NoGrad no_grad;
     const GenerationOptions options{.max_new_tokens = 12, .sampling = {.temperature = 0}};
     const GenerationResult r = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
-    std::vector<int32_t> seq(prompt.begin(), prompt.end());
-    for (uint32_t token : r.tokens[0]) {
-      const int64_t T = int64_t(seq.size()), V = config.vocab_size;
-      const std::vector<float> all = m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu))
-                                         .value()
-                                         .to(DType::f32)
-                                         .to(Device::cpu())
-                                         .to_vector<float>();
-      const std::vector<float> last(all.end() - V, all.end());
-      const float best = *std::max_element(last.begin(), last.end());
-      // bf16: the chosen token is the full forward's argmax, or within a near-tie of it.
-      EXPECT_GE(last[token], best - 2e-2f * (1.0f + std::abs(best))) << name << " after " << T << " tokens";
-      seq.push_back(int32_t(token));
-    }
+    expect_follows_full_forward(m.model, prompt, r.tokens[0], name);
   }
 }
 
@@ -127,19 +134,7 @@ TEST(GpuGenerate, EachPromptOfARaggedBatchFollowsItsFullForward) {
     ASSERT_EQ(r.tokens.size(), prompts.size());
     for (size_t p = 0; p < prompts.size(); ++p) {
       ASSERT_EQ(r.tokens[p].size(), 16u) << name;
-      std::vector<int32_t> seq(prompts[p].begin(), prompts[p].end());
-      for (uint32_t token : r.tokens[p]) {
-        const int64_t T = int64_t(seq.size()), V = config.vocab_size;
-        const std::vector<float> all = m.model.logits(Tensor::from_vector(seq, {1, T}).to(kGpu))
-                                           .value()
-                                           .to(DType::f32)
-                                           .to(Device::cpu())
-                                           .to_vector<float>();
-        const std::vector<float> last(all.end() - V, all.end());
-        const float best = *std::max_element(last.begin(), last.end());
-        EXPECT_GE(last[token], best - 2e-2f * (1.0f + std::abs(best))) << name << ": prompt " << p << " at " << T;
-        seq.push_back(int32_t(token));
-      }
+      expect_follows_full_forward(m.model, prompts[p], r.tokens[p], name + ": prompt " + std::to_string(p));
     }
   }
 }
