@@ -88,7 +88,7 @@ Variable linear_fp8(const Variable& x, const Variable& weight) {
   FATHOM_CHECK(weight.value().rank() == 2, "linear_fp8: weight must be [out, in], got ", describe(weight.value()));
   FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear_fp8: x ", describe(x.value()),
                " must end in the weight's input width ", weight.dim(1), " (weight ", describe(weight.value()), ")");
-  FATHOM_CHECK(weight.dim(0) % 16 == 0 && weight.dim(1) % 16 == 0, "linear_fp8: weight ", describe(weight.value()),
+  FATHOM_CHECK(fp8_linear_widths_aligned(weight.dim(0), weight.dim(1)), "linear_fp8: weight ", describe(weight.value()),
                " needs both widths to be multiples of 16 (the FP8 GEMMs' alignment); such a layer stays in bf16");
   FATHOM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "linear_fp8: x must be F32 or BF16, got ",
                describe(x.value()));

@@ -150,8 +150,8 @@ void DecodeState::take_sequence(int64_t row, const DecodeState& single) {
                " positions exceeds the capacity of ", capacity);
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->copy_sequence(row, *single.layers[i]);
   lengths[size_t(row)] = single.lengths[0];
-  const std::vector<int32_t> counts(lengths.begin(), lengths.end());
-  device_lengths.copy_from(Tensor::from_vector(counts, {batch}));
+  Tensor count = device_lengths.narrow(row, 1);  // the row's count only: one small copy per prompt taken
+  count.copy_from(single.device_lengths);
 }
 
 DecodeState Decoder::start_decoding(int64_t batch, int64_t capacity, DType dtype, Device device) const {

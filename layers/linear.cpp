@@ -1,6 +1,7 @@
 #include "layers/linear.h"
 
 #include "autograd/ops.h"
+#include "kernels/fp8/fp8.h"
 
 namespace fathom {
 
@@ -14,7 +15,7 @@ Fp8Linears use_fp8_linears(Module& model) {
   model.visit_modules([&](const std::string& name, Module& module) {
     auto* linear = dynamic_cast<Linear*>(&module);
     if (!linear || !linear->fp8_allowed()) return;
-    const bool aligned = linear->in_features() % 16 == 0 && linear->out_features() % 16 == 0;
+    const bool aligned = fp8_linear_widths_aligned(linear->out_features(), linear->in_features());
     linear->set_fp8(aligned);
     (aligned ? out.fp8 : out.kept).push_back(name);
   });

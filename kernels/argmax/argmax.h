@@ -1,6 +1,9 @@
 // The index of each row's largest value (greedy decoding's choice): x [rows, n] -> I32 [rows]. Ties go
 // to the lowest index, so the CPU and CUDA agree; NaNs are never chosen (a row of NaNs gives 0).
 #pragma once
+#include <cstdint>
+#include <span>
+
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
 
@@ -11,5 +14,10 @@ Tensor argmax_rows(const Tensor& x);
 // The backends' entry point.
 using ArgmaxRowsKernel = Tensor(const Tensor& x);
 FATHOM_BACKENDS(ArgmaxRowsKernel, argmax_rows)
+
+namespace cpu {
+// One row's argmax by the rule above (the CPU reference's, shared with the host-side sampler).
+int64_t argmax_row(std::span<const float> row);
+}  // namespace cpu
 
 }  // namespace fathom

@@ -28,6 +28,10 @@ struct Fp8Tensor {
 // so each row of an operand) to be a multiple of 16 bytes; the zeros add nothing to a product.
 constexpr int64_t kFp8RowAlignment = 16;
 int64_t fp8_padded(int64_t n);
+// Whether a linear of these widths can run its GEMMs in FP8 (both multiples of kFp8RowAlignment).
+inline bool fp8_linear_widths_aligned(int64_t out_features, int64_t in_features) {
+  return out_features % kFp8RowAlignment == 0 && in_features % kFp8RowAlignment == 0;
+}
 
 // x [rows, cols] (F32 or BF16) times scale, converted to `format` (DType::e4m3 or DType::e5m2) with
 // rounding to nearest even, saturating at +-fp8_max(format); amax is fp8_amax(x) (or a larger bound).

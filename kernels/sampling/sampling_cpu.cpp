@@ -7,19 +7,12 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/argmax/argmax.h"
 #include "kernels/sampling/sampling.h"
 
 namespace fathom::cpu {
 
 namespace {
-
-// The lowest index of the largest logit, NaNs skipped (0 when every logit is NaN), as argmax_rows.
-int64_t greedy(std::span<const float> logits) {
-  int64_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] == logits[i] && (best < 0 || logits[i] > logits[size_t(best)])) best = int64_t(i);
-  return best < 0 ? 0 : best;
-}
 
 // The draw's uniform in (0, 1], shared with the CUDA kernel.
 double uniform(const SamplingOptions& options, uint64_t draw_index) {
@@ -29,13 +22,13 @@ double uniform(const SamplingOptions& options, uint64_t draw_index) {
 }  // namespace
 
 int64_t sample_row(std::span<const float> logits, const SamplingOptions& options, uint64_t draw_index) {
-  if (options.temperature == 0) return greedy(logits);
+  if (options.temperature == 0) return argmax_row(logits);
   // NaN counts as -inf: never chosen.
   std::vector<float> v(logits.begin(), logits.end());
   for (float& x : v)
     if (x != x) x = -std::numeric_limits<float>::infinity();
   const float top = *std::max_element(v.begin(), v.end());
-  if (!std::isfinite(top)) return greedy(logits);  // no distribution to draw from
+  if (!std::isfinite(top)) return argmax_row(logits);  // no distribution to draw from
   const auto weight = [&](size_t i) { return std::exp((double(v[i]) - top) / options.temperature); };
   const size_t keep = options.top_k > 0 ? std::min(size_t(options.top_k), v.size()) : v.size();
   if (keep == v.size() && options.top_p == 1.0) {
