@@ -20,9 +20,13 @@ constexpr Fp8GemmOptions kForward{.accumulate = false, .fast_accumulation = true
 
 class Fp8LinearNode final : public Node {
  public:
-  Fp8LinearNode(SavedTensor x, Tensor weight, Shape x_shape, Tensor weight_grad, DType x_dtype, DType dweight_dtype)
+  // x_amax, weight_amax: the forward's per-tensor amaxes ([1] each), which the backward's casts reuse.
+  Fp8LinearNode(SavedTensor x, Tensor x_amax, Tensor weight, Tensor weight_amax, Shape x_shape, Tensor weight_grad,
+                DType x_dtype, DType dweight_dtype)
       : x_(std::move(x)),
+        x_amax_(std::move(x_amax)),
         weight_(std::move(weight)),
+        weight_amax_(std::move(weight_amax)),
         x_shape_(x_shape),
         weight_grad_(std::move(weight_grad)),
         x_dtype_(x_dtype),
@@ -41,7 +45,7 @@ class Fp8LinearNode final : public Node {
     Tensor dx, dweight;
     if (need_dx) {
       // W^T [in, out] in e4m3: dx [rows, in] = dy [rows, out] (W^T)^T.
-      const Fp8Tensor w = fp8_cast_transpose(weight_, fp8_amax(weight_), DType::e4m3, false);
+      const Fp8Tensor w = fp8_cast_transpose(weight_, weight_amax_, DType::e4m3, false);
       Tensor* dx_sum = partial.empty() ? nullptr : partial[0];
       if (dx_sum && dx_sum->dtype() == x_dtype_) {
         Tensor sum2d = dx_sum->view({rows, in});
@@ -55,7 +59,7 @@ class Fp8LinearNode final : public Node {
     if (need_dw) {
       // x^T [in, rows padded to 16] in e4m3: dW [out, in] = dy^T [out, rows] (x^T)^T; the padding is zero.
       const Tensor x2d = x_.get().view({rows, in});
-      const Fp8Tensor x = fp8_cast_transpose(x2d, fp8_amax(x2d), DType::e4m3, false);
+      const Fp8Tensor x = fp8_cast_transpose(x2d, x_amax_, DType::e4m3, false);
       if (weight_grad_.defined()) {
         fp8_matmul(g.transposed, g.scale_inv, x.transposed, x.scale_inv, weight_grad_, {.accumulate = true});
       } else {
@@ -67,14 +71,18 @@ class Fp8LinearNode final : public Node {
   }
   void release_saved() override {
     x_.release();
+    x_amax_ = Tensor();
     weight_ = Tensor();
+    weight_amax_ = Tensor();
     weight_grad_ = Tensor();
   }
   const char* name() const override { return "linear_fp8"; }
 
  private:
   SavedTensor x_;  // kept (or rebuilt) only when the weight needs a gradient
+  Tensor x_amax_;
   Tensor weight_;  // the compute copy, kept only when x needs a gradient
+  Tensor weight_amax_;
   Shape x_shape_;
   Tensor weight_grad_;  // mixed precision: the weight's F32 gradient in the arena, accumulated into
   DType x_dtype_;
@@ -95,8 +103,9 @@ Variable linear_fp8(const Variable& x, const Variable& weight) {
   const Tensor& w = weight.compute_value();
   const Shape& xs = x.shape();
   const Tensor x2d = x.value().view({xs.rows(), xs.last()});
-  const Fp8Tensor xq = fp8_quantize(x2d, DType::e4m3, false);
-  const Fp8Tensor wq = fp8_quantize(w, DType::e4m3, false);
+  const Tensor x_amax = fp8_amax(x2d), w_amax = fp8_amax(w);
+  const Fp8Tensor xq = fp8_cast(x2d, x_amax, DType::e4m3);
+  const Fp8Tensor wq = fp8_cast(w, w_amax, DType::e4m3);
   std::vector<int64_t> out_dims = xs.vec();
   out_dims.back() = weight.dim(0);
   Tensor y = Tensor::empty(Shape(out_dims), x.dtype(), x.device());
@@ -107,7 +116,8 @@ Variable linear_fp8(const Variable& x, const Variable& weight) {
                           weight.grad().defined() && weight.grad().dtype() == DType::f32;
   const DType dweight_dtype = weight.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
   auto node = std::make_shared<Fp8LinearNode>(
-      weight.requires_grad() ? SavedTensor::of(x) : SavedTensor(), x.requires_grad() ? w : Tensor(), xs,
+      weight.requires_grad() ? SavedTensor::of(x) : SavedTensor(), weight.requires_grad() ? x_amax : Tensor(),
+      x.requires_grad() ? w : Tensor(), x.requires_grad() ? w_amax : Tensor(), xs,
       into_arena ? weight.grad().view(weight.shape()) : Tensor(), x.dtype(), dweight_dtype);
   return record(std::move(y), std::move(node), {x, weight});
 }
