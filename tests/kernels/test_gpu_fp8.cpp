@@ -170,8 +170,10 @@ TEST(GpuFp8, GemmMatchesTheCpuEmulation) {
         Tensor got = Tensor::empty({t.m, t.n}, out, kGpu);
         fp8_matmul(a.data.to(kGpu), a.scale_inv.to(kGpu), b.data.to(kGpu), b.scale_inv.to(kGpu), got,
                    {.fast_accumulation = fast});
-        // The products are exact in f32; only the accumulation order (and the output rounding) differ.
-        const double tolerance = out == DType::bf16 ? 1e-2 : (fast ? 2e-3 : 1e-4);
+        // The products are exact in f32; the accumulation differs. Hopper's FP8 MMA keeps fewer mantissa bits
+        // than f32 in its accumulator between cuBLASLt's promotions to f32: measured on the H200, 1.08e-4 at
+        // 1000x512x256 (the other shapes under 1e-4), against about 1e-6 for an f32 accumulation order.
+        const double tolerance = out == DType::bf16 ? 1e-2 : (fast ? 2e-3 : 3e-4);
         EXPECT_LE(relative_l2(got, want), tolerance) << what;
         if (out == DType::f32 && !fast) {  // accumulating into an F32 output: the weight gradient's case
           fp8_matmul(a.data.to(kGpu), a.scale_inv.to(kGpu), b.data.to(kGpu), b.scale_inv.to(kGpu), got,
