@@ -25,8 +25,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tables import archive, kernels, noise, report  # noqa: E402
-from tables.distill_runs import FOLDER as DISTILL_FOLDER  # noqa: E402
-from tables.distill_tables import DISTILL_TABLES  # noqa: E402
+from tables.distill_chains import FOLDER as DISTILL_FOLDER  # noqa: E402
+from tables.distill_tables import DISTILL_TABLES, TEACHER_FIGURE  # noqa: E402
 from tables.effects import summary  # noqa: E402
 from tables.records import summarize, table_record  # noqa: E402
 from tables.runs import TableError, fathom_binary  # noqa: E402
@@ -155,22 +155,26 @@ def training_table(table, args, fathom, log):
 
 def distill_table(table, args, fathom, log):
     out = os.path.abspath(args.out)
-    log(f"{table.name}: teacher and {len(table.orders)} distillation chain(s) at scale {args.scale} in "
-        f"{out}/runs/{DISTILL_FOLDER}")
-    results, ran = table.chains(fathom, REPO, out, args, log)
+    log(f"{table.name}: the teacher, then chains {', '.join(table.chains)} at {args.seeds} seed(s) at scale "
+        f"{args.scale} in {out}/runs/{DISTILL_FOLDER}")
+    results, ran = table.measure(fathom, REPO, out, args, log)
     # One record per table: the chains are shared, but each table may be redrawn from them on its own.
     info = table_record(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
     sections, effects = table.sections(results)
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
     report.write_markdown(md, table.title, provenance(table, args, info, [
+        f"- seeds: {', '.join(map(str, results.seeds))} (train.seed of each chain; the teacher is trained once); "
+        f"each row is the mean ± std over them, and chains of one seed share their batches (paired effects)",
         f"- run folders: runs/{DISTILL_FOLDER}/teacher (`fathom train`) and runs/{DISTILL_FOLDER}/"
-        f"{{{','.join(table.orders)}}} (`fathom distill`, each with distill.md, order.md and its exact command in "
-        f"the .log beside it)",
-        f"- figure: [{table.name}.png]({table.name}.png)"]), sections + [summary(effects)])
+        f"{{{','.join(table.chains)}}}/seed-N (`fathom distill`, each with distill.md, order.md and its exact "
+        f"command in the .log beside it)",
+        f"- figures: [{table.name}.png]({table.name}.png), the teacher's curve [{TEACHER_FIGURE}]({TEACHER_FIGURE})"]),
+        sections + [summary(effects)])
     require_matplotlib(md)
     table.plot(png, results)
-    log(f"{table.name}: wrote {md} and {png}")
+    table.plot_teacher(os.path.join(out, TEACHER_FIGURE), results)
+    log(f"{table.name}: wrote {md}, {png} and {TEACHER_FIGURE}")
 
 
 def require_matplotlib(written):
@@ -251,7 +255,9 @@ def run_noise(args):
 
 
 def log(text):
-    print(text, flush=True)
+    # One write per line: runs launched side by side (--jobs) log from their own threads.
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def main(argv):
