@@ -1,6 +1,6 @@
 """Known-answer checks of scripts/tables/stats.py (standard library only, so any python3 runs it):
 Student-t quantiles against textbook values, a paired and a Welch interval worked by hand, each
-verdict, and the seeds a resolving interval needs.
+verdict, the seeds a resolving interval needs, and the plateau check of a validation curve.
 Usage: python3 tests/tables/test_stats.py"""
 
 import math
@@ -11,7 +11,7 @@ import unittest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
-from tables import stats  # noqa: E402
+from tables import plateau, stats  # noqa: E402
 
 
 def t_density(t, df):
@@ -115,6 +115,39 @@ class SeedsNeeded(unittest.TestCase):
             stats.seeds_needed(0.01, 0.0)
         with self.assertRaisesRegex(ValueError, "cannot be negative"):
             stats.seeds_needed(-0.01, 0.02)
+
+
+class Plateau(unittest.TestCase):
+    def test_the_last_four_evaluations_decide(self):
+        # 3.05 -> 3.00 over steps 2500-4000: (3.00 - 3.05) / 3.05 = -1.64%, an improvement above 0.5%
+        curve = [(500, 4.0), (1000, 3.5), (1500, 3.2), (2000, 3.1), (2500, 3.05), (3000, 3.02), (3500, 3.01),
+                 (4000, 3.0)]
+        check = plateau.plateau(curve)
+        self.assertEqual(check.verdict, plateau.IMPROVING)
+        self.assertAlmostEqual(check.change, -0.05 / 3.05)
+        self.assertEqual((check.first_step, check.last_step, check.evaluations), (2500, 4000, 8))
+        self.assertIn("changed by -1.64% over the last 4 evaluations (steps 2500-4000", check.text())
+        self.assertNotIn("lowest", check.text())
+        # 3.012 -> 3.000: -0.398%, under the criterion
+        curve[4] = (2500, 3.012)
+        self.assertEqual(plateau.plateau(curve).verdict, plateau.PLATEAUED)
+        # the same points in any order
+        self.assertEqual(plateau.plateau(list(reversed(curve))).change, plateau.plateau(curve).change)
+
+    def test_a_rising_loss_has_plateaued_past_its_best(self):
+        check = plateau.plateau([(1, 3.5), (2, 3.2), (3, 3.0), (4, 2.99), (5, 3.01), (6, 3.03)])
+        self.assertEqual(check.verdict, plateau.PLATEAUED)
+        self.assertAlmostEqual(check.change, 0.01)  # 3.00 -> 3.03
+        self.assertEqual((check.best_step, check.best_loss), (4, 2.99))
+        self.assertIn("changed by +1.00%", check.text())
+        self.assertIn("its lowest validation loss was 2.9900 at step 4, +0.0400 nats from the final one", check.text())
+
+    def test_too_few_evaluations(self):
+        check = plateau.plateau([(50, 3.5), (100, 3.0)])
+        self.assertEqual(check.verdict, plateau.TOO_FEW)
+        self.assertIn("2 evaluation(s), the check needs 4", check.text())
+        with self.assertRaisesRegex(ValueError, "at least 2 evaluations"):
+            plateau.plateau([(1, 3.0)], evals=1)
 
 
 if __name__ == "__main__":

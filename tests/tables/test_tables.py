@@ -18,6 +18,8 @@ from tables.rows import Row  # noqa: E402
 from tables.runs import TableError, is_complete, read_metrics  # noqa: E402
 from tables.training_tables import Context, DslaStates, ModRouting  # noqa: E402
 from tables import distill_runs  # noqa: E402
+from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
+from tables.distill_results import DistillResult, attention_layers  # noqa: E402
 from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
 
 FATHOM = None
@@ -141,9 +143,10 @@ class Gathering(unittest.TestCase):
 
 
 def write_chain(folder, teacher_loss, losses, layers, kv_saved=(256000, 512000), named=(True, True)):
-    """A fabricated distill.json (the layout `fathom distill` writes) with one model per entry of losses."""
+    """A fabricated distill.json (the layout `fathom distill` writes) with one model per entry of losses:
+    M_k converts the first k of layers."""
     os.makedirs(folder, exist_ok=True)
-    models = [{"k": k + 1, "layers": layers[:k + 1], "fraction": (k + 1) / 4, "named": named[k],
+    models = [{"k": k + 1, "layers": layers[:k + 1], "fraction": (k + 1) / len(layers), "named": named[k],
                "checkpoint": f"{folder}/M_{k + 1}",
                "validation": {"moby_dick": {"loss": loss, "ppl": math.exp(loss), "teacher_loss": teacher_loss,
                                             "teacher_ppl": math.exp(teacher_loss)}},
@@ -158,6 +161,43 @@ def write_chain(folder, teacher_loss, losses, layers, kv_saved=(256000, 512000),
     return folder
 
 
+def teacher_records(val_curve):
+    """A teacher's metrics.jsonl records: a training record at each evaluation, then the evaluation."""
+    records = []
+    for step, loss in val_curve:
+        records += [{"kind": "train", "step": step, "loss": loss - 0.2, "tokens_per_second": 1000.0},
+                    {"kind": "eval", "step": step, "loss/moby_dick": loss}]
+    return records
+
+
+def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000)):
+    """A fabricated runs/dsla-distill: the teacher's metrics, and chains {key: {seed: (25% loss, 50% loss,
+    order)}} converting 2 and 4 of 8 layers, all of this teacher."""
+    write_metrics(os.path.join(out, "runs", "dsla-distill", "teacher"), teacher_records(teacher_curve))
+    teacher_loss = teacher_curve[-1][1]
+    for key, by_seed in chains.items():
+        for seed, (lo, hi, order) in by_seed.items():
+            folder = chain_dir(out, key, seed)
+            write_chain(folder, teacher_loss, [lo, hi], order, kv_saved, (True, True))
+            # M_2 and M_4 of 8 layers: rewrite k so the named models convert 25% and 50%
+            with open(os.path.join(folder, "distill.json")) as f:
+                data = json.load(f)
+            for model, k in zip(data["models"], (2, 4)):
+                model.update({"k": k, "layers": order[:k], "fraction": k / len(order)})
+            with open(os.path.join(folder, "distill.json"), "w") as f:
+                json.dump(data, f)
+
+
+T975_DF2 = 4.302653  # Student's t, two-sided 95%, 2 degrees of freedom
+
+
+def hand_interval(differences):
+    """mean and 95% half-width of three per-seed differences, computed by hand."""
+    m = sum(differences) / 3
+    sd = math.sqrt(sum((d - m) ** 2 for d in differences) / 2)
+    return m, T975_DF2 * sd / math.sqrt(3)
+
+
 class DistillGathering(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -166,7 +206,7 @@ class DistillGathering(unittest.TestCase):
         self.tmp.cleanup()
 
     def chain(self, key, *args, **kwargs):
-        return distill_runs.DistillResult(write_chain(os.path.join(self.tmp.name, key), *args, **kwargs))
+        return DistillResult(write_chain(os.path.join(self.tmp.name, key), *args, **kwargs))
 
     def test_models_are_read_per_fraction(self):
         r = self.chain("entropy", 3.0, [3.1, 3.3], [2, 0, 1, 3])
@@ -174,62 +214,187 @@ class DistillGathering(unittest.TestCase):
         self.assertAlmostEqual(r.at(0.25).loss, 3.1)
         self.assertEqual(r.at(0.5).layers, [2, 0])
         self.assertEqual(r.at(0.5).kv_saved, 512000)
-        self.assertEqual(distill_runs.attention_layers(r.dir), [2, 0, 1, 3])
+        self.assertAlmostEqual(r.at(0.5).gap(), 0.3)
+        self.assertEqual(attention_layers(r.dir), [2, 0, 1, 3])
 
-    def test_conversion_effects_follow_the_measured_chain(self):
-        table = DslaConversion()
-        sections, effects = table.sections({"entropy": self.chain("entropy", 3.0, [3.1, 3.3], [2, 0, 1, 3])})
-        # one chain each: a difference, but no interval, so no verdict
-        self.assertEqual([e.verdict() for e in effects], ["unresolved", "unresolved"])
-        self.assertAlmostEqual(effects[0].interval.difference, 0.2)
-        self.assertAlmostEqual(effects[1].interval.difference, 0.1)
-        text = "\n".join(sum(sections, []))
-        self.assertIn("| DSLA 50% | 2: 2, 0 | 9.89 | 6.19 | 3.3000 |", text)
-        self.assertIn("512,000 (50%)", text)
-        self.assertIn("one seed: no interval (paper's effect 0.0658 nats)", text)
-
-    def test_order_effects_compare_against_the_random_chain(self):
-        results = {"entropy": self.chain("entropy", 3.0, [3.1, 3.2], [2, 0, 1, 3]),
-                   "sensitivity": self.chain("sensitivity", 3.0, [3.05, 3.4], [1, 3, 0, 2]),
-                   "random": self.chain("random", 3.0, [3.2, 3.3], [0, 2, 3, 1])}
-        sections, effects = DslaOrder().sections(results)
-        self.assertEqual([e.verdict() for e in effects], ["unresolved", "unresolved"])
-        self.assertAlmostEqual(effects[1].interval.difference, 0.1)
-        text = "\n".join(sum(sections, []))
-        self.assertIn("converts the same set as the random order", text)  # entropy: {0, 2} both
-
-    def test_random_order_is_a_fixed_shuffle(self):
-        order = distill_runs.random_order([3, 0, 2, 1])
+    def test_random_orders_are_fixed_shuffles_one_per_seed(self):
+        order = random_order([3, 0, 2, 1], 1)
         self.assertEqual(sorted(order), [0, 1, 2, 3])
-        self.assertEqual(order, distill_runs.random_order([0, 1, 2, 3]))
-        self.assertNotEqual(distill_runs.random_order(list(range(16))), list(range(16)))
+        self.assertEqual(order, random_order([0, 1, 2, 3], 1))
+        shuffles = [random_order(range(8), seed) for seed in (1, 2, 3)]
+        self.assertEqual(len({tuple(s) for s in shuffles}), 3)  # the reference teacher's 8 layers: 3 distinct
+        self.assertEqual(len({tuple(sorted(s[:4])) for s in shuffles}), 3)  # ...converting 3 distinct halves
+        self.assertEqual(random_order(range(8), 1), random_order(range(8), 1))
 
     def test_an_incomplete_or_malformed_chain_is_an_error(self):
         folder = os.path.join(self.tmp.name, "c")
         with self.assertRaisesRegex(TableError, "no distill.json"):
-            distill_runs.DistillResult(folder)
+            DistillResult(folder)
         self.assertFalse(distill_runs.is_complete(folder))
         write_chain(folder, 3.0, [3.1], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "1 named models, expected one per fraction"):
-            distill_runs.DistillResult(folder)
+            DistillResult(folder)
         write_chain(folder, 3.0, [3.1, 3.2, 3.3], [0, 1, 2, 3], kv_saved=(1, 2, 3), named=(True, False, True))
-        self.assertEqual(distill_runs.DistillResult(folder).at(0.5).k, 3)  # the intermediate M_2 is skipped
+        self.assertEqual(DistillResult(folder).at(0.5).k, 3)  # the intermediate M_2 is skipped
         write_chain(folder, 3.0, [3.1, float("nan")], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "validation.moby_dick.loss: not a finite number"):
-            distill_runs.DistillResult(folder)
+            DistillResult(folder)
         self.assertFalse(distill_runs.is_complete(folder))
         with open(os.path.join(folder, "distill.json"), "w") as f:
             f.write("{")
         with self.assertRaisesRegex(TableError, "distill.json: not JSON"):
-            distill_runs.DistillResult(folder)
+            DistillResult(folder)
 
-    def test_distill_sets_name_the_teacher_order_and_fractions(self):
-        sets = distill_runs.distill_sets("tiny", None, {"train.threads": 2}, "/t/teacher", [3, 1, 0, 2])
+    def test_distill_sets_name_the_teacher_order_seed_and_chain(self):
+        sets = distill_runs.distill_sets("tiny", None, {"train.threads": 2}, "/t/teacher", [3, 1, 0, 2], 2,
+                                         CHAINS["entropy-1state"].sets)
         self.assertEqual(sets["distill.teacher"], "checkpoint:/t/teacher")
         self.assertEqual(sets["distill.order"], "[3, 1, 0, 2]")
         self.assertEqual(sets["distill.layers"], "[0.25, 0.5]")
+        self.assertEqual(sets["train.seed"], 2)
+        self.assertEqual(sets["dsla.states"], 1)
         self.assertEqual(sets["train.threads"], 2)
         self.assertNotIn("train.steps", sets)
+        self.assertEqual(distill_runs.distill_sets("reference", None, {}, "/t", "entropy")["model.n_layers"], 8)
+
+    def test_the_reference_teacher_evaluates_every_500_steps(self):
+        sets = distill_runs.teacher_sets("reference", None, {})
+        self.assertEqual((sets["train.steps"], sets["eval.every"], sets["checkpoint.every"]), (8000, 500, 500))
+        self.assertEqual(distill_runs.teacher_run("reference").sets["model.n_layers"], 8)
+        self.assertEqual(distill_runs.teacher_sets("reference", 1000, {})["eval.every"], 250)  # too short: 4 evals
+        self.assertEqual(distill_runs.teacher_sets("reference", None, {"eval.every": 100})["eval.every"], 100)
+        self.assertEqual(distill_runs.teacher_sets("tiny", None, {})["eval.every"], 75)
+
+
+# Three seeds of every chain, 8 layers (25% = 2, 50% = 4), a teacher ending at 3.0.
+PLATEAUED_CURVE = [(500, 4.0), (1000, 3.5), (1500, 3.2), (2000, 3.1), (2500, 3.01), (3000, 3.005), (3500, 3.002),
+                   (4000, 3.0)]
+IMPROVING_CURVE = [(500, 4.0), (1000, 3.5), (1500, 3.2), (2000, 3.1), (2500, 3.05), (3000, 3.02), (3500, 3.01),
+                   (4000, 3.0)]
+LOSSES = {  # key: [(25%, 50%) per seed 1, 2, 3]
+    "entropy": [(3.10, 3.20), (3.12, 3.25), (3.11, 3.21)],
+    "entropy-1state": [(3.15, 3.30), (3.16, 3.28), (3.18, 3.33)],
+    "sensitivity": [(3.09, 3.23), (3.12, 3.27), (3.10, 3.24)],
+    "random": [(3.15, 3.30), (3.14, 3.20), (3.18, 3.35)],
+}
+
+
+def ranked_orders(seed):
+    """The entropy and sensitivity orders of the fabricated chains: at seed 1 the same first two layers
+    as shuffle 1, in the other order; at seeds 2 and 3, a set no shuffle begins with."""
+    shuffle = random_order(range(8), 1)
+    if seed == 1:
+        return [shuffle[1], shuffle[0]] + shuffle[2:]
+    return [7, 6, 5, 4, 3, 2, 1, 0] if seed == 2 else [0, 7, 1, 6, 2, 5, 3, 4]
+
+
+def fabricated_chains(keys=tuple(LOSSES), seeds=(1, 2, 3)):
+    return {key: {s: (*LOSSES[key][s - 1], random_order(range(8), s) if key == "random" else ranked_orders(s))
+                  for s in seeds} for key in keys}
+
+
+class DistillTablesFromSeeds(unittest.TestCase):
+    """The distillation pages from fabricated chains at three seeds: their rows, effects, CIs, verdicts,
+    pairing and teacher check are what a hand computation gives."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def read(self, table, seeds=(1, 2, 3)):
+        return table.read(self.out, REPO, "tiny", {}, list(seeds))
+
+    def test_conversion_rows_and_effects(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains())
+        table = DslaConversion()
+        sections, effects = table.sections(self.read(table))
+        self.assertEqual([e.interval.method for e in effects], ["paired", "one-sample", "paired", "paired"])
+        expected = [hand_interval([0.10, 0.13, 0.10]),     # 50% - 25%, 2 states
+                    hand_interval([0.10, 0.12, 0.11]),     # 25% - the teacher's 3.0
+                    hand_interval([-0.05, -0.04, -0.07]),  # 2 - 1 state at 25%
+                    hand_interval([-0.10, -0.03, -0.12])]  # 2 - 1 state at 50%
+        for effect, (mean, half) in zip(effects, expected):
+            self.assertAlmostEqual(effect.interval.difference, mean)
+            self.assertAlmostEqual(effect.interval.half_width(), half, places=5)
+        # 0.11 +- 0.0430, 0.11 +- 0.0248, -0.0533 +- 0.0379 exclude 0 on the paper's side; -0.0833 +- 0.1174 does not
+        self.assertEqual([e.verdict() for e in effects], ["reproduced", "reproduced", "reproduced", "unresolved"])
+        text = "\n".join(sum(sections, []))
+        self.assertIn("| teacher | - | - | 8.79 | 4.13 | 3.0000 |", text)
+        self.assertIn(f"| DSLA 25% | 2 | 2: {ranked_orders(1)[0]}, {ranked_orders(1)[1]} (seed 1); 7, 6 (seed 2); "
+                      f"0, 7 (seed 3) | 9.26 | 4.14 | 3.1100 ± 0.0100 |", text)
+        self.assertIn("| DSLA 50% | 1 | 4: ", text)
+        self.assertIn("| - | - | 3.3033 ± 0.0252 |", text)  # 1 state: no paper PPL in Table 1
+        self.assertIn("0.1100 ± 0.0100 |", text)  # the gap to the teacher
+        self.assertIn("512,000 (50%)", text)
+        self.assertIn("plateau check: validation loss changed by -0.33% over the last 4 evaluations (steps "
+                      "2500-4000; criterion: an improvement under 0.5% is a plateau): **plateaued**", text)
+
+    def test_order_rows_effects_and_same_layer_notes(self):
+        write_chains(self.out, IMPROVING_CURVE, fabricated_chains())
+        table = DslaOrder()
+        results = self.read(table)
+        self.assertEqual(results.shuffles, {s: random_order(range(8), s) for s in (1, 2, 3)})
+        sections, effects = table.sections(results)
+        self.assertEqual([e.label.split(" (")[0] for e in effects],
+                         ["entropy - random order, 25% converted", "sensitivity - random order, 25% converted",
+                          "entropy - random order, 50% converted", "sensitivity - random order, 50% converted",
+                          "entropy - sensitivity order, 25% converted", "entropy - sensitivity order, 50% converted"])
+        self.assertTrue(all(e.interval.method == "paired" for e in effects))
+        e, s, r = ([v[i] for v in LOSSES[k]] for k, i in (("entropy", 1), ("sensitivity", 1), ("random", 1)))
+        mean, half = hand_interval([a - b for a, b in zip(e, s)])  # -0.03, -0.02, -0.03
+        self.assertAlmostEqual(effects[5].interval.difference, mean)
+        self.assertAlmostEqual(effects[5].interval.half_width(), half, places=5)
+        # entropy beats sensitivity at 50% by -0.0267 +- 0.0143: the paper expects it not to
+        self.assertEqual(effects[5].verdict(), "contradicted")
+        mean, half = hand_interval([a - b for a, b in zip(e, r)])  # -0.10, +0.05, -0.14
+        self.assertAlmostEqual(effects[2].interval.difference, mean)
+        self.assertEqual(effects[2].verdict(), "unresolved")
+        text = "\n".join(sum(sections, []))
+        self.assertIn("**still improving**", text)
+        self.assertIn("The teacher is still improving", text)
+        self.assertIn(f"- seed 2: random.Random(2508): {', '.join(map(str, random_order(range(8), 2)))}", text)
+        self.assertIn("Same layers at 25%: entropy (lowest first) converts the same set as the random shuffle at "
+                      "seed 1", text)
+        self.assertIn("Same layers at 25%: sensitivity (lowest loss first)", text)
+        self.assertNotIn("the order is the same too", text)
+
+    def test_one_seed_gives_rows_without_intervals(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains(seeds=(1,)))
+        table = DslaConversion()
+        sections, effects = table.sections(self.read(table, (1,)))
+        self.assertEqual({e.verdict() for e in effects}, {"unresolved"})
+        self.assertIn("| DSLA 25% | 2 | 2: ", "\n".join(sum(sections, [])))
+
+    def test_a_missing_seed_is_an_error_naming_the_chain(self):
+        chains = fabricated_chains()
+        del chains["entropy-1state"][2]
+        write_chains(self.out, PLATEAUED_CURVE, chains)
+        with self.assertRaisesRegex(TableError, "entropy-1state/seed-2/distill.json: no distill.json"):
+            self.read(DslaConversion())
+
+    def test_a_chain_of_another_teacher_is_an_error(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains())
+        write_metrics(os.path.join(self.out, "runs", "dsla-distill", "teacher"),
+                      teacher_records(PLATEAUED_CURVE[:-1] + [(4000, 3.01)]))
+        with self.assertRaisesRegex(TableError, "entropy/seed-1 was distilled from another teacher: it measured the "
+                                                "teacher's validation loss as 3.000000, and .* ends at 3.010000"):
+            self.read(DslaConversion())
+
+    def test_a_random_chain_of_another_shuffle_is_an_error(self):
+        chains = fabricated_chains()
+        chains["random"][3] = (3.1, 3.2, random_order(range(8), 4))
+        write_chains(self.out, PLATEAUED_CURVE, chains)
+        with self.assertRaisesRegex(TableError, "random/seed-3: its 25% model converted layers .* but shuffle 3 "
+                                                "starts .* distilled with another order"):
+            self.read(DslaOrder())
+
+    def test_a_chain_of_the_one_seed_layout_is_refused(self):
+        write_chain(os.path.join(self.out, "runs", "dsla-distill", "entropy"), 3.0, [3.1, 3.2], [0, 1, 2, 3])
+        with self.assertRaisesRegex(TableError, "earlier one-seed layout"):
+            distill_runs.distill("/bin/false", REPO, self.out, "entropy", 1, {}, lambda _: None)
 
 
 FAKE_FATHOM = """#!%s
@@ -239,17 +404,23 @@ sys.path.insert(0, %r)
 from test_tables import fabricated, write_chain, write_metrics
 args = sys.argv[1:]
 sets = dict(value.split("=", 1) for flag, value in zip(args, args[1:]) if flag == "--set")
+line = args[:1] + [a for a in args if a.startswith("--resume")] + [sets.get("distill.order", "")]
+if args[0] == "distill":
+    line += ["seed=" + sets["train.seed"]] + (["states=" + sets["dsla.states"]] if "dsla.states" in sets else [])
 with open(os.environ["FAKE_FATHOM_LOG"], "a") as f:
-    f.write(" ".join(args[:1] + [a for a in args if a.startswith("--resume")] +
-                     [sets.get("distill.order", "")]).strip() + "\\n")
+    f.write(" ".join(line).strip() + "\\n")
 if args[0] == "train":
     # A loss that depends on the row (its recipe) and the seed, as a real run's would.
     recipe = os.path.basename(args[1])
     loss = 3.0 + sum(map(ord, recipe)) %% 13 / 50 + int(sets.get("train.seed", 0)) * 0.01
     write_metrics(sets["log.dir"], fabricated(loss, int(sets["train.steps"])))
 else:
+    # The teacher as its metrics end; students a little above it, by seed and state count.
+    with open(os.path.join(sets["distill.teacher"].split(":", 1)[1], "metrics.jsonl")) as f:
+        teacher = [json.loads(l) for l in f if '"eval"' in l][-1]["loss/moby_dick"]
     order = json.loads(sets["distill.order"]) if sets["distill.order"].startswith("[") else [2, 0, 1, 3]
-    write_chain(sets["log.dir"], 3.0, [3.1, 3.2], order)
+    loss = teacher + 0.1 + int(sets["train.seed"]) * 0.01 + (0.05 if sets.get("dsla.states") == "1" else 0.0)
+    write_chain(sets["log.dir"], teacher, [loss, loss + 0.1], order)
 """
 
 
@@ -260,32 +431,43 @@ class DistillLaunching(unittest.TestCase):
             log = os.path.join(out, "calls")
             env = dict(os.environ, FAKE_FATHOM_LOG=log)
             runs = os.path.join(out, "runs", "dsla-distill")
-            os.makedirs(os.path.join(runs, "sensitivity", "M_1"))  # a chain stopped in its first layer
+            os.makedirs(os.path.join(runs, "sensitivity", "seed-1", "M_1"))  # a chain stopped in its first layer
 
             def calls():
                 with open(log) as f:
                     return f.read().splitlines()
-            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-order", "--scale",
-                                "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True, env=env)
+
+            def tables(*args):
+                return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), *args, "--scale",
+                                       "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True, env=env)
+            r = tables("dsla-order")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            random_order = "[" + ", ".join(map(str, distill_runs.random_order([0, 1, 2, 3]))) + "]"
-            self.assertEqual(calls(), ["train", "distill entropy", "distill --resume sensitivity",
-                                       f"distill {random_order}"])
+            shuffle = "[" + ", ".join(map(str, random_order([0, 1, 2, 3], 1))) + "]"
+            self.assertEqual(calls(), ["train", "distill entropy seed=1", "distill --resume sensitivity seed=1",
+                                       f"distill {shuffle} seed=1"])
             with open(os.path.join(out, "dsla-order.md")) as f:
-                self.assertIn("| random (seed 2506 shuffle) | not reported |", f.read())
-            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-conversion",
-                                "--scale", "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True,
-                               env=env)
+                md = f.read()
+            self.assertIn("| random (shuffle i at seed i) | not reported |", md)
+            self.assertIn("- seed 1: random.Random(2507): " + shuffle[1:-1], md)
+            self.assertIn("too few evaluations to tell", md)  # the fake teacher evaluates twice
+            self.assertTrue(os.path.isfile(os.path.join(out, "dsla-distill-teacher.png")))
+            r = tables("dsla-conversion", "--seeds", "2")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertEqual(len(calls()), 4)  # teacher and entropy chain reused
+            # the teacher and entropy seed 1 reused; entropy seed 2 and both 1-state chains new
+            self.assertEqual(sorted(calls()[4:]), ["distill entropy seed=1 states=1", "distill entropy seed=2",
+                                                   "distill entropy seed=2 states=1"])
             self.assertEqual(r.stdout.count("complete, skipped"), 2, r.stdout)
+            with open(os.path.join(out, "dsla-conversion.md")) as f:
+                md = f.read()
+            self.assertIn("- seeds: 1, 2 (train.seed of each chain", md)
+            # every student moves by 0.01 per seed: the paired differences are constant, a point CI
+            self.assertIn("paired, 2 seeds, df 1", md)
+            self.assertIn("runs/dsla-distill/{entropy,entropy-1state}/seed-N", md)
             # A teacher trained again after the chains: they are stale, and the table says so.
             metrics = os.path.join(runs, "teacher", "metrics.jsonl")
-            later = os.path.getmtime(os.path.join(runs, "entropy", "distill.json")) + 10
+            later = os.path.getmtime(os.path.join(runs, "entropy", "seed-1", "distill.json")) + 10
             os.utime(metrics, (later, later))
-            r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "tables.py"), "dsla-conversion",
-                                "--scale", "tiny", "--out", out, "--fathom", fake], capture_output=True, text=True,
-                               env=env)
+            r = tables("dsla-conversion")
             self.assertEqual(r.returncode, 1)
             self.assertIn("was distilled from an earlier teacher", r.stderr)
 
