@@ -12,10 +12,12 @@ contradicted or unresolved) and OUT/<table>.png (with ± std error bars).
   scripts/tables.py merge ARCHIVE.tar.gz --out DIR
 
 Tables: moda-table3, moda-table6, mod, dsla-states (training); dsla-conversion, dsla-order (a teacher
-trained once, then `fathom distill` chains; --steps sets the teacher's steps); moda-table7, moda-table2
-(GPU kernels). `noise` trains a training table's baseline row at --seeds seeds and prints the seed-to-seed
-std of its validation loss and tokens/s (the measurement a scale is chosen from); `pack` bundles the
-finished runs of DIR (never checkpoints) into an archive, and `merge` adds one to DIR.
+trained once, --steps sets its steps, with a plateau check of its validation curve; then one `fathom
+distill` chain per order and seed, train.seed 1..N: entropy with 2 and 1 states, sensitivity, and random
+shuffle i at seed i, so chains pair by seed); moda-table7, moda-table2 (GPU kernels). `noise` trains
+a training table's baseline row at --seeds seeds and prints the seed-to-seed std of its validation
+loss and tokens/s (the measurement a scale is chosen from); `pack` bundles the finished runs of DIR
+(never checkpoints) into an archive, and `merge` adds one to DIR.
 """
 
 import argparse
