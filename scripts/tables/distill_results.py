@@ -67,7 +67,8 @@ class DistillResult:
         path = os.path.join(chain_dir, "distill.json")
         data = read_json(path, "distill.json")
         teacher = data.get("teacher") if isinstance(data, dict) else None
-        if not isinstance(teacher, dict) or not isinstance(teacher.get("validation"), dict) or not teacher["validation"]:
+        if not isinstance(teacher, dict) or not isinstance(teacher.get("validation"), dict) or \
+                not teacher["validation"]:
             raise TableError(f"{path}: no teacher validation results")
         self.domain = domain or next(iter(teacher["validation"]))
         if self.domain not in teacher["validation"]:
@@ -128,12 +129,12 @@ class Distilled:
         return plateau(self.teacher.val_curve())
 
 
-def gather(out, keys, seeds, domain, order, attention_from=None):
-    """Reads the teacher of runs/dsla-distill and chains `keys` at `seeds`. Each chain must have measured
-    this teacher (its validation loss within TEACHER_TOLERANCE of the teacher's final one), and each random
-    chain at seed i must have converted shuffle i's layers. attention_from: the chain key whose order.json
-    lists the layers shuffled (default: the first that is not random). A missing or unfinished chain, or
-    one of another teacher or order, is a TableError naming its folder."""
+def gather(out, keys, seeds, domain, order):
+    """Reads the teacher of runs/dsla-distill and chains `keys` at `seeds` (domain: the validation domain
+    compared; order: the data-order signature the chains share). Each chain must have measured this teacher
+    (its validation loss within TEACHER_TOLERANCE of the teacher's final one), and each random chain at seed
+    i must have converted shuffle i of the layers the first ranked chain lists. A missing or unfinished
+    chain, or one of another teacher or order, is a TableError naming its folder."""
     teacher_dir = os.path.join(out, "runs", FOLDER, "teacher")
     teacher = RunMetrics(f"{FOLDER}/teacher", read_metrics(os.path.join(teacher_dir, "metrics.jsonl")), domain)
     teacher_loss = teacher.val_loss()
@@ -150,14 +151,14 @@ def gather(out, keys, seeds, domain, order, attention_from=None):
     shuffles = {}
     random_keys = [k for k in keys if CHAINS[k].order == "random"]
     if random_keys:
-        source = attention_from or next(k for k in keys if k not in random_keys)
+        source = next(k for k in keys if k not in random_keys)
         layers = attention_layers(chains[source][seeds[0]].dir)
         shuffles = {seed: random_order(layers, seed) for seed in seeds}
         for key in random_keys:
             for seed, result in chains[key].items():
                 for fraction, model in result.models.items():
                     if model.layers != shuffles[seed][:model.k]:
-                        raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers {model.layers}, "
-                                         f"but shuffle {seed} starts {shuffles[seed][:model.k]}; it was distilled with "
-                                         f"another order: remove it to distill it again")
+                        raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers "
+                                         f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it was "
+                                         "distilled with another order: remove it to distill it again")
     return Distilled(teacher, chains, shuffles, order)

@@ -77,8 +77,9 @@ class DistillTable:
         still improving), and its curve."""
         t = results.teacher
         check = results.plateau()
-        lines = [f"Teacher: runs/{FOLDER}/teacher, {t.final_step} steps, final validation loss {results.teacher_loss:.4f} "
-                 f"({t.domain()}); plateau check: {check.text()}. Curve: [{TEACHER_FIGURE}]({TEACHER_FIGURE})."]
+        lines = [f"Teacher: runs/{FOLDER}/teacher, {t.final_step} steps, final validation loss "
+                 f"{results.teacher_loss:.4f} ({t.domain()}); plateau check: {check.text()}. Curve: "
+                 f"[{TEACHER_FIGURE}]({TEACHER_FIGURE})."]
         if check.verdict == IMPROVING:
             lines += ["", "The teacher is still improving: each student's gap is to a teacher that more steps would "
                           "lower, so the gaps are not yet the paper's (a converged teacher). Train it longer (--steps) "
@@ -197,8 +198,8 @@ class DslaOrder(DistillTable):
         effects += [compare(f"entropy - sensitivity order, {percent(f)} converted (val loss)",
                             "not lower (entropy stands in for sensitivity, Sec. 4.3)", 1, results.row("entropy", f),
                             results.row("sensitivity", f), loss, "nats", DEFAULT_SIZE) for f in FRACTIONS]
-        shuffles = ["Random orders (shuffle i of the attention layers, distilled at seed i, so it pairs with the ranked "
-                    "orders' chain of seed i):", ""] + \
+        shuffles = ["Random orders (shuffle i of the attention layers, distilled at seed i, so it pairs with the "
+                    "ranked orders' chain of seed i):", ""] + \
                    [f"- seed {s}: random.Random({RANDOM_ORDER_SEED + s}): {', '.join(map(str, order))}"
                     for s, order in results.shuffles.items()]
         notes = ["entropy - sensitivity: the paper ranks by sensitivity and uses entropy as its cheap proxy, so the "
@@ -219,9 +220,9 @@ class DslaOrder(DistillTable):
                 same_set = [s for s in ranked.seeds if sorted(ranked.runs[s].layers) == sorted(shuffled.runs[s].layers)]
                 same_order = [s for s in same_set if ranked.runs[s].layers == shuffled.runs[s].layers]
                 if same_set:
-                    notes += ["", f"Same layers at {percent(f)}: {ORDER_LABELS[key]} converts the same set as the random "
-                                  f"shuffle at {seed_list(same_set)}, so any difference there is the conversion order "
-                                  "within the chain."]
+                    notes += ["", f"Same layers at {percent(f)}: {ORDER_LABELS[key]} converts the same set as the "
+                                  f"random shuffle at {seed_list(same_set)}, so any difference there is the conversion "
+                                  "order within the chain."]
                 if same_order:
                     notes[-1] += (f" At {seed_list(same_order)} the order is the same too: those chains are the same "
                                   "distillation, and their difference is 0 up to the device's nondeterminism.")
