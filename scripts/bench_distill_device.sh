@@ -4,7 +4,8 @@
 # (recipes/dsla/distill_190m.yaml, alone on the GPU: its per-layer times and memory are the
 # measurement), then, side by side, two 25% variants for the paper's comparisons: one state instead
 # of two (gate_cos off: it compares two states' gates) and a fixed random order (Python's
-# random.Random(2506).shuffle of layers 0..11, as scripts/tables/distill_runs.py draws it).
+# random.Random(2506).shuffle of layers 0..11; scripts/tables/distill_chains.py draws shuffle i at
+# seed i from random.Random(2506 + i)).
 # Writes two files to OUT (a device session returns few): distill_bench.md (each chain's distill.md
 # and order.md, the per-layer time and memory lines, the teacher's last steps) and distill_bench.json
 # (each chain's distill.json by name); the runs' logs stay beside their folders in RUNS, and their
