@@ -25,8 +25,13 @@ class Chain:
     sets: dict = field(default_factory=dict)
 
 
-CHAINS = {c.key: c for c in (Chain("entropy", "entropy"), Chain("entropy-1state", "entropy", {"dsla.states": 1}),
-                             Chain("sensitivity", "sensitivity"), Chain("random", "random"))}
+# The distillation recipe's loss without gate_cos, which compares the two states' gates: one state has none.
+ONE_STATE_LOSS = "{ce: 1.0, logit_kl: 1.0, layer_align: 1.0}"
+CHAINS = {c.key: c for c in (
+    Chain("entropy", "entropy"),
+    Chain("entropy-1state", "entropy", {"dsla.states": 1, "distill.loss": ONE_STATE_LOSS}),
+    Chain("sensitivity", "sensitivity"),
+    Chain("random", "random"))}
 
 
 def chain_dir(out, key, seed):

@@ -142,7 +142,8 @@ class DslaConversion(DistillTable):
         notes = ["The teacher is one run, so a student's gap to it is tested against its fixed loss (one-sample t over "
                  "the seeds); the other effects pair the chains by seed (the same batches and initial gates). The "
                  "paper's Table 1 converts with 2 states; its 1 vs 2 states comparison is a CoLA accuracy, so the "
-                 f"size checked there is {DEFAULT_SIZE} nats."]
+                 f"size checked there is {DEFAULT_SIZE} nats. The 1-state chains leave out the loss's gate_cos term "
+                 "(it compares the two states' gates); the rest of their loss is the recipe's."]
         return [self.teacher_section(results),
                 markdown_table(header, rows, ["---", "---:", "---"] + ["---:"] * 7),
                 ["Effects:", ""] + effects_table(effects), notes], effects

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from tables.metrics import RunMetrics  # noqa: E402
 from tables.rows import Row  # noqa: E402
-from tables.runs import TableError, is_complete, read_metrics  # noqa: E402
+from tables.runs import TableError, is_complete, read_metrics, recipe_value  # noqa: E402
 from tables.training_tables import Context, DslaStates, ModRouting  # noqa: E402
 from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
@@ -256,6 +256,10 @@ class DistillGathering(unittest.TestCase):
         self.assertEqual(sets["train.threads"], 2)
         self.assertNotIn("train.steps", sets)
         self.assertEqual(distill_runs.distill_sets("reference", None, {}, "/t", "entropy")["model.n_layers"], 8)
+
+    def test_one_state_chains_take_the_recipes_loss_without_gate_cos(self):
+        recipe = recipe_value(os.path.join(REPO, distill_runs.DISTILL_RECIPE), "distill.loss")
+        self.assertEqual(recipe.replace(", gate_cos: 0.1", ""), CHAINS["entropy-1state"].sets["distill.loss"])
 
     def test_the_reference_teacher_evaluates_every_500_steps(self):
         sets = distill_runs.teacher_sets("reference", None, {})
