@@ -19,7 +19,7 @@ TEACHER_STEPS = {"tiny": 300, "small": None, "reference": 8000, "paper": None}
 # The teacher evaluates (and checkpoints) this often, so its curve shows whether it plateaued (None: the
 # tables' EVALS_PER_RUN evaluations).
 TEACHER_EVAL_EVERY = {"tiny": None, "small": None, "reference": 500, "paper": None}
-STEPS_PER_LAYER = {"tiny": 40, "small": 200, "reference": 500, "paper": 2000}
+STEPS_PER_LAYER = {"tiny": 20, "small": 200, "reference": 500, "paper": 2000}
 # small: the quickstart's width with head dim 64 (what the CUDA DSLA kernels take);
 # reference: the reference width with 8 layers, so 25% and 50% convert 2 and 4 (of 4 layers, random
 # 25% orders would nearly all convert the same one or two);

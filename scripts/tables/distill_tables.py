@@ -155,7 +155,7 @@ class DslaConversion(DistillTable):
             rows = [results.row(key, f) for f in FRACTIONS]
             series.append((f"{states} state{'s' if states > 1 else ''} (entropy order)", [r.mean(loss) for r in rows],
                            [r.std(loss) or 0.0 for r in rows]))
-        plot_bars(path, "DSLA, 2 vs 1 states: validation loss, mean ± std over seeds",
+        plot_bars(path, "DSLA 25% vs 50% converted, 2 vs 1 states: validation loss, mean ± std over seeds",
                   [f"{percent(f)} converted" for f in FRACTIONS], series, grouped=True,
                   reference=("teacher", results.teacher_loss))
 

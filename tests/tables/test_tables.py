@@ -738,6 +738,25 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.count("complete, skipped"), 3, r.stdout)
 
+    def test_distillation_tables_at_tiny_scale(self):
+        with tempfile.TemporaryDirectory() as out:
+            args = ("--scale", "tiny", "--out", out, "--fathom", FATHOM, "--steps", "60")
+            r = tables("dsla-conversion", *args)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            r = tables("dsla-order", *args)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.count("complete, skipped"), 2, r.stdout)  # the teacher and entropy reused
+            for name in ("dsla-conversion", "dsla-order"):
+                with open(os.path.join(out, f"{name}.md")) as f:
+                    md = f.read()
+                self.assertIn("plateau check:", md)
+                self.assertIn("**unresolved**", md)  # one seed at tiny: no interval, so no verdict
+            row = next(line for line in md.splitlines() if line.startswith("| random (shuffle i at seed i)"))
+            self.assertTrue(1.0 < float(row.split("|")[4]) < 9.0, row)  # a loss read from the chain
+            for png in ("dsla-conversion.png", "dsla-order.png", "dsla-distill-teacher.png"):
+                with open(os.path.join(out, png), "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
 
 if __name__ == "__main__":
     try:
