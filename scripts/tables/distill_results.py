@@ -159,6 +159,6 @@ def gather(out, keys, seeds, domain, order):
                 for fraction, model in result.models.items():
                     if model.layers != shuffles[seed][:model.k]:
                         raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers "
-                                         f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it was "
-                                         "distilled with another order: remove it to distill it again")
+                                         f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it "
+                                         "was distilled with another order: remove it to distill it again")
     return Distilled(teacher, chains, shuffles, order)
