@@ -4,8 +4,8 @@
 // 8 / row_tiles warps of a tile ("k_splits") split K between them and the CTA adds their partial sums in
 // shared memory, in a fixed order (deterministic). K is walked in chunks of 32 elements: the warp of
 // split s takes chunks s, s + k_splits, s + 2 k_splits, ..., kUnroll chunks per step, so the warps of one
-// tile read neighbouring 64-byte pieces of each row, and every lane has kUnroll * (2 + token tiles)
-// 16-byte loads in flight before its first product. The host picks row_tiles: as many tiles per CTA
+// tile read neighbouring 64-byte pieces of each row, and every lane has 10 to 24 16-byte loads in
+// flight before its first product. The host picks row_tiles: as many tiles per CTA
 // (fewer splits) as still leave two CTAs per SM, so a narrow W (o_proj, down_proj: N = 2048, 128 tiles)
 // still spreads over every SM through split-K, and the wide LM head (6272 tiles) runs without it.
 //
@@ -69,10 +69,9 @@ __device__ __forceinline__ uint4 load_elements(const __nv_bfloat16* row, int k, 
   return make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16);
 }
 
-// One lane's 8 elements of one row at k (a multiple of 8), or zeros for a row past M or N.
+// One lane's 8 elements of one row at k (a multiple of 8).
 template <bool kVector, bool kStreaming>
-__device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int K, bool valid) {
-  if (!valid) return make_uint4(0, 0, 0, 0);
+__device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int K) {
   if constexpr (kVector) return kStreaming ? load_streaming(row + k) : load_cached(row + k);
   return load_elements(row, k, K);
 }
@@ -90,7 +89,10 @@ template <int kTiles, bool kVector, typename Out>
 __global__ void __launch_bounds__(kThreads)
     skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, Out* __restrict__ y,
                          int M, int N, int K, int row_tiles) {
-  constexpr int kUnroll = kTiles <= 2 ? 4 : 2;  // ~12 16-byte loads in flight per lane either way
+  // Chunks per step: 16-byte loads in flight per lane are kUnroll * (2 + kTiles), 24 at one tile (M <= 8,
+  // batch-1 decoding, where a narrow W runs one CTA per SM and needs the most bytes in flight), 16 at two,
+  // 10 and 12 at three and four (where the registers of x's fragments set the limit).
+  constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
   constexpr int kCols = 8 * kTiles;
   __shared__ float partial[kWarps][kRows][kCols];
 
@@ -100,42 +102,49 @@ __global__ void __launch_bounds__(kThreads)
   const int tile = warp / k_splits, split = warp % k_splits;
   const int n0 = (int(blockIdx.x) * row_tiles + tile) * kRows;
 
-  const bool lo_valid = n0 + g < N, hi_valid = n0 + g + 8 < N;
-  const __nv_bfloat16* w_lo = w + int64_t(lo_valid ? n0 + g : 0) * K;
-  const __nv_bfloat16* w_hi = w + int64_t(hi_valid ? n0 + g + 8 : 0) * K;
+  // Rows past N (of W) and past M (of x) read the last real row instead: an MMA's output row r depends
+  // only on A's row r and its column c only on B's column c, so their sums are garbage no one stores,
+  // and every load of the loop below is unconditional (no branches between the loads and the MMAs).
+  const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
+  const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
   const __nv_bfloat16* x_row[kTiles];
-  bool x_valid[kTiles];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    x_valid[j] = 8 * j + g < M;
-    x_row[j] = x + int64_t(x_valid[j] ? 8 * j + g : 0) * K;
-  }
+  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
   float acc[kTiles][4] = {};
+  // One chunk's loads and products (the remainder steps below).
+  const auto one_chunk = [&](int c) {
+    const int k = c * kChunk + 8 * t;
+    const uint4 wl = load_eight<kVector, true>(w_lo, k, K), wh = load_eight<kVector, true>(w_hi, k, K);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_eight<kVector, false>(x_row[j], k, K));
+  };
   const int full_chunks = K / kChunk;
-  for (int c0 = split; c0 < full_chunks; c0 += k_splits * kUnroll) {
+  int c = split;
+  // Whole steps: kUnroll chunks, every load issued before the first product.
+  for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) {
     uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][kTiles];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * k_splits;
-      const bool in_range = c < full_chunks;
-      const int k = c * kChunk + 8 * t;
-      wl[u] = load_eight<kVector, true>(w_lo, k, K, in_range && lo_valid);
-      wh[u] = load_eight<kVector, true>(w_hi, k, K, in_range && hi_valid);
+      const int k = (c + u * k_splits) * kChunk + 8 * t;
+      wl[u] = load_eight<kVector, true>(w_lo, k, K);
+      wh[u] = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_eight<kVector, false>(x_row[j], k, K, in_range && x_valid[j]);
+      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_eight<kVector, false>(x_row[j], k, K);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl[u], wh[u], xv[u][j]);
   }
-  // The partial last chunk, by the split whose turn it would be (warp-uniform: the MMA needs the warp).
+  for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
+  // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
+  // as the MMA needs the whole warp.
   if (K % kChunk != 0 && split == full_chunks % k_splits) {
     const int k = full_chunks * kChunk + 8 * t;
-    const uint4 wl = load_eight<false, true>(w_lo, k, K, lo_valid), wh = load_eight<false, true>(w_hi, k, K, hi_valid);
+    const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_eight<false, false>(x_row[j], k, K, x_valid[j]));
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_elements(x_row[j], k, K));
   }
 
 #pragma unroll
