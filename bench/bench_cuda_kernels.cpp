@@ -3,8 +3,11 @@
 // the device-to-device copy measured in the same run, and the cuBLASLt bf16 8192^3 GEMM as the
 // matrix ceiling. CUDA events around each launch, warm-up first, median of many runs; inputs are
 // random and several times larger than L2.
-// Usage: bench_cuda_kernels [reps]   (default 30)
+// The decode table times the skinny GEMM (kernels/matmul/skinny_matmul.h) against cuBLASLt at the 1B
+// model's decoding shapes, as GB/s of weight bytes read against the same copy.
+// Usage: bench_cuda_kernels [reps] [decode]   (default 30 reps; `decode`: the ceilings and the decode table only)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -18,6 +21,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
@@ -100,10 +104,60 @@ void row(const std::string& op, const std::string& shape, double ms, double byte
   std::printf("| %s | %s | %.3f | %.0f | %.0f%% |\n", op.c_str(), shape.c_str(), ms, gbps, 100.0 * gbps / copy_gbps);
 }
 
+// x [M, K] W [N, K]^T at the 1B model's decoding shapes: cuBLASLt (matmul with the skinny kernel turned
+// off) against skinny_matmul, bf16 in and out. Each call reads a different copy of W, enough copies to
+// exceed L2 four times, so every timed read of W comes from HBM as in a decoding step (x stays in L2,
+// as it does there). Bytes: the weight's, read once. The last rows add up one token step's GEMMs
+// (16 layers of q/k/v, o, gate/up and down, then the head).
+void decode_gemm_table(const cudaDeviceProp& prop) {
+  struct Shape1B {
+    const char* name;
+    int64_t n, k;
+    int per_step;  // how many a 1B decoding step runs
+  };
+  const Shape1B shapes[] = {{"q/k/v fused", 6144, 2048, 16},
+                            {"o_proj", 2048, 2048, 16},
+                            {"gate/up fused", 16384, 2048, 16},
+                            {"down_proj", 2048, 8192, 16},
+                            {"lm_head", 100352, 2048, 1}};
+  std::printf(
+      "\n| decode GEMM | M | N x K | weight MB | cuBLASLt ms | GB/s | of copy | skinny ms | GB/s | of copy | "
+      "speed-up |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const int64_t m : {int64_t(1), int64_t(8), int64_t(32)}) {
+    double step_cublas = 0, step_skinny = 0, step_bytes = 0;
+    for (const Shape1B& s : shapes) {
+      const double bytes = 2.0 * double(s.n) * double(s.k);
+      const int copies = int(std::max(1.0, std::ceil(4.0 * prop.l2CacheSize / bytes)));
+      std::vector<Tensor> weights;
+      for (int i = 0; i < copies; ++i) weights.push_back(random_gpu({s.n, s.k}, DType::bf16, -0.05, 0.05));
+      const Tensor x = random_gpu({m, s.k}, DType::bf16);
+      Tensor y = Tensor::empty({m, s.n}, DType::bf16, kGpu);
+      size_t next = 0;
+      set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
+      const double cublas_ms = median_ms([&] { matmul(x, false, weights[next++ % weights.size()], true, y); });
+      set_skinny_matmul_policy(SkinnyMatmulPolicy::automatic);
+      const double skinny_ms = median_ms([&] { skinny_matmul(x, weights[next++ % weights.size()], y); });
+      const double cublas_gbps = bytes / cublas_ms / 1e6, skinny_gbps = bytes / skinny_ms / 1e6;
+      std::printf("| %s | %ld | %ld x %ld | %.1f | %.4f | %.0f | %.0f%% | %.4f | %.0f | %.0f%% | %.2fx |\n", s.name,
+                  long(m), long(s.n), long(s.k), bytes / 1e6, cublas_ms, cublas_gbps, 100.0 * cublas_gbps / copy_gbps,
+                  skinny_ms, skinny_gbps, 100.0 * skinny_gbps / copy_gbps, cublas_ms / skinny_ms);
+      step_cublas += s.per_step * cublas_ms;
+      step_skinny += s.per_step * skinny_ms;
+      step_bytes += s.per_step * bytes;
+    }
+    const double at_copy_ms = step_bytes / copy_gbps / 1e6;
+    std::printf("| one token step's GEMMs | %ld | %.0f MB | | %.3f | %.0f | %.0f%% | %.3f | %.0f | %.0f%% | %.2fx |\n",
+                long(m), step_bytes / 1e6, step_cublas, step_bytes / step_cublas / 1e6,
+                100.0 * at_copy_ms / step_cublas, step_skinny, step_bytes / step_skinny / 1e6,
+                100.0 * at_copy_ms / step_skinny, step_cublas / step_skinny);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1) reps = std::max(1, std::atoi(argv[1]));
+  const bool decode_only = argc > 2 && std::string(argv[2]) == "decode";
   if (!cuda::init()) {
     std::printf("no CUDA device\n");
     return 0;
@@ -130,6 +184,8 @@ int main(int argc, char** argv) {
   }
   std::printf("ceilings: device-to-device copy %.0f GB/s (read + write); cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n\n",
               copy_gbps, gemm_tflops);
+  decode_gemm_table(prop);
+  if (decode_only) return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");
   auto gemm = [&](const char* name, int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {

@@ -1,11 +1,11 @@
-// GEMMs through cuBLASLt. Row-major C = op(A) op(B) is computed as the column-major product
-// C^T = op(B)^T op(A)^T, which reads the row-major buffers as they are, so transposes are only
-// cuBLAS flags. BF16/F16 operands accumulate in f32, F32 in strict f32 (no TF32), F64 in f64; BF16
-// operands may write an F32 C (mixed precision's weight gradients, accumulated with beta = 1). Each
-// (shape, transposes, dtype, pointer alignment, device) gets its descriptors and the heuristic's
-// algorithm once; the workspace comes from the caching allocator, one per stream. The FP8 GEMM
-// (fp8_matmul.h) shares the engine: FP8 operands with per-tensor scales read from device pointers, f32
-// compute, the TN layout its kernels require.
+// GEMMs through cuBLASLt (the few-row BF16 x W^T of decoding excepted: skinny_matmul.h). Row-major
+// C = op(A) op(B) is computed as the column-major product C^T = op(B)^T op(A)^T, which reads the
+// row-major buffers as they are, so transposes are only cuBLAS flags. BF16/F16 operands accumulate in
+// f32, F32 in strict f32 (no TF32), F64 in f64; BF16 operands may write an F32 C (mixed precision's
+// weight gradients, accumulated with beta = 1). Each (shape, transposes, dtype, pointer alignment,
+// device) gets its descriptors and the heuristic's algorithm once; the workspace comes from the caching
+// allocator, one per stream. The FP8 GEMM (fp8_matmul.h) shares the engine: FP8 operands with
+// per-tensor scales read from device pointers, f32 compute, the TN layout its kernels require.
 #include <cublasLt.h>
 
 #include <map>
@@ -16,6 +16,7 @@
 #include "kernels/fp8/fp8.h"
 #include "kernels/matmul/fp8_matmul.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
 #include "kernels/runtime/runtime.h"
 
 namespace fathom::cuda {
@@ -196,6 +197,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
       cuda::scale_inplace(c, beta);
     return;
   }
+  // A decoding step's x W^T (a few rows, BF16): the weight-streaming kernel (skinny_matmul.h).
+  if (use_skinny_matmul(a, transpose_a, b, transpose_b, c, alpha, beta)) return cuda::skinny_matmul(a, b, c);
   cudaStream_t stream = stream_for(c.device());
   // Column-major C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m]: cuBLASLt's A is our B and its B our A.
   const PlanKey key{c.device().index,

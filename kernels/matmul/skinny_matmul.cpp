@@ -1,0 +1,82 @@
+#include "kernels/matmul/skinny_matmul.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+namespace {
+
+constexpr const char* kPolicyVariable = "FATHOM_SKINNY_MATMUL";
+
+SkinnyMatmulPolicy policy_from_environment() {
+  const char* value = std::getenv(kPolicyVariable);
+  return value ? parse_skinny_matmul_policy(value, kPolicyVariable) : SkinnyMatmulPolicy::automatic;
+}
+
+std::atomic<SkinnyMatmulPolicy>& policy_in_force() {
+  static std::atomic<SkinnyMatmulPolicy> policy{policy_from_environment()};
+  return policy;
+}
+
+// The kernel indexes rows and K with 32-bit integers.
+constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max();
+
+}  // namespace
+
+SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string_view source) {
+  if (text == "auto") return SkinnyMatmulPolicy::automatic;
+  if (text == "always") return SkinnyMatmulPolicy::always;
+  if (text == "never") return SkinnyMatmulPolicy::never;
+  FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
+}
+
+SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force().load(); }
+
+void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force().store(policy); }
+
+bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                       double alpha, double beta) {
+  const SkinnyMatmulPolicy policy = skinny_matmul_policy();
+  if (policy == SkinnyMatmulPolicy::never) return false;
+  const int64_t row_limit = policy == SkinnyMatmulPolicy::always ? kSkinnyMatmulMaxRows : kSkinnyMatmulAutoRows;
+  return !transpose_a && transpose_b && alpha == 1.0 && beta == 0.0 && a.dtype() == DType::bf16 &&
+         b.dtype() == DType::bf16 && (c.dtype() == DType::bf16 || c.dtype() == DType::f32) && a.dim(0) <= row_limit &&
+         a.dim(1) <= kMaxExtent && b.dim(0) <= kMaxExtent;
+}
+
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  FATHOM_CHECK(x.defined() && w.defined() && y.defined(), "skinny_matmul: undefined operand");
+  FATHOM_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2, "skinny_matmul: x, w and y must be 2-D, got x ",
+               describe(x), ", w ", describe(w), ", y ", describe(y));
+  FATHOM_CHECK(x.dtype() == DType::bf16 && w.dtype() == DType::bf16, "skinny_matmul: x and w must be BF16, got x ",
+               describe(x), ", w ", describe(w));
+  FATHOM_CHECK(y.dtype() == DType::bf16 || y.dtype() == DType::f32, "skinny_matmul: y must be BF16 or F32, got ",
+               describe(y));
+  FATHOM_CHECK(x.dim(1) == w.dim(1), "skinny_matmul: x ", describe(x), " and w ", describe(w),
+               " must have the same inner width K (x is [M, K], w is [N, K])");
+  FATHOM_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "skinny_matmul: y ", describe(y), " should be [", x.dim(0),
+               ", ", w.dim(0), "]");
+  FATHOM_CHECK(x.dim(0) <= kSkinnyMatmulMaxRows, "skinny_matmul: x has ", x.dim(0), " rows, more than the ",
+               kSkinnyMatmulMaxRows, " the kernel takes (use matmul)");
+  FATHOM_CHECK(x.dim(1) <= kMaxExtent && w.dim(0) <= kMaxExtent, "skinny_matmul: K = ", x.dim(1), " and N = ", w.dim(0),
+               " must be below 2^31");
+  FATHOM_CHECK(!y.shares_storage_with(x) && !y.shares_storage_with(w),
+               "skinny_matmul: the output must not share storage with an input");
+  const Device device = common_device("skinny_matmul", {&x, &w, &y});
+  on_device("skinny_matmul", device, FATHOM_KERNEL(skinny_matmul), x, w, y);
+}
+
+Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {
+  FATHOM_CHECK(x.defined() && w.defined() && x.rank() == 2 && w.rank() == 2,
+               "skinny_matmul: x and w must be 2-D, got x ", describe(x), ", w ", describe(w));
+  Tensor y = Tensor::empty({x.dim(0), w.dim(0)}, out_dtype, x.device());
+  skinny_matmul(x, w, y);
+  return y;
+}
+
+}  // namespace fathom

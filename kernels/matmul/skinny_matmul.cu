@@ -1,0 +1,231 @@
+// The skinny GEMM y [M, N] = x [M, K] W [N, K]^T for M <= 32: a stream over W at full memory width.
+//
+// Work split. A CTA of 8 warps owns `row_tiles` tiles of 16 rows of W (16 * row_tiles outputs n); the
+// 8 / row_tiles warps of a tile ("k_splits") split K between them and the CTA adds their partial sums in
+// shared memory, in a fixed order (deterministic). K is walked in chunks of 32 elements: the warp of
+// split s takes chunks s, s + k_splits, s + 2 k_splits, ..., kUnroll chunks per step, so the warps of one
+// tile read neighbouring 64-byte pieces of each row, and every lane has 10 to 24 16-byte loads in
+// flight before its first product. The host picks row_tiles: as many tiles per CTA
+// (fewer splits) as still leave two CTAs per SM, so a narrow W (o_proj, down_proj: N = 2048, 128 tiles)
+// still spreads over every SM through split-K, and the wide LM head (6272 tiles) runs without it.
+//
+// Thread -> data. The product runs on the tensor cores (mma m16n8k16, f32 accumulation): W's 16 rows are
+// A, 8 tokens of x are B. Lane (g, t) = (lane / 4, lane % 4) loads, at k = 32 chunk + 8 t .. 8 t + 7,
+// W[row g], W[row g + 8] and x[token 8 j + g] of each 8-token tile j: one 16-byte load each. Those 8
+// values feed two MMAs: the fragment's logical k {2t, 2t+1, 2t+8, 2t+9} stands for physical k
+// 8t + {0, 1, 2, 3} in the first and 8t + {4, 5, 6, 7} in the second. A and B permute k the same way and
+// a dot product does not care about the order of its terms, so W and x go from global memory straight
+// into fragments: no shared-memory staging, no ldmatrix. The accumulator's (row g / g + 8, column 2t, 2t+1)
+// are outputs (n0 + g / n0 + g + 8, token 8 j + 2t, 8 j + 2t + 1).
+//
+// Caching. W is read once: streamed with L1::no_allocate. x (at most 32 x 8192 bf16, 512 KiB) is read
+// by every CTA: through the read-only path, so it stays in L1 for the CTAs an SM runs and comes from L2
+// about once per SM. Shared memory would gain nothing for x: with split-K each warp of a CTA reads a
+// different part of it, so there is no reuse inside a CTA to stage, only across CTAs, which L1 serves.
+//
+// Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
+// otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
+// a K that is not a multiple of 32 always takes the element loads, zero past K.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/attention/attention_mma.cuh"
+#include "kernels/matmul/skinny_matmul.h"
+#include "kernels/runtime/device_math.cuh"
+#include "kernels/runtime/runtime.h"
+
+namespace fathom::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;   // rows of W per tile (the MMA's M)
+constexpr int kChunk = 32;  // K per warp step: 4 lanes x 8 elements
+constexpr int kMinCtasPerSm = 2;
+
+// Eight consecutive bf16 of a W row, streamed past L1 (read once).
+__device__ __forceinline__ uint4 load_streaming(const __nv_bfloat16* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Eight consecutive bf16 of an x row through the read-only cache (reused by every CTA of the SM).
+__device__ __forceinline__ uint4 load_cached(const __nv_bfloat16* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// row[k .. k + 7] one element at a time, zero at and past K: unaligned operands and the last chunk.
+__device__ __forceinline__ uint4 load_elements(const __nv_bfloat16* row, int k, int K) {
+  const auto* bits = reinterpret_cast<const unsigned short*>(row);
+  uint32_t v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = k + i < K ? uint32_t(__ldg(bits + k + i)) : 0u;
+  return make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16);
+}
+
+// One lane's 8 elements of one row at k (a multiple of 8).
+template <bool kVector, bool kStreaming>
+__device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int K) {
+  if constexpr (kVector) return kStreaming ? load_streaming(row + k) : load_cached(row + k);
+  return load_elements(row, k, K);
+}
+
+// The two MMAs of one chunk for one 8-token tile (the k permutation in the file comment).
+__device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
+  const uint32_t first[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y};
+  flash::mma_16816(acc, first, x.x, x.y);
+  const uint32_t second[4] = {w_lo.z, w_hi.z, w_lo.w, w_hi.w};
+  flash::mma_16816(acc, second, x.z, x.w);
+}
+
+// kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type.
+template <int kTiles, bool kVector, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, Out* __restrict__ y,
+                         int M, int N, int K, int row_tiles) {
+  // Chunks per step: 16-byte loads in flight per lane are kUnroll * (2 + kTiles), 24 at one tile (M <= 8,
+  // batch-1 decoding, where a narrow W runs one CTA per SM and needs the most bytes in flight), 16 at two,
+  // 10 and 12 at three and four (where the registers of x's fragments set the limit).
+  constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
+  constexpr int kCols = 8 * kTiles;
+  __shared__ float partial[kWarps][kRows][kCols];
+
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int k_splits = kWarps / row_tiles;
+  const int tile = warp / k_splits, split = warp % k_splits;
+  const int n0 = (int(blockIdx.x) * row_tiles + tile) * kRows;
+
+  // Rows past N (of W) and past M (of x) read the last real row instead: an MMA's output row r depends
+  // only on A's row r and its column c only on B's column c, so their sums are garbage no one stores,
+  // and every load of the loop below is unconditional (no branches between the loads and the MMAs).
+  const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
+  const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
+  const __nv_bfloat16* x_row[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
+
+  float acc[kTiles][4] = {};
+  // One chunk's loads and products (the remainder steps below).
+  const auto one_chunk = [&](int c) {
+    const int k = c * kChunk + 8 * t;
+    const uint4 wl = load_eight<kVector, true>(w_lo, k, K), wh = load_eight<kVector, true>(w_hi, k, K);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_eight<kVector, false>(x_row[j], k, K));
+  };
+  const int full_chunks = K / kChunk;
+  int c = split;
+  // Whole steps: kUnroll chunks, every load issued before the first product.
+  for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) {
+    uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][kTiles];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (c + u * k_splits) * kChunk + 8 * t;
+      wl[u] = load_eight<kVector, true>(w_lo, k, K);
+      wh[u] = load_eight<kVector, true>(w_hi, k, K);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_eight<kVector, false>(x_row[j], k, K);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl[u], wh[u], xv[u][j]);
+  }
+  for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
+  // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
+  // as the MMA needs the whole warp.
+  if (K % kChunk != 0 && split == full_chunks % k_splits) {
+    const int k = full_chunks * kChunk + 8 * t;
+    const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_elements(x_row[j], k, K));
+  }
+
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    partial[warp][g][8 * j + 2 * t] = acc[j][0];
+    partial[warp][g][8 * j + 2 * t + 1] = acc[j][1];
+    partial[warp][g + 8][8 * j + 2 * t] = acc[j][2];
+    partial[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
+  }
+  __syncthreads();
+  // Thread i writes outputs i, i + kThreads, ... of the CTA's [M, 16 row_tiles] block, n fastest, so
+  // neighbouring threads store neighbouring outputs; the splits of a tile are added in order.
+  const int cta_rows = kRows * row_tiles;
+  for (int i = int(threadIdx.x); i < M * cta_rows; i += kThreads) {
+    const int m = i / cta_rows, r = i % cta_rows;
+    const int n = int(blockIdx.x) * cta_rows + r;
+    if (n >= N) continue;
+    const int first_warp = (r / kRows) * k_splits;
+    float sum = 0.f;
+    for (int s = 0; s < k_splits; ++s) sum += partial[first_warp + s][r % kRows][m];
+    y[int64_t(m) * N + n] = from_float<Out>(sum);
+  }
+}
+
+// Tiles of 16 rows per CTA: double while that still leaves kMinCtasPerSm CTAs per SM, or while the
+// splits would outnumber K's chunks (a short K gives split-K nothing to share).
+int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
+  const int64_t tiles = (N + kRows - 1) / kRows, chunks = (K + kChunk - 1) / kChunk;
+  int row_tiles = 1;
+  while (row_tiles < kWarps) {
+    const int64_t ctas_if_doubled = (tiles + 2 * row_tiles - 1) / (2 * row_tiles);
+    const bool enough_ctas = ctas_if_doubled >= int64_t(kMinCtasPerSm) * sm_count;
+    const bool too_many_splits = kWarps / row_tiles > chunks;
+    if (!enough_ctas && !too_many_splits) break;
+    row_tiles *= 2;
+  }
+  return row_tiles;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int kTiles, typename Out>
+void launch(const Tensor& x, const Tensor& w, Tensor& y, cudaStream_t stream) {
+  const int M = int(x.dim(0)), N = int(w.dim(0)), K = int(x.dim(1));
+  const int row_tiles = pick_row_tiles(N, K, device_properties(y.device().index).multiProcessorCount);
+  const int64_t ctas = (int64_t(N) + kRows * row_tiles - 1) / (kRows * row_tiles);
+  const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
+  const auto* wp = static_cast<const __nv_bfloat16*>(w.raw());
+  auto* yp = static_cast<Out*>(y.raw());
+  const bool vector = aligned16(xp) && aligned16(wp) && K % 8 == 0;
+  if (vector)
+    skinny_matmul_kernel<kTiles, true, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, wp, yp, M, N, K, row_tiles);
+  else
+    skinny_matmul_kernel<kTiles, false, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, wp, yp, M, N, K, row_tiles);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename Out>
+void launch_for_rows(const Tensor& x, const Tensor& w, Tensor& y, cudaStream_t stream) {
+  switch ((x.dim(0) + 7) / 8) {
+    case 1:
+      return launch<1, Out>(x, w, y, stream);
+    case 2:
+      return launch<2, Out>(x, w, y, stream);
+    case 3:
+      return launch<3, Out>(x, w, y, stream);
+    default:
+      return launch<4, Out>(x, w, y, stream);
+  }
+}
+
+}  // namespace
+
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  if (y.numel() == 0) return;
+  if (x.dim(1) == 0) return y.zero_();  // an empty sum
+  cudaStream_t stream = stream_for(y.device());
+  if (y.dtype() == DType::f32)
+    launch_for_rows<float>(x, w, y, stream);
+  else
+    launch_for_rows<__nv_bfloat16>(x, w, y, stream);
+}
+
+}  // namespace fathom::cuda

@@ -1,0 +1,50 @@
+// Skinny GEMM for decoding: y [M, N] = x [M, K] W [N, K]^T with few rows M (a decoding step's tokens).
+// At M <= 32 a linear is a stream over its weight: every byte of W is read once and each is used M
+// times, so the time is the weight's bytes over the memory bandwidth. cuBLASLt's small tiles read it at
+// a fraction of that; this kernel streams W at full width instead (skinny_matmul.cu says how).
+//
+// matmul (matmul.h) reaches it by itself on CUDA: x W^T with BF16 operands, a BF16 or F32 output,
+// alpha 1, beta 0 and M <= the policy's row limit take this kernel, everything else cuBLASLt. The
+// layers never name it; skinny_matmul below is for tests and benchmarks that want this path directly.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "core/tensor.h"
+#include "kernels/dispatch.h"
+
+namespace fathom {
+
+// The most rows the kernel takes: four 8-token tiles of the tensor-core product.
+constexpr int64_t kSkinnyMatmulMaxRows = 32;
+// The most rows matmul sends to it under the automatic policy (the threshold bench_cuda_kernels's decode
+// table tunes: above it cuBLASLt's tiles are full enough to win).
+constexpr int64_t kSkinnyMatmulAutoRows = 32;
+
+// Which GEMM matmul runs where the skinny kernel could: `automatic` up to kSkinnyMatmulAutoRows rows,
+// `always` up to kSkinnyMatmulMaxRows, `never` (cuBLASLt for every shape).
+enum class SkinnyMatmulPolicy { automatic, always, never };
+
+// The policy in force: FATHOM_SKINNY_MATMUL=auto|always|never, read at the first call (unset: auto),
+// unless set_skinny_matmul_policy replaced it. A bad value is an error naming the variable.
+SkinnyMatmulPolicy skinny_matmul_policy();
+void set_skinny_matmul_policy(SkinnyMatmulPolicy policy);
+// "auto", "always" or "never"; anything else fails naming `source` (the variable) and the choices.
+SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string_view source);
+
+// Whether matmul(a, transpose_a, b, transpose_b, c, alpha, beta), already checked, takes the skinny
+// kernel on a GPU under the current policy.
+bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                       double alpha, double beta);
+
+// y = x w^T: x [M, K] and w [N, K] BF16, y [M, N] BF16 or F32 (f32 accumulation either way), M <=
+// kSkinnyMatmulMaxRows, one device, y sharing no storage with x or w. On the CPU it is the CPU matmul
+// of the f32 values (the reference the GPU kernel is tested against).
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y);
+Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
+
+// The backends' entry point (arguments checked).
+using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
+FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
+
+}  // namespace fathom

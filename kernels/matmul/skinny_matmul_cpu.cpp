@@ -1,0 +1,16 @@
+// The CPU side of the skinny GEMM is the CPU matmul itself, on the f32 values of the BF16 operands:
+// the one reference the GPU kernel (and cuBLASLt) are tested against.
+#include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
+
+namespace fathom::cpu {
+
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  const Tensor x32 = x.to(DType::f32), w32 = w.to(DType::f32);
+  if (y.dtype() == DType::f32) return cpu::matmul(x32, false, w32, true, y, 1.0, 0.0);
+  Tensor y32 = Tensor::empty(y.shape(), DType::f32);
+  cpu::matmul(x32, false, w32, true, y32, 1.0, 0.0);
+  y.copy_from(y32.to(y.dtype()));
+}
+
+}  // namespace fathom::cpu

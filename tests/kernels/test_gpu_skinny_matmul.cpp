@@ -1,0 +1,155 @@
+// The skinny GEMM (decoding's x W^T) against the CPU matmul: every M tile count, K that is and is not a
+// multiple of 8 and of the 32-element chunk, N below, at and past the 16-row tile, operands one element
+// off 16-byte alignment (the element-load path), and matmul's dispatch between it and cuBLASLt.
+//
+// Tolerances. The inputs are bf16 values the CPU sees exactly as f32; a product of two bf16 is exact in
+// f32, so an F32 output differs from the CPU's only by the order of the f32 additions: relative L2 about
+// 1e-6, held to 1e-4 (any lost or doubled 32-element chunk, any misplaced fragment moves it by 1e-2 or
+// more). A BF16 output adds one rounding (relative 2^-9 at most, about 1e-3 in L2): the house 1e-2.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
+#include "tests/support/gpu_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+constexpr double kF32OutputTolerance = 1e-4;
+
+// Sets the policy for one test and puts the previous one back.
+class PolicyScope {
+ public:
+  explicit PolicyScope(SkinnyMatmulPolicy policy) : saved_(skinny_matmul_policy()) { set_skinny_matmul_policy(policy); }
+  ~PolicyScope() { set_skinny_matmul_policy(saved_); }
+
+ private:
+  SkinnyMatmulPolicy saved_;
+};
+
+std::string label(int64_t m, int64_t k, int64_t n, const std::string& extra = "") {
+  return "M=" + std::to_string(m) + " K=" + std::to_string(k) + " N=" + std::to_string(n) + extra;
+}
+
+// A fresh output full of NaN: a kernel that leaves any element unwritten fails.
+Tensor nan_output(int64_t m, int64_t n, DType dtype) {
+  return Tensor::full({m, n}, std::numeric_limits<double>::quiet_NaN(), dtype, kGpu);
+}
+
+// skinny_matmul of x and w (GPU) in both output dtypes against want (the CPU's f32 product).
+void expect_skinny_close(const Tensor& x, const Tensor& w, const Tensor& want, const std::string& what) {
+  Tensor y32 = nan_output(x.dim(0), w.dim(0), DType::f32), y16 = nan_output(x.dim(0), w.dim(0), DType::bf16);
+  skinny_matmul(x, w, y32);
+  skinny_matmul(x, w, y16);
+  EXPECT_LE(relative_l2(y32, want), kF32OutputTolerance) << what << ", F32 output: relative L2 error";
+  EXPECT_GPU_CLOSE(y16, want, DType::bf16, what + ", BF16 output");
+}
+
+// Random bf16 values of `shape` viewed one element past a 16-byte boundary (GPU) and the same f32 values.
+GpuInput unaligned_input(const Shape& shape, uint64_t seed) {
+  const GpuInput flat = random_input({shape.numel() + 1}, DType::bf16, seed);
+  return {flat.gpu.narrow(1, shape.numel()).view(shape), flat.cpu.narrow(1, shape.numel()).view(shape)};
+}
+
+}  // namespace
+
+TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const int64_t k : {8, 24, 100, 2048, 8192}) {
+    const GpuInput x = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++);
+    for (const int64_t n : {1, 5, 127, 2048, 6144}) {
+      const GpuInput w = random_input({n, k}, DType::bf16, seed++);
+      for (const int64_t m : {1, 2, 3, 7, 8, 16, 17, 32}) {
+        const Tensor want = matmul(x.cpu.narrow(0, m), false, w.cpu, true);
+        expect_skinny_close(x.gpu.narrow(0, m), w.gpu, want, label(m, k, n));
+      }
+    }
+  }
+}
+
+TEST(GpuSkinnyMatmul, OperandsOffSixteenByteAlignmentTakeTheElementLoads) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const int64_t k : {24, 100, 2048})
+    for (const int64_t n : {5, 127, 2048})
+      for (const int64_t m : {1, 8, 17}) {
+        const GpuInput x = random_input({m, k}, DType::bf16, seed++), w = random_input({n, k}, DType::bf16, seed++);
+        const GpuInput xu = unaligned_input({m, k}, seed++), wu = unaligned_input({n, k}, seed++);
+        expect_skinny_close(xu.gpu, w.gpu, matmul(xu.cpu, false, w.cpu, true), label(m, k, n, " x unaligned"));
+        expect_skinny_close(x.gpu, wu.gpu, matmul(x.cpu, false, wu.cpu, true), label(m, k, n, " w unaligned"));
+        expect_skinny_close(xu.gpu, wu.gpu, matmul(xu.cpu, false, wu.cpu, true), label(m, k, n, " both unaligned"));
+        // An output one element off alignment: the stores are per element anyway.
+        Tensor flat = Tensor::full({m * n + 1}, std::numeric_limits<double>::quiet_NaN(), DType::f32, kGpu);
+        Tensor y = flat.narrow(1, m * n).view({m, n});
+        skinny_matmul(x.gpu, w.gpu, y);
+        EXPECT_LE(relative_l2(y, matmul(x.cpu, false, w.cpu, true)), kF32OutputTolerance)
+            << label(m, k, n, " y unaligned");
+      }
+}
+
+TEST(GpuSkinnyMatmul, EmptyInnerDimensionWritesZerosAndEmptyOutputsAreFine) {
+  FATHOM_REQUIRE_GPU();
+  Tensor y = nan_output(3, 5, DType::bf16);
+  skinny_matmul(Tensor::empty({3, 0}, DType::bf16, kGpu), Tensor::empty({5, 0}, DType::bf16, kGpu), y);
+  EXPECT_EQ(relative_l2(y, Tensor::zeros({3, 5}, DType::f32)), 0.0);
+  Tensor none = Tensor::empty({0, 5}, DType::f32, kGpu);
+  skinny_matmul(Tensor::empty({0, 8}, DType::bf16, kGpu), Tensor::empty({5, 8}, DType::bf16, kGpu), none);
+  Tensor no_rows = Tensor::empty({3, 0}, DType::f32, kGpu);
+  skinny_matmul(Tensor::empty({3, 8}, DType::bf16, kGpu), Tensor::empty({0, 8}, DType::bf16, kGpu), no_rows);
+}
+
+TEST(GpuSkinnyMatmul, IsDeterministic) {
+  FATHOM_REQUIRE_GPU();
+  const GpuInput x = random_input({17, 8192}, DType::bf16, 7), w = random_input({2048, 8192}, DType::bf16, 8);
+  const Tensor first = skinny_matmul(x.gpu, w.gpu, DType::f32);
+  EXPECT_TRUE(bitwise_equal(first, skinny_matmul(x.gpu, w.gpu, DType::f32)));
+}
+
+// The decode shapes of the 1B model (fused q/k/v, o_proj, gate/up, down_proj, a head of 16K rows):
+// matmul through cuBLASLt (policy never) and through the skinny kernel (always) agree with each other
+// and with the CPU, and the automatic policy runs the skinny kernel (bit for bit its result).
+TEST(GpuSkinnyMatmul, MatmulDispatchAgreesWithCublasLtAtDecodeShapes) {
+  FATHOM_REQUIRE_GPU();
+  struct DecodeShape {
+    int64_t k, n;
+  };
+  uint64_t seed = 200;
+  for (const DecodeShape s : {DecodeShape{2048, 6144}, DecodeShape{2048, 2048}, DecodeShape{2048, 16384},
+                              DecodeShape{8192, 2048}, DecodeShape{2048, 16384 + 5}})
+    for (const int64_t m : {1, 8, 32})
+      for (const DType out : {DType::bf16, DType::f32}) {
+        const std::string what = label(m, s.k, s.n, std::string(" ") + dtype_name(out));
+        const GpuInput x = random_input({m, s.k}, DType::bf16, seed++),
+                       w = random_input({s.n, s.k}, DType::bf16, seed++);
+        const auto through_matmul = [&](SkinnyMatmulPolicy policy) {
+          PolicyScope scope(policy);
+          Tensor y = nan_output(m, s.n, out);
+          matmul(x.gpu, false, w.gpu, true, y);
+          return y;
+        };
+        const Tensor cublas = through_matmul(SkinnyMatmulPolicy::never);
+        const Tensor skinny = through_matmul(SkinnyMatmulPolicy::always);
+        const Tensor automatic = through_matmul(SkinnyMatmulPolicy::automatic);
+        const double tolerance = out == DType::f32 ? kF32OutputTolerance : tolerance_for(DType::bf16);
+        EXPECT_LE(relative_l2(skinny, cublas), tolerance) << what << ": skinny against cuBLASLt";
+        EXPECT_LE(relative_l2(skinny, matmul(x.cpu, false, w.cpu, true)), tolerance) << what << ": against the CPU";
+        EXPECT_TRUE(bitwise_equal(automatic, skinny_matmul(x.gpu, w.gpu, out))) << what << ": auto is the skinny path";
+      }
+}
+
+// Mixed precision's linear_wide (MoD's router, N = 1) and a larger M under `always` and `auto`.
+TEST(GpuSkinnyMatmul, SingleOutputRowsAndTheRowLimit) {
+  FATHOM_REQUIRE_GPU();
+  const GpuInput x = random_input({kSkinnyMatmulMaxRows + 1, 768}, DType::bf16, 300),
+                 w = random_input({1, 768}, DType::bf16, 301);
+  for (const int64_t m : {int64_t(1), int64_t(5), kSkinnyMatmulMaxRows, kSkinnyMatmulMaxRows + 1}) {
+    Tensor y = nan_output(m, 1, DType::f32);
+    matmul(x.gpu.narrow(0, m), false, w.gpu, true, y);  // past the limit: cuBLASLt
+    EXPECT_LE(relative_l2(y, matmul(x.cpu.narrow(0, m), false, w.cpu, true)), kF32OutputTolerance) << label(m, 768, 1);
+  }
+}

@@ -1,0 +1,96 @@
+// The skinny GEMM's host side: its argument checks, the policy that decides when matmul takes it, and
+// its CPU entry (the CPU matmul of the f32 values). The kernel itself is tested in test_gpu_skinny_matmul.
+#include <gtest/gtest.h>
+
+#include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
+#include "tests/support/op_test_util.h"
+
+using namespace fathom;
+using namespace fathom::test;
+
+namespace {
+
+// Sets the policy for one test and puts the previous one back.
+class PolicyScope {
+ public:
+  explicit PolicyScope(SkinnyMatmulPolicy policy) : saved_(skinny_matmul_policy()) { set_skinny_matmul_policy(policy); }
+  ~PolicyScope() { set_skinny_matmul_policy(saved_); }
+
+ private:
+  SkinnyMatmulPolicy saved_;
+};
+
+Tensor zeros_bf16(const Shape& shape) { return Tensor::zeros(shape, DType::bf16); }
+
+}  // namespace
+
+TEST(SkinnyMatmul, CpuEntryIsTheCpuMatmulOfTheF32Values) {
+  const Tensor x = random_tensor({5, 37}, DType::bf16, 1), w = random_tensor({11, 37}, DType::bf16, 2);
+  const Tensor want = matmul(x.to(DType::f32), false, w.to(DType::f32), true);
+  expect_close(skinny_matmul(x, w, DType::f32), want, 0, 0);
+  // BF16 output: the same sums, rounded once.
+  expect_close(skinny_matmul(x, w, DType::bf16), want.to(DType::bf16), 0, 0);
+}
+
+TEST(SkinnyMatmul, BadArgumentsNameTheProblem) {
+  const Tensor x = zeros_bf16({4, 8}), w = zeros_bf16({6, 8});
+  Tensor y = Tensor::empty({4, 6}, DType::f32);
+  expect_error([&] { skinny_matmul(x.to(DType::f32), w, y); }, {"x and w must be BF16", "F32[4, 8]"});
+  expect_error([&] { skinny_matmul(x, w.to(DType::f32), y); }, {"x and w must be BF16"});
+  Tensor y16 = Tensor::empty({4, 6}, DType::f16);
+  expect_error([&] { skinny_matmul(x, w, y16); }, {"y must be BF16 or F32", "F16[4, 6]"});
+  expect_error([&] { skinny_matmul(x, zeros_bf16({6, 9}), y); }, {"same inner width K", "BF16[4, 8]", "BF16[6, 9]"});
+  Tensor wrong = Tensor::empty({4, 5}, DType::f32);
+  expect_error([&] { skinny_matmul(x, w, wrong); }, {"y F32[4, 5]", "should be [4, 6]"});
+  expect_error([&] { skinny_matmul(x.view({32}), w, y); }, {"must be 2-D"});
+  Tensor tall = Tensor::empty({33, 6}, DType::f32);
+  expect_error([&] { skinny_matmul(zeros_bf16({33, 8}), w, tall); }, {"33 rows", "more than the 32", "use matmul"});
+  Tensor shared = Tensor::empty({4 * 6 + 4 * 8}, DType::bf16);
+  Tensor y_in_x = shared.narrow(32, 24).view({4, 6});
+  expect_error([&] { skinny_matmul(shared.narrow(0, 32).view({4, 8}), w, y_in_x); }, {"must not share storage"});
+  expect_error([&] { skinny_matmul(Tensor(), w, y); }, {"undefined operand"});
+}
+
+TEST(SkinnyMatmul, PolicyParsesItsThreeWordsAndNamesTheVariableOtherwise) {
+  EXPECT_EQ(parse_skinny_matmul_policy("auto", "X"), SkinnyMatmulPolicy::automatic);
+  EXPECT_EQ(parse_skinny_matmul_policy("always", "X"), SkinnyMatmulPolicy::always);
+  EXPECT_EQ(parse_skinny_matmul_policy("never", "X"), SkinnyMatmulPolicy::never);
+  expect_error([] { parse_skinny_matmul_policy("on", "FATHOM_SKINNY_MATMUL"); },
+               {"FATHOM_SKINNY_MATMUL must be auto, always or never", "'on'"});
+  expect_error([] { parse_skinny_matmul_policy("", "FATHOM_SKINNY_MATMUL"); }, {"got ''"});
+}
+
+TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
+  const Tensor w = zeros_bf16({6, 8});
+  const Tensor y_bf16 = zeros_bf16({4, 6}), y_f32 = Tensor::zeros({4, 6}, DType::f32);
+  const auto takes = [&](const Tensor& x, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1.0,
+                         double beta = 0.0) { return use_skinny_matmul(x, ta, b, tb, c, alpha, beta); };
+  {
+    PolicyScope scope(SkinnyMatmulPolicy::automatic);
+    EXPECT_TRUE(takes(zeros_bf16({4, 8}), false, w, true, y_bf16));
+    EXPECT_TRUE(takes(zeros_bf16({4, 8}), false, w, true, y_f32));  // linear_wide's F32 output
+    EXPECT_TRUE(takes(zeros_bf16({kSkinnyMatmulAutoRows, 8}), false, w, true, zeros_bf16({kSkinnyMatmulAutoRows, 6})));
+    EXPECT_FALSE(
+        takes(zeros_bf16({kSkinnyMatmulAutoRows + 1, 8}), false, w, true, zeros_bf16({kSkinnyMatmulAutoRows + 1, 6})));
+    EXPECT_FALSE(takes(zeros_bf16({8, 4}), true, w, true, y_bf16));  // x^T
+    EXPECT_FALSE(
+        takes(zeros_bf16({4, 6}), false, zeros_bf16({6, 8}), false, zeros_bf16({4, 8})));  // x W (a backward's dX)
+    EXPECT_FALSE(takes(zeros_bf16({4, 8}), false, w, true, y_bf16, 0.5));                  // alpha
+    EXPECT_FALSE(takes(zeros_bf16({4, 8}), false, w, true, y_f32, 1.0, 1.0));              // accumulation
+    const Tensor f32x = Tensor::zeros({4, 8}, DType::f32), f32w = Tensor::zeros({6, 8}, DType::f32);
+    EXPECT_FALSE(takes(f32x, false, f32w, true, y_f32));  // F32 operands stay on cuBLASLt
+    const Tensor f16x = Tensor::zeros({4, 8}, DType::f16), f16w = Tensor::zeros({6, 8}, DType::f16);
+    EXPECT_FALSE(takes(f16x, false, f16w, true, Tensor::zeros({4, 6}, DType::f16)));
+  }
+  {
+    PolicyScope scope(SkinnyMatmulPolicy::never);
+    EXPECT_FALSE(takes(zeros_bf16({1, 8}), false, w, true, zeros_bf16({1, 6})));
+  }
+  {
+    PolicyScope scope(SkinnyMatmulPolicy::always);
+    EXPECT_TRUE(takes(zeros_bf16({kSkinnyMatmulMaxRows, 8}), false, w, true, zeros_bf16({kSkinnyMatmulMaxRows, 6})));
+    EXPECT_FALSE(
+        takes(zeros_bf16({kSkinnyMatmulMaxRows + 1, 8}), false, w, true, zeros_bf16({kSkinnyMatmulMaxRows + 1, 6})));
+  }
+}
