@@ -12,6 +12,7 @@
 
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "tests/support/skinny_policy_scope.h"
 #include "tests/support/gpu_test_util.h"
 
 using namespace fathom;
@@ -20,16 +21,6 @@ using namespace fathom::test;
 namespace {
 
 constexpr double kF32OutputTolerance = 1e-4;
-
-// Sets the policy for one test and puts the previous one back.
-class PolicyScope {
- public:
-  explicit PolicyScope(SkinnyMatmulPolicy policy) : saved_(skinny_matmul_policy()) { set_skinny_matmul_policy(policy); }
-  ~PolicyScope() { set_skinny_matmul_policy(saved_); }
-
- private:
-  SkinnyMatmulPolicy saved_;
-};
 
 std::string label(int64_t m, int64_t k, int64_t n, const std::string& extra = "") {
   return "M=" + std::to_string(m) + " K=" + std::to_string(k) + " N=" + std::to_string(n) + extra;
@@ -127,7 +118,7 @@ TEST(GpuSkinnyMatmul, MatmulDispatchAgreesWithCublasLtAtDecodeShapes) {
         const GpuInput x = random_input({m, s.k}, DType::bf16, seed++),
                        w = random_input({s.n, s.k}, DType::bf16, seed++);
         const auto through_matmul = [&](SkinnyMatmulPolicy policy) {
-          PolicyScope scope(policy);
+          SkinnyPolicyScope scope(policy);
           Tensor y = nan_output(m, s.n, out);
           matmul(x.gpu, false, w.gpu, true, y);
           return y;

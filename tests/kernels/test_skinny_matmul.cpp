@@ -4,22 +4,13 @@
 
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "tests/support/skinny_policy_scope.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
 using namespace fathom::test;
 
 namespace {
-
-// Sets the policy for one test and puts the previous one back.
-class PolicyScope {
- public:
-  explicit PolicyScope(SkinnyMatmulPolicy policy) : saved_(skinny_matmul_policy()) { set_skinny_matmul_policy(policy); }
-  ~PolicyScope() { set_skinny_matmul_policy(saved_); }
-
- private:
-  SkinnyMatmulPolicy saved_;
-};
 
 Tensor zeros_bf16(const Shape& shape) { return Tensor::zeros(shape, DType::bf16); }
 
@@ -67,7 +58,7 @@ TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
   const auto takes = [&](const Tensor& x, bool ta, const Tensor& b, bool tb, const Tensor& c, double alpha = 1.0,
                          double beta = 0.0) { return use_skinny_matmul(x, ta, b, tb, c, alpha, beta); };
   {
-    PolicyScope scope(SkinnyMatmulPolicy::automatic);
+    SkinnyPolicyScope scope(SkinnyMatmulPolicy::automatic);
     EXPECT_TRUE(takes(zeros_bf16({4, 8}), false, w, true, y_bf16));
     EXPECT_TRUE(takes(zeros_bf16({4, 8}), false, w, true, y_f32));  // linear_wide's F32 output
     EXPECT_TRUE(takes(zeros_bf16({kSkinnyMatmulAutoRows, 8}), false, w, true, zeros_bf16({kSkinnyMatmulAutoRows, 6})));
@@ -84,11 +75,11 @@ TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
     EXPECT_FALSE(takes(f16x, false, f16w, true, Tensor::zeros({4, 6}, DType::f16)));
   }
   {
-    PolicyScope scope(SkinnyMatmulPolicy::never);
+    SkinnyPolicyScope scope(SkinnyMatmulPolicy::never);
     EXPECT_FALSE(takes(zeros_bf16({1, 8}), false, w, true, zeros_bf16({1, 6})));
   }
   {
-    PolicyScope scope(SkinnyMatmulPolicy::always);
+    SkinnyPolicyScope scope(SkinnyMatmulPolicy::always);
     EXPECT_TRUE(takes(zeros_bf16({kSkinnyMatmulMaxRows, 8}), false, w, true, zeros_bf16({kSkinnyMatmulMaxRows, 6})));
     EXPECT_FALSE(
         takes(zeros_bf16({kSkinnyMatmulMaxRows + 1, 8}), false, w, true, zeros_bf16({kSkinnyMatmulMaxRows + 1, 6})));
