@@ -1,4 +1,8 @@
 // linear: y = x W^T over the last dim of x; leading dims are flattened into GEMM rows.
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
@@ -87,6 +91,35 @@ Variable linear_into(const Variable& x, const Variable& weight, DType out_dtype)
 Variable linear(const Variable& x, const Variable& weight) {
   FATHOM_CHECK(x.defined(), "linear: undefined input");
   return linear_into(x, weight, x.dtype());
+}
+
+std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* const> weights) {
+  FATHOM_CHECK(x.defined(), "linear: undefined input");
+  std::vector<Variable> out;
+  bool records = x.requires_grad();
+  for (const Variable* w : weights) records = records || w->requires_grad();
+  if (records && GradMode::enabled()) {
+    for (const Variable* w : weights) out.push_back(linear(x, *w));
+    return out;
+  }
+  const Shape& xs = x.shape();
+  FATHOM_CHECK(x.value().rank() >= 1, "linear: x must have an input width, got ", describe(x.value()));
+  const Tensor x2d = x.value().view({xs.rows(), xs.last()});
+  std::vector<Tensor> ws, ys2d;
+  for (const Variable* w : weights) {
+    FATHOM_CHECK(w->defined() && w->value().rank() == 2, "linear: weight must be [out, in], got ",
+                 w->defined() ? describe(w->value()) : std::string("undefined"));
+    FATHOM_CHECK(x.dim(-1) == w->dim(1), "linear: x ", describe(x.value()), " must end in the weight's input width ",
+                 w->dim(1), " (weight ", describe(w->value()), ")");
+    std::vector<int64_t> dims = xs.vec();
+    dims.back() = w->dim(0);
+    Tensor y = Tensor::empty(Shape(dims), x.dtype(), x.device());
+    ws.push_back(w->compute_value());
+    ys2d.push_back(y.view({xs.rows(), w->dim(0)}));
+    out.emplace_back(std::move(y));
+  }
+  matmul_each(x2d, ws, ys2d);
+  return out;
 }
 
 Variable linear_wide(const Variable& x, const Variable& weight) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -16,6 +17,9 @@ namespace fathom {
 
 // x [..., in] @ weight[out, in]^T -> [..., out]  (bias-free, as in OLMo2).
 Variable linear(const Variable& x, const Variable& weight);
+// linear(x, w) for each w of `weights`. Where nothing records a gradient (decoding, evaluation) the
+// products run as one matmul_each, which a decoding step's few rows on CUDA take as one launch.
+std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* const> weights);
 // The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
 // MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
 Variable linear_wide(const Variable& x, const Variable& weight);
@@ -39,8 +43,10 @@ Variable residual_rms_norm(const Variable& residual, const Variable& x, const Va
 
 // Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
 // frequencies optionally rescaled (kernels/rope/rope.h: Llama 3's rule).
-// x [B, T, H, d] with d even; positions (I32/I64) [T] shared by the batch, or [B, T].
-Variable rope(const Variable& x, const Tensor& positions, double theta, const RopeScaling& scaling = {});
+// x [B, T, H, d] with d even, rotated by `angles`: rope_angles(positions, d, theta, scaling) of its
+// positions ([T] shared by the batch, or [B, T]). The node keeps the table (no copy: tables are never
+// written after they are made), so the layers of a forward share one.
+Variable rope(const Variable& x, const Tensor& angles);
 
 // silu(gate) * up, elementwise.
 Variable swiglu(const Variable& gate, const Variable& up);

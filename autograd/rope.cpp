@@ -1,4 +1,4 @@
-// rope: rotary position embedding; its backward is the inverse rotation.
+// rope: rotary position embedding; its backward is the inverse rotation by the same angles.
 #include "kernels/rope/rope.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -10,33 +10,24 @@ namespace {
 
 class RopeNode final : public Node {
  public:
-  RopeNode(Tensor positions, double theta, RopeScaling scaling)
-      : positions_(std::move(positions)), theta_(theta), scaling_(std::move(scaling)) {}
+  explicit RopeNode(Tensor angles) : angles_(std::move(angles)) {}
 
-  std::vector<Tensor> backward(const Tensor& grad_output) override {
-    return {rope_backward(grad_output, positions_, theta_, scaling_)};
-  }
-  void release_saved() override { positions_ = Tensor(); }
+  std::vector<Tensor> backward(const Tensor& grad_output) override { return {rope_backward(grad_output, angles_)}; }
+  void release_saved() override { angles_ = Tensor(); }
   const char* name() const override { return "rope"; }
 
  private:
-  Tensor positions_;
-  double theta_;
-  RopeScaling scaling_;
+  Tensor angles_;
 };
 
 }  // namespace
 
-Variable rope(const Variable& x, const Tensor& positions, double theta, const RopeScaling& scaling) {
+Variable rope(const Variable& x, const Tensor& angles) {
   FATHOM_CHECK(x.defined(), "rope: undefined input");
-  Tensor y = rope_forward(x.value(), positions, theta, scaling);
+  Tensor y = rope_forward(x.value(), angles);
   if (!any_requires_grad({x})) return Variable(std::move(y));
-  // Positions are copied (they are small), so the caller may reuse its buffer before backward runs.
-  Tensor kept_positions = positions.clone();
-  Variable out = record(std::move(y), std::make_shared<RopeNode>(kept_positions, theta, scaling), {x});
-  chain_rebuild(x, out, [kept_positions, theta, scaling](const Tensor& in) {
-    return rope_forward(in, kept_positions, theta, scaling);
-  });
+  Variable out = record(std::move(y), std::make_shared<RopeNode>(angles), {x});
+  chain_rebuild(x, out, [angles](const Tensor& in) { return rope_forward(in, angles); });
   return out;
 }
 

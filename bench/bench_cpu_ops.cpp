@@ -111,10 +111,10 @@ struct Model {
 };
 
 // OLMo2 block: norms on the sublayer outputs, full-width QK-norm, RoPE, causal attention, SwiGLU.
-Variable block(const Layer& l, const Variable& x, const Tensor& positions) {
+Variable block(const Layer& l, const Variable& x, const Tensor& angles) {
   const Shape heads{kBatch, kSeq, kHeads, kHeadDim}, flat{kBatch, kSeq, kModel};
-  Variable q = rope(reshape(rms_norm(linear(x, l.wq), l.q_norm, 1e-6), heads), positions, 500000.0);
-  Variable k = rope(reshape(rms_norm(linear(x, l.wk), l.k_norm, 1e-6), heads), positions, 500000.0);
+  Variable q = rope(reshape(rms_norm(linear(x, l.wq), l.q_norm, 1e-6), heads), angles);
+  Variable k = rope(reshape(rms_norm(linear(x, l.wk), l.k_norm, 1e-6), heads), angles);
   Variable v = reshape(linear(x, l.wv), heads);
   Variable a = reshape(attention(q, k, v, 1.0 / std::sqrt(double(kHeadDim))), flat);
   Variable h = add(x, rms_norm(linear(a, l.wo), l.attn_norm, 1e-6));
@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> pos(kSeq);
   for (int64_t t = 0; t < kSeq; ++t) pos[t] = t;
   const Tensor seq_positions = Tensor::from_vector(pos, {kSeq});
+  const Tensor angles = rope_angles(seq_positions, kHeadDim, 500000.0);
   const Tensor ids = random_ids({kBatch, kSeq}, kVocab);
   const Tensor targets = random_ids({kTokens}, kVocab);
   auto leaf = [](Shape s, double std = 1.0) { return Variable(random(s, std), true); };
@@ -162,7 +163,7 @@ int main(int argc, char** argv) {
   add_row("rms_norm [2048,128]", 4 * kLayers + 1,
           time_op(reps, {leaf(x_shape), leaf({kModel})}, [](auto& in) { return rms_norm(in[0], in[1], 1e-6); }));
   add_row("rope [8,256,8,16]", 2 * kLayers,
-          time_op(reps, {leaf(heads)}, [&](auto& in) { return rope(in[0], seq_positions, 500000.0); }));
+          time_op(reps, {leaf(heads)}, [&](auto& in) { return rope(in[0], angles); }));
   add_row("swiglu [2048,512]", kLayers,
           time_op(reps, {leaf({kBatch, kSeq, kFfn}), leaf({kBatch, kSeq, kFfn})},
                   [](auto& in) { return swiglu(in[0], in[1]); }));
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
   const double step_ms = median_ms(reps, [&] {
     for (Variable* p : model.params) p->set_grad(Tensor());
     Variable x = embedding(ids, model.embed);
-    for (const Layer& l : model.layers) x = block(l, x, seq_positions);
+    for (const Layer& l : model.layers) x = block(l, x, angles);
     Variable logits = reshape(linear(rms_norm(x, model.final_norm, 1e-6), model.lm_head), {kTokens, kVocab});
     LossParts loss = cross_entropy(logits, targets, 1e-5);
     backward(loss.loss);

@@ -68,17 +68,17 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
   DepthStream* depth = inputs.depth;
   const bool reader_depth_keys = moda_.depth_key == DepthKey::reader;
   const int64_t B = x.dim(0), T = x.dim(1);
-  Variable q = q_proj_.forward(x);
-  Variable k = k_proj_.forward(x);
-  Variable v = v_proj_.forward(x);
+  std::vector<Variable> qkv = project_each(x, {&q_proj_, &k_proj_, &v_proj_});
+  Variable q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
   // With reader depth keys this layer's slot holds its raw K, before the k-norm and RoPE.
   const Variable raw_k = reshape(k, {B, T, n_kv_heads_, head_dim_});
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
-  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
-  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), positions, rope_theta_, rope_scaling_);
+  const Tensor& angles = inputs.rope_angles->angles(positions, head_dim_, rope_theta_, rope_scaling_);
+  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), angles);
+  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), angles);
   v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
   const int64_t written = depth ? depth->slots_written() : 0;

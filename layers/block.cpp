@@ -40,12 +40,12 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
   MixerInputs mixer_inputs = inputs;
   mixer_inputs.write_depth = write && !attn_depth_kv_;
   const Variable attn_out = mixer_->forward(attn_in, mixer_inputs, report);
-  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs.positions);
+  if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
   // rebuilds h from them rather than keeping it for the FFN's projections.
   const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out, true);
   const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
-  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs.positions);
+  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
   const Variable ffn_out = mlp_.forward(ffn_in);
   return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
 }

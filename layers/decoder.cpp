@@ -89,16 +89,22 @@ ModelOutput Decoder::forward(const Tensor& ids, const ForwardOptions& options) c
       h = block->forward(h, inputs, LayerReport(&out.aux_losses, taps, measured ? &out.measures[size_t(i)] : nullptr));
     } else if (!depth) {
       h = checkpoint(
-          [block, positions](const Variable& x) { return block->forward(x, MixerInputs{positions}, LayerReport()); }, h,
-          block->parameter_variables());
+          [block, positions, rope = inputs.rope_angles](const Variable& x) {
+            MixerInputs rerun{positions};
+            rerun.rope_angles = rope;
+            return block->forward(x, rerun, LayerReport());
+          },
+          h, block->parameter_variables());
     } else {
       // The re-run reads and writes the slots this run does (DepthStream::rewind, tie).
       const int64_t written = depth->slots_written();
       const bool write = inputs.write_depth;
       h = checkpoint(
-          [block, positions, depth, write, written](const Variable& x) {
+          [block, positions, depth, write, written, rope = inputs.rope_angles](const Variable& x) {
             depth->rewind(written);
-            return depth->tie(block->forward(x, MixerInputs{positions, depth.get(), write}, LayerReport()));
+            MixerInputs rerun{positions, depth.get(), write};
+            rerun.rope_angles = rope;
+            return depth->tie(block->forward(x, rerun, LayerReport()));
           },
           h, block->parameter_variables());
     }
@@ -182,8 +188,10 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
+  const auto rope_angles = std::make_shared<RopeAngleCache>();  // one table for every layer's step
   for (int64_t i = 0; i < L; ++i) {
     MixerInputs inputs{positions, depth.get(), i + 1 < L};
+    inputs.rope_angles = rope_angles;
     inputs.cache = state.layers[size_t(i)].get();
     inputs.device_past = &state.device_lengths;
     h = model_.layers[size_t(i)]->forward(h, inputs, LayerReport());

@@ -10,18 +10,21 @@
 #include "layers/moda_config.h"
 #include "layers/model_config.h"
 #include "layers/rms_norm.h"
+#include "layers/token_mixer.h"
 
 namespace fathom {
 
 class DepthKVProjection : public Module {
  public:
   explicit DepthKVProjection(const ModelConfig& config);
-  // Projects x [B, T, d_model] and writes the next slot of `stream`.
-  void write(DepthStream& stream, const Variable& x, const Tensor& positions) const;
+  // Projects x [B, T, d_model] and writes the next slot of `stream`; writer keys rotate by the angles of
+  // inputs.positions, with the model's RoPE scaling, as attention's keys do.
+  void write(DepthStream& stream, const Variable& x, const MixerInputs& inputs) const;
 
  private:
   int64_t n_kv_heads_, head_dim_;
   double rope_theta_;
+  RopeScaling rope_scaling_;
   Linear k_proj_, v_proj_;
   std::unique_ptr<RMSNorm> k_norm_;  // writer keys only
 };

@@ -95,15 +95,15 @@ Dsla::Dsla(const ModelConfig& c)
 Variable Dsla::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
   FATHOM_CHECK(!inputs.depth, "a dsla layer reads no MoDA depth stream (validation refuses moda with dsla layers)");
   const int64_t B = x.dim(0), T = x.dim(1);
-  Variable q = q_proj_.forward(x);
-  Variable k = k_proj_.forward(x);
+  std::vector<Variable> qkv = project_each(x, {&q_proj_, &k_proj_, &v_proj_});
+  Variable q = std::move(qkv[0]), k = std::move(qkv[1]);
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
   q = reshape(q, {B, T, n_heads_, head_dim_});
   k = reshape(k, {B, T, n_kv_heads_, head_dim_});
-  const Variable v = reshape(v_proj_.forward(x), {B, T, n_kv_heads_, head_dim_});
+  const Variable v = reshape(qkv[2], {B, T, n_kv_heads_, head_dim_});
   const Variable g1 = reshape(gate1_.forward(x), {B, T, n_heads_, head_dim_});
   const Variable g2 = gate2_ ? reshape(gate2_->forward(x), {B, T, n_heads_, head_dim_}) : Variable();
   const Variable gamma = gate2_ ? sigmoid_expand(gamma_logit_, n_heads_) : Variable();

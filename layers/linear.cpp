@@ -1,5 +1,7 @@
 #include "layers/linear.h"
 
+#include <algorithm>
+
 #include "autograd/ops.h"
 #include "kernels/fp8/fp8.h"
 
@@ -9,6 +11,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, ParameterInit init)
     : weight_(add_parameter("weight", {out_features, in_features}, init)) {}
 
 Variable Linear::forward(const Variable& x) const { return fp8_ ? linear_fp8(x, weight_) : linear(x, weight_); }
+
+std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears) {
+  std::vector<const Variable*> weights;
+  for (const Linear* l : linears) weights.push_back(&l->weight());
+  if (std::none_of(linears.begin(), linears.end(), [](const Linear* l) { return l->fp8(); }))
+    return linear_each(x, weights);
+  std::vector<Variable> out;
+  for (const Linear* l : linears) out.push_back(l->forward(x));
+  return out;
+}
 
 Fp8Linears use_fp8_linears(Module& model) {
   Fp8Linears out;

@@ -1,5 +1,6 @@
 // Bias-free Linear layer (OLMo2 has no biases anywhere).
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ class Linear : public Module {
   bool fp8_ = false;
   bool fp8_allowed_ = true;
 };
+
+// {l.forward(x) for l in linears}: the projections of one input (q/k/v, gate/up). Where nothing records
+// a gradient they run as one matmul_each (a decoding step's few rows on CUDA: one launch), unless one of
+// the linears runs in FP8; otherwise each linear's forward.
+std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears);
 
 // Which linears of a model run in FP8, by full name.
 struct Fp8Linears {

@@ -14,7 +14,10 @@ MLP::MLP(const ModelConfig& c)
 }
 
 Variable MLP::forward(const Variable& x) const {
-  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)));
+  // Up before gate: the order fathom has always recorded them in (so x's gradient sums its two parts
+  // in the same order and training stays bit-identical); it is now explicit, not the compiler's choice.
+  const std::vector<Variable> up_gate = project_each(x, {&up_proj_, &gate_proj_});
+  return down_proj_.forward(swiglu(up_gate[1], up_gate[0]));
 }
 
 }  // namespace fathom

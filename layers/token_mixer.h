@@ -13,6 +13,7 @@
 #include "autograd/depth_stream.h"
 #include "layers/layer_report.h"
 #include "layers/module.h"
+#include "layers/rope_angles.h"
 
 namespace fathom {
 
@@ -59,6 +60,9 @@ struct MixerInputs {
   bool as_decoded = false;
   // This forward's number, the same when train.recompute: block re-runs it: a stochastic layer's draws.
   uint64_t draw = 0;
+  // RoPE's angles for `positions`, made at the first rotation and shared by every layer after it. Copies
+  // of these inputs share the cache; inputs built for other positions (MoD's routed tokens) get their own.
+  std::shared_ptr<RopeAngleCache> rope_angles = std::make_shared<RopeAngleCache>();
 };
 
 // What one layer costs per token of a training micro-batch. The memory plan and MFU are sums of these

@@ -69,4 +69,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   });
 }
 
+void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs) {
+  for (size_t i = 0; i < bs.size(); ++i) cpu::matmul(a, false, bs[i], true, cs[i], 1.0, 0.0);
+}
+
 }  // namespace fathom::cpu

@@ -217,6 +217,15 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   GemmEngine::get().run(key, b.dim(1), a.dim(1), b.raw(), a.raw(), c.raw(), alpha, beta, stream);
 }
 
+void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs) {
+  // One grouped launch when the skinny kernel takes every product into outputs of one dtype.
+  bool grouped = bs.size() > 1 && bs.size() <= size_t(kSkinnyMatmulMaxGroup);
+  for (size_t i = 0; grouped && i < bs.size(); ++i)
+    grouped = use_skinny_matmul(a, false, bs[i], true, cs[i], 1.0, 0.0) && cs[i].dtype() == cs[0].dtype();
+  if (grouped) return cuda::skinny_matmul_grouped(a, bs, cs);
+  for (size_t i = 0; i < bs.size(); ++i) cuda::matmul(a, false, bs[i], true, cs[i], 1.0, 0.0);
+}
+
 void fp8_matmul(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv, Tensor& c,
                 Fp8GemmOptions options) {
   const int64_t m = a.dim(0), n = b.dim(0), k = a.dim(1);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/dispatch.h"
 
@@ -51,7 +52,9 @@ bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool 
          a.dim(1) <= kMaxExtent && b.dim(0) <= kMaxExtent;
 }
 
-void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+namespace {
+
+void check_product(const Tensor& x, const Tensor& w, const Tensor& y) {
   FATHOM_CHECK(x.defined() && w.defined() && y.defined(), "skinny_matmul: undefined operand");
   FATHOM_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2, "skinny_matmul: x, w and y must be 2-D, got x ",
                describe(x), ", w ", describe(w), ", y ", describe(y));
@@ -69,8 +72,33 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
                " must be below 2^31");
   FATHOM_CHECK(!y.shares_storage_with(x) && !y.shares_storage_with(w),
                "skinny_matmul: the output must not share storage with an input");
+}
+
+}  // namespace
+
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  check_product(x, w, y);
   const Device device = common_device("skinny_matmul", {&x, &w, &y});
   on_device("skinny_matmul", device, FATHOM_KERNEL(skinny_matmul), x, w, y);
+}
+
+void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
+  FATHOM_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= size_t(kSkinnyMatmulMaxGroup),
+               "skinny_matmul_grouped: 1 to ", kSkinnyMatmulMaxGroup, " weights with one output each, got ", ws.size(),
+               " weights and ", ys.size(), " outputs");
+  std::vector<const Tensor*> operands{&x};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_product(x, ws[i], ys[i]);
+    FATHOM_CHECK(ys[i].dtype() == ys[0].dtype(), "skinny_matmul_grouped: the outputs must share one dtype, got ",
+                 describe(ys[0]), " and ", describe(ys[i]));
+    for (size_t j = 0; j < i; ++j)
+      FATHOM_CHECK(!ys[i].shares_storage_with(ys[j]), "skinny_matmul_grouped: outputs ", j, " and ", i,
+                   " share storage");
+    operands.push_back(&ws[i]);
+    operands.push_back(&ys[i]);
+  }
+  const Device device = common_device("skinny_matmul_grouped", operands);
+  on_device("skinny_matmul_grouped", device, FATHOM_KERNEL(skinny_matmul_grouped), x, ws, ys);
 }
 
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {

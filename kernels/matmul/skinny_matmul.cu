@@ -23,6 +23,11 @@
 // about once per SM. Shared memory would gain nothing for x: with split-K each warp of a CTA reads a
 // different part of it, so there is no reuse inside a CTA to stage, only across CTAs, which L1 serves.
 //
+// Groups. skinny_matmul_grouped multiplies one x by up to kSkinnyMatmulMaxGroup weights (a layer's
+// q/k/v or gate/up) in one launch: the grid is the concatenation of each weight's own CTAs, with the
+// row_tiles a call of its own would pick, so every output equals its single call bit for bit and a
+// decoding step saves the launches and the tails between them.
+//
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
 // a K that is not a multiple of 32 always takes the element loads, zero past K.
@@ -30,6 +35,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/matmul/skinny_matmul.h"
@@ -84,11 +91,29 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, co
   flash::mma_16816(acc, second, x.z, x.w);
 }
 
+// The weights of one launch: weight i is w[i] [n[i], K] into y[i] [M, n[i]], run by CTAs
+// first_cta[i] .. first_cta[i + 1] - 1 with row_tiles[i] tiles each.
+template <typename Out>
+struct SkinnyGroup {
+  const __nv_bfloat16* w[kSkinnyMatmulMaxGroup];
+  Out* y[kSkinnyMatmulMaxGroup];
+  int n[kSkinnyMatmulMaxGroup];
+  int row_tiles[kSkinnyMatmulMaxGroup];
+  int first_cta[kSkinnyMatmulMaxGroup + 1];
+  int count;
+};
+
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type.
 template <int kTiles, bool kVector, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, Out* __restrict__ y,
-                         int M, int N, int K, int row_tiles) {
+    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out> group, int M, int K) {
+  // This CTA's weight, and its place among that weight's CTAs.
+  int member = 0;
+  while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
+  const int cta = int(blockIdx.x) - group.first_cta[member];
+  const __nv_bfloat16* __restrict__ w = group.w[member];
+  Out* __restrict__ y = group.y[member];
+  const int N = group.n[member], row_tiles = group.row_tiles[member];
   // Chunks per step: 16-byte loads in flight per lane are kUnroll * (2 + kTiles), 24 at one tile (M <= 8,
   // batch-1 decoding, where a narrow W runs one CTA per SM and needs the most bytes in flight), 16 at two,
   // 10 and 12 at three and four (where the registers of x's fragments set the limit).
@@ -100,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane / 4, t = lane % 4;
   const int k_splits = kWarps / row_tiles;
   const int tile = warp / k_splits, split = warp % k_splits;
-  const int n0 = (int(blockIdx.x) * row_tiles + tile) * kRows;
+  const int n0 = (cta * row_tiles + tile) * kRows;
 
   // Rows past N (of W) and past M (of x) read the last real row instead: an MMA's output row r depends
   // only on A's row r and its column c only on B's column c, so their sums are garbage no one stores,
@@ -160,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
   const int cta_rows = kRows * row_tiles;
   for (int i = int(threadIdx.x); i < M * cta_rows; i += kThreads) {
     const int m = i / cta_rows, r = i % cta_rows;
-    const int n = int(blockIdx.x) * cta_rows + r;
+    const int n = cta * cta_rows + r;
     if (n >= N) continue;
     const int first_warp = (r / kRows) * k_splits;
     float sum = 0.f;
@@ -187,45 +212,68 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <int kTiles, typename Out>
-void launch(const Tensor& x, const Tensor& w, Tensor& y, cudaStream_t stream) {
-  const int M = int(x.dim(0)), N = int(w.dim(0)), K = int(x.dim(1));
-  const int row_tiles = pick_row_tiles(N, K, device_properties(y.device().index).multiProcessorCount);
-  const int64_t ctas = (int64_t(N) + kRows * row_tiles - 1) / (kRows * row_tiles);
+void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, cudaStream_t stream) {
+  const int M = int(x.dim(0)), K = int(x.dim(1));
+  const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
-  const auto* wp = static_cast<const __nv_bfloat16*>(w.raw());
-  auto* yp = static_cast<Out*>(y.raw());
-  const bool vector = aligned16(xp) && aligned16(wp) && K % 8 == 0;
+  SkinnyGroup<Out> group{};
+  bool vector = aligned16(xp) && K % 8 == 0;
+  int64_t ctas = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const int N = int(ws[i].dim(0)), row_tiles = pick_row_tiles(N, K, sm_count);
+    group.w[group.count] = static_cast<const __nv_bfloat16*>(ws[i].raw());
+    group.y[group.count] = static_cast<Out*>(ys[i].raw());
+    group.n[group.count] = N;
+    group.row_tiles[group.count] = row_tiles;
+    group.first_cta[group.count] = int(ctas);
+    vector = vector && aligned16(group.w[group.count]);
+    ctas += (int64_t(N) + kRows * row_tiles - 1) / (kRows * row_tiles);
+    ++group.count;
+  }
+  group.first_cta[group.count] = int(ctas);
   if (vector)
-    skinny_matmul_kernel<kTiles, true, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, wp, yp, M, N, K, row_tiles);
+    skinny_matmul_kernel<kTiles, true, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, group, M, K);
   else
-    skinny_matmul_kernel<kTiles, false, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, wp, yp, M, N, K, row_tiles);
+    skinny_matmul_kernel<kTiles, false, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, group, M, K);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename Out>
-void launch_for_rows(const Tensor& x, const Tensor& w, Tensor& y, cudaStream_t stream) {
+void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, cudaStream_t stream) {
   switch ((x.dim(0) + 7) / 8) {
     case 1:
-      return launch<1, Out>(x, w, y, stream);
+      return launch<1, Out>(x, ws, ys, stream);
     case 2:
-      return launch<2, Out>(x, w, y, stream);
+      return launch<2, Out>(x, ws, ys, stream);
     case 3:
-      return launch<3, Out>(x, w, y, stream);
+      return launch<3, Out>(x, ws, ys, stream);
     default:
-      return launch<4, Out>(x, w, y, stream);
+      return launch<4, Out>(x, ws, ys, stream);
   }
 }
 
 }  // namespace
 
-void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
-  if (y.numel() == 0) return;
-  if (x.dim(1) == 0) return y.zero_();  // an empty sum
-  cudaStream_t stream = stream_for(y.device());
-  if (y.dtype() == DType::f32)
-    launch_for_rows<float>(x, w, y, stream);
+void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
+  // Weights with no outputs take no CTAs; an empty K is an empty sum.
+  std::vector<Tensor> w_run, y_run;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (ys[i].numel() == 0) continue;
+    if (x.dim(1) == 0) {
+      ys[i].zero_();
+      continue;
+    }
+    w_run.push_back(ws[i]);
+    y_run.push_back(ys[i]);
+  }
+  if (w_run.empty()) return;
+  cudaStream_t stream = stream_for(x.device());
+  if (y_run[0].dtype() == DType::f32)
+    launch_for_rows<float>(x, w_run, y_run, stream);
   else
-    launch_for_rows<__nv_bfloat16>(x, w, y, stream);
+    launch_for_rows<__nv_bfloat16>(x, w_run, y_run, stream);
 }
+
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { cuda::skinny_matmul_grouped(x, {&w, 1}, {&y, 1}); }
 
 }  // namespace fathom::cuda

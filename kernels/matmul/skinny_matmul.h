@@ -8,6 +8,7 @@
 // layers never name it; skinny_matmul below is for tests and benchmarks that want this path directly.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -17,6 +18,8 @@ namespace fathom {
 
 // The most rows the kernel takes: four 8-token tiles of the tensor-core product.
 constexpr int64_t kSkinnyMatmulMaxRows = 32;
+// The most weights one grouped launch multiplies (q, k and v; gate and up).
+constexpr int kSkinnyMatmulMaxGroup = 4;
 // The most rows matmul sends to it under the automatic policy (the threshold bench_cuda_kernels's decode
 // table tunes: above it cuBLASLt's tiles are full enough to win).
 constexpr int64_t kSkinnyMatmulAutoRows = 32;
@@ -43,8 +46,15 @@ bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool 
 void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y);
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
 
-// The backends' entry point (arguments checked).
+// ys[i] = x ws[i]^T for 1 to kSkinnyMatmulMaxGroup weights of one x (the projections of one input), each
+// as skinny_matmul(x, ws[i], ys[i]) alone; the outputs share one dtype. On CUDA one launch runs them all,
+// and each output equals its single call bit for bit (skinny_matmul.cu, "Groups").
+void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
+
+// The backends' entry points (arguments checked).
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
+using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
+FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
 
 }  // namespace fathom

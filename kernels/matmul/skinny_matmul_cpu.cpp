@@ -13,4 +13,8 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
   y.copy_from(y32.to(y.dtype()));
 }
 
+void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
+  for (size_t i = 0; i < ws.size(); ++i) cpu::skinny_matmul(x, ws[i], ys[i]);
+}
+
 }  // namespace fathom::cpu

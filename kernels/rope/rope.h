@@ -33,15 +33,26 @@ void validate_rope_scaling(const RopeScaling& scaling);
 // The d/2 inverse frequencies for head dim d (even) and base theta, after `scaling`.
 std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling = {});
 
-// x [B, T, H, d], d even; positions (I32/I64, >= 0) [T] shared by the batch or [B, T]; theta > 0.
-Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling = {});
+// The rotation angles of `positions` (I32/I64, >= 0; [T] shared by the batch or [B, T]) for head dim d
+// (even) and base theta > 0: a table positions.shape + [d/2, 2] holding (cos, sin) of pos * inv_freq_i,
+// in the dtype its backend rotates with (F64 on the CPU, rounded to x's dtype at use; F32 on CUDA).
+// Every tensor rotated at those positions with that head dim reuses one table: all attention layers
+// of a forward rotate q and k by the same angles (layers/rope_angles.h makes the table once for them).
+Tensor rope_angles(const Tensor& positions, int64_t head_dim, double theta, const RopeScaling& scaling = {});
+
+// x [B, T, H, d] rotated by `angles` (rope_angles of its positions and head dim, on x's device).
+Tensor rope_forward(const Tensor& x, const Tensor& angles);
 // The rotation is orthogonal, so the gradient is grad_y rotated by the opposite angles.
+Tensor rope_backward(const Tensor& grad_y, const Tensor& angles);
+// The same, with the angles made for this call.
+Tensor rope_forward(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling = {});
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double theta, const RopeScaling& scaling = {});
 
-// The backends' entry point: rotates by +angle (forward) or -angle (inverse = backward). On CUDA a negative
-// position is reported at the next synchronisation (kernels/runtime/runtime.h).
-using RopeRotateKernel = Tensor(const Tensor& x, const Tensor& positions, double theta, const RopeScaling& scaling,
-                                bool inverse);
-FATHOM_BACKENDS(RopeRotateKernel, rope_rotate)
+// The backends' entry points. rope_apply rotates by +angle (forward) or -angle (inverse = backward). On
+// CUDA a negative position is reported at the next synchronisation (kernels/runtime/runtime.h).
+using RopeAnglesKernel = Tensor(const Tensor& positions, int64_t head_dim, double theta, const RopeScaling& scaling);
+using RopeApplyKernel = Tensor(const Tensor& x, const Tensor& angles, bool inverse);
+FATHOM_BACKENDS(RopeAnglesKernel, rope_angles)
+FATHOM_BACKENDS(RopeApplyKernel, rope_apply)
 
 }  // namespace fathom

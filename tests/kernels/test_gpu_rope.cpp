@@ -38,3 +38,23 @@ TEST(GpuRope, ANegativePositionIsReported) {
   const Tensor pos = Tensor::from_vector<int64_t>({0, -5, 2}, {3}).to(kGpu);
   expect_error([&] { rope_forward(x.gpu, pos, 10000.0).to(Device::cpu()); }, {"rope", "position -5", "index 1"});
 }
+
+// One table serves tensors of different head counts (q and GQA's k) and both directions, as the layers
+// of a forward share it: the same outputs as a table made for each call, bit for bit.
+TEST(GpuRope, OneAnglesTableServesEveryRotation) {
+  FATHOM_REQUIRE_GPU();
+  const Tensor pos = random_ints({4, 3}, 100000, 10, DType::i32).to(kGpu);
+  const Tensor angles = rope_angles(pos, 64, 500000.0, {"llama3", 8.0, 1.0, 4.0, 8192});
+  EXPECT_EQ(angles.shape(), (Shape{4, 3, 32, 2}));
+  EXPECT_EQ(angles.dtype(), DType::f32);
+  for (int64_t heads : {8, 2}) {
+    GpuInput x = random_input({4, 3, heads, 64}, DType::bf16, 11 + heads);
+    const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 8192};
+    EXPECT_EQ(rope_forward(x.gpu, angles).to(Device::cpu()).to_vector<float>(),
+              rope_forward(x.gpu, pos, 500000.0, scaling).to(Device::cpu()).to_vector<float>());
+    EXPECT_EQ(rope_backward(x.gpu, angles).to(Device::cpu()).to_vector<float>(),
+              rope_backward(x.gpu, pos, 500000.0, scaling).to(Device::cpu()).to_vector<float>());
+    EXPECT_GPU_CLOSE(rope_forward(x.gpu, angles), rope_forward(x.cpu, pos.to(Device::cpu()), 500000.0, scaling),
+                     DType::bf16, "heads " + std::to_string(heads));
+  }
+}

@@ -9,11 +9,12 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
-#include "tests/support/skinny_policy_scope.h"
 #include "tests/support/gpu_test_util.h"
+#include "tests/support/skinny_policy_scope.h"
 
 using namespace fathom;
 using namespace fathom::test;
@@ -143,4 +144,55 @@ TEST(GpuSkinnyMatmul, SingleOutputRowsAndTheRowLimit) {
     matmul(x.gpu.narrow(0, m), false, w.gpu, true, y);  // past the limit: cuBLASLt
     EXPECT_LE(relative_l2(y, matmul(x.cpu.narrow(0, m), false, w.cpu, true)), kF32OutputTolerance) << label(m, 768, 1);
   }
+}
+
+// One grouped launch (a layer's q/k/v or gate/up) writes each output exactly as its own call: the Llama
+// 3.2 1B's q/k/v (GQA: 2048, 512, 512), the 1B OLMo2's gate/up, odd widths with a short and an unaligned
+// K (the element loads), and an empty member; then matmul_each's dispatch under each policy.
+TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  struct Group {
+    int64_t k;
+    std::vector<int64_t> n;
+  };
+  uint64_t seed = 400;
+  for (const Group& g :
+       {Group{2048, {2048, 512, 512}}, Group{2048, {8192, 8192}}, Group{100, {7, 300, 1, 16}}, Group{24, {5, 0, 33}}})
+    for (const int64_t m : {1, 5, 8, 17, 32})
+      for (const DType out : {DType::bf16, DType::f32}) {
+        const GpuInput x = random_input({m, g.k}, DType::bf16, seed++);
+        std::vector<GpuInput> w;
+        std::vector<Tensor> ws, ys;
+        for (const int64_t n : g.n) {
+          w.push_back(random_input({n, g.k}, DType::bf16, seed++));
+          ws.push_back(w.back().gpu);
+          ys.push_back(nan_output(m, n, out));
+        }
+        skinny_matmul_grouped(x.gpu, ws, ys);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const std::string what = label(m, g.k, g.n[i], " member " + std::to_string(i) + " " + dtype_name(out));
+          EXPECT_TRUE(bitwise_equal(ys[i], skinny_matmul(x.gpu, ws[i], out))) << what;
+          if (g.n[i] > 0) {
+            EXPECT_LE(relative_l2(ys[i], matmul(x.cpu, false, w[i].cpu, true)),
+                      out == DType::f32 ? kF32OutputTolerance : tolerance_for(DType::bf16))
+                << what << ": against the CPU";
+          }
+        }
+        const auto through_matmul_each = [&](SkinnyMatmulPolicy policy) {
+          SkinnyPolicyScope scope(policy);
+          std::vector<Tensor> each;
+          for (const int64_t n : g.n) each.push_back(nan_output(m, n, out));
+          matmul_each(x.gpu, ws, each);
+          return each;
+        };
+        const std::vector<Tensor> grouped = through_matmul_each(SkinnyMatmulPolicy::automatic);
+        const std::vector<Tensor> cublas = through_matmul_each(SkinnyMatmulPolicy::never);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          EXPECT_TRUE(bitwise_equal(grouped[i], ys[i])) << "matmul_each, auto: member " << i;
+          Tensor one = nan_output(m, g.n[i], out);
+          SkinnyPolicyScope scope(SkinnyMatmulPolicy::never);
+          matmul(x.gpu, false, ws[i], true, one);
+          EXPECT_TRUE(bitwise_equal(cublas[i], one)) << "matmul_each, never: member " << i;
+        }
+      }
 }

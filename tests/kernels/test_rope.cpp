@@ -61,7 +61,9 @@ TEST(Rope, BackwardIsTheInverseRotation) {
 }
 
 TEST(Rope, Gradcheck) {
-  auto f = [](const std::vector<Variable>& in) { return rope(in[0], in[1].value(), 10000.0); };
+  auto f = [](const std::vector<Variable>& in) {
+    return rope(in[0], rope_angles(in[1].value(), in[0].dim(3), 10000.0));
+  };
   GradcheckResult per_row =
       gradcheck(f, {random_tensor({2, 7, 3, 6}, DType::f64, 6), random_ints({2, 7}, 50, 7, DType::i32)});
   EXPECT_TRUE(per_row.ok) << per_row.message;
@@ -89,6 +91,51 @@ TEST(Rope, BadInputsAreErrors) {
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), pos, 0.0); }, {"theta"});
   Tensor negative = Tensor::from_vector<int64_t>({0, 1, -2, 3, 4}, {5});
   expect_error([&] { rope_forward(random_tensor({1, 5, 2, 8}, DType::f32, 2), negative, 1e4); }, {"position -2"});
+}
+
+TEST(Rope, AnglesHoldCosAndSinOfEachPositionAndFrequency) {
+  const Tensor pos = Tensor::from_vector<int32_t>({0, 7, 3, 12, 1, 5}, {2, 3});
+  const Tensor angles = rope_angles(pos, 6, 100.0);
+  ASSERT_EQ(angles.shape(), (Shape{2, 3, 3, 2}));
+  ASSERT_EQ(angles.dtype(), DType::f64);
+  const std::vector<double> a = angles.to_vector<double>();
+  const std::vector<int32_t> p = pos.to_vector<int32_t>();
+  for (size_t e = 0; e < p.size(); ++e)
+    for (int i = 0; i < 3; ++i) {
+      const double angle = p[e] * std::pow(100.0, -2.0 * i / 6.0);
+      EXPECT_NEAR(a[(e * 3 + size_t(i)) * 2], std::cos(angle), 1e-15);
+      EXPECT_NEAR(a[(e * 3 + size_t(i)) * 2 + 1], std::sin(angle), 1e-15);
+    }
+}
+
+// The layers of a forward rotate q and GQA's k (other head counts) by one table, forward and back.
+TEST(Rope, OneAnglesTableServesEveryRotation) {
+  const Tensor pos = random_ints({2, 5}, 4096, 14, DType::i32);
+  const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 64};
+  const Tensor angles = rope_angles(pos, 8, 10000.0, scaling);
+  for (int64_t heads : {4, 1}) {
+    const Tensor x = random_tensor({2, 5, heads, 8}, DType::f32, 15);
+    EXPECT_EQ(rope_forward(x, angles).to_vector<float>(), rope_forward(x, pos, 10000.0, scaling).to_vector<float>());
+    EXPECT_EQ(rope_backward(x, angles).to_vector<float>(), rope_backward(x, pos, 10000.0, scaling).to_vector<float>());
+  }
+}
+
+TEST(Rope, AnglesThatDoNotFitAreErrors) {
+  const Tensor x = random_tensor({2, 5, 3, 8}, DType::f32, 16);
+  const Tensor shared = random_ints({5}, 10, 17);
+  expect_error([&] { rope_forward(x, rope_angles(shared, 6, 1e4)); }, {"rope", "not for head dim 8"});
+  expect_error([&] { rope_forward(x, rope_angles(random_ints({4}, 10, 18), 8, 1e4)); },
+               {"rope", "not for the positions", "[T] = [5]"});
+  expect_error(
+      [&] {
+        rope_forward(x, rope_angles(random_ints({3, 5}, 10, 19), 8, 1e4));
+      },
+      {"not for the positions", "[B, T] = [2, 5]"});
+  expect_error([&] { rope_backward(x, rope_angles(shared, 8, 1e4).to(DType::f32)); },
+               {"rope_backward", "must be F64 on cpu", "rope_angles"});
+  expect_error([&] { rope_forward(x, random_tensor({5, 8}, DType::f64, 20)); }, {"[T, d/2, 2]"});
+  expect_error([&] { rope_angles(shared, 7, 1e4); }, {"head dim must be even", "7"});
+  expect_error([&] { rope_angles(random_ints({2, 2, 2}, 10, 21), 8, 1e4); }, {"positions must be [T] or [B, T]"});
 }
 
 // ---- frequency scaling (Llama 3.1's rule) ----
@@ -129,7 +176,9 @@ TEST(RopeScaling, ForwardRotatesByTheScaledFrequencies) {
 
 TEST(RopeScaling, GradcheckWithLlama3Scaling) {
   const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 16};
-  auto f = [&](const std::vector<Variable>& in) { return rope(in[0], in[1].value(), 10000.0, scaling); };
+  auto f = [&](const std::vector<Variable>& in) {
+    return rope(in[0], rope_angles(in[1].value(), in[0].dim(3), 10000.0, scaling));
+  };
   GradcheckResult r =
       gradcheck(f, {random_tensor({2, 7, 3, 8}, DType::f64, 12), random_ints({2, 7}, 50, 13, DType::i32)});
   EXPECT_TRUE(r.ok) << r.message;

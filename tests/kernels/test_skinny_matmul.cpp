@@ -2,10 +2,12 @@
 // its CPU entry (the CPU matmul of the f32 values). The kernel itself is tested in test_gpu_skinny_matmul.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
-#include "tests/support/skinny_policy_scope.h"
 #include "tests/support/op_test_util.h"
+#include "tests/support/skinny_policy_scope.h"
 
 using namespace fathom;
 using namespace fathom::test;
@@ -84,4 +86,54 @@ TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
     EXPECT_FALSE(
         takes(zeros_bf16({kSkinnyMatmulMaxRows + 1, 8}), false, w, true, zeros_bf16({kSkinnyMatmulMaxRows + 1, 6})));
   }
+}
+
+TEST(SkinnyMatmul, GroupedEntryWritesEachProductAsItsOwnCall) {
+  const Tensor x = random_tensor({3, 40}, DType::bf16, 3);
+  const std::vector<Tensor> ws{random_tensor({9, 40}, DType::bf16, 4), random_tensor({2, 40}, DType::bf16, 5),
+                               random_tensor({1, 40}, DType::bf16, 6)};
+  std::vector<Tensor> ys{Tensor::empty({3, 9}, DType::f32), Tensor::empty({3, 2}, DType::f32),
+                         Tensor::empty({3, 1}, DType::f32)};
+  skinny_matmul_grouped(x, ws, ys);
+  for (size_t i = 0; i < ws.size(); ++i) expect_close(ys[i], skinny_matmul(x, ws[i], DType::f32), 0, 0);
+}
+
+TEST(SkinnyMatmul, GroupedBadArgumentsNameTheProblem) {
+  const Tensor x = zeros_bf16({4, 8}), w = zeros_bf16({6, 8});
+  std::vector<Tensor> two{Tensor::empty({4, 6}, DType::f32), Tensor::empty({4, 6}, DType::f32)};
+  expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w}, two); }, {"1 to 4 weights", "1 weights and 2"});
+  const std::vector<Tensor> five(5, w);
+  std::vector<Tensor> five_out(5, Tensor::empty({4, 6}, DType::f32));
+  expect_error([&] { skinny_matmul_grouped(x, five, five_out); }, {"1 to 4 weights", "got 5"});
+  std::vector<Tensor> mixed{Tensor::empty({4, 6}, DType::f32), zeros_bf16({4, 6})};
+  expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w, w}, mixed); }, {"share one dtype"});
+  std::vector<Tensor> same{two[0], two[0]};
+  expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w, w}, same); }, {"outputs 0 and 1 share storage"});
+  std::vector<Tensor> wrong{Tensor::empty({4, 5}, DType::f32)};
+  expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w}, wrong); }, {"should be [4, 6]"});
+}
+
+TEST(MatmulEach, WritesEachProductAsMatmulDoes) {
+  const Tensor a = random_tensor({5, 12}, DType::f32, 7);
+  const std::vector<Tensor> bs{random_tensor({7, 12}, DType::f32, 8), random_tensor({3, 12}, DType::f32, 9)};
+  std::vector<Tensor> cs{Tensor::empty({5, 7}, DType::f32), Tensor::empty({5, 3}, DType::f32)};
+  matmul_each(a, bs, cs);
+  for (size_t i = 0; i < bs.size(); ++i) expect_close(cs[i], matmul(a, false, bs[i], true), 0, 0);
+}
+
+TEST(MatmulEach, BadArgumentsNameTheProblem) {
+  const Tensor a = random_tensor({5, 12}, DType::f32, 7), b = random_tensor({7, 12}, DType::f32, 8);
+  std::vector<Tensor> none;
+  expect_error([&] { matmul_each(a, std::vector<Tensor>{b}, none); }, {"matmul_each", "one output per weight"});
+  std::vector<Tensor> wrong{Tensor::empty({5, 6}, DType::f32)};
+  expect_error([&] { matmul_each(a, std::vector<Tensor>{b}, wrong); }, {"matmul_each", "should be [5, 7]"});
+  std::vector<Tensor> inner{Tensor::empty({5, 7}, DType::f32)};
+  expect_error(
+      [&] {
+        matmul_each(a, std::vector<Tensor>{random_tensor({7, 11}, DType::f32, 9)}, inner);
+      },
+      {"matmul_each", "inner dimensions differ"});
+  const Tensor c = Tensor::empty({5, 7}, DType::f32);
+  std::vector<Tensor> shared{c, c};
+  expect_error([&] { matmul_each(a, std::vector<Tensor>{b, b}, shared); }, {"outputs 0 and 1 share storage"});
 }
