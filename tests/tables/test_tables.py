@@ -170,11 +170,12 @@ def teacher_records(val_curve):
     return records
 
 
-def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000)):
+def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000), remeasured=0.0):
     """A fabricated runs/dsla-distill: the teacher's metrics, and chains {key: {seed: (25% loss, 50% loss,
-    order)}} converting 2 and 4 of 8 layers, all of this teacher."""
+    order)}} converting 2 and 4 of 8 layers, all of this teacher (each chain measuring its loss `remeasured`
+    nats above the teacher's own final evaluation)."""
     write_metrics(os.path.join(out, "runs", "dsla-distill", "teacher"), teacher_records(teacher_curve))
-    teacher_loss = teacher_curve[-1][1]
+    teacher_loss = teacher_curve[-1][1] + remeasured
     for key, by_seed in chains.items():
         for seed, (lo, hi, order) in by_seed.items():
             folder = chain_dir(out, key, seed)
@@ -335,6 +336,19 @@ class DistillTablesFromSeeds(unittest.TestCase):
         self.assertIn("512,000 (50%)", text)
         self.assertIn("plateau check: validation loss changed by -0.33% over the last 4 evaluations (steps "
                       "2500-4000; criterion: an improvement under 0.5% is a plateau): **plateaued**", text)
+
+    def test_the_gap_to_the_teacher_is_to_the_teacher_each_chain_measured(self):
+        # the chains measure the teacher at 3.0015 (within the tolerance of its own 3.0): the effect is the
+        # students' gaps to 3.0015, the gap column's mean, not their distance from 3.0
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains(("entropy", "entropy-1state")), remeasured=0.0015)
+        table = DslaConversion()
+        sections, effects = table.sections(self.read(table))
+        teacher = effects[1]
+        self.assertEqual(teacher.interval.method, "one-sample")
+        mean, half = hand_interval([3.10 - 3.0015, 3.12 - 3.0015, 3.11 - 3.0015])
+        self.assertAlmostEqual(teacher.interval.difference, mean)
+        self.assertAlmostEqual(teacher.interval.half_width(), half, places=5)
+        self.assertIn("0.1085 ± 0.0100 |", "\n".join(sum(sections, [])))  # the gap column: the same mean
 
     def test_order_rows_effects_and_same_layer_notes(self):
         write_chains(self.out, IMPROVING_CURVE, fabricated_chains())
