@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
-from .distill_results import DistillResult, attention_layers
+from .distill_results import DistillResult, attention_layers, is_finished
 from .runs import Run, TableError, data_order, run_logged, train
 from .scales import EVALS_PER_RUN, scale_sets
 
@@ -74,12 +74,9 @@ def chain_data_order(repo, scale, extra):
 
 
 def is_complete(folder):
-    """A chain is complete when distill.json names a model for each fraction (it is written last)."""
-    try:
-        DistillResult(folder)
-        return True
-    except TableError:
-        return False
+    """A chain is complete when its distill.json names a model for each fraction: distilling it again would
+    change nothing (one with a diverged model is reported by the table, not run again)."""
+    return is_finished(folder)
 
 
 def distill(fathom, repo, out, key, seed, sets, log=print):

@@ -235,16 +235,36 @@ class DistillGathering(unittest.TestCase):
         write_chain(folder, 3.0, [3.1], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "1 named models, expected one per fraction"):
             DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))  # stopped after M_1: resumed, never read
+        # 8 layers converted 1 to 4: the intermediate M_1 and M_3 are skipped
+        write_chain(folder, 3.0, [3.05, 3.1, 3.2, 3.3], list(range(8)), kv_saved=(1, 2, 3, 4),
+                    named=(False, True, False, True))
+        self.assertEqual((DistillResult(folder).at(0.25).k, DistillResult(folder).at(0.5).k), (2, 4))
+        self.assertTrue(distill_runs.is_complete(folder))
+        # named models that are not 25% and 50% of the layers (distill.layers [0.25, 0.75]): not this table's
         write_chain(folder, 3.0, [3.1, 3.2, 3.3], [0, 1, 2, 3], kv_saved=(1, 2, 3), named=(True, False, True))
-        self.assertEqual(DistillResult(folder).at(0.5).k, 3)  # the intermediate M_2 is skipped
+        with self.assertRaisesRegex(TableError, "M_3 converts 3 of 4 layers, but 50% of them is 2: the chain was "
+                                                "distilled with other distill.layers"):
+            DistillResult(folder)
         write_chain(folder, 3.0, [3.1, float("nan")], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "validation.moby_dick.loss: not a finite number"):
             DistillResult(folder)
-        self.assertFalse(distill_runs.is_complete(folder))
+        # fathom writes a diverged model's loss as printf does: reported as diverged, not as a file that is not
+        # JSON, and the chain is finished (distilling it again would read the same numbers back)
+        path = os.path.join(folder, "distill.json")
+        with open(path) as f:
+            text = f.read()
+        write_text(path, text.replace("NaN", "-nan"))
+        self.assertIn(": -nan,", text.replace("NaN", "-nan"))
+        with self.assertRaisesRegex(TableError, r"models\[1\].validation.moby_dick.loss: not a finite number "
+                                                r"\(nan\): M_2 diverged"):
+            DistillResult(folder)
+        self.assertTrue(distill_runs.is_complete(folder))
         with open(os.path.join(folder, "distill.json"), "w") as f:
             f.write("{")
         with self.assertRaisesRegex(TableError, "distill.json: not JSON"):
             DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))
 
     def test_distill_sets_name_the_teacher_order_seed_and_chain(self):
         sets = distill_runs.distill_sets("tiny", None, {"train.threads": 2}, "/t/teacher", [3, 1, 0, 2], 2,
