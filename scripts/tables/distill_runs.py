@@ -94,12 +94,14 @@ def distill(fathom, repo, out, key, seed, sets, log=print):
     command = [fathom, "distill", os.path.join(repo, DISTILL_RECIPE)]
     for k, v in all_sets.items():
         command += ["--set", f"{k}={v}"]
-    started = os.path.isdir(folder) and any(n.startswith("M_") for n in os.listdir(folder))
+    # fathom distill writes the chain's recipe.yaml first (before ranking the layers) and continues only a
+    # folder that holds one: a chain stopped at any point after it resumes.
+    started = os.path.isfile(os.path.join(folder, "recipe.yaml"))
     if started:
         command.append("--resume")
     log_path = folder + ".log"
     log(f"  {name}: distilling ({'resuming' if started else 'new'}, log {log_path})")
-    run_logged(command, log_path, repo, f"chain {name}")
+    run_logged(command, log_path, repo, f"chain {name}", append=started)
     DistillResult(folder)  # exited 0: its distill.json must now be whole, else say what is missing
     return folder, True
 

@@ -470,6 +470,11 @@ class DistillLaunching(unittest.TestCase):
             env = dict(os.environ, FAKE_FATHOM_LOG=log)
             runs = os.path.join(out, "runs", "dsla-distill")
             os.makedirs(os.path.join(runs, "sensitivity", "seed-1", "M_1"))  # a chain stopped in its first layer
+            write_text(os.path.join(runs, "sensitivity", "seed-1", "recipe.yaml"), "name: x\n")
+            # a chain stopped while it ranked the layers: its recipe written, no model begun
+            os.makedirs(os.path.join(runs, "entropy", "seed-1"))
+            write_text(os.path.join(runs, "entropy", "seed-1", "recipe.yaml"), "name: x\n")
+            write_text(os.path.join(runs, "entropy", "seed-1.log"), "the first part of the chain\n")
 
             def calls():
                 with open(log) as f:
@@ -481,8 +486,10 @@ class DistillLaunching(unittest.TestCase):
             r = tables("dsla-order")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             shuffle = "[" + ", ".join(map(str, random_order([0, 1, 2, 3], 1))) + "]"
-            self.assertEqual(calls(), ["train", "distill entropy seed=1", "distill --resume sensitivity seed=1",
-                                       f"distill {shuffle} seed=1"])
+            self.assertEqual(calls(), ["train", "distill --resume entropy seed=1",
+                                       "distill --resume sensitivity seed=1", f"distill {shuffle} seed=1"])
+            with open(os.path.join(runs, "entropy", "seed-1.log")) as f:
+                self.assertTrue(f.read().startswith("the first part of the chain\n"))  # resumed: the log goes on
             with open(os.path.join(out, "dsla-order.md")) as f:
                 md = f.read()
             self.assertIn("| random (shuffle i at seed i) | not reported |", md)
