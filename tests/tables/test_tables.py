@@ -626,6 +626,32 @@ class SeededTables(unittest.TestCase):
         self.assertIn("runs/dsla-states/2state/seed-1: a finished run here differs from the archive's", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(b, "runs", "dsla-states", "1state", "seed-2", "metrics.jsonl")))
 
+    def test_pack_and_merge_take_finished_chains_only(self):
+        from tables import archive
+        a, c = self.out("a"), self.out("c")
+        done, stopped = chain_dir(a, "entropy", 1), chain_dir(a, "entropy", 2)
+        write_chain(done, 3.0, [3.1, 3.2], [0, 1, 2, 3])
+        write_text(os.path.join(done, "order.md"), "# Layer order: entropy\n")
+        write_text(os.path.join(done, "recipe.yaml"), "name: x\n")
+        os.makedirs(os.path.join(done, "M_1", "checkpoints"))
+        write_metrics(os.path.join(done, "M_1"), fabricated(3.0))
+        write_text(os.path.join(done, "M_1", "measured_by.json"), "{}")
+        write_chain(stopped, 3.0, [3.1], [0, 1, 2, 3])  # stopped in M_2: its checkpoints stay here
+        write_text(os.path.join(stopped, "recipe.yaml"), "name: x\n")
+        archive.pack(a, self.out("a.tar.gz"), lambda _: None)
+        import tarfile
+        with tarfile.open(self.out("a.tar.gz")) as tar:
+            names = sorted(tar.getnames())
+        self.assertEqual(names, [f"runs/dsla-distill/entropy/seed-1/{f}"
+                                 for f in ("distill.json", "order.json", "order.md", "recipe.yaml")])
+        # a chain stopped midway here is replaced by the archive's finished one, not a conflict
+        write_chain(chain_dir(c, "entropy", 1), 3.0, [3.1], [0, 1, 2, 3])
+        os.makedirs(os.path.join(chain_dir(c, "entropy", 1), "M_2"))
+        added, replaced, _ = archive.merge(self.out("a.tar.gz"), c, lambda _: None)
+        self.assertEqual((added, replaced), ([], ["runs/dsla-distill/entropy/seed-1"]))
+        self.assertEqual(DistillResult(chain_dir(c, "entropy", 1)).at(0.5).k, 2)
+        self.assertFalse(os.path.exists(os.path.join(chain_dir(c, "entropy", 1), "M_2")))
+
     def test_pack_and_merge_refuse_bad_input(self):
         r = self.tables("pack", "--out", self.out("nothing"), self.out("x.tar.gz"))
         self.assertIn("--out", r.stderr)
