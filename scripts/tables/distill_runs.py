@@ -48,16 +48,25 @@ def train_teacher(fathom, repo, out, scale, steps, extra, log):
     return train(fathom, repo, out, FOLDER, teacher_run(scale), teacher_sets(scale, steps, extra), log)
 
 
+# What scale_sets derives from a training run's length: a chain's layers have their own (steps_per_layer).
+RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
+                   "train.schedule.warmup_steps")
+
+
 def distill_sets(scale, steps_per_layer, extra, teacher_dir, order, seed=None, chain_sets=None):
     """The --set overrides of one chain: the teacher's shapes (and its eval/log sizes), the recipe's own
-    checkpoint cadence (which --resume needs), the chain's order, seed and overrides, then the user's."""
-    sets = {k: v for k, v in scale_sets(scale, None, {}).items()
-            if k not in ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last")}
+    checkpoint cadence (which --resume needs), a warmup of a twentieth of each layer's steps where the scale
+    sets one (as it does for a training run's steps), the chain's order, seed and overrides, then the user's."""
+    steps_per_layer = steps_per_layer or STEPS_PER_LAYER[scale]
+    inherited = scale_sets(scale, None, {})
+    sets = {k: v for k, v in inherited.items() if k not in RUN_LENGTH_KEYS}
+    if "train.schedule.warmup_steps" in inherited:
+        sets["train.schedule.warmup_steps"] = max(1, steps_per_layer // 20)
     sets.update(SCALE_MODEL[scale])
     sets.update({"distill.teacher": f"checkpoint:{os.path.abspath(teacher_dir)}",
                  "distill.order": order if isinstance(order, str) else "[" + ", ".join(map(str, order)) + "]",
                  "distill.layers": "[" + ", ".join(str(f) for f in FRACTIONS) + "]",
-                 "distill.steps_per_layer": steps_per_layer or STEPS_PER_LAYER[scale]})
+                 "distill.steps_per_layer": steps_per_layer})
     if scale == "tiny":
         sets.update({"distill.calibration_batches": 1, "train.schedule.warmup_steps": 2})
     if seed is not None:

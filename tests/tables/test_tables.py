@@ -277,6 +277,15 @@ class DistillGathering(unittest.TestCase):
         self.assertEqual(sets["train.threads"], 2)
         self.assertNotIn("train.steps", sets)
         self.assertEqual(distill_runs.distill_sets("reference", None, {}, "/t", "entropy")["model.n_layers"], 8)
+        self.assertEqual(sets["train.schedule.warmup_steps"], 2)  # tiny: 2 of 20 steps per layer
+
+    def test_a_chain_warms_up_for_a_twentieth_of_each_layer(self):
+        # reference: 500 steps per layer warm up for 25, not the 100 of the scale's 2,000-step training runs
+        sets = distill_runs.distill_sets("reference", None, {}, "/t", "entropy")
+        self.assertEqual((sets["distill.steps_per_layer"], sets["train.schedule.warmup_steps"]), (500, 25))
+        self.assertEqual(distill_runs.distill_sets("reference", 1000, {}, "/t", "entropy")
+                         ["train.schedule.warmup_steps"], 50)
+        self.assertNotIn("train.schedule.warmup_steps", distill_runs.distill_sets("small", None, {}, "/t", "entropy"))
 
     def test_one_state_chains_take_the_recipes_loss_without_gate_cos(self):
         recipe = recipe_value(os.path.join(REPO, distill_runs.DISTILL_RECIPE), "distill.loss")
