@@ -11,7 +11,7 @@ from .distill_chains import CHAINS, FOLDER, FRACTIONS, TEACHER_TOLERANCE, chain_
 from .metrics import RunMetrics
 from .plateau import plateau
 from .rows import Row
-from .runs import TableError, read_metrics
+from .runs import TableError, read_metrics, recipe_value
 
 
 # fathom distill writes a value that is not finite as printf does (nan, -nan, inf), which JSON lacks: read
@@ -170,6 +170,16 @@ class Distilled:
         return plateau(self.teacher.val_curve())
 
 
+def check_seed(chain_dir, seed):
+    """A chain in seed-N distilled at train.seed N, as the recipe.yaml fathom distill wrote says: the rows
+    pair chains by seed, and a chain of another seed (a folder moved, a --set) belongs to none of them."""
+    recipe = os.path.join(chain_dir, "recipe.yaml")
+    ran = recipe_value(recipe, "train.seed") if os.path.isfile(recipe) else None
+    if ran is not None and ran != str(seed):
+        raise TableError(f"{chain_dir}: distilled at train.seed {ran} (its recipe.yaml), not {seed}; remove it to "
+                         "distill it again at its seed")
+
+
 def gather(out, keys, seeds, domain, order):
     """Reads the teacher of runs/dsla-distill and chains `keys` at `seeds` (domain: the validation domain
     compared; order: the data-order signature the chains share). Each chain must have measured this teacher
@@ -188,6 +198,7 @@ def gather(out, keys, seeds, domain, order):
                 raise TableError(f"{result.dir} was distilled from another teacher: it measured the teacher's "
                                  f"validation loss as {result.teacher_loss:.6f}, and {teacher_dir} ends at "
                                  f"{teacher_loss:.6f}; remove {result.dir} to distill it again from this one")
+            check_seed(result.dir, seed)
             chains[key][seed] = result
     shuffles = {}
     random_keys = [k for k in keys if CHAINS[k].order == "random"]

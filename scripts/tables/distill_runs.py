@@ -145,9 +145,24 @@ def check_not_stale(folder, teacher_dir):
                          f"remove {folder} to distill it again from this one")
 
 
+# What makes each chain the one its row and seed claim: the tables set these, and a --set of them (which
+# every chain would take) would make the chains of every seed, order or state count alike.
+CHAIN_KEYS = ("train.seed", "distill.order", "distill.layers", "distill.teacher", "dsla.states", "distill.loss",
+              "log.dir")
+
+
+def check_extra(extra):
+    refused = [k for k in extra if k in CHAIN_KEYS]
+    if refused:
+        raise TableError(f"--set {', '.join(refused)}: the distillation tables set "
+                         f"{'it' if len(refused) == 1 else 'them'} for each chain (train.seed i at seed i, the order, "
+                         "25% and 50%, the shared teacher, 2 or 1 states and their loss); leave it out")
+
+
 def run_chains(fathom, repo, out, args, keys, seeds, log=print):
     """Trains the teacher, then the chains `keys` at every seed, args.jobs at a time (the random chains
     last: their shuffles are of the layers a ranked chain lists). Returns whether anything ran now."""
+    check_extra(args.extra)
     teacher_dir, ran = train_teacher(fathom, repo, out, args.scale, args.steps, args.extra, log)
 
     def work(key, seed, order):

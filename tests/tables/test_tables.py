@@ -430,6 +430,16 @@ class DistillTablesFromSeeds(unittest.TestCase):
                                                 "teacher's validation loss as 3.000000, and .* ends at 3.010000"):
             self.read(DslaConversion())
 
+    def test_a_chain_of_another_seed_is_an_error(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains())
+        write_text(os.path.join(chain_dir(self.out, "entropy", 1), "recipe.yaml"), "train:\n  seed: 1\n")
+        self.read(DslaConversion())  # seed-1 distilled at train.seed 1
+        write_text(os.path.join(chain_dir(self.out, "entropy", 2), "recipe.yaml"),
+                   "name: x\ntrain:\n  device: auto\n  seed: 1\n")
+        with self.assertRaisesRegex(TableError, "entropy/seed-2: distilled at train.seed 1 \\(its recipe.yaml\\), "
+                                                "not 2"):
+            self.read(DslaConversion())
+
     def test_a_random_chain_of_another_shuffle_is_an_error(self):
         chains = fabricated_chains()
         chains["random"][3] = (3.1, 3.2, random_order(range(8), 4))
@@ -787,6 +797,15 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(r.returncode, 1)
             self.assertIn("run dsla-distill/teacher failed (exit status 1)", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "dsla-order.md")))
+
+    def test_a_chain_key_set_for_every_chain_is_refused(self):
+        with tempfile.TemporaryDirectory() as out:
+            for key in ("train.seed", "distill.order", "dsla.states"):
+                r = tables("dsla-conversion", "--scale", "tiny", "--out", out, "--fathom", "/bin/false",
+                           "--set", f"{key}=3")
+                self.assertEqual(r.returncode, 1)
+                self.assertIn(f"--set {key}: the distillation tables set it for each chain", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "runs")))  # refused before any run
 
     def test_kernel_tables_skip_at_tiny_scale(self):
         with tempfile.TemporaryDirectory() as out:
