@@ -413,6 +413,9 @@ class DistillTablesFromSeeds(unittest.TestCase):
         table = DslaConversion()
         sections, effects = table.sections(self.read(table, (1,)))
         self.assertEqual({e.verdict() for e in effects}, {"unresolved"})
+        # the chains of seed 1 still pair (the same batches): a pair without an interval, not Welch's t
+        self.assertEqual([e.interval.method for e in effects], ["paired", "one-sample", "paired", "paired"])
+        self.assertIn("| paired: no interval |", "\n".join(sum(sections, [])))
         self.assertIn("| DSLA 25% | 2 | 2: ", "\n".join(sum(sections, [])))
 
     def test_a_missing_seed_is_an_error_naming_the_chain(self):
