@@ -8,7 +8,7 @@ import os
 import re
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, TEACHER_TOLERANCE, chain_dir, random_order
-from .metrics import RunMetrics
+from .metrics import RunMetrics, is_finite_number
 from .plateau import plateau
 from .rows import Row
 from .runs import TableError, read_metrics, recipe_value
@@ -47,7 +47,7 @@ def is_finished(chain_dir):
 
 
 def number(value, where):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise TableError(f"{where}: not a finite number ({value!r})")
     return float(value)
 

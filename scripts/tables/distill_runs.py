@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
 from .distill_results import DistillResult, attention_layers, is_finished
-from .runs import Run, TableError, data_order, run_logged, train
+from .runs import Run, TableError, data_order, fathom_command, run_logged, train
 from .scales import EVALS_PER_RUN, scale_sets
 
 TEACHER_RECIPE = "recipes/quickstart.yaml"
@@ -100,9 +100,7 @@ def distill(fathom, repo, out, key, seed, sets, log=print):
         return folder, False
     all_sets = dict(sets)
     all_sets["log.dir"] = os.path.abspath(folder)
-    command = [fathom, "distill", os.path.join(repo, DISTILL_RECIPE)]
-    for k, v in all_sets.items():
-        command += ["--set", f"{k}={v}"]
+    command = fathom_command(fathom, "distill", os.path.join(repo, DISTILL_RECIPE), all_sets)
     # fathom distill writes the chain's recipe.yaml first (before ranking the layers) and continues only a
     # folder that holds one: a chain stopped at any point after it resumes.
     started = os.path.isfile(os.path.join(folder, "recipe.yaml"))

@@ -88,6 +88,17 @@ class DistillTable:
             lines += ["", "Too few evaluations to tell whether the teacher has plateaued."]
         return lines
 
+    @staticmethod
+    def plot_chains(path, title, results, chains):
+        """Bars of each (chain key, label) at each fraction, mean ± std over seeds, beside the teacher's loss."""
+        from .report import plot_bars
+        series = []
+        for key, label in chains:
+            rows = [results.row(key, f) for f in FRACTIONS]
+            series.append((label, [r.mean(loss) for r in rows], [r.std(loss) or 0.0 for r in rows]))
+        plot_bars(path, title, [f"{percent(f)} converted" for f in FRACTIONS], series, grouped=True,
+                  reference=("teacher", results.teacher_loss))
+
     def plot_teacher(self, path, results):
         from .report import plot_loss_curves
         plot_loss_curves(path, f"DSLA distillation teacher ({results.plateau().verdict})",
@@ -152,15 +163,9 @@ class DslaConversion(DistillTable):
                 ["Effects:", ""] + effects_table(effects), notes], effects
 
     def plot(self, path, results):
-        from .report import plot_bars
-        series = []
-        for key, states in STATE_CHAINS:
-            rows = [results.row(key, f) for f in FRACTIONS]
-            series.append((f"{states} state{'s' if states > 1 else ''} (entropy order)", [r.mean(loss) for r in rows],
-                           [r.std(loss) or 0.0 for r in rows]))
-        plot_bars(path, "DSLA 25% vs 50% converted, 2 vs 1 states: validation loss, mean ± std over seeds",
-                  [f"{percent(f)} converted" for f in FRACTIONS], series, grouped=True,
-                  reference=("teacher", results.teacher_loss))
+        self.plot_chains(path, "DSLA 25% vs 50% converted, 2 vs 1 states: validation loss, mean ± std over seeds",
+                         results, [(key, f"{states} state{'s' if states > 1 else ''} (entropy order)")
+                                   for key, states in STATE_CHAINS])
 
 
 ORDER_LABELS = {"entropy": "entropy (lowest first)", "sensitivity": "sensitivity (lowest loss first)",
@@ -233,14 +238,8 @@ class DslaOrder(DistillTable):
         return notes
 
     def plot(self, path, results):
-        from .report import plot_bars
-        series = []
-        for key in self.chains:
-            rows = [results.row(key, f) for f in FRACTIONS]
-            series.append((f"{ORDER_LABELS[key]}", [r.mean(loss) for r in rows], [r.std(loss) or 0.0 for r in rows]))
-        plot_bars(path, "DSLA conversion order: validation loss, mean ± std over seeds",
-                  [f"{percent(f)} converted" for f in FRACTIONS], series, grouped=True,
-                  reference=("teacher", results.teacher_loss))
+        self.plot_chains(path, "DSLA conversion order: validation loss, mean ± std over seeds", results,
+                         [(key, ORDER_LABELS[key]) for key in self.chains])
 
 
 DISTILL_TABLES = [DslaConversion(), DslaOrder()]
