@@ -86,6 +86,9 @@ class DistillTable:
                           "and distill again."]
         elif check.verdict != PLATEAUED:
             lines += ["", "Too few evaluations to tell whether the teacher has plateaued."]
+        if results.left_out:
+            lines += ["", f"Chains of this table at other seeds are in runs/{FOLDER} but not on this page (it reads "
+                          f"{seed_list(results.seeds)}; --seeds sets how many): {', '.join(results.left_out)}."]
         return lines
 
     @staticmethod

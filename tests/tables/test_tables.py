@@ -418,6 +418,19 @@ class DistillTablesFromSeeds(unittest.TestCase):
         self.assertIn("| paired: no interval |", "\n".join(sum(sections, [])))
         self.assertIn("| DSLA 25% | 2 | 2: ", "\n".join(sum(sections, [])))
 
+    def test_chains_at_other_seeds_are_named_not_dropped_silently(self):
+        chains = fabricated_chains(("entropy", "entropy-1state"))
+        for key in chains:
+            chains[key][4] = chains[key][1]
+        write_chains(self.out, PLATEAUED_CURVE, chains)
+        os.makedirs(chain_dir(self.out, "sensitivity", 5))  # another table's chain: not this page's
+        table = DslaConversion()
+        results = self.read(table)
+        self.assertEqual(results.seeds, [1, 2, 3])
+        text = "\n".join(sum(table.sections(results)[0], []))
+        self.assertIn("Chains of this table at other seeds are in runs/dsla-distill but not on this page (it reads "
+                      "seeds 1, 2, 3; --seeds sets how many): entropy/seed-4, entropy-1state/seed-4.", text)
+
     def test_a_missing_seed_is_an_error_naming_the_chain(self):
         chains = fabricated_chains()
         del chains["entropy-1state"][2]
