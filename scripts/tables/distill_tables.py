@@ -158,7 +158,7 @@ class DslaConversion(DistillTable):
         notes = ["The teacher is one run, so a student's gap to it (the validation loss above the teacher's, both "
                  "measured by the student's chain on the same batches) is tested against 0 (one-sample t over the "
                  "seeds); the other effects pair the chains by seed (train.seed i gives every chain of seed i the "
-                 "same batches, and each converted layer starts from the same teacher's weights). The paper's "
+                 "same batches, and each converted layer starts from the teacher's projections). The paper's "
                  "Table 1 converts with 2 states; its 1 vs 2 states comparison is a CoLA accuracy, so the size "
                  f"checked there is {DEFAULT_SIZE} nats. The 1-state chains leave out the loss's gate_cos term "
                  "(it compares the two states' gates); the rest of their loss is the recipe's."]
