@@ -6,8 +6,9 @@ What travels, at its path under the --out folder:
 - each finished training run: RUN/{metrics.jsonl, recipe.yaml, measured_by.json} and RUN.log (a run
   is finished once its measured_by.json is written; an unfinished one cannot continue without its
   checkpoints, so it stays behind);
-- each finished distillation chain: CHAIN/{distill.json, distill.md, order.json, metrics.jsonl,
-  recipe.yaml} and CHAIN.log;
+- each finished distillation chain (its distill.json names a model for each fraction; one stopped
+  midway, like an unfinished run, stays behind): CHAIN/{distill.json, distill.md, order.json,
+  order.md, recipe.yaml} and CHAIN.log;
 - the records kept beside them: *.measured_by.json, *.noise.json, *.bench.log, *.cudnn.log.
 """
 
@@ -17,11 +18,12 @@ import shutil
 import tarfile
 import tempfile
 
+from .distill_results import is_finished
 from .records import RECORD
 from .runs import TableError
 
 RUN_FILES = ("metrics.jsonl", "recipe.yaml", RECORD)
-CHAIN_FILES = ("distill.json", "distill.md", "order.json", "metrics.jsonl", "recipe.yaml")
+CHAIN_FILES = ("distill.json", "distill.md", "order.json", "order.md", "recipe.yaml")
 RECORD_SUFFIXES = (".measured_by.json", ".noise.json", ".bench.log", ".cudnn.log")
 
 
@@ -32,6 +34,9 @@ def units(root):
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         relative = os.path.relpath(folder, root)
+        if "distill.json" in files and not is_finished(folder):
+            dirs[:] = []  # a chain stopped midway: it continues only where its checkpoints are
+            continue
         if "distill.json" in files:
             keep = [f for f in CHAIN_FILES if f in files]
         elif RECORD in files and "metrics.jsonl" in files:

@@ -5,26 +5,49 @@ every seed, checked to share that teacher), as rows.Row objects over seeds."""
 import json
 import math
 import os
+import re
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, TEACHER_TOLERANCE, chain_dir, random_order
-from .metrics import RunMetrics
+from .metrics import RunMetrics, is_finite_number
 from .plateau import plateau
 from .rows import Row
-from .runs import TableError, read_metrics
+from .runs import TableError, read_metrics, recipe_value
+
+
+# fathom distill writes a value that is not finite as printf does (nan, -nan, inf), which JSON lacks: read
+# as NaN and Infinity, so that a diverged model is reported as one rather than as a file that is not JSON.
+NOT_FINITE = re.compile(r"([:\[,]\s*)(-?)(nan|inf)\b")
 
 
 def read_json(path, what):
     if not os.path.isfile(path):
         raise TableError(f"{path}: no {what} (the chain did not finish)")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = NOT_FINITE.sub(lambda m: m.group(1) + ("NaN" if m.group(3) == "nan" else m.group(2) + "Infinity"), text)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise TableError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
 
 
+def is_named(record):
+    return isinstance(record, dict) and record.get("named") is True
+
+
+def is_finished(chain_dir):
+    """Whether a chain has finished: its distill.json (rewritten after each model) names a model for each
+    fraction. A finished chain's numbers may still be unusable (a diverged model): DistillResult says so."""
+    try:
+        data = read_json(os.path.join(chain_dir, "distill.json"), "distill.json")
+    except TableError:
+        return False
+    models = data.get("models") if isinstance(data, dict) else None
+    return isinstance(models, list) and sum(map(is_named, models)) == len(FRACTIONS)
+
+
 def number(value, where):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise TableError(f"{where}: not a finite number ({value!r})")
     return float(value)
 
@@ -40,10 +63,16 @@ class DistilledModel:
         if not isinstance(self.layers, list) or len(self.layers) != self.k:
             raise TableError(f"{where}: 'layers' must list the {self.k} converted layers")
         self.fraction = number(record.get("fraction"), f"{where}.fraction")
+        if not 0 < self.fraction <= 1:
+            raise TableError(f"{where}.fraction: {self.fraction} is not a fraction of the layers")
         values = (record.get("validation") or {}).get(domain)
         if not isinstance(values, dict):
             raise TableError(f"{where}: no validation loss for domain '{domain}'")
-        self.loss = number(values.get("loss"), f"{where}.validation.{domain}.loss")
+        loss = values.get("loss")
+        if isinstance(loss, float) and not math.isfinite(loss):
+            raise TableError(f"{where}.validation.{domain}.loss: not a finite number ({loss!r}): M_{self.k} diverged, "
+                             "and the table has no row without it (remove the chain to distill it again)")
+        self.loss = number(loss, f"{where}.validation.{domain}.loss")
         self.ppl = number(values.get("ppl"), f"{where}.validation.{domain}.ppl")
         self.kv_saved = number(record.get("kv_bytes_saved_per_1k_tokens"), f"{where}.kv_bytes_saved_per_1k_tokens")
         self.teacher_loss = teacher_loss
@@ -84,15 +113,27 @@ class DistillResult:
         if not isinstance(models, list):
             raise TableError(f"{path}: no 'models' list")
         named = [DistilledModel(m, self.domain, f"{path}: models[{i}]", self.teacher_loss, self.teacher_ppl)
-                 for i, m in enumerate(models) if isinstance(m, dict) and m.get("named") is True]
+                 for i, m in enumerate(models) if is_named(m)]
         named.sort(key=lambda m: m.k)
         if len(named) != len(FRACTIONS):
             raise TableError(f"{path}: {len(named)} named models, expected one per fraction "
                              f"{', '.join(map(str, FRACTIONS))} (distill.layers)")
+        for f, m in zip(FRACTIONS, named):
+            layers = round(m.k / m.fraction)
+            if m.k != converted(f, layers):
+                raise TableError(f"{path}: M_{m.k} converts {m.k} of {layers} layers, but {f * 100:g}% of them is "
+                                 f"{converted(f, layers)}: the chain was distilled with other distill.layers; remove "
+                                 "it to distill it again")
         self.models = dict(zip(FRACTIONS, named))
 
     def at(self, fraction):
         return self.models[fraction]
+
+
+def converted(fraction, layers):
+    """How many of `layers` layers fathom distill converts for a fraction of them: the nearest whole number,
+    halves away from zero (std::llround)."""
+    return math.floor(fraction * layers + 0.5)
 
 
 def attention_layers(chain_dir):
@@ -110,13 +151,15 @@ class Distilled:
     """The teacher's run and the finished chains {key: {seed: DistillResult}} of a table, the random
     shuffles they were distilled with ({seed: order}), and the data-order signature the chains share."""
 
-    def __init__(self, teacher, chains, shuffles, order):
+    def __init__(self, teacher, chains, shuffles, order, left_out=()):
+        """left_out: the folders of this table's chains at seeds beyond the ones read (a page must name them)."""
         self.teacher = teacher
         self.teacher_loss = teacher.val_loss()
         self.chains = chains
         self.shuffles = shuffles
         self.order = order
         self.seeds = sorted({s for by_seed in chains.values() for s in by_seed})
+        self.left_out = list(left_out)
 
     def row(self, key, fraction):
         """The M_k of `fraction` of chain `key` at every seed, as a Row of DistilledModel."""
@@ -127,6 +170,16 @@ class Distilled:
 
     def plateau(self):
         return plateau(self.teacher.val_curve())
+
+
+def check_seed(chain_dir, seed):
+    """A chain in seed-N distilled at train.seed N, as the recipe.yaml fathom distill wrote says: the rows
+    pair chains by seed, and a chain of another seed (a folder moved, a --set) belongs to none of them."""
+    recipe = os.path.join(chain_dir, "recipe.yaml")
+    ran = recipe_value(recipe, "train.seed") if os.path.isfile(recipe) else None
+    if ran is not None and ran != str(seed):
+        raise TableError(f"{chain_dir}: distilled at train.seed {ran} (its recipe.yaml), not {seed}; remove it to "
+                         "distill it again at its seed")
 
 
 def gather(out, keys, seeds, domain, order):
@@ -147,6 +200,7 @@ def gather(out, keys, seeds, domain, order):
                 raise TableError(f"{result.dir} was distilled from another teacher: it measured the teacher's "
                                  f"validation loss as {result.teacher_loss:.6f}, and {teacher_dir} ends at "
                                  f"{teacher_loss:.6f}; remove {result.dir} to distill it again from this one")
+            check_seed(result.dir, seed)
             chains[key][seed] = result
     shuffles = {}
     random_keys = [k for k in keys if CHAINS[k].order == "random"]
@@ -161,4 +215,19 @@ def gather(out, keys, seeds, domain, order):
                         raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers "
                                          f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it "
                                          "was distilled with another order: remove it to distill it again")
-    return Distilled(teacher, chains, shuffles, order)
+    return Distilled(teacher, chains, shuffles, order, other_seeds(out, keys, seeds))
+
+
+SEED_FOLDER = re.compile(r"^seed-(\d+)$")
+
+
+def other_seeds(out, keys, seeds):
+    """The folders of chains `keys` at seeds other than `seeds` (finished or not), as KEY/seed-N."""
+    found = []
+    for key in keys:
+        folder = os.path.join(out, "runs", FOLDER, key)
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        numbers = sorted(int(m.group(1)) for n in names if (m := SEED_FOLDER.match(n)) and
+                         os.path.isdir(os.path.join(folder, n)))
+        found += [f"{key}/seed-{n}" for n in numbers if n not in seeds]
+    return found

@@ -6,8 +6,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
-from .distill_results import DistillResult, attention_layers
-from .runs import Run, TableError, data_order, run_logged, train
+from .distill_results import DistillResult, attention_layers, is_finished
+from .runs import Run, TableError, data_order, fathom_command, run_logged, train
 from .scales import EVALS_PER_RUN, scale_sets
 
 TEACHER_RECIPE = "recipes/quickstart.yaml"
@@ -48,16 +48,25 @@ def train_teacher(fathom, repo, out, scale, steps, extra, log):
     return train(fathom, repo, out, FOLDER, teacher_run(scale), teacher_sets(scale, steps, extra), log)
 
 
+# What scale_sets derives from a training run's length: a chain's layers have their own (steps_per_layer).
+RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
+                   "train.schedule.warmup_steps")
+
+
 def distill_sets(scale, steps_per_layer, extra, teacher_dir, order, seed=None, chain_sets=None):
     """The --set overrides of one chain: the teacher's shapes (and its eval/log sizes), the recipe's own
-    checkpoint cadence (which --resume needs), the chain's order, seed and overrides, then the user's."""
-    sets = {k: v for k, v in scale_sets(scale, None, {}).items()
-            if k not in ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last")}
+    checkpoint cadence (which --resume needs), a warmup of a twentieth of each layer's steps where the scale
+    sets one (as it does for a training run's steps), the chain's order, seed and overrides, then the user's."""
+    steps_per_layer = steps_per_layer or STEPS_PER_LAYER[scale]
+    inherited = scale_sets(scale, None, {})
+    sets = {k: v for k, v in inherited.items() if k not in RUN_LENGTH_KEYS}
+    if "train.schedule.warmup_steps" in inherited:
+        sets["train.schedule.warmup_steps"] = max(1, steps_per_layer // 20)
     sets.update(SCALE_MODEL[scale])
     sets.update({"distill.teacher": f"checkpoint:{os.path.abspath(teacher_dir)}",
                  "distill.order": order if isinstance(order, str) else "[" + ", ".join(map(str, order)) + "]",
                  "distill.layers": "[" + ", ".join(str(f) for f in FRACTIONS) + "]",
-                 "distill.steps_per_layer": steps_per_layer or STEPS_PER_LAYER[scale]})
+                 "distill.steps_per_layer": steps_per_layer})
     if scale == "tiny":
         sets.update({"distill.calibration_batches": 1, "train.schedule.warmup_steps": 2})
     if seed is not None:
@@ -74,12 +83,9 @@ def chain_data_order(repo, scale, extra):
 
 
 def is_complete(folder):
-    """A chain is complete when distill.json names a model for each fraction (it is written last)."""
-    try:
-        DistillResult(folder)
-        return True
-    except TableError:
-        return False
+    """A chain is complete when its distill.json names a model for each fraction: distilling it again would
+    change nothing (one with a diverged model is reported by the table, not run again)."""
+    return is_finished(folder)
 
 
 def distill(fathom, repo, out, key, seed, sets, log=print):
@@ -94,15 +100,15 @@ def distill(fathom, repo, out, key, seed, sets, log=print):
         return folder, False
     all_sets = dict(sets)
     all_sets["log.dir"] = os.path.abspath(folder)
-    command = [fathom, "distill", os.path.join(repo, DISTILL_RECIPE)]
-    for k, v in all_sets.items():
-        command += ["--set", f"{k}={v}"]
-    started = os.path.isdir(folder) and any(n.startswith("M_") for n in os.listdir(folder))
+    command = fathom_command(fathom, "distill", os.path.join(repo, DISTILL_RECIPE), all_sets)
+    # fathom distill writes the chain's recipe.yaml first (before ranking the layers) and continues only a
+    # folder that holds one: a chain stopped at any point after it resumes.
+    started = os.path.isfile(os.path.join(folder, "recipe.yaml"))
     if started:
         command.append("--resume")
     log_path = folder + ".log"
     log(f"  {name}: distilling ({'resuming' if started else 'new'}, log {log_path})")
-    run_logged(command, log_path, repo, f"chain {name}")
+    run_logged(command, log_path, repo, f"chain {name}", append=started)
     DistillResult(folder)  # exited 0: its distill.json must now be whole, else say what is missing
     return folder, True
 
@@ -137,9 +143,24 @@ def check_not_stale(folder, teacher_dir):
                          f"remove {folder} to distill it again from this one")
 
 
+# What makes each chain the one its row and seed claim: the tables set these, and a --set of them (which
+# every chain would take) would make the chains of every seed, order or state count alike.
+CHAIN_KEYS = ("train.seed", "distill.order", "distill.layers", "distill.teacher", "dsla.states", "distill.loss",
+              "log.dir")
+
+
+def check_extra(extra):
+    refused = [k for k in extra if k in CHAIN_KEYS]
+    if refused:
+        raise TableError(f"--set {', '.join(refused)}: the distillation tables set "
+                         f"{'it' if len(refused) == 1 else 'them'} for each chain (train.seed i at seed i, the order, "
+                         "25% and 50%, the shared teacher, 2 or 1 states and their loss); leave it out")
+
+
 def run_chains(fathom, repo, out, args, keys, seeds, log=print):
     """Trains the teacher, then the chains `keys` at every seed, args.jobs at a time (the random chains
     last: their shuffles are of the layers a ranked chain lists). Returns whether anything ran now."""
+    check_extra(args.extra)
     teacher_dir, ran = train_teacher(fathom, repo, out, args.scale, args.steps, args.extra, log)
 
     def work(key, seed, order):

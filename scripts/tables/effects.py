@@ -64,12 +64,6 @@ def against(label, paper, paper_sign, b, reference, measure, unit="", size=None)
                   unit, size)
 
 
-def single(label, paper, paper_sign, difference, unit="", size=None):
-    """A difference of one run each: no interval, so no verdict but `unresolved`."""
-    return Effect(label, paper, paper_sign, stats.Interval(difference, None, None, "one run", None, 1), None,
-                  unit, size)
-
-
 def _number(value, digits):
     return f"{value:+,.{digits}f}"
 
@@ -87,7 +81,8 @@ def method_text(interval):
     if interval.low is None:
         return f"{interval.method}: no interval"
     df = "" if interval.df is None else f", df {interval.df:.3g}"
-    return f"{interval.method}, {interval.n} seeds{df}"
+    few = f" (too few for a verdict: it needs {stats.MIN_SEEDS})" if interval.n < stats.MIN_SEEDS else ""
+    return f"{interval.method}, {interval.n} seeds{df}{few}"
 
 
 def effects_table(effects):
@@ -103,5 +98,5 @@ def summary(effects):
               for v in (stats.REPRODUCED, stats.CONTRADICTED, stats.UNRESOLVED)}
     return [f"Of {len(effects)} effects: {counts[stats.REPRODUCED]} reproduced, {counts[stats.CONTRADICTED]} "
             f"contradicted, {counts[stats.UNRESOLVED]} unresolved. A verdict needs the 95% confidence interval of "
-            f"the difference to exclude 0 (paired by seed where both rows ran the same seeds on the same data "
-            f"order, else Welch's t); a sign alone gives none."]
+            f"the difference to exclude 0, over at least {stats.MIN_SEEDS} seeds (paired by seed where both rows ran "
+            f"the same seeds on the same data order, else Welch's t); a sign alone gives none."]

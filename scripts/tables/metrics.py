@@ -10,6 +10,11 @@ from .runs import TableError
 ROUTING_KEY = re.compile(r"^mod\.L(\d+)\.([a-z_]+)/(.+)$")
 
 
+def is_finite_number(value):
+    """A JSON number (not a bool) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class RunMetrics:
     """The records of one finished run, with the measures the tables use."""
 
@@ -94,6 +99,6 @@ class RunMetrics:
 
     def _number(self, record, key):
         value = record.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        if not is_finite_number(value):
             raise TableError(f"{self.name}: step {record['step']} has no finite '{key}' value")
         return float(value)

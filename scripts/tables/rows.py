@@ -35,8 +35,9 @@ class Row:
         return text if std is None else f"{text} ± {std:,.{digits}f}"
 
     def pairs_with(self, other):
-        """Seed-by-seed pairing holds when both rows ran the same seeds on the same data order."""
-        return self.seeds == other.seeds and self.order == other.order and len(self.seeds) > 1
+        """Seed-by-seed pairing holds when both rows ran the same seeds on the same data order (with one
+        seed too: the pair then has no interval, but it is a pair, not two independent samples)."""
+        return self.seeds == other.seeds and self.order == other.order
 
     def any_run(self):
         return next(iter(self.runs.values()))

@@ -91,9 +91,7 @@ def train(fathom, repo, out, table, run, sets, log=print, jobs=1):
         log(f"  {table}/{run.name()}: complete, skipped")
         return run_dir, False
     all_sets["log.dir"] = os.path.abspath(run_dir)
-    command = [fathom, "train", os.path.join(repo, run.recipe)]
-    for key, value in all_sets.items():
-        command += ["--set", f"{key}={value}"]
+    command = fathom_command(fathom, "train", os.path.join(repo, run.recipe), all_sets)
     started = os.path.exists(os.path.join(run_dir, "checkpoints", "latest"))
     command.append("--resume" if started else "--overwrite")
     log_path = run_dir + ".log"
@@ -105,6 +103,14 @@ def train(fathom, repo, out, table, run, sets, log=print, jobs=1):
                          f"{steps}; see {log_path}")
     run_record(run_dir, jobs, time.monotonic() - start, run.seed)
     return run_dir, True
+
+
+def fathom_command(fathom, verb, recipe_path, sets):
+    """`fathom VERB RECIPE --set key=value ...`, the overrides in order."""
+    command = [fathom, verb, recipe_path]
+    for key, value in sets.items():
+        command += ["--set", f"{key}={value}"]
+    return command
 
 
 def run_logged(command, log_path, repo, what, append=False):

@@ -11,6 +11,8 @@ CONTRADICTED = "contradicted"
 UNRESOLVED = "unresolved"
 # seeds_needed gives up beyond this (the page then says "more than" it).
 MAX_SEEDS = 1000
+# The fewest seeds a verdict is drawn from: an interval over fewer is shown, but leaves the effect unresolved.
+MIN_SEEDS = 3
 
 
 def mean(values):
@@ -154,10 +156,11 @@ def welch_interval(b, a):
 
 def verdict(interval, paper_sign):
     """reproduced: the CI excludes 0 on the paper's side; contradicted: on the other side; else
-    unresolved. A difference without an interval (one seed) is unresolved, whatever its sign."""
+    unresolved. A difference without an interval (one seed), or with one over fewer than MIN_SEEDS
+    seeds, is unresolved, whatever its sign."""
     if paper_sign not in (-1, 1):
         raise ValueError(f"the paper's sign must be -1 or +1, got {paper_sign}")
-    if not interval.excludes_zero():
+    if interval.n < MIN_SEEDS or not interval.excludes_zero():
         return UNRESOLVED
     return REPRODUCED if (interval.difference > 0) == (paper_sign > 0) else CONTRADICTED
 

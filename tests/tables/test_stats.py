@@ -103,6 +103,17 @@ class Verdicts(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "-1 or \\+1"):
             stats.verdict(one_seed, 0)
 
+    def test_two_seeds_are_too_few_for_a_verdict(self):
+        # d = (-0.1, -0.1): a point interval at -0.1 excludes 0, but over 2 seeds it decides nothing
+        two = stats.paired_interval([3.0, 3.01], [3.1, 3.11])
+        self.assertTrue(two.excludes_zero())
+        self.assertEqual(two.n, 2)
+        self.assertEqual(stats.verdict(two, -1), stats.UNRESOLVED)
+        self.assertEqual(stats.verdict(two, 1), stats.UNRESOLVED)
+        self.assertEqual(stats.verdict(stats.welch_interval([3.0, 3.0], [3.5, 3.5, 3.5]), -1), stats.UNRESOLVED)
+        three = stats.paired_interval([3.0, 3.01, 3.02], [3.1, 3.11, 3.12])
+        self.assertEqual(stats.verdict(three, -1), stats.REPRODUCED)
+
 
 class SeedsNeeded(unittest.TestCase):
     def test_seeds_for_a_resolving_interval(self):

@@ -170,11 +170,12 @@ def teacher_records(val_curve):
     return records
 
 
-def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000)):
+def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000), remeasured=0.0):
     """A fabricated runs/dsla-distill: the teacher's metrics, and chains {key: {seed: (25% loss, 50% loss,
-    order)}} converting 2 and 4 of 8 layers, all of this teacher."""
+    order)}} converting 2 and 4 of 8 layers, all of this teacher (each chain measuring its loss `remeasured`
+    nats above the teacher's own final evaluation)."""
     write_metrics(os.path.join(out, "runs", "dsla-distill", "teacher"), teacher_records(teacher_curve))
-    teacher_loss = teacher_curve[-1][1]
+    teacher_loss = teacher_curve[-1][1] + remeasured
     for key, by_seed in chains.items():
         for seed, (lo, hi, order) in by_seed.items():
             folder = chain_dir(out, key, seed)
@@ -234,16 +235,36 @@ class DistillGathering(unittest.TestCase):
         write_chain(folder, 3.0, [3.1], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "1 named models, expected one per fraction"):
             DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))  # stopped after M_1: resumed, never read
+        # 8 layers converted 1 to 4: the intermediate M_1 and M_3 are skipped
+        write_chain(folder, 3.0, [3.05, 3.1, 3.2, 3.3], list(range(8)), kv_saved=(1, 2, 3, 4),
+                    named=(False, True, False, True))
+        self.assertEqual((DistillResult(folder).at(0.25).k, DistillResult(folder).at(0.5).k), (2, 4))
+        self.assertTrue(distill_runs.is_complete(folder))
+        # named models that are not 25% and 50% of the layers (distill.layers [0.25, 0.75]): not this table's
         write_chain(folder, 3.0, [3.1, 3.2, 3.3], [0, 1, 2, 3], kv_saved=(1, 2, 3), named=(True, False, True))
-        self.assertEqual(DistillResult(folder).at(0.5).k, 3)  # the intermediate M_2 is skipped
+        with self.assertRaisesRegex(TableError, "M_3 converts 3 of 4 layers, but 50% of them is 2: the chain was "
+                                                "distilled with other distill.layers"):
+            DistillResult(folder)
         write_chain(folder, 3.0, [3.1, float("nan")], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "validation.moby_dick.loss: not a finite number"):
             DistillResult(folder)
-        self.assertFalse(distill_runs.is_complete(folder))
+        # fathom writes a diverged model's loss as printf does: reported as diverged, not as a file that is not
+        # JSON, and the chain is finished (distilling it again would read the same numbers back)
+        path = os.path.join(folder, "distill.json")
+        with open(path) as f:
+            text = f.read()
+        write_text(path, text.replace("NaN", "-nan"))
+        self.assertIn(": -nan,", text.replace("NaN", "-nan"))
+        with self.assertRaisesRegex(TableError, r"models\[1\].validation.moby_dick.loss: not a finite number "
+                                                r"\(nan\): M_2 diverged"):
+            DistillResult(folder)
+        self.assertTrue(distill_runs.is_complete(folder))
         with open(os.path.join(folder, "distill.json"), "w") as f:
             f.write("{")
         with self.assertRaisesRegex(TableError, "distill.json: not JSON"):
             DistillResult(folder)
+        self.assertFalse(distill_runs.is_complete(folder))
 
     def test_distill_sets_name_the_teacher_order_seed_and_chain(self):
         sets = distill_runs.distill_sets("tiny", None, {"train.threads": 2}, "/t/teacher", [3, 1, 0, 2], 2,
@@ -256,6 +277,15 @@ class DistillGathering(unittest.TestCase):
         self.assertEqual(sets["train.threads"], 2)
         self.assertNotIn("train.steps", sets)
         self.assertEqual(distill_runs.distill_sets("reference", None, {}, "/t", "entropy")["model.n_layers"], 8)
+        self.assertEqual(sets["train.schedule.warmup_steps"], 2)  # tiny: 2 of 20 steps per layer
+
+    def test_a_chain_warms_up_for_a_twentieth_of_each_layer(self):
+        # reference: 500 steps per layer warm up for 25, not the 100 of the scale's 2,000-step training runs
+        sets = distill_runs.distill_sets("reference", None, {}, "/t", "entropy")
+        self.assertEqual((sets["distill.steps_per_layer"], sets["train.schedule.warmup_steps"]), (500, 25))
+        self.assertEqual(distill_runs.distill_sets("reference", 1000, {}, "/t", "entropy")
+                         ["train.schedule.warmup_steps"], 50)
+        self.assertNotIn("train.schedule.warmup_steps", distill_runs.distill_sets("small", None, {}, "/t", "entropy"))
 
     def test_one_state_chains_take_the_recipes_loss_without_gate_cos(self):
         recipe = recipe_value(os.path.join(REPO, distill_runs.DISTILL_RECIPE), "distill.loss")
@@ -336,6 +366,19 @@ class DistillTablesFromSeeds(unittest.TestCase):
         self.assertIn("plateau check: validation loss changed by -0.33% over the last 4 evaluations (steps "
                       "2500-4000; criterion: an improvement under 0.5% is a plateau): **plateaued**", text)
 
+    def test_the_gap_to_the_teacher_is_to_the_teacher_each_chain_measured(self):
+        # the chains measure the teacher at 3.0015 (within the tolerance of its own 3.0): the effect is the
+        # students' gaps to 3.0015, the gap column's mean, not their distance from 3.0
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains(("entropy", "entropy-1state")), remeasured=0.0015)
+        table = DslaConversion()
+        sections, effects = table.sections(self.read(table))
+        teacher = effects[1]
+        self.assertEqual(teacher.interval.method, "one-sample")
+        mean, half = hand_interval([3.10 - 3.0015, 3.12 - 3.0015, 3.11 - 3.0015])
+        self.assertAlmostEqual(teacher.interval.difference, mean)
+        self.assertAlmostEqual(teacher.interval.half_width(), half, places=5)
+        self.assertIn("0.1085 ± 0.0100 |", "\n".join(sum(sections, [])))  # the gap column: the same mean
+
     def test_order_rows_effects_and_same_layer_notes(self):
         write_chains(self.out, IMPROVING_CURVE, fabricated_chains())
         table = DslaOrder()
@@ -370,7 +413,23 @@ class DistillTablesFromSeeds(unittest.TestCase):
         table = DslaConversion()
         sections, effects = table.sections(self.read(table, (1,)))
         self.assertEqual({e.verdict() for e in effects}, {"unresolved"})
+        # the chains of seed 1 still pair (the same batches): a pair without an interval, not Welch's t
+        self.assertEqual([e.interval.method for e in effects], ["paired", "one-sample", "paired", "paired"])
+        self.assertIn("| paired: no interval |", "\n".join(sum(sections, [])))
         self.assertIn("| DSLA 25% | 2 | 2: ", "\n".join(sum(sections, [])))
+
+    def test_chains_at_other_seeds_are_named_not_dropped_silently(self):
+        chains = fabricated_chains(("entropy", "entropy-1state"))
+        for key in chains:
+            chains[key][4] = chains[key][1]
+        write_chains(self.out, PLATEAUED_CURVE, chains)
+        os.makedirs(chain_dir(self.out, "sensitivity", 5))  # another table's chain: not this page's
+        table = DslaConversion()
+        results = self.read(table)
+        self.assertEqual(results.seeds, [1, 2, 3])
+        text = "\n".join(sum(table.sections(results)[0], []))
+        self.assertIn("Chains of this table at other seeds are in runs/dsla-distill but not on this page (it reads "
+                      "seeds 1, 2, 3; --seeds sets how many): entropy/seed-4, entropy-1state/seed-4.", text)
 
     def test_a_missing_seed_is_an_error_naming_the_chain(self):
         chains = fabricated_chains()
@@ -385,6 +444,16 @@ class DistillTablesFromSeeds(unittest.TestCase):
                       teacher_records(PLATEAUED_CURVE[:-1] + [(4000, 3.01)]))
         with self.assertRaisesRegex(TableError, "entropy/seed-1 was distilled from another teacher: it measured the "
                                                 "teacher's validation loss as 3.000000, and .* ends at 3.010000"):
+            self.read(DslaConversion())
+
+    def test_a_chain_of_another_seed_is_an_error(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains())
+        write_text(os.path.join(chain_dir(self.out, "entropy", 1), "recipe.yaml"), "train:\n  seed: 1\n")
+        self.read(DslaConversion())  # seed-1 distilled at train.seed 1
+        write_text(os.path.join(chain_dir(self.out, "entropy", 2), "recipe.yaml"),
+                   "name: x\ntrain:\n  device: auto\n  seed: 1\n")
+        with self.assertRaisesRegex(TableError, "entropy/seed-2: distilled at train.seed 1 \\(its recipe.yaml\\), "
+                                                "not 2"):
             self.read(DslaConversion())
 
     def test_a_random_chain_of_another_shuffle_is_an_error(self):
@@ -436,6 +505,11 @@ class DistillLaunching(unittest.TestCase):
             env = dict(os.environ, FAKE_FATHOM_LOG=log)
             runs = os.path.join(out, "runs", "dsla-distill")
             os.makedirs(os.path.join(runs, "sensitivity", "seed-1", "M_1"))  # a chain stopped in its first layer
+            write_text(os.path.join(runs, "sensitivity", "seed-1", "recipe.yaml"), "name: x\n")
+            # a chain stopped while it ranked the layers: its recipe written, no model begun
+            os.makedirs(os.path.join(runs, "entropy", "seed-1"))
+            write_text(os.path.join(runs, "entropy", "seed-1", "recipe.yaml"), "name: x\n")
+            write_text(os.path.join(runs, "entropy", "seed-1.log"), "the first part of the chain\n")
 
             def calls():
                 with open(log) as f:
@@ -447,8 +521,10 @@ class DistillLaunching(unittest.TestCase):
             r = tables("dsla-order")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             shuffle = "[" + ", ".join(map(str, random_order([0, 1, 2, 3], 1))) + "]"
-            self.assertEqual(calls(), ["train", "distill entropy seed=1", "distill --resume sensitivity seed=1",
-                                       f"distill {shuffle} seed=1"])
+            self.assertEqual(calls(), ["train", "distill --resume entropy seed=1",
+                                       "distill --resume sensitivity seed=1", f"distill {shuffle} seed=1"])
+            with open(os.path.join(runs, "entropy", "seed-1.log")) as f:
+                self.assertTrue(f.read().startswith("the first part of the chain\n"))  # resumed: the log goes on
             with open(os.path.join(out, "dsla-order.md")) as f:
                 md = f.read()
             self.assertIn("| random (shuffle i at seed i) | not reported |", md)
@@ -464,8 +540,10 @@ class DistillLaunching(unittest.TestCase):
             with open(os.path.join(out, "dsla-conversion.md")) as f:
                 md = f.read()
             self.assertIn("- seeds: 1, 2 (train.seed of each chain", md)
-            # every student moves by 0.01 per seed: the paired differences are constant, a point CI
-            self.assertIn("paired, 2 seeds, df 1", md)
+            # every student moves by 0.01 per seed: the paired differences are constant, a point CI that
+            # excludes 0, but 2 seeds are too few for a verdict
+            self.assertIn("paired, 2 seeds, df 1 (too few for a verdict: it needs 3)", md)
+            self.assertNotRegex(md, r"\*\*(reproduced|contradicted)\*\*")
             self.assertIn("runs/dsla-distill/{entropy,entropy-1state}/seed-N", md)
             # A teacher trained again after the chains: they are stale, and the table says so.
             metrics = os.path.join(runs, "teacher", "metrics.jsonl")
@@ -582,6 +660,32 @@ class SeededTables(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("runs/dsla-states/2state/seed-1: a finished run here differs from the archive's", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(b, "runs", "dsla-states", "1state", "seed-2", "metrics.jsonl")))
+
+    def test_pack_and_merge_take_finished_chains_only(self):
+        from tables import archive
+        a, c = self.out("a"), self.out("c")
+        done, stopped = chain_dir(a, "entropy", 1), chain_dir(a, "entropy", 2)
+        write_chain(done, 3.0, [3.1, 3.2], [0, 1, 2, 3])
+        write_text(os.path.join(done, "order.md"), "# Layer order: entropy\n")
+        write_text(os.path.join(done, "recipe.yaml"), "name: x\n")
+        os.makedirs(os.path.join(done, "M_1", "checkpoints"))
+        write_metrics(os.path.join(done, "M_1"), fabricated(3.0))
+        write_text(os.path.join(done, "M_1", "measured_by.json"), "{}")
+        write_chain(stopped, 3.0, [3.1], [0, 1, 2, 3])  # stopped in M_2: its checkpoints stay here
+        write_text(os.path.join(stopped, "recipe.yaml"), "name: x\n")
+        archive.pack(a, self.out("a.tar.gz"), lambda _: None)
+        import tarfile
+        with tarfile.open(self.out("a.tar.gz")) as tar:
+            names = sorted(tar.getnames())
+        self.assertEqual(names, [f"runs/dsla-distill/entropy/seed-1/{f}"
+                                 for f in ("distill.json", "order.json", "order.md", "recipe.yaml")])
+        # a chain stopped midway here is replaced by the archive's finished one, not a conflict
+        write_chain(chain_dir(c, "entropy", 1), 3.0, [3.1], [0, 1, 2, 3])
+        os.makedirs(os.path.join(chain_dir(c, "entropy", 1), "M_2"))
+        added, replaced, _ = archive.merge(self.out("a.tar.gz"), c, lambda _: None)
+        self.assertEqual((added, replaced), ([], ["runs/dsla-distill/entropy/seed-1"]))
+        self.assertEqual(DistillResult(chain_dir(c, "entropy", 1)).at(0.5).k, 2)
+        self.assertFalse(os.path.exists(os.path.join(chain_dir(c, "entropy", 1), "M_2")))
 
     def test_pack_and_merge_refuse_bad_input(self):
         r = self.tables("pack", "--out", self.out("nothing"), self.out("x.tar.gz"))
@@ -709,6 +813,15 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(r.returncode, 1)
             self.assertIn("run dsla-distill/teacher failed (exit status 1)", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "dsla-order.md")))
+
+    def test_a_chain_key_set_for_every_chain_is_refused(self):
+        with tempfile.TemporaryDirectory() as out:
+            for key in ("train.seed", "distill.order", "dsla.states"):
+                r = tables("dsla-conversion", "--scale", "tiny", "--out", out, "--fathom", "/bin/false",
+                           "--set", f"{key}=3")
+                self.assertEqual(r.returncode, 1)
+                self.assertIn(f"--set {key}: the distillation tables set it for each chain", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "runs")))  # refused before any run
 
     def test_kernel_tables_skip_at_tiny_scale(self):
         with tempfile.TemporaryDirectory() as out:
