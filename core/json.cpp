@@ -163,6 +163,8 @@ JsonWriter& JsonWriter::value(double number) {
   return finish_value(json_number(number));
 }
 
+JsonWriter& JsonWriter::number_or_null(double number) { return std::isfinite(number) ? value(number) : null(); }
+
 JsonWriter& JsonWriter::null() {
   before_value("null");
   return finish_value("null");

@@ -46,6 +46,8 @@ class JsonWriter {
       return finish_value(std::to_string(static_cast<unsigned long long>(number)));
   }
   JsonWriter& null();
+  // A measurement that may not be finite (a diverged loss): the number, or null where JSON has none.
+  JsonWriter& number_or_null(double number);
 
   // The finished document; throws if a container is still open or nothing was written.
   const std::string& str() const;

@@ -14,8 +14,9 @@ from .rows import Row
 from .runs import TableError, read_metrics, recipe_value
 
 
-# fathom distill writes a value that is not finite as printf does (nan, -nan, inf), which JSON lacks: read
-# as NaN and Infinity, so that a diverged model is reported as one rather than as a file that is not JSON.
+# fathom distill writes a value that is not finite as null; earlier versions wrote it as printf does (nan,
+# -nan, inf), which JSON lacks: read as NaN and Infinity, so that a diverged model is reported as one
+# rather than as a file that is not JSON.
 NOT_FINITE = re.compile(r"([:\[,]\s*)(-?)(nan|inf)\b")
 
 
@@ -69,7 +70,8 @@ class DistilledModel:
         if not isinstance(values, dict):
             raise TableError(f"{where}: no validation loss for domain '{domain}'")
         loss = values.get("loss")
-        if isinstance(loss, float) and not math.isfinite(loss):
+        # null (fathom's) or NaN/Infinity (earlier fathom's, read by read_json): a diverged model
+        if ("loss" in values and loss is None) or (isinstance(loss, float) and not math.isfinite(loss)):
             raise TableError(f"{where}.validation.{domain}.loss: not a finite number ({loss!r}): M_{self.k} diverged, "
                              "and the table has no row without it (remove the chain to distill it again)")
         self.loss = number(loss, f"{where}.validation.{domain}.loss")

@@ -275,3 +275,13 @@ TEST(JsonReader, NamesRawControlBytes) {
   expect_error([] { read_json(" \n ", "blank.json"); },
                {"blank.json: invalid JSON at line 2, column 2: the text is empty"});
 }
+
+TEST(Json, NumberOrNullWritesNullWhereJsonHasNoNumber) {
+  JsonWriter w;
+  w.begin_array()
+      .number_or_null(2.5)
+      .number_or_null(std::nan(""))
+      .number_or_null(-std::numeric_limits<double>::infinity())
+      .end_array();
+  EXPECT_EQ(w.str(), "[2.5,null,null]");
+}

@@ -249,7 +249,7 @@ class DistillGathering(unittest.TestCase):
         write_chain(folder, 3.0, [3.1, float("nan")], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "validation.moby_dick.loss: not a finite number"):
             DistillResult(folder)
-        # fathom writes a diverged model's loss as printf does: reported as diverged, not as a file that is not
+        # earlier fathom wrote a diverged model's loss as printf does: reported as diverged, not as a file that is not
         # JSON, and the chain is finished (distilling it again would read the same numbers back)
         path = os.path.join(folder, "distill.json")
         with open(path) as f:
@@ -258,6 +258,12 @@ class DistillGathering(unittest.TestCase):
         self.assertIn(": -nan,", text.replace("NaN", "-nan"))
         with self.assertRaisesRegex(TableError, r"models\[1\].validation.moby_dick.loss: not a finite number "
                                                 r"\(nan\): M_2 diverged"):
+            DistillResult(folder)
+        self.assertTrue(distill_runs.is_complete(folder))
+        # as fathom writes it now: null
+        write_text(path, text.replace("NaN", "null"))
+        with self.assertRaisesRegex(TableError, r"models\[1\].validation.moby_dick.loss: not a finite number "
+                                                r"\(None\): M_2 diverged"):
             DistillResult(folder)
         self.assertTrue(distill_runs.is_complete(folder))
         with open(os.path.join(folder, "distill.json"), "w") as f:

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 
+#include "core/file_io.h"
 #include "tests/support/test_support.h"
 #include "train/distill/distill_report.h"
 
@@ -57,4 +60,33 @@ TEST(DistillMeasures, ADamagedRecordIsAnError) {
                                 {"b.json", "'loss' must be a number", "delete the file"});
   fathom::testing::write_bytes(dir / "c.json", "{\"eval_batches\": 8,");
   fathom::testing::expect_error([&] { read_measures(dir / "c.json", 8, {"moby_dick"}); }, {"c.json"});
+}
+
+// A diverged model's loss is recorded as JSON's null (JSON has no NaN), in its measures and in the chain's
+// distill.json, and reads back as NaN: the chain reports it rather than failing to write its files.
+TEST(DistillMeasures, ADivergedModelIsRecordedAsNull) {
+  ScratchFolder dir;
+  ModelMeasures m = sample();
+  m.validation["moby_dick"].loss = std::nan("");
+  m.validation["moby_dick"].perplexity = std::numeric_limits<double>::infinity();
+  write_measures(dir / "measures.json", m, 8);
+  const std::string text = read_file(dir / "measures.json");
+  EXPECT_NE(text.find("\"loss\":null,\"perplexity\":null"), std::string::npos) << text;
+  const auto back = read_measures(dir / "measures.json", 8, {"moby_dick", "sotu"});
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(std::isnan(back->validation.at("moby_dick").loss));
+  EXPECT_TRUE(std::isnan(back->validation.at("moby_dick").perplexity));
+  EXPECT_EQ(back->validation.at("sotu").loss, 1.0 / 3.0);
+
+  DistilledModel student;
+  student.k = 1;
+  student.layers = {0};
+  student.fraction = 0.5;
+  student.named = true;
+  student.measures = m;
+  write_distill_report(dir.path(), sample(), {student});
+  const std::string report = read_file(dir / "distill.json");
+  EXPECT_NE(report.find("\"moby_dick\": {\"loss\": null, \"ppl\": null, \"teacher_loss\": "), std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("nan"), std::string::npos) << report;
 }

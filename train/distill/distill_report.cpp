@@ -1,7 +1,9 @@
 #include "train/distill/distill_report.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -19,6 +21,9 @@ std::string fixed(double v, int digits) {
   std::snprintf(text, sizeof text, "%.*f", digits, v);
   return text;
 }
+
+// A number of distill.json: JSON has no NaN or infinity, so a diverged model's loss is null.
+std::string json_fixed(double v, int digits) { return std::isfinite(v) ? fixed(v, digits) : "null"; }
 
 // " text |": a Markdown table cell after its opening bar. Appended piece by piece: GCC 12 warns
 // (-Wrestrict, a false positive) on a literal + a temporary string.
@@ -68,9 +73,9 @@ void write_measures(const std::filesystem::path& file, const ModelMeasures& meas
     w.key(domain)
         .begin_object()
         .key("loss")
-        .value(e.loss)
+        .number_or_null(e.loss)
         .key("perplexity")
-        .value(e.perplexity)
+        .number_or_null(e.perplexity)
         .key("tokens")
         .value(e.tokens)
         .end_object();
@@ -100,6 +105,11 @@ std::optional<ModelMeasures> read_measures(const std::filesystem::path& file, in
                  key, "' must be a number (delete the file to measure the model again)");
     return parent[key].as<double>();
   };
+  // A diverged model's loss and perplexity are null (write_measures).
+  auto measured = [&](const YAML::Node& parent, const char* key) {
+    return parent.IsMap() && parent[key] && parent[key].IsNull() ? std::numeric_limits<double>::quiet_NaN()
+                                                                 : number(parent, key);
+  };
   int64_t batches = 0;
   FATHOM_CHECK(root.IsMap() && root["eval_batches"] && json_integer(root["eval_batches"], batches), source,
                ": 'eval_batches' must be an integer (delete the file to measure the model again)");
@@ -110,8 +120,8 @@ std::optional<ModelMeasures> read_measures(const std::filesystem::path& file, in
   for (const std::string& domain : domains) {
     if (!validation[domain]) return std::nullopt;
     EvalResult& e = m.validation[domain];
-    e.loss = number(validation[domain], "loss");
-    e.perplexity = number(validation[domain], "perplexity");
+    e.loss = measured(validation[domain], "loss");
+    e.perplexity = measured(validation[domain], "perplexity");
     e.tokens = int64_t(number(validation[domain], "tokens"));
   }
   m.kv_bytes_per_1k_tokens = number(root, "kv_bytes_per_1k_tokens");
@@ -139,12 +149,12 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
   std::string json = "{\"teacher\": {\"validation\": {";
   bool first = true;
   for (const auto& [domain, e] : teacher.validation) {
-    json += std::string(first ? "" : ", ") + "\"" + domain + "\": {\"loss\": " + fixed(e.loss, 6) +
-            ", \"ppl\": " + fixed(e.perplexity, 6) + "}";
+    json += std::string(first ? "" : ", ") + "\"" + domain + "\": {\"loss\": " + json_fixed(e.loss, 6) +
+            ", \"ppl\": " + json_fixed(e.perplexity, 6) + "}";
     first = false;
   }
-  json += "}, \"kv_bytes_per_1k_tokens\": " + fixed(teacher.kv_bytes_per_1k_tokens, 0) +
-          ", \"decode_tokens_per_second\": " + fixed(teacher.decode_tokens_per_second, 3) + "}, \"models\": [";
+  json += "}, \"kv_bytes_per_1k_tokens\": " + json_fixed(teacher.kv_bytes_per_1k_tokens, 0) +
+          ", \"decode_tokens_per_second\": " + json_fixed(teacher.decode_tokens_per_second, 3) + "}, \"models\": [";
   for (size_t i = 0; i < models.size(); ++i) {
     const DistilledModel& m = models[i];
     const double saved = teacher.kv_bytes_per_1k_tokens - m.measures.kv_bytes_per_1k_tokens;
@@ -154,7 +164,7 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
                                   : " (intermediate)") +
           " | " + std::to_string(m.k) + " | " + layer_list(m.layers) + " | " + fixed(m.fraction, 3) + " |";
     json += std::string(i ? ", " : "") + "{\"k\": " + std::to_string(m.k) + ", \"layers\": [" + layer_list(m.layers) +
-            "], \"fraction\": " + fixed(m.fraction, 6) + ", \"named\": " + (m.named ? "true" : "false") +
+            "], \"fraction\": " + json_fixed(m.fraction, 6) + ", \"named\": " + (m.named ? "true" : "false") +
             ", \"checkpoint\": \"" + m.checkpoint.string() + "\", \"validation\": {";
     first = true;
     for (const auto& [domain, t] : teacher.validation) {
@@ -162,9 +172,9 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
       const EvalResult e = it == m.measures.validation.end() ? EvalResult{} : it->second;
       md += cell(fixed(e.loss, 4) + " (" + fixed(t.loss, 4) + ")") +
             cell(fixed(e.perplexity, 3) + " (" + fixed(t.perplexity, 3) + ")");
-      json += std::string(first ? "" : ", ") + "\"" + domain + "\": {\"loss\": " + fixed(e.loss, 6) +
-              ", \"ppl\": " + fixed(e.perplexity, 6) + ", \"teacher_loss\": " + fixed(t.loss, 6) +
-              ", \"teacher_ppl\": " + fixed(t.perplexity, 6) + "}";
+      json += std::string(first ? "" : ", ") + "\"" + domain + "\": {\"loss\": " + json_fixed(e.loss, 6) +
+              ", \"ppl\": " + json_fixed(e.perplexity, 6) + ", \"teacher_loss\": " + json_fixed(t.loss, 6) +
+              ", \"teacher_ppl\": " + json_fixed(t.perplexity, 6) + "}";
       first = false;
     }
     const double gib = double(size_t(1) << 30);
@@ -174,11 +184,11 @@ void write_distill_report(const std::filesystem::path& folder, const ModelMeasur
                                                   fixed(m.measures.planned_memory_bytes / gib, 2) + ")"
                                             : std::string("-")) +
           " |\n";
-    json += "}, \"kv_bytes_saved_per_1k_tokens\": " + fixed(saved, 0) +
-            ", \"decode_tokens_per_second\": " + fixed(m.measures.decode_tokens_per_second, 3) +
-            ", \"train_seconds\": " + fixed(m.measures.train_seconds, 3) +
-            ", \"peak_memory_bytes\": " + fixed(m.measures.peak_memory_bytes, 0) +
-            ", \"planned_memory_bytes\": " + fixed(m.measures.planned_memory_bytes, 0) + "}";
+    json += "}, \"kv_bytes_saved_per_1k_tokens\": " + json_fixed(saved, 0) +
+            ", \"decode_tokens_per_second\": " + json_fixed(m.measures.decode_tokens_per_second, 3) +
+            ", \"train_seconds\": " + json_fixed(m.measures.train_seconds, 3) +
+            ", \"peak_memory_bytes\": " + json_fixed(m.measures.peak_memory_bytes, 0) +
+            ", \"planned_memory_bytes\": " + json_fixed(m.measures.planned_memory_bytes, 0) + "}";
   }
   json += "]}\n";
   write_file_atomically(folder / "distill.md", md);
