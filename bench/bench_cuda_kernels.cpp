@@ -4,7 +4,8 @@
 // matrix ceiling. CUDA events around each launch, warm-up first, median of many runs; inputs are
 // random and several times larger than L2.
 // The decode table times the skinny GEMM (kernels/matmul/skinny_matmul.h) against cuBLASLt at the 1B
-// model's decoding shapes, as GB/s of weight bytes read against the same copy.
+// model's decoding shapes, as GB/s of weight bytes read against the same copy, and a layer's grouped
+// projections (skinny_matmul_grouped) against one call per weight.
 // Usage: bench_cuda_kernels [reps] [decode]   (default 30 reps; `decode`: the ceilings and the decode table only)
 #include <algorithm>
 #include <cmath>
@@ -153,6 +154,53 @@ void decode_gemm_table(const cudaDeviceProp& prop) {
   }
 }
 
+// A layer's projections of one input at decoding's rows: one skinny call per weight, against one grouped
+// launch of them all (skinny_matmul_grouped: what project_each runs), against one GEMM over the weights
+// stacked (the bound a fused weight would give). Fresh weight copies per call, as above. Bytes: the weights'.
+void grouped_projection_table(const cudaDeviceProp& prop) {
+  struct Projections {
+    const char* name;
+    std::vector<int64_t> n;
+    int64_t k;
+  };
+  const Projections groups[] = {{"OLMo2 1B q/k/v", {2048, 2048, 2048}, 2048},
+                                {"Llama 3.2 1B q/k/v", {2048, 512, 512}, 2048},
+                                {"OLMo2 1B up/gate", {8192, 8192}, 2048}};
+  std::printf(
+      "\n| projections | M | weight MB | one call each ms | grouped ms | of copy | stacked ms | grouped "
+      "speed-up |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const int64_t m : {int64_t(1), int64_t(8), int64_t(32)})
+    for (const Projections& g : groups) {
+      int64_t total_n = 0;
+      for (const int64_t n : g.n) total_n += n;
+      const double bytes = 2.0 * double(total_n) * double(g.k);
+      const int copies = int(std::max(1.0, std::ceil(4.0 * prop.l2CacheSize / bytes)));
+      std::vector<std::vector<Tensor>> weights(static_cast<size_t>(copies));
+      std::vector<Tensor> stacked;
+      std::vector<Tensor> outputs;
+      for (const int64_t n : g.n) outputs.push_back(Tensor::empty({m, n}, DType::bf16, kGpu));
+      for (auto& set : weights) {
+        stacked.push_back(random_gpu({total_n, g.k}, DType::bf16, -0.05, 0.05));
+        int64_t at = 0;
+        for (const int64_t n : g.n) {
+          set.push_back(stacked.back().narrow(at, n));
+          at += n;
+        }
+      }
+      const Tensor x = random_gpu({m, g.k}, DType::bf16);
+      Tensor y_stacked = Tensor::empty({m, total_n}, DType::bf16, kGpu);
+      size_t next = 0;
+      const double each_ms = median_ms([&] {
+        const std::vector<Tensor>& set = weights[next++ % weights.size()];
+        for (size_t i = 0; i < set.size(); ++i) skinny_matmul(x, set[i], outputs[i]);
+      });
+      const double grouped_ms = median_ms([&] { skinny_matmul_grouped(x, weights[next++ % weights.size()], outputs); });
+      const double stacked_ms = median_ms([&] { skinny_matmul(x, stacked[next++ % stacked.size()], y_stacked); });
+      std::printf("| %s | %ld | %.1f | %.4f | %.4f | %.0f%% | %.4f | %.2fx |\n", g.name, long(m), bytes / 1e6, each_ms,
+                  grouped_ms, 100.0 * bytes / grouped_ms / 1e6 / copy_gbps, stacked_ms, each_ms / grouped_ms);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,6 +233,7 @@ int main(int argc, char** argv) {
   std::printf("ceilings: device-to-device copy %.0f GB/s (read + write); cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n\n",
               copy_gbps, gemm_tflops);
   decode_gemm_table(prop);
+  grouped_projection_table(prop);
   if (decode_only) return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");

@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_prologue.h"
 #include "kernels/attention/kv_cache.h"
 #include "layers/layer_kinds.h"
 
@@ -70,21 +71,8 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
   const int64_t B = x.dim(0), T = x.dim(1);
   std::vector<Variable> qkv = project_each(x, {&q_proj_, &k_proj_, &v_proj_});
   Variable q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
-  // With reader depth keys this layer's slot holds its raw K, before the k-norm and RoPE.
-  const Variable raw_k = reshape(k, {B, T, n_kv_heads_, head_dim_});
-  if (q_norm_) {
-    q = q_norm_->forward(q);
-    k = k_norm_->forward(k);
-  }
   const Tensor& angles = inputs.rope_angles->angles(positions, head_dim_, rope_theta_, rope_scaling_);
-  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), angles);
-  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), angles);
-  v = reshape(v, {B, T, n_kv_heads_, head_dim_});
   const double scale = 1.0 / std::sqrt(double(head_dim_));
-  const int64_t written = depth ? depth->slots_written() : 0;
-  DepthKeyNorm key_norm;
-  if (depth && reader_depth_keys && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
-  Variable o;
   // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
   // later ones read the cache.
   KVCache* cache = static_cast<KVCache*>(inputs.cache);
@@ -97,6 +85,33 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
     FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
                  " exceed the KV cache's capacity of ", cache->k.dim(2));
+  }
+  // A token step of plain attention: QK-norm, RoPE and the cache writes in one launch, where chosen.
+  if (device_past && T == 1 && past > 0 && !depth && !report.wants(kAttentionEntropyTap) &&
+      q.dtype() == cache->k.dtype() && decode_prologue_choice() == DecodePrologue::fused) {
+    const Tensor q_rotated = decode_prologue(
+        q.value().view({B, 1, n_heads_, head_dim_}), k.value().view({B, 1, n_kv_heads_, head_dim_}),
+        v.value().view({B, 1, n_kv_heads_, head_dim_}), q_norm_ ? q_norm_->weight().compute_value() : Tensor(),
+        k_norm_ ? k_norm_->weight().compute_value() : Tensor(), q_norm_ ? q_norm_->eps() : 0.0, angles, cache->k,
+        cache->v, *device_past);
+    for (int64_t& held : cache->held) held += 1;
+    const Tensor o = decode_attention(q_rotated, cache->k, cache->v, *device_past, DepthSlots{}, scale);
+    return o_proj_.forward(Variable(o.view({B, T, n_heads_ * head_dim_})));
+  }
+  // With reader depth keys this layer's slot holds its raw K, before the k-norm and RoPE.
+  const Variable raw_k = reshape(k, {B, T, n_kv_heads_, head_dim_});
+  if (q_norm_) {
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k);
+  }
+  q = rope(reshape(q, {B, T, n_heads_, head_dim_}), angles);
+  k = rope(reshape(k, {B, T, n_kv_heads_, head_dim_}), angles);
+  v = reshape(v, {B, T, n_kv_heads_, head_dim_});
+  const int64_t written = depth ? depth->slots_written() : 0;
+  DepthKeyNorm key_norm;
+  if (depth && reader_depth_keys && k_norm_) key_norm = {k_norm_->weight(), k_norm_->eps()};
+  Variable o;
+  if (cache) {
     if (device_past) {
       kv_cache_write(cache->k, k.value().to(cache->k.dtype()), *device_past);
       kv_cache_write(cache->v, v.value().to(cache->v.dtype()), *device_past);

@@ -1,28 +1,21 @@
 #include "kernels/matmul/skinny_matmul.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
 namespace {
 
-constexpr const char* kPolicyVariable = "FATHOM_SKINNY_MATMUL";
-
-SkinnyMatmulPolicy policy_from_environment() {
-  const char* value = std::getenv(kPolicyVariable);
-  // Unset: never, until the kernel's GPU tests and its decode-GEMM table have run on an H200
-  // (docs/DESIGN.md, "Decoding's GEMMs"); auto or always opts in.
-  return value ? parse_skinny_matmul_policy(value, kPolicyVariable) : SkinnyMatmulPolicy::never;
-}
-
-std::atomic<SkinnyMatmulPolicy>& policy_in_force() {
-  static std::atomic<SkinnyMatmulPolicy> policy{policy_from_environment()};
+// Unset: never, until the kernel's GPU tests and its decode-GEMM table have run on an H200
+// (docs/DESIGN.md, "Decoding's GEMMs"); auto or always opts in.
+KernelChoice<SkinnyMatmulPolicy>& policy_in_force() {
+  static KernelChoice<SkinnyMatmulPolicy> policy("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::never,
+                                                 parse_skinny_matmul_policy);
   return policy;
 }
 
@@ -38,9 +31,9 @@ SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string
   FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
 }
 
-SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force().load(); }
+SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force().get(); }
 
-void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force().store(policy); }
+void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force().set(policy); }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {

@@ -14,7 +14,7 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "tests/support/gpu_test_util.h"
-#include "tests/support/skinny_policy_scope.h"
+#include "tests/support/kernel_choice_scope.h"
 
 using namespace fathom;
 using namespace fathom::test;

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/depth_stream.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "kernels/rope/rope.h"
 #include "layers/decoder.h"
+#include "layers/depth_kv.h"
 #include "layers/parameter_arena.h"
 #include "optim/adamw.h"
 #include "tests/support/model_test_helpers.h"
@@ -250,3 +253,33 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModaOverfit, ::testing::Values("attn_kv", "at
                            std::replace(name.begin(), name.end(), '+', '_');
                            return name;
                          });
+
+// A depth K/V writer's keys are rotated as attention's are, with the model's RoPE scaling: rotated back
+// by their own model's angles, writers of a llama3-scaled and of an unscaled model (same weights) hold
+// the same keys, and at positions past the scaling's original context the rotations differ.
+TEST(ModaModel, DepthKvWritersRotateKeysWithTheModelsRopeScaling) {
+  ModelConfig plain = moda_config("attn_kv+ffn_kv");
+  plain.rope_theta = 10000.0;
+  ModelConfig scaled = plain;
+  scaled.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+  const int64_t B = 2, T = 5, d = plain.head_dim();
+  const Tensor positions = Tensor::from_vector<int32_t>({3, 40, 77, 150, 301}, {T});
+  const Tensor x = fathom::test::random_tensor({B, T, plain.d_model}, DType::f32, 31);
+  const auto unrotated_keys = [&](const ModelConfig& c) {
+    DepthKVProjection writer(c);
+    ParameterArena arena(writer, Device::cpu());
+    arena.initialise(7);
+    DepthStream stream(B, T, 1, c.n_kv_heads, d, DType::f32, Device::cpu());
+    NoGrad no_grad;
+    writer.write(stream, Variable(x), MixerInputs{positions});
+    const Tensor k = stream.read(0, 1).k.view({B, T, c.n_kv_heads, d});
+    return std::pair{k, rope_backward(k, positions, c.rope_theta, c.rope_scaling)};
+  };
+  const auto [plain_k, plain_back] = unrotated_keys(plain);
+  const auto [scaled_k, scaled_back] = unrotated_keys(scaled);
+  fathom::test::expect_close(scaled_back, plain_back, 1e-5, 1e-5);
+  double largest = 0;
+  const std::vector<double> a = fathom::test::values(scaled_k), b = fathom::test::values(plain_k);
+  for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, std::abs(a[i] - b[i]));
+  EXPECT_GT(largest, 1e-2);
+}

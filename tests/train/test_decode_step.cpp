@@ -10,6 +10,7 @@
 #include "kernels/attention/kv_cache.h"
 #include "layers/mod_config.h"
 #include "layers/parameter_arena.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 #include "tests/support/test_support.h"
 #include "train/generate/decode_step.h"
@@ -135,4 +136,34 @@ TEST(DecodeStep, OnTheCpuItStaysEagerAndEqualsDecode) {
   DecodeStep at_capacity(m.model, full, false, false);
   expect_error([&] { at_capacity.run({1}); }, {"capacity of 4"});
   EXPECT_NE(at_capacity.eager_reason().find("turned off"), std::string::npos);
+}
+
+// Attention's decoding steps with FATHOM_DECODE_PROLOGUE=fused give the separate ops' logits bit for bit
+// on the CPU (whose prologue is those ops), with QK-norm (OLMo2) and without (Llama), at ragged lengths.
+TEST(DecodeStep, TheFusedPrologueDecodesAsTheSeparateOps) {
+  NoGrad no_grad;
+  for (const bool qk_norm : {true, false}) {
+    ModelConfig c = small();
+    c.qk_norm = qk_norm;
+    HostModel m(c);
+    const auto decode_steps = [&](DecodePrologue choice) {
+      fathom::test::DecodePrologueScope scope(choice);
+      DecodeState state = m.model.start_decoding(2, 12, DType::f32, Device::cpu());
+      const std::vector<std::vector<int32_t>> prompts{{3, 90, 17, 4}, {8, 9}};
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        DecodeState one = m.model.start_decoding(1, 12, DType::f32, Device::cpu());
+        m.model.decode(Tensor::from_vector(prompts[b], {1, int64_t(prompts[b].size())}), one);
+        state.take_sequence(int64_t(b), one);
+      }
+      std::vector<float> logits;
+      for (int32_t t : {5, 6, 7}) {
+        const Tensor out =
+            last_logits(m.model, m.model.decode(Tensor::from_vector(std::vector<int32_t>{t, t + 1}, {2, 1}), state));
+        const std::vector<float> step = out.to_vector<float>();
+        logits.insert(logits.end(), step.begin(), step.end());
+      }
+      return logits;
+    };
+    EXPECT_EQ(decode_steps(DecodePrologue::fused), decode_steps(DecodePrologue::separate)) << "qk_norm " << qk_norm;
+  }
 }

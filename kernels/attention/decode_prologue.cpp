@@ -1,0 +1,81 @@
+#include "kernels/attention/decode_prologue.h"
+
+#include <limits>
+
+#include "kernels/runtime/kernel_choice.h"
+
+namespace fathom {
+
+namespace {
+
+KernelChoice<DecodePrologue>& choice_in_force() {
+  static KernelChoice<DecodePrologue> choice("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate, parse_decode_prologue);
+  return choice;
+}
+
+void check_rows(const char* what, const Tensor& x, const Tensor& q) {
+  FATHOM_CHECK(x.defined() && x.rank() == 4 && x.dim(0) == q.dim(0) && x.dim(1) == 1 && x.dim(3) == q.dim(3),
+               "decode_prologue: ", what, " must be [B, 1, H, d] = [", q.dim(0), ", 1, H, ", q.dim(3), "], got ",
+               x.defined() ? describe(x) : std::string("undefined"));
+  FATHOM_CHECK(x.dtype() == q.dtype(), "decode_prologue: ", what, " ", describe(x), " must have q's dtype ",
+               dtype_name(q.dtype()));
+}
+
+}  // namespace
+
+DecodePrologue parse_decode_prologue(std::string_view text, std::string_view source) {
+  if (text == "fused") return DecodePrologue::fused;
+  if (text == "separate") return DecodePrologue::separate;
+  FATHOM_FAIL(source, " must be fused or separate, got '", text, "'");
+}
+
+DecodePrologue decode_prologue_choice() { return choice_in_force().get(); }
+
+void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force().set(choice); }
+
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                       double eps, const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+  FATHOM_CHECK(q.defined() && q.rank() == 4 && q.dim(1) == 1 && q.dim(3) % 2 == 0,
+               "decode_prologue: q must be [B, 1, Hq, d] with d even (one new token per sequence), got ",
+               q.defined() ? describe(q) : std::string("undefined"));
+  check_rows("k", k, q);
+  check_rows("v", v, q);
+  FATHOM_CHECK(v.dim(2) == k.dim(2), "decode_prologue: k ", describe(k), " and v ", describe(v),
+               " must have the same heads");
+  FATHOM_CHECK(q_norm.defined() == k_norm.defined(), "decode_prologue: q_norm and k_norm come together (QK-norm) or ",
+               "not at all");
+  if (q_norm.defined()) {
+    FATHOM_CHECK(q_norm.rank() == 1 && q_norm.dim(0) == q.dim(2) * q.dim(3) && q_norm.dtype() == q.dtype(),
+                 "decode_prologue: q_norm must be [Hq d] = [", q.dim(2) * q.dim(3), "] of q's dtype, got ",
+                 describe(q_norm));
+    FATHOM_CHECK(k_norm.rank() == 1 && k_norm.dim(0) == k.dim(2) * k.dim(3) && k_norm.dtype() == q.dtype(),
+                 "decode_prologue: k_norm must be [Hk d] = [", k.dim(2) * k.dim(3), "] of q's dtype, got ",
+                 describe(k_norm));
+  }
+  const int64_t B = q.dim(0), half = q.dim(3) / 2;
+  const bool shared = angles.defined() && angles.rank() == 3 && angles.dim(0) == 1;
+  const bool per_row = angles.defined() && angles.rank() == 4 && angles.dim(0) == B && angles.dim(1) == 1;
+  FATHOM_CHECK((shared || per_row) && angles.dim(-2) == half && angles.dim(-1) == 2,
+               "decode_prologue: angles must be rope_angles' [1, d/2, 2] or [B, 1, d/2, 2] = [", B, ", 1, ", half,
+               ", 2], got ", angles.defined() ? describe(angles) : std::string("undefined"));
+  for (const Tensor* cache : {&cache_k, &cache_v})
+    FATHOM_CHECK(cache->defined() && cache->rank() == 4 && cache->dim(0) == B && cache->dim(1) == k.dim(2) &&
+                     cache->dim(3) == q.dim(3) && cache->dtype() == q.dtype(),
+                 "decode_prologue: the caches must be [B, Hk, capacity, d] = [", B, ", ", k.dim(2), ", capacity, ",
+                 q.dim(3), "] of q's dtype, got ", cache->defined() ? describe(*cache) : std::string("undefined"));
+  FATHOM_CHECK(cache_k.dim(2) == cache_v.dim(2), "decode_prologue: the caches differ in capacity");
+  FATHOM_CHECK(cache_k.dim(2) <= std::numeric_limits<int32_t>::max(),
+               "decode_prologue: a capacity past 2^31 - 1 positions (I32 past)");
+  FATHOM_CHECK(
+      past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && (past.dim(0) == 1 || past.dim(0) == B),
+      "decode_prologue: past must be I32 [1] or [B] = [", B, "], got ",
+      past.defined() ? describe(past) : std::string("undefined"));
+  const Device device =
+      common_device("decode_prologue", {&q, &k, &v, &q_norm, &k_norm, &angles, &cache_k, &cache_v, &past});
+  FATHOM_CHECK(angles.dtype() == (device.is_cpu() ? DType::f64 : DType::f32), "decode_prologue: angles ",
+               describe(angles), " are not rope_angles' table for ", device.str());
+  return on_device("decode_prologue", device, FATHOM_KERNEL(decode_prologue), q, k, v, q_norm, k_norm, eps, angles,
+                   cache_k, cache_v, past);
+}
+
+}  // namespace fathom

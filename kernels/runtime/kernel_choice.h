@@ -1,0 +1,40 @@
+// A choice between kernels that an environment variable can make (FATHOM_SKINNY_MATMUL,
+// FATHOM_DECODE_PROLOGUE): read at the first use, replaced by set() in tests and benchmarks. A kernel
+// that has not yet run on a GPU is opt-in through one until its GPU tests and benchmark pass.
+#pragma once
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+
+namespace fathom {
+
+template <typename Choice>
+class KernelChoice {
+ public:
+  // parse maps the variable's text to a choice, and fails naming the variable and the choices.
+  using Parse = Choice (*)(std::string_view text, std::string_view source);
+  constexpr KernelChoice(const char* variable, Choice unset, Parse parse)
+      : variable_(variable), unset_(unset), parse_(parse) {}
+
+  Choice get() {
+    std::call_once(read_, [this] {
+      const char* value = std::getenv(variable_);
+      choice_.store(value ? parse_(value, variable_) : unset_);
+    });
+    return choice_.load();
+  }
+  void set(Choice choice) {
+    get();  // the environment is read first, so a later first get() cannot overwrite this
+    choice_.store(choice);
+  }
+
+ private:
+  const char* variable_;
+  Choice unset_;
+  Parse parse_;
+  std::once_flag read_;
+  std::atomic<Choice> choice_{};
+};
+
+}  // namespace fathom

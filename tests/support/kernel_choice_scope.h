@@ -1,0 +1,24 @@
+#pragma once
+
+#include "kernels/attention/decode_prologue.h"
+#include "kernels/matmul/skinny_matmul.h"
+
+namespace fathom::test {
+
+// Sets a kernel choice (kernels/runtime/kernel_choice.h) for one test and puts the previous one back.
+template <typename Choice, Choice (*get)(), void (*set)(Choice)>
+class KernelChoiceScope {
+ public:
+  explicit KernelChoiceScope(Choice choice) : saved_(get()) { set(choice); }
+  ~KernelChoiceScope() { set(saved_); }
+  KernelChoiceScope(const KernelChoiceScope&) = delete;
+  KernelChoiceScope& operator=(const KernelChoiceScope&) = delete;
+
+ private:
+  Choice saved_;
+};
+
+using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_policy, set_skinny_matmul_policy>;
+using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
+
+}  // namespace fathom::test
