@@ -28,6 +28,9 @@ Variable linear_wide(const Variable& x, const Variable& weight);
 // F32 or BF16. Both widths must be multiples of 16. On the CPU this is the FP8 emulation: the same
 // casts, bit for bit, and f32 GEMMs of the dequantized values.
 Variable linear_fp8(const Variable& x, const Variable& weight);
+// linear_fp8(x, w) for each w of `weights`, with x's amax and casts made once for all of them (forward
+// and backward) instead of once per linear.
+std::vector<Variable> linear_fp8_each(const Variable& x, std::span<const Variable* const> weights);
 
 // ids (I32 or I64) [...] -> table rows [..., d]. An id outside [0, vocab) is an error naming it.
 Variable embedding(const Tensor& ids, const Variable& table);
@@ -50,6 +53,9 @@ Variable rope(const Variable& x, const Tensor& angles);
 
 // silu(gate) * up, elementwise.
 Variable swiglu(const Variable& gate, const Variable& up);
+// linear(swiglu(gate, up), weight): an MLP's down projection. Where nothing records a gradient, one
+// matmul_swiglu (a decoding step's few rows on CUDA: SwiGLU inside the GEMM's loads, one launch).
+Variable linear_swiglu(const Variable& gate, const Variable& up, const Variable& weight);
 // x * sigmoid(x), elementwise.
 Variable silu(const Variable& x);
 

@@ -201,6 +201,29 @@ void grouped_projection_table(const cudaDeviceProp& prop) {
     }
 }
 
+// down_proj of the 1B's SwiGLU at decoding's rows: SwiGLU's kernel then the skinny GEMM, against the skinny
+// GEMM computing SwiGLU in its loads (skinny_matmul_swiglu). Fresh weight copies per call, as above.
+void swiglu_down_table(const cudaDeviceProp& prop) {
+  const int64_t n = 2048, k = 8192;
+  const double bytes = 2.0 * double(n) * double(k);
+  const int copies = int(std::max(1.0, std::ceil(4.0 * prop.l2CacheSize / bytes)));
+  std::vector<Tensor> weights;
+  for (int i = 0; i < copies; ++i) weights.push_back(random_gpu({n, k}, DType::bf16, -0.05, 0.05));
+  std::printf(
+      "\n| down_proj of SwiGLU | M | weight MB | SwiGLU + GEMM ms | in the loads ms | of copy | speed-up "
+      "|\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const int64_t m : {int64_t(1), int64_t(8), int64_t(32)}) {
+    const Tensor gate = random_gpu({m, k}, DType::bf16, -4.0, 4.0), up = random_gpu({m, k}, DType::bf16);
+    Tensor y = Tensor::empty({m, n}, DType::bf16, kGpu);
+    size_t next = 0;
+    const double separate_ms =
+        median_ms([&] { skinny_matmul(swiglu_forward(gate, up), weights[next++ % weights.size()], y); });
+    const double fused_ms = median_ms([&] { skinny_matmul_swiglu(gate, up, weights[next++ % weights.size()], y); });
+    std::printf("| 2048 x 8192 | %ld | %.1f | %.4f | %.4f | %.0f%% | %.2fx |\n", long(m), bytes / 1e6, separate_ms,
+                fused_ms, 100.0 * bytes / fused_ms / 1e6 / copy_gbps, separate_ms / fused_ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +257,7 @@ int main(int argc, char** argv) {
               copy_gbps, gemm_tflops);
   decode_gemm_table(prop);
   grouped_projection_table(prop);
+  swiglu_down_table(prop);
   if (decode_only) return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");

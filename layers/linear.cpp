@@ -15,8 +15,9 @@ Variable Linear::forward(const Variable& x) const { return fp8_ ? linear_fp8(x, 
 std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears) {
   std::vector<const Variable*> weights;
   for (const Linear* l : linears) weights.push_back(&l->weight());
-  if (std::none_of(linears.begin(), linears.end(), [](const Linear* l) { return l->fp8(); }))
-    return linear_each(x, weights);
+  const auto fp8 = [](const Linear* l) { return l->fp8(); };
+  if (std::none_of(linears.begin(), linears.end(), fp8)) return linear_each(x, weights);
+  if (std::all_of(linears.begin(), linears.end(), fp8)) return linear_fp8_each(x, weights);
   std::vector<Variable> out;
   for (const Linear* l : linears) out.push_back(l->forward(x));
   return out;

@@ -30,9 +30,10 @@ class Linear : public Module {
   bool fp8_allowed_ = true;
 };
 
-// {l.forward(x) for l in linears}: the projections of one input (q/k/v, gate/up). Where nothing records
-// a gradient they run as one matmul_each (a decoding step's few rows on CUDA: one launch), unless one of
-// the linears runs in FP8; otherwise each linear's forward.
+// {l.forward(x) for l in linears}: the projections of one input (q/k/v, up/gate). In FP8 they share x's
+// casts (linear_fp8_each); in bf16, where nothing records a gradient, they run as one matmul_each (a
+// decoding step's few rows on CUDA: one launch); otherwise (or with some in FP8, some not) each linear's
+// forward.
 std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears);
 
 // Which linears of a model run in FP8, by full name.

@@ -22,14 +22,15 @@
 #   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
-#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), GPTFAST_TUNING (off; on: Inductor's coordinate-descent
+#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+prologue: fathom's decoding
+#   kernels, one row set each; the first is the one the peers' tokens are checked against), GPTFAST_TUNING (off; on: Inductor's coordinate-descent
 #   tuning as gpt-fast's generate.py sets it, minutes more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu
 #   runs the fathom side of the plumbing on a machine without a GPU, e.g. with olmo2_14M and small grids).
 #
 # Device time, estimated for the H200 with the defaults (not yet measured): training and export 3 x ~20 s;
-# fathom 3 sizes x 6 cells x 7 generations, ~1 min; HF eager generate 3 x 6 cells x 8 generations, ~2 min;
+# fathom 3 sizes x 3 levers x 6 cells x 7 generations, ~3 min; HF eager generate 3 x 6 cells x 8 generations, ~2 min;
 # gpt-fast's compile of the step (first cell, then once more with dynamic shapes) ~1.5 min plus its 6 cells
-# ~0.5 min; model loads ~0.5 min: about 7 minutes in all, the build not counted.
+# ~0.5 min; model loads ~0.5 min: about 9 minutes in all, the build not counted.
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
@@ -43,6 +44,18 @@ TRAIN_STEPS=${TRAIN_STEPS:-30}
 REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
+LEVERS=${LEVERS:-cublas skinny skinny+prologue}
+
+# The environment of a decoding lever: cuBLASLt and the separate prologue ops (fathom's default), the
+# skinny GEMM with its grouped projections, and that with the fused decode prologue.
+lever_env() {
+  case $1 in
+    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate" ;;
+    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate" ;;
+    skinny+prologue) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused" ;;
+    *) echo "unknown lever '$1' (cublas, skinny, skinny+prologue)" >&2; exit 2 ;;
+  esac
+}
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2
 fathom=$BUILD/fathom
@@ -94,15 +107,28 @@ log: {dir: $run}
 YAML
   "$fathom" train "$work/$size.yaml" --overwrite > "$OUT/train_$size.log" 2>&1 || { tail -5 "$OUT/train_$size.log"; continue; }
   "$fathom" export --format hf --checkpoint "$run" --out "$run-hf" --dtype bf16 --overwrite > /dev/null || continue
-  grid=(--ids "$work/ids.txt" --context "$CONTEXTS" --batch "$BATCHES" --new-tokens "$N" --label "$size")
+  grid=(--ids "$work/ids.txt" --context "$CONTEXTS" --batch "$BATCHES" --new-tokens "$N")
 
-  timeout 240 "$BUILD/bench/bench_generate" "hf:$run-hf" "${grid[@]}" --repeats "${REPEATS:-5}" \
-    --tokens-out "$OUT/tokens_fathom_$size.txt" 2> "$OUT/fathom_$size.err" | tee -a "$md"
+  # One row set per decoding lever; the first lever's tokens are the ones the peers are compared with, and
+  # every other lever's are compared with the first's.
+  first=""
+  for lever in $LEVERS; do
+    env $(lever_env "$lever") timeout 240 "$BUILD/bench/bench_generate" "hf:$run-hf" "${grid[@]}" \
+      --label "$size $lever" --repeats "${REPEATS:-5}" --tokens-out "$OUT/tokens_fathom_${size}_$lever.txt" \
+      2> "$OUT/fathom_${size}_$lever.err" | tee -a "$md"
+    if [ -z "$first" ]; then
+      first=$lever
+      cp "$OUT/tokens_fathom_${size}_$lever.txt" "$OUT/tokens_fathom_$size.txt"
+    else
+      python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_fathom_${size}_$lever.txt" \
+        --names "fathom $first" "fathom $lever" --label "$size" --min-tokens 32 >> "$agreement"
+    fi
+  done
 
   if [ "$size" = llama3_1B ]; then
     if [ -n "$gpt_fast" ]; then
       TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
-        --gpt-fast "$gpt_fast" "${grid[@]}" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
+        --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
         --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
       python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
         --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
@@ -111,12 +137,12 @@ YAML
     fi
   fi
 
-  timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --repeats "${REPEATS:-3}" \
+  timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" \
     --tokens-out "$OUT/tokens_hf_$size.txt" 2> "$OUT/hf_$size.err" | tee -a "$md"
   python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_hf_$size.txt" \
     --names fathom HF --label "$size" --min-tokens 32 >> "$agreement"
   if [ "${HF_COMPILE:-0}" = 1 ]; then
-    timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --repeats "${REPEATS:-3}" --compile \
+    timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --compile \
       2> "$OUT/hf_compile_$size.err" | tee -a "$md"
   fi
 done

@@ -33,15 +33,16 @@ DecodePrologue decode_prologue_choice() { return choice_in_force().get(); }
 
 void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force().set(choice); }
 
-Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
-                       double eps, const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
-  FATHOM_CHECK(q.defined() && q.rank() == 4 && q.dim(1) == 1 && q.dim(3) % 2 == 0,
-               "decode_prologue: q must be [B, 1, Hq, d] with d even (one new token per sequence), got ",
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                       Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+  const Tensor &q_norm = norm.q, &k_norm = norm.k;
+  FATHOM_CHECK(q.defined() && q.rank() == 4 && q.dim(1) == 1 && q.dim(2) >= 1 && q.dim(3) >= 2 && q.dim(3) % 2 == 0,
+               "decode_prologue: q must be [B, 1, Hq, d] with heads and d even (one new token per sequence), got ",
                q.defined() ? describe(q) : std::string("undefined"));
   check_rows("k", k, q);
   check_rows("v", v, q);
-  FATHOM_CHECK(v.dim(2) == k.dim(2), "decode_prologue: k ", describe(k), " and v ", describe(v),
-               " must have the same heads");
+  FATHOM_CHECK(v.dim(2) == k.dim(2) && k.dim(2) >= 1, "decode_prologue: k ", describe(k), " and v ", describe(v),
+               " must have the same heads, at least one");
   FATHOM_CHECK(q_norm.defined() == k_norm.defined(), "decode_prologue: q_norm and k_norm come together (QK-norm) or ",
                "not at all");
   if (q_norm.defined()) {
@@ -51,6 +52,8 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
     FATHOM_CHECK(k_norm.rank() == 1 && k_norm.dim(0) == k.dim(2) * k.dim(3) && k_norm.dtype() == q.dtype(),
                  "decode_prologue: k_norm must be [Hk d] = [", k.dim(2) * k.dim(3), "] of q's dtype, got ",
                  describe(k_norm));
+    FATHOM_CHECK(norm.q_eps > 0 && norm.k_eps > 0, "decode_prologue: the norms' eps must be positive, got ", norm.q_eps,
+                 " and ", norm.k_eps);
   }
   const int64_t B = q.dim(0), half = q.dim(3) / 2;
   const bool shared = angles.defined() && angles.rank() == 3 && angles.dim(0) == 1;
@@ -74,8 +77,8 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
       common_device("decode_prologue", {&q, &k, &v, &q_norm, &k_norm, &angles, &cache_k, &cache_v, &past});
   FATHOM_CHECK(angles.dtype() == (device.is_cpu() ? DType::f64 : DType::f32), "decode_prologue: angles ",
                describe(angles), " are not rope_angles' table for ", device.str());
-  return on_device("decode_prologue", device, FATHOM_KERNEL(decode_prologue), q, k, v, q_norm, k_norm, eps, angles,
-                   cache_k, cache_v, past);
+  return on_device("decode_prologue", device, FATHOM_KERNEL(decode_prologue), q, k, v, norm, angles, cache_k, cache_v,
+                   past);
 }
 
 }  // namespace fathom

@@ -21,7 +21,7 @@ struct PrologueShape {
   int q_heads, kv_heads, head_dim;
   int64_t capacity;
   bool per_row_angles, per_row_past;
-  float eps;
+  float q_eps, k_eps;
 };
 
 // rstd of a row of n values: 1 / sqrt(mean(x^2) + eps), as rms_norm computes it.
@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kThreads)
   const T* qr = q + int64_t(b) * nq;
   const T* kr = k + int64_t(b) * nk;
   const T* vr = v + int64_t(b) * nk;
-  const float rstd_q = q_norm ? row_rstd(qr, nq, s.eps, scratch) : 1.f;
-  const float rstd_k = k_norm ? row_rstd(kr, nk, s.eps, scratch) : 1.f;
+  const float rstd_q = q_norm ? row_rstd(qr, nq, s.q_eps, scratch) : 1.f;
+  const float rstd_k = k_norm ? row_rstd(kr, nk, s.k_eps, scratch) : 1.f;
   const float2* row_angles = angles + (s.per_row_angles ? int64_t(b) * (d / 2) : 0);
   rotate_row(qr, q_norm, rstd_q, s.q_heads, d, row_angles, q_out + int64_t(b) * nq,
              [d](int h) { return int64_t(h) * d; });
@@ -82,13 +82,14 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
-                       double eps, const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                       Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+  const Tensor &q_norm = norm.q, &k_norm = norm.k;
   Tensor q_out = Tensor::empty(q.shape(), q.dtype(), q.device());
   const int64_t B = q.dim(0);
-  if (B == 0 || q.numel() == 0) return q_out;
-  const PrologueShape shape{int(q.dim(2)),      int(k.dim(2)),    int(q.dim(3)), cache_k.dim(2),
-                            angles.rank() == 4, past.dim(0) == B, float(eps)};
+  if (B == 0) return q_out;
+  const PrologueShape shape{int(q.dim(2)),      int(k.dim(2)),    int(q.dim(3)),     cache_k.dim(2),
+                            angles.rank() == 4, past.dim(0) == B, float(norm.q_eps), float(norm.k_eps)};
   dispatch_device_float("decode_prologue", q.dtype(), [&]<typename T>() {
     const auto* qn = q_norm.defined() ? static_cast<const T*>(q_norm.raw()) : nullptr;
     const auto* kn = k_norm.defined() ? static_cast<const T*>(k_norm.raw()) : nullptr;

@@ -10,13 +10,20 @@
 
 namespace fathom {
 
-// q [B, 1, Hq, d]; k, v [B, 1, Hk, d], one dtype (the cache's); q_norm [Hq d] and k_norm [Hk d] the
-// QK-norm weights, both undefined for none; eps their epsilon; angles rope_angles of the step's positions
+// The full-width QK-norms of q and k: weights [Hq d] and [Hk d] and their epsilons; both weights
+// undefined for none.
+struct QkNorm {
+  Tensor q, k;
+  double q_eps = 0, k_eps = 0;
+};
+
+// q [B, 1, Hq, d]; k, v [B, 1, Hk, d], one dtype (the cache's, also the norms' weights'); angles
+// rope_angles of the step's positions
 // ([1, d/2, 2] or [B, 1, d/2, 2]); cache_k, cache_v [B, Hk, capacity, d]; past I32 [1] or [B] on the
 // device, each sequence's position as kv_cache_write(cache, rows, past) takes it (the caller checks
 // past_b < capacity, as there). Returns q normalised and rotated, [B, 1, Hq, d].
-Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
-                       double eps, const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past);
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                       Tensor& cache_k, Tensor& cache_v, const Tensor& past);
 
 // Whether attention's decoding steps take decode_prologue (fused) or its six ops (separate):
 // FATHOM_DECODE_PROLOGUE=fused|separate, read at the first call; unset, separate until the kernel's GPU
@@ -27,9 +34,8 @@ void set_decode_prologue_choice(DecodePrologue choice);
 DecodePrologue parse_decode_prologue(std::string_view text, std::string_view source);
 
 // The backends' entry point (arguments checked).
-using DecodePrologueKernel = Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                                    const Tensor& k_norm, double eps, const Tensor& angles, Tensor& cache_k,
-                                    Tensor& cache_v, const Tensor& past);
+using DecodePrologueKernel = Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
+                                    const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past);
 FATHOM_BACKENDS(DecodePrologueKernel, decode_prologue)
 
 }  // namespace fathom

@@ -6,16 +6,16 @@
 
 namespace fathom::cpu {
 
-Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
-                       double eps, const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
-  const auto normed = [&](const Tensor& x, const Tensor& weight) {
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                       Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+  const auto normed = [&](const Tensor& x, const Tensor& weight, double eps) {
     if (!weight.defined()) return x;
     const int64_t B = x.dim(0), width = x.dim(2) * x.dim(3);
     return fathom::rms_norm_forward(x.view({B, width}), weight, eps).y.view(x.shape());
   };
-  fathom::kv_cache_write(cache_k, fathom::rope_forward(normed(k, k_norm), angles), past);
+  fathom::kv_cache_write(cache_k, fathom::rope_forward(normed(k, norm.k, norm.k_eps), angles), past);
   fathom::kv_cache_write(cache_v, v, past);
-  return fathom::rope_forward(normed(q, q_norm), angles);
+  return fathom::rope_forward(normed(q, norm.q, norm.q_eps), angles);
 }
 
 }  // namespace fathom::cpu

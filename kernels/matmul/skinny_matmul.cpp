@@ -19,8 +19,8 @@ KernelChoice<SkinnyMatmulPolicy>& policy_in_force() {
   return policy;
 }
 
-// The kernel indexes rows and K with 32-bit integers.
-constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max();
+// The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
+constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
 
 }  // namespace
 
@@ -62,7 +62,7 @@ void check_product(const Tensor& x, const Tensor& w, const Tensor& y) {
   FATHOM_CHECK(x.dim(0) <= kSkinnyMatmulMaxRows, "skinny_matmul: x has ", x.dim(0), " rows, more than the ",
                kSkinnyMatmulMaxRows, " the kernel takes (use matmul)");
   FATHOM_CHECK(x.dim(1) <= kMaxExtent && w.dim(0) <= kMaxExtent, "skinny_matmul: K = ", x.dim(1), " and N = ", w.dim(0),
-               " must be below 2^31");
+               " must be below 2^31 - 256");
   FATHOM_CHECK(!y.shares_storage_with(x) && !y.shares_storage_with(w),
                "skinny_matmul: the output must not share storage with an input");
 }
@@ -92,6 +92,15 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
   }
   const Device device = common_device("skinny_matmul_grouped", operands);
   on_device("skinny_matmul_grouped", device, FATHOM_KERNEL(skinny_matmul_grouped), x, ws, ys);
+}
+
+void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
+  check_product(gate, w, y);
+  FATHOM_CHECK(up.defined() && up.shape() == gate.shape() && up.dtype() == gate.dtype(), "skinny_matmul_swiglu: up ",
+               up.defined() ? describe(up) : std::string("undefined"), " must be like gate ", describe(gate));
+  FATHOM_CHECK(!y.shares_storage_with(up), "skinny_matmul: the output must not share storage with an input");
+  const Device device = common_device("skinny_matmul_swiglu", {&gate, &up, &w, &y});
+  on_device("skinny_matmul_swiglu", device, FATHOM_KERNEL(skinny_matmul_swiglu), gate, up, w, y);
 }
 
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {

@@ -51,10 +51,17 @@ Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
 // and each output equals its single call bit for bit (skinny_matmul.cu, "Groups").
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 
+// y = swiglu(gate, up) w^T with gate and up [M, K] BF16 (a decoding step's SwiGLU feeding down_proj):
+// SwiGLU is computed as the kernel loads its input, each element rounded to BF16 as swiglu_forward
+// rounds it, so y equals skinny_matmul(swiglu_forward(gate, up), w) bit for bit with one launch fewer.
+void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
+
 // The backends' entry points (arguments checked).
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
+using SkinnyMatmulSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
 FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
+FATHOM_BACKENDS(SkinnyMatmulSwigluKernel, skinny_matmul_swiglu)
 
 }  // namespace fathom

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <vector>
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
@@ -57,4 +59,55 @@ TEST(Linear, ShapeMismatchIsAnError) {
   Variable x(random_tensor({4, 5}, DType::f32, 1)), w(random_tensor({3, 6}, DType::f32, 2));
   expect_error([&] { linear(x, w); }, {"input width 6", "[4, 5]"});
   expect_error([&] { linear(x, Variable(random_tensor({5}, DType::f32, 3))); }, {"[out, in]"});
+}
+
+// The linears of one input: without gradients one matmul_each, with them one recorded linear each; the
+// values (and the gradients) are those of one linear per weight either way.
+TEST(Linear, EachEqualsOneLinearPerWeight) {
+  const Tensor x = random_tensor({2, 3, 8}, DType::f32, 30);
+  std::vector<Variable> ws{Variable(random_tensor({5, 8}, DType::f32, 31), true),
+                           Variable(random_tensor({2, 8}, DType::f32, 32), true)};
+  const Variable* both[] = {&ws[0], &ws[1]};
+  {
+    NoGrad no_grad;
+    const std::vector<Variable> ys = linear_each(Variable(x), both);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      EXPECT_FALSE(ys[i].requires_grad());
+      EXPECT_EQ(ys[i].shape(), (Shape{2, 3, ws[i].dim(0)}));
+      EXPECT_EQ(ys[i].value().to_vector<float>(), linear(Variable(x), ws[i]).value().to_vector<float>());
+    }
+  }
+  Variable xv(x, true);
+  const std::vector<Variable> ys = linear_each(xv, both);
+  const Tensor g0 = random_tensor({2, 3, 5}, DType::f32, 33), g1 = random_tensor({2, 3, 2}, DType::f32, 34);
+  backward(ys[0], g0);
+  backward(ys[1], g1);
+  Variable x1(x, true), x2(x, true);
+  Variable w0(ws[0].value(), true), w1(ws[1].value(), true);
+  backward(linear(x1, w0), g0);
+  backward(linear(x2, w1), g1);
+  EXPECT_EQ(ws[0].grad().to_vector<float>(), w0.grad().to_vector<float>());
+  EXPECT_EQ(ws[1].grad().to_vector<float>(), w1.grad().to_vector<float>());
+  expect_close(xv.grad(), add(Variable(x1.grad()), Variable(x2.grad())).value(), 1e-6, 1e-6);
+  expect_error([&] { linear_each(Variable(random_tensor({3, 7}, DType::f32, 35)), both); }, {"input width 8"});
+}
+
+// An MLP's down projection of its SwiGLU: without gradients one matmul_swiglu, with them linear(swiglu);
+// the same values either way, and the recorded form's gradients are the composition's.
+TEST(Linear, SwigluEqualsTheLinearOfSwiglu) {
+  const Tensor gate = random_tensor({2, 3, 8}, DType::f32, 50), up = random_tensor({2, 3, 8}, DType::f32, 51);
+  const Variable w(random_tensor({4, 8}, DType::f32, 52), true);
+  const std::vector<float> want = linear(swiglu(Variable(gate), Variable(up)), w).value().to_vector<float>();
+  {
+    NoGrad no_grad;
+    const Variable y = linear_swiglu(Variable(gate), Variable(up), w);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
+    EXPECT_EQ(y.value().to_vector<float>(), want);
+  }
+  Variable g(gate, true), u(up, true);
+  const Variable y = linear_swiglu(g, u, w);
+  EXPECT_EQ(y.value().to_vector<float>(), want);
+  backward(y, random_tensor({2, 3, 4}, DType::f32, 53));
+  EXPECT_TRUE(g.grad().defined() && u.grad().defined());
 }

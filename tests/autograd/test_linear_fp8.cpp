@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
@@ -103,4 +104,39 @@ TEST(LinearFp8, BadInputsAreErrors) {
   expect_error([&] { linear_fp8(x16, w32); }, {"input width 32"});
   Variable x64(random_tensor({4, 16}, DType::f64, 5)), w16(random_tensor({16, 16}, DType::f64, 6));
   expect_error([&] { linear_fp8(x64, w16); }, {"F32 or BF16", "F64"});
+}
+
+// The linears of one input share x's casts: the outputs and every gradient are those of one linear_fp8 per
+// weight, bit for bit (the casts are exact functions of x), with the input's gradient and without.
+TEST(LinearFp8, EachSharesTheInputsCastsAndEqualsOneCallPerWeight) {
+  const Tensor x = random_tensor({9, 32}, DType::f32, 20);
+  const std::vector<Tensor> ws{random_tensor({48, 32}, DType::f32, 21), random_tensor({16, 32}, DType::f32, 22),
+                               random_tensor({16, 32}, DType::f32, 23)};
+  const std::vector<Tensor> gs{random_tensor({9, 48}, DType::f32, 24), random_tensor({9, 16}, DType::f32, 25),
+                               random_tensor({9, 16}, DType::f32, 26)};
+  for (const bool x_grad : {true, false}) {
+    Variable x_each(x, x_grad), x_one(x, x_grad);
+    std::vector<Variable> w_each, w_one;
+    for (const Tensor& w : ws) {
+      w_each.emplace_back(w, true);
+      w_one.emplace_back(w, true);
+    }
+    const Variable* each[] = {&w_each[0], &w_each[1], &w_each[2]};
+    const std::vector<Variable> y_each = linear_fp8_each(x_each, each);
+    std::vector<Variable> y_one;
+    for (const Variable& w : w_one) y_one.push_back(linear_fp8(x_one, w));
+    for (size_t i = 0; i < ws.size(); ++i)
+      EXPECT_EQ(y_each[i].value().to_vector<float>(), y_one[i].value().to_vector<float>()) << "output " << i;
+    // One backward per output, in the same order for both: the shared transpose made by the first is
+    // reused by the other two.
+    for (size_t i = 0; i < ws.size(); ++i) {
+      backward(y_each[i], gs[i]);
+      backward(y_one[i], gs[i]);
+    }
+    for (size_t i = 0; i < ws.size(); ++i)
+      EXPECT_EQ(w_each[i].grad().to_vector<float>(), w_one[i].grad().to_vector<float>()) << "weight " << i;
+    if (x_grad) {
+      EXPECT_EQ(x_each.grad().to_vector<float>(), x_one.grad().to_vector<float>());
+    }
+  }
 }

@@ -25,8 +25,8 @@ TEST(DecodePrologue, CpuEntryIsTheSeparateOpsAtEachSequencesPosition) {
   for (const bool qk_norm : {true, false}) {
     Tensor cache_k = random_tensor({B, Hk, capacity, d}, DType::f32, 6), cache_v = cache_k.clone();
     Tensor want_k = cache_k.clone(), want_v = cache_v.clone();
-    const Tensor qn = qk_norm ? q_norm : Tensor(), kn = qk_norm ? k_norm : Tensor();
-    const Tensor got = decode_prologue(q, k, v, qn, kn, 1e-6, angles, cache_k, cache_v, past);
+    const QkNorm norm = qk_norm ? QkNorm{q_norm, k_norm, 1e-6, 1e-6} : QkNorm{};
+    const Tensor got = decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past);
     const auto normed = [&](const Tensor& x, const Tensor& w) {
       return qk_norm ? rms_norm_forward(x.view({B, x.dim(2) * d}), w, 1e-6).y.view(x.shape()) : x;
     };
@@ -44,7 +44,9 @@ TEST(DecodePrologue, BadArgumentsNameTheProblem) {
   const Tensor angles = rope_angles(positions_after(past, 1), 8, 1e4);
   Tensor cache = Tensor::zeros({2, 2, 5, 8}, DType::f32), other = cache.clone();
   const auto call = [&](const Tensor& q_, const Tensor& k_, const Tensor& qn, const Tensor& kn, const Tensor& a,
-                        Tensor& ck, const Tensor& p) { decode_prologue(q_, k_, k_, qn, kn, 1e-6, a, ck, other, p); };
+                        Tensor& ck, const Tensor& p) {
+    decode_prologue(q_, k_, k_, QkNorm{qn, kn, 1e-6, 1e-6}, a, ck, other, p);
+  };
   expect_error(
       [&] {
         call(Tensor::zeros({2, 3, 4, 8}, DType::f32), k, {}, {}, angles, cache, past);
@@ -69,6 +71,17 @@ TEST(DecodePrologue, BadArgumentsNameTheProblem) {
   expect_error([&] { call(q, k, {}, {}, angles, cache, Tensor::zeros({3}, DType::i32)); },
                {"past must be I32 [1] or [B] = [2]"});
   expect_error([&] { call(q, k, {}, {}, angles.to(DType::f32), cache, past); }, {"not rope_angles' table for cpu"});
+  expect_error(
+      [&] {
+        call(Tensor::zeros({2, 1, 0, 8}, DType::f32), k, {}, {}, angles, cache, past);
+      },
+      {"q must be [B, 1, Hq, d] with heads"});
+  const Tensor qn = Tensor::zeros({32}, DType::f32), kn = Tensor::zeros({16}, DType::f32);
+  expect_error(
+      [&] {
+        decode_prologue(q, k, k, QkNorm{qn, kn, 1e-6, 0.0}, angles, cache, other, past);
+      },
+      {"eps must be positive"});
 }
 
 TEST(DecodePrologue, ChoiceParsesItsTwoWordsAndNamesTheVariableOtherwise) {

@@ -13,6 +13,7 @@
 
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
 
@@ -156,8 +157,9 @@ TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
     std::vector<int64_t> n;
   };
   uint64_t seed = 400;
-  for (const Group& g :
-       {Group{2048, {2048, 512, 512}}, Group{2048, {8192, 8192}}, Group{100, {7, 300, 1, 16}}, Group{24, {5, 0, 33}}})
+  // {16384, 2048, 7} at K 2048: members of different tile counts per CTA (2, 1, 1 on 132 SMs).
+  for (const Group& g : {Group{2048, {2048, 512, 512}}, Group{2048, {8192, 8192}}, Group{2048, {16384, 2048, 7}},
+                         Group{100, {7, 300, 1, 16}}, Group{24, {5, 0, 33}}})
     for (const int64_t m : {1, 5, 8, 17, 32})
       for (const DType out : {DType::bf16, DType::f32}) {
         const GpuInput x = random_input({m, g.k}, DType::bf16, seed++);
@@ -195,4 +197,53 @@ TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
           EXPECT_TRUE(bitwise_equal(cublas[i], one)) << "matmul_each, never: member " << i;
         }
       }
+}
+
+// down_proj of SwiGLU with SwiGLU computed in the loads: bit for bit the product of SwiGLU's own BF16
+// output (the same rounding of each element), over M, K with and without the vector loads, operands off
+// alignment; and matmul_swiglu's dispatch under each policy.
+TEST(GpuSkinnyMatmul, SwigluInTheLoadsEqualsTheProductOfSwigluBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const int64_t k : {24, 100, 2048, 8192})
+    for (const int64_t n : {5, 2048})
+      for (const int64_t m : {1, 7, 17, 32})
+        for (const bool aligned : {true, false}) {
+          const std::string what = label(m, k, n, aligned ? "" : " unaligned");
+          const GpuInput gate =
+              aligned ? random_input({m, k}, DType::bf16, seed++, -4, 4) : unaligned_input({m, k}, seed++);
+          const GpuInput up = random_input({m, k}, DType::bf16, seed++), w = random_input({n, k}, DType::bf16, seed++);
+          Tensor y = nan_output(m, n, DType::bf16);
+          skinny_matmul_swiglu(gate.gpu, up.gpu, w.gpu, y);
+          const Tensor x = swiglu_forward(gate.gpu, up.gpu);
+          EXPECT_TRUE(bitwise_equal(y, skinny_matmul(x, w.gpu, DType::bf16))) << what;
+          Tensor want = Tensor::empty({m, n}, DType::f32);
+          skinny_matmul_swiglu(gate.cpu.to(DType::bf16), up.cpu.to(DType::bf16), w.cpu.to(DType::bf16), want);
+          EXPECT_GPU_CLOSE(y, want, DType::bf16, what + ": against the CPU");
+        }
+  const GpuInput gate = random_input({8, 2048}, DType::bf16, 600), up = random_input({8, 2048}, DType::bf16, 601),
+                 w = random_input({2048, 2048}, DType::bf16, 602);
+  for (const SkinnyMatmulPolicy policy : {SkinnyMatmulPolicy::never, SkinnyMatmulPolicy::automatic}) {
+    SkinnyPolicyScope scope(policy);
+    Tensor y = nan_output(8, 2048, DType::bf16), want = nan_output(8, 2048, DType::bf16);
+    matmul_swiglu(gate.gpu, up.gpu, w.gpu, y);
+    matmul(swiglu_forward(gate.gpu, up.gpu), false, w.gpu, true, want);
+    EXPECT_TRUE(bitwise_equal(y, want)) << "matmul_swiglu, policy " << int(policy);
+  }
+}
+
+// A member off 16-byte alignment sends the whole launch to the element loads, which give the same bits as
+// the 16-byte loads the aligned members would take alone.
+TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
+  FATHOM_REQUIRE_GPU();
+  for (const int64_t m : {1, 8, 32}) {
+    const GpuInput x = random_input({m, 2048}, DType::bf16, 700 + m);
+    const GpuInput aligned = random_input({2048, 2048}, DType::bf16, 710 + m),
+                   off = unaligned_input({512, 2048}, 720 + m);
+    const std::vector<Tensor> ws{aligned.gpu, off.gpu};
+    std::vector<Tensor> ys{nan_output(m, 2048, DType::bf16), nan_output(m, 512, DType::bf16)};
+    skinny_matmul_grouped(x.gpu, ws, ys);
+    for (size_t i = 0; i < ws.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(ys[i], skinny_matmul(x.gpu, ws[i], DType::bf16))) << "M " << m << " member " << i;
+  }
 }
