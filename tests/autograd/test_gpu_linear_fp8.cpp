@@ -2,6 +2,8 @@
 // precision's arena takes it) on shapes whose token count is not a multiple of 16.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "tests/support/gpu_test_util.h"
@@ -31,4 +33,30 @@ TEST(GpuLinearFp8, MatchesTheCpuEmulation) {
       EXPECT_LE(relative_l2(xg.grad(), xc.grad()), dt == DType::bf16 ? 1e-2 : 1e-4) << what << " dx";
       EXPECT_LE(relative_l2(wg.grad(), wc.grad()), dt == DType::bf16 ? 1e-2 : 1e-4) << what << " dW";
     }
+}
+
+// The FP8 linears of one input share its casts on the GPU as on the CPU: outputs and gradients are those
+// of one linear_fp8 per weight, bit for bit.
+TEST(GpuLinearFp8, EachSharesTheInputsCastsBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  const GpuInput x = random_input({3, 37, 256}, DType::bf16, 10);
+  const std::vector<int64_t> outs{256, 64, 64};
+  Variable x_each(x.gpu, true), x_one(x.gpu, true);
+  std::vector<Variable> w_each, w_one;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const GpuInput w = random_input({outs[i], 256}, DType::bf16, 11 + i, -0.1, 0.1);
+    w_each.emplace_back(w.gpu, true);
+    w_one.emplace_back(w.gpu.clone(), true);
+  }
+  const Variable* each[] = {&w_each[0], &w_each[1], &w_each[2]};
+  const std::vector<Variable> y_each = linear_fp8_each(x_each, each);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Variable y_one = linear_fp8(x_one, w_one[i]);
+    EXPECT_TRUE(bitwise_equal(y_each[i].value(), y_one.value())) << "output " << i;
+    const GpuInput g = random_input({3, 37, outs[i]}, DType::bf16, 20 + i);
+    backward(y_each[i], g.gpu);
+    backward(y_one, g.gpu);
+    EXPECT_TRUE(bitwise_equal(w_each[i].grad(), w_one[i].grad())) << "dW " << i;
+  }
+  EXPECT_TRUE(bitwise_equal(x_each.grad(), x_one.grad())) << "dx";
 }
