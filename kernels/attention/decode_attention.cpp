@@ -1,4 +1,5 @@
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
 
 #include <cmath>
 
@@ -64,10 +65,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   FATHOM_CHECK(q.defined() && k_cache.defined() && k_cache.rank() == 4, kOp,
                ": q and a [B, Hk, capacity, d] k_cache are needed");
   const int64_t B = q.rank() >= 1 ? q.dim(0) : 0;
-  FATHOM_CHECK(
-      past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && (past.dim(0) == 1 || past.dim(0) == B), kOp,
-      ": the position counts must be I32 [1] or I32 [B] = [", B, "], got ",
-      past.defined() ? describe(past) : "an undefined tensor");
+  check_position_counts(kOp, past, B);
   // Every check but the lengths', which only the device knows: for them, the longest the cache holds.
   check_arguments(q, k_cache, v_cache, k_cache.dim(2), depth, scale);
   const Device device = common_device(kOp, {&q, &k_cache, &v_cache, &depth.k, &depth.v, &past});

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "kernels/attention/kv_cache.h"
 #include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
@@ -69,10 +70,7 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
   FATHOM_CHECK(cache_k.dim(2) == cache_v.dim(2), "decode_prologue: the caches differ in capacity");
   FATHOM_CHECK(cache_k.dim(2) <= std::numeric_limits<int32_t>::max(),
                "decode_prologue: a capacity past 2^31 - 1 positions (I32 past)");
-  FATHOM_CHECK(
-      past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && (past.dim(0) == 1 || past.dim(0) == B),
-      "decode_prologue: past must be I32 [1] or [B] = [", B, "], got ",
-      past.defined() ? describe(past) : std::string("undefined"));
+  check_position_counts("decode_prologue", past, B);
   const Device device =
       common_device("decode_prologue", {&q, &k, &v, &q_norm, &k_norm, &angles, &cache_k, &cache_v, &past});
   FATHOM_CHECK(angles.dtype() == (device.is_cpu() ? DType::f64 : DType::f32), "decode_prologue: angles ",

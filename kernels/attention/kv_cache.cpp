@@ -1,5 +1,7 @@
 #include "kernels/attention/kv_cache.h"
 
+#include <string>
+
 #include "kernels/dispatch.h"
 
 namespace fathom {
@@ -16,16 +18,17 @@ void check_cache_and_rows(const Tensor& cache, const Tensor& rows) {
                " (batch, KV heads, head dim and dtype must agree)");
 }
 
-// batch: the sequences the counts are for (-1: any number).
-void check_past(const char* op, const Tensor& past, int64_t batch = -1) {
+}  // namespace
+
+void check_position_counts(const char* op, const Tensor& past, int64_t batch) {
+  const std::string want =
+      batch < 0 ? std::string("I32 [1] or I32 [batch]") : "I32 [1] or I32 [B] = [" + std::to_string(batch) + "]";
   FATHOM_CHECK(past.defined() && past.dtype() == DType::i32 && past.rank() == 1 && past.dim(0) >= 1, op,
-               ": the position counts must be I32 [1] or I32 [batch], got ",
+               ": the position counts must be ", want, ", got ",
                past.defined() ? describe(past) : "an undefined tensor");
   FATHOM_CHECK(batch < 0 || past.dim(0) == 1 || past.dim(0) == batch, op, ": ", past.dim(0),
-               " position counts for a batch of ", batch, " (want I32 [1] or I32 [", batch, "])");
+               " position counts for a batch of ", batch, " (want ", want, ", got ", describe(past), ")");
 }
-
-}  // namespace
 
 void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
   check_cache_and_rows(cache, rows);
@@ -38,7 +41,7 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start) {
 
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
   check_cache_and_rows(cache, rows);
-  check_past("kv_cache_write", past, rows.dim(0));
+  check_position_counts("kv_cache_write", past, rows.dim(0));
   FATHOM_CHECK(rows.dim(1) <= cache.dim(2), "kv_cache_write: ", rows.dim(1),
                " new positions overrun the cache's capacity of ", cache.dim(2));
   if (rows.numel() == 0) return;
@@ -47,13 +50,13 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past) {
 }
 
 Tensor positions_after(const Tensor& past, int64_t T) {
-  check_past("positions_after", past);
+  check_position_counts("positions_after", past);
   FATHOM_CHECK(T >= 0, "positions_after: T must be >= 0, got ", T);
   return on_device("positions_after", past.device(), FATHOM_KERNEL(positions_after), past, T);
 }
 
 void advance_positions(Tensor& past, int64_t T) {
-  check_past("advance_positions", past);
+  check_position_counts("advance_positions", past);
   FATHOM_CHECK(T >= 0, "advance_positions: T must be >= 0, got ", T);
   return on_device("advance_positions", past.device(), FATHOM_KERNEL(advance_positions), past, T);
 }

@@ -24,6 +24,9 @@ void kv_cache_write(Tensor& cache, const Tensor& rows, int64_t start);
 //   advance_positions: every past_b += T.
 // Each throws unless past is I32 [1] or I32 [B] (B = the rows' batch) on the device of the other tensors.
 void kv_cache_write(Tensor& cache, const Tensor& rows, const Tensor& past);
+// Throws, naming op, unless past is I32 [1] or I32 [batch] (batch -1: any count of sequences). Every op that
+// reads the counts checks them with it.
+void check_position_counts(const char* op, const Tensor& past, int64_t batch = -1);
 Tensor positions_after(const Tensor& past, int64_t T);
 void advance_positions(Tensor& past, int64_t T);
 

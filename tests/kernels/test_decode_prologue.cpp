@@ -69,7 +69,7 @@ TEST(DecodePrologue, BadArgumentsNameTheProblem) {
   expect_error([&] { call(q, k, {}, {}, angles, narrow_cache, past); },
                {"the caches must be [B, Hk, capacity, d] = [2, 2, capacity, 8]"});
   expect_error([&] { call(q, k, {}, {}, angles, cache, Tensor::zeros({3}, DType::i32)); },
-               {"past must be I32 [1] or [B] = [2]"});
+               {"decode_prologue", "3 position counts for a batch of 2"});
   expect_error([&] { call(q, k, {}, {}, angles.to(DType::f32), cache, past); }, {"not rope_angles' table for cpu"});
   expect_error(
       [&] {

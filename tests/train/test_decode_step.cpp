@@ -43,9 +43,9 @@ TEST(DecodePositions, TheCountedWriteEqualsTheHostOne) {
   kv_cache_write(by_count, rows, count(3));
   EXPECT_EQ(by_count.to_vector<float>(), by_host.to_vector<float>());
   expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({1}, DType::i64)); },
-               {"kv_cache_write", "I32 [1] or I32 [batch]", "I64"});
+               {"kv_cache_write", "I32 [1] or I32 [B] = [2]", "I64"});
   expect_error([&] { kv_cache_write(by_count, rows, Tensor::zeros({3}, DType::i32)); },
-               {"3 position counts for a batch of 2", "I32 [1] or I32 [2]"});
+               {"3 position counts for a batch of 2", "I32 [1] or I32 [B] = [2]"});
   expect_error([&] { kv_cache_write(by_count, rows, Tensor()); }, {"undefined"});
   expect_error(
       [&] {
