@@ -31,7 +31,7 @@ from tables.distill_chains import FOLDER as DISTILL_FOLDER  # noqa: E402
 from tables.distill_tables import DISTILL_TABLES, TEACHER_FIGURE  # noqa: E402
 from tables.effects import summary  # noqa: E402
 from tables.records import summarize, table_record  # noqa: E402
-from tables.runs import TableError, fathom_binary  # noqa: E402
+from tables.runs import TableError, fathom_binary, other_seeds  # noqa: E402
 from tables.scales import DEFAULT_SEEDS, SCALES  # noqa: E402
 from tables.training import train_rows  # noqa: E402
 from tables.training_tables import TABLES, Context  # noqa: E402
@@ -143,8 +143,10 @@ def training_table(table, args, fathom, log):
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
     seeds = sorted({s for r in rows.values() for s in r.seeds})
+    left_out = other_seeds(os.path.join(out, "runs", table.name), list(rows), seeds)
     report.write_markdown(md, table.title, provenance(table, args, info, [
-        f"- seeds: {', '.join(map(str, seeds))} (train.seed); each row is the mean ± std over them",
+        f"- seeds: {', '.join(map(str, seeds))} (train.seed); each row is the mean ± std over them"] +
+        ([f"- {report.left_out_note('Runs', f'runs/{table.name}', seeds, left_out)}"] if left_out else []) + [
         noise_line(table, rows),
         f"- steps per run: {', '.join(map(str, steps))}; validation domain compared: "
         f"{rows[table.baseline].any_run().domain()}; run folders: runs/{table.name}/ROW/seed-N (each with its "

@@ -11,7 +11,7 @@ from .distill_chains import CHAINS, FOLDER, FRACTIONS, TEACHER_TOLERANCE, chain_
 from .metrics import RunMetrics, is_finite_number
 from .plateau import plateau
 from .rows import Row
-from .runs import TableError, read_metrics, recipe_value
+from .runs import TableError, other_seeds, read_metrics, recipe_value
 
 
 # fathom distill writes a value that is not finite as null; earlier versions wrote it as printf does (nan,
@@ -217,19 +217,5 @@ def gather(out, keys, seeds, domain, order):
                         raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers "
                                          f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it "
                                          "was distilled with another order: remove it to distill it again")
-    return Distilled(teacher, chains, shuffles, order, other_seeds(out, keys, seeds))
-
-
-SEED_FOLDER = re.compile(r"^seed-(\d+)$")
-
-
-def other_seeds(out, keys, seeds):
-    """The folders of chains `keys` at seeds other than `seeds` (finished or not), as KEY/seed-N."""
-    found = []
-    for key in keys:
-        folder = os.path.join(out, "runs", FOLDER, key)
-        names = os.listdir(folder) if os.path.isdir(folder) else []
-        numbers = sorted(int(m.group(1)) for n in names if (m := SEED_FOLDER.match(n)) and
-                         os.path.isdir(os.path.join(folder, n)))
-        found += [f"{key}/seed-{n}" for n in numbers if n not in seeds]
-    return found
+    left_out = other_seeds(os.path.join(out, "runs", FOLDER), keys, seeds)
+    return Distilled(teacher, chains, shuffles, order, left_out)

@@ -607,6 +607,22 @@ class SeededTables(unittest.TestCase):
         self.assertNotRegex(md, "agrees|disagrees")
         self.assertIn("Of 2 effects:", md)
 
+    def test_runs_at_other_seeds_are_named_not_dropped_silently(self):
+        out = self.out("s")
+        self.assertEqual(self.tables("dsla-states", "--scale", "tiny", "--seeds", "3", "--out", out).returncode, 0)
+        os.makedirs(os.path.join(out, "runs", "dsla-states", "retired-row", "seed-7"))  # no row of this table
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            md = f.read()
+        self.assertIn("- seeds: 1, 2 (train.seed)", md)
+        self.assertIn("- Runs of this table at other seeds are in runs/dsla-states but not on this page (it reads "
+                      "seeds 1, 2; --seeds sets how many): attention/seed-3, 1state/seed-3, 2state/seed-3.\n", md)
+        self.assertNotIn("retired-row", md)
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "3", "--out", out)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            self.assertNotIn("at other seeds", f.read())
+
     def test_a_stopped_table_continues_where_it_stopped(self):
         out = self.out("b")
         run = os.path.join(out, "runs", "dsla-states", "1state", "seed-1")
