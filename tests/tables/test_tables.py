@@ -21,6 +21,7 @@ from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
 from tables.distill_results import DistillResult, attention_layers  # noqa: E402
 from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
+from tables.settings import differences  # noqa: E402
 
 FATHOM = None
 
@@ -474,6 +475,162 @@ class DistillTablesFromSeeds(unittest.TestCase):
         write_chain(os.path.join(self.out, "runs", "dsla-distill", "entropy"), 3.0, [3.1, 3.2], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "earlier one-seed layout"):
             distill_runs.distill("/bin/false", REPO, self.out, "entropy", 1, {}, lambda _: None)
+
+
+def resolved_recipe(steps=20, states=2, loss="{ce: 1, gate_cos: 0.1, layer_align: 1, logit_kl: 1}", seed=1,
+                    threads=1, order="entropy", eval_every=0, distill=True):
+    """A recipe.yaml as fathom writes it into a run or chain folder (fully resolved, in its layout), with the
+    keys the tiny scale sets (distill.steps_per_layer is written as train.steps)."""
+    text = f"""# fathom recipe, fully resolved (every key explicit)
+
+name: quickstart-distill
+model:
+  d_model: 64
+  n_layers: 4
+  n_heads: 4
+  n_kv_heads: 2
+  ffn_hidden: 128
+  norm_eps: 1e-06
+  layers:
+    []
+dsla:
+  states: {states}
+  gamma: layer
+data:
+  tokenizer: data/tokenizers/quickstart-4k.json
+  train:
+    - data/corpus/quickstart/train
+  validation:
+    moby_dick:
+      - data/corpus/quickstart/validation/moby_dick.txt
+  documents: lines
+train:
+  device: auto
+  seed: {seed}
+  batch_size: 4
+  seq_len: 64
+  steps: {steps}
+  threads: {threads}
+  loss: {{ce: 1, z_loss: 1e-05}}
+  schedule:
+    type: cosine
+    warmup_steps: {2 if distill else 5}
+eval:
+  every: {eval_every}
+  batches: 4
+checkpoint:
+  every: 50
+  keep_last: 2
+"""
+    if distill:
+        text += f"""distill:
+  teacher: checkpoint:/elsewhere/runs/dsla-distill/teacher
+  order:
+    - {order}
+  layers:
+    - "0.25"
+    - "0.5"
+  loss: {loss}
+  calibration_batches: 1
+"""
+    return text + "log:\n  every: 3\n  dir: /elsewhere/run\n"
+
+
+ONE_STATE_LOSS_WRITTEN = "{ce: 1, layer_align: 1, logit_kl: 1}"
+
+
+class ChainSettings(unittest.TestCase):
+    """A finished (or started) chain or teacher made with other settings than the table gives it now is refused,
+    naming the folder, the key and both values; keys a machine varies (threads, device) are not compared."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+        self.teacher = os.path.join(self.out, "runs", "dsla-distill", "teacher")
+        write_metrics(self.teacher, teacher_records([(75, 4.0), (150, 3.5), (225, 3.2), (300, 3.0)]))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def chain(self, key, seed=1, finished=True, **recipe):
+        folder = chain_dir(self.out, key, seed)
+        if finished:
+            write_chain(folder, 3.0, [3.1, 3.2], [2, 0, 1, 3])
+        else:
+            os.makedirs(folder)
+        write_text(os.path.join(folder, "recipe.yaml"), resolved_recipe(seed=seed, **recipe))
+        return folder
+
+    def sets(self, key, steps_per_layer=None, extra=None, seed=1):
+        return distill_runs.distill_sets("tiny", steps_per_layer, extra or {}, self.teacher, CHAINS[key].order, seed,
+                                         CHAINS[key].sets)
+
+    def distill(self, key, sets, seed=1):
+        return distill_runs.distill("/bin/false", REPO, self.out, key, seed, sets, lambda _: None)
+
+    def test_a_chain_made_with_the_same_settings_is_reused(self):
+        folder = self.chain("entropy")
+        self.assertEqual(self.distill("entropy", self.sets("entropy")), (folder, False))
+        # threads and device vary per machine: not compared
+        self.assertEqual(self.distill("entropy", self.sets("entropy", extra={"train.threads": 16,
+                                                                             "train.device": "cpu"})), (folder, False))
+        one = self.chain("entropy-1state", states=1, loss=ONE_STATE_LOSS_WRITTEN)
+        self.assertEqual(self.distill("entropy-1state", self.sets("entropy-1state")), (one, False))
+        # values compared by meaning: a --set's flow text against fathom's block lists and mappings
+        self.assertEqual(differences(folder, {"data.validation": "{moby_dick: [data/corpus/quickstart/validation/"
+                                                                 "moby_dick.txt]}",
+                                              "data.train": "[data/corpus/quickstart/train]", "model.norm_eps": 1e-6,
+                                              "distill.layers": "[0.25, 0.5]", "model.layers": "[]"}), [])
+        self.assertEqual(differences(folder, {"data.train": "[data/other]", "model.n_layers": 8}),
+                         [("data.train", "[data/corpus/quickstart/train]", "[data/other]"), ("model.n_layers", "4", "8")])
+
+    def test_other_steps_per_layer_is_refused_naming_both_values(self):
+        folder = self.chain("entropy", steps=20)
+        with self.assertRaises(TableError) as e:
+            self.distill("entropy", self.sets("entropy", steps_per_layer=40))
+        message = str(e.exception)
+        self.assertIn(f"{folder} was distilled with other settings than the table gives it now:\n"
+                      "  distill.steps_per_layer: 20 (its recipe.yaml) but 40 now\n", message)
+        self.assertIn(f"Remove {folder} to distill it again with these settings, or run with the settings it was "
+                      "made with (--set distill.steps_per_layer=20).", message)
+
+    def test_another_loss_or_state_count_is_refused(self):
+        # a 1-state chain made with the 2-state loss and states
+        folder = self.chain("entropy-1state")
+        with self.assertRaisesRegex(TableError, "dsla.states: 2 \\(its recipe.yaml\\) but 1 now\n  distill.loss: "
+                                                "\\{ce: 1, gate_cos: 0.1, layer_align: 1, logit_kl: 1\\} \\(its "
+                                                f"recipe.yaml\\) but {{ce: 1.0, logit_kl: 1.0, layer_align: 1.0}} "
+                                                f"now\nRemove {folder} to distill it again with these settings.$"):
+            self.distill("entropy-1state", self.sets("entropy-1state"))
+        # an entropy chain takes the recipe's states and loss: one made with 1 state is not it
+        self.chain("entropy", states=1, loss=ONE_STATE_LOSS_WRITTEN)
+        with self.assertRaisesRegex(TableError, "dsla.states: 1 \\(its recipe.yaml\\) but 2 now\n  distill.loss: "):
+            self.distill("entropy", self.sets("entropy"))
+
+    def test_a_started_chain_of_other_settings_is_refused_before_any_chain_runs(self):
+        # fathom's --resume takes a new train.steps: the chain would mix both lengths
+        self.chain("entropy", seed=1)
+        started = self.chain("entropy", seed=2, finished=False, steps=10)
+        work = [("entropy", s, self.sets("entropy", seed=s)) for s in (1, 2)]
+        with self.assertRaisesRegex(TableError, f"{started} was distilled with .*\n  distill.steps_per_layer: 10 "):
+            distill_runs.distill_all("/bin/false", REPO, self.out, work, 1, lambda _: None)
+        self.assertFalse(os.path.exists(started + ".log"))  # refused before fathom ran
+
+    def test_a_teacher_of_other_steps_is_refused(self):
+        # 600 steps evaluated every 150: it has an evaluation at step 300, so it passed for the 300-step teacher
+        write_metrics(self.teacher, teacher_records([(150, 4.0), (300, 3.5), (450, 3.2), (600, 3.0)]))
+        write_text(os.path.join(self.teacher, "recipe.yaml"), resolved_recipe(600, eval_every=150, distill=False))
+        with self.assertRaises(TableError) as e:
+            distill_runs.train_teacher("/bin/false", REPO, self.out, "tiny", None, {}, lambda _: None)
+        self.assertIn(f"{self.teacher} was trained with other settings than the table gives it now:\n"
+                      "  train.steps: 600 (its recipe.yaml) but 300 now\n"
+                      "  eval.every: 150 (its recipe.yaml) but 75 now\n", str(e.exception))
+        self.assertIn("or run with the settings it was made with (--steps 600).", str(e.exception))
+        self.assertEqual(distill_runs.train_teacher("/bin/false", REPO, self.out, "tiny", 600, {}, lambda _: None),
+                         (self.teacher, False))
+        # the chains' own --set (distill.*) is not the teacher's
+        self.assertNotIn("distill.steps_per_layer", distill_runs.teacher_sets("tiny", None,
+                                                                              {"distill.steps_per_layer": 5}))
 
 
 FAKE_FATHOM = """#!%s
