@@ -30,7 +30,7 @@ from tables import archive, kernels, noise, report  # noqa: E402
 from tables.distill_chains import FOLDER as DISTILL_FOLDER  # noqa: E402
 from tables.distill_tables import DISTILL_TABLES, TEACHER_FIGURE  # noqa: E402
 from tables.effects import summary  # noqa: E402
-from tables.records import summarize, table_record  # noqa: E402
+from tables.records import provenance_lines, summarize, table_record  # noqa: E402
 from tables.runs import TableError, fathom_binary, other_seeds  # noqa: E402
 from tables.scales import DEFAULT_SEEDS, SCALES  # noqa: E402
 from tables.training import train_rows  # noqa: E402
@@ -115,11 +115,9 @@ def parse_merge_args(argv):
 
 
 def provenance(table, args, info, extra_lines=()):
-    lines = [f"- date: {info['date']}",
-             f"- commit: {info['commit']}",
-             f"- device: {info['device']}",
-             f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
-             f"- command: `{info['command']}`"]
+    lines = [f"- date: {info['date']}"] + provenance_lines(info) + [
+        f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
+        f"- command: `{info['command']}`"]
     if "minutes" in info:
         lines.append(f"- device time: {info['minutes']:.1f} minutes of training over all runs")
     return lines + [f"- source: {table.source}"] + list(extra_lines)
@@ -161,9 +159,10 @@ def distill_table(table, args, fathom, log):
     out = os.path.abspath(args.out)
     log(f"{table.name}: the teacher, then chains {', '.join(table.chains)} at {args.seeds} seed(s) at scale "
         f"{args.scale} in {out}/runs/{DISTILL_FOLDER}")
-    results, ran = table.measure(fathom, REPO, out, args, log)
-    # One record per table: the chains are shared, but each table may be redrawn from them on its own.
-    info = table_record(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
+    results, _ = table.measure(fathom, REPO, out, args, log)
+    # The records of the teacher's run and of each chain on the page (each kept in its folder): the machines,
+    # commits and minutes behind them, wherever each was made.
+    info = summarize(results.records)
     sections, effects = table.sections(results)
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
@@ -172,7 +171,8 @@ def distill_table(table, args, fathom, log):
         f"each row is the mean ± std over them, and chains of one seed share their batches (paired effects)",
         f"- run folders: runs/{DISTILL_FOLDER}/teacher (`fathom train`) and runs/{DISTILL_FOLDER}/"
         f"{{{','.join(table.chains)}}}/seed-N (`fathom distill`, each with distill.md, order.md and its exact "
-        f"command in the .log beside it)",
+        f"command in the .log beside it, and its measured_by.json); above, the teacher and each chain count as one "
+        f"run",
         f"- figures: [{table.name}.png]({table.name}.png), the teacher's curve [{TEACHER_FIGURE}]({TEACHER_FIGURE})"]),
         sections + [summary(effects)])
     require_matplotlib(md)

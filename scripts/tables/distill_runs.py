@@ -3,9 +3,11 @@
 (runs/dsla-distill/CHAIN/seed-N), several at once with --jobs."""
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
+from .records import run_record
 from .distill_results import DistillResult, attention_layers, is_finished
 from .runs import Run, TableError, data_order, fathom_command, recipe_value, run_logged, run_sets, train
 from .scales import EVALS_PER_RUN, scale_sets
@@ -149,9 +151,11 @@ def is_complete(folder):
     return is_finished(folder)
 
 
-def distill(fathom, repo, out, key, seed, sets, log=print):
+def distill(fathom, repo, out, key, seed, sets, log=print, jobs=1):
     """Runs chain `key` at `seed` unless its folder holds a complete one; resumes a started one. Returns
-    (folder, whether it ran now). A failing fathom is a TableError naming the chain and its log."""
+    (folder, whether it ran now). A failing fathom is a TableError naming the chain and its log. A chain
+    distilled now gets its measured_by.json (this machine, commit and command, its minutes, and how many
+    chains shared the device: jobs)."""
     check_layout(out, key)
     folder = chain_dir(out, key, seed)
     name = f"{FOLDER}/{key}/seed-{seed}"
@@ -172,8 +176,10 @@ def distill(fathom, repo, out, key, seed, sets, log=print):
         command.append("--resume")
     log_path = folder + ".log"
     log(f"  {name}: distilling ({'resuming' if started else 'new'}, log {log_path})")
+    start = time.monotonic()
     run_logged(command, log_path, repo, f"chain {name}", append=started)
     DistillResult(folder)  # exited 0: its distill.json must now be whole, else say what is missing
+    run_record(folder, jobs, time.monotonic() - start, seed)
     return folder, True
 
 
@@ -184,7 +190,7 @@ def distill_all(fathom, repo, out, work, jobs, log=print):
     for key, seed, sets in work:
         check_settings(chain_dir(out, key, seed), chain_settings(repo, sets), "distilled")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(distill, fathom, repo, out, key, seed, sets, log) for key, seed, sets in work]
+        futures = [pool.submit(distill, fathom, repo, out, key, seed, sets, log, jobs) for key, seed, sets in work]
         failed = [f.exception() for f in futures if f.exception()]
         if failed:
             raise failed[0]

@@ -21,6 +21,7 @@ from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
 from tables.distill_results import DistillResult, attention_layers  # noqa: E402
 from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
+from tables.records import provenance_lines, summarize  # noqa: E402
 from tables.settings import differences  # noqa: E402
 
 FATHOM = None
@@ -188,6 +189,35 @@ def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000), remeasur
                 model.update({"k": k, "layers": order[:k], "fraction": k / len(order)})
             with open(os.path.join(folder, "distill.json"), "w") as f:
                 json.dump(data, f)
+
+
+H200_RECORD = {"command": "scripts/tables.py dsla-conversion --scale reference", "commit": "3ab89bc",
+               "date": "2026-12-04 21:12 UTC", "device": "NVIDIA H200 (training on the GPU)", "jobs": 1,
+               "seconds": 120.0}
+CPU_RECORD = {"command": "scripts/tables.py dsla-conversion --scale reference", "commit": "72da655",
+              "date": "2026-12-05 09:00 UTC", "device": "CPU only (x86_64, 2 cores)", "jobs": 1, "seconds": 300.0}
+
+
+class Provenance(unittest.TestCase):
+    """A page credits each device and commit with the runs its records say were made on or from it."""
+
+    def test_one_device_and_commit_is_one_line_each(self):
+        info = summarize([H200_RECORD, dict(H200_RECORD, seconds=60.0), H200_RECORD])
+        self.assertEqual(provenance_lines(info), ["- commit: 3ab89bc: all 3 runs",
+                                                  "- device: NVIDIA H200 (training on the GPU): all 3 runs"])
+        self.assertAlmostEqual(info["minutes"], 5.0)
+        self.assertEqual(info["date"], "2026-12-04 21:12 UTC")
+
+    def test_runs_of_several_machines_are_credited_to_each(self):
+        # most on the H200, one finished on a CPU from a later commit
+        info = summarize([H200_RECORD, H200_RECORD, CPU_RECORD, H200_RECORD])
+        self.assertEqual(provenance_lines(info), [
+            "- commits (the runs made from each):", "  - 3ab89bc: 3 runs", "  - 72da655: 1 run",
+            "- devices (the runs made on each, and their minutes of training):",
+            "  - NVIDIA H200 (training on the GPU): 3 runs, 6.0 minutes",
+            "  - CPU only (x86_64, 2 cores): 1 run, 5.0 minutes"])
+        self.assertEqual(info["date"], "2026-12-04 21:12 UTC to 2026-12-05 09:00 UTC")
+        self.assertAlmostEqual(info["minutes"], 11.0)
 
 
 T975_DF2 = 4.302653  # Student's t, two-sided 95%, 2 degrees of freedom
@@ -438,6 +468,24 @@ class DistillTablesFromSeeds(unittest.TestCase):
         self.assertIn("Chains of this table at other seeds are in runs/dsla-distill but not on this page (it reads "
                       "seeds 1, 2, 3; --seeds sets how many): entropy/seed-4, entropy-1state/seed-4.", text)
 
+    def test_each_device_is_credited_with_the_chains_made_on_it(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains(("entropy", "entropy-1state")))
+        write_text(os.path.join(self.out, "runs", "dsla-distill", "teacher", "measured_by.json"),
+                   json.dumps(dict(H200_RECORD, seconds=600)))
+        for key in ("entropy", "entropy-1state"):
+            for seed in (1, 2, 3):
+                record = CPU_RECORD if (key, seed) == ("entropy-1state", 3) else H200_RECORD
+                write_text(os.path.join(chain_dir(self.out, key, seed), "measured_by.json"), json.dumps(record))
+        os.remove(os.path.join(chain_dir(self.out, "entropy", 2), "measured_by.json"))  # a chain of earlier tables.py
+        info = summarize(self.read(DslaConversion()).records)
+        self.assertEqual(provenance_lines(info), [
+            "- commits (the runs made from each):", "  - 3ab89bc: 5 runs", "  - 72da655: 1 run",
+            "  - not recorded (no measured_by.json): 1 run",
+            "- devices (the runs made on each, and their minutes of training):",
+            "  - NVIDIA H200 (training on the GPU): 5 runs, 18.0 minutes",
+            "  - CPU only (x86_64, 2 cores): 1 run, 5.0 minutes", "  - not recorded (no measured_by.json): 1 run"])
+        self.assertAlmostEqual(info["minutes"], 23.0)
+
     def test_a_missing_seed_is_an_error_naming_the_chain(self):
         chains = fabricated_chains()
         del chains["entropy-1state"][2]
@@ -582,7 +630,8 @@ class ChainSettings(unittest.TestCase):
                                               "data.train": "[data/corpus/quickstart/train]", "model.norm_eps": 1e-6,
                                               "distill.layers": "[0.25, 0.5]", "model.layers": "[]"}), [])
         self.assertEqual(differences(folder, {"data.train": "[data/other]", "model.n_layers": 8}),
-                         [("data.train", "[data/corpus/quickstart/train]", "[data/other]"), ("model.n_layers", "4", "8")])
+                         [("data.train", "[data/corpus/quickstart/train]", "[data/other]"),
+                          ("model.n_layers", "4", "8")])
 
     def test_other_steps_per_layer_is_refused_naming_both_values(self):
         folder = self.chain("entropy", steps=20)
@@ -780,6 +829,21 @@ class SeededTables(unittest.TestCase):
         with open(os.path.join(out, "dsla-states.md")) as f:
             self.assertNotIn("at other seeds", f.read())
 
+    def test_a_page_credits_each_device_with_its_runs(self):
+        out = self.out("d")
+        self.assertEqual(self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out).returncode, 0)
+        # one run finished on another machine from another commit (merged from its archive)
+        write_text(os.path.join(out, "runs", "dsla-states", "2state", "seed-2", "measured_by.json"),
+                   json.dumps(dict(CPU_RECORD, device="NVIDIA X (training on the GPU)", seed=2)))
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            md = f.read()
+        self.assertIn("\n  - NVIDIA X (training on the GPU): 1 run, 5.0 minutes\n", md)
+        self.assertRegex(md, "\n- devices \\(the runs made on each, and their minutes of training\\):\n"
+                             "  - .*: 5 runs, 0.0 minutes\n")
+        self.assertRegex(md, "\n- commits \\(the runs made from each\\):\n  - .+: 5 runs\n  - 72da655: 1 run\n")
+
     def test_a_stopped_table_continues_where_it_stopped(self):
         out = self.out("b")
         run = os.path.join(out, "runs", "dsla-states", "1state", "seed-1")
@@ -847,6 +911,7 @@ class SeededTables(unittest.TestCase):
         write_chain(done, 3.0, [3.1, 3.2], [0, 1, 2, 3])
         write_text(os.path.join(done, "order.md"), "# Layer order: entropy\n")
         write_text(os.path.join(done, "recipe.yaml"), "name: x\n")
+        write_text(os.path.join(done, "measured_by.json"), json.dumps(H200_RECORD))
         os.makedirs(os.path.join(done, "M_1", "checkpoints"))
         write_metrics(os.path.join(done, "M_1"), fabricated(3.0))
         write_text(os.path.join(done, "M_1", "measured_by.json"), "{}")
@@ -857,7 +922,8 @@ class SeededTables(unittest.TestCase):
         with tarfile.open(self.out("a.tar.gz")) as tar:
             names = sorted(tar.getnames())
         self.assertEqual(names, [f"runs/dsla-distill/entropy/seed-1/{f}"
-                                 for f in ("distill.json", "order.json", "order.md", "recipe.yaml")])
+                                 for f in ("distill.json", "measured_by.json", "order.json", "order.md",
+                                           "recipe.yaml")])
         # a chain stopped midway here is replaced by the archive's finished one, not a conflict
         write_chain(chain_dir(c, "entropy", 1), 3.0, [3.1], [0, 1, 2, 3])
         os.makedirs(os.path.join(chain_dir(c, "entropy", 1), "M_2"))
