@@ -216,7 +216,7 @@ def kernel_table(name, args, log):
     info = table_record(os.path.join(out, f"{name}.measured_by.json"), ran, kernels.bench_device(out, name))
     md = os.path.join(out, f"{name}.md")
     report.write_markdown(md, table.title,
-                          provenance(table, args, info,
+                          provenance(table, args, info, kernels.device_lines(out, name) +
                                      [f"- benchmark arguments: `{' '.join(kernels.BENCH_ARGS[args.scale])}` "
                                       f"(raw output: {name}.bench.log)", f"- figure: [{name}.png]({name}.png)"]),
                           [report.markdown_table(header, rows), ["How the timings move:", ""] +

@@ -1031,6 +1031,18 @@ class KernelOutput(unittest.TestCase):
             self.assertIn("| -10.000 points |", "\n".join(kernels.changes_table(effects)))
             self.assertEqual(kernels.bench_device(out, "moda-table2"), "NVIDIA X, 1 SMs")
 
+    def test_logs_of_different_devices_are_each_named(self):
+        from tables import kernels
+        with tempfile.TemporaryDirectory() as out:
+            write_text(os.path.join(out, "moda-table2.bench.log"), "bench table2\n" + BENCH_TABLE2)
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [])  # one log: the record's device line
+            write_text(os.path.join(out, "moda-table2.cudnn.log"), "ref\ndevice: NVIDIA X, torch 2.5; cuda 12\n")
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [])  # the same GPU
+            write_text(os.path.join(out, "moda-table2.cudnn.log"), "ref\ndevice: NVIDIA Y, torch 2.5; cuda 12\n")
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [
+                "- the logs were measured on different devices:", "  - moda-table2.bench.log: NVIDIA X",
+                "  - moda-table2.cudnn.log: NVIDIA Y"])
+
     def test_a_missing_kernel_row_is_an_error(self):
         from tables import kernels
         with self.assertRaisesRegex(TableError, "no table headed 'kernel'"):
