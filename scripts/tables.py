@@ -30,8 +30,8 @@ from tables import archive, kernels, noise, report  # noqa: E402
 from tables.distill_chains import FOLDER as DISTILL_FOLDER  # noqa: E402
 from tables.distill_tables import DISTILL_TABLES, TEACHER_FIGURE  # noqa: E402
 from tables.effects import summary  # noqa: E402
-from tables.records import summarize, table_record  # noqa: E402
-from tables.runs import TableError, fathom_binary  # noqa: E402
+from tables.records import provenance_lines, summarize, table_record  # noqa: E402
+from tables.runs import TableError, fathom_binary, other_seeds  # noqa: E402
 from tables.scales import DEFAULT_SEEDS, SCALES  # noqa: E402
 from tables.training import train_rows  # noqa: E402
 from tables.training_tables import TABLES, Context  # noqa: E402
@@ -115,11 +115,9 @@ def parse_merge_args(argv):
 
 
 def provenance(table, args, info, extra_lines=()):
-    lines = [f"- date: {info['date']}",
-             f"- commit: {info['commit']}",
-             f"- device: {info['device']}",
-             f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
-             f"- command: `{info['command']}`"]
+    lines = [f"- date: {info['date']}"] + provenance_lines(info) + [
+        f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
+        f"- command: `{info['command']}`"]
     if "minutes" in info:
         lines.append(f"- device time: {info['minutes']:.1f} minutes of training over all runs")
     return lines + [f"- source: {table.source}"] + list(extra_lines)
@@ -143,8 +141,10 @@ def training_table(table, args, fathom, log):
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
     seeds = sorted({s for r in rows.values() for s in r.seeds})
+    left_out = other_seeds(os.path.join(out, "runs", table.name), list(rows), seeds)
     report.write_markdown(md, table.title, provenance(table, args, info, [
-        f"- seeds: {', '.join(map(str, seeds))} (train.seed); each row is the mean ± std over them",
+        f"- seeds: {', '.join(map(str, seeds))} (train.seed); each row is the mean ± std over them"] +
+        ([f"- {report.left_out_note('Runs', f'runs/{table.name}', seeds, left_out)}"] if left_out else []) + [
         noise_line(table, rows),
         f"- steps per run: {', '.join(map(str, steps))}; validation domain compared: "
         f"{rows[table.baseline].any_run().domain()}; run folders: runs/{table.name}/ROW/seed-N (each with its "
@@ -159,9 +159,10 @@ def distill_table(table, args, fathom, log):
     out = os.path.abspath(args.out)
     log(f"{table.name}: the teacher, then chains {', '.join(table.chains)} at {args.seeds} seed(s) at scale "
         f"{args.scale} in {out}/runs/{DISTILL_FOLDER}")
-    results, ran = table.measure(fathom, REPO, out, args, log)
-    # One record per table: the chains are shared, but each table may be redrawn from them on its own.
-    info = table_record(os.path.join(out, "runs", DISTILL_FOLDER, f"{table.name}.measured_by.json"), ran)
+    results, _ = table.measure(fathom, REPO, out, args, log)
+    # The records of the teacher's run and of each chain on the page (each kept in its folder): the machines,
+    # commits and minutes behind them, wherever each was made.
+    info = summarize(results.records)
     sections, effects = table.sections(results)
     md = os.path.join(out, f"{table.name}.md")
     png = os.path.join(out, f"{table.name}.png")
@@ -170,7 +171,8 @@ def distill_table(table, args, fathom, log):
         f"each row is the mean ± std over them, and chains of one seed share their batches (paired effects)",
         f"- run folders: runs/{DISTILL_FOLDER}/teacher (`fathom train`) and runs/{DISTILL_FOLDER}/"
         f"{{{','.join(table.chains)}}}/seed-N (`fathom distill`, each with distill.md, order.md and its exact "
-        f"command in the .log beside it)",
+        f"command in the .log beside it, and its measured_by.json); above, the teacher and each chain count as one "
+        f"run",
         f"- figures: [{table.name}.png]({table.name}.png), the teacher's curve [{TEACHER_FIGURE}]({TEACHER_FIGURE})"]),
         sections + [summary(effects)])
     require_matplotlib(md)
@@ -214,7 +216,7 @@ def kernel_table(name, args, log):
     info = table_record(os.path.join(out, f"{name}.measured_by.json"), ran, kernels.bench_device(out, name))
     md = os.path.join(out, f"{name}.md")
     report.write_markdown(md, table.title,
-                          provenance(table, args, info,
+                          provenance(table, args, info, kernels.device_lines(out, name) +
                                      [f"- benchmark arguments: `{' '.join(kernels.BENCH_ARGS[args.scale])}` "
                                       f"(raw output: {name}.bench.log)", f"- figure: [{name}.png]({name}.png)"]),
                           [report.markdown_table(header, rows), ["How the timings move:", ""] +

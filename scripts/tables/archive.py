@@ -8,7 +8,7 @@ What travels, at its path under the --out folder:
   checkpoints, so it stays behind);
 - each finished distillation chain (its distill.json names a model for each fraction; one stopped
   midway, like an unfinished run, stays behind): CHAIN/{distill.json, distill.md, order.json,
-  order.md, recipe.yaml} and CHAIN.log;
+  order.md, recipe.yaml, measured_by.json (where the chain has one)} and CHAIN.log;
 - the records kept beside them: *.measured_by.json, *.noise.json, *.bench.log, *.cudnn.log.
 """
 
@@ -23,7 +23,7 @@ from .records import RECORD
 from .runs import TableError
 
 RUN_FILES = ("metrics.jsonl", "recipe.yaml", RECORD)
-CHAIN_FILES = ("distill.json", "distill.md", "order.json", "order.md", "recipe.yaml")
+CHAIN_FILES = ("distill.json", "distill.md", "order.json", "order.md", "recipe.yaml", RECORD)
 RECORD_SUFFIXES = (".measured_by.json", ".noise.json", ".bench.log", ".cudnn.log")
 
 

@@ -10,8 +10,10 @@ import re
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, TEACHER_TOLERANCE, chain_dir, random_order
 from .metrics import RunMetrics, is_finite_number
 from .plateau import plateau
+from .records import RECORD
+from .records import read_json as read_record
 from .rows import Row
-from .runs import TableError, read_metrics, recipe_value
+from .runs import TableError, other_seeds, read_metrics, recipe_value
 
 
 # fathom distill writes a value that is not finite as null; earlier versions wrote it as printf does (nan,
@@ -153,8 +155,9 @@ class Distilled:
     """The teacher's run and the finished chains {key: {seed: DistillResult}} of a table, the random
     shuffles they were distilled with ({seed: order}), and the data-order signature the chains share."""
 
-    def __init__(self, teacher, chains, shuffles, order, left_out=()):
-        """left_out: the folders of this table's chains at seeds beyond the ones read (a page must name them)."""
+    def __init__(self, teacher, chains, shuffles, order, left_out=(), records=()):
+        """left_out: the folders of this table's chains at seeds beyond the ones read (a page must name them);
+        records: the measured_by records of the teacher's run and of each chain (None where one has none)."""
         self.teacher = teacher
         self.teacher_loss = teacher.val_loss()
         self.chains = chains
@@ -162,6 +165,7 @@ class Distilled:
         self.order = order
         self.seeds = sorted({s for by_seed in chains.values() for s in by_seed})
         self.left_out = list(left_out)
+        self.records = list(records)
 
     def row(self, key, fraction):
         """The M_k of `fraction` of chain `key` at every seed, as a Row of DistilledModel."""
@@ -217,19 +221,7 @@ def gather(out, keys, seeds, domain, order):
                         raise TableError(f"{result.dir}: its {fraction * 100:g}% model converted layers "
                                          f"{model.layers}, but shuffle {seed} starts {shuffles[seed][:model.k]}; it "
                                          "was distilled with another order: remove it to distill it again")
-    return Distilled(teacher, chains, shuffles, order, other_seeds(out, keys, seeds))
-
-
-SEED_FOLDER = re.compile(r"^seed-(\d+)$")
-
-
-def other_seeds(out, keys, seeds):
-    """The folders of chains `keys` at seeds other than `seeds` (finished or not), as KEY/seed-N."""
-    found = []
-    for key in keys:
-        folder = os.path.join(out, "runs", FOLDER, key)
-        names = os.listdir(folder) if os.path.isdir(folder) else []
-        numbers = sorted(int(m.group(1)) for n in names if (m := SEED_FOLDER.match(n)) and
-                         os.path.isdir(os.path.join(folder, n)))
-        found += [f"{key}/seed-{n}" for n in numbers if n not in seeds]
-    return found
+    left_out = other_seeds(os.path.join(out, "runs", FOLDER), keys, seeds)
+    records = [read_record(os.path.join(folder, RECORD))
+               for folder in [teacher_dir] + [r.dir for by_seed in chains.values() for r in by_seed.values()]]
+    return Distilled(teacher, chains, shuffles, order, left_out, records)

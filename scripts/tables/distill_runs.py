@@ -3,12 +3,15 @@
 (runs/dsla-distill/CHAIN/seed-N), several at once with --jobs."""
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
+from .records import run_record
 from .distill_results import DistillResult, attention_layers, is_finished
-from .runs import Run, TableError, data_order, fathom_command, run_logged, train
+from .runs import Run, TableError, data_order, fathom_command, recipe_value, run_logged, run_sets, train
 from .scales import EVALS_PER_RUN, scale_sets
+from .settings import differences
 
 TEACHER_RECIPE = "recipes/quickstart.yaml"
 DISTILL_RECIPE = "recipes/dsla/distill_quickstart.yaml"
@@ -34,18 +37,26 @@ def teacher_run(scale):
 
 def teacher_sets(scale, steps, extra):
     """The teacher's overrides: the scale's, evaluated every TEACHER_EVAL_EVERY steps where the scale
-    sets it and the run is long enough for EVALS_PER_RUN of them (the user's --set last)."""
+    sets it and the run is long enough for EVALS_PER_RUN of them (the user's --set last, but those of the
+    distill section, which are the chains')."""
     sets = scale_sets(scale, steps or TEACHER_STEPS[scale], {})
     every = TEACHER_EVAL_EVERY[scale]
     if every and "train.steps" in sets and sets["train.steps"] >= every * EVALS_PER_RUN:
         sets["eval.every"] = sets["checkpoint.every"] = every
-    sets.update(extra)
+    sets.update({k: v for k, v in extra.items() if not k.startswith("distill.")})
     return sets
 
 
 def train_teacher(fathom, repo, out, scale, steps, extra, log):
-    """The shared teacher: trained once, skipped when complete. Returns (folder, trained now)."""
-    return train(fathom, repo, out, FOLDER, teacher_run(scale), teacher_sets(scale, steps, extra), log)
+    """The shared teacher: trained once, skipped when complete (and trained with the settings the table gives
+    it now: a teacher of other --steps would pass for this one). Returns (folder, trained now)."""
+    run, sets = teacher_run(scale), teacher_sets(scale, steps, extra)
+    folder, ran = train(fathom, repo, out, FOLDER, run, sets, log)
+    if not ran:
+        check_settings(folder, run_sets(run, sets), "trained", TEACHER_SKIPPED,
+                       "train it again with these settings (and its chains, which the table then refuses as chains of "
+                       "an earlier teacher)", teacher_hint)
+    return folder, ran
 
 
 # What scale_sets derives from a training run's length: a chain's layers have their own (steps_per_layer).
@@ -82,18 +93,75 @@ def chain_data_order(repo, scale, extra):
     return data_order(repo, Run("chain", DISTILL_RECIPE), distill_sets(scale, None, extra, "teacher", "entropy"))
 
 
+# The teacher's checkpoint cadence changes none of its numbers.
+TEACHER_SKIPPED = ("checkpoint.every", "checkpoint.keep_last")
+# Keys a chain of one kind takes from the distillation recipe and another kind sets (distill_chains.CHAINS): a
+# chain is compared on them too, so that a chain of the other kind in its folder is not taken for it.
+CHAIN_VARIED = ("dsla.states", "distill.loss")
+
+
+def teacher_hint(key, was, found):
+    """How to ask for a teacher's recorded value of `key`: its length is --steps (a --set train.steps would reach
+    the chains too), and its evaluation cadence follows from it."""
+    if key == "train.steps":
+        return f"--steps {was}"
+    if key == "eval.every" and "train.steps" in found:
+        return None
+    return f"--set {key}={was}"
+
+
+def chain_hint(key, was, found):
+    """None for the keys the table sets itself for each chain (CHAIN_KEYS: a --set of them is refused)."""
+    return None if key in CHAIN_KEYS else f"--set {key}={was}"
+
+
+def chain_settings(repo, sets):
+    """The settings a chain must have been distilled with: its --set overrides, and the distillation recipe's
+    values of the CHAIN_VARIED keys it does not override."""
+    expected = dict(sets)
+    for key in CHAIN_VARIED:
+        if key not in expected:
+            value = recipe_value(os.path.join(repo, DISTILL_RECIPE), key)
+            if value is not None:
+                expected[key] = value
+    return expected
+
+
+def check_settings(folder, sets, made, skip=(), again="distill it again with these settings", hint_for=chain_hint):
+    """A run or chain in `folder` (finished, or started and about to resume) made with other values of the keys
+    the table sets than `sets` gives now is refused, naming each key and both values: reused, its numbers would
+    stand in a row for settings they were not measured with (and a resumed chain would mix both)."""
+    found = differences(folder, sets, skip)
+    if not found:
+        return
+    keys = [key for key, _, _ in found]
+    lines = [f"{key}: {was} (its recipe.yaml) but {now} now" for key, was, now in found]
+    hints = [h for key, was, _ in found if (h := hint_for(key, was, keys))]
+    fixed = [key for key in keys if key in CHAIN_KEYS]
+    raise TableError(f"{folder} was {made} with other settings than the table gives it now:\n  " + "\n  ".join(lines) +
+                     f"\nRemove {folder} to {again}" +
+                     (f", or run with the settings it was made with ({' '.join(hints)})" if hints else "") +
+                     (f"; the table sets {', '.join(fixed)} itself for each chain, so only removing it helps there"
+                      if fixed and hints else "") + ".")
+
+
 def is_complete(folder):
     """A chain is complete when its distill.json names a model for each fraction: distilling it again would
     change nothing (one with a diverged model is reported by the table, not run again)."""
     return is_finished(folder)
 
 
-def distill(fathom, repo, out, key, seed, sets, log=print):
+def distill(fathom, repo, out, key, seed, sets, log=print, jobs=1):
     """Runs chain `key` at `seed` unless its folder holds a complete one; resumes a started one. Returns
-    (folder, whether it ran now). A failing fathom is a TableError naming the chain and its log."""
+    (folder, whether it ran now). A failing fathom is a TableError naming the chain and its log. A chain
+    distilled now gets its measured_by.json (this machine, commit and command, its minutes, and how many
+    chains shared the device: jobs)."""
     check_layout(out, key)
     folder = chain_dir(out, key, seed)
     name = f"{FOLDER}/{key}/seed-{seed}"
+    # A chain started or finished with other settings (distill.steps_per_layer, the loss, the model, ...):
+    # fathom's --resume takes a new train.steps, so even a started chain is checked here.
+    check_settings(folder, chain_settings(repo, sets), "distilled")
     if is_complete(folder):
         check_not_stale(folder, sets["distill.teacher"].split(":", 1)[1])
         log(f"  {name}: complete, skipped")
@@ -108,16 +176,21 @@ def distill(fathom, repo, out, key, seed, sets, log=print):
         command.append("--resume")
     log_path = folder + ".log"
     log(f"  {name}: distilling ({'resuming' if started else 'new'}, log {log_path})")
+    start = time.monotonic()
     run_logged(command, log_path, repo, f"chain {name}", append=started)
     DistillResult(folder)  # exited 0: its distill.json must now be whole, else say what is missing
+    run_record(folder, jobs, time.monotonic() - start, seed)
     return folder, True
 
 
 def distill_all(fathom, repo, out, work, jobs, log=print):
     """Runs each (key, seed, sets) of work, `jobs` at a time. Returns whether any ran now. Every chain
-    ends before the first failure is raised, so none is left half-written by the others' failure."""
+    ends before the first failure is raised, so none is left half-written by the others' failure. Chains of
+    other settings are refused before any runs."""
+    for key, seed, sets in work:
+        check_settings(chain_dir(out, key, seed), chain_settings(repo, sets), "distilled")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(distill, fathom, repo, out, key, seed, sets, log) for key, seed, sets in work]
+        futures = [pool.submit(distill, fathom, repo, out, key, seed, sets, log, jobs) for key, seed, sets in work]
         failed = [f.exception() for f in futures if f.exception()]
         if failed:
             raise failed[0]

@@ -9,7 +9,7 @@ from .distill_results import gather
 from .distill_runs import chain_data_order, run_chains
 from .effects import DEFAULT_SIZE, against, compare, effects_table
 from .plateau import IMPROVING, PLATEAUED
-from .report import fmt, markdown_table
+from .report import fmt, left_out_note, markdown_table, seed_list
 from .rows import Row
 from .scales import COMPARED_DOMAIN, seeds
 
@@ -39,10 +39,6 @@ def gap(m):
 
 def ppl_gap(m):
     return m.ppl_gap()
-
-
-def seed_list(seeds):
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
 def layers_text(row):
@@ -87,8 +83,7 @@ class DistillTable:
         elif check.verdict != PLATEAUED:
             lines += ["", "Too few evaluations to tell whether the teacher has plateaued."]
         if results.left_out:
-            lines += ["", f"Chains of this table at other seeds are in runs/{FOLDER} but not on this page (it reads "
-                          f"{seed_list(results.seeds)}; --seeds sets how many): {', '.join(results.left_out)}."]
+            lines += ["", left_out_note("Chains", f"runs/{FOLDER}", results.seeds, results.left_out)]
         return lines
 
     @staticmethod

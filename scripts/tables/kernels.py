@@ -73,6 +73,30 @@ def bench_device(out_dir, name):
     return None
 
 
+def log_devices(out_dir, name):
+    """[(log file, the GPU its first line names)] of the kept logs of a kernel table (bench_moda_attention's,
+    and for Table 2 PyTorch's cuDNN reference, measured apart and possibly elsewhere), without the details
+    after the name."""
+    found = []
+    for suffix in (".bench.log", ".cudnn.log"):
+        path = os.path.join(out_dir, name + suffix)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                device = next((line[len("device: "):] for line in f if line.startswith("device: ")), None)
+            if device:
+                found.append((name + suffix, device.split(";")[0].split(",")[0].strip()))
+    return found
+
+
+def device_lines(out_dir, name):
+    """The page's line per log where its logs were measured on different devices (else none: the record's
+    device line names the one)."""
+    logs = log_devices(out_dir, name)
+    if len({device for _, device in logs}) < 2:
+        return []
+    return ["- the logs were measured on different devices:"] + [f"  - {f}: {device}" for f, device in logs]
+
+
 def run_bench(command, log_path, log):
     """The benchmark's stdout; a log kept from an earlier invocation is reused (resumable)."""
     if os.path.isfile(log_path):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECORD = "measured_by.json"  # inside a training run's folder, written once the run is complete
+RECORD = "measured_by.json"  # inside a training run's or chain's folder, written once it is complete
 
 
 def device_name():
@@ -87,18 +87,64 @@ def table_record(path, measured_now, device=None):
     return kept
 
 
+NOT_RECORDED = "not recorded (no measured_by.json)"
+
+
 def summarize(records):
-    """One provenance from the records of a table's runs: each distinct date range, commit, device
-    and command, the GPU (or CPU) minutes the runs took, and the largest --jobs any ran under."""
-    records = [r for r in records if r]
+    """One provenance from the records of a table's runs (None where a run has none): each distinct date range,
+    command, and the largest --jobs any ran under; each distinct commit with the number of runs made from it, and
+    each distinct device with the number of runs made on it and the GPU (or CPU) minutes they took, so that runs
+    made on several machines are credited to each."""
     if not records:
         return None
+    kept = [r for r in records if r]
+    missing = len(records) - len(kept)
 
     def distinct(key):
-        return sorted({str(r.get(key, "unknown")) for r in records})
-    dates = distinct("date")
+        return sorted({str(r.get(key, "unknown")) for r in kept})
+
+    def counted(key):
+        counts = {}
+        for r in kept:
+            value = str(r.get(key, "unknown"))
+            counts[value] = counts.get(value, 0) + 1
+        if missing:
+            counts[NOT_RECORDED] = missing
+        return sorted(counts.items(), key=lambda item: (item[0] == NOT_RECORDED, -item[1], item[0]))
+
+    minutes = {}
+    for r in kept:
+        device = str(r.get("device", "unknown"))
+        minutes[device] = minutes.get(device, 0.0) + float(r.get("seconds", 0)) / 60.0
+    dates = distinct("date") or [NOT_RECORDED]
     return {"date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
-            "commit": ", ".join(distinct("commit")), "device": "; ".join(distinct("device")),
-            "command": "`; `".join(distinct("command")),
-            "minutes": sum(float(r.get("seconds", 0)) for r in records) / 60.0,
-            "jobs": max(int(r.get("jobs", 1)) for r in records)}
+            "commits": counted("commit"),
+            "devices": [(device, n, minutes.get(device)) for device, n in counted("device")],
+            "runs": len(records), "command": "`; `".join(distinct("command")) or NOT_RECORDED,
+            "minutes": sum(minutes.values()),
+            "jobs": max([int(r.get("jobs", 1)) for r in kept] or [1])}
+
+
+def runs_text(n, total):
+    return f"all {n} runs" if n == total and n > 1 else f"{n} run{'' if n == 1 else 's'}"
+
+
+def provenance_lines(info):
+    """The commit and device lines of a page: one line where all its runs agree, else one line per commit and per
+    device with the runs made from or on it (and each device's minutes)."""
+    if "devices" not in info:  # one measurement (a kernel benchmark): its own record
+        return [f"- commit: {info['commit']}", f"- device: {info['device']}"]
+    total = info["runs"]
+    lines = []
+    if len(info["commits"]) == 1:
+        lines.append(f"- commit: {info['commits'][0][0]}: {runs_text(info['commits'][0][1], total)}")
+    else:
+        lines.append("- commits (the runs made from each):")
+        lines += [f"  - {commit}: {runs_text(n, total)}" for commit, n in info["commits"]]
+    if len(info["devices"]) == 1:
+        lines.append(f"- device: {info['devices'][0][0]}: {runs_text(info['devices'][0][1], total)}")
+    else:
+        lines.append("- devices (the runs made on each, and their minutes of training):")
+        lines += [f"  - {device}: {runs_text(n, total)}" + (f", {m:.1f} minutes" if m is not None else "")
+                  for device, n, m in info["devices"]]
+    return lines

@@ -17,6 +17,18 @@ def signed(value, digits=4):
     return f"{value:+.{digits}f}"
 
 
+def seed_list(seeds):
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
+def left_out_note(what, folder, seeds, left_out):
+    """The sentence a page gives for the run folders (runs.other_seeds) at seeds it does not read: every run
+    made is reported, those left out by name. what: 'Runs', 'Chains'; folder: where they are, as the page
+    names it."""
+    return (f"{what} of this table at other seeds are in {folder} but not on this page (it reads "
+            f"{seed_list(seeds)}; --seeds sets how many): {', '.join(left_out)}.")
+
+
 def markdown_table(header, rows, align=None):
     align = align or ["---"] + ["---:"] * (len(header) - 1)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]

@@ -3,6 +3,7 @@ reading a finished run's metrics.jsonl."""
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -64,6 +65,22 @@ def is_complete(run_dir, steps):
 
 def run_dir_for(out, table, run):
     return os.path.join(out, "runs", table, run.key, *([f"seed-{run.seed}"] if run.seed is not None else []))
+
+
+SEED_FOLDER = re.compile(r"^seed-(\d+)$")
+
+
+def other_seeds(folder, keys, seeds):
+    """The folders KEY/seed-N under `folder` of rows (or chains) `keys` at seeds other than `seeds`,
+    finished or not: what a page that reads `seeds` leaves out, and must name."""
+    found = []
+    for key in keys:
+        parent = os.path.join(folder, key)
+        names = os.listdir(parent) if os.path.isdir(parent) else []
+        numbers = sorted(int(m.group(1)) for n in names if (m := SEED_FOLDER.match(n)) and
+                         os.path.isdir(os.path.join(parent, n)))
+        found += [f"{key}/seed-{n}" for n in numbers if n not in seeds]
+    return found
 
 
 def run_sets(run, sets):

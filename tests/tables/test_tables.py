@@ -21,6 +21,8 @@ from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
 from tables.distill_results import DistillResult, attention_layers  # noqa: E402
 from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
+from tables.records import provenance_lines, summarize  # noqa: E402
+from tables.settings import differences  # noqa: E402
 
 FATHOM = None
 
@@ -187,6 +189,35 @@ def write_chains(out, teacher_curve, chains, kv_saved=(256000, 512000), remeasur
                 model.update({"k": k, "layers": order[:k], "fraction": k / len(order)})
             with open(os.path.join(folder, "distill.json"), "w") as f:
                 json.dump(data, f)
+
+
+H200_RECORD = {"command": "scripts/tables.py dsla-conversion --scale reference", "commit": "3ab89bc",
+               "date": "2026-12-04 21:12 UTC", "device": "NVIDIA H200 (training on the GPU)", "jobs": 1,
+               "seconds": 120.0}
+CPU_RECORD = {"command": "scripts/tables.py dsla-conversion --scale reference", "commit": "72da655",
+              "date": "2026-12-05 09:00 UTC", "device": "CPU only (x86_64, 2 cores)", "jobs": 1, "seconds": 300.0}
+
+
+class Provenance(unittest.TestCase):
+    """A page credits each device and commit with the runs its records say were made on or from it."""
+
+    def test_one_device_and_commit_is_one_line_each(self):
+        info = summarize([H200_RECORD, dict(H200_RECORD, seconds=60.0), H200_RECORD])
+        self.assertEqual(provenance_lines(info), ["- commit: 3ab89bc: all 3 runs",
+                                                  "- device: NVIDIA H200 (training on the GPU): all 3 runs"])
+        self.assertAlmostEqual(info["minutes"], 5.0)
+        self.assertEqual(info["date"], "2026-12-04 21:12 UTC")
+
+    def test_runs_of_several_machines_are_credited_to_each(self):
+        # most on the H200, one finished on a CPU from a later commit
+        info = summarize([H200_RECORD, H200_RECORD, CPU_RECORD, H200_RECORD])
+        self.assertEqual(provenance_lines(info), [
+            "- commits (the runs made from each):", "  - 3ab89bc: 3 runs", "  - 72da655: 1 run",
+            "- devices (the runs made on each, and their minutes of training):",
+            "  - NVIDIA H200 (training on the GPU): 3 runs, 6.0 minutes",
+            "  - CPU only (x86_64, 2 cores): 1 run, 5.0 minutes"])
+        self.assertEqual(info["date"], "2026-12-04 21:12 UTC to 2026-12-05 09:00 UTC")
+        self.assertAlmostEqual(info["minutes"], 11.0)
 
 
 T975_DF2 = 4.302653  # Student's t, two-sided 95%, 2 degrees of freedom
@@ -437,6 +468,24 @@ class DistillTablesFromSeeds(unittest.TestCase):
         self.assertIn("Chains of this table at other seeds are in runs/dsla-distill but not on this page (it reads "
                       "seeds 1, 2, 3; --seeds sets how many): entropy/seed-4, entropy-1state/seed-4.", text)
 
+    def test_each_device_is_credited_with_the_chains_made_on_it(self):
+        write_chains(self.out, PLATEAUED_CURVE, fabricated_chains(("entropy", "entropy-1state")))
+        write_text(os.path.join(self.out, "runs", "dsla-distill", "teacher", "measured_by.json"),
+                   json.dumps(dict(H200_RECORD, seconds=600)))
+        for key in ("entropy", "entropy-1state"):
+            for seed in (1, 2, 3):
+                record = CPU_RECORD if (key, seed) == ("entropy-1state", 3) else H200_RECORD
+                write_text(os.path.join(chain_dir(self.out, key, seed), "measured_by.json"), json.dumps(record))
+        os.remove(os.path.join(chain_dir(self.out, "entropy", 2), "measured_by.json"))  # a chain of earlier tables.py
+        info = summarize(self.read(DslaConversion()).records)
+        self.assertEqual(provenance_lines(info), [
+            "- commits (the runs made from each):", "  - 3ab89bc: 5 runs", "  - 72da655: 1 run",
+            "  - not recorded (no measured_by.json): 1 run",
+            "- devices (the runs made on each, and their minutes of training):",
+            "  - NVIDIA H200 (training on the GPU): 5 runs, 18.0 minutes",
+            "  - CPU only (x86_64, 2 cores): 1 run, 5.0 minutes", "  - not recorded (no measured_by.json): 1 run"])
+        self.assertAlmostEqual(info["minutes"], 23.0)
+
     def test_a_missing_seed_is_an_error_naming_the_chain(self):
         chains = fabricated_chains()
         del chains["entropy-1state"][2]
@@ -474,6 +523,163 @@ class DistillTablesFromSeeds(unittest.TestCase):
         write_chain(os.path.join(self.out, "runs", "dsla-distill", "entropy"), 3.0, [3.1, 3.2], [0, 1, 2, 3])
         with self.assertRaisesRegex(TableError, "earlier one-seed layout"):
             distill_runs.distill("/bin/false", REPO, self.out, "entropy", 1, {}, lambda _: None)
+
+
+def resolved_recipe(steps=20, states=2, loss="{ce: 1, gate_cos: 0.1, layer_align: 1, logit_kl: 1}", seed=1,
+                    threads=1, order="entropy", eval_every=0, distill=True):
+    """A recipe.yaml as fathom writes it into a run or chain folder (fully resolved, in its layout), with the
+    keys the tiny scale sets (distill.steps_per_layer is written as train.steps)."""
+    text = f"""# fathom recipe, fully resolved (every key explicit)
+
+name: quickstart-distill
+model:
+  d_model: 64
+  n_layers: 4
+  n_heads: 4
+  n_kv_heads: 2
+  ffn_hidden: 128
+  norm_eps: 1e-06
+  layers:
+    []
+dsla:
+  states: {states}
+  gamma: layer
+data:
+  tokenizer: data/tokenizers/quickstart-4k.json
+  train:
+    - data/corpus/quickstart/train
+  validation:
+    moby_dick:
+      - data/corpus/quickstart/validation/moby_dick.txt
+  documents: lines
+train:
+  device: auto
+  seed: {seed}
+  batch_size: 4
+  seq_len: 64
+  steps: {steps}
+  threads: {threads}
+  loss: {{ce: 1, z_loss: 1e-05}}
+  schedule:
+    type: cosine
+    warmup_steps: {2 if distill else 5}
+eval:
+  every: {eval_every}
+  batches: 4
+checkpoint:
+  every: 50
+  keep_last: 2
+"""
+    if distill:
+        text += f"""distill:
+  teacher: checkpoint:/elsewhere/runs/dsla-distill/teacher
+  order:
+    - {order}
+  layers:
+    - "0.25"
+    - "0.5"
+  loss: {loss}
+  calibration_batches: 1
+"""
+    return text + "log:\n  every: 3\n  dir: /elsewhere/run\n"
+
+
+ONE_STATE_LOSS_WRITTEN = "{ce: 1, layer_align: 1, logit_kl: 1}"
+
+
+class ChainSettings(unittest.TestCase):
+    """A finished (or started) chain or teacher made with other settings than the table gives it now is refused,
+    naming the folder, the key and both values; keys a machine varies (threads, device) are not compared."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+        self.teacher = os.path.join(self.out, "runs", "dsla-distill", "teacher")
+        write_metrics(self.teacher, teacher_records([(75, 4.0), (150, 3.5), (225, 3.2), (300, 3.0)]))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def chain(self, key, seed=1, finished=True, **recipe):
+        folder = chain_dir(self.out, key, seed)
+        if finished:
+            write_chain(folder, 3.0, [3.1, 3.2], [2, 0, 1, 3])
+        else:
+            os.makedirs(folder)
+        write_text(os.path.join(folder, "recipe.yaml"), resolved_recipe(seed=seed, **recipe))
+        return folder
+
+    def sets(self, key, steps_per_layer=None, extra=None, seed=1):
+        return distill_runs.distill_sets("tiny", steps_per_layer, extra or {}, self.teacher, CHAINS[key].order, seed,
+                                         CHAINS[key].sets)
+
+    def distill(self, key, sets, seed=1):
+        return distill_runs.distill("/bin/false", REPO, self.out, key, seed, sets, lambda _: None)
+
+    def test_a_chain_made_with_the_same_settings_is_reused(self):
+        folder = self.chain("entropy")
+        self.assertEqual(self.distill("entropy", self.sets("entropy")), (folder, False))
+        # threads and device vary per machine: not compared
+        self.assertEqual(self.distill("entropy", self.sets("entropy", extra={"train.threads": 16,
+                                                                             "train.device": "cpu"})), (folder, False))
+        one = self.chain("entropy-1state", states=1, loss=ONE_STATE_LOSS_WRITTEN)
+        self.assertEqual(self.distill("entropy-1state", self.sets("entropy-1state")), (one, False))
+        # values compared by meaning: a --set's flow text against fathom's block lists and mappings
+        self.assertEqual(differences(folder, {"data.validation": "{moby_dick: [data/corpus/quickstart/validation/"
+                                                                 "moby_dick.txt]}",
+                                              "data.train": "[data/corpus/quickstart/train]", "model.norm_eps": 1e-6,
+                                              "distill.layers": "[0.25, 0.5]", "model.layers": "[]"}), [])
+        self.assertEqual(differences(folder, {"data.train": "[data/other]", "model.n_layers": 8}),
+                         [("data.train", "[data/corpus/quickstart/train]", "[data/other]"),
+                          ("model.n_layers", "4", "8")])
+
+    def test_other_steps_per_layer_is_refused_naming_both_values(self):
+        folder = self.chain("entropy", steps=20)
+        with self.assertRaises(TableError) as e:
+            self.distill("entropy", self.sets("entropy", steps_per_layer=40))
+        message = str(e.exception)
+        self.assertIn(f"{folder} was distilled with other settings than the table gives it now:\n"
+                      "  distill.steps_per_layer: 20 (its recipe.yaml) but 40 now\n", message)
+        self.assertIn(f"Remove {folder} to distill it again with these settings, or run with the settings it was "
+                      "made with (--set distill.steps_per_layer=20).", message)
+
+    def test_another_loss_or_state_count_is_refused(self):
+        # a 1-state chain made with the 2-state loss and states
+        folder = self.chain("entropy-1state")
+        with self.assertRaisesRegex(TableError, "dsla.states: 2 \\(its recipe.yaml\\) but 1 now\n  distill.loss: "
+                                                "\\{ce: 1, gate_cos: 0.1, layer_align: 1, logit_kl: 1\\} \\(its "
+                                                f"recipe.yaml\\) but {{ce: 1.0, logit_kl: 1.0, layer_align: 1.0}} "
+                                                f"now\nRemove {folder} to distill it again with these settings.$"):
+            self.distill("entropy-1state", self.sets("entropy-1state"))
+        # an entropy chain takes the recipe's states and loss: one made with 1 state is not it
+        self.chain("entropy", states=1, loss=ONE_STATE_LOSS_WRITTEN)
+        with self.assertRaisesRegex(TableError, "dsla.states: 1 \\(its recipe.yaml\\) but 2 now\n  distill.loss: "):
+            self.distill("entropy", self.sets("entropy"))
+
+    def test_a_started_chain_of_other_settings_is_refused_before_any_chain_runs(self):
+        # fathom's --resume takes a new train.steps: the chain would mix both lengths
+        self.chain("entropy", seed=1)
+        started = self.chain("entropy", seed=2, finished=False, steps=10)
+        work = [("entropy", s, self.sets("entropy", seed=s)) for s in (1, 2)]
+        with self.assertRaisesRegex(TableError, f"{started} was distilled with .*\n  distill.steps_per_layer: 10 "):
+            distill_runs.distill_all("/bin/false", REPO, self.out, work, 1, lambda _: None)
+        self.assertFalse(os.path.exists(started + ".log"))  # refused before fathom ran
+
+    def test_a_teacher_of_other_steps_is_refused(self):
+        # 600 steps evaluated every 150: it has an evaluation at step 300, so it passed for the 300-step teacher
+        write_metrics(self.teacher, teacher_records([(150, 4.0), (300, 3.5), (450, 3.2), (600, 3.0)]))
+        write_text(os.path.join(self.teacher, "recipe.yaml"), resolved_recipe(600, eval_every=150, distill=False))
+        with self.assertRaises(TableError) as e:
+            distill_runs.train_teacher("/bin/false", REPO, self.out, "tiny", None, {}, lambda _: None)
+        self.assertIn(f"{self.teacher} was trained with other settings than the table gives it now:\n"
+                      "  train.steps: 600 (its recipe.yaml) but 300 now\n"
+                      "  eval.every: 150 (its recipe.yaml) but 75 now\n", str(e.exception))
+        self.assertIn("or run with the settings it was made with (--steps 600).", str(e.exception))
+        self.assertEqual(distill_runs.train_teacher("/bin/false", REPO, self.out, "tiny", 600, {}, lambda _: None),
+                         (self.teacher, False))
+        # the chains' own --set (distill.*) is not the teacher's
+        self.assertNotIn("distill.steps_per_layer", distill_runs.teacher_sets("tiny", None,
+                                                                              {"distill.steps_per_layer": 5}))
 
 
 FAKE_FATHOM = """#!%s
@@ -607,6 +813,37 @@ class SeededTables(unittest.TestCase):
         self.assertNotRegex(md, "agrees|disagrees")
         self.assertIn("Of 2 effects:", md)
 
+    def test_runs_at_other_seeds_are_named_not_dropped_silently(self):
+        out = self.out("s")
+        self.assertEqual(self.tables("dsla-states", "--scale", "tiny", "--seeds", "3", "--out", out).returncode, 0)
+        os.makedirs(os.path.join(out, "runs", "dsla-states", "retired-row", "seed-7"))  # no row of this table
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            md = f.read()
+        self.assertIn("- seeds: 1, 2 (train.seed)", md)
+        self.assertIn("- Runs of this table at other seeds are in runs/dsla-states but not on this page (it reads "
+                      "seeds 1, 2; --seeds sets how many): attention/seed-3, 1state/seed-3, 2state/seed-3.\n", md)
+        self.assertNotIn("retired-row", md)
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "3", "--out", out)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            self.assertNotIn("at other seeds", f.read())
+
+    def test_a_page_credits_each_device_with_its_runs(self):
+        out = self.out("d")
+        self.assertEqual(self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out).returncode, 0)
+        # one run finished on another machine from another commit (merged from its archive)
+        write_text(os.path.join(out, "runs", "dsla-states", "2state", "seed-2", "measured_by.json"),
+                   json.dumps(dict(CPU_RECORD, device="NVIDIA X (training on the GPU)", seed=2)))
+        r = self.tables("dsla-states", "--scale", "tiny", "--seeds", "2", "--out", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "dsla-states.md")) as f:
+            md = f.read()
+        self.assertIn("\n  - NVIDIA X (training on the GPU): 1 run, 5.0 minutes\n", md)
+        self.assertRegex(md, "\n- devices \\(the runs made on each, and their minutes of training\\):\n"
+                             "  - .*: 5 runs, 0.0 minutes\n")
+        self.assertRegex(md, "\n- commits \\(the runs made from each\\):\n  - .+: 5 runs\n  - 72da655: 1 run\n")
+
     def test_a_stopped_table_continues_where_it_stopped(self):
         out = self.out("b")
         run = os.path.join(out, "runs", "dsla-states", "1state", "seed-1")
@@ -674,6 +911,7 @@ class SeededTables(unittest.TestCase):
         write_chain(done, 3.0, [3.1, 3.2], [0, 1, 2, 3])
         write_text(os.path.join(done, "order.md"), "# Layer order: entropy\n")
         write_text(os.path.join(done, "recipe.yaml"), "name: x\n")
+        write_text(os.path.join(done, "measured_by.json"), json.dumps(H200_RECORD))
         os.makedirs(os.path.join(done, "M_1", "checkpoints"))
         write_metrics(os.path.join(done, "M_1"), fabricated(3.0))
         write_text(os.path.join(done, "M_1", "measured_by.json"), "{}")
@@ -684,7 +922,8 @@ class SeededTables(unittest.TestCase):
         with tarfile.open(self.out("a.tar.gz")) as tar:
             names = sorted(tar.getnames())
         self.assertEqual(names, [f"runs/dsla-distill/entropy/seed-1/{f}"
-                                 for f in ("distill.json", "order.json", "order.md", "recipe.yaml")])
+                                 for f in ("distill.json", "measured_by.json", "order.json", "order.md",
+                                           "recipe.yaml")])
         # a chain stopped midway here is replaced by the archive's finished one, not a conflict
         write_chain(chain_dir(c, "entropy", 1), 3.0, [3.1], [0, 1, 2, 3])
         os.makedirs(os.path.join(chain_dir(c, "entropy", 1), "M_2"))
@@ -791,6 +1030,18 @@ class KernelOutput(unittest.TestCase):
             self.assertEqual([round(e.measured, 2) for e in effects], [-10.0, 32.0])
             self.assertIn("| -10.000 points |", "\n".join(kernels.changes_table(effects)))
             self.assertEqual(kernels.bench_device(out, "moda-table2"), "NVIDIA X, 1 SMs")
+
+    def test_logs_of_different_devices_are_each_named(self):
+        from tables import kernels
+        with tempfile.TemporaryDirectory() as out:
+            write_text(os.path.join(out, "moda-table2.bench.log"), "bench table2\n" + BENCH_TABLE2)
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [])  # one log: the record's device line
+            write_text(os.path.join(out, "moda-table2.cudnn.log"), "ref\ndevice: NVIDIA X, torch 2.5; cuda 12\n")
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [])  # the same GPU
+            write_text(os.path.join(out, "moda-table2.cudnn.log"), "ref\ndevice: NVIDIA Y, torch 2.5; cuda 12\n")
+            self.assertEqual(kernels.device_lines(out, "moda-table2"), [
+                "- the logs were measured on different devices:", "  - moda-table2.bench.log: NVIDIA X",
+                "  - moda-table2.cudnn.log: NVIDIA Y"])
 
     def test_a_missing_kernel_row_is_an_error(self):
         from tables import kernels

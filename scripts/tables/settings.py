@@ -1,0 +1,158 @@
+"""A finished run's or chain's settings against the ones a table gives it now: fathom writes the fully resolved
+recipe (every key explicit) into the run folder as recipe.yaml, and a table that reuses a run must have asked
+for the same values of every key it sets."""
+
+import os
+
+# Keys a user varies per machine without changing what is measured: where and how fast a run goes, where it
+# writes, how often it reports. distill.teacher is a path on the machine that made the chain (a chain's
+# teacher is checked by the loss it measured, distill_results.gather).
+PER_MACHINE_KEYS = ("train.threads", "train.device", "train.grad_accum", "train.recompute", "train.grad_reduce",
+                    "train.grad_bucket_kib", "data.verify", "log.dir", "log.every", "distill.teacher")
+# Keys fathom resolves into another before writing recipe.yaml: a chain's distill.steps_per_layer is its
+# train.steps (each converted layer's run).
+WRITTEN_AS = {"distill.steps_per_layer": "train.steps"}
+
+
+def read_recipe(path):
+    """The nested mappings, lists and scalars (as written, quotes removed) of a recipe.yaml as fathom writes
+    it: block mappings and lists by indentation, flow values ([..], {..}) kept as text."""
+    root = {}
+    stack = [(-1, root)]  # the open containers: (indent of the line that opened it, dict or list)
+    open_key = None       # (indent, dict, key) of the last "key:" with nothing after it
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            body = line.strip()
+            if not body or body.startswith("#"):
+                continue
+            indent = len(line) - len(line.lstrip(" "))
+            if open_key and indent > open_key[0]:
+                _, parent, key = open_key
+                if body == "-" or body.startswith("- "):
+                    parent[key] = []
+                elif ":" in body and not body.startswith(("[", "{", '"', "'")):
+                    parent[key] = {}
+                else:  # a flow value on its own line, such as [] under `layers:`
+                    parent[key] = body
+                    open_key = None
+                    continue
+                stack.append((open_key[0], parent[key]))
+            open_key = None
+            while stack[-1][0] >= indent:
+                stack.pop()
+            container = stack[-1][1]
+            if isinstance(container, list):
+                if body == "-" or body.startswith("- "):
+                    container.append(unquote(body[1:].strip()))
+                continue  # the rest of a list item that is a mapping: no table sets one
+            key, _, value = body.partition(":")
+            value = value.strip()
+            container[key.strip()] = unquote(value) if value else None
+            if not value:
+                open_key = (indent, container, key.strip())
+    return root
+
+
+def unquote(text):
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+def lookup(tree, key):
+    """The value of a dotted key (train.schedule.warmup_steps), or KeyError."""
+    value = tree
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(key)
+        value = value[part]
+    return value
+
+
+def split_flow(text):
+    """The items of a flow sequence's or mapping's inside, split at the commas outside brackets and quotes."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]
+
+
+def canonical(value):
+    """A value compared by meaning: numbers as floats (1, 1.0 and "1e0" alike), flow text parsed, mappings
+    without their order, strings unquoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.startswith("[") and text.endswith("]"):
+        return [canonical(v) for v in split_flow(text[1:-1])]
+    if text.startswith("{") and text.endswith("}"):
+        pairs = (item.partition(":") for item in split_flow(text[1:-1]))
+        return {unquote(k.strip()): canonical(v.strip()) for k, _, v in pairs}
+    text = unquote(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def same(a, b):
+    """Whether two canonical values agree; a one-item list and its item agree (distill.order: entropy is
+    written as the list [entropy])."""
+    if isinstance(a, list) and len(a) == 1 and not isinstance(b, list):
+        a = a[0]
+    if isinstance(b, list) and len(b) == 1 and not isinstance(a, list):
+        b = b[0]
+    return a == b
+
+
+def shown(value):
+    """A recipe value as a --set would write it."""
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def differences(folder, sets, skip=()):
+    """[(key, the value folder/recipe.yaml holds, the value `sets` gives)] for each key of sets, other than the
+    PER_MACHINE_KEYS and `skip`, that the recipe holds with another value. A folder without a recipe.yaml, or a
+    key its recipe does not hold, gives nothing to compare."""
+    path = os.path.join(folder, "recipe.yaml")
+    if not os.path.isfile(path):
+        return []
+    tree = read_recipe(path)
+    found = []
+    for key, wanted in sets.items():
+        if key in PER_MACHINE_KEYS or key in skip:
+            continue
+        try:
+            made = lookup(tree, key)
+        except KeyError:
+            try:
+                made = lookup(tree, WRITTEN_AS[key])
+            except KeyError:
+                continue
+        if not same(canonical(made), canonical(wanted)):
+            found.append((key, shown(made), str(wanted)))
+    return found
