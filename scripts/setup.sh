@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# python3-matplotlib: scripts/tables.py draws its figures, and its ctest runs one table.
+# python3-matplotlib, python3-yaml: scripts/tables.py draws its figures and reads the recipes its runs wrote,
+# and its ctest runs one table.
 # Open MPI: data-parallel launch and the CPU communicator (its tests run under mpirun).
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev libyaml-cpp-dev libcli11-dev libgtest-dev libpcre2-dev
-          python3 python3-matplotlib libopenmpi-dev openmpi-bin)
+          python3 python3-matplotlib python3-yaml libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

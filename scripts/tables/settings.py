@@ -15,49 +15,12 @@ WRITTEN_AS = {"distill.steps_per_layer": "train.steps"}
 
 
 def read_recipe(path):
-    """The nested mappings, lists and scalars (as written, quotes removed) of a recipe.yaml as fathom writes
-    it: block mappings and lists by indentation, flow values ([..], {..}) kept as text."""
-    root = {}
-    stack = [(-1, root)]  # the open containers: (indent of the line that opened it, dict or list)
-    open_key = None       # (indent, dict, key) of the last "key:" with nothing after it
+    """The recipe.yaml fathom wrote, as nested dicts and lists."""
+    import yaml  # only the chain checks need it (python3-yaml), not every table
+
     with open(path, encoding="utf-8") as f:
-        for raw in f:
-            line = raw.rstrip("\n")
-            body = line.strip()
-            if not body or body.startswith("#"):
-                continue
-            indent = len(line) - len(line.lstrip(" "))
-            if open_key and indent > open_key[0]:
-                _, parent, key = open_key
-                if body == "-" or body.startswith("- "):
-                    parent[key] = []
-                elif ":" in body and not body.startswith(("[", "{", '"', "'")):
-                    parent[key] = {}
-                else:  # a flow value on its own line, such as [] under `layers:`
-                    parent[key] = body
-                    open_key = None
-                    continue
-                stack.append((open_key[0], parent[key]))
-            open_key = None
-            while stack[-1][0] >= indent:
-                stack.pop()
-            container = stack[-1][1]
-            if isinstance(container, list):
-                if body == "-" or body.startswith("- "):
-                    container.append(unquote(body[1:].strip()))
-                continue  # the rest of a list item that is a mapping: no table sets one
-            key, _, value = body.partition(":")
-            value = value.strip()
-            container[key.strip()] = unquote(value) if value else None
-            if not value:
-                open_key = (indent, container, key.strip())
-    return root
-
-
-def unquote(text):
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        return text[1:-1]
-    return text
+        tree = yaml.safe_load(f)
+    return tree if isinstance(tree, dict) else {}
 
 
 def lookup(tree, key):
@@ -70,28 +33,9 @@ def lookup(tree, key):
     return value
 
 
-def split_flow(text):
-    """The items of a flow sequence's or mapping's inside, split at the commas outside brackets and quotes."""
-    items, depth, quote, start = [], 0, None, 0
-    for i, c in enumerate(text):
-        if quote:
-            quote = None if c == quote else quote
-        elif c in "\"'":
-            quote = c
-        elif c in "[{":
-            depth += 1
-        elif c in "]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
-
-
 def canonical(value):
-    """A value compared by meaning: numbers as floats (1, 1.0 and "1e0" alike), flow text parsed, mappings
-    without their order, strings unquoted."""
+    """A value compared by meaning: numbers as floats (1, 1.0 and "1e0" alike), text in YAML's flow form
+    (a --set's "[entropy]") parsed, mappings without their order."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -103,14 +47,12 @@ def canonical(value):
     if value is None:
         return None
     text = str(value).strip()
-    if text.startswith("[") and text.endswith("]"):
-        return [canonical(v) for v in split_flow(text[1:-1])]
-    if text.startswith("{") and text.endswith("}"):
-        pairs = (item.partition(":") for item in split_flow(text[1:-1]))
-        return {unquote(k.strip()): canonical(v.strip()) for k, _, v in pairs}
-    text = unquote(text)
+    if text.startswith(("[", "{")):
+        import yaml
+
+        return canonical(yaml.safe_load(text))
     try:
-        return float(text)
+        return float(text)  # YAML 1.1 reads 1e-3 (no dot) as text
     except ValueError:
         return text
 

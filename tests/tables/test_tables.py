@@ -1,6 +1,6 @@
 """Checks of scripts/tables.py: the gathering, seeds and verdict logic on fabricated metrics, the failure
 messages, pack and merge, and one table end to end at tiny scale on the CPU.
-Usage: python3 tests/tables/test_tables.py FATHOM_BINARY   (exit 77: skipped, no matplotlib)"""
+Usage: python3 tests/tables/test_tables.py FATHOM_BINARY   (exit 77: skipped, no matplotlib or PyYAML)"""
 
 import json
 import math
@@ -1131,8 +1131,9 @@ class EndToEnd(unittest.TestCase):
 if __name__ == "__main__":
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        print(f"skipped: matplotlib is not installed for {sys.executable}")
+        import yaml  # noqa: F401
+    except ImportError as missing:
+        print(f"skipped: {missing.name} is not installed for {sys.executable}")
         sys.exit(77)
     if len(sys.argv) < 2:
         sys.exit("usage: test_tables.py FATHOM_BINARY")
