@@ -1,0 +1,38 @@
+// A kernel choice (kernels/runtime/kernel_choice.h): the environment variable is read at the first use,
+// unset gives the default, a bad value is an error naming the variable, and set() wins over the
+// environment whenever it is called.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kernels/attention/decode_prologue.h"
+#include "kernels/runtime/kernel_choice.h"
+#include "tests/support/test_support.h"
+
+using namespace fathom;
+using fathom::testing::expect_error;
+
+TEST(KernelChoice, ReadsItsVariableAtTheFirstUseAndSetWins) {
+  ::unsetenv("FATHOM_TEST_CHOICE_UNSET");
+  KernelChoice<DecodePrologue> unset("FATHOM_TEST_CHOICE_UNSET", DecodePrologue::separate, parse_decode_prologue);
+  EXPECT_EQ(unset.get(), DecodePrologue::separate);
+
+  ::setenv("FATHOM_TEST_CHOICE_SET", "fused", 1);
+  KernelChoice<DecodePrologue> from_environment("FATHOM_TEST_CHOICE_SET", DecodePrologue::separate,
+                                                parse_decode_prologue);
+  EXPECT_EQ(from_environment.get(), DecodePrologue::fused);
+  ::setenv("FATHOM_TEST_CHOICE_SET", "separate", 1);  // read once: a later change is not seen
+  EXPECT_EQ(from_environment.get(), DecodePrologue::fused);
+  from_environment.set(DecodePrologue::separate);
+  EXPECT_EQ(from_environment.get(), DecodePrologue::separate);
+
+  // set() before any get(): the environment, read first, does not overwrite it.
+  ::setenv("FATHOM_TEST_CHOICE_FIRST", "fused", 1);
+  KernelChoice<DecodePrologue> set_first("FATHOM_TEST_CHOICE_FIRST", DecodePrologue::separate, parse_decode_prologue);
+  set_first.set(DecodePrologue::separate);
+  EXPECT_EQ(set_first.get(), DecodePrologue::separate);
+
+  ::setenv("FATHOM_TEST_CHOICE_BAD", "yes", 1);
+  KernelChoice<DecodePrologue> bad("FATHOM_TEST_CHOICE_BAD", DecodePrologue::separate, parse_decode_prologue);
+  expect_error([&] { bad.get(); }, {"FATHOM_TEST_CHOICE_BAD must be fused or separate", "'yes'"});
+}
