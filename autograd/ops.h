@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -43,6 +44,10 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps);
 // the output from residual and x (the node keeps x; pass it only where other nodes keep residual).
 Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps,
                            bool rebuild_from_inputs = false);
+// The pre-norm block's residual step: {h = residual + x, rms_norm(h)}. Where nothing records a gradient,
+// one pass (kernels/rms_norm add_rms_norm_forward); otherwise add, then rms_norm, recorded as before.
+std::pair<Variable, Variable> add_rms_norm(const Variable& residual, const Variable& x, const Variable& weight,
+                                           double eps);
 
 // Rotary embedding, rotate_half (NeoX) form: pairs (i, i + d/2), angle pos * theta^(-2i/d), the
 // frequencies optionally rescaled (kernels/rope/rope.h: Llama 3's rule).

@@ -67,4 +67,16 @@ Variable residual_rms_norm(const Variable& residual, const Variable& x, const Va
   return y;
 }
 
+std::pair<Variable, Variable> add_rms_norm(const Variable& residual, const Variable& x, const Variable& weight,
+                                           double eps) {
+  FATHOM_CHECK(residual.defined() && x.defined() && weight.defined(), "add_rms_norm: undefined input");
+  if (any_requires_grad({residual, x, weight})) {
+    Variable h = add(residual, x);
+    Variable y = rms_norm(h, weight, eps);
+    return {std::move(h), std::move(y)};
+  }
+  AddRmsNormOutput out = add_rms_norm_forward(residual.value(), x.value(), weight.compute_value(), eps);
+  return {Variable(std::move(out.sum)), Variable(std::move(out.normed.y))};
+}
+
 }  // namespace fathom

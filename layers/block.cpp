@@ -1,5 +1,7 @@
 #include "layers/block.h"
 
+#include <tuple>
+
 #include "autograd/ops.h"
 #include "layers/layer_kinds.h"
 
@@ -43,8 +45,14 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
   // rebuilds h from them rather than keeping it for the FFN's projections.
-  const Variable h = pre_norm_ ? add(x, attn_out) : attn_norm_.forward_onto(x, attn_out, true);
-  const Variable ffn_in = pre_norm_ ? ffn_norm_.forward(h) : h;
+  // Pre-norm: h and the FFN's normalised input, in one pass where nothing records a gradient.
+  Variable h, ffn_in;
+  if (pre_norm_) {
+    std::tie(h, ffn_in) = ffn_norm_.forward_after_add(x, attn_out);
+  } else {
+    h = attn_norm_.forward_onto(x, attn_out, true);
+    ffn_in = h;
+  }
   if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
   const Variable ffn_out = mlp_.forward(ffn_in);
   return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);

@@ -12,4 +12,8 @@ Variable RMSNorm::forward_onto(const Variable& residual, const Variable& x, bool
   return residual_rms_norm(residual, x, weight_, eps_, rebuild_from_inputs);
 }
 
+std::pair<Variable, Variable> RMSNorm::forward_after_add(const Variable& residual, const Variable& x) const {
+  return add_rms_norm(residual, x, weight_, eps_);
+}
+
 }  // namespace fathom

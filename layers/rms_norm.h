@@ -1,5 +1,7 @@
 // RMSNorm over the last dimension with a learned gain (initialised to 1).
 #pragma once
+#include <utility>
+
 #include "layers/module.h"
 
 namespace fathom {
@@ -12,6 +14,9 @@ class RMSNorm : public Module {
   // rebuild_from_inputs, selective recompute rebuilds the sum from residual and x instead of keeping
   // it: for a residual that other nodes keep anyway.
   Variable forward_onto(const Variable& residual, const Variable& x, bool rebuild_from_inputs = false) const;
+  // {residual + x, forward(residual + x)}: the pre-norm block's residual step, one pass where nothing
+  // records a gradient.
+  std::pair<Variable, Variable> forward_after_add(const Variable& residual, const Variable& x) const;
   const Variable& weight() const { return weight_; }
   double eps() const { return eps_; }
 

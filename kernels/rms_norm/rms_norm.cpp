@@ -1,6 +1,7 @@
 #include "kernels/rms_norm/rms_norm.h"
 
 #include <cmath>
+#include <string>
 
 #include "kernels/dispatch.h"
 
@@ -26,6 +27,16 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
   const Device device = residual.defined() ? common_device("rms_norm", {&x, &weight, &residual})
                                            : common_device("rms_norm", {&x, &weight});
   return on_device("rms_norm", device, FATHOM_KERNEL(rms_norm_forward), x, weight, eps, residual);
+}
+
+AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
+  check_x_weight("add_rms_norm", x, weight);
+  FATHOM_CHECK(eps > 0 && std::isfinite(eps), "add_rms_norm: eps must be positive and finite, got ", eps);
+  FATHOM_CHECK(residual.defined() && residual.shape() == x.shape() && residual.dtype() == x.dtype(),
+               "add_rms_norm: residual ", residual.defined() ? describe(residual) : std::string("undefined"),
+               " must match x ", describe(x));
+  return on_device("add_rms_norm", common_device("add_rms_norm", {&residual, &x, &weight}),
+                   FATHOM_KERNEL(add_rms_norm_forward), residual, x, weight, eps);
 }
 
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,

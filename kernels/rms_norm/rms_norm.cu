@@ -209,6 +209,31 @@ void dispatch_forward_layout(int64_t n, bool few_rows, std::initializer_list<con
   dispatch_layout<T>(n, pointers, f);
 }
 
+// add_rms_norm: one block per row writes sum = residual + x, rounded to T as add rounds it, and
+// y = sum rstd w from that rounded sum. Decoding's few rows and evaluation's many take the same simple
+// pass; it replaces two (the add, then the norm re-reading the sum).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    add_rms_norm_forward_kernel(const T* residual, const T* x, const T* w, T* sum, T* y, float* rstd_out, int64_t rows,
+                                int64_t n, float eps) {
+  __shared__ float scratch[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t offset = row * n;
+    float ss = 0;
+    for (int64_t c = threadIdx.x; c < n; c += kThreads) {
+      const T s = from_float<T>(to_float(residual[offset + c]) + to_float(x[offset + c]));
+      sum[offset + c] = s;
+      ss += to_float(s) * to_float(s);
+    }
+    ss = block_sum(ss, scratch);
+    const float rstd = 1.0f / sqrtf(ss / float(n) + eps);
+    if (threadIdx.x == 0) rstd_out[row] = rstd;
+    // Each thread reads back the sums it wrote itself: no barrier needed.
+    for (int64_t c = threadIdx.x; c < n; c += kThreads)
+      y[offset + c] = from_float<T>(to_float(sum[offset + c]) * rstd * to_float(w[c]));
+  }
+}
+
 }  // namespace
 
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual) {
@@ -236,6 +261,22 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
               xp, wp, rp, yp, rstd_p, rows, n, float(eps));
           CUDA_CHECK_LAUNCH();
         });
+  });
+  return out;
+}
+
+AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
+  const int64_t n = x.dim(-1), rows = x.shape().rows();
+  AddRmsNormOutput out{
+      Tensor::empty(x.shape(), x.dtype(), x.device()),
+      {Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, DType::f32, x.device())}};
+  if (x.numel() == 0) return out;
+  dispatch_device_float("add_rms_norm", x.dtype(), [&]<typename T>() {
+    add_rms_norm_forward_kernel<T><<<grid_for(rows, 1, 65535), kThreads, 0, stream_for(x.device())>>>(
+        static_cast<const T*>(residual.raw()), static_cast<const T*>(x.raw()), static_cast<const T*>(weight.raw()),
+        static_cast<T*>(out.sum.raw()), static_cast<T*>(out.normed.y.raw()), static_cast<float*>(out.normed.rstd.raw()),
+        rows, n, float(eps));
+    CUDA_CHECK_LAUNCH();
   });
   return out;
 }

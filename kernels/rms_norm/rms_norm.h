@@ -22,6 +22,14 @@ struct RmsNormGrads {
 // the post-norm block's h = x + norm(sublayer(x)) without a separate add over the activations. The
 // backward is the same (the residual's gradient is grad_y itself).
 RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual = Tensor());
+// The pre-norm block's residual step in one pass: sum = residual + x (rounded to x's dtype, as add rounds
+// it) and y = norm(sum) with rstd, the same values as add then rms_norm_forward, reading the activations
+// once. No backward of its own: where gradients are recorded the two ops run (autograd/ops.h add_rms_norm).
+struct AddRmsNormOutput {
+  Tensor sum;  // residual + x
+  RmsNormOutput normed;
+};
+AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps);
 // dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
 // precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
@@ -32,7 +40,10 @@ RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tens
 using RmsNormForwardKernel = RmsNormOutput(const Tensor& x, const Tensor& weight, double eps, const Tensor& residual);
 using RmsNormBackwardKernel = RmsNormGrads(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                                            const Tensor& rstd, DType dweight_dtype);
+using AddRmsNormForwardKernel = AddRmsNormOutput(const Tensor& residual, const Tensor& x, const Tensor& weight,
+                                                 double eps);
 FATHOM_BACKENDS(RmsNormForwardKernel, rms_norm_forward)
+FATHOM_BACKENDS(AddRmsNormForwardKernel, add_rms_norm_forward)
 FATHOM_BACKENDS(RmsNormBackwardKernel, rms_norm_backward)
 
 }  // namespace fathom

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu_support/parallel.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/rms_norm/rms_norm.h"
 
 namespace fathom::cpu {
@@ -34,6 +35,13 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     }
   });
   return out;
+}
+
+// The reference is the two ops it joins.
+AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
+  Tensor sum = fathom::add(residual, x);
+  RmsNormOutput normed = cpu::rms_norm_forward(sum, weight, eps, Tensor());
+  return {std::move(sum), std::move(normed)};
 }
 
 // The CPU takes no BF16, so the weight gradient's dtype is the weight's: dweight_dtype has no choice to make.

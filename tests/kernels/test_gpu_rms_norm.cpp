@@ -2,6 +2,9 @@
 // register rows, wide ones and fewer rows than the H200's 132 SMs (one block each), widths that are and are not
 // multiples of the pack, row counts that are not multiples of anything; plus a bit-identical weight gradient across
 // runs.
+#include <string>
+
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "tests/support/gpu_test_util.h"
 
@@ -71,4 +74,23 @@ TEST(GpuRmsNorm, RejectsAnF64OnTheGpuAndAMismatchedRstd) {
   GpuInput xb = random_input({4, 8}, DType::bf16, 3), wb = random_input({8}, DType::bf16, 4);
   const Tensor bf16_rstd = Tensor::zeros({4}, DType::bf16, kGpu);
   expect_error([&] { rms_norm_backward(xb.gpu, xb.gpu, wb.gpu, bf16_rstd); }, {"rstd", "F32[4]"});
+}
+
+// The pre-norm residual step in one pass against the CPU and against the CUDA add then rms_norm: the sum
+// bit for bit (the same rounding), the norm up to the order of the f32 sum of squares.
+TEST(GpuRmsNorm, AddThenNormMatchesTheCpuAndTheSeparateOps) {
+  FATHOM_REQUIRE_GPU();
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const Shape& shape : {Shape{1, 2048}, Shape{32, 1, 2048}, Shape{3, 7, 100}, Shape{513, 264}}) {
+      const std::string what = std::string(dtype_name(dt)) + shape.str();
+      const GpuInput r = random_input(shape, dt, 1), x = random_input(shape, dt, 2);
+      const GpuInput w = random_input({shape.last()}, dt, 3);
+      const AddRmsNormOutput got = add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5);
+      const AddRmsNormOutput want = add_rms_norm_forward(r.cpu, x.cpu, w.cpu, 1e-5);
+      EXPECT_GPU_CLOSE(got.sum, want.sum, dt, what + ": sum");
+      EXPECT_GPU_CLOSE(got.normed.y, want.normed.y, dt, what + ": y");
+      const Tensor sum = add(r.gpu, x.gpu);
+      EXPECT_TRUE(bitwise_equal(got.sum, sum)) << what << ": sum against add";
+      EXPECT_LE(relative_l2(got.normed.y, rms_norm_forward(sum, w.gpu, 1e-5).y), 5e-4) << what << ": y";
+    }
 }

@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "tests/support/op_test_util.h"
 
@@ -130,4 +132,33 @@ TEST(RmsNorm, BadInputsAreErrors) {
         rms_norm_backward(random_tensor({4, 5}, DType::f32, 4), x.value(), random_tensor({6}, DType::f32, 3), out.rstd);
       },
       {"grad_y"});
+}
+
+// The pre-norm residual step: the kernel's sum and norm are add's and rms_norm's, and the autograd op
+// gives the same values with gradients recorded (two ops) and without (one pass).
+TEST(RmsNorm, AddThenNormIsTheAddFollowedByTheNorm) {
+  const Tensor r = random_tensor({3, 5, 12}, DType::f32, 60), x = random_tensor({3, 5, 12}, DType::f32, 61);
+  const Tensor w = random_tensor({12}, DType::f32, 62);
+  const AddRmsNormOutput out = add_rms_norm_forward(r, x, w, 1e-6);
+  const Tensor sum = add(r, x);
+  EXPECT_EQ(out.sum.to_vector<float>(), sum.to_vector<float>());
+  EXPECT_EQ(out.normed.y.to_vector<float>(), rms_norm_forward(sum, w, 1e-6).y.to_vector<float>());
+  EXPECT_EQ(out.normed.rstd.shape(), (Shape{15}));
+  Variable rv(r, true), xv(x, true), wv(w, true);
+  const auto [h, y] = add_rms_norm(rv, xv, wv, 1e-6);
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_EQ(h.value().to_vector<float>(), sum.to_vector<float>());
+  EXPECT_EQ(y.value().to_vector<float>(), out.normed.y.to_vector<float>());
+  backward(y, random_tensor({3, 5, 12}, DType::f32, 63));
+  EXPECT_TRUE(rv.grad().defined() && xv.grad().defined() && wv.grad().defined());
+  {
+    NoGrad no_grad;
+    const auto [h0, y0] = add_rms_norm(rv, xv, wv, 1e-6);
+    EXPECT_FALSE(y0.requires_grad());
+    EXPECT_EQ(y0.value().to_vector<float>(), out.normed.y.to_vector<float>());
+  }
+  expect_error([&] { add_rms_norm_forward(r.narrow(0, 2), x, w, 1e-6); }, {"add_rms_norm: residual", "must match x"});
+  expect_error([&] { add_rms_norm_forward(r, x, w, 0.0); }, {"add_rms_norm: eps"});
+  expect_error([&] { add_rms_norm_forward(r, x, random_tensor({11}, DType::f32, 64), 1e-6); },
+               {"add_rms_norm: weight", "[12]"});
 }
