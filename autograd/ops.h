@@ -44,8 +44,9 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps);
 // the output from residual and x (the node keeps x; pass it only where other nodes keep residual).
 Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps,
                            bool rebuild_from_inputs = false);
-// The pre-norm block's residual step: {h = residual + x, rms_norm(h)}. Where nothing records a gradient,
-// one pass (kernels/rms_norm add_rms_norm_forward); otherwise add, then rms_norm, recorded as before.
+// The pre-norm block's residual step: {h = residual + x, rms_norm(h)}. Where nothing records a gradient
+// and FATHOM_ADD_RMS_NORM=fused, one pass (kernels/rms_norm add_rms_norm_forward); otherwise add, then
+// rms_norm, recorded as before.
 std::pair<Variable, Variable> add_rms_norm(const Variable& residual, const Variable& x, const Variable& weight,
                                            double eps);
 

@@ -22,7 +22,7 @@
 #   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
-#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+prologue: fathom's decoding
+#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused: fathom's decoding
 #   kernels, one row set each; the first is the one the peers' tokens are checked against), GPTFAST_TUNING (off; on: Inductor's coordinate-descent
 #   tuning as gpt-fast's generate.py sets it, minutes more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu
 #   runs the fathom side of the plumbing on a machine without a GPU, e.g. with olmo2_14M and small grids).
@@ -44,16 +44,16 @@ TRAIN_STEPS=${TRAIN_STEPS:-30}
 REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
-LEVERS=${LEVERS:-cublas skinny skinny+prologue}
+LEVERS=${LEVERS:-cublas skinny skinny+fused}
 
-# The environment of a decoding lever: cuBLASLt and the separate prologue ops (fathom's default), the
-# skinny GEMM with its grouped projections, and that with the fused decode prologue.
+# The environment of a decoding lever: cuBLASLt and the separate ops (fathom's default), the skinny GEMM
+# with its grouped projections and SwiGLU, and that with the fused decode prologue and pre-norm residual step.
 lever_env() {
   case $1 in
-    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate" ;;
-    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate" ;;
-    skinny+prologue) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused" ;;
-    *) echo "unknown lever '$1' (cublas, skinny, skinny+prologue)" >&2; exit 2 ;;
+    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate" ;;
+    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate" ;;
+    skinny+fused) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused" ;;
+    *) echo "unknown lever '$1' (cublas, skinny, skinny+fused)" >&2; exit 2 ;;
   esac
 }
 work=/tmp/fathom-gen

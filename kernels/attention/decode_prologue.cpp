@@ -10,7 +10,7 @@ namespace fathom {
 namespace {
 
 KernelChoice<DecodePrologue>& choice_in_force() {
-  static KernelChoice<DecodePrologue> choice("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate, parse_decode_prologue);
+  static KernelChoice<DecodePrologue> choice("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate, parse_fusion);
   return choice;
 }
 
@@ -23,12 +23,6 @@ void check_rows(const char* what, const Tensor& x, const Tensor& q) {
 }
 
 }  // namespace
-
-DecodePrologue parse_decode_prologue(std::string_view text, std::string_view source) {
-  if (text == "fused") return DecodePrologue::fused;
-  if (text == "separate") return DecodePrologue::separate;
-  FATHOM_FAIL(source, " must be fused or separate, got '", text, "'");
-}
 
 DecodePrologue decode_prologue_choice() { return choice_in_force().get(); }
 

@@ -3,10 +3,10 @@
 // rotated k and v appended to the KV cache at each sequence's position. It is rms_norm_forward,
 // rope_forward and kv_cache_write in turn (six launches a layer), and the CPU runs exactly those.
 #pragma once
-#include <string_view>
 
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
@@ -28,10 +28,9 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // Whether attention's decoding steps take decode_prologue (fused) or its six ops (separate):
 // FATHOM_DECODE_PROLOGUE=fused|separate, read at the first call; unset, separate until the kernel's GPU
 // tests and decoding benchmark have run on an H200.
-enum class DecodePrologue { separate, fused };
+using DecodePrologue = Fusion;
 DecodePrologue decode_prologue_choice();
 void set_decode_prologue_choice(DecodePrologue choice);
-DecodePrologue parse_decode_prologue(std::string_view text, std::string_view source);
 
 // The backends' entry point (arguments checked).
 using DecodePrologueKernel = Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/dispatch.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
@@ -28,6 +29,17 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
                                            : common_device("rms_norm", {&x, &weight});
   return on_device("rms_norm", device, FATHOM_KERNEL(rms_norm_forward), x, weight, eps, residual);
 }
+
+namespace {
+KernelChoice<Fusion>& add_rms_norm_in_force() {
+  static KernelChoice<Fusion> choice("FATHOM_ADD_RMS_NORM", Fusion::separate, parse_fusion);
+  return choice;
+}
+}  // namespace
+
+Fusion add_rms_norm_choice() { return add_rms_norm_in_force().get(); }
+
+void set_add_rms_norm_choice(Fusion choice) { add_rms_norm_in_force().set(choice); }
 
 AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
   check_x_weight("add_rms_norm", x, weight);

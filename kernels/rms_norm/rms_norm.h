@@ -4,6 +4,7 @@
 
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
@@ -30,6 +31,11 @@ struct AddRmsNormOutput {
   RmsNormOutput normed;
 };
 AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps);
+// Whether add_rms_norm takes that one pass (fused) or add then rms_norm (separate) where nothing records a
+// gradient: FATHOM_ADD_RMS_NORM=fused|separate, read at the first call; unset, separate until the kernel's
+// GPU tests have run on an H200.
+Fusion add_rms_norm_choice();
+void set_add_rms_norm_choice(Fusion choice);
 // dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
 // precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,

@@ -7,7 +7,17 @@
 #include <mutex>
 #include <string_view>
 
+#include "core/error.h"
+
 namespace fathom {
+
+// The two words of a choice between a fused kernel and the separate ops it joins.
+enum class Fusion { separate, fused };
+inline Fusion parse_fusion(std::string_view text, std::string_view source) {
+  if (text == "fused") return Fusion::fused;
+  if (text == "separate") return Fusion::separate;
+  FATHOM_FAIL(source, " must be fused or separate, got '", text, "'");
+}
 
 template <typename Choice>
 class KernelChoice {

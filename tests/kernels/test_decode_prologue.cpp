@@ -85,8 +85,8 @@ TEST(DecodePrologue, BadArgumentsNameTheProblem) {
 }
 
 TEST(DecodePrologue, ChoiceParsesItsTwoWordsAndNamesTheVariableOtherwise) {
-  EXPECT_EQ(parse_decode_prologue("fused", "X"), DecodePrologue::fused);
-  EXPECT_EQ(parse_decode_prologue("separate", "X"), DecodePrologue::separate);
-  expect_error([] { parse_decode_prologue("on", "FATHOM_DECODE_PROLOGUE"); },
+  EXPECT_EQ(parse_fusion("fused", "X"), DecodePrologue::fused);
+  EXPECT_EQ(parse_fusion("separate", "X"), DecodePrologue::separate);
+  expect_error([] { parse_fusion("on", "FATHOM_DECODE_PROLOGUE"); },
                {"FATHOM_DECODE_PROLOGUE must be fused or separate", "'on'"});
 }

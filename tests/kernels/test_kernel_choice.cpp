@@ -14,12 +14,11 @@ using fathom::testing::expect_error;
 
 TEST(KernelChoice, ReadsItsVariableAtTheFirstUseAndSetWins) {
   ::unsetenv("FATHOM_TEST_CHOICE_UNSET");
-  KernelChoice<DecodePrologue> unset("FATHOM_TEST_CHOICE_UNSET", DecodePrologue::separate, parse_decode_prologue);
+  KernelChoice<DecodePrologue> unset("FATHOM_TEST_CHOICE_UNSET", DecodePrologue::separate, parse_fusion);
   EXPECT_EQ(unset.get(), DecodePrologue::separate);
 
   ::setenv("FATHOM_TEST_CHOICE_SET", "fused", 1);
-  KernelChoice<DecodePrologue> from_environment("FATHOM_TEST_CHOICE_SET", DecodePrologue::separate,
-                                                parse_decode_prologue);
+  KernelChoice<DecodePrologue> from_environment("FATHOM_TEST_CHOICE_SET", DecodePrologue::separate, parse_fusion);
   EXPECT_EQ(from_environment.get(), DecodePrologue::fused);
   ::setenv("FATHOM_TEST_CHOICE_SET", "separate", 1);  // read once: a later change is not seen
   EXPECT_EQ(from_environment.get(), DecodePrologue::fused);
@@ -28,11 +27,11 @@ TEST(KernelChoice, ReadsItsVariableAtTheFirstUseAndSetWins) {
 
   // set() before any get(): the environment, read first, does not overwrite it.
   ::setenv("FATHOM_TEST_CHOICE_FIRST", "fused", 1);
-  KernelChoice<DecodePrologue> set_first("FATHOM_TEST_CHOICE_FIRST", DecodePrologue::separate, parse_decode_prologue);
+  KernelChoice<DecodePrologue> set_first("FATHOM_TEST_CHOICE_FIRST", DecodePrologue::separate, parse_fusion);
   set_first.set(DecodePrologue::separate);
   EXPECT_EQ(set_first.get(), DecodePrologue::separate);
 
   ::setenv("FATHOM_TEST_CHOICE_BAD", "yes", 1);
-  KernelChoice<DecodePrologue> bad("FATHOM_TEST_CHOICE_BAD", DecodePrologue::separate, parse_decode_prologue);
+  KernelChoice<DecodePrologue> bad("FATHOM_TEST_CHOICE_BAD", DecodePrologue::separate, parse_fusion);
   expect_error([&] { bad.get(); }, {"FATHOM_TEST_CHOICE_BAD must be fused or separate", "'yes'"});
 }

@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/rms_norm/rms_norm.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
@@ -151,10 +152,12 @@ TEST(RmsNorm, AddThenNormIsTheAddFollowedByTheNorm) {
   EXPECT_EQ(y.value().to_vector<float>(), out.normed.y.to_vector<float>());
   backward(y, random_tensor({3, 5, 12}, DType::f32, 63));
   EXPECT_TRUE(rv.grad().defined() && xv.grad().defined() && wv.grad().defined());
-  {
+  for (const Fusion choice : {Fusion::separate, Fusion::fused}) {
+    AddRmsNormScope scope(choice);
     NoGrad no_grad;
     const auto [h0, y0] = add_rms_norm(rv, xv, wv, 1e-6);
     EXPECT_FALSE(y0.requires_grad());
+    EXPECT_EQ(h0.value().to_vector<float>(), sum.to_vector<float>());
     EXPECT_EQ(y0.value().to_vector<float>(), out.normed.y.to_vector<float>());
   }
   expect_error([&] { add_rms_norm_forward(r.narrow(0, 2), x, w, 1e-6); }, {"add_rms_norm: residual", "must match x"});

@@ -2,6 +2,7 @@
 
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/rms_norm/rms_norm.h"
 
 namespace fathom::test {
 
@@ -20,5 +21,6 @@ class KernelChoiceScope {
 
 using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_policy, set_skinny_matmul_policy>;
 using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
+using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 
 }  // namespace fathom::test
