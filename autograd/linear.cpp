@@ -1,5 +1,4 @@
 // linear: y = x W^T over the last dim of x; leading dims are flattened into GEMM rows.
-#include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -63,18 +62,23 @@ class LinearNode final : public Node {
   DType compute_dtype_;
 };
 
-// y in out_dtype: x's, or F32 for BF16 x (the GEMM accumulates in f32 and writes it unrounded).
-Variable linear_into(const Variable& x, const Variable& weight, DType out_dtype) {
+// Checks that weight [out, in] applies to x [..., in]; returns a new y [..., out] of `dtype` on x's device.
+Tensor linear_output(const Variable& x, const Variable& weight, DType dtype) {
   FATHOM_CHECK(x.defined() && weight.defined(), "linear: undefined input");
   FATHOM_CHECK(weight.value().rank() == 2, "linear: weight must be [out, in], got ", describe(weight.value()));
   FATHOM_CHECK(x.value().rank() >= 1 && x.dim(-1) == weight.dim(1), "linear: x ", describe(x.value()),
                " must end in the weight's input width ", weight.dim(1), " (weight ", describe(weight.value()), ")");
+  std::vector<int64_t> out_dims = x.shape().vec();
+  out_dims.back() = weight.dim(0);
+  return Tensor::empty(Shape(out_dims), dtype, x.device());
+}
+
+// y in out_dtype: x's, or F32 for BF16 x (the GEMM accumulates in f32 and writes it unrounded).
+Variable linear_into(const Variable& x, const Variable& weight, DType out_dtype) {
+  Tensor y = linear_output(x, weight, out_dtype);
   const Tensor& w = weight.compute_value();
   const Shape& xs = x.shape();
   const Tensor x2d = x.value().view({xs.rows(), xs.last()});
-  std::vector<int64_t> out_dims = xs.vec();
-  out_dims.back() = weight.dim(0);
-  Tensor y = Tensor::empty(Shape(out_dims), out_dtype, x.device());
   Tensor y2d = y.view({xs.rows(), weight.dim(0)});
   matmul(x2d, false, w, true, y2d);
   if (!any_requires_grad({x, weight})) return Variable(std::move(y));
@@ -102,23 +106,14 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
     for (const Variable* w : weights) out.push_back(linear(x, *w));
     return out;
   }
-  const Shape& xs = x.shape();
-  FATHOM_CHECK(x.value().rank() >= 1, "linear: x must have an input width, got ", describe(x.value()));
-  const Tensor x2d = x.value().view({xs.rows(), xs.last()});
   std::vector<Tensor> ws, ys2d;
   for (const Variable* w : weights) {
-    FATHOM_CHECK(w->defined() && w->value().rank() == 2, "linear: weight must be [out, in], got ",
-                 w->defined() ? describe(w->value()) : std::string("undefined"));
-    FATHOM_CHECK(x.dim(-1) == w->dim(1), "linear: x ", describe(x.value()), " must end in the weight's input width ",
-                 w->dim(1), " (weight ", describe(w->value()), ")");
-    std::vector<int64_t> dims = xs.vec();
-    dims.back() = w->dim(0);
-    Tensor y = Tensor::empty(Shape(dims), x.dtype(), x.device());
+    Tensor y = linear_output(x, *w, x.dtype());
     ws.push_back(w->compute_value());
-    ys2d.push_back(y.view({xs.rows(), w->dim(0)}));
+    ys2d.push_back(y.view({y.shape().rows(), w->dim(0)}));
     out.emplace_back(std::move(y));
   }
-  matmul_each(x2d, ws, ys2d);
+  matmul_each(x.value().view({x.shape().rows(), x.shape().last()}), ws, ys2d);
   return out;
 }
 
@@ -126,13 +121,8 @@ Variable linear_swiglu(const Variable& gate, const Variable& up, const Variable&
   FATHOM_CHECK(gate.defined() && up.defined() && weight.defined(), "linear_swiglu: undefined input");
   if (GradMode::enabled() && (gate.requires_grad() || up.requires_grad() || weight.requires_grad()))
     return linear(swiglu(gate, up), weight);
-  FATHOM_CHECK(weight.value().rank() == 2 && gate.value().rank() >= 1 && gate.dim(-1) == weight.dim(1), "linear: x ",
-               describe(gate.value()), " must end in the weight's input width ", weight.dim(1), " (weight ",
-               describe(weight.value()), ")");
+  Tensor y = linear_output(gate, weight, gate.dtype());
   const Shape& xs = gate.shape();
-  std::vector<int64_t> dims = xs.vec();
-  dims.back() = weight.dim(0);
-  Tensor y = Tensor::empty(Shape(dims), gate.dtype(), gate.device());
   Tensor y2d = y.view({xs.rows(), weight.dim(0)});
   const Shape rows{xs.rows(), xs.last()};
   FATHOM_CHECK(up.shape() == xs, "swiglu: gate ", describe(gate.value()), " and up ", describe(up.value()),

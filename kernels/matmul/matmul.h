@@ -33,8 +33,8 @@ void matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor
 using MatmulKernel = void(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
                           double beta);
 using MatmulEachKernel = void(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs);
-FATHOM_BACKENDS(MatmulKernel, matmul)
 using MatmulSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c);
+FATHOM_BACKENDS(MatmulKernel, matmul)
 FATHOM_BACKENDS(MatmulEachKernel, matmul_each)
 FATHOM_BACKENDS(MatmulSwigluKernel, matmul_swiglu)
 

@@ -59,8 +59,8 @@ void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w,
 // The backends' entry points (arguments checked).
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
-FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
 using SkinnyMatmulSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
+FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
 FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
 FATHOM_BACKENDS(SkinnyMatmulSwigluKernel, skinny_matmul_swiglu)
 
