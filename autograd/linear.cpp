@@ -117,20 +117,6 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
   return out;
 }
 
-Variable linear_swiglu(const Variable& gate, const Variable& up, const Variable& weight) {
-  FATHOM_CHECK(gate.defined() && up.defined() && weight.defined(), "linear_swiglu: undefined input");
-  if (GradMode::enabled() && (gate.requires_grad() || up.requires_grad() || weight.requires_grad()))
-    return linear(swiglu(gate, up), weight);
-  Tensor y = linear_output(gate, weight, gate.dtype());
-  const Shape& xs = gate.shape();
-  Tensor y2d = y.view({xs.rows(), weight.dim(0)});
-  const Shape rows{xs.rows(), xs.last()};
-  FATHOM_CHECK(up.shape() == xs, "swiglu: gate ", describe(gate.value()), " and up ", describe(up.value()),
-               " must have one shape");
-  matmul_swiglu(gate.value().view(rows), up.value().view(rows), weight.compute_value(), y2d);
-  return Variable(std::move(y));
-}
-
 Variable linear_wide(const Variable& x, const Variable& weight) {
   FATHOM_CHECK(x.defined(), "linear_wide: undefined input");
   return linear_into(x, weight, x.dtype() == DType::bf16 ? DType::f32 : x.dtype());

@@ -59,9 +59,6 @@ Variable rope(const Variable& x, const Tensor& angles);
 
 // silu(gate) * up, elementwise.
 Variable swiglu(const Variable& gate, const Variable& up);
-// linear(swiglu(gate, up), weight): an MLP's down projection. Where nothing records a gradient, one
-// matmul_swiglu (a decoding step's few rows on CUDA: SwiGLU inside the GEMM's loads, one launch).
-Variable linear_swiglu(const Variable& gate, const Variable& up, const Variable& weight);
 // x * sigmoid(x), elementwise.
 Variable silu(const Variable& x);
 

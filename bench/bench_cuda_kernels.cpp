@@ -5,7 +5,8 @@
 // random and several times larger than L2.
 // The decode table times the skinny GEMM (kernels/matmul/skinny_matmul.h) against cuBLASLt at the 1B
 // model's decoding shapes, as GB/s of weight bytes read against the same copy, and a layer's grouped
-// projections (skinny_matmul_grouped) against one call per weight.
+// projections (skinny_matmul_grouped) against one call per weight, and a decoding step's layer chain
+// replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH).
 // Usage: bench_cuda_kernels [reps] [decode]   (default 30 reps; `decode`: the ceilings and the decode table only)
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
+#include "kernels/runtime/dependent_launch.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/swiglu/swiglu.h"
 
@@ -201,27 +203,69 @@ void grouped_projection_table(const cudaDeviceProp& prop) {
     }
 }
 
-// down_proj of the 1B's SwiGLU at decoding's rows: SwiGLU's kernel then the skinny GEMM, against the skinny
-// GEMM computing SwiGLU in its loads (skinny_matmul_swiglu). Fresh weight copies per call, as above.
-void swiglu_down_table(const cudaDeviceProp& prop) {
-  const int64_t n = 2048, k = 8192;
-  const double bytes = 2.0 * double(n) * double(k);
-  const int copies = int(std::max(1.0, std::ceil(4.0 * prop.l2CacheSize / bytes)));
-  std::vector<Tensor> weights;
-  for (int i = 0; i < copies; ++i) weights.push_back(random_gpu({n, k}, DType::bf16, -0.05, 0.05));
+// A decoding step's layer chain at the Llama 3.2 1B's shapes, 16 layers replayed from one CUDA graph as a
+// decoding step is: norm, grouped q/k/v, an elementwise stand-in for attention, o_proj, the residual add,
+// norm, grouped gate/up, SwiGLU, down_proj, the residual add. Ordinary launches against dependent ones
+// (FATHOM_DEPENDENT_LAUNCH: each GEMM fetches its first weights while the kernel ahead finishes). Bytes: the
+// weights', each layer its own (1.9 GB, far past L2).
+void dependent_launch_table() {
+  const int64_t d = 2048, kv = 512, ffn = 8192;
+  const int layers = 16;
+  struct Layer {
+    Tensor q, k, v, o, gate, up, down;
+  };
+  std::vector<Layer> w;
+  for (int l = 0; l < layers; ++l)
+    w.push_back({random_gpu({d, d}, DType::bf16, -0.02, 0.02), random_gpu({kv, d}, DType::bf16, -0.02, 0.02),
+                 random_gpu({kv, d}, DType::bf16, -0.02, 0.02), random_gpu({d, d}, DType::bf16, -0.02, 0.02),
+                 random_gpu({ffn, d}, DType::bf16, -0.02, 0.02), random_gpu({ffn, d}, DType::bf16, -0.02, 0.02),
+                 random_gpu({d, ffn}, DType::bf16, -0.02, 0.02)});
+  const double bytes = 2.0 * layers * double(2 * d * d + 2 * kv * d + 3 * ffn * d);
+  const Tensor norm_weight = Tensor::full({d}, 1.0, DType::bf16, kGpu);
   std::printf(
-      "\n| down_proj of SwiGLU | M | weight MB | SwiGLU + GEMM ms | in the loads ms | of copy | speed-up "
-      "|\n|---|---:|---:|---:|---:|---:|---:|\n");
-  for (const int64_t m : {int64_t(1), int64_t(8), int64_t(32)}) {
-    const Tensor gate = random_gpu({m, k}, DType::bf16, -4.0, 4.0), up = random_gpu({m, k}, DType::bf16);
-    Tensor y = Tensor::empty({m, n}, DType::bf16, kGpu);
-    size_t next = 0;
-    const double separate_ms =
-        median_ms([&] { skinny_matmul(swiglu_forward(gate, up), weights[next++ % weights.size()], y); });
-    const double fused_ms = median_ms([&] { skinny_matmul_swiglu(gate, up, weights[next++ % weights.size()], y); });
-    std::printf("| 2048 x 8192 | %ld | %.1f | %.4f | %.4f | %.0f%% | %.2fx |\n", long(m), bytes / 1e6, separate_ms,
-                fused_ms, 100.0 * bytes / fused_ms / 1e6 / copy_gbps, separate_ms / fused_ms);
+      "\n| 16 Llama-1B layers, one graph | M | weight MB | ordinary ms | of copy | dependent ms | of copy | speed-up "
+      "|\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  set_skinny_matmul_policy(SkinnyMatmulPolicy::always);
+  for (const int64_t m : {int64_t(1), int64_t(8)}) {
+    const Tensor x = random_gpu({m, d}, DType::bf16);
+    Tensor h;
+    const auto step = [&] {
+      h = x;
+      for (const Layer& l : w) {
+        const Tensor xn = rms_norm_forward(h, norm_weight, 1e-5).y;
+        std::vector<Tensor> qkv{Tensor::empty({m, d}, DType::bf16, kGpu), Tensor::empty({m, kv}, DType::bf16, kGpu),
+                                Tensor::empty({m, kv}, DType::bf16, kGpu)};
+        skinny_matmul_grouped(xn, std::vector<Tensor>{l.q, l.k, l.v}, qkv);
+        const Tensor attended = add(qkv[0], xn);
+        Tensor o = Tensor::empty({m, d}, DType::bf16, kGpu);
+        skinny_matmul(attended, l.o, o);
+        const Tensor mid = add(h, o);
+        const Tensor xn2 = rms_norm_forward(mid, norm_weight, 1e-5).y;
+        std::vector<Tensor> gu{Tensor::empty({m, ffn}, DType::bf16, kGpu), Tensor::empty({m, ffn}, DType::bf16, kGpu)};
+        skinny_matmul_grouped(xn2, std::vector<Tensor>{l.gate, l.up}, gu);
+        Tensor down = Tensor::empty({m, d}, DType::bf16, kGpu);
+        skinny_matmul(swiglu_forward(gu[0], gu[1]), l.down, down);
+        h = add(mid, down);
+      }
+    };
+    double ms[2];
+    for (const Toggle t : {Toggle::off, Toggle::on}) {
+      set_dependent_launch(t);
+      std::string reason;
+      const cuda::Graph graph = cuda::Graph::capture(0, step, &reason);
+      if (!graph.captured()) {
+        std::fprintf(stderr, "capture failed: %s\n", reason.c_str());
+        std::exit(1);
+      }
+      ms[int(t)] = median_ms([&] { graph.replay(); });
+    }
+    set_dependent_launch(Toggle::off);
+    const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
+    std::printf(
+        "| q/k/v, o, gate/up, down + norms, adds, SwiGLU | %ld | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n",
+        long(m), bytes / 1e6, ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
   }
+  set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
 }
 
 }  // namespace
@@ -257,7 +301,7 @@ int main(int argc, char** argv) {
               copy_gbps, gemm_tflops);
   decode_gemm_table(prop);
   grouped_projection_table(prop);
-  swiglu_down_table(prop);
+  dependent_launch_table();
   if (decode_only) return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");

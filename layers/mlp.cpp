@@ -17,8 +17,7 @@ Variable MLP::forward(const Variable& x) const {
   // Up before gate: the order fathom has always recorded them in (so x's gradient sums its two parts
   // in the same order and training stays bit-identical); it is now explicit, not the compiler's choice.
   const std::vector<Variable> up_gate = project_each(x, {&up_proj_, &gate_proj_});
-  if (down_proj_.fp8()) return down_proj_.forward(swiglu(up_gate[1], up_gate[0]));
-  return linear_swiglu(up_gate[1], up_gate[0], down_proj_.weight());
+  return down_proj_.forward(swiglu(up_gate[1], up_gate[0]));
 }
 
 }  // namespace fathom

@@ -22,10 +22,11 @@
 #   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
-#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused: fathom's decoding
-#   kernels, one row set each; the first is the one the peers' tokens are checked against), GPTFAST_TUNING (off; on: Inductor's coordinate-descent
-#   tuning as gpt-fast's generate.py sets it, minutes more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu
-#   runs the fathom side of the plumbing on a machine without a GPU, e.g. with olmo2_14M and small grids).
+#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent:
+#   fathom's decoding kernels, one row set each; the first is the one the peers' tokens are checked against),
+#   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
+#   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
+#   without a GPU, e.g. with olmo2_14M and small grids).
 #
 # Device time, estimated for the H200 with the defaults (not yet measured): training and export 3 x ~20 s;
 # fathom 3 sizes x 3 levers x 6 cells x 7 generations, ~3 min; HF eager generate 3 x 6 cells x 8 generations, ~2 min;
@@ -44,16 +45,18 @@ TRAIN_STEPS=${TRAIN_STEPS:-30}
 REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
-LEVERS=${LEVERS:-cublas skinny skinny+fused}
+LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent}
 
 # The environment of a decoding lever: cuBLASLt and the separate ops (fathom's default), the skinny GEMM
-# with its grouped projections and SwiGLU, and that with the fused decode prologue and pre-norm residual step.
+# with its grouped projections, that with the fused decode prologue and pre-norm residual step, and that
+# with the GEMMs launched as dependent launches (kernels/runtime/dependent_launch.h).
 lever_env() {
   case $1 in
-    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate" ;;
-    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate" ;;
-    skinny+fused) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused" ;;
-    *) echo "unknown lever '$1' (cublas, skinny, skinny+fused)" >&2; exit 2 ;;
+    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate FATHOM_DEPENDENT_LAUNCH=off" ;;
+    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate FATHOM_DEPENDENT_LAUNCH=off" ;;
+    skinny+fused) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused FATHOM_DEPENDENT_LAUNCH=off" ;;
+    skinny+fused+dependent) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused FATHOM_DEPENDENT_LAUNCH=on" ;;
+    *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent)" >&2; exit 2 ;;
   esac
 }
 work=/tmp/fathom-gen

@@ -21,6 +21,7 @@
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/runtime/argument_checks.h"
+#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -422,6 +423,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
 // slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
 template <int D>
 __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs args) {
+  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
   DecodeArgs a = args;
   constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -63,17 +63,6 @@ void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> 
   on_device("matmul_each", device, FATHOM_KERNEL(matmul_each), a, bs, cs);
 }
 
-void matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c) {
-  FATHOM_CHECK(gate.defined() && up.defined() && up.shape() == gate.shape() && up.dtype() == gate.dtype(),
-               "matmul_swiglu: gate and up must have one shape and dtype, got ",
-               gate.defined() ? describe(gate) : std::string("undefined"), " and ",
-               up.defined() ? describe(up) : std::string("undefined"));
-  const Device device = check_matmul("matmul_swiglu", gate, false, w, true, c);
-  FATHOM_CHECK(up.device() == device, "matmul_swiglu: up is on ", up.device().str(), ", gate on ", device.str());
-  FATHOM_CHECK(!c.shares_storage_with(up), "matmul_swiglu: the output must not share storage with an input");
-  on_device("matmul_swiglu", device, FATHOM_KERNEL(matmul_swiglu), gate, up, w, c);
-}
-
 Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
   FATHOM_CHECK(a.defined() && b.defined() && a.rank() == 2 && b.rank() == 2, "matmul: operands must be 2-D, got a ",
                describe(a), ", b ", describe(b));

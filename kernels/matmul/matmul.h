@@ -22,20 +22,12 @@ Tensor matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose
 // otherwise they run one after the other.
 void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs);
 
-// c = swiglu(gate, up) w^T (an MLP's down projection of its SwiGLU; gate and up of one shape and dtype),
-// with c as matmul(swiglu_forward(gate, up), false, w, true, c) writes it. On CUDA, where the skinny GEMM
-// takes the product (a decoding step's few rows), SwiGLU is computed as its input is loaded
-// (skinny_matmul_swiglu): one launch, no SwiGLU output in memory.
-void matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c);
-
 // The backends' entry points. CUDA runs cuBLASLt: F32 (strict f32), BF16/F16 (f32 accumulation) or F64;
 // BF16 operands with an F32 c.
 using MatmulKernel = void(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, double alpha,
                           double beta);
 using MatmulEachKernel = void(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs);
-using MatmulSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c);
 FATHOM_BACKENDS(MatmulKernel, matmul)
 FATHOM_BACKENDS(MatmulEachKernel, matmul_each)
-FATHOM_BACKENDS(MatmulSwigluKernel, matmul_swiglu)
 
 }  // namespace fathom

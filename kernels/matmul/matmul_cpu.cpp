@@ -9,7 +9,6 @@
 #include "kernels/cpu_support/parallel.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul/matmul.h"
-#include "kernels/swiglu/swiglu.h"
 
 namespace fathom::cpu {
 
@@ -68,10 +67,6 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
     else
       gemm<T>(C, A.transpose(), B.transpose(), al, be);
   });
-}
-
-void matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c) {
-  cpu::matmul(fathom::swiglu_forward(gate, up), false, w, true, c, 1.0, 0.0);
 }
 
 void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs) {

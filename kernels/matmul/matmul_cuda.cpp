@@ -18,7 +18,6 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/runtime/runtime.h"
-#include "kernels/swiglu/swiglu.h"
 
 namespace fathom::cuda {
 
@@ -225,11 +224,6 @@ void matmul_each(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> 
     grouped = use_skinny_matmul(a, false, bs[i], true, cs[i], 1.0, 0.0) && cs[i].dtype() == cs[0].dtype();
   if (grouped) return cuda::skinny_matmul_grouped(a, bs, cs);
   for (size_t i = 0; i < bs.size(); ++i) cuda::matmul(a, false, bs[i], true, cs[i], 1.0, 0.0);
-}
-
-void matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& c) {
-  if (use_skinny_matmul(gate, false, w, true, c, 1.0, 0.0)) return cuda::skinny_matmul_swiglu(gate, up, w, c);
-  cuda::matmul(fathom::swiglu_forward(gate, up), false, w, true, c, 1.0, 0.0);
 }
 
 void fp8_matmul(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv, Tensor& c,

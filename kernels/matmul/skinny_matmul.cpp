@@ -94,15 +94,6 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
   on_device("skinny_matmul_grouped", device, FATHOM_KERNEL(skinny_matmul_grouped), x, ws, ys);
 }
 
-void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  check_product(gate, w, y);
-  FATHOM_CHECK(up.defined() && up.shape() == gate.shape() && up.dtype() == gate.dtype(), "skinny_matmul_swiglu: up ",
-               up.defined() ? describe(up) : std::string("undefined"), " must be like gate ", describe(gate));
-  FATHOM_CHECK(!y.shares_storage_with(up), "skinny_matmul: the output must not share storage with an input");
-  const Device device = common_device("skinny_matmul_swiglu", {&gate, &up, &w, &y});
-  on_device("skinny_matmul_swiglu", device, FATHOM_KERNEL(skinny_matmul_swiglu), gate, up, w, y);
-}
-
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {
   FATHOM_CHECK(x.defined() && w.defined() && x.rank() == 2 && w.rank() == 2,
                "skinny_matmul: x and w must be 2-D, got x ", describe(x), ", w ", describe(w));

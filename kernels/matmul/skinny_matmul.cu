@@ -23,8 +23,11 @@
 // about once per SM. Shared memory would gain nothing for x: with split-K each warp of a CTA reads a
 // different part of it, so there is no reuse inside a CTA to stage, only across CTAs, which L1 serves.
 //
-// SwiGLU. skinny_matmul_swiglu computes x = swiglu(gate, up) as it loads x (each element rounded to bf16
-// as SwiGLU's own kernel rounds it), so down_proj's product needs no SwiGLU launch before it.
+// Dependent launch. Where FATHOM_DEPENDENT_LAUNCH is on, the kernel is a programmatic dependent launch
+// (kernels/runtime/dependent_launch.cuh): its CTAs start while the kernel ahead (a norm, SwiGLU,
+// attention's combine) finishes, ask L2 for their first step of W, and only then wait for x. Once its
+// loads are done a CTA lets the next kernel start. A decoding step's memory traffic then has no gap at
+// each launch; the arithmetic, and so every bit of y, is the same.
 //
 // Groups. skinny_matmul_grouped multiplies one x by up to kSkinnyMatmulMaxGroup weights (a layer's
 // q/k/v or gate/up) in one launch: the grid is the concatenation of each weight's own CTAs, with the
@@ -43,6 +46,8 @@
 
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/runtime/dependent_launch.cuh"
+#include "kernels/runtime/dependent_launch.h"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -86,31 +91,6 @@ __device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int
   return load_elements(row, k, K);
 }
 
-// silu(g) u of eight bf16 pairs, each rounded to bf16 as swiglu_forward's kernel rounds it
-// (kernels/swiglu/swiglu.cu): the SwiGLU output down_proj would have read.
-__device__ __forceinline__ uint4 swiglu_eight(const uint4& gate, const uint4& up) {
-  const uint32_t g[4] = {gate.x, gate.y, gate.z, gate.w}, u[4] = {up.x, up.y, up.z, up.w};
-  uint32_t out[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g[i]));
-    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u[i]));
-    const float lo = gf.x * (1.0f / (1.0f + expf(-gf.x))) * uf.x;
-    const float hi = gf.y * (1.0f / (1.0f + expf(-gf.y))) * uf.y;
-    const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
-    out[i] = *reinterpret_cast<const uint32_t*>(&packed);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
-// One lane's 8 elements of x's row at k: of x itself, or (kSwiglu) of swiglu(gate = x, up).
-template <bool kVector, bool kSwiglu>
-__device__ __forceinline__ uint4 load_x(const __nv_bfloat16* row, const __nv_bfloat16* up_row, int k, int K) {
-  if constexpr (kSwiglu)
-    return swiglu_eight(load_eight<kVector, false>(row, k, K), load_eight<kVector, false>(up_row, k, K));
-  return load_eight<kVector, false>(row, k, K);
-}
-
 // The two MMAs of one chunk for one 8-token tile (the k permutation in the file comment).
 __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
   const uint32_t first[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y};
@@ -132,11 +112,10 @@ struct SkinnyGroup {
 };
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type.
-// kSwiglu: x is SwiGLU's gate and `up` its up, and the product is swiglu(x, up) W^T.
-template <int kTiles, bool kVector, bool kSwiglu, typename Out>
+template <int kTiles, bool kVector, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ up,
-                         const __grid_constant__ SkinnyGroup<Out> group, int M, int K) {
+    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
+                         int K) {
   // This CTA's weight, and its place among that weight's CTAs.
   int member = 0;
   while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
@@ -163,12 +142,18 @@ __global__ void __launch_bounds__(kThreads)
   const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
   const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
   const __nv_bfloat16* x_row[kTiles];
-  const __nv_bfloat16* up_row[kTiles];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
-    up_row[j] = kSwiglu ? up + int64_t(min(8 * j + g, M - 1)) * K : nullptr;
+  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
+
+  // W does not depend on the kernel ahead (dependent_launch.cuh): the CTA asks L2 for its rows' first
+  // step of W, then waits for that kernel before it reads x.
+  if constexpr (kVector) {
+    const int cta_rows = kRows * row_tiles, first_row = cta * cta_rows;
+    const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * k_splits * kChunk);
+    if (int(threadIdx.x) < cta_rows && first_row + int(threadIdx.x) < N)
+      prefetch_to_l2(w + int64_t(first_row + int(threadIdx.x)) * K, unsigned(first_step * 2));
   }
+  wait_for_previous_grid();
 
   float acc[kTiles][4] = {};
   // One chunk's loads and products (the remainder steps below).
@@ -176,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k = c * kChunk + 8 * t;
     const uint4 wl = load_eight<kVector, true>(w_lo, k, K), wh = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x<kVector, kSwiglu>(x_row[j], up_row[j], k, K));
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_eight<kVector, false>(x_row[j], k, K));
   };
   const int full_chunks = K / kChunk;
   int c = split;
@@ -189,7 +174,7 @@ __global__ void __launch_bounds__(kThreads)
       wl[u] = load_eight<kVector, true>(w_lo, k, K);
       wh[u] = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_x<kVector, kSwiglu>(x_row[j], up_row[j], k, K);
+      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_eight<kVector, false>(x_row[j], k, K);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -203,9 +188,11 @@ __global__ void __launch_bounds__(kThreads)
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x<false, kSwiglu>(x_row[j], up_row[j], k, K));
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_elements(x_row[j], k, K));
   }
 
+  // Every load is done: the next kernel may take the SMs this CTA leaves.
+  allow_dependent_grids();
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     partial[warp][g][8 * j + 2 * t] = acc[j][0];
@@ -245,15 +232,14 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// `up` undefined: x W^T for each weight; defined (one weight): swiglu(x, up) W^T.
+// x W^T for each weight of ws, in one launch.
 template <int kTiles, typename Out>
-void launch(const Tensor& x, const Tensor& up, std::span<const Tensor> ws, std::span<Tensor> ys, cudaStream_t stream) {
+void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, cudaStream_t stream) {
   const int M = int(x.dim(0)), K = int(x.dim(1));
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
-  const auto* upp = up.defined() ? static_cast<const __nv_bfloat16*>(up.raw()) : nullptr;
   SkinnyGroup<Out> group{};
-  bool vector = aligned16(xp) && (!upp || aligned16(upp)) && K % 8 == 0;
+  bool vector = aligned16(xp) && K % 8 == 0;
   int64_t ctas = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const int N = int(ws[i].dim(0)), row_tiles = pick_row_tiles(N, K, sm_count);
@@ -267,34 +253,32 @@ void launch(const Tensor& x, const Tensor& up, std::span<const Tensor> ws, std::
     ++group.count;
   }
   group.first_cta[group.count] = int(ctas);
-  const auto run = [&]<bool kVector, bool kSwiglu>() {
-    skinny_matmul_kernel<kTiles, kVector, kSwiglu, Out><<<unsigned(ctas), kThreads, 0, stream>>>(xp, upp, group, M, K);
-  };
-  if (upp)
-    vector ? run.template operator()<true, true>() : run.template operator()<false, true>();
+  const bool dependent = dependent_launch() == Toggle::on;
+  if (vector)
+    launch_kernel(dependent, skinny_matmul_kernel<kTiles, true, Out>, dim3(unsigned(ctas)), dim3(kThreads), stream, xp,
+                  group, M, K);
   else
-    vector ? run.template operator()<true, false>() : run.template operator()<false, false>();
-  CUDA_CHECK_LAUNCH();
+    launch_kernel(dependent, skinny_matmul_kernel<kTiles, false, Out>, dim3(unsigned(ctas)), dim3(kThreads), stream, xp,
+                  group, M, K);
 }
 
 template <typename Out>
-void launch_for_rows(const Tensor& x, const Tensor& up, std::span<const Tensor> ws, std::span<Tensor> ys,
-                     cudaStream_t stream) {
+void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, cudaStream_t stream) {
   switch ((x.dim(0) + 7) / 8) {
     case 1:
-      return launch<1, Out>(x, up, ws, ys, stream);
+      return launch<1, Out>(x, ws, ys, stream);
     case 2:
-      return launch<2, Out>(x, up, ws, ys, stream);
+      return launch<2, Out>(x, ws, ys, stream);
     case 3:
-      return launch<3, Out>(x, up, ws, ys, stream);
+      return launch<3, Out>(x, ws, ys, stream);
     default:
-      return launch<4, Out>(x, up, ws, ys, stream);
+      return launch<4, Out>(x, ws, ys, stream);
   }
 }
 
-// The products of x (swiglu(x, up) where up is defined) by ws into ys, in one launch: members with no
-// outputs take no CTAs, and an empty K is an empty sum.
-void run_products(const Tensor& x, const Tensor& up, std::span<const Tensor> ws, std::span<Tensor> ys) {
+// The products of x by ws into ys, in one launch: members with no outputs take no CTAs, and an empty K
+// is an empty sum.
+void run_products(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
   std::vector<Tensor> w_run, y_run;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (ys[i].numel() == 0) continue;
@@ -308,21 +292,17 @@ void run_products(const Tensor& x, const Tensor& up, std::span<const Tensor> ws,
   if (w_run.empty()) return;
   cudaStream_t stream = stream_for(x.device());
   if (y_run[0].dtype() == DType::f32)
-    launch_for_rows<float>(x, up, w_run, y_run, stream);
+    launch_for_rows<float>(x, w_run, y_run, stream);
   else
-    launch_for_rows<__nv_bfloat16>(x, up, w_run, y_run, stream);
+    launch_for_rows<__nv_bfloat16>(x, w_run, y_run, stream);
 }
 
 }  // namespace
 
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
-  run_products(x, Tensor(), ws, ys);
+  run_products(x, ws, ys);
 }
 
-void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { run_products(x, Tensor(), {&w, 1}, {&y, 1}); }
-
-void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  run_products(gate, up, {&w, 1}, {&y, 1});
-}
+void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { run_products(x, {&w, 1}, {&y, 1}); }
 
 }  // namespace fathom::cuda

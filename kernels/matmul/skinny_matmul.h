@@ -20,9 +20,11 @@ namespace fathom {
 constexpr int64_t kSkinnyMatmulMaxRows = 32;
 // The most weights one grouped launch multiplies (q, k and v; gate and up).
 constexpr int kSkinnyMatmulMaxGroup = 4;
-// The most rows matmul sends to it under the automatic policy (the threshold bench_cuda_kernels's decode
-// table tunes: above it cuBLASLt's tiles are full enough to win).
-constexpr int64_t kSkinnyMatmulAutoRows = 32;
+// The most rows matmul sends to it under the automatic policy: one 8-token tile. bench_cuda_kernels's
+// decode table measured one token step's GEMMs at 1.19x cuBLASLt with 1 row and 1.21x with 8, but 0.84x
+// with 32 (an H100, bench/results/2026-12-05_decode_levers_h100.md): past one tile cuBLASLt's are full
+// enough to win.
+constexpr int64_t kSkinnyMatmulAutoRows = 8;
 
 // Which GEMM matmul runs where the skinny kernel could: `automatic` up to kSkinnyMatmulAutoRows rows,
 // `always` up to kSkinnyMatmulMaxRows, `never` (cuBLASLt for every shape).
@@ -51,17 +53,10 @@ Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
 // and each output equals its single call bit for bit (skinny_matmul.cu, "Groups").
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 
-// y = swiglu(gate, up) w^T with gate and up [M, K] BF16 (a decoding step's SwiGLU feeding down_proj):
-// SwiGLU is computed as the kernel loads its input, each element rounded to BF16 as swiglu_forward
-// rounds it, so y equals skinny_matmul(swiglu_forward(gate, up), w) bit for bit with one launch fewer.
-void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
-
 // The backends' entry points (arguments checked).
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
-using SkinnyMatmulSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
 FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
-FATHOM_BACKENDS(SkinnyMatmulSwigluKernel, skinny_matmul_swiglu)
 
 }  // namespace fathom

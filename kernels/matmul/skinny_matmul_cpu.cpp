@@ -2,7 +2,6 @@
 // the one reference the GPU kernel (and cuBLASLt) are tested against.
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
-#include "kernels/swiglu/swiglu.h"
 
 namespace fathom::cpu {
 
@@ -16,11 +15,6 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
 
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
   for (size_t i = 0; i < ws.size(); ++i) cpu::skinny_matmul(x, ws[i], ys[i]);
-}
-
-// SwiGLU in f32 from the BF16 values, rounded to BF16 as the GPU's SwiGLU output is, then the product.
-void skinny_matmul_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  cpu::skinny_matmul(fathom::swiglu_forward(gate.to(DType::f32), up.to(DType::f32)).to(DType::bf16), w, y);
 }
 
 }  // namespace fathom::cpu

@@ -7,6 +7,7 @@
 #include <initializer_list>
 
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/float_dispatch.h"
 #include "kernels/runtime/runtime.h"
@@ -51,6 +52,8 @@ __device__ __forceinline__ void store_normalized_pack(const Pack<T, N>& xv, cons
 template <int TPR, int N, typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
                                         int64_t n, float eps) {
+  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
+  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -11,6 +12,7 @@ namespace fathom::cuda {
 
 template <int N, typename Op>
 __global__ void map_kernel(int64_t n, Op op) {
+  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / N;

@@ -1,6 +1,6 @@
 // A choice between kernels that an environment variable can make (FATHOM_SKINNY_MATMUL,
-// FATHOM_DECODE_PROLOGUE): read at the first use, replaced by set() in tests and benchmarks. A kernel
-// that has not yet run on a GPU is opt-in through one until its GPU tests and benchmark pass.
+// FATHOM_DECODE_PROLOGUE, FATHOM_DEPENDENT_LAUNCH, ...): read at the first use, replaced by set() in tests and
+// benchmarks. A kernel that has not yet run on a GPU is opt-in through one until its GPU tests and benchmark pass.
 #pragma once
 #include <atomic>
 #include <cstdlib>
@@ -17,6 +17,14 @@ inline Fusion parse_fusion(std::string_view text, std::string_view source) {
   if (text == "fused") return Fusion::fused;
   if (text == "separate") return Fusion::separate;
   FATHOM_FAIL(source, " must be fused or separate, got '", text, "'");
+}
+
+// The two words of a choice to use a launch feature or not.
+enum class Toggle { off, on };
+inline Toggle parse_toggle(std::string_view text, std::string_view source) {
+  if (text == "on") return Toggle::on;
+  if (text == "off") return Toggle::off;
+  FATHOM_FAIL(source, " must be on or off, got '", text, "'");
 }
 
 template <typename Choice>

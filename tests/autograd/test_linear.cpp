@@ -91,23 +91,3 @@ TEST(Linear, EachEqualsOneLinearPerWeight) {
   expect_close(xv.grad(), add(Variable(x1.grad()), Variable(x2.grad())).value(), 1e-6, 1e-6);
   expect_error([&] { linear_each(Variable(random_tensor({3, 7}, DType::f32, 35)), both); }, {"input width 8"});
 }
-
-// An MLP's down projection of its SwiGLU: without gradients one matmul_swiglu, with them linear(swiglu);
-// the same values either way, and the recorded form's gradients are the composition's.
-TEST(Linear, SwigluEqualsTheLinearOfSwiglu) {
-  const Tensor gate = random_tensor({2, 3, 8}, DType::f32, 50), up = random_tensor({2, 3, 8}, DType::f32, 51);
-  const Variable w(random_tensor({4, 8}, DType::f32, 52), true);
-  const std::vector<float> want = linear(swiglu(Variable(gate), Variable(up)), w).value().to_vector<float>();
-  {
-    NoGrad no_grad;
-    const Variable y = linear_swiglu(Variable(gate), Variable(up), w);
-    EXPECT_FALSE(y.requires_grad());
-    EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
-    EXPECT_EQ(y.value().to_vector<float>(), want);
-  }
-  Variable g(gate, true), u(up, true);
-  const Variable y = linear_swiglu(g, u, w);
-  EXPECT_EQ(y.value().to_vector<float>(), want);
-  backward(y, random_tensor({2, 3, 4}, DType::f32, 53));
-  EXPECT_TRUE(g.grad().defined() && u.grad().defined());
-}

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
-#include "kernels/swiglu/swiglu.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/runtime/backend.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
 
@@ -199,39 +201,6 @@ TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
       }
 }
 
-// down_proj of SwiGLU with SwiGLU computed in the loads: bit for bit the product of SwiGLU's own BF16
-// output (the same rounding of each element), over M, K with and without the vector loads, operands off
-// alignment; and matmul_swiglu's dispatch under each policy.
-TEST(GpuSkinnyMatmul, SwigluInTheLoadsEqualsTheProductOfSwigluBitForBit) {
-  FATHOM_REQUIRE_GPU();
-  uint64_t seed = 500;
-  for (const int64_t k : {24, 100, 2048, 8192})
-    for (const int64_t n : {5, 2048})
-      for (const int64_t m : {1, 7, 17, 32})
-        for (const bool aligned : {true, false}) {
-          const std::string what = label(m, k, n, aligned ? "" : " unaligned");
-          const GpuInput gate =
-              aligned ? random_input({m, k}, DType::bf16, seed++, -4, 4) : unaligned_input({m, k}, seed++);
-          const GpuInput up = random_input({m, k}, DType::bf16, seed++), w = random_input({n, k}, DType::bf16, seed++);
-          Tensor y = nan_output(m, n, DType::bf16);
-          skinny_matmul_swiglu(gate.gpu, up.gpu, w.gpu, y);
-          const Tensor x = swiglu_forward(gate.gpu, up.gpu);
-          EXPECT_TRUE(bitwise_equal(y, skinny_matmul(x, w.gpu, DType::bf16))) << what;
-          Tensor want = Tensor::empty({m, n}, DType::f32);
-          skinny_matmul_swiglu(gate.cpu.to(DType::bf16), up.cpu.to(DType::bf16), w.cpu.to(DType::bf16), want);
-          EXPECT_GPU_CLOSE(y, want, DType::bf16, what + ": against the CPU");
-        }
-  const GpuInput gate = random_input({8, 2048}, DType::bf16, 600), up = random_input({8, 2048}, DType::bf16, 601),
-                 w = random_input({2048, 2048}, DType::bf16, 602);
-  for (const SkinnyMatmulPolicy policy : {SkinnyMatmulPolicy::never, SkinnyMatmulPolicy::automatic}) {
-    SkinnyPolicyScope scope(policy);
-    Tensor y = nan_output(8, 2048, DType::bf16), want = nan_output(8, 2048, DType::bf16);
-    matmul_swiglu(gate.gpu, up.gpu, w.gpu, y);
-    matmul(swiglu_forward(gate.gpu, up.gpu), false, w.gpu, true, want);
-    EXPECT_TRUE(bitwise_equal(y, want)) << "matmul_swiglu, policy " << int(policy);
-  }
-}
-
 // A member off 16-byte alignment sends the whole launch to the element loads, which give the same bits as
 // the 16-byte loads the aligned members would take alone.
 TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
@@ -247,3 +216,50 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
       EXPECT_TRUE(bitwise_equal(ys[i], skinny_matmul(x.gpu, ws[i], DType::bf16))) << "M " << m << " member " << i;
   }
 }
+
+#ifdef FATHOM_WITH_CUDA
+// With FATHOM_DEPENDENT_LAUNCH on, each GEMM of a chain starts while the kernels that make its input (an
+// add, then a norm, both of which let it start early) still run: it must wait for that input, eagerly and
+// replayed from a CUDA graph, and give the bits of the ordinary launch. Before each run the allocator's
+// free blocks of the chain's sizes are filled with NaN, so an input read before it is written shows.
+TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
+  for (const int64_t m : {1, 8, 32}) {
+    const int64_t d = 1024;
+    const Tensor x = random_input({m, d}, DType::bf16, 800 + m).gpu;
+    const Tensor norm_weight = Tensor::full({d}, 1.0, DType::bf16, kGpu);
+    std::vector<Tensor> ws;
+    for (int i = 0; i < 6; ++i) ws.push_back(random_input({d, d}, DType::bf16, 810 + 10 * m + i).gpu);
+    const auto chain = [&] {
+      Tensor h = x;
+      for (const Tensor& w : ws) {
+        const Tensor normed = rms_norm_forward(add(h, x), norm_weight, 1e-5).y;
+        h = nan_output(m, d, DType::bf16);
+        skinny_matmul(normed, w, h);
+      }
+      return h;
+    };
+    const auto poison_free_blocks = [&] {
+      std::vector<Tensor> held;
+      for (int i = 0; i < 16; ++i) held.push_back(nan_output(m, d, DType::bf16));
+    };
+    Tensor want;
+    {
+      DependentLaunchScope ordinary(Toggle::off);
+      want = chain();
+    }
+    DependentLaunchScope dependent(Toggle::on);
+    poison_free_blocks();
+    EXPECT_TRUE(bitwise_equal(chain(), want)) << "M " << m << ", eager";
+    Tensor replayed;
+    std::string reason;
+    poison_free_blocks();
+    const cuda::Graph graph = cuda::Graph::capture(
+        0, [&] { replayed = chain(); }, &reason);
+    ASSERT_TRUE(graph.captured()) << reason;
+    graph.replay();
+    EXPECT_TRUE(bitwise_equal(replayed, want)) << "M " << m << ", replayed from a graph";
+  }
+}
+#endif

@@ -35,3 +35,10 @@ TEST(KernelChoice, ReadsItsVariableAtTheFirstUseAndSetWins) {
   KernelChoice<DecodePrologue> bad("FATHOM_TEST_CHOICE_BAD", DecodePrologue::separate, parse_fusion);
   expect_error([&] { bad.get(); }, {"FATHOM_TEST_CHOICE_BAD must be fused or separate", "'yes'"});
 }
+
+TEST(KernelChoice, AToggleReadsOnOrOff) {
+  EXPECT_EQ(parse_toggle("on", "FATHOM_X"), Toggle::on);
+  EXPECT_EQ(parse_toggle("off", "FATHOM_X"), Toggle::off);
+  expect_error([] { parse_toggle("1", "FATHOM_DEPENDENT_LAUNCH"); },
+               {"FATHOM_DEPENDENT_LAUNCH must be on or off", "'1'"});
+}

@@ -6,7 +6,6 @@
 
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
-#include "kernels/swiglu/swiglu.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
@@ -137,25 +136,4 @@ TEST(MatmulEach, BadArgumentsNameTheProblem) {
   const Tensor c = Tensor::empty({5, 7}, DType::f32);
   std::vector<Tensor> shared{c, c};
   expect_error([&] { matmul_each(a, std::vector<Tensor>{b, b}, shared); }, {"outputs 0 and 1 share storage"});
-}
-
-TEST(SkinnyMatmul, SwigluEntryIsTheProductOfTheBf16SwigluOutput) {
-  const Tensor gate = random_tensor({3, 40}, DType::bf16, 40), up = random_tensor({3, 40}, DType::bf16, 41);
-  const Tensor w = random_tensor({7, 40}, DType::bf16, 42);
-  Tensor y = Tensor::empty({3, 7}, DType::f32);
-  skinny_matmul_swiglu(gate, up, w, y);
-  const Tensor x = swiglu_forward(gate.to(DType::f32), up.to(DType::f32)).to(DType::bf16);
-  expect_close(y, skinny_matmul(x, w, DType::f32), 0, 0);
-  expect_error([&] { skinny_matmul_swiglu(gate, up.narrow(0, 2), w, y); }, {"skinny_matmul_swiglu: up", "like gate"});
-}
-
-TEST(MatmulSwiglu, IsSwigluThenMatmul) {
-  const Tensor gate = random_tensor({5, 12}, DType::f32, 43), up = random_tensor({5, 12}, DType::f32, 44);
-  const Tensor w = random_tensor({6, 12}, DType::f32, 45);
-  Tensor c = Tensor::empty({5, 6}, DType::f32);
-  matmul_swiglu(gate, up, w, c);
-  expect_close(c, matmul(swiglu_forward(gate, up), false, w, true), 0, 0);
-  expect_error([&] { matmul_swiglu(gate, up.narrow(0, 4), w, c); }, {"matmul_swiglu", "one shape and dtype"});
-  Tensor wrong = Tensor::empty({5, 5}, DType::f32);
-  expect_error([&] { matmul_swiglu(gate, up, w, wrong); }, {"matmul_swiglu", "should be [5, 6]"});
 }

@@ -3,6 +3,7 @@
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/runtime/dependent_launch.h"
 
 namespace fathom::test {
 
@@ -22,5 +23,6 @@ class KernelChoiceScope {
 using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_policy, set_skinny_matmul_policy>;
 using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
+using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 
 }  // namespace fathom::test

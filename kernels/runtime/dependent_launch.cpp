@@ -1,0 +1,18 @@
+#include "kernels/runtime/dependent_launch.h"
+
+namespace fathom {
+
+namespace {
+
+KernelChoice<Toggle>& choice_in_force() {
+  static KernelChoice<Toggle> choice("FATHOM_DEPENDENT_LAUNCH", Toggle::off, parse_toggle);
+  return choice;
+}
+
+}  // namespace
+
+Toggle dependent_launch() { return choice_in_force().get(); }
+
+void set_dependent_launch(Toggle choice) { choice_in_force().set(choice); }
+
+}  // namespace fathom
