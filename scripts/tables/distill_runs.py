@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from .distill_chains import CHAINS, FOLDER, FRACTIONS, chain_dir, random_order
 from .records import run_record
 from .distill_results import DistillResult, attention_layers, is_finished
-from .runs import Run, TableError, data_order, fathom_command, recipe_value, run_logged, run_sets, train
+from .runs import Run, TableError, data_order, fathom_command, recipe_value, run_logged, train
 from .scales import EVALS_PER_RUN, scale_sets
-from .settings import differences
+from .settings import RUN_LENGTH_KEYS, check_settings
 
 TEACHER_RECIPE = "recipes/quickstart.yaml"
 DISTILL_RECIPE = "recipes/dsla/distill_quickstart.yaml"
@@ -51,17 +51,9 @@ def train_teacher(fathom, repo, out, scale, steps, extra, log):
     """The shared teacher: trained once, skipped when complete (and trained with the settings the table gives
     it now: a teacher of other --steps would pass for this one). Returns (folder, trained now)."""
     run, sets = teacher_run(scale), teacher_sets(scale, steps, extra)
-    folder, ran = train(fathom, repo, out, FOLDER, run, sets, log)
-    if not ran:
-        check_settings(folder, run_sets(run, sets), "trained", TEACHER_SKIPPED,
-                       "train it again with these settings (and its chains, which the table then refuses as chains of "
-                       "an earlier teacher)", teacher_hint)
-    return folder, ran
-
-
-# What scale_sets derives from a training run's length: a chain's layers have their own (steps_per_layer).
-RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
-                   "train.schedule.warmup_steps")
+    return train(fathom, repo, out, FOLDER, run, sets, log,
+                 again="train it again with these settings (and its chains, which the table then refuses as chains "
+                       "of an earlier teacher)")
 
 
 def distill_sets(scale, steps_per_layer, extra, teacher_dir, order, seed=None, chain_sets=None):
@@ -93,21 +85,9 @@ def chain_data_order(repo, scale, extra):
     return data_order(repo, Run("chain", DISTILL_RECIPE), distill_sets(scale, None, extra, "teacher", "entropy"))
 
 
-# The teacher's checkpoint cadence changes none of its numbers.
-TEACHER_SKIPPED = ("checkpoint.every", "checkpoint.keep_last")
 # Keys a chain of one kind takes from the distillation recipe and another kind sets (distill_chains.CHAINS): a
 # chain is compared on them too, so that a chain of the other kind in its folder is not taken for it.
 CHAIN_VARIED = ("dsla.states", "distill.loss")
-
-
-def teacher_hint(key, was, found):
-    """How to ask for a teacher's recorded value of `key`: its length is --steps (a --set train.steps would reach
-    the chains too), and its evaluation cadence follows from it."""
-    if key == "train.steps":
-        return f"--steps {was}"
-    if key == "eval.every" and "train.steps" in found:
-        return None
-    return f"--set {key}={was}"
 
 
 def chain_hint(key, was, found):
@@ -127,22 +107,9 @@ def chain_settings(repo, sets):
     return expected
 
 
-def check_settings(folder, sets, made, skip=(), again="distill it again with these settings", hint_for=chain_hint):
-    """A run or chain in `folder` (finished, or started and about to resume) made with other values of the keys
-    the table sets than `sets` gives now is refused, naming each key and both values: reused, its numbers would
-    stand in a row for settings they were not measured with (and a resumed chain would mix both)."""
-    found = differences(folder, sets, skip)
-    if not found:
-        return
-    keys = [key for key, _, _ in found]
-    lines = [f"{key}: {was} (its recipe.yaml) but {now} now" for key, was, now in found]
-    hints = [h for key, was, _ in found if (h := hint_for(key, was, keys))]
-    fixed = [key for key in keys if key in CHAIN_KEYS]
-    raise TableError(f"{folder} was {made} with other settings than the table gives it now:\n  " + "\n  ".join(lines) +
-                     f"\nRemove {folder} to {again}" +
-                     (f", or run with the settings it was made with ({' '.join(hints)})" if hints else "") +
-                     (f"; the table sets {', '.join(fixed)} itself for each chain, so only removing it helps there"
-                      if fixed and hints else "") + ".")
+def check_chain_settings(folder, sets):
+    """A chain made with other settings than `sets` is refused (settings.check_settings)."""
+    check_settings(folder, sets, "distilled", "distill it again with these settings", chain_hint, fixed=CHAIN_KEYS)
 
 
 def is_complete(folder):
@@ -161,7 +128,7 @@ def distill(fathom, repo, out, key, seed, sets, log=print, jobs=1):
     name = f"{FOLDER}/{key}/seed-{seed}"
     # A chain started or finished with other settings (distill.steps_per_layer, the loss, the model, ...):
     # fathom's --resume takes a new train.steps, so even a started chain is checked here.
-    check_settings(folder, chain_settings(repo, sets), "distilled")
+    check_chain_settings(folder, chain_settings(repo, sets))
     if is_complete(folder):
         check_not_stale(folder, sets["distill.teacher"].split(":", 1)[1])
         log(f"  {name}: complete, skipped")
@@ -188,7 +155,7 @@ def distill_all(fathom, repo, out, work, jobs, log=print):
     ends before the first failure is raised, so none is left half-written by the others' failure. Chains of
     other settings are refused before any runs."""
     for key, seed, sets in work:
-        check_settings(chain_dir(out, key, seed), chain_settings(repo, sets), "distilled")
+        check_chain_settings(chain_dir(out, key, seed), chain_settings(repo, sets))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(distill, fathom, repo, out, key, seed, sets, log, jobs) for key, seed, sets in work]
         failed = [f.exception() for f in futures if f.exception()]

@@ -92,13 +92,17 @@ def run_sets(run, sets):
     return all_sets
 
 
-def train(fathom, repo, out, table, run, sets, log=print, jobs=1):
+def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train it again with these settings"):
     """Trains one run unless its folder already holds a complete one; resumes one stopped after a
-    checkpoint. Returns (run folder, whether it trained now). A failing fathom is a TableError naming
-    the run and its log. jobs: how many runs share the device with this one (kept in its record)."""
+    checkpoint. A run in the folder made with other settings than the table gives it now (say more steps,
+    which would pass as complete at fewer) is refused, telling the user to remove it to `again`. Returns
+    (run folder, whether it trained now). A failing fathom is a TableError naming the run and its log.
+    jobs: how many runs share the device with this one (kept in its record)."""
     from .records import RECORD, run_record
+    from .settings import CHECKPOINT_KEYS, check_settings
     run_dir = run_dir_for(out, table, run)
     all_sets = run_sets(run, sets)
+    check_settings(run_dir, all_sets, "trained", again, skip=CHECKPOINT_KEYS)
     steps = all_sets.get("train.steps")
     if steps is None:
         steps = recipe_steps(os.path.join(repo, run.recipe))

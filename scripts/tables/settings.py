@@ -9,6 +9,11 @@ import os
 # teacher is checked by the loss it measured, distill_results.gather).
 PER_MACHINE_KEYS = ("train.threads", "train.device", "train.grad_accum", "train.recompute", "train.grad_reduce",
                     "train.grad_bucket_kib", "data.verify", "log.dir", "log.every", "distill.teacher")
+# The checkpoint cadence changes none of a run's numbers (only where a stopped run resumes from).
+CHECKPOINT_KEYS = ("checkpoint.every", "checkpoint.keep_last")
+# What scale_sets derives from a training run's length (--steps).
+RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
+                   "train.schedule.warmup_steps")
 # Keys fathom resolves into another before writing recipe.yaml: a chain's distill.steps_per_layer is its
 # train.steps (each converted layer's run).
 WRITTEN_AS = {"distill.steps_per_layer": "train.steps"}
@@ -16,7 +21,13 @@ WRITTEN_AS = {"distill.steps_per_layer": "train.steps"}
 
 def read_recipe(path):
     """The recipe.yaml fathom wrote, as nested dicts and lists."""
-    import yaml  # only the chain checks need it (python3-yaml), not every table
+    try:
+        import yaml  # python3-yaml (scripts/setup.sh installs it)
+    except ImportError:
+        from .runs import TableError
+
+        raise TableError(f"checking the settings of {os.path.dirname(path)} needs PyYAML to read its recipe.yaml "
+                         "(install python3-yaml, as scripts/setup.sh does)") from None
 
     with open(path, encoding="utf-8") as f:
         tree = yaml.safe_load(f)
@@ -98,3 +109,34 @@ def differences(folder, sets, skip=()):
         if not same(canonical(made), canonical(wanted)):
             found.append((key, shown(made), str(wanted)))
     return found
+
+
+def length_hint(key, was, found):
+    """How to ask for a run's recorded value of `key`: its length is --steps (which also sets what follows
+    from it: its evaluation, checkpoint and warmup cadence), anything else a --set."""
+    if key == "train.steps":
+        return f"--steps {was}"
+    if key in RUN_LENGTH_KEYS and "train.steps" in found:
+        return None
+    return f"--set {key}={was}"
+
+
+def check_settings(folder, sets, made, again, hint_for=length_hint, skip=(), fixed=()):
+    """A run or chain in `folder` (finished, or started and about to resume) made with other values of the keys
+    the table sets than `sets` gives now is refused, naming each key and both values: reused, its numbers would
+    stand in a row for settings they were not measured with (and a resumed one would mix both). `fixed`: keys
+    the table sets itself, which no option changes back."""
+    from .runs import TableError
+
+    found = differences(folder, sets, skip)
+    if not found:
+        return
+    keys = [key for key, _, _ in found]
+    lines = [f"{key}: {was} (its recipe.yaml) but {now} now" for key, was, now in found]
+    hints = [h for key, was, _ in found if (h := hint_for(key, was, keys))]
+    fixed_found = [key for key in keys if key in fixed]
+    raise TableError(f"{folder} was {made} with other settings than the table gives it now:\n  " + "\n  ".join(lines) +
+                     f"\nRemove {folder} to {again}" +
+                     (f", or run with the settings it was made with ({' '.join(hints)})" if hints else "") +
+                     (f"; the table sets {', '.join(fixed_found)} itself for each chain, so only removing it helps "
+                      "there" if fixed_found and hints else "") + ".")

@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from tables.metrics import RunMetrics  # noqa: E402
 from tables.rows import Row  # noqa: E402
-from tables.runs import TableError, is_complete, read_metrics, recipe_value  # noqa: E402
+from tables.runs import TableError, is_complete, read_metrics, recipe_value, run_dir_for, train  # noqa: E402
+from tables.scales import scale_sets  # noqa: E402
 from tables.training_tables import Context, DslaStates, ModRouting  # noqa: E402
 from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
@@ -681,6 +682,49 @@ class ChainSettings(unittest.TestCase):
         self.assertNotIn("distill.steps_per_layer", distill_runs.teacher_sets("tiny", None,
                                                                               {"distill.steps_per_layer": 5}))
 
+
+
+class TrainingRunSettings(unittest.TestCase):
+    """A training table's finished or started run made with other settings than the table gives it now is
+    refused as a chain is: a run of more steps that evaluated at this table's last step would pass as complete."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+        self.table = DslaStates()
+        self.run = self.table.runs("tiny")[0].at_seed(1)
+        self.folder = run_dir_for(self.out, self.table.name, self.run)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def train(self, steps=None):
+        return train("/bin/false", REPO, self.out, self.table.name, self.run, scale_sets("tiny", steps, {}),
+                     lambda _: None)
+
+    def test_a_longer_run_is_refused_not_taken_as_complete(self):
+        # 120 steps evaluated every 30: it has an evaluation at step 60, the tiny table's last step
+        write_metrics(self.folder, fabricated(3.0, 120) + [{"kind": "eval", "step": 60, "loss/moby_dick": 3.2}])
+        write_text(os.path.join(self.folder, "recipe.yaml"), resolved_recipe(120, eval_every=30, distill=False))
+        self.assertTrue(is_complete(self.folder, 60))
+        with self.assertRaises(TableError) as e:
+            self.train()
+        self.assertIn(f"{self.folder} was trained with other settings than the table gives it now:\n"
+                      "  train.steps: 120 (its recipe.yaml) but 60 now\n"
+                      "  eval.every: 30 (its recipe.yaml) but 15 now\n", str(e.exception))
+        self.assertIn(f"Remove {self.folder} to train it again with these settings, or run with the settings it "
+                      "was made with (--steps 120).", str(e.exception))
+        # asked for its own length it is reused; its checkpoint cadence (50, keep 2) is not compared
+        self.assertEqual(self.train(120), (self.folder, False))
+
+    def test_a_started_run_of_another_width_is_refused_before_it_resumes(self):
+        os.makedirs(os.path.join(self.folder, "checkpoints"))
+        write_text(os.path.join(self.folder, "recipe.yaml"),
+                   resolved_recipe(60, eval_every=15, distill=False).replace("d_model: 64", "d_model: 96"))
+        with self.assertRaisesRegex(TableError, "model.d_model: 96 \\(its recipe.yaml\\) but 64 now\n.*--set "
+                                                "model.d_model=96"):
+            self.train()
+        self.assertFalse(os.path.exists(self.folder + ".log"))  # refused before fathom ran
 
 FAKE_FATHOM = """#!%s
 # Stands in for fathom: logs its arguments, then writes what a finished run or chain leaves.
