@@ -20,6 +20,7 @@
 #include "layers/parameter_arena.h"
 #include "tests/support/gpu_generation_models.h"
 #include "tests/support/gpu_test_util.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "train/generate/decode_step.h"
 #include "train/generate/generator.h"
 
@@ -178,6 +179,45 @@ TEST(GpuDecodeStep, ARaggedBatchReplaysBitForBit) {
   EXPECT_TRUE(ragged_replay_equals_eager("dsla/ragged", hybrid, {3, 40, 1}, 6));
   ragged_replay_equals_eager("moda/ragged", gpu_small("post", true, {.variant = MoDAVariant::attn_kv_ffn_kv}),
                              {12, 1, 33}, 5);
+}
+
+// Dependent launches (FATHOM_DEPENDENT_LAUNCH) change no bit of a decoding step: with the decoding paths
+// on (skinny GEMM, fused prologue and residual step), a step replayed from a graph captured with them
+// equals an eager step without them, Llama-style and OLMo2, at batch 2.
+TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  DecodePrologueScope prologue(DecodePrologue::fused);
+  AddRmsNormScope residual_step(Fusion::fused);
+  for (const bool llama : {true, false}) {
+    const std::string name = llama ? "llama" : "olmo2";
+    GpuModel m(llama ? gpu_small("pre", false) : gpu_small("post", true), kSeed);
+    NoGrad no_grad;
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 257);
+    const Tensor prompt_ids = Tensor::from_vector(prompt, {2, 20}).to(kGpu);
+    DecodeState ordinary = m.model.start_decoding(2, 40, DType::bf16, kGpu);
+    DecodeState dependent = m.model.start_decoding(2, 40, DType::bf16, kGpu);
+    m.model.decode(prompt_ids, ordinary);
+    m.model.decode(prompt_ids, dependent);
+    DecodeStep by_ordinary(m.model, ordinary, true, false), by_dependent(m.model, dependent, true, true);
+    std::vector<int32_t> next{40, 45};
+    for (int s = 0; s < 6; ++s) {
+      Tensor logits, ids;
+      {
+        DependentLaunchScope off(Toggle::off);
+        const DecodeStep::Output a = by_ordinary.run(next);
+        logits = host_copy(a.logits), ids = host_copy(a.ids);
+      }
+      DependentLaunchScope on(Toggle::on);
+      const DecodeStep::Output d = by_dependent.run(next);
+      EXPECT_TRUE(bitwise_equal(d.logits, logits)) << name << ": logits at step " << s;
+      EXPECT_TRUE(bitwise_equal(d.ids, ids)) << name << ": ids at step " << s;
+      const std::vector<int32_t> chosen = ids.to_vector<int32_t>();
+      next.assign(chosen.begin(), chosen.end());
+    }
+    EXPECT_TRUE(by_dependent.graphed()) << name << ": " << by_dependent.eager_reason();
+  }
 }
 
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
