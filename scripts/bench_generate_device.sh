@@ -28,10 +28,10 @@
 #   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
 #   without a GPU, e.g. with olmo2_14M and small grids).
 #
-# Device time, estimated for the H200 with the defaults (not yet measured): training and export 3 x ~20 s;
-# fathom 3 sizes x 3 levers x 6 cells x 7 generations, ~3 min; HF eager generate 3 x 6 cells x 8 generations, ~2 min;
-# gpt-fast's compile of the step (first cell, then once more with dynamic shapes) ~1.5 min plus its 6 cells
-# ~0.5 min; model loads ~0.5 min: about 9 minutes in all, the build not counted.
+# Device time, measured on an H100 (bench/results/2026-12-05_dependent_launch_gpt_fast_h100.md): the Llama shape
+# with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
+# gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, HF ~1 min), so the defaults (3 sizes, 4 levers)
+# take about 15 minutes: more than one 10-minute device call; name fewer sizes or levers per call.
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}

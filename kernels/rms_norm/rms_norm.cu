@@ -53,8 +53,6 @@ template <int TPR, int N, typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
                                         int64_t n, float eps) {
   follow_previous_grid();  // dependent_launch.cuh
-  follow_previous_grid();  // dependent_launch.cuh
-  follow_previous_grid();  // dependent_launch.cuh
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
@@ -128,6 +126,7 @@ template <int N, int PACKS, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
     rms_norm_forward_rows_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
                                  int64_t n, float eps) {
+  follow_previous_grid();  // dependent_launch.cuh
   const int lane = threadIdx.x % 32;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; row < rows;
        row += int64_t(gridDim.x) * kRowWarps) {
@@ -220,6 +219,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     add_rms_norm_forward_kernel(const T* residual, const T* x, const T* w, T* sum, T* y, float* rstd_out, int64_t rows,
                                 int64_t n, float eps) {
+  follow_previous_grid();  // dependent_launch.cuh
   __shared__ float scratch[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t offset = row * n;

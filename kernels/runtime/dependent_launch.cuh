@@ -1,10 +1,12 @@
 // Programmatic dependent launch (sm_90): a kernel launched with it (launch_kernel below, where
 // dependent_launch.h's choice is on) may start while the kernel ahead of it on the stream is still
-// running. Until it calls wait_for_previous_grid it may only read what that kernel does not write (a
-// decoding step's weights), and it must write nothing; after the call every write of the kernel ahead
-// is visible. A kernel ahead calls allow_dependent_grids once it no longer needs the SMs to itself: the
-// dependent kernel's CTAs may take SMs as soon as every CTA ahead has called it (or exited). Both are
-// no-ops in a kernel launched the ordinary way.
+// running. Until it calls wait_for_previous_grid it may prefetch anything into L2 (which is coherent), but
+// it may load only what the kernel ahead does not write (a decoding step's weights), and it must write
+// nothing; after the call every write of the kernel ahead is visible. A kernel ahead calls
+// allow_dependent_grids once it no longer needs the SMs to itself: the dependent kernel's CTAs may take
+// SMs as soon as every CTA ahead has called it (or exited). Both are no-ops in a kernel launched the
+// ordinary way. Every kernel given to launch_kernel must wait before it touches memory; the kernels are
+// built for sm_90a, and the choice is ignored on a device below compute capability 9.0.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,6 +16,10 @@
 #include "kernels/runtime/runtime.h"
 
 namespace fathom::cuda {
+
+// Whether the current device, whose streams the launches go to, has programmatic dependent launches
+// (compute capability 9.0 or newer).
+bool supports_dependent_launch();
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
 // FATHOM_DEPENDENT_LAUNCH is on (dependent_launch.h). The kernel must wait for the grid ahead
@@ -29,7 +35,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
   config.dynamicSmemBytes = size_t(smem);
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = dependent_launch() == Toggle::on ? 1 : 0;
+  config.numAttrs = dependent_launch() == Toggle::on && supports_dependent_launch() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   CUDA_CHECK_LAUNCH();
 }

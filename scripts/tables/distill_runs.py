@@ -11,7 +11,7 @@ from .records import run_record
 from .distill_results import DistillResult, attention_layers, is_finished
 from .runs import Run, TableError, data_order, fathom_command, recipe_value, run_logged, train
 from .scales import EVALS_PER_RUN, scale_sets
-from .settings import RUN_LENGTH_KEYS, check_settings
+from .settings import check_settings
 
 TEACHER_RECIPE = "recipes/quickstart.yaml"
 DISTILL_RECIPE = "recipes/dsla/distill_quickstart.yaml"
@@ -54,6 +54,11 @@ def train_teacher(fathom, repo, out, scale, steps, extra, log):
     return train(fathom, repo, out, FOLDER, run, sets, log,
                  again="train it again with these settings (and its chains, which the table then refuses as chains "
                        "of an earlier teacher)")
+
+
+# What scale_sets derives from a training run's length: a chain's layers have their own (steps_per_layer).
+RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
+                   "train.schedule.warmup_steps")
 
 
 def distill_sets(scale, steps_per_layer, extra, teacher_dir, order, seed=None, chain_sets=None):

@@ -92,20 +92,39 @@ def run_sets(run, sets):
     return all_sets
 
 
-def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train it again with these settings"):
-    """Trains one run unless its folder already holds a complete one; resumes one stopped after a
-    checkpoint. A run in the folder made with other settings than the table gives it now (say more steps,
-    which would pass as complete at fewer) is refused, telling the user to remove it to `again`. Returns
-    (run folder, whether it trained now). A failing fathom is a TableError naming the run and its log.
-    jobs: how many runs share the device with this one (kept in its record)."""
-    from .records import RECORD, run_record
+def run_steps(repo, run, all_sets):
+    """The steps a run trains: its --set train.steps, else its recipe's."""
+    steps = all_sets.get("train.steps")
+    return recipe_steps(os.path.join(repo, run.recipe)) if steps is None else steps
+
+
+def is_started(run_dir):
+    return os.path.exists(os.path.join(run_dir, "checkpoints", "latest"))
+
+
+def check_run(repo, out, table, run, sets, again="train it again with these settings"):
+    """Refuses a complete or started run in the run's folder that was made with other settings than the table
+    gives it now: a run of more steps that evaluated at this one's last step would pass as complete, and a
+    started one would resume under the new settings. (A run that never reached a checkpoint is trained again
+    from the start anyway.) `again`: what removing the folder lets the user do."""
     from .settings import CHECKPOINT_KEYS, check_settings
     run_dir = run_dir_for(out, table, run)
     all_sets = run_sets(run, sets)
-    check_settings(run_dir, all_sets, "trained", again, skip=CHECKPOINT_KEYS)
-    steps = all_sets.get("train.steps")
-    if steps is None:
-        steps = recipe_steps(os.path.join(repo, run.recipe))
+    steps = run_steps(repo, run, all_sets)
+    if is_complete(run_dir, steps) or is_started(run_dir):
+        check_settings(run_dir, {**all_sets, "train.steps": steps}, "trained", again, skip=CHECKPOINT_KEYS)
+
+
+def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train it again with these settings"):
+    """Trains one run unless its folder already holds a complete one; resumes one stopped after a
+    checkpoint; refuses one made with other settings (check_run). Returns (run folder, whether it trained
+    now). A failing fathom is a TableError naming the run and its log. jobs: how many runs share the device
+    with this one (kept in its record)."""
+    from .records import RECORD, run_record
+    check_run(repo, out, table, run, sets, again)
+    run_dir = run_dir_for(out, table, run)
+    all_sets = run_sets(run, sets)
+    steps = run_steps(repo, run, all_sets)
     if is_complete(run_dir, steps):
         if not os.path.isfile(os.path.join(run_dir, RECORD)):  # killed between its end and its record
             run_record(run_dir, jobs, 0.0, run.seed)
@@ -113,7 +132,7 @@ def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train i
         return run_dir, False
     all_sets["log.dir"] = os.path.abspath(run_dir)
     command = fathom_command(fathom, "train", os.path.join(repo, run.recipe), all_sets)
-    started = os.path.exists(os.path.join(run_dir, "checkpoints", "latest"))
+    started = is_started(run_dir)
     command.append("--resume" if started else "--overwrite")
     log_path = run_dir + ".log"
     log(f"  {table}/{run.name()}: training ({'resuming' if started else 'new'}, log {log_path})")

@@ -11,9 +11,6 @@ PER_MACHINE_KEYS = ("train.threads", "train.device", "train.grad_accum", "train.
                     "train.grad_bucket_kib", "data.verify", "log.dir", "log.every", "distill.teacher")
 # The checkpoint cadence changes none of a run's numbers (only where a stopped run resumes from).
 CHECKPOINT_KEYS = ("checkpoint.every", "checkpoint.keep_last")
-# What scale_sets derives from a training run's length (--steps).
-RUN_LENGTH_KEYS = ("eval.every", "train.steps", "checkpoint.every", "checkpoint.keep_last",
-                   "train.schedule.warmup_steps")
 # Keys fathom resolves into another before writing recipe.yaml: a chain's distill.steps_per_layer is its
 # train.steps (each converted layer's run).
 WRITTEN_AS = {"distill.steps_per_layer": "train.steps"}
@@ -112,13 +109,9 @@ def differences(folder, sets, skip=()):
 
 
 def length_hint(key, was, found):
-    """How to ask for a run's recorded value of `key`: its length is --steps (which also sets what follows
-    from it: its evaluation, checkpoint and warmup cadence), anything else a --set."""
-    if key == "train.steps":
-        return f"--steps {was}"
-    if key in RUN_LENGTH_KEYS and "train.steps" in found:
-        return None
-    return f"--set {key}={was}"
+    """How to ask for a run's recorded value of `key`: its length is --steps, anything else a --set (also keys
+    --steps derives, such as eval.every: the recorded value may not be the derived one)."""
+    return f"--steps {was}" if key == "train.steps" else f"--set {key}={was}"
 
 
 def check_settings(folder, sets, made, again, hint_for=length_hint, skip=(), fixed=()):

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .metrics import RunMetrics
 from .records import RECORD, read_json
 from .rows import Row
-from .runs import data_order, read_metrics, run_dir_for, train
+from .runs import check_run, data_order, read_metrics, run_dir_for, train
 from .scales import COMPARED_DOMAIN, scale_sets, seeds
 
 
@@ -20,6 +20,8 @@ def train_rows(table, keys, args, fathom, repo, log):
     seeded = [run.at_seed(seed) for run in runs for seed in seeds(args.seeds)]
     log(f"{table.name}: {len(seeded)} runs ({len(runs)} rows x {args.seeds} seeds) at scale {args.scale} in "
         f"{out}/runs/{table.name}")
+    for run in seeded:  # a run made with other settings is refused before any run trains
+        check_run(repo, out, table.name, run, sets)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(train, fathom, repo, out, table.name, run, sets, log, args.jobs) for run in seeded]
         # Wait for all before reporting the first failure, so no run is left half-written.

@@ -227,10 +227,11 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
 }
 
 #ifdef FATHOM_WITH_CUDA
-// With FATHOM_DEPENDENT_LAUNCH on, each GEMM of a chain starts while the kernels that make its input (an
-// add, then a norm, both of which let it start early) still run: it must wait for that input, eagerly and
-// replayed from a CUDA graph, and give the bits of the ordinary launch. Before each run the allocator's
-// free blocks of the chain's sizes are filled with NaN, so an input read before it is written shows.
+// With FATHOM_DEPENDENT_LAUNCH on, every kernel of an add -> norm -> GEMM chain starts while the one ahead
+// of it still runs (the GEMM fetching its weights meanwhile): each must wait for its input, eagerly and
+// replayed from a CUDA graph, and give the bits of ordinary launches. Before each run the allocator's free
+// blocks of the chain's sizes are filled with NaN, so an input read before it is written shows (likely, not
+// certainly: the kernel ahead lasts microseconds).
 TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
@@ -243,9 +244,10 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
     const auto chain = [&] {
       Tensor h = x;
       for (const Tensor& w : ws) {
+        Tensor next = nan_output(m, d, DType::bf16);  // made first: the norm is the GEMM's direct predecessor
         const Tensor normed = rms_norm_forward(add(h, x), norm_weight, 1e-5).y;
-        h = nan_output(m, d, DType::bf16);
-        skinny_matmul(normed, w, h);
+        skinny_matmul(normed, w, next);
+        h = next;
       }
       return h;
     };

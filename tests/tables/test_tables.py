@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,6 +18,7 @@ from tables.metrics import RunMetrics  # noqa: E402
 from tables.rows import Row  # noqa: E402
 from tables.runs import TableError, is_complete, read_metrics, recipe_value, run_dir_for, train  # noqa: E402
 from tables.scales import scale_sets  # noqa: E402
+from tables.training import train_rows  # noqa: E402
 from tables.training_tables import Context, DslaStates, ModRouting  # noqa: E402
 from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
@@ -675,7 +677,7 @@ class ChainSettings(unittest.TestCase):
         self.assertIn(f"{self.teacher} was trained with other settings than the table gives it now:\n"
                       "  train.steps: 600 (its recipe.yaml) but 300 now\n"
                       "  eval.every: 150 (its recipe.yaml) but 75 now\n", str(e.exception))
-        self.assertIn("or run with the settings it was made with (--steps 600).", str(e.exception))
+        self.assertIn("or run with the settings it was made with (--steps 600 --set eval.every=150).", str(e.exception))
         self.assertEqual(distill_runs.train_teacher("/bin/false", REPO, self.out, "tiny", 600, {}, lambda _: None),
                          (self.teacher, False))
         # the chains' own --set (distill.*) is not the teacher's
@@ -713,18 +715,45 @@ class TrainingRunSettings(unittest.TestCase):
                       "  train.steps: 120 (its recipe.yaml) but 60 now\n"
                       "  eval.every: 30 (its recipe.yaml) but 15 now\n", str(e.exception))
         self.assertIn(f"Remove {self.folder} to train it again with these settings, or run with the settings it "
-                      "was made with (--steps 120).", str(e.exception))
+                      "was made with (--steps 120 --set eval.every=30).", str(e.exception))
         # asked for its own length it is reused; its checkpoint cadence (50, keep 2) is not compared
         self.assertEqual(self.train(120), (self.folder, False))
 
+    def test_a_longer_run_is_refused_where_the_recipe_gives_the_steps(self):
+        # the small scale sets no steps: the recipe's 2,000 are compared with a 4,000-step run's
+        write_metrics(self.folder, fabricated(3.0, 4000) + [{"kind": "eval", "step": 2000, "loss/moby_dick": 3.2}])
+        write_text(os.path.join(self.folder, "recipe.yaml"), resolved_recipe(4000, eval_every=500, distill=False))
+        with self.assertRaisesRegex(TableError, "train.steps: 4000 \\(its recipe.yaml\\) but 2000 now\n"):
+            train("/bin/false", REPO, self.out, self.table.name, self.run, scale_sets("small", None, {}),
+                  lambda _: None)
+
     def test_a_started_run_of_another_width_is_refused_before_it_resumes(self):
         os.makedirs(os.path.join(self.folder, "checkpoints"))
+        write_text(os.path.join(self.folder, "checkpoints", "latest"), "step_00000015\n")
         write_text(os.path.join(self.folder, "recipe.yaml"),
                    resolved_recipe(60, eval_every=15, distill=False).replace("d_model: 64", "d_model: 96"))
         with self.assertRaisesRegex(TableError, "model.d_model: 96 \\(its recipe.yaml\\) but 64 now\n.*--set "
                                                 "model.d_model=96"):
             self.train()
         self.assertFalse(os.path.exists(self.folder + ".log"))  # refused before fathom ran
+
+    def test_a_run_that_never_reached_a_checkpoint_starts_again(self):
+        # fathom writes recipe.yaml as a run starts: one stopped before its first checkpoint is not refused
+        os.makedirs(self.folder)
+        write_text(os.path.join(self.folder, "recipe.yaml"),
+                   resolved_recipe(60, eval_every=15, distill=False).replace("d_model: 64", "d_model: 96"))
+        with self.assertRaisesRegex(TableError, "run dsla-states/.*failed|exited"):
+            self.train()  # /bin/false stands in for fathom: reaching it is what is tested
+        self.assertTrue(os.path.exists(self.folder + ".log"))
+
+    def test_a_table_refuses_before_any_of_its_runs_trains(self):
+        other = run_dir_for(self.out, self.table.name, self.table.runs("tiny")[2].at_seed(1))
+        write_metrics(other, fabricated(3.0, 120) + [{"kind": "eval", "step": 60, "loss/moby_dick": 3.2}])
+        write_text(os.path.join(other, "recipe.yaml"), resolved_recipe(120, eval_every=30, distill=False))
+        args = types.SimpleNamespace(scale="tiny", steps=None, extra={}, out=self.out, seeds=1, jobs=1)
+        with self.assertRaisesRegex(TableError, f"{other} was trained with other settings"):
+            train_rows(self.table, None, args, "/bin/false", REPO, lambda _: None)
+        self.assertFalse(os.path.exists(self.folder + ".log"))  # the first row's run never started
 
 FAKE_FATHOM = """#!%s
 # Stands in for fathom: logs its arguments, then writes what a finished run or chain leaves.
