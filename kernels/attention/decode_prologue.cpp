@@ -9,10 +9,8 @@ namespace fathom {
 
 namespace {
 
-KernelChoice<DecodePrologue>& choice_in_force() {
-  static KernelChoice<DecodePrologue> choice("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate, parse_fusion);
-  return choice;
-}
+constinit KernelChoice<DecodePrologue> choice_in_force("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate,
+                                                       parse_fusion);
 
 void check_rows(const char* what, const Tensor& x, const Tensor& q) {
   FATHOM_CHECK(x.defined() && x.rank() == 4 && x.dim(0) == q.dim(0) && x.dim(1) == 1 && x.dim(3) == q.dim(3),
@@ -24,9 +22,9 @@ void check_rows(const char* what, const Tensor& x, const Tensor& q) {
 
 }  // namespace
 
-DecodePrologue decode_prologue_choice() { return choice_in_force().get(); }
+DecodePrologue decode_prologue_choice() { return choice_in_force.get(); }
 
-void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force().set(choice); }
+void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force.set(choice); }
 
 Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
                        Tensor& cache_k, Tensor& cache_v, const Tensor& past) {

@@ -13,11 +13,8 @@ namespace {
 
 // Unset: never, until the kernel's GPU tests and its decode-GEMM table have run on an H200
 // (docs/DESIGN.md, "Decoding's GEMMs"); auto or always opts in.
-KernelChoice<SkinnyMatmulPolicy>& policy_in_force() {
-  static KernelChoice<SkinnyMatmulPolicy> policy("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::never,
-                                                 parse_skinny_matmul_policy);
-  return policy;
-}
+constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::never,
+                                                           parse_skinny_matmul_policy);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -31,9 +28,9 @@ SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string
   FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
 }
 
-SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force().get(); }
+SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force.get(); }
 
-void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force().set(policy); }
+void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(policy); }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {

@@ -31,15 +31,12 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 }
 
 namespace {
-KernelChoice<Fusion>& add_rms_norm_in_force() {
-  static KernelChoice<Fusion> choice("FATHOM_ADD_RMS_NORM", Fusion::separate, parse_fusion);
-  return choice;
-}
+constinit KernelChoice<Fusion> add_rms_norm_in_force("FATHOM_ADD_RMS_NORM", Fusion::separate, parse_fusion);
 }  // namespace
 
-Fusion add_rms_norm_choice() { return add_rms_norm_in_force().get(); }
+Fusion add_rms_norm_choice() { return add_rms_norm_in_force.get(); }
 
-void set_add_rms_norm_choice(Fusion choice) { add_rms_norm_in_force().set(choice); }
+void set_add_rms_norm_choice(Fusion choice) { add_rms_norm_in_force.set(choice); }
 
 AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
   check_x_weight("add_rms_norm", x, weight);

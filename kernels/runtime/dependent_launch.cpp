@@ -3,16 +3,11 @@
 namespace fathom {
 
 namespace {
-
-KernelChoice<Toggle>& choice_in_force() {
-  static KernelChoice<Toggle> choice("FATHOM_DEPENDENT_LAUNCH", Toggle::off, parse_toggle);
-  return choice;
-}
-
+constinit KernelChoice<Toggle> choice_in_force("FATHOM_DEPENDENT_LAUNCH", Toggle::off, parse_toggle);
 }  // namespace
 
-Toggle dependent_launch() { return choice_in_force().get(); }
+Toggle dependent_launch() { return choice_in_force.get(); }
 
-void set_dependent_launch(Toggle choice) { choice_in_force().set(choice); }
+void set_dependent_launch(Toggle choice) { choice_in_force.set(choice); }
 
 }  // namespace fathom
