@@ -1201,6 +1201,42 @@ class EndToEnd(unittest.TestCase):
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+class Fp8LossReport(unittest.TestCase):
+    """scripts/fp8_loss_report.py: fp8 - bf16 paired by seed, against hand-computed answers."""
+
+    def report(self, folder, *extra):
+        return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "fp8_loss_report.py"), folder, *extra],
+                              capture_output=True, text=True)
+
+    def test_the_paired_difference_and_its_interval(self):
+        with tempfile.TemporaryDirectory() as d:
+            bf16 = {1: 3.00, 2: 3.10, 3: 3.20}
+            fp8 = {1: 3.01, 2: 3.13, 3: 3.21}  # differences 0.01, 0.03, 0.01: mean 0.016667, std 0.011547
+            for seed in bf16:
+                write_metrics(os.path.join(d, f"m_bf16_seed{seed}"), fabricated(bf16[seed]))
+                write_metrics(os.path.join(d, f"m_fp8_seed{seed}"), fabricated(fp8[seed]))
+            write_metrics(os.path.join(d, "big_bf16_seed1"), fabricated(2.5))
+            write_metrics(os.path.join(d, "big_fp8_seed1"), fabricated(2.52))
+            os.makedirs(os.path.join(d, "not_a_run"))
+            r = self.report(d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            half = 4.302653 * 0.011547 / math.sqrt(3)  # t(0.975, 2) * s / sqrt(n)
+            self.assertIn("| bf16 | 3 | 3.1000 | 0.1000 |", r.stdout)
+            self.assertIn(f"+0.0167 nats (+0.54% of bf16), 95% CI [{0.016667 - half:+.4f}, {0.016667 + half:+.4f}]",
+                          r.stdout)
+            self.assertIn("+0.0200 nats (+0.80% of bf16), no CI (one seed)", r.stdout)
+
+    def test_a_folder_without_runs_or_domain_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = self.report(d)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("no run folders named MODEL_bf16_seedS", r.stderr)
+            write_metrics(os.path.join(d, "m_bf16_seed1"), fabricated(3.0))
+            r = self.report(d, "--domain", "wiki")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("no evaluation of validation domain 'wiki'", r.stderr)
+
+
 if __name__ == "__main__":
     try:
         import matplotlib  # noqa: F401
