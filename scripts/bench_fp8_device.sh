@@ -6,8 +6,8 @@
 #             4 x 4096 (target: fp8 >= 1.15x bf16's tokens/s at 1B); then HF transformers + torch.compile
 #             in bf16 at the shapes of HF_CONFIGS (default both; HF=0 leaves HF out) in the same run;
 #   loss190m  the 190M on the prepared reference data (8,192-token vocabulary), STEPS_190M steps (default
-#             400) for each seed of SEEDS (default "1 2 3"), bf16 and fp8 with the same seeds, all runs at
-#             once on the GPU (their losses do not depend on sharing it);
+#             400) for each seed of SEEDS (default "1 2 3"), bf16 and fp8 with the same seeds, a seed's two
+#             runs at once on the GPU (their losses do not depend on sharing it);
 #   loss1b    the 1B on the same data, STEPS_1B steps (default 300) at seed 1, bf16 then fp8 (one at a
 #             time: two 1B runs do not fit an 80 GB GPU together).
 # The loss runs keep metrics.jsonl and drop their weights; scripts/fp8_loss_report.py turns them into the
@@ -73,13 +73,13 @@ fi
 if has_part loss190m; then
   echo "== 190M losses"
   steps=${STEPS_190M:-400}
-  for precision in bf16 fp8; do
-    for seed in ${SEEDS:-1 2 3}; do
+  for seed in ${SEEDS:-1 2 3}; do  # a seed's two runs at once: six 190M runs at once may not fit 80 GB
+    for precision in bf16 fp8; do
       train_run "olmo2_190M_${precision}_seed$seed" olmo2-190m.yaml "$steps" $precision "$seed" \
         --set train.schedule.warmup_steps=$((steps / 10)) --set eval.every=$((steps / 8)) --set eval.batches=8 &
     done
+    wait
   done
-  wait
 fi
 
 if has_part loss1b; then
