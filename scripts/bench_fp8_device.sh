@@ -49,7 +49,7 @@ if has_part steps; then
     timeout 900 python3 "$ROOT/bench/hf_train_reference.py" ${HF_CONFIGS:-olmo2_190M olmo2_1B} 2>&1 | tee "$OUT/steps_hf.md"
     grep -E '^\| ' "$OUT/steps_hf.md" | sed "s/^| /| bf16 | /" >>"$OUT/steps.rows"
   fi
-  { echo "| precision | system | model | batch x seq | step ms | tokens/s | MFU | peak GiB | held GiB |"; grep -v -- '---\|model' "$OUT/steps.rows" 2>/dev/null; } >>"$report"
+  { echo "| precision | system | model | batch x seq | step ms | tokens/s | MFU | peak GiB | held GiB | train GFLOP/token |"; echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|"; grep -v -- '---\|model' "$OUT/steps.rows" 2>/dev/null; } >>"$report"
 fi
 
 # train_run NAME RECIPE STEPS PRECISION SEED [--set ...]: one loss run on the reference data into OUT/NAME.

@@ -7,7 +7,7 @@ writes (MODEL_bf16_seedS and MODEL_fp8_seedS, each holding metrics.jsonl):
 For each model, one row per precision with the final validation loss of DOMAIN as mean ± std over the
 seeds, then fp8 - bf16: the mean difference in nats and in % of bf16's mean, with its 95% CI paired by
 seed (both precisions of a seed share initialisation and data order) where two or more seeds ran both.
-Prints markdown.
+A run stopped before its model's last evaluation is left out and named. Prints markdown.
 """
 
 import argparse
@@ -26,18 +26,27 @@ RUN_NAME = re.compile(r"^(?P<model>.+)_(?P<precision>bf16|fp8)_seed(?P<seed>\d+)
 
 
 def collect(folder, domain):
-    """{model: {precision: {seed: final validation loss}}} of the run folders in `folder`."""
-    losses = {}
+    """({model: {precision: {seed: final validation loss}}}, [names of runs left out]) of the run folders in
+    `folder`. A run whose last evaluation comes before its model's last one (a run stopped early) is left
+    out: its loss belongs to another step."""
+    runs = {}
     for name in sorted(os.listdir(folder)):
         match = RUN_NAME.match(name)
-        if not match or not os.path.isdir(os.path.join(folder, name)):
+        if match and os.path.isdir(os.path.join(folder, name)):
+            runs[name] = (match, RunMetrics(name, read_metrics(os.path.join(folder, name, "metrics.jsonl")), domain))
+    if not runs:
+        raise TableError(f"{folder}: no run folders named MODEL_bf16_seedS or MODEL_fp8_seedS")
+    last_step = {}
+    for match, run in runs.values():
+        last_step[match["model"]] = max(last_step.get(match["model"], 0), run.final_step)
+    losses, left_out = {}, []
+    for name, (match, run) in runs.items():
+        if run.final_step < last_step[match["model"]]:
+            left_out.append(f"{name} (last evaluation at step {run.final_step} of {last_step[match['model']]})")
             continue
-        run = RunMetrics(name, read_metrics(os.path.join(folder, name, "metrics.jsonl")), domain)
         by_seed = losses.setdefault(match["model"], {}).setdefault(match["precision"], {})
         by_seed[int(match["seed"])] = run.val_loss()
-    if not losses:
-        raise TableError(f"{folder}: no run folders named MODEL_bf16_seedS or MODEL_fp8_seedS")
-    return losses
+    return losses, left_out
 
 
 def model_section(model, by_precision, domain):
@@ -67,13 +76,15 @@ def main(argv):
     ap.add_argument("--domain", default="moby_dick", help="the validation domain compared (default moby_dick)")
     args = ap.parse_args(argv)
     try:
-        losses = collect(args.folder, args.domain)
+        losses, left_out = collect(args.folder, args.domain)
     except (TableError, OSError) as e:
         print(f"fp8_loss_report: error: {e}", file=sys.stderr)
         return 1
     lines = []
     for model in sorted(losses):
         lines += model_section(model, losses[model], args.domain) + [""]
+    if left_out:
+        lines.append("Left out, stopped before their model's last evaluation: " + ", ".join(left_out))
     print("\n".join(lines).rstrip())
     return 0
 

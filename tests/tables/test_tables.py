@@ -1217,9 +1217,12 @@ class Fp8LossReport(unittest.TestCase):
                 write_metrics(os.path.join(d, f"m_fp8_seed{seed}"), fabricated(fp8[seed]))
             write_metrics(os.path.join(d, "big_bf16_seed1"), fabricated(2.5))
             write_metrics(os.path.join(d, "big_fp8_seed1"), fabricated(2.52))
+            write_metrics(os.path.join(d, "big_fp8_seed2"), fabricated(2.4, final_step=60))  # stopped early
             os.makedirs(os.path.join(d, "not_a_run"))
             r = self.report(d)
             self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("Left out, stopped before their model's last evaluation: big_fp8_seed2 (last evaluation "
+                          "at step 60 of 100)", r.stdout)
             half = 4.302653 * 0.011547 / math.sqrt(3)  # t(0.975, 2) * s / sqrt(n)
             self.assertIn("| bf16 | 3 | 3.1000 | 0.1000 |", r.stdout)
             self.assertIn(f"+0.0167 nats (+0.54% of bf16), 95% CI [{0.016667 - half:+.4f}, {0.016667 + half:+.4f}]",
