@@ -7,7 +7,9 @@
 // model's decoding shapes, as GB/s of weight bytes read against the same copy, and a layer's grouped
 // projections (skinny_matmul_grouped) against one call per weight, and a decoding step's layer chain
 // replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH).
-// Usage: bench_cuda_kernels [reps] [decode]   (default 30 reps; `decode`: the ceilings and the decode table only)
+// The FP8 tables time the FP8 linears' GEMMs and casts at the 1B model's training shapes (fp8_tables).
+// Usage: bench_cuda_kernels [reps] [decode|fp8]   (default 30 reps; `decode` or `fp8`: the ceilings and those
+// tables only)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +24,8 @@
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
+#include "kernels/fp8/fp8.h"
+#include "kernels/matmul/fp8_matmul.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -270,9 +274,60 @@ void dependent_launch_table() {
 
 }  // namespace
 
+// The FP8 linears' kernels (train.precision fp8) at the 1B model's training shapes, 4 x 4096 tokens through
+// an up-projection of d 2048 to FFN 8192: its three GEMMs in FP8 as the FP8 linear runs them (the forward
+// e4m3 x e4m3 with fast accumulation; dX and dW with the e5m2 gradient, dW accumulated into f32), against
+// the bf16 GEMM rows above and the 8192^3 ceiling; then the amax, cast and cast-transpose of the 16384 x
+// 8192 output gradient, as bytes against the copy (amax reads 2 B an element, the cast reads 2 and writes
+// 1, the cast-transpose writes both copies).
+void fp8_tables(const cudaDeviceProp& prop, double gemm_tflops) {
+  if (prop.major * 10 + prop.minor < 89) {
+    std::printf("FP8 tables skipped: compute capability %d.%d has no FP8 tensor cores\n\n", prop.major, prop.minor);
+    return;
+  }
+  const int64_t T = 16384, d = 2048, f = 8192;
+  const Fp8Tensor x = fp8_quantize(random_gpu({T, d}, DType::bf16), DType::e4m3, true);   // [T, d], [d, T]
+  const Fp8Tensor w = fp8_quantize(random_gpu({f, d}, DType::bf16), DType::e4m3, true);   // [f, d], [d, f]
+  const Fp8Tensor dy = fp8_quantize(random_gpu({T, f}, DType::bf16), DType::e5m2, true);  // [T, f], [f, T]
+  Tensor y = Tensor::empty({T, f}, DType::bf16, kGpu), dx = Tensor::empty({T, d}, DType::bf16, kGpu),
+         dw = Tensor::zeros({f, d}, DType::f32, kGpu);
+  std::printf(
+      "| FP8 GEMM (1B up-projection) | M x K x N | ms | TFLOP/s | of bf16 8192^3 |\n|---|---|---:|---:|---:|\n");
+  auto gemm = [&](const char* name, const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale,
+                  Tensor& c, Fp8GemmOptions options) {
+    const int64_t m = a.dim(0), k = a.dim(1), n = b.dim(0);
+    const double ms = median_ms([&] { fp8_matmul(a, a_scale, b, b_scale, c, options); });
+    const double tf = 2.0 * double(m) * k * n / ms / 1e9;
+    std::printf("| %s | %ld x %ld x %ld | %.3f | %.1f | %.0f%% |\n", name, long(m), long(k), long(n), ms, tf,
+                100.0 * tf / gemm_tflops);
+  };
+  gemm("e4m3 x W^T (fwd, fast accumulation)", x.data, x.scale_inv, w.data, w.scale_inv, y, {.fast_accumulation = true});
+  gemm("e5m2 dY W (dX)", dy.data, dy.scale_inv, w.transposed, w.scale_inv, dx, {});
+  gemm("e5m2 dY^T X (dW, += into f32)", dy.transposed, dy.scale_inv, x.transposed, x.scale_inv, dw,
+       {.accumulate = true});
+
+  std::printf("\n| FP8 cast kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
+  const Tensor g = random_gpu({T, f}, DType::bf16);
+  const Tensor amax = fp8_amax(g);
+  const double n = double(T) * double(f);
+  row("amax (bf16)", "16384 x 8192", median_ms([&] { fp8_amax(g); }), n * 2);
+  row("cast bf16 -> e5m2", "16384 x 8192", median_ms([&] { fp8_cast(g, amax, DType::e5m2); }), n * 3);
+  row("cast-transpose bf16 -> e5m2, both copies", "16384 x 8192",
+      median_ms([&] { fp8_cast_transpose(g, amax, DType::e5m2); }), n * 4);
+  row("cast-transpose bf16 -> e5m2, transpose only", "16384 x 8192",
+      median_ms([&] { fp8_cast_transpose(g, amax, DType::e5m2, false); }), n * 3);
+  row("amax + cast-transpose (fp8_quantize)", "16384 x 8192", median_ms([&] { fp8_quantize(g, DType::e5m2, true); }),
+      n * 6);
+  std::printf("\n");
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) reps = std::max(1, std::atoi(argv[1]));
-  const bool decode_only = argc > 2 && std::string(argv[2]) == "decode";
+  const std::string only = argc > 2 ? argv[2] : "";
+  if (!only.empty() && only != "decode" && only != "fp8") {
+    std::fprintf(stderr, "bench_cuda_kernels: the second argument must be decode or fp8, got '%s'\n", only.c_str());
+    return 2;
+  }
   if (!cuda::init()) {
     std::printf("no CUDA device\n");
     return 0;
@@ -299,10 +354,14 @@ int main(int argc, char** argv) {
   }
   std::printf("ceilings: device-to-device copy %.0f GB/s (read + write); cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n\n",
               copy_gbps, gemm_tflops);
+  if (only == "fp8") {
+    fp8_tables(prop, gemm_tflops);
+    return 0;
+  }
   decode_gemm_table(prop);
   grouped_projection_table(prop);
   dependent_launch_table();
-  if (decode_only) return 0;
+  if (only == "decode") return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");
   auto gemm = [&](const char* name, int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {
@@ -318,6 +377,8 @@ int main(int argc, char** argv) {
   gemm("bf16 dY W (dX)", 16384, 8192, 2048, false, false, DType::bf16);
   gemm("bf16 dY^T X (dW)", 8192, 16384, 2048, true, false, DType::bf16);
   gemm("f32 NN", 4096, 4096, 4096, false, false, DType::f32);
+  std::printf("\n");
+  fp8_tables(prop, gemm_tflops);
 
   std::printf("\n| kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
   const double B2 = 2, B4 = 4;  // bytes of bf16 / f32
