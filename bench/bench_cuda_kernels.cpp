@@ -274,12 +274,27 @@ void dependent_launch_table() {
 
 }  // namespace
 
+// One GEMM's row: M x K x N at `ms`, as TFLOP/s and as a share of the bf16 8192^3 ceiling.
+void gemm_row(const char* name, int64_t m, int64_t k, int64_t n, double ms, double ceiling_tflops) {
+  const double tf = 2.0 * double(m) * k * n / ms / 1e9;
+  std::printf("| %s | %ld x %ld x %ld | %.3f | %.1f | %.0f%% |\n", name, long(m), long(k), long(n), ms, tf,
+              100.0 * tf / ceiling_tflops);
+}
+
+// The median time of matmul (cuBLASLt) on random operands: a [m, k] (or [k, m] transposed), b [k, n] (or
+// [n, k] transposed).
+double matmul_ms(int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {
+  Tensor a = random_gpu(ta ? Shape{k, m} : Shape{m, k}, dt), b = random_gpu(tb ? Shape{n, k} : Shape{k, n}, dt);
+  Tensor c = Tensor::empty({m, n}, dt, kGpu);
+  return median_ms([&] { matmul(a, ta, b, tb, c); });
+}
+
 // The FP8 linears' kernels (train.precision fp8) at the 1B model's training shapes, 4 x 4096 tokens through
 // an up-projection of d 2048 to FFN 8192: its three GEMMs in FP8 as the FP8 linear runs them (the forward
-// e4m3 x e4m3 with fast accumulation; dX and dW with the e5m2 gradient, dW accumulated into f32), against
-// the bf16 GEMM rows above and the 8192^3 ceiling; then the amax, cast and cast-transpose of the 16384 x
-// 8192 output gradient, as bytes against the copy (amax reads 2 B an element, the cast reads 2 and writes
-// 1, the cast-transpose writes both copies).
+// e4m3 x e4m3 with fast accumulation; dX and dW with the e5m2 gradient, dW accumulated into f32), beside
+// the same products in bf16 and against the bf16 8192^3 ceiling; then the amax, cast and cast-transpose of
+// the 16384 x 8192 output gradient, as bytes against the copy (amax reads 2 B an element, the cast reads 2
+// and writes 1, the cast-transpose writes both copies).
 void fp8_tables(const cudaDeviceProp& prop, double gemm_tflops) {
   if (prop.major * 10 + prop.minor < 89) {
     std::printf("FP8 tables skipped: compute capability %d.%d has no FP8 tensor cores\n\n", prop.major, prop.minor);
@@ -291,20 +306,21 @@ void fp8_tables(const cudaDeviceProp& prop, double gemm_tflops) {
   const Fp8Tensor dy = fp8_quantize(random_gpu({T, f}, DType::bf16), DType::e5m2, true);  // [T, f], [f, T]
   Tensor y = Tensor::empty({T, f}, DType::bf16, kGpu), dx = Tensor::empty({T, d}, DType::bf16, kGpu),
          dw = Tensor::zeros({f, d}, DType::f32, kGpu);
-  std::printf(
-      "| FP8 GEMM (1B up-projection) | M x K x N | ms | TFLOP/s | of bf16 8192^3 |\n|---|---|---:|---:|---:|\n");
-  auto gemm = [&](const char* name, const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale,
-                  Tensor& c, Fp8GemmOptions options) {
-    const int64_t m = a.dim(0), k = a.dim(1), n = b.dim(0);
-    const double ms = median_ms([&] { fp8_matmul(a, a_scale, b, b_scale, c, options); });
-    const double tf = 2.0 * double(m) * k * n / ms / 1e9;
-    std::printf("| %s | %ld x %ld x %ld | %.3f | %.1f | %.0f%% |\n", name, long(m), long(k), long(n), ms, tf,
-                100.0 * tf / gemm_tflops);
+  std::printf("| GEMM (1B up-projection) | M x K x N | ms | TFLOP/s | of bf16 8192^3 |\n|---|---|---:|---:|---:|\n");
+  // The same three products in bf16 (cuBLASLt), for the ratio.
+  gemm_row("bf16 x W^T (fwd)", T, d, f, matmul_ms(T, d, f, false, true, DType::bf16), gemm_tflops);
+  gemm_row("bf16 dY W (dX)", T, f, d, matmul_ms(T, f, d, false, false, DType::bf16), gemm_tflops);
+  gemm_row("bf16 dY^T X (dW)", f, T, d, matmul_ms(f, T, d, true, false, DType::bf16), gemm_tflops);
+  auto fp8_gemm = [&](const char* name, const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale,
+                      Tensor& c, Fp8GemmOptions options) {
+    gemm_row(name, a.dim(0), a.dim(1), b.dim(0), median_ms([&] { fp8_matmul(a, a_scale, b, b_scale, c, options); }),
+             gemm_tflops);
   };
-  gemm("e4m3 x W^T (fwd, fast accumulation)", x.data, x.scale_inv, w.data, w.scale_inv, y, {.fast_accumulation = true});
-  gemm("e5m2 dY W (dX)", dy.data, dy.scale_inv, w.transposed, w.scale_inv, dx, {});
-  gemm("e5m2 dY^T X (dW, += into f32)", dy.transposed, dy.scale_inv, x.transposed, x.scale_inv, dw,
-       {.accumulate = true});
+  fp8_gemm("e4m3 x W^T (fwd, fast accumulation)", x.data, x.scale_inv, w.data, w.scale_inv, y,
+           {.fast_accumulation = true});
+  fp8_gemm("e5m2 dY W (dX)", dy.data, dy.scale_inv, w.transposed, w.scale_inv, dx, {});
+  fp8_gemm("e5m2 dY^T X (dW, += into f32)", dy.transposed, dy.scale_inv, x.transposed, x.scale_inv, dw,
+           {.accumulate = true});
 
   std::printf("\n| FP8 cast kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
   const Tensor g = random_gpu({T, f}, DType::bf16);
@@ -365,12 +381,7 @@ int main(int argc, char** argv) {
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");
   auto gemm = [&](const char* name, int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {
-    Tensor a = random_gpu(ta ? Shape{k, m} : Shape{m, k}, dt), b = random_gpu(tb ? Shape{n, k} : Shape{k, n}, dt);
-    Tensor c = Tensor::empty({m, n}, dt, kGpu);
-    const double ms = median_ms([&] { matmul(a, ta, b, tb, c); });
-    const double tf = 2.0 * double(m) * k * n / ms / 1e9;
-    std::printf("| %s | %ld x %ld x %ld | %.3f | %.1f | %.0f%% |\n", name, long(m), long(k), long(n), ms, tf,
-                100.0 * tf / gemm_tflops);
+    gemm_row(name, m, k, n, matmul_ms(m, k, n, ta, tb, dt), gemm_tflops);
   };
   gemm("bf16 NN (8192^3)", 8192, 8192, 8192, false, false, DType::bf16);
   gemm("bf16 x W^T (fwd)", 16384, 2048, 8192, false, true, DType::bf16);

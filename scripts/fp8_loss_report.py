@@ -7,7 +7,10 @@ writes (MODEL_bf16_seedS and MODEL_fp8_seedS, each holding metrics.jsonl):
 For each model, one row per precision with the final validation loss of DOMAIN as mean ± std over the
 seeds, then fp8 - bf16: the mean difference in nats and in % of bf16's mean, with its 95% CI paired by
 seed (both precisions of a seed share initialisation and data order) where two or more seeds ran both.
-A run stopped before its model's last evaluation is left out and named. Prints markdown.
+A run stopped before its model's last evaluation is left out and named (runs of a model that all stopped
+at the same earlier evaluation are not told apart from finished ones: the metrics do not log the steps a
+run was given). The rows use every seed of their precision; the difference only the seeds that ran both,
+which it names. Prints markdown.
 """
 
 import argparse
