@@ -106,13 +106,15 @@ def check_run(repo, out, table, run, sets, again="train it again with these sett
     """Refuses a complete or started run in the run's folder that was made with other settings than the table
     gives it now: a run of more steps that evaluated at this one's last step would pass as complete, and a
     started one would resume under the new settings. (A run that never reached a checkpoint is trained again
-    from the start anyway.) `again`: what removing the folder lets the user do."""
+    from the start anyway.) `again`: what removing the folder lets the user do. Returns the run's folder, its
+    settings (run_sets) and its steps."""
     from .settings import CHECKPOINT_KEYS, check_settings
     run_dir = run_dir_for(out, table, run)
     all_sets = run_sets(run, sets)
     steps = run_steps(repo, run, all_sets)
     if is_complete(run_dir, steps) or is_started(run_dir):
         check_settings(run_dir, {**all_sets, "train.steps": steps}, "trained", again, skip=CHECKPOINT_KEYS)
+    return run_dir, all_sets, steps
 
 
 def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train it again with these settings"):
@@ -121,10 +123,7 @@ def train(fathom, repo, out, table, run, sets, log=print, jobs=1, again="train i
     now). A failing fathom is a TableError naming the run and its log. jobs: how many runs share the device
     with this one (kept in its record)."""
     from .records import RECORD, run_record
-    check_run(repo, out, table, run, sets, again)
-    run_dir = run_dir_for(out, table, run)
-    all_sets = run_sets(run, sets)
-    steps = run_steps(repo, run, all_sets)
+    run_dir, all_sets, steps = check_run(repo, out, table, run, sets, again)
     if is_complete(run_dir, steps):
         if not os.path.isfile(os.path.join(run_dir, RECORD)):  # killed between its end and its record
             run_record(run_dir, jobs, 0.0, run.seed)
