@@ -51,13 +51,15 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent}
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, and that
 # with the GEMMs launched as dependent launches (kernels/runtime/dependent_launch.h).
 lever_env() {
+  local skinny=never fused=separate dependent=off
   case $1 in
-    cublas) echo "FATHOM_SKINNY_MATMUL=never FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate FATHOM_DEPENDENT_LAUNCH=off" ;;
-    skinny) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=separate FATHOM_ADD_RMS_NORM=separate FATHOM_DEPENDENT_LAUNCH=off" ;;
-    skinny+fused) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused FATHOM_DEPENDENT_LAUNCH=off" ;;
-    skinny+fused+dependent) echo "FATHOM_SKINNY_MATMUL=auto FATHOM_DECODE_PROLOGUE=fused FATHOM_ADD_RMS_NORM=fused FATHOM_DEPENDENT_LAUNCH=on" ;;
+    cublas) ;;
+    skinny) skinny=auto ;;
+    skinny+fused) skinny=auto fused=fused ;;
+    skinny+fused+dependent) skinny=auto fused=fused dependent=on ;;
     *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent)" >&2; exit 2 ;;
   esac
+  echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused FATHOM_DEPENDENT_LAUNCH=$dependent"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2
