@@ -3,7 +3,8 @@
 # build in BUILD. PARTS (default "tests steps loss190m loss1b") picks what runs, in this order:
 #   tests     the FP8 GPU tests (kernels, GEMM, linear, training) of fathom_gpu_tests;
 #   steps     training step times, bf16 against fp8, side by side: the 190M at 16 x 2048 and the 1B at
-#             4 x 4096 (target: fp8 >= 1.15x bf16's tokens/s at 1B); then HF transformers + torch.compile
+#             4 x 4096 (target: fp8 >= 1.15x bf16's tokens/s at 1B), or the MODEL:BATCHxSEQ list of
+#             STEP_CONFIGS (sizes between them find where fp8 starts to pay); then HF transformers + torch.compile
 #             in bf16 at the shapes of HF_CONFIGS (default both; HF=0 leaves HF out) in the same run;
 #   loss190m  the 190M on the prepared reference data (8,192-token vocabulary), STEPS_190M steps (default
 #             400) for each seed of SEEDS (default "1 2 3"), bf16 and fp8 with the same seeds, a seed's two
@@ -41,7 +42,7 @@ if has_part steps; then
   echo "== step times"
   { echo; echo "## Training step, bf16 and fp8"; echo; } >>"$report"
   for precision in bf16 fp8; do
-    timeout 900 "$BUILD/bench/bench_train_step" --device cuda --precision $precision olmo2_190M:16x2048 olmo2_1B:4x4096 \
+    timeout 900 "$BUILD/bench/bench_train_step" --device cuda --precision $precision ${STEP_CONFIGS:-olmo2_190M:16x2048 olmo2_1B:4x4096} \
       2>&1 | tee "$OUT/steps_$precision.md"
     grep -E '^\| ' "$OUT/steps_$precision.md" | sed "s/^| /| $precision | /" >>"$OUT/steps.rows"
   done
