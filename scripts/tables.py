@@ -30,7 +30,7 @@ from tables import archive, kernels, noise, report  # noqa: E402
 from tables.distill_chains import FOLDER as DISTILL_FOLDER  # noqa: E402
 from tables.distill_tables import DISTILL_TABLES, TEACHER_FIGURE  # noqa: E402
 from tables.effects import summary  # noqa: E402
-from tables.records import provenance_lines, summarize, table_record  # noqa: E402
+from tables.records import device_time_line, provenance_lines, summarize, table_record  # noqa: E402
 from tables.runs import TableError, fathom_binary, other_seeds  # noqa: E402
 from tables.scales import DEFAULT_SEEDS, SCALES  # noqa: E402
 from tables.training import train_rows  # noqa: E402
@@ -119,7 +119,7 @@ def provenance(table, args, info, extra_lines=()):
         f"- scale: {args.scale}" + (f", {args.steps} steps per run" if args.steps else ""),
         f"- command: `{info['command']}`"]
     if "minutes" in info:
-        lines.append(f"- device time: {info['minutes']:.1f} minutes of training over all runs")
+        lines.append(device_time_line(info))
     return lines + [f"- source: {table.source}"] + list(extra_lines)
 
 

@@ -113,16 +113,28 @@ def summarize(records):
         return sorted(counts.items(), key=lambda item: (item[0] == NOT_RECORDED, -item[1], item[0]))
 
     minutes = {}
+    shared_minutes = 0.0
     for r in kept:
         device = str(r.get("device", "unknown"))
         minutes[device] = minutes.get(device, 0.0) + float(r.get("seconds", 0)) / 60.0
+        shared_minutes += float(r.get("seconds", 0)) / 60.0 / max(int(r.get("jobs", 1)), 1)
     dates = distinct("date") or [NOT_RECORDED]
     return {"date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
             "commits": counted("commit"),
             "devices": [(device, n, minutes.get(device)) for device, n in counted("device")],
             "runs": len(records), "command": "`; `".join(distinct("command")) or NOT_RECORDED,
-            "minutes": sum(minutes.values()),
+            "minutes": sum(minutes.values()), "shared_minutes": shared_minutes,
             "jobs": max([int(r.get("jobs", 1)) for r in kept] or [1])}
+
+
+def device_time_line(info):
+    """The page's device time: the runs' minutes of training summed and, where runs shared a device (--jobs), the
+    minutes the devices were busy, estimated as each run's minutes over the number of runs that shared its device."""
+    line = f"- device time: {info['minutes']:.1f} minutes of training over all runs"
+    if info.get("jobs", 1) > 1:
+        line += (f"; up to {info['jobs']} shared a device at once, so the devices were busy about "
+                 f"{info['shared_minutes']:.1f} minutes (each run's minutes over the runs sharing its device)")
+    return line
 
 
 def runs_text(n, total):

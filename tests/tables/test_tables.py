@@ -24,7 +24,7 @@ from tables import distill_runs  # noqa: E402
 from tables.distill_chains import CHAINS, chain_dir, random_order  # noqa: E402
 from tables.distill_results import DistillResult, attention_layers  # noqa: E402
 from tables.distill_tables import DslaConversion, DslaOrder  # noqa: E402
-from tables.records import provenance_lines, summarize  # noqa: E402
+from tables.records import device_time_line, provenance_lines, summarize  # noqa: E402
 from tables.settings import differences  # noqa: E402
 
 FATHOM = None
@@ -221,6 +221,18 @@ class Provenance(unittest.TestCase):
             "  - CPU only (x86_64, 2 cores): 1 run, 5.0 minutes"])
         self.assertEqual(info["date"], "2026-12-04 21:12 UTC to 2026-12-05 09:00 UTC")
         self.assertAlmostEqual(info["minutes"], 11.0)
+
+
+    def test_device_time_counts_runs_that_shared_a_device_once(self):
+        alone = summarize([H200_RECORD, dict(H200_RECORD, seconds=60.0), H200_RECORD])
+        self.assertEqual(device_time_line(alone), "- device time: 5.0 minutes of training over all runs")
+        # two runs of 2 minutes four at a time, one of 2 minutes alone: 6 minutes of training, 3 of the device
+        shared = summarize([dict(H200_RECORD, jobs=4), dict(H200_RECORD, jobs=4), H200_RECORD])
+        self.assertAlmostEqual(shared["shared_minutes"], 3.0)
+        self.assertEqual(device_time_line(shared),
+                         "- device time: 6.0 minutes of training over all runs; up to 4 shared a device at once, so "
+                         "the devices were busy about 3.0 minutes (each run's minutes over the runs sharing its "
+                         "device)")
 
 
 T975_DF2 = 4.302653  # Student's t, two-sided 95%, 2 degrees of freedom
