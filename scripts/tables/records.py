@@ -116,8 +116,9 @@ def summarize(records):
     shared_minutes = 0.0
     for r in kept:
         device = str(r.get("device", "unknown"))
-        minutes[device] = minutes.get(device, 0.0) + float(r.get("seconds", 0)) / 60.0
-        shared_minutes += float(r.get("seconds", 0)) / 60.0 / max(int(r.get("jobs", 1)), 1)
+        run_minutes = float(r.get("seconds", 0)) / 60.0
+        minutes[device] = minutes.get(device, 0.0) + run_minutes
+        shared_minutes += run_minutes / max(int(r.get("jobs", 1)), 1)
     dates = distinct("date") or [NOT_RECORDED]
     return {"date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
             "commits": counted("commit"),
