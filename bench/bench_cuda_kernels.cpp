@@ -295,22 +295,23 @@ double matmul_ms(int64_t m, int64_t k, int64_t n, bool ta, bool tb, DType dt) {
 // the same products in bf16 and against the bf16 8192^3 ceiling; then the amax, cast and cast-transpose of
 // the 16384 x 8192 output gradient, as bytes against the copy (amax reads 2 B an element, the cast reads 2
 // and writes 1, the cast-transpose writes both copies).
+// On a GPU without FP8 tensor cores, only the bf16 rows.
 void fp8_tables(const cudaDeviceProp& prop, double gemm_tflops) {
-  if (prop.major * 10 + prop.minor < 89) {
-    std::printf("FP8 tables skipped: compute capability %d.%d has no FP8 tensor cores\n\n", prop.major, prop.minor);
-    return;
-  }
   const int64_t T = 16384, d = 2048, f = 8192;
-  const Fp8Tensor x = fp8_quantize(random_gpu({T, d}, DType::bf16), DType::e4m3, true);   // [T, d], [d, T]
-  const Fp8Tensor w = fp8_quantize(random_gpu({f, d}, DType::bf16), DType::e4m3, true);   // [f, d], [d, f]
-  const Fp8Tensor dy = fp8_quantize(random_gpu({T, f}, DType::bf16), DType::e5m2, true);  // [T, f], [f, T]
-  Tensor y = Tensor::empty({T, f}, DType::bf16, kGpu), dx = Tensor::empty({T, d}, DType::bf16, kGpu),
-         dw = Tensor::zeros({f, d}, DType::f32, kGpu);
   std::printf("| GEMM (1B up-projection) | M x K x N | ms | TFLOP/s | of bf16 8192^3 |\n|---|---|---:|---:|---:|\n");
   // The same three products in bf16 (cuBLASLt), for the ratio.
   gemm_row("bf16 x W^T (fwd)", T, d, f, matmul_ms(T, d, f, false, true, DType::bf16), gemm_tflops);
   gemm_row("bf16 dY W (dX)", T, f, d, matmul_ms(T, f, d, false, false, DType::bf16), gemm_tflops);
   gemm_row("bf16 dY^T X (dW)", f, T, d, matmul_ms(f, T, d, true, false, DType::bf16), gemm_tflops);
+  if (prop.major * 10 + prop.minor < 89) {
+    std::printf("\nFP8 rows skipped: compute capability %d.%d has no FP8 tensor cores\n\n", prop.major, prop.minor);
+    return;
+  }
+  const Fp8Tensor x = fp8_quantize(random_gpu({T, d}, DType::bf16), DType::e4m3, true);   // [T, d], [d, T]
+  const Fp8Tensor w = fp8_quantize(random_gpu({f, d}, DType::bf16), DType::e4m3, true);   // [f, d], [d, f]
+  const Fp8Tensor dy = fp8_quantize(random_gpu({T, f}, DType::bf16), DType::e5m2, true);  // [T, f], [f, T]
+  Tensor y = Tensor::empty({T, f}, DType::bf16, kGpu), dx = Tensor::empty({T, d}, DType::bf16, kGpu),
+         dw = Tensor::zeros({f, d}, DType::f32, kGpu);
   auto fp8_gemm = [&](const char* name, const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale,
                       Tensor& c, Fp8GemmOptions options) {
     gemm_row(name, a.dim(0), a.dim(1), b.dim(0), median_ms([&] { fp8_matmul(a, a_scale, b, b_scale, c, options); }),
@@ -384,12 +385,9 @@ int main(int argc, char** argv) {
     gemm_row(name, m, k, n, matmul_ms(m, k, n, ta, tb, dt), gemm_tflops);
   };
   gemm("bf16 NN (8192^3)", 8192, 8192, 8192, false, false, DType::bf16);
-  gemm("bf16 x W^T (fwd)", 16384, 2048, 8192, false, true, DType::bf16);
-  gemm("bf16 dY W (dX)", 16384, 8192, 2048, false, false, DType::bf16);
-  gemm("bf16 dY^T X (dW)", 8192, 16384, 2048, true, false, DType::bf16);
   gemm("f32 NN", 4096, 4096, 4096, false, false, DType::f32);
   std::printf("\n");
-  fp8_tables(prop, gemm_tflops);
+  fp8_tables(prop, gemm_tflops);  // the 1B training shapes' GEMMs, bf16 and FP8
 
   std::printf("\n| kernel | shape | ms | GB/s | of copy |\n|---|---|---:|---:|---:|\n");
   const double B2 = 2, B4 = 4;  // bytes of bf16 / f32
