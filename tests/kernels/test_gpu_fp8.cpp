@@ -108,9 +108,55 @@ TEST(GpuFp8, AmaxMatchesTheCpu) {
   }
 }
 
+// A width that is a multiple of 8 in a tensor that starts 8 bytes into its storage (so not 16-byte aligned)
+// takes the element-at-a-time cast-transpose, with the same bytes as the CPU.
+TEST(GpuFp8, CastTransposeOfAnUnalignedTensorFallsBackWithTheSameBytes) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t rows = 45, cols = 64;
+  const Tensor flat = awkward_values(1, rows * cols + 4, 8).to(DType::bf16).view({rows * cols + 4});
+  const Tensor host = flat.narrow(4, rows * cols).view({rows, cols});
+  const Tensor gpu = flat.to(kGpu).narrow(4, rows * cols).view({rows, cols});
+  const Tensor amax = fp8_amax(host);
+  const Fp8Tensor want = fp8_cast_transpose(host, amax, DType::e4m3);
+  const Fp8Tensor got = fp8_cast_transpose(gpu, amax.to(kGpu), DType::e4m3);
+  EXPECT_TRUE(same_bytes(got.data, want.data));
+  EXPECT_TRUE(same_bytes(got.transposed, want.transposed));
+}
+
+// The packed kernels (16-byte loads, several per thread) against the element-at-a-time ones: the largest
+// |x| in the tail past the last whole pack, at the first element, and in a view whose start is not
+// 16-byte aligned (a row of 3 bf16), which takes the unpacked path.
+TEST(GpuFp8, AmaxFindsTheMaxInTheTailAtTheStartAndInUnalignedViews) {
+  FATHOM_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16})
+    // the last: more packs than one wave of blocks loads at once, so each thread goes round several times
+    for (int64_t n : {int64_t(8 * 4 * 512 * 3 + 5), int64_t(1) << 20, (int64_t(1) << 24) + 5}) {
+      for (int64_t at : {n - 1, int64_t(0), n / 2 + 3}) {
+        Tensor x = random_tensor({n, 1}, DType::f32, 5, -1, 1);
+        x.data<float>()[at] = -300.0f;
+        const Tensor got = fp8_amax(x.to(dt).to(kGpu));
+        EXPECT_EQ(got.to(Device::cpu()).to_vector<float>()[0], 300.0f) << dtype_name(dt) << " n " << n << " at " << at;
+      }
+    }
+  const Tensor x = random_tensor({4001, 3}, DType::f32, 6, -2, 2).to(DType::bf16);
+  const Tensor gpu = x.to(kGpu);
+  for (int64_t start : {1, 2, 5}) {
+    const Tensor view = gpu.narrow(start, 4001 - start);  // starts 6, 12 or 30 bytes in
+    EXPECT_TRUE(same_bytes(fp8_amax(view), fp8_amax(x.narrow(start, 4001 - start)))) << "offset row " << start;
+    const Tensor amax = fp8_amax(x.narrow(start, 4001 - start));
+    EXPECT_TRUE(same_bytes(fp8_cast(view, amax.to(kGpu), DType::e4m3).data,
+                           fp8_cast(x.narrow(start, 4001 - start), amax, DType::e4m3).data))
+        << "offset row " << start;
+  }
+}
+
 TEST(GpuFp8, CastAndCastTransposeMatchTheCpuBitForBit) {
   FATHOM_REQUIRE_GPU();
-  const Shape shapes[] = {{1, 16}, {15, 16}, {17, 48}, {37, 24}, {33, 5}, {100, 100}, {1000, 768}, {4099, 64}, {0, 32}};
+  // Widths that are multiples of 8 take the packed cast-transpose (128 x 64 tiles): partial tiles in both
+  // directions ({130, 200}, {37, 24}), more than one tile of rows ({1000, 768}, {4099, 64}); the others
+  // ({33, 5}, {100, 100}) the element-at-a-time one.
+  const Shape shapes[] = {{1, 16},    {15, 16},   {17, 48},    {37, 24},   {33, 5}, {100, 100},
+                          {130, 200}, {257, 136}, {1000, 768}, {4099, 64}, {0, 32}};
   for (DType format : {DType::e4m3, DType::e5m2})
     for (DType dt : {DType::f32, DType::bf16})
       for (const Shape& shape : shapes) {
