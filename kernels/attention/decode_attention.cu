@@ -93,6 +93,7 @@ struct SplitSmem {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args) {
+  follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;  // a split this length does not have (the whole block leaves)
@@ -298,6 +299,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
 // kernel, so the combine kernel serves both.
 template <int D, int NR>
 __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs args) {
+  follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;
@@ -423,7 +425,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
 // slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
 template <int D>
 __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs args) {
-  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
+  follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
   constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -575,17 +577,15 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
     }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
     if (R == 1)
-      decode_split_rows_kernel<D, 1><<<grid, kThreads, 0, stream>>>(a);
+      launch_kernel(decode_split_rows_kernel<D, 1>, grid, dim3(kThreads), 0, stream, a);
     else if (R == 2)
-      decode_split_rows_kernel<D, 2><<<grid, kThreads, 0, stream>>>(a);
+      launch_kernel(decode_split_rows_kernel<D, 2>, grid, dim3(kThreads), 0, stream, a);
     else if (R <= 4)
-      decode_split_rows_kernel<D, 4><<<grid, kThreads, 0, stream>>>(a);
+      launch_kernel(decode_split_rows_kernel<D, 4>, grid, dim3(kThreads), 0, stream, a);
     else
-      decode_split_kernel<D><<<grid, kThreads, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+      launch_kernel(decode_split_kernel<D>, grid, dim3(kThreads), smem, stream, a);
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
-    decode_combine_kernel<D><<<combine_blocks, kCombineWarps * 32, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel(decode_combine_kernel<D>, dim3(combine_blocks), dim3(kCombineWarps * 32), 0, stream, a);
   };
   if (d == 64)
     launch.template operator()<64>();

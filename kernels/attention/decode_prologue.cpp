@@ -9,8 +9,7 @@ namespace fathom {
 
 namespace {
 
-constinit KernelChoice<DecodePrologue> choice_in_force("FATHOM_DECODE_PROLOGUE", DecodePrologue::separate,
-                                                       parse_fusion);
+constinit KernelChoice<DecodePrologue> choice_in_force("FATHOM_DECODE_PROLOGUE", DecodePrologue::fused, parse_fusion);
 
 void check_rows(const char* what, const Tensor& x, const Tensor& q) {
   FATHOM_CHECK(x.defined() && x.rank() == 4 && x.dim(0) == q.dim(0) && x.dim(1) == 1 && x.dim(3) == q.dim(3),

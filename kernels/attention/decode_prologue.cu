@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/attention/decode_prologue.h"
+#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/float_dispatch.h"
 #include "kernels/runtime/runtime.h"
@@ -62,6 +63,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     decode_prologue_kernel(const T* q, const T* k, const T* v, const T* q_norm, const T* k_norm, const float2* angles,
                            const int32_t* past, T* q_out, T* cache_k, T* cache_v, PrologueShape s) {
+  follow_previous_grid();  // dependent_launch.cuh
   __shared__ float scratch[32];
   const int b = int(blockIdx.x), d = s.head_dim, nq = s.q_heads * d, nk = s.kv_heads * d;
   const T* qr = q + int64_t(b) * nq;
@@ -93,11 +95,10 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
   dispatch_device_float("decode_prologue", q.dtype(), [&]<typename T>() {
     const auto* qn = q_norm.defined() ? static_cast<const T*>(q_norm.raw()) : nullptr;
     const auto* kn = k_norm.defined() ? static_cast<const T*>(k_norm.raw()) : nullptr;
-    decode_prologue_kernel<T><<<unsigned(B), kThreads, 0, stream_for(q.device())>>>(
-        static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), qn, kn,
-        reinterpret_cast<const float2*>(angles.raw()), static_cast<const int32_t*>(past.raw()),
-        static_cast<T*>(q_out.raw()), static_cast<T*>(cache_k.raw()), static_cast<T*>(cache_v.raw()), shape);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel(decode_prologue_kernel<T>, dim3(unsigned(B)), dim3(kThreads), 0, stream_for(q.device()),
+                  static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), qn,
+                  kn, reinterpret_cast<const float2*>(angles.raw()), static_cast<const int32_t*>(past.raw()),
+                  static_cast<T*>(q_out.raw()), static_cast<T*>(cache_k.raw()), static_cast<T*>(cache_v.raw()), shape);
   });
   return q_out;
 }

@@ -26,8 +26,8 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        Tensor& cache_k, Tensor& cache_v, const Tensor& past);
 
 // Whether attention's decoding steps take decode_prologue (fused) or its six ops (separate):
-// FATHOM_DECODE_PROLOGUE=fused|separate, read at the first call; unset, separate until the kernel's GPU
-// tests and decoding benchmark have run on an H200.
+// FATHOM_DECODE_PROLOGUE=fused|separate, read at the first call; unset, fused (its GPU tests passed and
+// it paid in the decoding benchmark, bench/results/2026-12-05_decode_defaults_h100.md).
 using DecodePrologue = Fusion;
 DecodePrologue decode_prologue_choice();
 void set_decode_prologue_choice(DecodePrologue choice);

@@ -11,9 +11,9 @@ namespace fathom {
 
 namespace {
 
-// Unset: never, until the kernel's GPU tests and its decode-GEMM table have run on an H200
-// (docs/DESIGN.md, "Decoding's GEMMs"); auto or always opts in.
-constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::never,
+// Unset: automatic, since its GPU tests passed and it paid in the decoding benchmark on an H100
+// (bench/results/2026-12-05_decode_defaults_h100.md; docs/DESIGN.md, "Decoding's GEMMs").
+constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::automatic,
                                                            parse_skinny_matmul_policy);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.

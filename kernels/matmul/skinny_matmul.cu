@@ -47,7 +47,6 @@
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/runtime/dependent_launch.cuh"
-#include "kernels/runtime/dependent_launch.h"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -253,13 +252,12 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, c
     ++group.count;
   }
   group.first_cta[group.count] = int(ctas);
-  const bool dependent = dependent_launch() == Toggle::on;
   if (vector)
-    launch_kernel(dependent, skinny_matmul_kernel<kTiles, true, Out>, dim3(unsigned(ctas)), dim3(kThreads), stream, xp,
-                  group, M, K);
+    launch_kernel(skinny_matmul_kernel<kTiles, true, Out>, dim3(unsigned(ctas)), dim3(kThreads), 0, stream, xp, group,
+                  M, K);
   else
-    launch_kernel(dependent, skinny_matmul_kernel<kTiles, false, Out>, dim3(unsigned(ctas)), dim3(kThreads), stream, xp,
-                  group, M, K);
+    launch_kernel(skinny_matmul_kernel<kTiles, false, Out>, dim3(unsigned(ctas)), dim3(kThreads), 0, stream, xp, group,
+                  M, K);
 }
 
 template <typename Out>

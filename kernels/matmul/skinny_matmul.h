@@ -30,7 +30,7 @@ constexpr int64_t kSkinnyMatmulAutoRows = 8;
 // `always` up to kSkinnyMatmulMaxRows, `never` (cuBLASLt for every shape).
 enum class SkinnyMatmulPolicy { automatic, always, never };
 
-// The policy in force: FATHOM_SKINNY_MATMUL=auto|always|never, read at the first call (unset: never),
+// The policy in force: FATHOM_SKINNY_MATMUL=auto|always|never, read at the first call (unset: auto),
 // unless set_skinny_matmul_policy replaced it. A bad value is an error naming the variable.
 SkinnyMatmulPolicy skinny_matmul_policy();
 void set_skinny_matmul_policy(SkinnyMatmulPolicy policy);

@@ -31,7 +31,7 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 }
 
 namespace {
-constinit KernelChoice<Fusion> add_rms_norm_in_force("FATHOM_ADD_RMS_NORM", Fusion::separate, parse_fusion);
+constinit KernelChoice<Fusion> add_rms_norm_in_force("FATHOM_ADD_RMS_NORM", Fusion::fused, parse_fusion);
 }  // namespace
 
 Fusion add_rms_norm_choice() { return add_rms_norm_in_force.get(); }

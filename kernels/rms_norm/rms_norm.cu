@@ -52,7 +52,7 @@ __device__ __forceinline__ void store_normalized_pack(const Pack<T, N>& xv, cons
 template <int TPR, int N, typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
                                         int64_t n, float eps) {
-  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
+  follow_previous_grid();  // dependent_launch.cuh
   __shared__ float scratch[32];
   constexpr int kGroups = kThreads / TPR;
   const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
@@ -126,6 +126,7 @@ template <int N, int PACKS, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
     rms_norm_forward_rows_kernel(const T* x, const T* w, const T* residual, T* y, float* rstd_out, int64_t rows,
                                  int64_t n, float eps) {
+  follow_previous_grid();  // dependent_launch.cuh
   const int lane = threadIdx.x % 32;
   for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; row < rows;
        row += int64_t(gridDim.x) * kRowWarps) {
@@ -218,6 +219,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     add_rms_norm_forward_kernel(const T* residual, const T* x, const T* w, T* sum, T* y, float* rstd_out, int64_t rows,
                                 int64_t n, float eps) {
+  follow_previous_grid();  // dependent_launch.cuh
   __shared__ float scratch[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t offset = row * n;
@@ -253,15 +255,13 @@ RmsNormOutput rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
     dispatch_forward_layout<T>(
         n, few_rows, {xp, wp, yp, rp},
         [&]<int N, int PACKS>() {
-          rms_norm_forward_rows_kernel<N, PACKS, T><<<grid_for(rows, kRowWarps, 65535), kRowWarps * 32, 0, stream>>>(
-              xp, wp, rp, yp, rstd_p, rows, n, float(eps));
-          CUDA_CHECK_LAUNCH();
+          launch_kernel(rms_norm_forward_rows_kernel<N, PACKS, T>, dim3(grid_for(rows, kRowWarps, 65535)),
+                        dim3(kRowWarps * 32), 0, stream, xp, wp, rp, yp, rstd_p, rows, n, float(eps));
         },
         [&]<int TPR, int N>() {
           const int64_t groups = kThreads / TPR;
-          rms_norm_forward_kernel<TPR, N, T><<<grid_for(rows, int(groups), 65535), kThreads, 0, stream>>>(
-              xp, wp, rp, yp, rstd_p, rows, n, float(eps));
-          CUDA_CHECK_LAUNCH();
+          launch_kernel(rms_norm_forward_kernel<TPR, N, T>, dim3(grid_for(rows, int(groups), 65535)), dim3(kThreads), 0,
+                        stream, xp, wp, rp, yp, rstd_p, rows, n, float(eps));
         });
   });
   return out;
@@ -274,11 +274,10 @@ AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, c
       {Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty({rows}, DType::f32, x.device())}};
   if (x.numel() == 0) return out;
   dispatch_device_float("add_rms_norm", x.dtype(), [&]<typename T>() {
-    add_rms_norm_forward_kernel<T><<<grid_for(rows, 1, 65535), kThreads, 0, stream_for(x.device())>>>(
-        static_cast<const T*>(residual.raw()), static_cast<const T*>(x.raw()), static_cast<const T*>(weight.raw()),
-        static_cast<T*>(out.sum.raw()), static_cast<T*>(out.normed.y.raw()), static_cast<float*>(out.normed.rstd.raw()),
-        rows, n, float(eps));
-    CUDA_CHECK_LAUNCH();
+    launch_kernel(add_rms_norm_forward_kernel<T>, dim3(grid_for(rows, 1, 65535)), dim3(kThreads), 0,
+                  stream_for(x.device()), static_cast<const T*>(residual.raw()), static_cast<const T*>(x.raw()),
+                  static_cast<const T*>(weight.raw()), static_cast<T*>(out.sum.raw()),
+                  static_cast<T*>(out.normed.y.raw()), static_cast<float*>(out.normed.rstd.raw()), rows, n, float(eps));
   });
   return out;
 }

@@ -32,8 +32,8 @@ struct AddRmsNormOutput {
 };
 AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps);
 // Whether add_rms_norm takes that one pass (fused) or add then rms_norm (separate) where nothing records a
-// gradient: FATHOM_ADD_RMS_NORM=fused|separate, read at the first call; unset, separate until the kernel's
-// GPU tests have run on an H200.
+// gradient: FATHOM_ADD_RMS_NORM=fused|separate, read at the first call; unset, fused (its GPU tests passed;
+// bench/results/2026-12-05_decode_defaults_h100.md).
 Fusion add_rms_norm_choice();
 void set_add_rms_norm_choice(Fusion choice);
 // dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed

@@ -3,7 +3,7 @@
 namespace fathom {
 
 namespace {
-constinit KernelChoice<Toggle> choice_in_force("FATHOM_DEPENDENT_LAUNCH", Toggle::off, parse_toggle);
+constinit KernelChoice<Toggle> choice_in_force("FATHOM_DEPENDENT_LAUNCH", Toggle::on, parse_toggle);
 }  // namespace
 
 Toggle dependent_launch() { return choice_in_force.get(); }

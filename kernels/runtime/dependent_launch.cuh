@@ -5,30 +5,37 @@
 // nothing; after the call every write of the kernel ahead is visible. A kernel ahead calls
 // allow_dependent_grids once it no longer needs the SMs to itself: the dependent kernel's CTAs may take
 // SMs as soon as every CTA ahead has called it (or exited). Both are no-ops in a kernel launched the
-// ordinary way, and in code built for an architecture below sm_90 (fathom builds sm_90a).
+// ordinary way. Every kernel given to launch_kernel must wait before it touches memory; the kernels are
+// built for sm_90a, and the choice is ignored on a device below compute capability 9.0.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <utility>
 
+#include "kernels/runtime/dependent_launch.h"
 #include "kernels/runtime/runtime.h"
 
 namespace fathom::cuda {
 
-// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch where `dependent`.
+// Whether the current device, whose streams the launches go to, has programmatic dependent launches
+// (compute capability 9.0 or newer).
+bool supports_dependent_launch();
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
+// FATHOM_DEPENDENT_LAUNCH is on (dependent_launch.h). The kernel must wait for the grid ahead
+// (wait_for_previous_grid or follow_previous_grid) before it touches what that grid writes.
 template <typename... Params, typename... Args>
-void launch_kernel(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                   Args&&... args) {
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = size_t(smem);
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = dependent ? 1 : 0;
+  config.numAttrs = dependent_launch() == Toggle::on && supports_dependent_launch() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   CUDA_CHECK_LAUNCH();
 }
@@ -43,6 +50,14 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// The first statement of a kernel launched with launch_kernel that has nothing to do before its inputs
+// are ready: waits for the grid ahead, then lets the next grid launch (a decoding step's next GEMM starts
+// fetching its weights while this kernel runs).
+__device__ __forceinline__ void follow_previous_grid() {
+  wait_for_previous_grid();
+  allow_dependent_grids();
 }
 
 // Asks L2 for `bytes` (a multiple of 16) at `p` (16-byte aligned) without waiting for them: the loads

@@ -12,7 +12,7 @@ namespace fathom::cuda {
 
 template <int N, typename Op>
 __global__ void map_kernel(int64_t n, Op op) {
-  allow_dependent_grids();  // a decoding step's GEMM after this one may fetch its weights meanwhile
+  follow_previous_grid();  // dependent_launch.cuh
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / N;
@@ -26,12 +26,11 @@ template <int N, typename Op>
 void run_map(int64_t n, bool packed, const Op& op, cudaStream_t stream) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
-  if (packed && N > 1) {
-    map_kernel<N, Op><<<grid_for((n + N - 1) / N, kThreads, 16384), kThreads, 0, stream>>>(n, op);
-  } else {
-    map_kernel<1, Op><<<grid_for(n, kThreads, 16384), kThreads, 0, stream>>>(n, op);
-  }
-  CUDA_CHECK_LAUNCH();
+  if (packed && N > 1)
+    launch_kernel(map_kernel<N, Op>, dim3(grid_for((n + N - 1) / N, kThreads, 16384)), dim3(kThreads), 0, stream, n,
+                  op);
+  else
+    launch_kernel(map_kernel<1, Op>, dim3(grid_for(n, kThreads, 16384)), dim3(kThreads), 0, stream, n, op);
 }
 
 }  // namespace fathom::cuda

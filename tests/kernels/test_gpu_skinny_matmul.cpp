@@ -227,11 +227,11 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
 }
 
 #ifdef FATHOM_WITH_CUDA
-// With FATHOM_DEPENDENT_LAUNCH on, each GEMM of an add -> norm -> GEMM chain starts while the norm that
-// makes its input still runs (the norm lets it start as it begins): it must wait for that input, eagerly
-// and replayed from a CUDA graph, and give the bits of ordinary launches. Before each run the allocator's
-// free blocks of the chain's sizes are filled with NaN, so an input read before it is written shows
-// (likely, not certainly: the norm lasts microseconds).
+// With FATHOM_DEPENDENT_LAUNCH on, every kernel of an add -> norm -> GEMM chain starts while the one ahead
+// of it still runs (the GEMM fetching its weights meanwhile): each must wait for its input, eagerly and
+// replayed from a CUDA graph, and give the bits of ordinary launches. Before each run the allocator's free
+// blocks of the chain's sizes are filled with NaN, so an input read before it is written shows (likely, not
+// certainly: the kernel ahead lasts microseconds).
 TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
