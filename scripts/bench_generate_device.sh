@@ -47,9 +47,10 @@ TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
 LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent}
 
-# The environment of a decoding lever: cuBLASLt and the separate ops (fathom's default), the skinny GEMM
+# The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, and that
-# with the GEMMs launched as dependent launches (kernels/runtime/dependent_launch.h).
+# with the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h; the last is
+# fathom's default).
 lever_env() {
   local skinny=never fused=separate dependent=off
   case $1 in

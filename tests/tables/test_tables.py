@@ -446,8 +446,9 @@ class DistillTablesFromSeeds(unittest.TestCase):
         mean, half = hand_interval([a - b for a, b in zip(e, s)])  # -0.03, -0.02, -0.03
         self.assertAlmostEqual(effects[5].interval.difference, mean)
         self.assertAlmostEqual(effects[5].interval.half_width(), half, places=5)
-        # entropy beats sensitivity at 50% by -0.0267 +- 0.0143: the paper expects it not to
-        self.assertEqual(effects[5].verdict(), "contradicted")
+        # entropy beats sensitivity at 50% by -0.0267 +- 0.0143: the proxy does at least as well as the order it
+        # stands in for, as the paper claims; only an entropy order measurably worse would contradict it
+        self.assertEqual(effects[5].verdict(), "reproduced")
         mean, half = hand_interval([a - b for a, b in zip(e, r)])  # -0.10, +0.05, -0.14
         self.assertAlmostEqual(effects[2].interval.difference, mean)
         self.assertEqual(effects[2].verdict(), "unresolved")
