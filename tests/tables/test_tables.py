@@ -1234,13 +1234,28 @@ class Fp8LossReport(unittest.TestCase):
             os.makedirs(os.path.join(d, "not_a_run"))
             r = self.report(d)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertIn("Left out, stopped before their model's last evaluation: big_fp8_seed2 (last evaluation "
-                          "at step 60 of 100)", r.stdout)
+            self.assertIn("Left out, stopped before their last step: big_fp8_seed2 (last evaluation at step 60 of "
+                          "100)", r.stdout)
             half = 4.302653 * 0.011547 / math.sqrt(3)  # t(0.975, 2) * s / sqrt(n)
             self.assertIn("| bf16 | 3 | 3.1000 | 0.1000 |", r.stdout)
             self.assertIn(f"+0.0167 nats (+0.54% of bf16), 95% CI [{0.016667 - half:+.4f}, {0.016667 + half:+.4f}]",
                           r.stdout)
             self.assertIn("+0.0200 nats (+0.80% of bf16), no CI (one seed)", r.stdout)
+
+    def test_runs_that_all_stopped_at_the_same_step_are_told_by_their_recipe(self):
+        with tempfile.TemporaryDirectory() as d:
+            for seed, (b, f) in {1: (3.0, 3.02), 2: (3.1, 3.11)}.items():
+                for precision, loss in (("bf16", b), ("fp8", f)):
+                    run = os.path.join(d, f"m_{precision}_seed{seed}")
+                    write_metrics(run, fabricated(loss, final_step=60))
+                    given = 60 if seed == 1 else 100  # seed 2's runs were given 100 steps and stopped at 60
+                    with open(os.path.join(run, "recipe.yaml"), "w") as out:
+                        out.write(f"name: m\ntrain:\n  device: cuda\n  steps: {given}\n  precision: {precision}\n")
+            r = self.report(d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("m_bf16_seed2 (last evaluation at step 60 of 100), m_fp8_seed2 (last evaluation at step 60 "
+                          "of 100)", r.stdout)
+            self.assertIn("+0.0200 nats (+0.67% of bf16), no CI (one seed)", r.stdout)
 
     def test_a_folder_without_runs_or_domain_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
