@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/skinny_matmul.h"
 
 namespace fathom {
 
@@ -115,6 +116,23 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
   }
   matmul_each(x.value().view({x.shape().rows(), x.shape().last()}), ws, ys2d);
   return out;
+}
+
+std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variable& gate, const Variable& up) {
+  FATHOM_CHECK(x.defined() && gate.defined() && up.defined(), "swiglu projection: undefined input");
+  const bool records = x.requires_grad() || gate.requires_grad() || up.requires_grad();
+  // The cheap refusals first: evaluation's many rows allocate nothing here.
+  if ((records && GradMode::enabled()) || !x.device().is_cuda() || swiglu_projection_choice() != Fusion::fused ||
+      gate.shape() != up.shape() || x.shape().rows() > kSkinnyMatmulMaxRows)
+    return std::nullopt;
+  Tensor y = linear_output(x, gate, x.dtype());
+  const Tensor x2d = x.value().view({x.shape().rows(), x.shape().last()});
+  Tensor y2d = y.view({y.shape().rows(), gate.dim(0)});
+  const Tensor &g = gate.compute_value(), &u = up.compute_value();
+  if (!use_skinny_matmul(x2d, false, g, true, y2d, 1.0, 0.0) || !use_skinny_matmul(x2d, false, u, true, y2d, 1.0, 0.0))
+    return std::nullopt;
+  skinny_swiglu(x2d, g, u, y2d);
+  return Variable(std::move(y));
 }
 
 Variable linear_wide(const Variable& x, const Variable& weight) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -21,6 +22,10 @@ Variable linear(const Variable& x, const Variable& weight);
 // linear(x, w) for each w of `weights`. Where nothing records a gradient (decoding, evaluation) the
 // products run as one matmul_each, which a decoding step's few rows on CUDA take as one launch.
 std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* const> weights);
+// swiglu(x gate^T, x up^T) in one skinny_swiglu launch where nothing records a gradient, x is on a GPU and
+// has few enough rows for the skinny GEMM (a decoding step's MLP; swiglu_projection_choice() fused); else
+// nothing, and the caller composes the two linears and swiglu. Bit for bit the composition's result.
+std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variable& gate, const Variable& up);
 // The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
 // MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
 Variable linear_wide(const Variable& x, const Variable& weight);

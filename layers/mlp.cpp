@@ -14,6 +14,10 @@ MLP::MLP(const ModelConfig& c)
 }
 
 Variable MLP::forward(const Variable& x) const {
+  // A decoding step on a GPU: both projections and the gating in one launch, where it applies.
+  if (!gate_proj_.fp8() && !up_proj_.fp8())
+    if (std::optional<Variable> gated = fused_swiglu_projection(x, gate_proj_.weight(), up_proj_.weight()))
+      return down_proj_.forward(*gated);
   // Up before gate: the order fathom has always recorded them in (so x's gradient sums its two parts
   // in the same order and training stays bit-identical); it is now explicit, not the compiler's choice.
   const std::vector<Variable> up_gate = project_each(x, {&up_proj_, &gate_proj_});

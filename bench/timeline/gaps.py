@@ -2,14 +2,30 @@
 """Where the GPU sat idle, and on what it was busy, in a timeline from timeline_injection.cpp.
 
 With --steps the window is cut into training steps, from one AdamW kernel's end to the next one's
-(host work between steps included); the last N are kept.
-  python3 gaps.py timeline.csv [--steps 3 | --skip-fraction 0.5] [--min-us 5]
+(host work between steps included); the last N are kept. With --decode-steps the last N decoding steps
+(each from one embedding kernel's start to the next one's) are reported instead, as each kernel's cost
+per step: how much later than all the work ahead of it it ends (kernels that overlap the one ahead, as
+dependent launches do, cost only what they add), and the idle time; medians over the steps.
+  python3 gaps.py timeline.csv [--steps 3 | --skip-fraction 0.5 | --decode-steps 12] [--min-us 5]
 """
-import argparse, collections, csv
+import argparse, collections, csv, statistics
 
 
 def short(name, n=90):
-    return name.split("(")[0][:n]
+    """A kernel's own name: a mangled C++ name (_ZN...) read up to its function's identifier, namespaces and
+    template arguments left out."""
+    name = name.split("(")[0]
+    if name.startswith("_ZN"):
+        i, parts = 3, []
+        while i < len(name) and name[i].isdigit():
+            j = i
+            while name[j].isdigit():
+                j += 1
+            parts.append(name[j:j + int(name[i:j])])
+            i = j + int(name[i:j])
+        if parts:
+            name = parts[-1]
+    return name[:n]
 
 
 def load(path):
@@ -26,16 +42,41 @@ def step_windows(device, n):
     return list(zip(ends[:-1], ends[1:]))[-n:]
 
 
+def decode_step_costs(device, n):
+    starts = [i for i, d in enumerate(device) if "embedding" in d[3]]
+    steps = list(zip(starts[:-1], starts[1:]))[-n:]
+    if not steps:
+        raise SystemExit("fewer than two embedding kernels, so no decoding step to cut out")
+    costs, lengths = collections.defaultdict(list), []
+    for first, after in steps:
+        cost, end = collections.Counter(), device[first][0]
+        for s, e, _, name in device[first:after]:
+            cost[short(name, 70)] += max(0, e - max(s, end))
+            end = max(end, e)
+        length = device[after][0] - device[first][0]
+        cost["(idle)"] = length - sum(cost.values())
+        lengths.append(length)
+        for key, v in cost.items():
+            costs[key].append(v)
+    print(f"decoding step: median {statistics.median(lengths)/1e3:.1f} us over the last {len(steps)} steps")
+    print("cost per step (us, median), by kernel:")
+    for key, v in sorted(costs.items(), key=lambda kv: -statistics.median(kv[1])):
+        print(f"{statistics.median(v)/1e3:9.1f}  {key}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--steps", type=int, default=0, help="report the last N training steps")
     ap.add_argument("--skip-fraction", type=float, default=0.5, help="without --steps: ignore this leading share")
     ap.add_argument("--min-us", type=float, default=5.0, help="smallest gap listed")
+    ap.add_argument("--decode-steps", type=int, default=0, help="each kernel's cost in the last N decoding steps")
     a = ap.parse_args()
     device, api = load(a.csv)
     if not device:
         raise SystemExit(f"{a.csv}: no device work recorded (was the program run with CUDA_INJECTION64_PATH?)")
+    if a.decode_steps:
+        return decode_step_costs(device, a.decode_steps)
     if a.steps:
         windows = step_windows(device, a.steps)
         if not windows:

@@ -10,9 +10,11 @@
 namespace fathom {
 
 Tensor argmax_rows(const Tensor& x);
+// The same into out, I32 [rows] on x's device (a decoding step writes it where the next step reads).
+void argmax_rows_into(const Tensor& x, Tensor& out);
 
 // The backends' entry point.
-using ArgmaxRowsKernel = Tensor(const Tensor& x);
+using ArgmaxRowsKernel = void(const Tensor& x, Tensor& out);
 FATHOM_BACKENDS(ArgmaxRowsKernel, argmax_rows)
 
 namespace cpu {

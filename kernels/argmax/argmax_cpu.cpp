@@ -1,7 +1,5 @@
 #include "kernels/argmax/argmax.h"
 
-#include <vector>
-
 #include "kernels/dispatch.h"
 
 namespace fathom::cpu {
@@ -13,13 +11,12 @@ int64_t argmax_row(std::span<const float> row) {
   return best < 0 ? 0 : best;
 }
 
-Tensor argmax_rows(const Tensor& x) {
+void argmax_rows(const Tensor& x, Tensor& out) {
   const Tensor values = x.to(DType::f32);
   const int64_t rows = x.dim(0), n = x.dim(1);
   const float* v = values.data<float>();
-  std::vector<int32_t> out(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r) out[size_t(r)] = int32_t(argmax_row(std::span<const float>(v + r * n, size_t(n))));
-  return Tensor::from_vector(out, {rows});
+  int32_t* o = out.data<int32_t>();
+  for (int64_t r = 0; r < rows; ++r) o[r] = int32_t(argmax_row(std::span<const float>(v + r * n, size_t(n))));
 }
 
 }  // namespace fathom::cpu

@@ -1,7 +1,12 @@
-// The CUDA decode prologue: one CTA per sequence (a decoding step has one token each). The CTA sums the
-// squares of its q and k rows (QK-norm), then each thread takes rotation pairs (i, i + d/2) of q and k,
-// normalises both halves as rms_norm does (y = x rstd w, rounded to the activations' dtype), rotates them
-// in f32 as rope does, and stores q's to the output and k's, with v, at the sequence's cache position.
+// The CUDA decode prologue: one CTA per sequence (a decoding step has one token each). A batch-1 step
+// runs it alone on the critical path between the q/k/v GEMM and attention, so it is built for latency:
+//  1. every thread issues all its loads of the q, k and v rows at once (16-byte vectors where the rows
+//     allow), keeps q and k in shared memory with their sums of squares, and stores v straight into the
+//     cache: one round trip to memory instead of one per stage;
+//  2. one barrier gives every thread both sums (the warps' partials added in a fixed order);
+//  3. each thread takes rotation pairs (i, i + d/2) of q and k from shared memory, normalises both halves
+//     as rms_norm does (y = x rstd w, rounded to the activations' dtype), rotates them in f32 as rope
+//     does, and stores q's to the output and k's at the sequence's cache position.
 // Each value is rounded where the separate ops round it, so the result is theirs up to the order of the
 // f32 sum of squares.
 #include <cstdint>
@@ -17,6 +22,8 @@ namespace fathom::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSlots = 4;  // vectors in flight per thread: 4 x 256 x 16 bytes covers a 1B model's q, k and v
 
 struct PrologueShape {
   int q_heads, kv_heads, head_dim;
@@ -25,17 +32,11 @@ struct PrologueShape {
   float q_eps, k_eps;
 };
 
-// rstd of a row of n values: 1 / sqrt(mean(x^2) + eps), as rms_norm computes it.
-template <typename T>
-__device__ float row_rstd(const T* x, int n, float eps, float* scratch) {
-  float ss = 0;
-  for (int c = int(threadIdx.x); c < n; c += kThreads) {
-    const float v = to_float(x[c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  return 1.0f / sqrtf(ss / float(n) + eps);
-}
+// kWidth consecutive elements of T: one 16-byte vector, or one element.
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Pack {
+  T v[kWidth];
+};
 
 // x[c] normalised (rounded to T as rms_norm's output is), or x[c] itself without a norm.
 template <typename T>
@@ -43,8 +44,8 @@ __device__ __forceinline__ float normed(const T* x, const T* w, int c, float rst
   return w ? to_float(from_float<T>(to_float(x[c]) * rstd * to_float(w[c]))) : to_float(x[c]);
 }
 
-// The pairs (i, i + d/2) of every head of row x, normalised and rotated, into out (head h's pair at
-// head_offset(h) + i and + d/2).
+// The pairs (i, i + d/2) of every head of row x (in shared memory), normalised and rotated, into out
+// (head h's pair at head_offset(h) + i and + d/2).
 template <typename T, typename Offset>
 __device__ void rotate_row(const T* x, const T* w, float rstd, int heads, int d, const float2* angles, T* out,
                            Offset head_offset) {
@@ -59,27 +60,69 @@ __device__ void rotate_row(const T* x, const T* w, float rstd, int heads, int d,
   }
 }
 
-template <typename T>
+// kWidth is 16 / sizeof(T) where every row and head is a whole number of vectors and aligned, else 1.
+template <typename T, int kWidth>
 __global__ void __launch_bounds__(kThreads)
     decode_prologue_kernel(const T* q, const T* k, const T* v, const T* q_norm, const T* k_norm, const float2* angles,
                            const int32_t* past, T* q_out, T* cache_k, T* cache_v, PrologueShape s) {
+  using P = Pack<T, kWidth>;
   follow_previous_grid();  // dependent_launch.cuh
-  __shared__ float scratch[32];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  T* staged = reinterpret_cast<T*>(staged_bytes);  // q's row, then k's
+  __shared__ float2 warp_sums[kWarps];
   const int b = int(blockIdx.x), d = s.head_dim, nq = s.q_heads * d, nk = s.kv_heads * d;
   const T* qr = q + int64_t(b) * nq;
   const T* kr = k + int64_t(b) * nk;
   const T* vr = v + int64_t(b) * nk;
-  const float rstd_q = q_norm ? row_rstd(qr, nq, s.q_eps, scratch) : 1.f;
-  const float rstd_k = k_norm ? row_rstd(kr, nk, s.k_eps, scratch) : 1.f;
-  const float2* row_angles = angles + (s.per_row_angles ? int64_t(b) * (d / 2) : 0);
-  rotate_row(qr, q_norm, rstd_q, s.q_heads, d, row_angles, q_out + int64_t(b) * nq,
-             [d](int h) { return int64_t(h) * d; });
   // A kernel cannot throw: a position outside the cache writes nothing (the caller checks its counts).
   const int64_t pos = past[s.per_row_past ? b : 0];
-  if (pos < 0 || pos >= s.capacity) return;
+  const bool in_cache = pos >= 0 && pos < s.capacity;
   const auto cache_row = [&](int h) { return ((int64_t(b) * s.kv_heads + h) * s.capacity + pos) * d; };
-  rotate_row(kr, k_norm, rstd_k, s.kv_heads, d, row_angles, cache_k, cache_row);
-  for (int c = int(threadIdx.x); c < nk; c += kThreads) cache_v[cache_row(c / d) + c % d] = vr[c];
+
+  // 1. Vectors 0 .. nq/W - 1 are q's, then k's, then v's; all of a thread's loads go out before any use.
+  const int vq = nq / kWidth, vk = nk / kWidth, total = vq + 2 * vk;
+  float ssq = 0, ssk = 0;
+  for (int base = 0; base < total; base += kSlots * kThreads) {
+    P r[kSlots];
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      if (i >= total) continue;
+      const T* from = i < vq ? qr + i * kWidth : i < vq + vk ? kr + (i - vq) * kWidth : vr + (i - vq - vk) * kWidth;
+      r[u] = *reinterpret_cast<const P*>(from);
+    }
+#pragma unroll
+    for (int u = 0; u < kSlots; ++u) {
+      const int i = base + u * kThreads + int(threadIdx.x);
+      if (i >= total) continue;
+      if (i < vq + vk) {
+        float ss = 0;
+#pragma unroll
+        for (int j = 0; j < kWidth; ++j) ss += to_float(r[u].v[j]) * to_float(r[u].v[j]);
+        (i < vq ? ssq : ssk) += ss;
+        *reinterpret_cast<P*>(staged + int64_t(i) * kWidth) = r[u];
+      } else if (in_cache) {
+        const int c = (i - vq - vk) * kWidth;  // a vector never straddles heads: d is a multiple of kWidth
+        *reinterpret_cast<P*>(cache_v + cache_row(c / d) + c % d) = r[u];
+      }
+    }
+  }
+  // 2. Both sums, every warp's partial added in warp order.
+  ssq = warp_sum(ssq);
+  ssk = warp_sum(ssk);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = make_float2(ssq, ssk);
+  __syncthreads();  // also publishes the staged rows
+  float2 ss = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) ss.x += warp_sums[w].x, ss.y += warp_sums[w].y;
+  const float rstd_q = q_norm ? 1.0f / sqrtf(ss.x / float(nq) + s.q_eps) : 1.f;
+  const float rstd_k = k_norm ? 1.0f / sqrtf(ss.y / float(nk) + s.k_eps) : 1.f;
+
+  // 3. The rotations.
+  const float2* row_angles = angles + (s.per_row_angles ? int64_t(b) * (d / 2) : 0);
+  rotate_row(staged, q_norm, rstd_q, s.q_heads, d, row_angles, q_out + int64_t(b) * nq,
+             [d](int h) { return int64_t(h) * d; });
+  if (in_cache) rotate_row(staged + nq, k_norm, rstd_k, s.kv_heads, d, row_angles, cache_k, cache_row);
 }
 
 }  // namespace
@@ -92,13 +135,29 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (B == 0) return q_out;
   const PrologueShape shape{int(q.dim(2)),      int(k.dim(2)),    int(q.dim(3)),     cache_k.dim(2),
                             angles.rank() == 4, past.dim(0) == B, float(norm.q_eps), float(norm.k_eps)};
+  const int64_t staged_bytes = (q.dim(2) + k.dim(2)) * q.dim(3) * dtype_size(q.dtype());
+  FATHOM_CHECK(staged_bytes <= 200 * 1024, "decode_prologue: q and k rows of ", staged_bytes,
+               " bytes exceed the 200 KiB of shared memory the kernel stages them in");
   dispatch_device_float("decode_prologue", q.dtype(), [&]<typename T>() {
     const auto* qn = q_norm.defined() ? static_cast<const T*>(q_norm.raw()) : nullptr;
     const auto* kn = k_norm.defined() ? static_cast<const T*>(k_norm.raw()) : nullptr;
-    launch_kernel(decode_prologue_kernel<T>, dim3(unsigned(B)), dim3(kThreads), 0, stream_for(q.device()),
-                  static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), qn,
-                  kn, reinterpret_cast<const float2*>(angles.raw()), static_cast<const int32_t*>(past.raw()),
-                  static_cast<T*>(q_out.raw()), static_cast<T*>(cache_k.raw()), static_cast<T*>(cache_v.raw()), shape);
+    constexpr int kVector = 16 / sizeof(T);
+    const bool vector =
+        q.dim(3) % kVector == 0 && all_aligned(16, q.raw(), k.raw(), v.raw(), cache_k.raw(), cache_v.raw());
+    const auto launch = [&](auto kernel) {
+      cudaStream_t stream = stream_for(q.device());                     // makes the device current for the attribute
+      if (staged_bytes + int64_t(sizeof(float2)) * kWarps > 48 * 1024)  // the static warp_sums count too
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged_bytes)));
+      launch_kernel(kernel, dim3(unsigned(B)), dim3(kThreads), int(staged_bytes), stream,
+                    static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), qn,
+                    kn, reinterpret_cast<const float2*>(angles.raw()), static_cast<const int32_t*>(past.raw()),
+                    static_cast<T*>(q_out.raw()), static_cast<T*>(cache_k.raw()), static_cast<T*>(cache_v.raw()),
+                    shape);
+    };
+    if (vector)
+      launch(decode_prologue_kernel<T, kVector>);
+    else
+      launch(decode_prologue_kernel<T, 1>);
   });
   return q_out;
 }

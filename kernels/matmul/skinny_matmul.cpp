@@ -15,6 +15,10 @@ namespace {
 // (bench/results/2026-12-05_decode_defaults_h100.md; docs/DESIGN.md, "Decoding's GEMMs").
 constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::automatic,
                                                            parse_skinny_matmul_policy);
+// Unset: separate. The fused launch took the 190M's batch-1 step from 0.467 to 0.449 ms but the 1B's from
+// 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed.
+constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
+                                                         parse_fusion);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -31,6 +35,10 @@ SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string
 SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force.get(); }
 
 void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(policy); }
+
+SwigluProjection swiglu_projection_choice() { return swiglu_in_force.get(); }
+
+void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set(choice); }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {
@@ -89,6 +97,13 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
   }
   const Device device = common_device("skinny_matmul_grouped", operands);
   on_device("skinny_matmul_grouped", device, FATHOM_KERNEL(skinny_matmul_grouped), x, ws, ys);
+}
+
+void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {
+  check_product(x, gate, y);
+  check_product(x, up, y);
+  const Device device = common_device("skinny_swiglu", {&x, &gate, &up, &y});
+  on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
 }
 
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {

@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
@@ -53,7 +54,21 @@ Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
 // and each output equals its single call bit for bit (skinny_matmul.cu, "Groups").
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 
+// y = silu(x gate^T) * x up^T, SwiGLU of the two products as skinny_matmul would store them in y's dtype,
+// bit for bit: gate and up [F, K] BF16, y [M, F] BF16 or F32, M <= kSkinnyMatmulMaxRows. On CUDA one
+// launch that writes neither product (skinny_matmul.cu, "SwiGLU"); on the CPU the products, then SwiGLU.
+void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
+
+// Whether a decoding step's MLP takes skinny_swiglu (fused) or the grouped products and the SwiGLU kernel
+// (separate) where the skinny GEMM would run: FATHOM_SWIGLU_PROJECTION=fused|separate, read at the first
+// call; unset, separate (the fused launch paid at 190M and cost at 1B; skinny_matmul.cpp gives the numbers).
+using SwigluProjection = Fusion;
+SwigluProjection swiglu_projection_choice();
+void set_swiglu_projection_choice(SwigluProjection choice);
+
 // The backends' entry points (arguments checked).
+using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
+FATHOM_BACKENDS(SkinnySwigluKernel, skinny_swiglu)
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)

@@ -2,6 +2,7 @@
 // the one reference the GPU kernel (and cuBLASLt) are tested against.
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace fathom::cpu {
 
@@ -15,6 +16,14 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
 
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
   for (size_t i = 0; i < ws.size(); ++i) cpu::skinny_matmul(x, ws[i], ys[i]);
+}
+
+void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {
+  Tensor g = Tensor::empty(y.shape(), y.dtype()), u = Tensor::empty(y.shape(), y.dtype());
+  cpu::skinny_matmul(x, gate, g);
+  cpu::skinny_matmul(x, up, u);
+  // The products rounded to y's dtype as the GPU stores them; SwiGLU computes in f32 and rounds once.
+  y.copy_from(cpu::swiglu_forward(g.to(DType::f32), u.to(DType::f32)).to(y.dtype()));
 }
 
 }  // namespace fathom::cpu

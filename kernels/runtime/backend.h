@@ -88,6 +88,24 @@ void record_stream(const Tensor& t, StreamHandle stream);
 // Returns every cached (free) block of `device` to the driver.
 void empty_cache(int device = 0);
 
+// A device tensor's copy to the host that blocks only when asked for: start() issues the copy, into
+// page-locked memory, behind the work already issued to the current stream of the tensor's device;
+// wait() blocks until it is done and returns it as a CPU tensor. A decoding loop reads one step's ids
+// this way while the device runs the next step.
+class HostCopy {
+ public:
+  HostCopy();
+  ~HostCopy();
+  HostCopy(const HostCopy&) = delete;
+  HostCopy& operator=(const HostCopy&) = delete;
+  void start(const Tensor& from);
+  Tensor wait();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // A CUDA graph: the device work that one run of `body` issues to this thread's current stream of
 // `device`, captured (not run) and then replayed on that stream as one launch. A replay redoes exactly
 // the captured launches with the captured arguments and addresses, so `body` must read whatever

@@ -23,6 +23,14 @@ void check_launch(const char* file, int line);
 // tensors of that device launches to.
 cudaStream_t stream_for(Device device);
 const cudaDeviceProp& device_properties(int device);
+
+// Counters for kernels whose last CTA to finish does a grid's final step (a "last block" reduction, one
+// launch instead of two): kGridCounters ints per device, zeroed when the backend starts. A kernel counts
+// its CTAs on a range of them and its last CTA sets that range back to zero, so they are zero between
+// kernels and between a CUDA graph's replays with no memset. Such kernels must not run at once on two
+// streams of a device (decoding runs them on one).
+constexpr int64_t kGridCounters = int64_t(1) << 15;
+int* grid_counters(int device);
 class CachingAllocator;
 CachingAllocator& caching_allocator();
 

@@ -21,6 +21,7 @@ struct Runtime {
   int devices = 0;
   std::vector<cudaStream_t> default_streams;
   std::vector<cudaDeviceProp> properties;
+  std::vector<int*> grid_counters;  // kGridCounters zeroed ints per device
   CachingAllocator* allocator = nullptr;
   DeviceErrorRecord* error_record = nullptr;  // host-mapped; host and device pointers are equal (UVA)
 };
@@ -54,6 +55,11 @@ Runtime* start() {
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     r->default_streams.push_back(s);
+    void* counters = nullptr;
+    CUDA_CHECK(cudaMalloc(&counters, kGridCounters * sizeof(int)));
+    CUDA_CHECK(cudaMemset(counters, 0, kGridCounters * sizeof(int)));
+    CUDA_CHECK(cudaDeviceSynchronize());  // zero before any kernel of the non-blocking streams reads them
+    r->grid_counters.push_back(static_cast<int*>(counters));
   }
   CUDA_CHECK(cudaSetDevice(0));
   void* record = nullptr;
@@ -100,6 +106,11 @@ DeviceMemory device_memory(int device) {
 const cudaDeviceProp& device_properties(int device) {
   check_device_index(device);
   return rt().properties[size_t(device)];
+}
+
+int* grid_counters(int device) {
+  check_device_index(device);
+  return rt().grid_counters[size_t(device)];
 }
 
 StreamHandle current_stream(int device) {

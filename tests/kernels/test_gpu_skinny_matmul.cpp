@@ -16,6 +16,7 @@
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/runtime/backend.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
 
@@ -274,3 +275,38 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
   }
 }
 #endif
+
+// skinny_swiglu is SwiGLU of the two skinny products as they are stored, bit for bit: every M tile count,
+// K off the chunk and off 8 (the element loads), widths below, at and past a tile and a decoding FFN's,
+// BF16 and F32 outputs, an unaligned x; and close to the CPU's products and SwiGLU.
+TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (const int64_t m : {1, 8, 9, 32})
+    for (const auto [f, k] : {std::pair<int64_t, int64_t>{3072, 768}, {8192, 2048}, {37, 100}, {16, 24}, {130, 1003}})
+      for (const DType out : {DType::bf16, DType::f32})
+        for (const bool unaligned : {false, true}) {
+          const std::string what = label(m, k, f, std::string(" ") + dtype_name(out) + (unaligned ? " unaligned" : ""));
+          const GpuInput x = unaligned ? unaligned_input({m, k}, seed++) : random_input({m, k}, DType::bf16, seed++);
+          const GpuInput gate = random_input({f, k}, DType::bf16, seed++),
+                         up = random_input({f, k}, DType::bf16, seed++);
+          Tensor fused = nan_output(m, f, out), g = nan_output(m, f, out), u = nan_output(m, f, out);
+          skinny_swiglu(x.gpu, gate.gpu, up.gpu, fused);
+          skinny_matmul(x.gpu, gate.gpu, g);
+          skinny_matmul(x.gpu, up.gpu, u);
+          EXPECT_TRUE(bitwise_equal(fused, swiglu_forward(g, u))) << what;
+          Tensor want = Tensor::empty({m, f}, out);
+          skinny_swiglu(x.cpu.to(DType::bf16), gate.cpu.to(DType::bf16), up.cpu.to(DType::bf16), want);
+          if (out == DType::f32)
+            EXPECT_LE(relative_l2(fused, want), kF32OutputTolerance) << what << ": against the CPU";
+          else
+            EXPECT_GPU_CLOSE(fused, want, out, what + ": against the CPU");
+        }
+  // An empty K gates zeros; an empty width writes nothing.
+  Tensor zeros = nan_output(2, 5, DType::bf16), none = Tensor::empty({2, 0}, DType::bf16, kGpu);
+  skinny_swiglu(Tensor::empty({2, 0}, DType::bf16, kGpu), Tensor::empty({5, 0}, DType::bf16, kGpu),
+                Tensor::empty({5, 0}, DType::bf16, kGpu), zeros);
+  EXPECT_TRUE(bitwise_equal(zeros, Tensor::zeros({2, 5}, DType::bf16, kGpu)));
+  skinny_swiglu(random_input({2, 8}, DType::bf16, 9).gpu, Tensor::empty({0, 8}, DType::bf16, kGpu),
+                Tensor::empty({0, 8}, DType::bf16, kGpu), none);
+}

@@ -10,10 +10,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "data/tokenizer.h"
 #include "kernels/attention/kv_cache.h"
 #include "layers/dsla_config.h"
@@ -101,6 +105,21 @@ bool ragged_replay_equals_eager(const std::string& name, const ModelConfig& conf
             std::vector<int32_t>(lengths.begin(), lengths.end()));
   return steps_equal(name, m, eager, graphed, steps);
 }
+
+// A small OLMo2 on the GPU and a byte-level prompt, generated with CUDA graphs and without on the same
+// options (construct it after FATHOM_REQUIRE_GPU).
+struct GraphedAndEager {
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer("bytes");
+  std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
+  GpuModel m{gpu_small("post", true), kSeed};
+  std::pair<GenerationResult, GenerationResult> operator()(GenerationOptions options) const {
+    NoGrad no_grad;
+    options.cuda_graphs = true;
+    GenerationResult graphed = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    options.cuda_graphs = false;
+    return {std::move(graphed), generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu)};
+  }
+};
 
 }  // namespace
 
@@ -220,6 +239,47 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
   }
 }
 
+// The MLP's gate, up and SwiGLU in one launch (skinny_swiglu) change no bit of a decoding step against the
+// grouped products and the SwiGLU kernel: a graphed step with it equals an eager step without, at batch 1
+// and 3, OLMo2 and Llama-style.
+TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  for (const bool llama : {true, false})
+    for (const int64_t B : {1, 3}) {
+      const std::string name = std::string(llama ? "llama" : "olmo2") + "/B" + std::to_string(B);
+      GpuModel m(llama ? gpu_small("pre", false) : gpu_small("post", true), kSeed);
+      NoGrad no_grad;
+      std::vector<int32_t> prompt(size_t(B * 12));
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
+      const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
+      DecodeState separate = m.model.start_decoding(B, 30, DType::bf16, kGpu);
+      DecodeState fused = m.model.start_decoding(B, 30, DType::bf16, kGpu);
+      m.model.decode(prompt_ids, separate);
+      m.model.decode(prompt_ids, fused);
+      DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
+      std::vector<int32_t> next(size_t(B), 40);
+      for (int s = 0; s < 5; ++s) {
+        Tensor logits;
+        {
+          SwigluProjectionScope off(Fusion::separate);
+          logits = host_copy(by_separate.run(next).logits);
+        }
+        SwigluProjectionScope on(Fusion::fused);
+        const DecodeStep::Output f = by_fused.run(next);
+        EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
+        const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
+        next.assign(chosen.begin(), chosen.end());
+      }
+      EXPECT_TRUE(by_fused.graphed()) << name << ": " << by_fused.eager_reason();
+    }
+  // The fused path is taken at all: a decoding step's MLP input gets one.
+  NoGrad no_grad;
+  SwigluProjectionScope on(Fusion::fused);
+  const GpuInput x = random_input({1, 1, 64}, DType::bf16, 5), w = random_input({96, 64}, DType::bf16, 6);
+  EXPECT_TRUE(fused_swiglu_projection(Variable(x.gpu), Variable(w.gpu), Variable(w.gpu)).has_value());
+}
+
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
   const ModelConfig d16{
@@ -238,20 +298,40 @@ TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
 
 TEST(GpuGenerate, SamplingGivesTheSameTokensWithAndWithoutGraphs) {
   FATHOM_REQUIRE_GPU();
-  const auto tokenizer = make_tokenizer("bytes");
-  const std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
-  GpuModel m(gpu_small("post", true), kSeed);
-  NoGrad no_grad;
+  const GraphedAndEager both;
   for (const SamplingOptions& sampling :
        {SamplingOptions{.temperature = 0},
         SamplingOptions{.temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 11}}) {
-    GenerationOptions options{.max_new_tokens = 10, .batch = 3, .sampling = sampling, .ignore_eos = true};
-    const GenerationResult graphed = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
-    options.cuda_graphs = false;
-    const GenerationResult eager = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    const auto [graphed, eager] = both({.max_new_tokens = 10, .batch = 3, .sampling = sampling, .ignore_eos = true});
     EXPECT_TRUE(graphed.cuda_graph) << graphed.eager_reason;
     EXPECT_FALSE(eager.cuda_graph);
     EXPECT_EQ(graphed.tokens, eager.tokens) << "temperature " << sampling.temperature;
     EXPECT_EQ(graphed.tokens[0].size(), 10u);
   }
+}
+
+// Greedy steps on a graph chain on the device (the next step is launched before the host reads this one's
+// ids): the tokens equal the eager steps' at every length, the first and last steps included, and where a
+// stop text ends the generation early (the step launched past it changes nothing returned).
+TEST(GpuGenerate, ChainedGreedyStepsGiveTheEagerTokens) {
+  FATHOM_REQUIRE_GPU();
+  const GraphedAndEager both;
+  for (const int64_t n : {1, 2, 3, 4, 9}) {
+    const auto [graphed, eager] =
+        both({.max_new_tokens = n, .batch = 2, .sampling = {.temperature = 0}, .ignore_eos = true});
+    EXPECT_EQ(graphed.tokens, eager.tokens) << n << " tokens";
+    EXPECT_EQ(graphed.tokens[0].size(), size_t(n));
+    EXPECT_EQ(graphed.cuda_graph, n >= 3) << n << " tokens: " << graphed.eager_reason;
+  }
+  // A stop text from the middle of the eager continuation.
+  const GenerationResult full = both({.max_new_tokens = 12, .sampling = {.temperature = 0}, .ignore_eos = true}).first;
+  const std::string text = full.texts[0];
+  ASSERT_GE(text.size(), 8u);
+  // A continuation of one repeated token would hide a step taken from the wrong ids.
+  ASSERT_GT(std::set<uint32_t>(full.tokens[0].begin(), full.tokens[0].end()).size(), 1u) << text;
+  const auto [graphed, eager] =
+      both({.max_new_tokens = 12, .sampling = {.temperature = 0}, .stop = text.substr(5, 2), .ignore_eos = true});
+  EXPECT_EQ(graphed.tokens, eager.tokens);
+  EXPECT_EQ(graphed.texts, eager.texts);
+  EXPECT_LT(graphed.tokens[0].size(), 12u);
 }

@@ -23,6 +23,7 @@ Tensor last_logits(const Decoder& model, const Variable& hidden) {
 #ifdef FATHOM_WITH_CUDA
 struct DecodeStep::Graphed {
   cuda::Graph graph;
+  cuda::HostCopy ids;  // the last step's ids on their way to the host
 };
 #else
 struct DecodeStep::Graphed {};
@@ -56,7 +57,13 @@ DecodeStep::Output DecodeStep::compute(const Tensor& input) const {
   NoGrad no_grad;
   Output out;
   out.logits = last_logits(model_, model_.decode(input, state_));
-  if (greedy_) out.ids = argmax_rows(out.logits);
+  if (greedy_ && input_.defined()) {
+    // Into the input buffer, which the embedding has read already: a replay can follow from it.
+    out.ids = input_.view({state_.batch});
+    argmax_rows_into(out.logits, out.ids);
+  } else if (greedy_) {
+    out.ids = argmax_rows(out.logits);
+  }
   return out;
 }
 
@@ -90,10 +97,7 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   input_.copy_from(host);
 #ifdef FATHOM_WITH_CUDA
   if (graphed()) {
-    graph_->graph.replay();
-    std::vector<int64_t> after = state_.lengths;
-    for (int64_t& n : after) ++n;
-    state_.set_lengths(after);
+    replay();
     return output_;
   }
   if (eager_reason_.empty() && steps_ >= 2 && !state_.replayable())
@@ -108,6 +112,32 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   }
 #endif
   return compute(input_);
+}
+
+void DecodeStep::replay() {
+#ifdef FATHOM_WITH_CUDA
+  graph_->graph.replay();
+  std::vector<int64_t> after = state_.lengths;
+  for (int64_t& n : after) ++n;
+  state_.set_lengths(after);
+#endif
+}
+
+std::vector<int32_t> DecodeStep::ids_then_launch_next(bool launch_next) {
+  FATHOM_CHECK(chains(), "decode step: steps chain on the device only when greedy and replaying a graph");
+#ifdef FATHOM_WITH_CUDA
+  FATHOM_CHECK(!launch_next || state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ",
+               state_.longest(), " exceeds the cache's capacity of ", state_.capacity);
+  graph_->ids.start(output_.ids);  // before the next step overwrites them (on the graph's stream: the current one)
+  if (launch_next) {
+    ++steps_;
+    replay();
+  }
+  return graph_->ids.wait().to_vector<int32_t>();
+#else
+  (void)launch_next;
+  return {};
+#endif
 }
 
 }  // namespace fathom

@@ -41,6 +41,13 @@ class DecodeStep {
   Output run(const std::vector<int32_t>& ids);
   // Whether the steps are replaying a captured graph.
   bool graphed() const;
+  // Whether a step can follow the last one on the device alone: greedy, replaying a graph (the graph's
+  // argmax writes the ids where its embedding reads them).
+  bool chains() const { return greedy_ && graphed(); }
+  // The ids the last step chose (chains() must hold), on the host, after launching the next step from
+  // them on the device when `launch_next`: the device then runs that step while the host reads these,
+  // and never waits for the host between steps. The next step's outputs are read through the next call.
+  std::vector<int32_t> ids_then_launch_next(bool launch_next);
   // Why the steps run eagerly ("" while graphed, or before a capture was tried).
   const std::string& eager_reason() const { return eager_reason_; }
 
@@ -52,9 +59,10 @@ class DecodeStep {
   DecodeState& state_;
   bool greedy_;
   int64_t steps_ = 0;
-  Tensor input_;  // I32 [B, 1] on the device: the graph's input
+  Tensor input_;  // I32 [B, 1] on the device: the graph's input, and where a greedy step writes its ids
   Output output_;
   std::string eager_reason_;
+  void replay();
   struct Graphed;
   std::unique_ptr<Graphed> graph_;
 };
