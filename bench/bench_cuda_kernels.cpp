@@ -21,6 +21,7 @@
 #include "core/allocator.h"
 #include "core/random.h"
 #include "kernels/adamw/adamw.h"
+#include "kernels/argmax/argmax.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
@@ -496,6 +497,15 @@ int main(int argc, char** argv) {
         row("sample_rows bf16 top-p 0.9", shape,
             median_ms([&] { sample_rows(logits, {.temperature = 0.8, .top_p = 0.9, .seed = 1}, draws); }),
             double(batch) * vocab * B2);
+      }
+  }
+  {  // greedy decoding's choice: each row's argmax, several blocks a row (bytes: the logits read once)
+    for (const int64_t vocab : {int64_t(100352), int64_t(128256)})
+      for (const int64_t batch : {int64_t(1), int64_t(8), int64_t(32)}) {
+        const Tensor logits = random_gpu({batch, vocab}, DType::bf16, -8, 8);
+        Tensor ids = Tensor::empty({batch}, DType::i32, kGpu);
+        row("argmax_rows bf16", std::to_string(batch) + " x " + std::to_string(vocab),
+            median_ms([&] { argmax_rows_into(logits, ids); }), double(batch) * vocab * B2);
       }
   }
   const MemoryStats s = allocator_for(kGpu).stats(kGpu);

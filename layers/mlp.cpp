@@ -14,7 +14,8 @@ MLP::MLP(const ModelConfig& c)
 }
 
 Variable MLP::forward(const Variable& x) const {
-  // A decoding step on a GPU: both projections and the gating in one launch, where it applies.
+  // Few rows on a GPU with nothing recorded (decoding; FATHOM_SWIGLU_PROJECTION=fused asks for it): both
+  // projections and the gating in one launch.
   if (!gate_proj_.fp8() && !up_proj_.fp8())
     if (std::optional<Variable> gated = fused_swiglu_projection(x, gate_proj_.weight(), up_proj_.weight()))
       return down_proj_.forward(*gated);

@@ -3,7 +3,7 @@
 
 With --steps the window is cut into training steps, from one AdamW kernel's end to the next one's
 (host work between steps included); the last N are kept. With --decode-steps the last N decoding steps
-(each from one embedding kernel's start to the next one's) are reported instead, as each kernel's cost
+(each from one embedding_forward_kernel's start to the next one's) are reported instead, as each kernel's cost
 per step: how much later than all the work ahead of it it ends (kernels that overlap the one ahead, as
 dependent launches do, cost only what they add), and the idle time; medians over the steps.
   python3 gaps.py timeline.csv [--steps 3 | --skip-fraction 0.5 | --decode-steps 12] [--min-us 5]
@@ -19,11 +19,11 @@ def short(name, n=90):
         i, parts = 3, []
         while i < len(name) and name[i].isdigit():
             j = i
-            while name[j].isdigit():
+            while j < len(name) and name[j].isdigit():
                 j += 1
             parts.append(name[j:j + int(name[i:j])])
             i = j + int(name[i:j])
-        if parts:
+        if parts and parts[-1]:
             name = parts[-1]
     return name[:n]
 
@@ -43,7 +43,7 @@ def step_windows(device, n):
 
 
 def decode_step_costs(device, n):
-    starts = [i for i, d in enumerate(device) if "embedding" in d[3]]
+    starts = [i for i, d in enumerate(device) if short(d[3]) == "embedding_forward_kernel"]
     steps = list(zip(starts[:-1], starts[1:]))[-n:]
     if not steps:
         raise SystemExit("fewer than two embedding kernels, so no decoding step to cut out")

@@ -136,8 +136,10 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const PrologueShape shape{int(q.dim(2)),      int(k.dim(2)),    int(q.dim(3)),     cache_k.dim(2),
                             angles.rank() == 4, past.dim(0) == B, float(norm.q_eps), float(norm.k_eps)};
   const int64_t staged_bytes = (q.dim(2) + k.dim(2)) * q.dim(3) * dtype_size(q.dtype());
-  FATHOM_CHECK(staged_bytes <= 200 * 1024, "decode_prologue: q and k rows of ", staged_bytes,
-               " bytes exceed the 200 KiB of shared memory the kernel stages them in");
+  const int64_t room = int64_t(device_properties(q.device().index).sharedMemPerBlockOptin) -
+                       int64_t(sizeof(float2)) * kWarps;  // the static warp_sums take the rest
+  FATHOM_CHECK(staged_bytes <= room, "decode_prologue: q and k rows of ", staged_bytes, " bytes exceed the ", room,
+               " bytes of shared memory this device gives the kernel to stage them in");
   dispatch_device_float("decode_prologue", q.dtype(), [&]<typename T>() {
     const auto* qn = q_norm.defined() ? static_cast<const T*>(q_norm.raw()) : nullptr;
     const auto* kn = k_norm.defined() ? static_cast<const T*>(k_norm.raw()) : nullptr;

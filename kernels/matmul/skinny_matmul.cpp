@@ -52,30 +52,30 @@ bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool 
 
 namespace {
 
-void check_product(const Tensor& x, const Tensor& w, const Tensor& y) {
-  FATHOM_CHECK(x.defined() && w.defined() && y.defined(), "skinny_matmul: undefined operand");
-  FATHOM_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2, "skinny_matmul: x, w and y must be 2-D, got x ",
-               describe(x), ", w ", describe(w), ", y ", describe(y));
-  FATHOM_CHECK(x.dtype() == DType::bf16 && w.dtype() == DType::bf16, "skinny_matmul: x and w must be BF16, got x ",
-               describe(x), ", w ", describe(w));
-  FATHOM_CHECK(y.dtype() == DType::bf16 || y.dtype() == DType::f32, "skinny_matmul: y must be BF16 or F32, got ",
-               describe(y));
-  FATHOM_CHECK(x.dim(1) == w.dim(1), "skinny_matmul: x ", describe(x), " and w ", describe(w),
+// `op` names the entry point in the errors.
+void check_product(const char* op, const Tensor& x, const Tensor& w, const Tensor& y) {
+  FATHOM_CHECK(x.defined() && w.defined() && y.defined(), op, ": undefined operand");
+  FATHOM_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2, op, ": x, w and y must be 2-D, got x ", describe(x),
+               ", w ", describe(w), ", y ", describe(y));
+  FATHOM_CHECK(x.dtype() == DType::bf16 && w.dtype() == DType::bf16, op, ": x and w must be BF16, got x ", describe(x),
+               ", w ", describe(w));
+  FATHOM_CHECK(y.dtype() == DType::bf16 || y.dtype() == DType::f32, op, ": y must be BF16 or F32, got ", describe(y));
+  FATHOM_CHECK(x.dim(1) == w.dim(1), op, ": x ", describe(x), " and w ", describe(w),
                " must have the same inner width K (x is [M, K], w is [N, K])");
-  FATHOM_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "skinny_matmul: y ", describe(y), " should be [", x.dim(0),
-               ", ", w.dim(0), "]");
-  FATHOM_CHECK(x.dim(0) <= kSkinnyMatmulMaxRows, "skinny_matmul: x has ", x.dim(0), " rows, more than the ",
+  FATHOM_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), op, ": y ", describe(y), " should be [", x.dim(0), ", ",
+               w.dim(0), "]");
+  FATHOM_CHECK(x.dim(0) <= kSkinnyMatmulMaxRows, op, ": x has ", x.dim(0), " rows, more than the ",
                kSkinnyMatmulMaxRows, " the kernel takes (use matmul)");
-  FATHOM_CHECK(x.dim(1) <= kMaxExtent && w.dim(0) <= kMaxExtent, "skinny_matmul: K = ", x.dim(1), " and N = ", w.dim(0),
+  FATHOM_CHECK(x.dim(1) <= kMaxExtent && w.dim(0) <= kMaxExtent, op, ": K = ", x.dim(1), " and N = ", w.dim(0),
                " must be below 2^31 - 256");
-  FATHOM_CHECK(!y.shares_storage_with(x) && !y.shares_storage_with(w),
-               "skinny_matmul: the output must not share storage with an input");
+  FATHOM_CHECK(!y.shares_storage_with(x) && !y.shares_storage_with(w), op,
+               ": the output must not share storage with an input");
 }
 
 }  // namespace
 
 void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
-  check_product(x, w, y);
+  check_product("skinny_matmul", x, w, y);
   const Device device = common_device("skinny_matmul", {&x, &w, &y});
   on_device("skinny_matmul", device, FATHOM_KERNEL(skinny_matmul), x, w, y);
 }
@@ -86,7 +86,7 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
                " weights and ", ys.size(), " outputs");
   std::vector<const Tensor*> operands{&x};
   for (size_t i = 0; i < ws.size(); ++i) {
-    check_product(x, ws[i], ys[i]);
+    check_product("skinny_matmul_grouped", x, ws[i], ys[i]);
     FATHOM_CHECK(ys[i].dtype() == ys[0].dtype(), "skinny_matmul_grouped: the outputs must share one dtype, got ",
                  describe(ys[0]), " and ", describe(ys[i]));
     for (size_t j = 0; j < i; ++j)
@@ -100,8 +100,8 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
 }
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {
-  check_product(x, gate, y);
-  check_product(x, up, y);
+  check_product("skinny_swiglu", x, gate, y);
+  check_product("skinny_swiglu", x, up, y);
   const Device device = common_device("skinny_swiglu", {&x, &gate, &up, &y});
   on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
 }

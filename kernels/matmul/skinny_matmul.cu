@@ -110,9 +110,6 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, co
   flash::mma_16816(acc, second, x.z, x.w);
 }
 
-// As kernels/swiglu/swiglu.cu computes it, so the gated epilogue rounds where SwiGLU does.
-__device__ __forceinline__ float silu(float g) { return g * (1.0f / (1.0f + expf(-g))); }
-
 // The weights of one launch: weight i is w[i] [n[i], K] into y[i] [M, n[i]], run by CTAs
 // first_cta[i] .. first_cta[i + 1] - 1 with row_tiles[i] tiles each.
 template <typename Out>
@@ -235,7 +232,7 @@ __global__ void __launch_bounds__(cta_threads(kGated))
       // Each product rounded as it would be stored, then gated as the SwiGLU kernel does.
       const float g = to_float(from_float<Out>(tile_sum(r / kRows, r, m)));
       const float u = to_float(from_float<Out>(tile_sum(row_tiles + r / kRows, r, m)));
-      y[int64_t(m) * N + n] = from_float<Out>(silu(g) * u);
+      y[int64_t(m) * N + n] = from_float<Out>(g * sigmoid(g) * u);  // as kernels/swiglu/swiglu.cu computes it
     } else {
       y[int64_t(m) * N + n] = from_float<Out>(tile_sum(r / kRows, r, m));
     }

@@ -84,6 +84,10 @@ bool all_aligned(size_t bytes, const P*... ptrs) {
   return (aligned_to(bytes, ptrs) && ...);
 }
 
+// The logistic function as SwiGLU computes it: one definition, so that every kernel gating by it (the SwiGLU
+// kernel, the skinny GEMM's gated epilogue) rounds alike and their outputs agree bit for bit.
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

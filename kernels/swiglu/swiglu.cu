@@ -9,8 +9,6 @@ namespace {
 
 constexpr int kPack = 4;
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 template <typename T>
 struct SwigluForwardOp {
   const T* gate;

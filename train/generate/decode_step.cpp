@@ -97,7 +97,7 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   input_.copy_from(host);
 #ifdef FATHOM_WITH_CUDA
   if (graphed()) {
-    replay();
+    replay_and_advance();
     return output_;
   }
   if (eager_reason_.empty() && steps_ >= 2 && !state_.replayable())
@@ -114,7 +114,7 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   return compute(input_);
 }
 
-void DecodeStep::replay() {
+void DecodeStep::replay_and_advance() {
 #ifdef FATHOM_WITH_CUDA
   graph_->graph.replay();
   std::vector<int64_t> after = state_.lengths;
@@ -131,7 +131,7 @@ std::vector<int32_t> DecodeStep::ids_then_launch_next(bool launch_next) {
   graph_->ids.start(output_.ids);  // before the next step overwrites them (on the graph's stream: the current one)
   if (launch_next) {
     ++steps_;
-    replay();
+    replay_and_advance();
   }
   return graph_->ids.wait().to_vector<int32_t>();
 #else

@@ -45,8 +45,10 @@ class DecodeStep {
   // argmax writes the ids where its embedding reads them).
   bool chains() const { return greedy_ && graphed(); }
   // The ids the last step chose (chains() must hold), on the host, after launching the next step from
-  // them on the device when `launch_next`: the device then runs that step while the host reads these,
-  // and never waits for the host between steps. The next step's outputs are read through the next call.
+  // them on the device when `launch_next`: the device then runs that step while the host reads these, and
+  // waits for the host between steps only where the host's work on a step outlasts the next step. The
+  // copy is issued on the current stream, which must be the one the graph was captured on. The next
+  // step's outputs are read through the next call.
   std::vector<int32_t> ids_then_launch_next(bool launch_next);
   // Why the steps run eagerly ("" while graphed, or before a capture was tried).
   const std::string& eager_reason() const { return eager_reason_; }
@@ -62,7 +64,7 @@ class DecodeStep {
   Tensor input_;  // I32 [B, 1] on the device: the graph's input, and where a greedy step writes its ids
   Output output_;
   std::string eager_reason_;
-  void replay();
+  void replay_and_advance();  // the graph, then the host-side lengths one position on
   struct Graphed;
   std::unique_ptr<Graphed> graph_;
 };

@@ -152,7 +152,7 @@ GenerationResult generate_batch(const Decoder& model, const Tokenizer& tokenizer
   DecodeStep decode_step(model, state, options.sampling.temperature == 0, options.cuda_graphs);
   std::vector<int32_t> next(static_cast<size_t>(B));
   auto start = Clock::now();
-  bool launched = false;  // this step was launched on the device by the step before
+  bool launched_ahead = false;  // the step this iteration reads was launched by the iteration before
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     std::vector<int64_t> chosen;
     if (step == 0) {
@@ -160,11 +160,12 @@ GenerationResult generate_batch(const Decoder& model, const Tokenizer& tokenizer
     } else if (decode_step.chains()) {
       // The next step goes to the device before this one's ids reach the host, so the device does not wait
       // for the host's work between steps (a greedy step's input is the step before's argmax).
-      if (!launched) decode_step.run(next);
+      if (!launched_ahead) decode_step.run(next);
       // Where every sequence then stops early (end of text, stop text), the step launched past it is
       // discarded; its time counts in decode_seconds.
-      launched = step + 1 < options.max_new_tokens;
-      const std::vector<int32_t> ids = decode_step.ids_then_launch_next(launched);
+      const bool launch_next = step + 1 < options.max_new_tokens;
+      const std::vector<int32_t> ids = decode_step.ids_then_launch_next(launch_next);
+      launched_ahead = launch_next;
       chosen.assign(ids.begin(), ids.end());
     } else {
       const DecodeStep::Output out = decode_step.run(next);
