@@ -1,7 +1,9 @@
 // The CUDA argmax against the CPU's on awkward rows: widths of 1 to a Llama vocabulary and odd ones
 // (so rows are cut into many chunks, one, or end mid-vector), 1 to 40 rows, BF16 and F32, unaligned
 // views (the element loads), the maximum at the first and last element and tied across chunks (the
-// lower index wins), NaNs and rows of NaN only; repeated calls (the row counts go back to zero).
+// lower index wins), NaNs and rows of NaN only; repeated calls (the row counts go back to zero); and
+// coarse random values, tied everywhere.
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -57,4 +59,24 @@ TEST(GpuArgmax, MatchesTheCpuOnAwkwardRows) {
           for (int call = 0; call < 2; ++call)
             EXPECT_EQ(argmax_rows(gpu).to(Device::cpu()).to_vector<int32_t>(), want) << what << ", call " << call;
         }
+}
+
+// Coarse random values: ties everywhere, across and within chunks; the lowest index must win on both.
+TEST(GpuArgmax, TheLowestIndexWinsAmongManyTies) {
+  FATHOM_REQUIRE_GPU();
+  for (const int64_t n : {1, 7, 1000, 100352}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const GpuInput x = random_input({5, n}, dtype, uint64_t(n), -3, 3);
+      const Tensor rounded = Tensor::from_vector(
+          [&] {
+            std::vector<float> v = x.cpu.to_vector<float>();
+            for (float& e : v) e = std::round(e * 2) / 2;
+            return v;
+          }(),
+          x.cpu.shape());
+      EXPECT_EQ(argmax_rows(rounded.to(dtype).to(kGpu)).to(Device::cpu()).to_vector<int32_t>(),
+                argmax_rows(rounded).to_vector<int32_t>())
+          << n << " " << dtype_name(dtype);
+    }
+  }
 }

@@ -10,7 +10,6 @@
 
 #include "autograd/grad_mode.h"
 #include "data/tokenizer.h"
-#include "kernels/argmax/argmax.h"
 #include "layers/dsla_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/support/gpu_generation_models.h"
@@ -171,26 +170,6 @@ TEST(GpuGenerate, ARaggedStateMatchesEachSequenceDecodedAlone) {
                                 .to(Device::cpu());
         EXPECT_GPU_CLOSE(together.narrow(b, 1), want, DType::bf16, name + ": sequence " + std::to_string(b));
       }
-    }
-  }
-}
-
-TEST(GpuArgmaxRows, MatchesTheCpuOnAwkwardRows) {
-  FATHOM_REQUIRE_GPU();
-  for (const int64_t n : {1, 7, 1000, 100352}) {
-    for (const DType dtype : {DType::f32, DType::bf16}) {
-      // Coarse values make ties common; the lowest index must win on both.
-      const GpuInput x = random_input({5, n}, dtype, uint64_t(n), -3, 3);
-      const Tensor rounded = Tensor::from_vector(
-          [&] {
-            std::vector<float> v = x.cpu.to_vector<float>();
-            for (float& e : v) e = std::round(e * 2) / 2;
-            return v;
-          }(),
-          x.cpu.shape());
-      EXPECT_EQ(argmax_rows(rounded.to(dtype).to(kGpu)).to(Device::cpu()).to_vector<int32_t>(),
-                argmax_rows(rounded).to_vector<int32_t>())
-          << n << " " << dtype_name(dtype);
     }
   }
 }

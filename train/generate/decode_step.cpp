@@ -89,8 +89,7 @@ void DecodeStep::try_capture() {
 DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   FATHOM_CHECK(int64_t(ids.size()) == state_.batch, "decode step: ", ids.size(), " ids for a batch of ", state_.batch);
   FATHOM_CHECK(state_.shortest() >= 1, "decode step: a sequence of the decoding state has read no prompt");
-  FATHOM_CHECK(state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ", state_.longest(),
-               " exceeds the cache's capacity of ", state_.capacity);
+  check_room_for_a_step();
   const Tensor host = Tensor::from_vector(ids, {state_.batch, 1});
   ++steps_;
   if (!input_.defined()) return compute(host);
@@ -114,6 +113,11 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   return compute(input_);
 }
 
+void DecodeStep::check_room_for_a_step() const {
+  FATHOM_CHECK(state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ", state_.longest(),
+               " exceeds the cache's capacity of ", state_.capacity);
+}
+
 void DecodeStep::replay_and_advance() {
 #ifdef FATHOM_WITH_CUDA
   graph_->graph.replay();
@@ -126,8 +130,7 @@ void DecodeStep::replay_and_advance() {
 std::vector<int32_t> DecodeStep::ids_then_launch_next(bool launch_next) {
   FATHOM_CHECK(chains(), "decode step: steps chain on the device only when greedy and replaying a graph");
 #ifdef FATHOM_WITH_CUDA
-  FATHOM_CHECK(!launch_next || state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ",
-               state_.longest(), " exceeds the cache's capacity of ", state_.capacity);
+  if (launch_next) check_room_for_a_step();
   graph_->ids.start(output_.ids);  // before the next step overwrites them (on the graph's stream: the current one)
   if (launch_next) {
     ++steps_;

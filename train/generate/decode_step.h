@@ -64,7 +64,8 @@ class DecodeStep {
   Tensor input_;  // I32 [B, 1] on the device: the graph's input, and where a greedy step writes its ids
   Output output_;
   std::string eager_reason_;
-  void replay_and_advance();  // the graph, then the host-side lengths one position on
+  void check_room_for_a_step() const;  // the longest sequence has a cache position left
+  void replay_and_advance();           // the graph, then the host-side lengths one position on
   struct Graphed;
   std::unique_ptr<Graphed> graph_;
 };
