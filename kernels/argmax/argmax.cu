@@ -54,9 +54,6 @@ __device__ Best block_best(Best best, Best* scratch) {
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kThreads)
     argmax_rows_kernel(const T* x, int64_t n, int64_t chunk, int chunks, Best* partials, int* counters, int32_t* out) {
-  struct alignas(sizeof(T) * kWidth) Pack {
-    T v[kWidth];
-  };
   __shared__ Best scratch[kWarps];
   __shared__ bool last;
   follow_previous_grid();  // dependent_launch.cuh
@@ -66,11 +63,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t begin = int64_t(c) * chunk, end = min(n, begin + chunk);
   Best best{-INFINITY, -1};
   for (int64_t base = begin + int64_t(threadIdx.x) * kWidth; base < end; base += int64_t(kSlots) * kThreads * kWidth) {
-    Pack p[kSlots];
+    Pack<T, kWidth> p[kSlots];
 #pragma unroll
     for (int u = 0; u < kSlots; ++u) {
       const int64_t at = base + int64_t(u) * kThreads * kWidth;
-      if (at < end) p[u] = *reinterpret_cast<const Pack*>(x_row + at);
+      if (at < end) p[u] = load_pack<kWidth>(x_row + at);
     }
 #pragma unroll
     for (int u = 0; u < kSlots; ++u) {

@@ -32,12 +32,6 @@ struct PrologueShape {
   float q_eps, k_eps;
 };
 
-// kWidth consecutive elements of T: one 16-byte vector, or one element.
-template <typename T, int kWidth>
-struct alignas(sizeof(T) * kWidth) Pack {
-  T v[kWidth];
-};
-
 // x[c] normalised (rounded to T as rms_norm's output is), or x[c] itself without a norm.
 template <typename T>
 __device__ __forceinline__ float normed(const T* x, const T* w, int c, float rstd) {
@@ -65,8 +59,8 @@ template <typename T, int kWidth>
 __global__ void __launch_bounds__(kThreads)
     decode_prologue_kernel(const T* q, const T* k, const T* v, const T* q_norm, const T* k_norm, const float2* angles,
                            const int32_t* past, T* q_out, T* cache_k, T* cache_v, PrologueShape s) {
-  using P = Pack<T, kWidth>;
-  follow_previous_grid();  // dependent_launch.cuh
+  using P = Pack<T, kWidth>;  // device_math.cuh: one 16-byte vector, or one element
+  follow_previous_grid();     // dependent_launch.cuh
   extern __shared__ __align__(16) unsigned char staged_bytes[];
   T* staged = reinterpret_cast<T*>(staged_bytes);  // q's row, then k's
   __shared__ float2 warp_sums[kWarps];
@@ -89,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i >= total) continue;
       const T* from = i < vq ? qr + i * kWidth : i < vq + vk ? kr + (i - vq) * kWidth : vr + (i - vq - vk) * kWidth;
-      r[u] = *reinterpret_cast<const P*>(from);
+      r[u] = load_pack<kWidth>(from);
     }
 #pragma unroll
     for (int u = 0; u < kSlots; ++u) {
@@ -100,10 +94,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < kWidth; ++j) ss += to_float(r[u].v[j]) * to_float(r[u].v[j]);
         (i < vq ? ssq : ssk) += ss;
-        *reinterpret_cast<P*>(staged + int64_t(i) * kWidth) = r[u];
+        store_pack<kWidth>(staged + int64_t(i) * kWidth, r[u]);
       } else if (in_cache) {
         const int c = (i - vq - vk) * kWidth;  // a vector never straddles heads: d is a multiple of kWidth
-        *reinterpret_cast<P*>(cache_v + cache_row(c / d) + c % d) = r[u];
+        store_pack<kWidth>(cache_v + cache_row(c / d) + c % d, r[u]);
       }
     }
   }
