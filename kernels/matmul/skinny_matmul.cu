@@ -65,8 +65,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// A gated CTA is two CTAs of the plain kernel side by side (gate's tiles and up's), so each tile's K splits
-// and sums are those of its own product's launch.
+// Threads per CTA: a gated one is two plain CTAs side by side ("SwiGLU" above).
 __host__ __device__ constexpr int cta_threads(bool gated) { return gated ? 2 * kThreads : kThreads; }
 constexpr int kRows = 16;   // rows of W per tile (the MMA's M)
 constexpr int kChunk = 32;  // K per warp step: 4 lanes x 8 elements
