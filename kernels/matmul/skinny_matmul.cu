@@ -40,8 +40,8 @@
 // to BF16, as the products would be stored, then gates them as the SwiGLU kernel does. The output is
 // SwiGLU's of the two products bit for bit, with one launch fewer a layer and neither product written.
 // It is asked for (FATHOM_SWIGLU_PROJECTION=fused), not the default: on an H100 it made the 190M's
-// batch-1 decoding step 4% faster and the 1B's 3% slower (16-warp CTAs get half the registers a thread
-// of the 8-warp kernel may hold, the likely cost at the 1B's 8192-wide projections; not yet measured).
+// batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
+// ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
 //
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
