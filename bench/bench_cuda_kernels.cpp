@@ -6,7 +6,8 @@
 // The decode table times the skinny GEMM (kernels/matmul/skinny_matmul.h) against cuBLASLt at the 1B
 // model's decoding shapes, as GB/s of weight bytes read against the same copy, and a layer's grouped
 // projections (skinny_matmul_grouped) against one call per weight, and a decoding step's layer chain
-// replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH).
+// replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH), and SwiGLU's
+// projection separate (grouped gate/up, then SwiGLU) against fused in gate/up's epilogue (skinny_swiglu).
 // The FP8 tables time the FP8 linears' GEMMs and casts at the 1B model's training shapes (fp8_tables).
 // Usage: bench_cuda_kernels [reps] [decode|fp8]   (default 30 reps; `decode` or `fp8`: the ceilings and those
 // tables only)
@@ -208,6 +209,17 @@ void grouped_projection_table(const cudaDeviceProp& prop) {
     }
 }
 
+// Median milliseconds of one replay of `work` captured as a CUDA graph on device 0 (exits if it cannot be).
+double graph_ms(const std::function<void()>& work) {
+  std::string reason;
+  const cuda::Graph graph = cuda::Graph::capture(0, work, &reason);
+  if (!graph.captured()) {
+    std::fprintf(stderr, "capture failed: %s\n", reason.c_str());
+    std::exit(1);
+  }
+  return median_ms([&] { graph.replay(); });
+}
+
 // A decoding step's layer chain at the Llama 3.2 1B's shapes, 16 layers replayed from one CUDA graph as a
 // decoding step is: norm, grouped q/k/v, an elementwise stand-in for attention, o_proj, the residual add,
 // norm, grouped gate/up, SwiGLU, down_proj, the residual add. Ordinary launches against dependent ones
@@ -256,13 +268,7 @@ void dependent_launch_table() {
     double ms[2];
     for (const Toggle t : {Toggle::off, Toggle::on}) {
       set_dependent_launch(t);
-      std::string reason;
-      const cuda::Graph graph = cuda::Graph::capture(0, step, &reason);
-      if (!graph.captured()) {
-        std::fprintf(stderr, "capture failed: %s\n", reason.c_str());
-        std::exit(1);
-      }
-      ms[int(t)] = median_ms([&] { graph.replay(); });
+      ms[int(t)] = graph_ms(step);
     }
     set_dependent_launch(Toggle::off);
     const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
@@ -270,6 +276,54 @@ void dependent_launch_table() {
         "| q/k/v, o, gate/up, down + norms, adds, SwiGLU | %ld | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n",
         long(m), bytes / 1e6, ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
   }
+  set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
+}
+
+// SwiGLU's projection at decoding's rows, as 16 layers of a decoding step run it: grouped gate/up then the
+// SwiGLU kernel (FATHOM_SWIGLU_PROJECTION=separate, the default) against skinny_swiglu (fused: one launch,
+// neither product written), at OLMo2 1B's and 190M's MLP shapes. Each side is 16 calls on 16 weight pairs (past
+// L2), replayed from one CUDA graph with dependent launches, as a step replays them. Bytes: the two weights'.
+void swiglu_projection_table() {
+  struct Mlp {
+    const char* name;
+    int64_t ffn, d;
+  };
+  const Mlp mlps[] = {{"OLMo2 1B", 8192, 2048}, {"OLMo2 190M", 3072, 768}};
+  const int layers = 16;
+  std::printf(
+      "\n| SwiGLU projection, 16 layers, one graph | M | weight MB | separate ms | of copy | fused ms | of copy | "
+      "fused speed-up |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  set_skinny_matmul_policy(SkinnyMatmulPolicy::always);
+  set_dependent_launch(Toggle::on);
+  for (const Mlp& mlp : mlps) {
+    std::vector<std::pair<Tensor, Tensor>> w;
+    for (int l = 0; l < layers; ++l)
+      w.emplace_back(random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05),
+                     random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05));
+    const double bytes = 2.0 * 2.0 * layers * double(mlp.ffn) * double(mlp.d);
+    for (const int64_t m : {int64_t(1), int64_t(8)}) {
+      const Tensor x = random_gpu({m, mlp.d}, DType::bf16);
+      Tensor y = Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu);
+      std::vector<Tensor> gu{Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu),
+                             Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu)};
+      const auto separate = [&] {
+        for (const auto& [gate, up] : w) {
+          skinny_matmul_grouped(x, std::vector<Tensor>{gate, up}, gu);
+          y = swiglu_forward(gu[0], gu[1]);
+        }
+      };
+      const auto fused = [&] {
+        for (const auto& [gate, up] : w) skinny_swiglu(x, gate, up, y);
+      };
+      const std::function<void()> sides[2] = {separate, fused};
+      double ms[2];
+      for (int side = 0; side < 2; ++side) ms[side] = graph_ms(sides[side]);
+      const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
+      std::printf("| %s | %ld | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n", mlp.name, long(m), bytes / 1e6,
+                  ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
+    }
+  }
+  set_dependent_launch(Toggle::off);
   set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
 }
 
@@ -379,6 +433,7 @@ int main(int argc, char** argv) {
   decode_gemm_table(prop);
   grouped_projection_table(prop);
   dependent_launch_table();
+  swiglu_projection_table();
   if (only == "decode") return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");

@@ -2,7 +2,8 @@
 """gpt-fast, the decoding peer of bench/bench_generate.cpp: its Llama Transformer (model.py of
 pytorch-labs/gpt-fast, imported at run time from an unpacked archive, never copied into fathom) on the
 weights of a HF LlamaForCausalLM folder (what `fathom export --format hf` writes for a norm: pre, qk_norm:
-false model), its decode step compiled by torch.compile(mode="reduce-overhead", fullgraph=True) as its
+false model) or an Olmo2ForCausalLM one (fathom's OLMo2 sizes; make_olmo2 below adapts gpt-fast's modules to
+OLMo2's block), its decode step compiled by torch.compile(mode="reduce-overhead", fullgraph=True) as its
 generate.py compiles decode_one_token (Inductor kernels replayed as CUDA graphs), greedy, bf16.
 
   gpt_fast_reference.py HF_DIR --gpt-fast DIR --ids FILE [--context 128,4096] [--batch 1,8,32]
@@ -20,10 +21,10 @@ with CUDA events, each run restarting at position C. Greedy: the step takes the 
 coordinate_descent_tuning as generate.py does (slower compiles); compile times go to stderr.
 
 The weights: q_proj and k_proj are permuted from HF's rotate-half RoPE layout to gpt-fast's interleaved pairs
-(the permutation of gpt-fast's scripts/convert_hf_checkpoint.py) and concatenated with v_proj into wqkv;
-a tied head shares the embedding table. Rows in bench_generate's columns (bytes per step, the copy bandwidth
-it measures itself with a torch D2D copy, % of roofline); --tokens-out writes sequence 0's N greedy ids per
-context and batch, for bench/compare_generate_tokens.py.
+(the permutation of gpt-fast's scripts/convert_hf_checkpoint.py, also applied to OLMo2's q and k norm gains)
+and concatenated with v_proj into wqkv; a tied head shares the embedding table. Rows in bench_generate's
+columns (bytes per step, the copy bandwidth it measures itself with a torch D2D copy, % of roofline);
+--tokens-out writes sequence 0's N greedy ids per context and batch, for bench/compare_generate_tokens.py.
 """
 import argparse
 import json
@@ -41,12 +42,16 @@ PREFILL_CHUNK = 512
 WARMUP_STEPS = 3
 
 
+OLMO2 = "Olmo2ForCausalLM"
+
+
 def read_hf_config(hf_dir):
     config = json.load(open(os.path.join(hf_dir, "config.json")))
     arch = (config.get("architectures") or [config.get("model_type", "?")])[0]
-    if arch != "LlamaForCausalLM":
-        sys.exit(f"gpt_fast_reference: {hf_dir} holds a {arch}; gpt-fast's model is Llama's (pre-norm, no QK-norm)")
-    return config
+    if arch not in ("LlamaForCausalLM", OLMO2):
+        sys.exit(f"gpt_fast_reference: {hf_dir} holds a {arch}; gpt-fast's model is Llama's, adapted here to OLMo2 "
+                 "only")
+    return config, arch
 
 
 def rope_fields(config):
@@ -75,29 +80,79 @@ def load_safetensors(hf_dir):
     return tensors
 
 
-def gpt_fast_state_dict(hf, args, n_layers, tied):
-    """HF Llama names -> gpt-fast's, q and k permuted to interleaved RoPE pairs, wqkv concatenated."""
+def olmo2_modules(gf):
+    """OLMo2 on gpt-fast's Llama modules, each class overriding forward only (gpt-fast's attention, KV cache,
+    RoPE and MLP run as they are): the block normalises each sublayer's output before adding it to the stream
+    (post-norm); q and k are normalised over their whole projection width before RoPE, by a norm inside the
+    q/k/v projection; and every RMSNorm multiplies by its gain in f32 before rounding, as HF's Olmo2RMSNorm does
+    (gpt-fast's, like Llama's, rounds first)."""
+    class Norm(gf.RMSNorm):
+        def forward(self, x):
+            return (self.weight * self._norm(x.float())).type_as(x)
+
+    class QkNormedProjection(torch.nn.Module):
+        def __init__(self, dim, q_width, kv_width, eps):
+            super().__init__()
+            self.linear = torch.nn.Linear(dim, q_width + 2 * kv_width, bias=False)
+            self.q_norm, self.k_norm = Norm(q_width, eps), Norm(kv_width, eps)
+            self.widths = [q_width, kv_width, kv_width]
+
+        def forward(self, x):
+            q, k, v = self.linear(x).split(self.widths, dim=-1)
+            return torch.cat([self.q_norm(q), self.k_norm(k), v], dim=-1)
+
+    class Block(gf.TransformerBlock):
+        def forward(self, x, input_pos, freqs_cis, mask):
+            h = x + self.attention_norm(self.attention(x, freqs_cis, mask, input_pos))
+            return h + self.ffn_norm(self.feed_forward(h))
+
+    return Norm, QkNormedProjection, Block
+
+
+def make_olmo2(gf, model, args):
+    """gpt-fast's Transformer (on the meta device) turned into OLMo2's, in place; attention_norm and ffn_norm
+    then hold OLMo2's post_attention_layernorm and post_feedforward_layernorm."""
+    Norm, QkNormedProjection, Block = olmo2_modules(gf)
+    model.norm.__class__ = Norm
+    for layer in model.layers:
+        layer.__class__ = Block
+        layer.attention_norm.__class__ = layer.ffn_norm.__class__ = Norm
+        layer.attention.wqkv = QkNormedProjection(args.dim, args.n_head * args.head_dim,
+                                                  args.n_local_heads * args.head_dim, args.norm_eps)
+
+
+def gpt_fast_state_dict(hf, args, n_layers, tied, olmo2):
+    """HF Llama or OLMo2 names -> gpt-fast's, q and k (and OLMo2's q/k norm gains) permuted to interleaved
+    RoPE pairs, wqkv concatenated."""
     def interleave(w, heads):
-        return w.view(heads, 2, args.head_dim // 2, args.dim).transpose(1, 2).reshape(heads * args.head_dim, args.dim)
+        rows = w.view(heads, 2, args.head_dim // 2, -1).transpose(1, 2).reshape(heads * args.head_dim, -1)
+        return rows.reshape(w.shape)
 
     sd = {"tok_embeddings.weight": hf["model.embed_tokens.weight"], "norm.weight": hf["model.norm.weight"]}
     sd["output.weight"] = hf["model.embed_tokens.weight"] if tied else hf["lm_head.weight"]
     for i in range(n_layers):
         h, g = f"model.layers.{i}.", f"layers.{i}."
-        sd[g + "attention.wqkv.weight"] = torch.cat([interleave(hf[h + "self_attn.q_proj.weight"], args.n_head),
-                                                    interleave(hf[h + "self_attn.k_proj.weight"], args.n_local_heads),
-                                                    hf[h + "self_attn.v_proj.weight"]])
+        wqkv = torch.cat([interleave(hf[h + "self_attn.q_proj.weight"], args.n_head),
+                          interleave(hf[h + "self_attn.k_proj.weight"], args.n_local_heads),
+                          hf[h + "self_attn.v_proj.weight"]])
+        if olmo2:
+            sd[g + "attention.wqkv.linear.weight"] = wqkv
+            sd[g + "attention.wqkv.q_norm.weight"] = interleave(hf[h + "self_attn.q_norm.weight"], args.n_head)
+            sd[g + "attention.wqkv.k_norm.weight"] = interleave(hf[h + "self_attn.k_norm.weight"], args.n_local_heads)
+        else:
+            sd[g + "attention.wqkv.weight"] = wqkv
         sd[g + "attention.wo.weight"] = hf[h + "self_attn.o_proj.weight"]
         sd[g + "feed_forward.w1.weight"] = hf[h + "mlp.gate_proj.weight"]
         sd[g + "feed_forward.w3.weight"] = hf[h + "mlp.up_proj.weight"]
         sd[g + "feed_forward.w2.weight"] = hf[h + "mlp.down_proj.weight"]
-        sd[g + "attention_norm.weight"] = hf[h + "input_layernorm.weight"]
-        sd[g + "ffn_norm.weight"] = hf[h + "post_attention_layernorm.weight"]
+        first, second = ("post_attention", "post_feedforward") if olmo2 else ("input", "post_attention")
+        sd[g + "attention_norm.weight"] = hf[h + first + "_layernorm.weight"]
+        sd[g + "ffn_norm.weight"] = hf[h + second + "_layernorm.weight"]
     return sd
 
 
 def load_model(gf, hf_dir, block_size, device="cuda", dtype=torch.bfloat16):
-    config = read_hf_config(hf_dir)
+    config, arch = read_hf_config(hf_dir)
     theta, scaling = rope_fields(config)
     heads = config["num_attention_heads"]
     args = gf.ModelArgs(block_size=block_size, vocab_size=config["vocab_size"], n_layer=config["num_hidden_layers"],
@@ -110,7 +165,9 @@ def load_model(gf, hf_dir, block_size, device="cuda", dtype=torch.bfloat16):
     tied = bool(config.get("tie_word_embeddings", False))
     with torch.device("meta"):
         model = gf.Transformer(args)
-    sd = gpt_fast_state_dict(load_safetensors(hf_dir), args, args.n_layer, tied)
+        if arch == OLMO2:
+            make_olmo2(gf, model, args)
+    sd = gpt_fast_state_dict(load_safetensors(hf_dir), args, args.n_layer, tied, arch == OLMO2)
     model.load_state_dict(sd, assign=True, strict=True)
     model = model.to(device=device, dtype=dtype)
     if tied:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fathom's greedy decoding against the memory-bandwidth limit and against its peers, in one run on one GPU
 # on the same weights (docs/DESIGN.md section 9): bench/bench_generate (fathom), bench/gpt_fast_reference.py
-# (gpt-fast, its decode step compiled with torch.compile(mode="reduce-overhead"); Llama-shaped model only:
-# its model file is Llama's) and bench/hf_generate_reference.py (HF generate, static cache; with
+# (gpt-fast, its decode step compiled with torch.compile(mode="reduce-overhead"); its model file is Llama's,
+# adapted to OLMo2's block by the script for the OLMo2 sizes) and bench/hf_generate_reference.py (HF generate, static cache; with
 # HF_COMPILE=1 also torch.compile). Every row gives ms per decoding step, the bytes the step must read
 # (weights + KV cache at the steps' mean length, train/measure/decode_traffic.h) and % of roofline: those
 # bytes over the step time, over the copy bandwidth each process measures on the same GPU (a 1 GiB
@@ -30,8 +30,9 @@
 #
 # Device time, measured on an H100 (bench/results/2026-12-05_dependent_launch_gpt_fast_h100.md): the Llama shape
 # with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
-# gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, HF ~1 min), so the defaults (3 sizes, 4 levers)
-# take about 15 minutes: more than one 10-minute device call; name fewer sizes or levers per call.
+# gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, 38-44 s on 2026-12-06, HF ~1 min). gpt-fast
+# runs for every size, so the defaults (3 sizes, 4 levers) take about 20 minutes, two or three 10-minute device
+# calls: name one size and LEVERS=skinny+fused+dependent (fathom's defaults) per call.
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
@@ -131,16 +132,14 @@ YAML
     fi
   done
 
-  if [ "$size" = llama3_1B ]; then
-    if [ -n "$gpt_fast" ]; then
-      TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
-        --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
-        --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
-      python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
-        --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
-    else
-      echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
-    fi
+  if [ -n "$gpt_fast" ]; then
+    TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
+      --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
+      --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
+    python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
+      --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
+  else
+    echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
   fi
 
   timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" \

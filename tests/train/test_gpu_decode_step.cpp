@@ -113,11 +113,16 @@ struct GraphedAndEager {
   std::vector<uint32_t> prompt{84, 104, 101, 32, 115, 101, 97};
   GpuModel m{gpu_small("post", true), kSeed};
   std::pair<GenerationResult, GenerationResult> operator()(GenerationOptions options) const {
+    return of_prompts({prompt}, options);
+  }
+  // Several prompts as one batch, graphed and eager.
+  std::pair<GenerationResult, GenerationResult> of_prompts(const std::vector<std::vector<uint32_t>>& prompts,
+                                                           GenerationOptions options) const {
     NoGrad no_grad;
     options.cuda_graphs = true;
-    GenerationResult graphed = generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu);
+    GenerationResult graphed = generate_batch(m.model, *tokenizer, prompts, options, DType::bf16, kGpu);
     options.cuda_graphs = false;
-    return {std::move(graphed), generate(m.model, *tokenizer, prompt, options, DType::bf16, kGpu)};
+    return {std::move(graphed), generate_batch(m.model, *tokenizer, prompts, options, DType::bf16, kGpu)};
   }
 };
 
@@ -334,4 +339,32 @@ TEST(GpuGenerate, ChainedGreedyStepsGiveTheEagerTokens) {
   EXPECT_EQ(graphed.tokens, eager.tokens);
   EXPECT_EQ(graphed.texts, eager.texts);
   EXPECT_LT(graphed.tokens[0].size(), 12u);
+}
+
+// Prompts of different lengths as one chained batch, one of them stopped by a stop text long before the
+// other: every later step is still launched before the host reads the ids, and neither sequence may notice.
+TEST(GpuGenerate, ChainedStepsStopOneSequenceOfABatchEarly) {
+  FATHOM_REQUIRE_GPU();
+  const GraphedAndEager both;
+  const std::vector<std::vector<uint32_t>> prompts{both.prompt, {72, 101, 108, 108, 111, 44, 32, 119, 111, 114}};
+  const GenerationOptions options{.max_new_tokens = 12, .sampling = {.temperature = 0}, .ignore_eos = true};
+  const GenerationResult full = both.of_prompts(prompts, options).second;
+  ASSERT_EQ(full.tokens.size(), 2u);
+  ASSERT_GE(full.texts[1].size(), 8u);
+  ASSERT_GT(std::set<uint32_t>(full.tokens[1].begin(), full.tokens[1].end()).size(), 1u) << full.texts[1];
+  // Two bytes early in the second continuation that the first one never holds.
+  std::string stop;
+  for (size_t at = 2; at + 2 <= 6 && stop.empty(); ++at)
+    if (full.texts[0].find(full.texts[1].substr(at, 2)) == std::string::npos) stop = full.texts[1].substr(at, 2);
+  ASSERT_FALSE(stop.empty()) << "no stop text tells the continuations apart: '" << full.texts[0] << "', '"
+                             << full.texts[1] << "'";
+  GenerationOptions stopping = options;
+  stopping.stop = stop;
+  const auto [graphed, eager] = both.of_prompts(prompts, stopping);
+  EXPECT_TRUE(graphed.cuda_graph) << graphed.eager_reason;
+  EXPECT_EQ(graphed.tokens, eager.tokens);
+  EXPECT_EQ(graphed.texts, eager.texts);
+  EXPECT_EQ(graphed.tokens[0], full.tokens[0]);  // the other sequence runs its whole length, unchanged
+  EXPECT_LT(graphed.tokens[1].size(), full.tokens[1].size());
+  EXPECT_EQ(graphed.texts[1], full.texts[1].substr(0, full.texts[1].find(stop)));
 }
