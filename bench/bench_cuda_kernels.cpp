@@ -293,7 +293,7 @@ void swiglu_projection_table() {
   std::printf(
       "\n| SwiGLU projection, 16 layers, one graph | M | weight MB | separate ms | of copy | fused ms | of copy | "
       "fused speed-up |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  set_skinny_matmul_policy(SkinnyMatmulPolicy::always);
+  const Toggle dependent_before = dependent_launch();
   set_dependent_launch(Toggle::on);
   for (const Mlp& mlp : mlps) {
     std::vector<std::pair<Tensor, Tensor>> w;
@@ -303,13 +303,13 @@ void swiglu_projection_table() {
     const double bytes = 2.0 * 2.0 * layers * double(mlp.ffn) * double(mlp.d);
     for (const int64_t m : {int64_t(1), int64_t(8)}) {
       const Tensor x = random_gpu({m, mlp.d}, DType::bf16);
-      Tensor y = Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu);
       std::vector<Tensor> gu{Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu),
                              Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu)};
+      Tensor y = Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu);
       const auto separate = [&] {
         for (const auto& [gate, up] : w) {
           skinny_matmul_grouped(x, std::vector<Tensor>{gate, up}, gu);
-          y = swiglu_forward(gu[0], gu[1]);
+          const Tensor gated = swiglu_forward(gu[0], gu[1]);  // SwiGLU allocates its output, as a step's does
         }
       };
       const auto fused = [&] {
@@ -323,8 +323,7 @@ void swiglu_projection_table() {
                   ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
     }
   }
-  set_dependent_launch(Toggle::off);
-  set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
+  set_dependent_launch(dependent_before);
 }
 
 }  // namespace

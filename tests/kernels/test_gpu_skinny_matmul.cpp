@@ -283,7 +283,7 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 300;
   for (const int64_t m : {1, 8, 9, 32})
-    for (const auto [f, k] : {std::pair<int64_t, int64_t>{3072, 768}, {8192, 2048}, {37, 100}, {16, 24}, {130, 1003}})
+    for (const auto& [f, k] : {std::pair<int64_t, int64_t>{3072, 768}, {8192, 2048}, {37, 100}, {16, 24}, {130, 1003}})
       for (const DType out : {DType::bf16, DType::f32})
         for (const bool unaligned : {false, true}) {
           const std::string what = label(m, k, f, std::string(" ") + dtype_name(out) + (unaligned ? " unaligned" : ""));

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# session 12, call 1: build the tree (build/) and the early-trigger variant (build_early/); decoding GPU tests
-# on both; A/B grid of {trigger after wait, before wait} x {prefetch first step, whole rows} on olmo2_1B,
-# olmo2_190M, llama3_1B at context 128/4096, batch 1/8; a batch-1 timeline of the best; the rest of the suite.
+# The first run: build the tree (build/) and the early-trigger variant (build_early/); decoding GPU tests on
+# both; A/B grid of {trigger after wait, before wait} x {prefetch first step, whole rows, whole rows + W in
+# registers} on olmo2_1B, olmo2_190M, llama3_1B at context 128/4096, batch 1/8; batch-1 timelines; the rest of
+# the suite until DEADLINE seconds. Results are packed into $OUT; .debs/ held PCRE2's packages, which the
+# benchmark machine lacked.
 set -uo pipefail
 T0=$(date +%s); DEADLINE=${DEADLINE:-570}
 el() { echo $(( $(date +%s) - T0 )); }

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# The second run, on the same machine: the first run's builds and models (/tmp/s1); W in registers with the
+# first-step prefetch in both builds, the base again; then fathom and gpt-fast on the Llama shape side by side.
 set -uo pipefail
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 W=/tmp/s3; mkdir -p $W; M=/tmp/s1/m
