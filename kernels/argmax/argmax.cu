@@ -110,14 +110,13 @@ __global__ void __launch_bounds__(kThreads)
 void argmax_rows(const Tensor& x, Tensor& out) {
   const int64_t rows = x.dim(0), n = x.dim(1);
   if (rows == 0) return;
-  FATHOM_CHECK(rows <= 2147483647, "argmax_rows: ", rows, " rows exceed the grid");
-  FATHOM_CHECK(n <= 2147483647, "argmax_rows: rows of ", n, " values exceed int32 indices");
+  FATHOM_CHECK(rows <= 2147483647, "argmax_rows: ", rows, " rows exceed the grid");  // n: argmax.cpp checks it
   // Chunks: about two CTAs per SM over all rows, none smaller than one round of loads, one where the
   // rows outnumber the counters (each row then reads its whole row in one CTA).
   const int sms = device_properties(x.device().index).multiProcessorCount;
   const int64_t round = int64_t(kThreads) * kSlots * 8;
   int64_t chunks = std::min<int64_t>({(2 * sms + rows - 1) / rows, (n + round - 1) / round, kChunksPerRowMax});
-  if (rows > kGridCounters || chunks < 1) chunks = 1;  // kGridCounters is also under the grid's 65535 rows
+  if (rows > kGridCounters) chunks = 1;  // kGridCounters is also under the grid's 65535 rows
   const int64_t chunk = ((n + chunks - 1) / chunks + 7) / 8 * 8;
   chunks = (n + chunk - 1) / chunk;
   Tensor partials = Tensor::empty({chunks > 1 ? rows * chunks * int64_t(sizeof(Best)) : 0}, DType::u8, x.device());
