@@ -135,6 +135,39 @@ std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variabl
   return Variable(std::move(y));
 }
 
+std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                               const Variable& x, const Variable& norm_weight,
+                                                               double eps, std::span<const Variable* const> weights) {
+  FATHOM_CHECK(residual.defined() && x.defined() && norm_weight.defined(), "residual step: undefined input");
+  bool records = residual.requires_grad() || x.requires_grad() || norm_weight.requires_grad();
+  for (const Variable* w : weights) records = records || w->requires_grad();
+  // The cheap refusals first: evaluation's many rows allocate nothing here.
+  if ((records && GradMode::enabled()) || !x.device().is_cuda() || residual_step_in_gemm_choice() != Fusion::fused ||
+      x.dtype() != DType::bf16 || residual.shape() != x.shape() || x.shape().rows() > kResidualStepMaxRows)
+    return std::nullopt;
+  const int64_t M = x.shape().rows(), K = x.shape().last();
+  const ResidualStepInputs step{kind, residual.value().view({M, K}), x.value().view({M, K}),
+                                norm_weight.compute_value(), eps};
+  std::vector<Tensor> ws;
+  for (const Variable* w : weights) ws.push_back(w->compute_value());
+  if (step.residual.dtype() != DType::bf16 || step.weight.dtype() != DType::bf16 || !residual_step_fits(step, ws))
+    return std::nullopt;
+  ResidualProjections out;
+  std::vector<Tensor> ys2d;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    Tensor y = linear_output(x, *weights[i], DType::bf16);
+    Tensor y2d = y.view({M, ws[i].dim(0)});
+    if (!use_skinny_matmul(step.x, false, ws[i], true, y2d, 1.0, 0.0)) return std::nullopt;
+    ys2d.push_back(y2d);
+    out.ys.emplace_back(std::move(y));
+  }
+  Tensor h = Tensor::empty(x.shape(), DType::bf16, x.device());
+  Tensor h2d = h.view({M, K});
+  skinny_matmul_after_residual_step(step, ws, ys2d, h2d);
+  out.h = Variable(std::move(h));
+  return out;
+}
+
 Variable linear_wide(const Variable& x, const Variable& weight) {
   FATHOM_CHECK(x.defined(), "linear_wide: undefined input");
   return linear_into(x, weight, x.dtype() == DType::bf16 ? DType::f32 : x.dtype());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "kernels/matmul/skinny_matmul.h"
 #include "kernels/mod/mod_routing.h"
 #include "kernels/rope/rope.h"
 
@@ -26,6 +27,18 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
 // has few enough rows for the skinny GEMM (a decoding step's MLP; swiglu_projection_choice() fused); else
 // nothing, and the caller composes the two linears and swiglu. Bit for bit the composition's result.
 std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variable& gate, const Variable& up);
+// A block's residual step and the linears of what the next sublayer reads, in one
+// skinny_matmul_after_residual_step launch (kernels/matmul/skinny_matmul.h) where nothing records a gradient,
+// the rows are a decoding step's on a GPU that the launch takes, the skinny GEMM's policy takes each product and
+// residual_step_in_gemm_choice() is fused: {h, the linears' outputs}, bit for bit what residual_rms_norm (or
+// add_rms_norm) and linear_each give. Otherwise nothing, and the caller runs those.
+struct ResidualProjections {
+  Variable h;
+  std::vector<Variable> ys;
+};
+std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                               const Variable& x, const Variable& norm_weight,
+                                                               double eps, std::span<const Variable* const> weights);
 // The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
 // MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
 Variable linear_wide(const Variable& x, const Variable& weight);

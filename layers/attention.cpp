@@ -86,17 +86,17 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
     FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
                  " exceed the KV cache's capacity of ", cache->k.dim(2));
   }
-  // A token step of plain attention: QK-norm, RoPE and the cache writes in one launch, where chosen.
+  // A token step of plain attention: QK-norm, RoPE and the cache writes in one launch, where chosen (and
+  // that launch inside attention's, where chosen too: decode_prologue_attention).
   if (device_past && T == 1 && past > 0 && !depth && !report.wants(kAttentionEntropyTap) &&
       q.dtype() == cache->k.dtype() && decode_prologue_choice() == DecodePrologue::fused) {
     QkNorm norm;
     if (q_norm_)
       norm = {q_norm_->weight().compute_value(), k_norm_->weight().compute_value(), q_norm_->eps(), k_norm_->eps()};
-    const Tensor q_rotated =
-        decode_prologue(q.value().view({B, 1, n_heads_, head_dim_}), k.value().view({B, 1, n_kv_heads_, head_dim_}),
-                        v.value().view({B, 1, n_kv_heads_, head_dim_}), norm, angles, cache->k, cache->v, *device_past);
+    const Tensor o = decode_prologue_attention(
+        q.value().view({B, 1, n_heads_, head_dim_}), k.value().view({B, 1, n_kv_heads_, head_dim_}),
+        v.value().view({B, 1, n_kv_heads_, head_dim_}), norm, angles, cache->k, cache->v, *device_past, scale);
     for (int64_t& held : cache->held) held += 1;
-    const Tensor o = decode_attention(q_rotated, cache->k, cache->v, *device_past, DepthSlots{}, scale);
     return o_proj_.forward(Variable(o.view({B, T, n_heads_ * head_dim_})));
   }
   // With reader depth keys this layer's slot holds its raw K, before the k-norm and RoPE.

@@ -43,18 +43,30 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
   mixer_inputs.write_depth = write && !attn_depth_kv_;
   const Variable attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
-  // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
-  // rebuilds h from them rather than keeping it for the FFN's projections.
-  // Pre-norm: h and the FFN's normalised input, in one pass where nothing records a gradient.
-  Variable h, ffn_in;
-  if (pre_norm_) {
-    std::tie(h, ffn_in) = ffn_norm_.forward_after_add(x, attn_out);
+  // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the
+  // MLP's input (MoDA's FFN writer does).
+  const RMSNorm& step_norm = pre_norm_ ? ffn_norm_ : attn_norm_;
+  std::optional<std::pair<Variable, Variable>> stepped;
+  if (!(write && ffn_depth_kv_))
+    stepped = mlp_.forward_after_residual_step(pre_norm_ ? ResidualStep::pre_norm : ResidualStep::post_norm, x,
+                                               attn_out, step_norm);
+  Variable h, ffn_out;
+  if (stepped) {
+    std::tie(h, ffn_out) = *stepped;
   } else {
-    h = attn_norm_.forward_onto(x, attn_out, true);
-    ffn_in = h;
+    // Post-norm: the mixer's projections keep x and the norm keeps attn_out, so selective recompute
+    // rebuilds h from them rather than keeping it for the FFN's projections.
+    // Pre-norm: h and the FFN's normalised input, in one pass where nothing records a gradient.
+    Variable ffn_in;
+    if (pre_norm_) {
+      std::tie(h, ffn_in) = step_norm.forward_after_add(x, attn_out);
+    } else {
+      h = step_norm.forward_onto(x, attn_out, true);
+      ffn_in = h;
+    }
+    if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
+    ffn_out = mlp_.forward(ffn_in);
   }
-  if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
-  const Variable ffn_out = mlp_.forward(ffn_in);
   return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
 }
 

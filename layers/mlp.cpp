@@ -25,4 +25,16 @@ Variable MLP::forward(const Variable& x) const {
   return down_proj_.forward(swiglu(up_gate[1], up_gate[0]));
 }
 
+std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(ResidualStep kind,
+                                                                              const Variable& residual,
+                                                                              const Variable& x,
+                                                                              const RMSNorm& norm) const {
+  if (gate_proj_.fp8() || up_proj_.fp8()) return std::nullopt;
+  const Variable* weights[] = {&up_proj_.weight(), &gate_proj_.weight()};  // forward's order
+  std::optional<ResidualProjections> step =
+      project_after_residual_step(kind, residual, x, norm.weight(), norm.eps(), weights);
+  if (!step) return std::nullopt;
+  return std::pair{step->h, down_proj_.forward(swiglu(step->ys[1], step->ys[0]))};
+}
+
 }  // namespace fathom

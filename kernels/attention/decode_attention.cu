@@ -13,6 +13,15 @@
 // fixed order (no atomics): two runs give bit-identical outputs. Scores are kept in the log2 domain
 // (q is prescaled by scale * log2 e) so the exponentials are exp2. run_decode_attention, the CUDA backend's
 // entry point, picks this kernel, the fp32 attention kernel, or the CPU reference on a host copy.
+//
+// Prologue. decode_prologue_attention (decode_prologue.h) gives the few-rows split kernel the step's raw q,
+// k and v instead of a prologue's output. Every block then does the part of the prologue it needs: it adds
+// the q and k rows' sums of squares in the prologue kernel's order, normalises and rotates its own query
+// heads, and the block whose split holds a sequence's new position normalises and rotates its KV head's new
+// key, writes it and the new value into the cache and reads both from shared memory, not back from the
+// cache. No other block reads that position, so no block waits for another; and every value is rounded as
+// the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
+// attention's, bit for bit, one launch and one dependency a layer fewer.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +29,8 @@
 #include "kernels/attention/attention_fp32.h"
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_prologue.cuh"
+#include "kernels/attention/decode_prologue.h"
 #include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
@@ -43,6 +54,17 @@ constexpr int kCombineWarps = 4;
 constexpr int kMaxDevices = 64;
 static_assert(kTileKeys == 64, "the row-statistics step gives each lane two keys of a tile");
 
+// The prologue's inputs where the few-rows split kernel does its work ("Prologue" above); DecodeArgs::q is
+// then the step's raw q [B, 1, Hq, d].
+struct PrologueArgs {
+  const bf16_t *k, *v;            // the step's raw k and v, [B, 1, Hk, d]
+  const bf16_t *q_norm, *k_norm;  // QK-norm's weights [Hq d] and [Hk d], or null for none
+  const float2* angles;           // rope_angles' [d/2] pairs, or [B, d/2] with per_row_angles
+  bf16_t *cache_k, *cache_v;      // DecodeArgs::k and v, written at the new positions
+  float q_eps, k_eps;
+  bool per_row_angles;
+};
+
 struct DecodeArgs {
   const bf16_t *q, *k, *v, *dk, *dv;
   bf16_t* o;
@@ -60,8 +82,9 @@ struct DecodeArgs {
   // and splits follow from it on the device as plan_splits() would make them on the host, the grid
   // holding the most splits any length up to capacity takes (null: length, chunk and splits as given).
   const int32_t* past;
-  int past_rows;        // past's entries: 1 (every sequence's count) or B
-  int64_t want_splits;  // plan_splits' blocks-per-SM target, before clamping to the tiles
+  int past_rows;          // past's entries: 1 (every sequence's count) or B
+  int64_t want_splits;    // plan_splits' blocks-per-SM target, before clamping to the tiles
+  PrologueArgs prologue;  // read by the few-rows kernel built with kPrologue only
 };
 
 // Both kernels' view of sequence b's split plan (see plan_splits, which this mirrors for a device-held
@@ -296,8 +319,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
 // time (16 bytes of its K and V row per lane, read straight into registers, U keys in flight per
 // lane) and keeps its own online softmax per row; the groups are merged by shuffles within a warp and
 // through shared memory across warps, in a fixed order. Same grid, partials and split plan as the tile
-// kernel, so the combine kernel serves both.
-template <int D, int NR>
+// kernel, so the combine kernel serves both. With kPrologue it also does the prologue's work ("Prologue"
+// above): one new token per sequence (Tq = 1), a device-held count, 16-byte aligned rows.
+template <int D, int NR, bool kPrologue = false>
 __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs args) {
   follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
@@ -310,6 +334,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
   constexpr int kInFlight = 4;                   // keys per lane group per step
   __shared__ float red_acc[kWarps][NR][D];
   __shared__ float2 red_ml[kWarps][NR];
+  static_assert(!kPrologue || 2 * kThreads == prologue::kParts, "each thread adds two parts of the prologue's sums");
+  __shared__ float2 norm_sums[prologue::kPartWarps];
+  __shared__ __align__(16)
+      bf16_t new_kv[2][kPrologue ? D : 8];  // the step's key and value, where this block writes them
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int slot = warp * kKeysPerWarp + lane / kLanesPerKey, c = lane % kLanesPerKey;
@@ -322,14 +350,80 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
   const bf16_t* v_base = a.v + head * D + c * 8;
 
   float q[NR][8], acc[NR][8], m[NR], l[NR];
-  int64_t visible_to[NR];  // the last cache position row r sees
+  int64_t visible_to[NR];     // the last cache position row r sees
+  int64_t new_position = -1;  // with kPrologue: the step's position, where this block's split holds it
+  if constexpr (kPrologue) {
+    const PrologueArgs& p = a.prologue;
+    const int nq = a.Hq * D, nk = a.Hk * D;
+    const bf16_t* q_row = a.q + int64_t(b) * nq;
+    const bf16_t* k_row = p.k + int64_t(b) * nk;
+    float rstd_q = 1.f, rstd_k = 1.f;
+    if (p.q_norm) {  // parts tid and tid + kThreads: warps `warp` and `warp + kWarps` of the prologue's
+      float2 first = prologue::part_sums<bf16_t, 8>(q_row, k_row, nq / 8, nk / 8, tid);
+      float2 second = prologue::part_sums<bf16_t, 8>(q_row, k_row, nq / 8, nk / 8, tid + kThreads);
+      first = make_float2(warp_sum(first.x), warp_sum(first.y));
+      second = make_float2(warp_sum(second.x), warp_sum(second.y));
+      if (lane == 0) norm_sums[warp] = first, norm_sums[warp + kWarps] = second;
+      __syncthreads();
+      const float2 ss = prologue::sum_parts(norm_sums);
+      rstd_q = prologue::rstd(true, ss.x, nq, p.q_eps);
+      rstd_k = prologue::rstd(true, ss.y, nk, p.k_eps);
+    }
+    // Elements 8 chunk .. 8 chunk + 7 of head h of a row, normalised and rotated.
+    const float2* angles = p.angles + (p.per_row_angles ? int64_t(b) * (D / 2) : 0);
+    const auto rotate = [&](const bf16_t* row, const bf16_t* weight, float rstd, int64_t h, int chunk) {
+      const int j = chunk * 8, half = D / 2;
+      const bool first_half = j < half;
+      const int partner = first_half ? j + half : j - half, pair = first_half ? j : partner;
+      const Pack<bf16_t, 8> x = load_pack<8>(row + h * D + j), xp = load_pack<8>(row + h * D + partner);
+      Pack<bf16_t, 8> w{}, wp{};
+      if (weight) w = load_pack<8>(weight + h * D + j), wp = load_pack<8>(weight + h * D + partner);
+      Pack<bf16_t, 8> out;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        out.v[e] = prologue::rotated<bf16_t>(prologue::normed_value(x.v[e], w.v[e], weight, rstd),
+                                             prologue::normed_value(xp.v[e], wp.v[e], weight, rstd), first_half,
+                                             angles[pair + e]);
+      return out;
+    };
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const Pack<bf16_t, 8> qp = rotate(q_row, p.q_norm, rstd_q, int64_t(hk) * a.G + (r0 + min(r, rows - 1)) % a.G, c);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[r][e] = to_float(qp.v[e]) * a.scale_log2;
+    }
+    // The block whose split holds the new position (the last) writes the KV head's new key and value.
+    const int64_t position = a.past[a.past_rows > 1 ? b : 0];
+    if (position >= key0 && position < key0 + a.chunk && position < a.capacity) {
+      new_position = position;
+      const int64_t at = (head + position) * D;
+      if (tid < D / 8) {
+        const Pack<bf16_t, 8> kp = rotate(k_row, p.k_norm, rstd_k, hk, tid);
+        store_pack<8>(&new_kv[0][tid * 8], kp);
+        store_pack<8>(p.cache_k + at + tid * 8, kp);
+      } else if (tid < D / 4) {
+        const int chunk = tid - D / 8;
+        const Pack<bf16_t, 8> vp = load_pack<8>(p.v + int64_t(b) * nk + int64_t(hk) * D + chunk * 8);
+        store_pack<8>(&new_kv[1][chunk * 8], vp);
+        store_pack<8>(p.cache_v + at + chunk * 8, vp);
+      }
+      __syncthreads();
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const int qr = r0 + min(r, rows - 1);
+      const int64_t h = int64_t(hk) * a.G + qr % a.G;
+      const Pack<bf16_t, 8> p = load_pack<8>(a.q + ((int64_t(b) * a.Tq + qr / a.G) * a.Hq + h) * D + c * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[r][e] = to_float(p.v[e]) * a.scale_log2;
+    }
+  }
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     const int qr = r0 + min(r, rows - 1);
-    const int64_t h = int64_t(hk) * a.G + qr % a.G;
-    const Pack<bf16_t, 8> p = load_pack<8>(a.q + ((int64_t(b) * a.Tq + qr / a.G) * a.Hq + h) * D + c * 8);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) q[r][e] = to_float(p.v[e]) * a.scale_log2, acc[r][e] = 0.f;
+    for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
     m[r] = -INFINITY, l[r] = 0.f;
     visible_to[r] = r < rows ? a.length - a.Tq + qr / a.G : -1;  // a padding row sees nothing
   }
@@ -340,7 +434,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) {
       const int64_t t = base + int64_t(u) * kSlots + slot;
-      if (t < key1) {
+      if (kPrologue && t == new_position) {  // this block's own write: from shared memory
+        kp[u] = load_pack<8>(&new_kv[0][c * 8]);
+        vp[u] = load_pack<8>(&new_kv[1][c * 8]);
+      } else if (t < key1) {
         kp[u] = load_pack<8>(k_base + t * D);
         vp[u] = load_pack<8>(v_base + t * D);
       }
@@ -438,8 +535,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(Deco
   const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
   const int dim0 = lane * kPer;
 
-  float qv[kPer];
-  {
+  float qv[kPer] = {};
+  if (a.slot_end > a.slot_begin) {  // q only scores depth slots (and is raw where the split kernel did the prologue)
     const Pack<bf16_t, kPer> p = load_pack<kPer>(a.q + row * D + dim0);
 #pragma unroll
     for (int e = 0; e < kPer; ++e) qv[e] = to_float(p.v[e]);
@@ -515,9 +612,10 @@ void check_tensor(const char* name, const Tensor& t, Device device) {
 }
 
 // past: null, or the device-held count of positions before the step (then `length` is the capacity,
-// which sizes the grid and the partials for the longest cache).
+// which sizes the grid and the partials for the longest cache). prologue: null, or the prologue's inputs
+// for the few-rows kernel (q is then raw; the caller has checked that kernel runs: R <= 4, past given).
 Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length, const Tensor* past,
-                  const DepthSlots& depth, double scale) {
+                  const DepthSlots& depth, double scale, const PrologueArgs* prologue = nullptr) {
   const Device device = q.device();
   check_tensor("q", q, device);
   check_tensor("k_cache", k_cache, device);
@@ -564,6 +662,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.past = past ? past->data<int32_t>() : nullptr;
   a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
+  if (prologue) a.prologue = *prologue;
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
@@ -576,7 +675,14 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       attribute_set[device.index] = true;
     }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
-    if (R == 1)
+    if (prologue) {
+      if (R == 1)
+        launch_kernel(decode_split_rows_kernel<D, 1, true>, grid, dim3(kThreads), 0, stream, a);
+      else if (R == 2)
+        launch_kernel(decode_split_rows_kernel<D, 2, true>, grid, dim3(kThreads), 0, stream, a);
+      else
+        launch_kernel(decode_split_rows_kernel<D, 4, true>, grid, dim3(kThreads), 0, stream, a);
+    } else if (R == 1)
       launch_kernel(decode_split_rows_kernel<D, 1>, grid, dim3(kThreads), 0, stream, a);
     else if (R == 2)
       launch_kernel(decode_split_rows_kernel<D, 2>, grid, dim3(kThreads), 0, stream, a);
@@ -610,6 +716,32 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   FATHOM_CHECK(past.numel() == 1 || past.numel() == q.dim(0), kOp, ": past holds ", past.numel(),
                " counts for a batch of ", q.dim(0), "; give one, or one per sequence");
   return run_decode(q, k_cache, v_cache, k_cache.dim(2), &past, depth, scale);
+}
+
+Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
+                                 const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
+                                 double scale) {
+  const int64_t d = q.dim(3), G = q.dim(2) / k.dim(2);
+  const bool normed = norm.q.defined();
+  const bool fits = q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 &&
+                    all_aligned(16, q.raw(), k.raw(), v.raw(), cache_k.raw(), cache_v.raw()) &&
+                    (!normed || all_aligned(16, norm.q.raw(), norm.k.raw()));
+  if (!fits)
+    return fathom::decode_attention(cuda::decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k,
+                                    cache_v, past, DepthSlots{}, scale);
+  check_device_tensor(kOp, "past", past, DType::i32, q.device(),
+                      "the position counts are I32 [1] or [B] on q's device");
+  PrologueArgs p{};
+  p.k = flash::dev(k.data<bf16>());
+  p.v = flash::dev(v.data<bf16>());
+  p.q_norm = normed ? flash::dev(norm.q.data<bf16>()) : nullptr;
+  p.k_norm = normed ? flash::dev(norm.k.data<bf16>()) : nullptr;
+  p.angles = reinterpret_cast<const float2*>(angles.raw());
+  p.cache_k = flash::dev(cache_k.data<bf16>());
+  p.cache_v = flash::dev(cache_v.data<bf16>());
+  p.q_eps = float(norm.q_eps), p.k_eps = float(norm.k_eps);
+  p.per_row_angles = angles.rank() == 4;
+  return run_decode(q, cache_k, cache_v, cache_k.dim(2), &past, DepthSlots{}, scale, &p);
 }
 
 namespace {

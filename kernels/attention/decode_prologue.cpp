@@ -2,6 +2,9 @@
 
 #include <limits>
 
+#include <cmath>
+
+#include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
 #include "kernels/runtime/kernel_choice.h"
 
@@ -10,6 +13,7 @@ namespace fathom {
 namespace {
 
 constinit KernelChoice<DecodePrologue> choice_in_force("FATHOM_DECODE_PROLOGUE", DecodePrologue::fused, parse_fusion);
+constinit KernelChoice<Fusion> in_attention_in_force("FATHOM_PROLOGUE_IN_ATTENTION", Fusion::separate, parse_fusion);
 
 void check_rows(const char* what, const Tensor& x, const Tensor& q) {
   FATHOM_CHECK(x.defined() && x.rank() == 4 && x.dim(0) == q.dim(0) && x.dim(1) == 1 && x.dim(3) == q.dim(3),
@@ -19,14 +23,9 @@ void check_rows(const char* what, const Tensor& x, const Tensor& q) {
                dtype_name(q.dtype()));
 }
 
-}  // namespace
-
-DecodePrologue decode_prologue_choice() { return choice_in_force.get(); }
-
-void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force.set(choice); }
-
-Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
-                       Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+// Every check of decode_prologue's arguments; returns their device.
+Device check_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                      const Tensor& cache_k, const Tensor& cache_v, const Tensor& past) {
   const Tensor &q_norm = norm.q, &k_norm = norm.k;
   FATHOM_CHECK(q.defined() && q.rank() == 4 && q.dim(1) == 1 && q.dim(2) >= 1 && q.dim(3) >= 2 && q.dim(3) % 2 == 0,
                "decode_prologue: q must be [B, 1, Hq, d] with heads and d even (one new token per sequence), got ",
@@ -66,8 +65,39 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
       common_device("decode_prologue", {&q, &k, &v, &q_norm, &k_norm, &angles, &cache_k, &cache_v, &past});
   FATHOM_CHECK(angles.dtype() == (device.is_cpu() ? DType::f64 : DType::f32), "decode_prologue: angles ",
                describe(angles), " are not rope_angles' table for ", device.str());
+  return device;
+}
+
+}  // namespace
+
+DecodePrologue decode_prologue_choice() { return choice_in_force.get(); }
+
+void set_decode_prologue_choice(DecodePrologue choice) { choice_in_force.set(choice); }
+
+Fusion prologue_in_attention_choice() { return in_attention_in_force.get(); }
+
+void set_prologue_in_attention_choice(Fusion choice) { in_attention_in_force.set(choice); }
+
+Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm, const Tensor& angles,
+                       Tensor& cache_k, Tensor& cache_v, const Tensor& past) {
+  const Device device = check_prologue(q, k, v, norm, angles, cache_k, cache_v, past);
   return on_device("decode_prologue", device, FATHOM_KERNEL(decode_prologue), q, k, v, norm, angles, cache_k, cache_v,
                    past);
+}
+
+Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
+                                 const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
+                                 double scale) {
+  const Device device = check_prologue(q, k, v, norm, angles, cache_k, cache_v, past);
+  FATHOM_CHECK(q.dim(2) % k.dim(2) == 0, "decode_prologue_attention: query heads Hq = ", q.dim(2),
+               " must be a multiple of KV heads Hk = ", k.dim(2));
+  FATHOM_CHECK(std::isfinite(scale) && scale != 0, "decode_prologue_attention: scale must be finite and non-zero, got ",
+               scale);
+  if (prologue_in_attention_choice() == Fusion::separate)
+    return decode_attention(decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k, cache_v, past,
+                            DepthSlots{}, scale);
+  return on_device("decode_prologue_attention", device, FATHOM_KERNEL(decode_prologue_attention), q, k, v, norm, angles,
+                   cache_k, cache_v, past, scale);
 }
 
 }  // namespace fathom

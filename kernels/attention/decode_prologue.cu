@@ -11,6 +11,7 @@
 // f32 sum of squares.
 #include <cstdint>
 
+#include "kernels/attention/decode_prologue.cuh"
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
@@ -21,8 +22,8 @@ namespace fathom::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = prologue::kParts;  // thread t is part t of the sums of squares
+constexpr int kWarps = prologue::kPartWarps;
 constexpr int kSlots = 4;  // vectors in flight per thread: 4 x 256 x 16 bytes covers a 1B model's q, k and v
 
 struct PrologueShape {
@@ -32,12 +33,6 @@ struct PrologueShape {
   float q_eps, k_eps;
 };
 
-// x[c] normalised (rounded to T as rms_norm's output is), or x[c] itself without a norm.
-template <typename T>
-__device__ __forceinline__ float normed(const T* x, const T* w, int c, float rstd) {
-  return w ? to_float(from_float<T>(to_float(x[c]) * rstd * to_float(w[c]))) : to_float(x[c]);
-}
-
 // The pairs (i, i + d/2) of every head of row x (in shared memory), normalised and rotated, into out
 // (head h's pair at head_offset(h) + i and + d/2).
 template <typename T, typename Offset>
@@ -46,11 +41,11 @@ __device__ void rotate_row(const T* x, const T* w, float rstd, int heads, int d,
   const int half = d / 2;
   for (int e = int(threadIdx.x); e < heads * half; e += kThreads) {
     const int h = e / half, i = e % half;
-    const float a = normed(x, w, h * d + i, rstd), b = normed(x, w, h * d + i + half, rstd);
+    const float a = prologue::normed(x, w, h * d + i, rstd), b = prologue::normed(x, w, h * d + i + half, rstd);
     const float2 cs = angles[i];
     T* o = out + head_offset(h);
-    o[i] = from_float<T>(a * cs.x - b * cs.y);
-    o[i + half] = from_float<T>(b * cs.x + a * cs.y);
+    o[i] = prologue::rotated<T>(a, b, true, cs);
+    o[i + half] = prologue::rotated<T>(b, a, false, cs);
   }
 }
 
@@ -90,10 +85,7 @@ __global__ void __launch_bounds__(kThreads)
       const int i = base + u * kThreads + int(threadIdx.x);
       if (i >= total) continue;
       if (i < vq + vk) {
-        float ss = 0;
-#pragma unroll
-        for (int j = 0; j < kWidth; ++j) ss += to_float(r[u].v[j]) * to_float(r[u].v[j]);
-        (i < vq ? ssq : ssk) += ss;
+        (i < vq ? ssq : ssk) += prologue::squares(r[u]);  // part threadIdx.x's order (decode_prologue.cuh)
         store_pack<kWidth>(staged + int64_t(i) * kWidth, r[u]);
       } else if (in_cache) {
         const int c = (i - vq - vk) * kWidth;  // a vector never straddles heads: d is a multiple of kWidth
@@ -106,11 +98,8 @@ __global__ void __launch_bounds__(kThreads)
   ssk = warp_sum(ssk);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = make_float2(ssq, ssk);
   __syncthreads();  // also publishes the staged rows
-  float2 ss = make_float2(0.f, 0.f);
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) ss.x += warp_sums[w].x, ss.y += warp_sums[w].y;
-  const float rstd_q = q_norm ? 1.0f / sqrtf(ss.x / float(nq) + s.q_eps) : 1.f;
-  const float rstd_k = k_norm ? 1.0f / sqrtf(ss.y / float(nk) + s.k_eps) : 1.f;
+  const float2 ss = prologue::sum_parts(warp_sums);
+  const float rstd_q = prologue::rstd(q_norm, ss.x, nq, s.q_eps), rstd_k = prologue::rstd(k_norm, ss.y, nk, s.k_eps);
 
   // 3. The rotations.
   const float2* row_angles = angles + (s.per_row_angles ? int64_t(b) * (d / 2) : 0);

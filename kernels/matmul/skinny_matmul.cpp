@@ -1,5 +1,7 @@
 #include "kernels/matmul/skinny_matmul.h"
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@ constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL
 // 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed.
 constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
                                                          parse_fusion);
+// Unset: separate until its GPU tests and benchmark have run.
+constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::separate, parse_fusion);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -39,6 +43,10 @@ void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(p
 SwigluProjection swiglu_projection_choice() { return swiglu_in_force.get(); }
 
 void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set(choice); }
+
+Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
+
+void set_residual_step_in_gemm_choice(Fusion choice) { residual_step_in_force.set(choice); }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {
@@ -104,6 +112,48 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   check_product("skinny_swiglu", x, up, y);
   const Device device = common_device("skinny_swiglu", {&x, &gate, &up, &y});
   on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
+}
+
+void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
+                                       Tensor& h) {
+  constexpr const char* kOp = "skinny_matmul_after_residual_step";
+  const Tensor &r = step.residual, &x = step.x, &w = step.weight;
+  FATHOM_CHECK(r.defined() && x.defined() && w.defined() && h.defined(), kOp, ": undefined operand");
+  FATHOM_CHECK(
+      x.rank() == 2 && r.shape() == x.shape() && h.shape() == x.shape() && w.rank() == 1 && w.dim(0) == x.dim(1), kOp,
+      ": residual, x and h must be [M, K] and the norm's weight [K], got residual ", describe(r), ", x ", describe(x),
+      ", h ", describe(h), ", weight ", describe(w));
+  for (const Tensor* t : {&r, &w, static_cast<const Tensor*>(&h)})
+    FATHOM_CHECK(t->dtype() == DType::bf16, kOp, ": the step's tensors must be BF16, got ", describe(*t));
+  FATHOM_CHECK(step.eps > 0 && std::isfinite(step.eps), kOp, ": eps must be positive and finite, got ", step.eps);
+  FATHOM_CHECK(!h.shares_storage_with(r) && !h.shares_storage_with(x) && !h.shares_storage_with(w), kOp,
+               ": h must not share storage with the step's inputs");
+  FATHOM_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= size_t(kSkinnyMatmulMaxGroup), kOp, ": 1 to ",
+               kSkinnyMatmulMaxGroup, " weights with one output each, got ", ws.size(), " weights and ", ys.size(),
+               " outputs");
+  std::vector<const Tensor*> operands{&r, &x, &w, &h};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_product(kOp, x, ws[i], ys[i]);
+    FATHOM_CHECK(ys[i].dtype() == DType::bf16, kOp, ": the outputs must be BF16, got ", describe(ys[i]));
+    FATHOM_CHECK(!ys[i].shares_storage_with(h), kOp, ": output ", i, " shares storage with h");
+    operands.push_back(&ws[i]);
+    operands.push_back(&ys[i]);
+  }
+  const Device device = common_device(kOp, operands);
+  FATHOM_CHECK(device.is_cpu() || residual_step_fits(step, ws), kOp, ": ", describe(x),
+               " does not fit the CUDA launch (residual_step_fits); run the step and the products instead");
+  on_device(kOp, device, FATHOM_KERNEL(skinny_matmul_after_residual_step), step, ws, ys, h);
+}
+
+bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws) {
+  const Tensor &r = step.residual, &x = step.x, &w = step.weight;
+  if (!r.defined() || !x.defined() || !w.defined() || x.rank() != 2) return false;
+  const int64_t M = x.dim(0), K = x.dim(1);
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
+  bool fits = M >= 1 && M <= kResidualStepMaxRows && K % 32 == 0 && K > 256 &&
+              M * K * 2 <= kResidualStepMaxStagedBytes && aligned(r) && aligned(x) && aligned(w);
+  for (const Tensor& weight : ws) fits = fits && weight.defined() && weight.dim(0) >= 1 && aligned(weight);
+  return fits;
 }
 
 Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype) {

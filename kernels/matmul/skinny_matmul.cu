@@ -43,6 +43,13 @@
 // batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
 // ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
 //
+// Residual step. skinny_matmul_after_residual_step begins with a block's residual step (the norm that joins a
+// sublayer's output to the stream) instead of reading x: after the wait every CTA computes the step's M rows
+// itself, in the order of sums the norm kernels use (rms_norm_forward's block of 256 threads over 16-byte
+// packs post-norm, add_rms_norm's element loop pre-norm) and with their roundings (rms_norm_math.cuh), stages
+// what the next sublayer reads in shared memory, and CTA 0 writes h. The products then read x from shared
+// memory. Each CTA repeats a few kilobytes of the step's reads, from L2, in place of a launch and a dependency.
+//
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
 // a K that is not a multiple of 32 always takes the element loads, zero past K.
@@ -55,6 +62,7 @@
 
 #include "kernels/attention/attention_mma.cuh"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
@@ -109,6 +117,70 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, co
   flash::mma_16816(acc, second, x.z, x.w);
 }
 
+// The residual step a launch may begin with ("Residual step" above).
+enum class Step { none, post_norm, pre_norm };
+struct ResidualStepArgs {
+  const __nv_bfloat16 *residual, *x, *weight;  // [M, K], [M, K], [K]
+  __nv_bfloat16* h;                            // [M, K]: the stream after the step, written by CTA 0
+  float eps;
+};
+
+// The step's rows into `staged` [M, K] (what the next sublayer reads), h by CTA 0; M <= kResidualStepMaxRows,
+// K a multiple of 8, a CTA of kThreads. Each row's sum of squares is added as the norm kernel adds it: the
+// threads' partial sums in their order, then block_sum's warp_sum, warp partials, warp_sum.
+template <Step kStep>
+__device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, int M, int K) {
+  constexpr int kMaxRows = int(kResidualStepMaxRows);
+  __shared__ float warp_sums[kMaxRows][kWarps];
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    if (m >= M) break;
+    const int64_t row = int64_t(m) * K;
+    float ss = 0.f;
+    if constexpr (kStep == Step::post_norm) {  // rms_norm_forward_kernel<256, 8>
+      for (int c = tid * 8; c < K; c += kThreads * 8) {
+        const Pack<__nv_bfloat16, 8> v = load_pack<8>(s.x + row + c);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) ss += to_float(v.v[k]) * to_float(v.v[k]);
+      }
+    } else {  // add_rms_norm_forward_kernel
+      for (int c = tid; c < K; c += kThreads) {
+        const float sum = to_float(rms::rounded_sum(s.residual[row + c], s.x[row + c]));
+        ss += sum * sum;
+      }
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) warp_sums[m][warp] = ss;
+  }
+  __syncthreads();
+  const bool writes_h = blockIdx.x == 0;
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    if (m >= M) break;
+    const int64_t row = int64_t(m) * K;
+    const float rstd = rms::rstd(warp_sum(lane < kWarps ? warp_sums[m][lane] : 0.f), K, s.eps);
+    if constexpr (kStep == Step::post_norm) {
+      for (int c = tid * 8; c < K; c += kThreads * 8) {
+        const Pack<__nv_bfloat16, 8> r = load_pack<8>(s.residual + row + c), v = load_pack<8>(s.x + row + c),
+                                     w = load_pack<8>(s.weight + c);
+        Pack<__nv_bfloat16, 8> out;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) out.v[k] = rms::residual_normed(to_float(r.v[k]), v.v[k], rstd, w.v[k]);
+        store_pack<8>(staged + row + c, out);
+        if (writes_h) store_pack<8>(s.h + row + c, out);
+      }
+    } else {
+      for (int c = tid; c < K; c += kThreads) {
+        const __nv_bfloat16 sum = rms::rounded_sum(s.residual[row + c], s.x[row + c]);
+        if (writes_h) s.h[row + c] = sum;
+        staged[row + c] = rms::normed(sum, rstd, s.weight[c]);
+      }
+    }
+  }
+  __syncthreads();
+}
+
 // The weights of one launch: weight i is w[i] [n[i], K] into y[i] [M, n[i]], run by CTAs
 // first_cta[i] .. first_cta[i + 1] - 1 with row_tiles[i] tiles each.
 template <typename Out>
@@ -123,10 +195,13 @@ struct SkinnyGroup {
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
-template <int kTiles, bool kVector, typename Out, bool kGated = false>
+// kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
+template <int kTiles, bool kVector, typename Out, bool kGated = false, Step kStep = Step::none>
 __global__ void __launch_bounds__(cta_threads(kGated))
     skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
-                         int K) {
+                         int K, const __grid_constant__ ResidualStepArgs step) {
+  static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
+  constexpr bool kStaged = kStep != Step::none;
   // This CTA's weight, and its place among that weight's CTAs.
   int member = 0;
   while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
@@ -168,6 +243,17 @@ __global__ void __launch_bounds__(cta_threads(kGated))
       prefetch_to_l2(group.w[weight] + int64_t(first_row + r) * K, unsigned(first_step * 2));
   }
   wait_for_previous_grid();
+  if constexpr (kStaged) {  // x is made here, into shared memory
+    extern __shared__ __align__(16) unsigned char staged_bytes[];
+    const auto* staged = reinterpret_cast<__nv_bfloat16*>(staged_bytes);
+    residual_step<kStep>(step, const_cast<__nv_bfloat16*>(staged), M, K);
+    x_row[0] = staged + int64_t(min(g, M - 1)) * K;
+  }
+  // x's eight elements at k: from the staged rows, or through the read-only path.
+  const auto load_x = [&](int j, int k) {
+    if constexpr (kStaged) return *reinterpret_cast<const uint4*>(x_row[j] + k);
+    return load_eight<kVector, false>(x_row[j], k, K);
+  };
 
   float acc[kTiles][4] = {};
   // One chunk's loads and products (the remainder steps below).
@@ -175,7 +261,7 @@ __global__ void __launch_bounds__(cta_threads(kGated))
     const int k = c * kChunk + 8 * t;
     const uint4 wl = load_eight<kVector, true>(w_lo, k, K), wh = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_eight<kVector, false>(x_row[j], k, K));
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x(j, k));
   };
   const int full_chunks = K / kChunk;
   int c = split;
@@ -188,7 +274,7 @@ __global__ void __launch_bounds__(cta_threads(kGated))
       wl[u] = load_eight<kVector, true>(w_lo, k, K);
       wh[u] = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_eight<kVector, false>(x_row[j], k, K);
+      for (int j = 0; j < kTiles; ++j) xv[u][j] = load_x(j, k);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -198,7 +284,7 @@ __global__ void __launch_bounds__(cta_threads(kGated))
   for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
   // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
   // as the MMA needs the whole warp.
-  if (K % kChunk != 0 && split == full_chunks % k_splits) {
+  if (!kStaged && K % kChunk != 0 && split == full_chunks % k_splits) {
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
@@ -255,9 +341,11 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU.
-template <int kTiles, typename Out>
-void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream) {
+// x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
+// step (kStep), x is the step's x, whose rows the step turns into the products' input.
+template <int kTiles, typename Out, Step kStep = Step::none>
+void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
+            const ResidualStepArgs& step = {}) {
   const int M = int(x.dim(0)), K = int(x.dim(1));
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
@@ -276,10 +364,12 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   }
   group.count = int(ws.size());
   group.first_cta[group.count] = int(ctas);
-  const auto run = [&](auto kernel, int threads) {
-    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
+  const auto run = [&](auto kernel, int threads, int staged_bytes = 0) {
+    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), staged_bytes, stream, xp, group, M, K, step);
   };
-  if (gated)
+  if constexpr (kStep != Step::none)
+    run(skinny_matmul_kernel<1, true, Out, false, kStep>, kThreads, M * K * int(sizeof(__nv_bfloat16)));
+  else if (gated)
     vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
            : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
   else
@@ -333,6 +423,20 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
 }
 
 void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { run_products(x, {&w, 1}, {&y, 1}); }
+
+void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
+                                       Tensor& h) {
+  // residual_step_fits held (the front checked it): one tile, 16-byte rows, the staged rows within 48 KiB, no
+  // empty weight.
+  const ResidualStepArgs args{
+      static_cast<const __nv_bfloat16*>(step.residual.raw()), static_cast<const __nv_bfloat16*>(step.x.raw()),
+      static_cast<const __nv_bfloat16*>(step.weight.raw()), static_cast<__nv_bfloat16*>(h.raw()), float(step.eps)};
+  cudaStream_t stream = stream_for(step.x.device());
+  if (step.kind == ResidualStep::post_norm)
+    launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, false, stream, args);
+  else
+    launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, false, stream, args);
+}
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {
   if (y.numel() == 0) return;

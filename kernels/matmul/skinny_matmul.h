@@ -59,6 +59,40 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
 // launch that writes neither product (skinny_matmul.cu, "SwiGLU"); on the CPU the products, then SwiGLU.
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 
+// A block's residual step, the norm that joins a sublayer's output x to the stream: post-norm (OLMo2)
+// h = residual + rms_norm(x) w, which the next sublayer reads; pre-norm (Llama) h = residual + x, whose
+// rms_norm(h) w the next sublayer reads. Rounded as residual_rms_norm and add_rms_norm round them.
+enum class ResidualStep { post_norm, pre_norm };
+struct ResidualStepInputs {
+  ResidualStep kind = ResidualStep::post_norm;
+  Tensor residual, x, weight;  // [M, K], [M, K], [K], BF16
+  double eps = 0;
+};
+
+// The most rows, and bytes of the next sublayer's input, skinny_matmul_after_residual_step takes on CUDA: one
+// 8-token tile, staged in shared memory.
+constexpr int64_t kResidualStepMaxRows = 8;
+constexpr int64_t kResidualStepMaxStagedBytes = 40 * 1024;
+
+// The residual step, then the projections of what the next sublayer reads (`in`: h post-norm, rms_norm(h) w
+// pre-norm), ys[i] = in ws[i]^T, with h written to `h` [M, K]. On CUDA one launch: every CTA of the grouped
+// product computes the step's rows itself into shared memory, in the norm kernels' order of sums, and CTA 0
+// writes h, so the outputs and h equal the step's kernel and skinny_matmul_grouped's, bit for bit, one launch
+// a layer fewer (skinny_matmul.cu, "Residual step"). On the CPU the step, then the products. BF16 operands
+// and outputs; the CUDA launch takes what residual_step_fits says it takes.
+void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
+                                       Tensor& h);
+// Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K a multiple of 32 and over
+// 256 (the norm kernels' 16-byte layout), M K 2 bytes <= kResidualStepMaxStagedBytes, 16-byte aligned rows, no
+// empty weight.
+bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws);
+
+// Whether a decoding step's residual step runs inside the next projections' launch (fused) or as its own
+// (separate): FATHOM_RESIDUAL_STEP_IN_GEMM=fused|separate, read at the first call; unset, separate until its
+// GPU tests and benchmark have run.
+Fusion residual_step_in_gemm_choice();
+void set_residual_step_in_gemm_choice(Fusion choice);
+
 // Whether a decoding step's MLP takes skinny_swiglu (fused) or the grouped products and the SwiGLU kernel
 // (separate) where the skinny GEMM would run: FATHOM_SWIGLU_PROJECTION=fused|separate, read at the first
 // call; unset, separate (the fused launch paid at 190M and cost at 1B; skinny_matmul.cpp gives the numbers).
@@ -73,5 +107,8 @@ using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)
 FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
+using SkinnyMatmulAfterResidualStepKernel = void(const ResidualStepInputs& step, std::span<const Tensor> ws,
+                                                 std::span<Tensor> ys, Tensor& h);
+FATHOM_BACKENDS(SkinnyMatmulAfterResidualStepKernel, skinny_matmul_after_residual_step)
 
 }  // namespace fathom

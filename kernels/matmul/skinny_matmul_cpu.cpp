@@ -2,6 +2,7 @@
 // the one reference the GPU kernel (and cuBLASLt) are tested against.
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/rms_norm/rms_norm.h"
 #include "kernels/swiglu/swiglu.h"
 
 namespace fathom::cpu {
@@ -24,6 +25,23 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   cpu::skinny_matmul(x, up, u);
   // The products rounded to y's dtype as the GPU stores them; SwiGLU computes in f32 and rounds once.
   y.copy_from(cpu::swiglu_forward(g.to(DType::f32), u.to(DType::f32)).to(y.dtype()));
+}
+
+// The step in f32 on the BF16 values, rounded where the CUDA kernels round (h; pre-norm also the sum before
+// its norm and the normalised input), then the products.
+void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
+                                       Tensor& h) {
+  const Tensor r = step.residual.to(DType::f32), x = step.x.to(DType::f32), w = step.weight.to(DType::f32);
+  Tensor in;
+  if (step.kind == ResidualStep::post_norm) {
+    in = fathom::rms_norm_forward(x, w, step.eps, r).y.to(DType::bf16);
+    h.copy_from(in);
+  } else {
+    const Tensor sum = fathom::add_rms_norm_forward(r, x, w, step.eps).sum.to(DType::bf16);
+    h.copy_from(sum);
+    in = fathom::rms_norm_forward(sum.to(DType::f32), w, step.eps).y.to(DType::bf16);
+  }
+  cpu::skinny_matmul_grouped(in, ws, ys);
 }
 
 }  // namespace fathom::cpu

@@ -7,6 +7,7 @@
 #include <initializer_list>
 
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/float_dispatch.h"
@@ -45,7 +46,7 @@ __device__ __forceinline__ void store_normalized_pack(const Pack<T, N>& xv, cons
   }
   Pack<T, N> out;
 #pragma unroll
-  for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(add[k] + to_float(xv.v[k]) * rstd * to_float(wv.v[k]));
+  for (int k = 0; k < N; ++k) out.v[k] = rms::residual_normed(add[k], xv.v[k], rstd, wv.v[k]);
   store_pack<N>(y + row_offset + c, out);
 }
 
@@ -65,7 +66,7 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, const T* residua
       for (int k = 0; k < N; ++k) ss += to_float(v.v[k]) * to_float(v.v[k]);
     }
     ss = group_sum<TPR>(ss, scratch);
-    const float rstd = 1.0f / sqrtf(ss / float(n) + eps);
+    const float rstd = rms::rstd(ss, n, eps);
     if (lane == 0) rstd_out[row] = rstd;
     for (int64_t c = int64_t(lane) * N; c < n; c += TPR * N)
       store_normalized_pack<N>(load_pack<N>(xr + c), w, residual, y, row * n, c, rstd);
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
       for (int k = 0; k < N; ++k) ss += to_float(xv[p].v[k]) * to_float(xv[p].v[k]);
     }
     ss = warp_sum(ss);
-    const float rstd = 1.0f / sqrtf(ss / float(n) + eps);
+    const float rstd = rms::rstd(ss, n, eps);
     if (lane == 0) rstd_out[row] = rstd;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -225,16 +226,15 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t offset = row * n;
     float ss = 0;
     for (int64_t c = threadIdx.x; c < n; c += kThreads) {
-      const T s = from_float<T>(to_float(residual[offset + c]) + to_float(x[offset + c]));
+      const T s = rms::rounded_sum(residual[offset + c], x[offset + c]);
       sum[offset + c] = s;
       ss += to_float(s) * to_float(s);
     }
     ss = block_sum(ss, scratch);
-    const float rstd = 1.0f / sqrtf(ss / float(n) + eps);
+    const float rstd = rms::rstd(ss, n, eps);
     if (threadIdx.x == 0) rstd_out[row] = rstd;
     // Each thread reads back the sums it wrote itself: no barrier needed.
-    for (int64_t c = threadIdx.x; c < n; c += kThreads)
-      y[offset + c] = from_float<T>(to_float(sum[offset + c]) * rstd * to_float(w[c]));
+    for (int64_t c = threadIdx.x; c < n; c += kThreads) y[offset + c] = rms::normed(sum[offset + c], rstd, w[c]);
   }
 }
 

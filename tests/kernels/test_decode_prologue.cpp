@@ -1,15 +1,18 @@
 // The decode prologue's host side: the CPU entry is the separate ops (QK-norm, RoPE, the cache writes)
 // on every sequence's own position, its arguments are checked with messages that name the problem, and
-// the FATHOM_DECODE_PROLOGUE choice parses its two words. The CUDA kernel is tested in
+// the FATHOM_DECODE_PROLOGUE choice parses its two words; decode_prologue_attention is the prologue, then
+// attention, under either FATHOM_PROLOGUE_IN_ATTENTION choice. The CUDA kernel is tested in
 // test_gpu_decode_prologue.cpp; attention's use of it in tests/train/test_decode_step.cpp.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/attention/kv_cache.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
@@ -89,4 +92,40 @@ TEST(DecodePrologue, ChoiceParsesItsTwoWordsAndNamesTheVariableOtherwise) {
   EXPECT_EQ(parse_fusion("separate", "X"), DecodePrologue::separate);
   expect_error([] { parse_fusion("on", "FATHOM_DECODE_PROLOGUE"); },
                {"FATHOM_DECODE_PROLOGUE must be fused or separate", "'on'"});
+}
+
+TEST(DecodePrologue, WithAttentionIsThePrologueThenAttentionUnderEitherChoice) {
+  const int64_t B = 3, Hq = 6, Hk = 2, d = 8, capacity = 9;
+  const Tensor q = random_tensor({B, 1, Hq, d}, DType::f32, 11), k = random_tensor({B, 1, Hk, d}, DType::f32, 12),
+               v = random_tensor({B, 1, Hk, d}, DType::f32, 13);
+  const QkNorm norm{random_tensor({Hq * d}, DType::f32, 14), random_tensor({Hk * d}, DType::f32, 15), 1e-6, 1e-5};
+  const Tensor past = Tensor::from_vector<int32_t>({4, 0, 7}, {B});
+  const Tensor angles = rope_angles(positions_after(past, 1), d, 10000.0);
+  const Tensor cache = random_tensor({B, Hk, capacity, d}, DType::f32, 16);
+  Tensor want_k = cache.clone(), want_v = cache.clone();
+  const Tensor want =
+      decode_attention(decode_prologue(q, k, v, norm, angles, want_k, want_v, past), want_k, want_v, past, {}, 0.35);
+  for (const Fusion choice : {Fusion::separate, Fusion::fused}) {
+    PrologueInAttentionScope scope(choice);
+    Tensor cache_k = cache.clone(), cache_v = cache.clone();
+    const Tensor got = decode_prologue_attention(q, k, v, norm, angles, cache_k, cache_v, past, 0.35);
+    EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+    EXPECT_EQ(cache_k.to_vector<float>(), want_k.to_vector<float>());
+    EXPECT_EQ(cache_v.to_vector<float>(), want_v.to_vector<float>());
+  }
+}
+
+TEST(DecodePrologue, WithAttentionChecksItsHeadsAndScale) {
+  const Tensor q = Tensor::zeros({1, 1, 3, 8}, DType::f32), k = Tensor::zeros({1, 1, 2, 8}, DType::f32);
+  const Tensor past = Tensor::zeros({1}, DType::i32);
+  const Tensor angles = rope_angles(positions_after(past, 1), 8, 1e4);
+  Tensor cache_k = Tensor::zeros({1, 2, 4, 8}, DType::f32), cache_v = cache_k.clone();
+  expect_error([&] { decode_prologue_attention(q, k, k, {}, angles, cache_k, cache_v, past, 1.0); },
+               {"decode_prologue_attention", "Hq = 3 must be a multiple of KV heads Hk = 2"});
+  const Tensor q4 = Tensor::zeros({1, 1, 4, 8}, DType::f32);
+  expect_error([&] { decode_prologue_attention(q4, k, k, {}, angles, cache_k, cache_v, past, 0.0); },
+               {"scale must be finite and non-zero"});
+  expect_error(
+      [&] { decode_prologue_attention(q4, k, k, {}, angles, cache_k, cache_v, Tensor::zeros({2}, DType::i32), 1.0); },
+      {"2 position counts for a batch of 1"});
 }

@@ -2,11 +2,14 @@
 // (16/16 and 32/8 of 64, 128) and odd ones (6/2 of 8, 3/1 of 130), batches of 1 to 32 at ragged positions
 // or at one shared count, with and without QK-norm, BF16 and F32; positions past the capacity write
 // nothing; the fused kernel rounds where the separate CUDA ops round; and attention's decoding steps give
-// the same logits with it as without.
+// the same logits with it as without. decode_prologue_attention, the prologue inside attention's split
+// kernel, gives the prologue's and attention's bits on the shapes it takes and falls back on the others.
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/attention/kv_cache.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -135,4 +138,75 @@ TEST(GpuDecodePrologue, AttentionDecodesWithItAsWithTheSeparateOps) {
     EXPECT_GPU_CLOSE(logits_of(DecodePrologue::fused), logits_of(DecodePrologue::separate), DType::bf16,
                      std::string("qk_norm ") + (qk_norm ? "on" : "off"));
   }
+}
+
+// The prologue inside attention's split kernel against the two launches it replaces, bit for bit (output and
+// both caches, whose other rows hold random values the attention reads), and against the CPU: the 1B OLMo2's
+// heads (16/16 of 128), G = 2 and 4 at 64 and 128, and shapes that fall back to the two launches (G = 8;
+// head dim 8), batches of 1 to 32 at ragged positions across every split of a 300-position cache, with and
+// without QK-norm.
+TEST(GpuDecodePrologue, InsideAttentionGivesTheTwoLaunchesBits) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const Heads h :
+       {Heads{16, 16, 128}, Heads{12, 6, 64}, Heads{32, 8, 64}, Heads{8, 2, 128}, Heads{16, 2, 64}, Heads{6, 2, 8}})
+    for (const int64_t B : {1, 3, 32})
+      for (const bool shared_count : {false, true})
+        for (const bool qk_norm : {true, false}) {
+          const std::string what = std::to_string(h.q) + "/" + std::to_string(h.kv) + " heads of " +
+                                   std::to_string(h.d) + ", B " + std::to_string(B) +
+                                   (shared_count ? " one count" : " ragged") + (qk_norm ? " QK-norm" : "");
+          const int64_t capacity = 300;
+          const GpuInput q = random_input({B, 1, h.q, h.d}, DType::bf16, seed++),
+                         k = random_input({B, 1, h.kv, h.d}, DType::bf16, seed++),
+                         v = random_input({B, 1, h.kv, h.d}, DType::bf16, seed++);
+          const GpuInput qn = random_input({h.q * h.d}, DType::bf16, seed++),
+                         kn = random_input({h.kv * h.d}, DType::bf16, seed++);
+          const GpuInput cache = random_input({B, h.kv, capacity, h.d}, DType::bf16, seed++);
+          const Tensor past = shared_count ? Tensor::from_vector<int32_t>({229}, {1})
+                                           : Tensor::from_vector(ragged_positions(B, capacity), {B});
+          const Tensor past_gpu = past.to(kGpu);
+          const Tensor angles_gpu = rope_angles(positions_after(past_gpu, 1), h.d, 500000.0);
+          const QkNorm norm_gpu = qk_norm ? QkNorm{qn.gpu, kn.gpu, 1e-6, 1e-5} : QkNorm{};
+          const double scale = 1.0 / std::sqrt(double(h.d));
+          Tensor two_k = cache.gpu.clone(), two_v = cache.gpu.clone();
+          const Tensor two =
+              decode_attention(decode_prologue(q.gpu, k.gpu, v.gpu, norm_gpu, angles_gpu, two_k, two_v, past_gpu),
+                               two_k, two_v, past_gpu, {}, scale);
+          Tensor one_k = cache.gpu.clone(), one_v = cache.gpu.clone();
+          PrologueInAttentionScope inside(Fusion::fused);
+          const Tensor one =
+              decode_prologue_attention(q.gpu, k.gpu, v.gpu, norm_gpu, angles_gpu, one_k, one_v, past_gpu, scale);
+          EXPECT_TRUE(bitwise_equal(one, two)) << what << ": o";
+          EXPECT_TRUE(bitwise_equal(one_k, two_k)) << what << ": k cache";
+          EXPECT_TRUE(bitwise_equal(one_v, two_v)) << what << ": v cache";
+          // And the CPU's prologue and attention, in f32 from the same values.
+          Tensor cpu_k = cache.cpu.clone(), cpu_v = cache.cpu.clone();
+          const QkNorm norm_cpu = qk_norm ? QkNorm{qn.cpu, kn.cpu, 1e-6, 1e-5} : QkNorm{};
+          const Tensor want = decode_prologue_attention(q.cpu, k.cpu, v.cpu, norm_cpu,
+                                                        rope_angles(positions_after(past, 1), h.d, 500000.0), cpu_k,
+                                                        cpu_v, past, scale);
+          EXPECT_GPU_CLOSE(one, want, DType::bf16, what + ": o against the CPU");
+          EXPECT_GPU_CLOSE(one_k, cpu_k, DType::bf16, what + ": k cache against the CPU");
+        }
+}
+
+// A sequence whose position is past the cache writes nothing there, inside attention as in the prologue
+// kernel, and the other sequences are unaffected.
+TEST(GpuDecodePrologue, InsideAttentionAPositionPastTheCacheWritesNothing) {
+  FATHOM_REQUIRE_GPU();
+  const int64_t capacity = 70;
+  const GpuInput q = random_input({2, 1, 4, 64}, DType::bf16, 70), k = random_input({2, 1, 2, 64}, DType::bf16, 71);
+  const GpuInput cache = random_input({2, 2, capacity, 64}, DType::bf16, 72);
+  const Tensor past = Tensor::from_vector<int32_t>({65, 70}, {2}).to(kGpu);  // row 1 past the capacity
+  const Tensor angles = rope_angles(positions_after(past, 1), 64, 1e4);
+  Tensor two_k = cache.gpu.clone(), two_v = cache.gpu.clone(), one_k = cache.gpu.clone(), one_v = cache.gpu.clone();
+  const Tensor two = decode_attention(decode_prologue(q.gpu, k.gpu, k.gpu, QkNorm{}, angles, two_k, two_v, past), two_k,
+                                      two_v, past, {}, 0.125);
+  PrologueInAttentionScope inside(Fusion::fused);
+  const Tensor one = decode_prologue_attention(q.gpu, k.gpu, k.gpu, QkNorm{}, angles, one_k, one_v, past, 0.125);
+  EXPECT_TRUE(bitwise_equal(one, two));
+  EXPECT_TRUE(bitwise_equal(one_k, two_k));
+  EXPECT_TRUE(bitwise_equal(one_v.narrow(1, 1), cache.gpu.narrow(1, 1))) << "row 1 is past the cache";
+  EXPECT_FALSE(bitwise_equal(one_v.narrow(0, 1), cache.gpu.narrow(0, 1))) << "row 0 writes its value";
 }

@@ -310,3 +310,56 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
   skinny_swiglu(random_input({2, 8}, DType::bf16, 9).gpu, Tensor::empty({0, 8}, DType::bf16, kGpu),
                 Tensor::empty({0, 8}, DType::bf16, kGpu), none);
 }
+
+// The residual step inside the products' launch against the step's own kernel (rms_norm_forward with a
+// residual post-norm, add_rms_norm_forward pre-norm) and the grouped products of its output, bit for bit,
+// h and every output (NaN-filled, so none is left unwritten); and against the CPU. Rows 1 to 8; K of 288
+// (one pack a thread at most), 768 and 2048 (the 190M's and 1B's widths) and 4096 at 4 rows; N within a tile,
+// odd, and the 1B's gate/up.
+TEST(GpuSkinnyMatmul, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 300;
+  struct Shape3 {
+    int64_t m, k, n0, n1;
+  };
+  for (const Shape3 s : {Shape3{1, 2048, 8192, 8192}, Shape3{8, 2048, 37, 2048}, Shape3{3, 768, 3072, 100},
+                         Shape3{5, 288, 16, 9}, Shape3{4, 4096, 300, 64}})
+    for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+      const std::string what = label(s.m, s.k, s.n0, kind == ResidualStep::post_norm ? " post-norm" : " pre-norm");
+      const GpuInput r = random_input({s.m, s.k}, DType::bf16, seed++),
+                     x = random_input({s.m, s.k}, DType::bf16, seed++),
+                     w = random_input({s.k}, DType::bf16, seed++, 0.5, 1.5);
+      const GpuInput w0 = random_input({s.n0, s.k}, DType::bf16, seed++),
+                     w1 = random_input({s.n1, s.k}, DType::bf16, seed++);
+      const Tensor ws[2] = {w0.gpu, w1.gpu};
+      const ResidualStepInputs step{kind, r.gpu, x.gpu, w.gpu, 1e-5};
+      ASSERT_TRUE(residual_step_fits(step, ws)) << what;
+      Tensor ys[2] = {nan_output(s.m, s.n0, DType::bf16), nan_output(s.m, s.n1, DType::bf16)};
+      Tensor h = nan_output(s.m, s.k, DType::bf16);
+      skinny_matmul_after_residual_step(step, ws, ys, h);
+      // The step's kernel, then the grouped products.
+      Tensor want_h, in;
+      if (kind == ResidualStep::post_norm) {
+        want_h = rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y;
+        in = want_h;
+      } else {
+        AddRmsNormOutput out = add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5);
+        want_h = out.sum;
+        in = out.normed.y;
+      }
+      Tensor want_ys[2] = {nan_output(s.m, s.n0, DType::bf16), nan_output(s.m, s.n1, DType::bf16)};
+      skinny_matmul_grouped(in, ws, want_ys);
+      EXPECT_TRUE(bitwise_equal(h, want_h)) << what << ": h";
+      EXPECT_TRUE(bitwise_equal(ys[0], want_ys[0])) << what << ": first product";
+      EXPECT_TRUE(bitwise_equal(ys[1], want_ys[1])) << what << ": second product";
+      // And the CPU's step and products.
+      Tensor cpu_ys[2] = {Tensor::empty({s.m, s.n0}, DType::bf16), Tensor::empty({s.m, s.n1}, DType::bf16)};
+      Tensor cpu_h = Tensor::empty({s.m, s.k}, DType::bf16);
+      const Tensor cpu_ws[2] = {w0.cpu.to(DType::bf16), w1.cpu.to(DType::bf16)};
+      skinny_matmul_after_residual_step(
+          {kind, r.cpu.to(DType::bf16), x.cpu.to(DType::bf16), w.cpu.to(DType::bf16), 1e-5}, cpu_ws, cpu_ys, cpu_h);
+      EXPECT_GPU_CLOSE(h, cpu_h.to(DType::f32), DType::bf16, what + ": h against the CPU");
+      EXPECT_GPU_CLOSE(ys[0], cpu_ys[0].to(DType::f32), DType::bf16, what + ": first product against the CPU");
+      EXPECT_GPU_CLOSE(ys[1], cpu_ys[1].to(DType::f32), DType::bf16, what + ": second product against the CPU");
+    }
+}

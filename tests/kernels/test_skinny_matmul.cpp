@@ -4,8 +4,10 @@
 
 #include <vector>
 
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
+#include "kernels/rms_norm/rms_norm.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
@@ -136,4 +138,86 @@ TEST(MatmulEach, BadArgumentsNameTheProblem) {
   const Tensor c = Tensor::empty({5, 7}, DType::f32);
   std::vector<Tensor> shared{c, c};
   expect_error([&] { matmul_each(a, std::vector<Tensor>{b, b}, shared); }, {"outputs 0 and 1 share storage"});
+}
+
+// The residual step's CPU entry: the step in f32, rounded to BF16 where the kernels round, then the products
+// of what the next sublayer reads; both kinds.
+TEST(SkinnyMatmul, AfterAResidualStepIsTheStepThenTheProducts) {
+  const int64_t M = 3, K = 40;
+  const Tensor r = random_tensor({M, K}, DType::bf16, 1), x = random_tensor({M, K}, DType::bf16, 2),
+               w = random_tensor({K}, DType::bf16, 3);
+  const Tensor ws[2] = {random_tensor({7, K}, DType::bf16, 4), random_tensor({5, K}, DType::bf16, 5)};
+  for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+    Tensor ys[2] = {Tensor::empty({M, 7}, DType::bf16), Tensor::empty({M, 5}, DType::bf16)};
+    Tensor h = Tensor::empty({M, K}, DType::bf16);
+    skinny_matmul_after_residual_step({kind, r, x, w, 1e-5}, ws, ys, h);
+    const Tensor r32 = r.to(DType::f32), x32 = x.to(DType::f32), w32 = w.to(DType::f32);
+    Tensor want_h, in;
+    if (kind == ResidualStep::post_norm) {
+      want_h = rms_norm_forward(x32, w32, 1e-5, r32).y.to(DType::bf16);
+      in = want_h;
+    } else {
+      want_h = add(r32, x32).to(DType::bf16);
+      in = rms_norm_forward(want_h.to(DType::f32), w32, 1e-5).y.to(DType::bf16);
+    }
+    expect_close(h.to(DType::f32), want_h.to(DType::f32), 0, 0);
+    for (int i = 0; i < 2; ++i)
+      expect_close(ys[i].to(DType::f32), skinny_matmul(in, ws[i], DType::bf16).to(DType::f32), 0, 0);
+  }
+}
+
+TEST(SkinnyMatmul, AfterAResidualStepBadArgumentsNameTheProblem) {
+  const Tensor r = zeros_bf16({2, 64}), x = zeros_bf16({2, 64}), w = zeros_bf16({64});
+  const Tensor ws[1] = {zeros_bf16({8, 64})};
+  Tensor ys[1] = {zeros_bf16({2, 8})};
+  Tensor h = zeros_bf16({2, 64});
+  const auto call = [&](const ResidualStepInputs& step, Tensor& out) {
+    skinny_matmul_after_residual_step(step, ws, ys, out);
+  };
+  expect_error(
+      [&] {
+        call({ResidualStep::post_norm, r, x, zeros_bf16({63}), 1e-5}, h);
+      },
+      {"the norm's weight [K]", "weight BF16[63]"});
+  expect_error(
+      [&] {
+        call({ResidualStep::post_norm, zeros_bf16({2, 32}), x, w, 1e-5}, h);
+      },
+      {"residual, x and h must be [M, K]"});
+  expect_error(
+      [&] {
+        call({ResidualStep::pre_norm, r.to(DType::f32), x, w, 1e-5}, h);
+      },
+      {"the step's tensors must be BF16", "F32[2, 64]"});
+  expect_error([&] { call({ResidualStep::post_norm, r, x, w, 0.0}, h); }, {"eps must be positive"});
+  Tensor aliased = r;
+  expect_error(
+      [&] {
+        call({ResidualStep::post_norm, r, x, w, 1e-5}, aliased);
+      },
+      {"h must not share storage with the step's inputs"});
+  Tensor wrong_out[1] = {zeros_bf16({2, 8}).to(DType::f32)};
+  expect_error(
+      [&] {
+        skinny_matmul_after_residual_step({ResidualStep::post_norm, r, x, w, 1e-5}, ws, wrong_out, h);
+      },
+      {"the outputs must be BF16"});
+}
+
+TEST(SkinnyMatmul, ResidualStepFitsOnlyWhatTheLaunchTakes) {
+  const auto fits = [](int64_t M, int64_t K) {
+    const Tensor ws[1] = {zeros_bf16({8, K})};
+    return residual_step_fits({ResidualStep::post_norm, zeros_bf16({M, K}), zeros_bf16({M, K}), zeros_bf16({K}), 1e-5},
+                              ws);
+  };
+  EXPECT_TRUE(fits(1, 2048));
+  EXPECT_TRUE(fits(8, 2048));
+  EXPECT_TRUE(fits(3, 288));
+  EXPECT_FALSE(fits(9, 2048));  // past one 8-token tile
+  EXPECT_FALSE(fits(1, 256));   // the norm kernel's small-row layout
+  EXPECT_FALSE(fits(1, 2056));  // K not a multiple of 32
+  EXPECT_FALSE(fits(8, 4096));  // 64 KiB of staged rows
+  const Tensor empty_w[1] = {zeros_bf16({0, 2048})};
+  EXPECT_FALSE(residual_step_fits(
+      {ResidualStep::pre_norm, zeros_bf16({1, 2048}), zeros_bf16({1, 2048}), zeros_bf16({2048}), 1e-5}, empty_w));
 }

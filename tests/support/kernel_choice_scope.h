@@ -22,9 +22,12 @@ class KernelChoiceScope {
 
 using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_policy, set_skinny_matmul_policy>;
 using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
+using PrologueInAttentionScope =
+    KernelChoiceScope<Fusion, prologue_in_attention_choice, set_prologue_in_attention_choice>;
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
+using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 
 }  // namespace fathom::test

@@ -285,6 +285,93 @@ TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
   EXPECT_TRUE(fused_swiglu_projection(Variable(x.gpu), Variable(w.gpu), Variable(w.gpu)).has_value());
 }
 
+// The decode prologue inside attention's split kernel (FATHOM_PROLOGUE_IN_ATTENTION) changes no bit of a
+// decoding step against its own launch: a graphed step with it equals an eager step without, at batch 1
+// and 3, OLMo2 (QK-norm) and Llama-style, at head dims 64 (G = 3) and 128 (G = 2).
+TEST(GpuDecodeStep, ThePrologueInsideAttentionChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  DecodePrologueScope prologue(DecodePrologue::fused);
+  for (const bool llama : {true, false})
+    for (const int64_t d_model : {384, 256})
+      for (const int64_t B : {1, 3}) {
+        const std::string name =
+            std::string(llama ? "llama" : "olmo2") + "/d" + std::to_string(d_model) + "/B" + std::to_string(B);
+        ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
+        if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
+        GpuModel m(c, kSeed);
+        NoGrad no_grad;
+        std::vector<int32_t> prompt(size_t(B * 12));
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 43 + 7) % 257);
+        const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
+        DecodeState own = m.model.start_decoding(B, 80, DType::bf16, kGpu);
+        DecodeState inside = m.model.start_decoding(B, 80, DType::bf16, kGpu);
+        m.model.decode(prompt_ids, own);
+        m.model.decode(prompt_ids, inside);
+        DecodeStep by_own(m.model, own, true, false), by_inside(m.model, inside, true, true);
+        std::vector<int32_t> next(size_t(B), 40);
+        for (int s = 0; s < 60; ++s) {  // past 64 positions: the step's key moves into a second split
+          Tensor logits;
+          {
+            PrologueInAttentionScope off(Fusion::separate);
+            logits = host_copy(by_own.run(next).logits);
+          }
+          PrologueInAttentionScope on(Fusion::fused);
+          const DecodeStep::Output f = by_inside.run(next);
+          EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
+          const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
+          next.assign(chosen.begin(), chosen.end());
+        }
+        EXPECT_TRUE(by_inside.graphed()) << name << ": " << by_inside.eager_reason();
+      }
+}
+
+// A block's residual step inside the MLP's gate/up launch (FATHOM_RESIDUAL_STEP_IN_GEMM) changes no bit of
+// a decoding step against the step's own kernel: a graphed step with it equals an eager step without, at
+// batch 1 and 3, OLMo2 (post-norm) and Llama-style (pre-norm, against the one-pass add_rms_norm), and the
+// fused launch is taken at all.
+TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  AddRmsNormScope one_pass(Fusion::fused);
+  for (const bool llama : {true, false})
+    for (const int64_t B : {1, 3}) {
+      const std::string name = std::string(llama ? "llama" : "olmo2") + "/B" + std::to_string(B);
+      GpuModel m(llama ? gpu_small("pre", false) : gpu_small("post", true), kSeed);
+      NoGrad no_grad;
+      std::vector<int32_t> prompt(size_t(B * 12));
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 3) % 257);
+      const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
+      DecodeState separate = m.model.start_decoding(B, 30, DType::bf16, kGpu);
+      DecodeState fused = m.model.start_decoding(B, 30, DType::bf16, kGpu);
+      m.model.decode(prompt_ids, separate);
+      m.model.decode(prompt_ids, fused);
+      DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
+      std::vector<int32_t> next(size_t(B), 40);
+      for (int s = 0; s < 5; ++s) {
+        Tensor logits;
+        {
+          ResidualStepScope off(Fusion::separate);
+          logits = host_copy(by_separate.run(next).logits);
+        }
+        ResidualStepScope on(Fusion::fused);
+        const DecodeStep::Output f = by_fused.run(next);
+        EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
+        const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
+        next.assign(chosen.begin(), chosen.end());
+      }
+      EXPECT_TRUE(by_fused.graphed()) << name << ": " << by_fused.eager_reason();
+    }
+  NoGrad no_grad;
+  ResidualStepScope on(Fusion::fused);
+  const GpuInput x = random_input({1, 1, 384}, DType::bf16, 7), w = random_input({96, 384}, DType::bf16, 8),
+                 g = random_input({384}, DType::bf16, 9);
+  const Variable weight(w.gpu);
+  const Variable* weights[] = {&weight};
+  EXPECT_TRUE(project_after_residual_step(ResidualStep::post_norm, Variable(x.gpu), Variable(x.gpu), Variable(g.gpu),
+                                          1e-5, weights)
+                  .has_value());
+}
+
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
   const ModelConfig d16{
