@@ -18,8 +18,9 @@
 // k and v instead of a prologue's output. Every block then does the part of the prologue it needs: it adds
 // the q and k rows' sums of squares in the prologue kernel's order, normalises and rotates its own query
 // heads, and the block whose split holds a sequence's new position normalises and rotates its KV head's new
-// key, writes it and the new value into the cache and reads both from shared memory, not back from the
-// cache. No other block reads that position, so no block waits for another; and every value is rounded as
+// key and writes it and the new value into the cache, where its own threads read them after a barrier. No
+// other block reads that position, so no block waits for another. Every load the prologue needs is issued
+// before the first is used (one round trip, not one a stage); and every value is rounded as
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
 #include <algorithm>
@@ -321,8 +322,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
 // through shared memory across warps, in a fixed order. Same grid, partials and split plan as the tile
 // kernel, so the combine kernel serves both. With kPrologue it also does the prologue's work ("Prologue"
 // above): one new token per sequence (Tq = 1), a device-held count, 16-byte aligned rows.
+// Blocks per SM the few-rows kernel keeps with NR rows (what its registers allowed before the prologue
+// variant): the variant, whose loop over the cache is the same, is held to as many.
+constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
+
 template <int D, int NR, bool kPrologue = false>
-__global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs args) {
+__global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
   follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
@@ -336,8 +341,6 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
   __shared__ float2 red_ml[kWarps][NR];
   static_assert(!kPrologue || 2 * kThreads == prologue::kParts, "each thread adds two parts of the prologue's sums");
   __shared__ float2 norm_sums[prologue::kPartWarps];
-  __shared__ __align__(16)
-      bf16_t new_kv[2][kPrologue ? D : 8];  // the step's key and value, where this block writes them
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int slot = warp * kKeysPerWarp + lane / kLanesPerKey, c = lane % kLanesPerKey;
@@ -350,13 +353,27 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
   const bf16_t* v_base = a.v + head * D + c * 8;
 
   float q[NR][8], acc[NR][8], m[NR], l[NR];
-  int64_t visible_to[NR];     // the last cache position row r sees
-  int64_t new_position = -1;  // with kPrologue: the step's position, where this block's split holds it
+  int64_t visible_to[NR];  // the last cache position row r sees
   if constexpr (kPrologue) {
     const PrologueArgs& p = a.prologue;
     const int nq = a.Hq * D, nk = a.Hk * D;
     const bf16_t* q_row = a.q + int64_t(b) * nq;
     const bf16_t* k_row = p.k + int64_t(b) * nk;
+    const float2* angles = p.angles + (p.per_row_angles ? int64_t(b) * (D / 2) : 0);
+    // The block whose split holds the new position (the last) writes the KV head's new key and value.
+    const int64_t position = a.past[a.past_rows > 1 ? b : 0];
+    const bool writes = position >= key0 && position < key0 + a.chunk && position < a.capacity;
+    // 1. Every load the prologue needs goes out before the first use: this block's query heads (this lane's
+    // chunk c), the writer's key chunk and value chunk, then the rows' sums of squares.
+    prologue::Rotation<bf16_t> q_in[NR], k_in;
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+      q_in[r].load(q_row, p.q_norm, angles, int64_t(hk) * a.G + (r0 + min(r, rows - 1)) % a.G, D, c);
+    const int kv_chunk = tid % (D / 8);
+    const bool writes_key = writes && tid < D / 8, writes_value = writes && tid >= D / 8 && tid < D / 4;
+    if (writes_key) k_in.load(k_row, p.k_norm, angles, hk, D, kv_chunk);
+    Pack<bf16_t, 8> value{};
+    if (writes_value) value = load_pack<8>(p.v + int64_t(b) * nk + int64_t(hk) * D + kv_chunk * 8);
     float rstd_q = 1.f, rstd_k = 1.f;
     if (p.q_norm) {  // parts tid and tid + kThreads: warps `warp` and `warp + kWarps` of the prologue's
       float2 first = prologue::part_sums<bf16_t, 8>(q_row, k_row, nq / 8, nk / 8, tid);
@@ -369,44 +386,18 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
       rstd_q = prologue::rstd(true, ss.x, nq, p.q_eps);
       rstd_k = prologue::rstd(true, ss.y, nk, p.k_eps);
     }
-    // Elements 8 chunk .. 8 chunk + 7 of head h of a row, normalised and rotated.
-    const float2* angles = p.angles + (p.per_row_angles ? int64_t(b) * (D / 2) : 0);
-    const auto rotate = [&](const bf16_t* row, const bf16_t* weight, float rstd, int64_t h, int chunk) {
-      const int j = chunk * 8, half = D / 2;
-      const bool first_half = j < half;
-      const int partner = first_half ? j + half : j - half, pair = first_half ? j : partner;
-      const Pack<bf16_t, 8> x = load_pack<8>(row + h * D + j), xp = load_pack<8>(row + h * D + partner);
-      Pack<bf16_t, 8> w{}, wp{};
-      if (weight) w = load_pack<8>(weight + h * D + j), wp = load_pack<8>(weight + h * D + partner);
-      Pack<bf16_t, 8> out;
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        out.v[e] = prologue::rotated<bf16_t>(prologue::normed_value(x.v[e], w.v[e], weight, rstd),
-                                             prologue::normed_value(xp.v[e], wp.v[e], weight, rstd), first_half,
-                                             angles[pair + e]);
-      return out;
-    };
+    // 2. The rotations, and the writer's stores. The block reads its own writes back from the cache below,
+    // ordered by the barrier; no other block reads that position.
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
-      const Pack<bf16_t, 8> qp = rotate(q_row, p.q_norm, rstd_q, int64_t(hk) * a.G + (r0 + min(r, rows - 1)) % a.G, c);
+      const Pack<bf16_t, 8> qp = q_in[r].rotate(rstd_q);
 #pragma unroll
       for (int e = 0; e < 8; ++e) q[r][e] = to_float(qp.v[e]) * a.scale_log2;
     }
-    // The block whose split holds the new position (the last) writes the KV head's new key and value.
-    const int64_t position = a.past[a.past_rows > 1 ? b : 0];
-    if (position >= key0 && position < key0 + a.chunk && position < a.capacity) {
-      new_position = position;
-      const int64_t at = (head + position) * D;
-      if (tid < D / 8) {
-        const Pack<bf16_t, 8> kp = rotate(k_row, p.k_norm, rstd_k, hk, tid);
-        store_pack<8>(&new_kv[0][tid * 8], kp);
-        store_pack<8>(p.cache_k + at + tid * 8, kp);
-      } else if (tid < D / 4) {
-        const int chunk = tid - D / 8;
-        const Pack<bf16_t, 8> vp = load_pack<8>(p.v + int64_t(b) * nk + int64_t(hk) * D + chunk * 8);
-        store_pack<8>(&new_kv[1][chunk * 8], vp);
-        store_pack<8>(p.cache_v + at + chunk * 8, vp);
-      }
+    if (writes) {
+      const int64_t at = (head + position) * D + kv_chunk * 8;
+      if (writes_key) store_pack<8>(p.cache_k + at, k_in.rotate(rstd_k));
+      if (writes_value) store_pack<8>(p.cache_v + at, value);
       __syncthreads();
     }
   } else {
@@ -434,10 +425,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_rows_kernel(DecodeArgs 
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) {
       const int64_t t = base + int64_t(u) * kSlots + slot;
-      if (kPrologue && t == new_position) {  // this block's own write: from shared memory
-        kp[u] = load_pack<8>(&new_kv[0][c * 8]);
-        vp[u] = load_pack<8>(&new_kv[1][c * 8]);
-      } else if (t < key1) {
+      if (t < key1) {
         kp[u] = load_pack<8>(k_base + t * D);
         vp[u] = load_pack<8>(v_base + t * D);
       }

@@ -69,4 +69,35 @@ __device__ __forceinline__ T rotated(float at_j, float at_partner, bool first_ha
                                   : __fmaf_rn(b, cos_sin.x, __fmul_rn(a, cos_sin.y)));
 }
 
+// One lane's 8 elements (chunk) of head h of a q or k row, normalised and rotated: load() issues every load
+// (the elements, their RoPE partners d/2 away, both norm weights and the pairs' angles) and rotate() uses them
+// once the row's 1 / rms is known, so a kernel can issue them before its sums' barrier.
+template <typename T>
+struct Rotation {
+  Pack<T, 8> x, partner, w, w_partner;
+  float2 cos_sin[8];
+  bool first_half, normed;
+
+  __device__ __forceinline__ void load(const T* row, const T* weight, const float2* angles, int64_t h, int d,
+                                       int chunk) {
+    const int j = chunk * 8, half = d / 2;
+    first_half = j < half;
+    normed = weight != nullptr;
+    const int other = first_half ? j + half : j - half, pair = first_half ? j : other;
+    x = load_pack<8>(row + h * d + j);
+    partner = load_pack<8>(row + h * d + other);
+    if (normed) w = load_pack<8>(weight + h * d + j), w_partner = load_pack<8>(weight + h * d + other);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) cos_sin[e] = angles[pair + e];
+  }
+  __device__ __forceinline__ Pack<T, 8> rotate(float rstd) const {
+    Pack<T, 8> out;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      out.v[e] = rotated<T>(normed_value(x.v[e], w.v[e], normed, rstd),
+                            normed_value(partner.v[e], w_partner.v[e], normed, rstd), first_half, cos_sin[e]);
+    return out;
+  }
+};
+
 }  // namespace fathom::cuda::prologue

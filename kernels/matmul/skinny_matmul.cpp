@@ -150,8 +150,8 @@ bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> 
   if (!r.defined() || !x.defined() || !w.defined() || x.rank() != 2) return false;
   const int64_t M = x.dim(0), K = x.dim(1);
   const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
-  bool fits = M >= 1 && M <= kResidualStepMaxRows && K % 32 == 0 && K > 256 &&
-              M * K * 2 <= kResidualStepMaxStagedBytes && aligned(r) && aligned(x) && aligned(w);
+  bool fits = M >= 1 && M <= kResidualStepMaxRows && K % 32 == 0 && K > 256 && K <= kResidualStepMaxWidth &&
+              aligned(r) && aligned(x) && aligned(w);
   for (const Tensor& weight : ws) fits = fits && weight.defined() && weight.dim(0) >= 1 && aligned(weight);
   return fits;
 }

@@ -126,28 +126,46 @@ struct ResidualStepArgs {
 };
 
 // The step's rows into `staged` [M, K] (what the next sublayer reads), h by CTA 0; M <= kResidualStepMaxRows,
-// K a multiple of 8, a CTA of kThreads. Each row's sum of squares is added as the norm kernel adds it: the
-// threads' partial sums in their order, then block_sum's warp_sum, warp partials, warp_sum.
+// 256 < K <= kResidualStepMaxWidth, K a multiple of 8, a CTA of kThreads. Each row's sum of squares is added as
+// the norm kernel adds it: the threads' partial sums in their order, then block_sum's warp_sum, warp
+// partials, warp_sum. Every load goes out before the first is used, and each thread keeps its share of the
+// rows in registers through the barrier: one round trip to L2.
 template <Step kStep>
 __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, int M, int K) {
   constexpr int kMaxRows = int(kResidualStepMaxRows);
+  // Post-norm: 16-byte packs tid, tid + kThreads, ... (rms_norm_forward_kernel<256, 8>); pre-norm: elements
+  // tid, tid + kThreads, ... (add_rms_norm_forward_kernel).
+  constexpr int kPer = int(kResidualStepMaxWidth) / kThreads / (kStep == Step::post_norm ? 8 : 1);
+  constexpr int kWidth = kStep == Step::post_norm ? 8 : 1;
+  using P = Pack<__nv_bfloat16, kWidth>;
   __shared__ float warp_sums[kMaxRows][kWarps];
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const auto column = [&](int i) { return (tid + i * kThreads) * kWidth; };
+  P r[kMaxRows][kPer], x[kMaxRows][kPer], w[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (column(i) >= K) break;
+    w[i] = load_pack<kWidth>(s.weight + column(i));
+#pragma unroll
+    for (int m = 0; m < kMaxRows; ++m)
+      if (m < M) {
+        r[m][i] = load_pack<kWidth>(s.residual + int64_t(m) * K + column(i));
+        x[m][i] = load_pack<kWidth>(s.x + int64_t(m) * K + column(i));
+      }
+  }
+  // The sums of squares: of x post-norm, of the rounded sums pre-norm.
 #pragma unroll
   for (int m = 0; m < kMaxRows; ++m) {
     if (m >= M) break;
-    const int64_t row = int64_t(m) * K;
     float ss = 0.f;
-    if constexpr (kStep == Step::post_norm) {  // rms_norm_forward_kernel<256, 8>
-      for (int c = tid * 8; c < K; c += kThreads * 8) {
-        const Pack<__nv_bfloat16, 8> v = load_pack<8>(s.x + row + c);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) ss += to_float(v.v[k]) * to_float(v.v[k]);
-      }
-    } else {  // add_rms_norm_forward_kernel
-      for (int c = tid; c < K; c += kThreads) {
-        const float sum = to_float(rms::rounded_sum(s.residual[row + c], s.x[row + c]));
-        ss += sum * sum;
+    for (int i = 0; i < kPer; ++i) {
+      if (column(i) >= K) break;
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        const float v =
+            kStep == Step::post_norm ? to_float(x[m][i].v[k]) : to_float(rms::rounded_sum(r[m][i].v[k], x[m][i].v[k]));
+        ss += v * v;
       }
     }
     ss = warp_sum(ss);
@@ -158,24 +176,24 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
 #pragma unroll
   for (int m = 0; m < kMaxRows; ++m) {
     if (m >= M) break;
-    const int64_t row = int64_t(m) * K;
     const float rstd = rms::rstd(warp_sum(lane < kWarps ? warp_sums[m][lane] : 0.f), K, s.eps);
-    if constexpr (kStep == Step::post_norm) {
-      for (int c = tid * 8; c < K; c += kThreads * 8) {
-        const Pack<__nv_bfloat16, 8> r = load_pack<8>(s.residual + row + c), v = load_pack<8>(s.x + row + c),
-                                     w = load_pack<8>(s.weight + c);
-        Pack<__nv_bfloat16, 8> out;
+    const int64_t row = int64_t(m) * K;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) out.v[k] = rms::residual_normed(to_float(r.v[k]), v.v[k], rstd, w.v[k]);
-        store_pack<8>(staged + row + c, out);
-        if (writes_h) store_pack<8>(s.h + row + c, out);
+    for (int i = 0; i < kPer; ++i) {
+      if (column(i) >= K) break;
+      P in, h;
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        if constexpr (kStep == Step::post_norm) {
+          h.v[k] = rms::residual_normed(to_float(r[m][i].v[k]), x[m][i].v[k], rstd, w[i].v[k]);
+          in.v[k] = h.v[k];
+        } else {
+          h.v[k] = rms::rounded_sum(r[m][i].v[k], x[m][i].v[k]);
+          in.v[k] = rms::normed(h.v[k], rstd, w[i].v[k]);
+        }
       }
-    } else {
-      for (int c = tid; c < K; c += kThreads) {
-        const __nv_bfloat16 sum = rms::rounded_sum(s.residual[row + c], s.x[row + c]);
-        if (writes_h) s.h[row + c] = sum;
-        staged[row + c] = rms::normed(sum, rstd, s.weight[c]);
-      }
+      store_pack<kWidth>(staged + row + column(i), in);
+      if (writes_h) store_pack<kWidth>(s.h + row + column(i), h);
     }
   }
   __syncthreads();
@@ -196,10 +214,9 @@ struct SkinnyGroup {
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
 // kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
-template <int kTiles, bool kVector, typename Out, bool kGated = false, Step kStep = Step::none>
-__global__ void __launch_bounds__(cta_threads(kGated))
-    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
-                         int K, const __grid_constant__ ResidualStepArgs step) {
+template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep>
+__device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
+                                                   int M, int K, const ResidualStepArgs& step) {
   static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
   constexpr bool kStaged = kStep != Step::none;
   // This CTA's weight, and its place among that weight's CTAs.
@@ -324,6 +341,22 @@ __global__ void __launch_bounds__(cta_threads(kGated))
   }
 }
 
+template <int kTiles, bool kVector, typename Out, bool kGated = false>
+__global__ void __launch_bounds__(cta_threads(kGated))
+    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
+                         int K) {
+  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none>(x, group, M, K, ResidualStepArgs{});
+}
+
+// The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
+// an SM) so that the step's rows kept through its barrier cost no occupancy in the stream over W.
+template <Step kStep>
+__global__ void __launch_bounds__(kThreads, 4)
+    skinny_matmul_step_kernel(const __grid_constant__ SkinnyGroup<__nv_bfloat16> group, int M, int K,
+                              const __grid_constant__ ResidualStepArgs step) {
+  skinny_matmul_body<1, true, __nv_bfloat16, false, kStep>(step.x, group, M, K, step);
+}
+
 // Tiles of 16 rows per CTA: double while that still leaves kMinCtasPerSm CTAs per SM, or while the
 // splits would outnumber K's chunks (a short K gives split-K nothing to share).
 int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
@@ -364,11 +397,12 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   }
   group.count = int(ws.size());
   group.first_cta[group.count] = int(ctas);
-  const auto run = [&](auto kernel, int threads, int staged_bytes = 0) {
-    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), staged_bytes, stream, xp, group, M, K, step);
+  const auto run = [&](auto kernel, int threads) {
+    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };
   if constexpr (kStep != Step::none)
-    run(skinny_matmul_kernel<1, true, Out, false, kStep>, kThreads, M * K * int(sizeof(__nv_bfloat16)));
+    launch_kernel(skinny_matmul_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)),
+                  M * K * int(sizeof(__nv_bfloat16)), stream, group, M, K, step);
   else if (gated)
     vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
            : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
@@ -426,7 +460,7 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { run_products(x
 
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h) {
-  // residual_step_fits held (the front checked it): one tile, 16-byte rows, the staged rows within 48 KiB, no
+  // residual_step_fits held (the front checked it): one row of at most kResidualStepMaxWidth, 16-byte rows, no
   // empty weight.
   const ResidualStepArgs args{
       static_cast<const __nv_bfloat16*>(step.residual.raw()), static_cast<const __nv_bfloat16*>(step.x.raw()),

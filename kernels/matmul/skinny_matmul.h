@@ -69,10 +69,12 @@ struct ResidualStepInputs {
   double eps = 0;
 };
 
-// The most rows, and bytes of the next sublayer's input, skinny_matmul_after_residual_step takes on CUDA: one
-// 8-token tile, staged in shared memory.
-constexpr int64_t kResidualStepMaxRows = 8;
-constexpr int64_t kResidualStepMaxStagedBytes = 40 * 1024;
+// The most rows and the widest K skinny_matmul_after_residual_step takes on CUDA: one row (a batch-1 decoding
+// step) and a row a thread holds in registers within the plain kernel's 64. Every CTA repeats the step's
+// reads, 3 M K 2 bytes from L2: at 8 rows that cost more than the launch it saves (decoding steps 18-23%
+// slower at batch 8 on an H100, bench/results/2026-12-06_prologue_and_residual_step_h100.md).
+constexpr int64_t kResidualStepMaxRows = 1;
+constexpr int64_t kResidualStepMaxWidth = 2048;
 
 // The residual step, then the projections of what the next sublayer reads (`in`: h post-norm, rms_norm(h) w
 // pre-norm), ys[i] = in ws[i]^T, with h written to `h` [M, K]. On CUDA one launch: every CTA of the grouped
@@ -82,8 +84,8 @@ constexpr int64_t kResidualStepMaxStagedBytes = 40 * 1024;
 // and outputs; the CUDA launch takes what residual_step_fits says it takes.
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h);
-// Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K a multiple of 32 and over
-// 256 (the norm kernels' 16-byte layout), M K 2 bytes <= kResidualStepMaxStagedBytes, 16-byte aligned rows, no
+// Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K a multiple of 32, over 256
+// (the norm kernels' 16-byte layout) and at most kResidualStepMaxWidth, 16-byte aligned rows, no
 // empty weight.
 bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws);
 

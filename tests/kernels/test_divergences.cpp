@@ -1,4 +1,5 @@
-// The divergences (distillation's losses, DSLA's gate cosine) against their formulas, by central differences, and their edge cases.
+// The divergences (distillation's losses, DSLA's gate cosine) against their formulas, by central differences, and their
+// edge cases.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -327,8 +327,8 @@ TEST(GpuDecodeStep, ThePrologueInsideAttentionChangesNoBit) {
 
 // A block's residual step inside the MLP's gate/up launch (FATHOM_RESIDUAL_STEP_IN_GEMM) changes no bit of
 // a decoding step against the step's own kernel: a graphed step with it equals an eager step without, at
-// batch 1 and 3, OLMo2 (post-norm) and Llama-style (pre-norm, against the one-pass add_rms_norm), and the
-// fused launch is taken at all.
+// batch 1 (the launch's one row) and 3 (which it leaves to the step's kernel), OLMo2 (post-norm) and
+// Llama-style (pre-norm, against the one-pass add_rms_norm), and the fused launch is taken at all.
 TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
