@@ -29,7 +29,8 @@ std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(Re
                                                                               const Variable& residual,
                                                                               const Variable& x,
                                                                               const RMSNorm& norm) const {
-  if (gate_proj_.fp8() || up_proj_.fp8()) return std::nullopt;
+  // Asked-for SwiGLU in gate/up's launch (forward's first path) is the other use of that launch: it wins.
+  if (gate_proj_.fp8() || up_proj_.fp8() || swiglu_projection_choice() == Fusion::fused) return std::nullopt;
   const Variable* weights[] = {&up_proj_.weight(), &gate_proj_.weight()};  // forward's order
   std::optional<ResidualProjections> step =
       project_after_residual_step(kind, residual, x, norm.weight(), norm.eps(), weights);

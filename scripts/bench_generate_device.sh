@@ -22,8 +22,9 @@
 #   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
-#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent:
-#   fathom's decoding kernels, one row set each; the first is the one the peers' tokens are checked against),
+#   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
+#   skinny+fused+dependent+inside: fathom's decoding kernels, one row set each; the first is the one the peers'
+#   tokens are checked against),
 #   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
 #   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
 #   without a GPU, e.g. with olmo2_14M and small grids).
@@ -31,8 +32,8 @@
 # Device time, measured on an H100 (bench/results/2026-12-05_dependent_launch_gpt_fast_h100.md): the Llama shape
 # with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
 # gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, 38-44 s on 2026-12-06, HF ~1 min). gpt-fast
-# runs for every size, so the defaults (3 sizes, 4 levers) take about 20 minutes; for shorter runs name one size
-# and LEVERS=skinny+fused+dependent (fathom's defaults).
+# runs for every size, so the defaults (3 sizes, 5 levers) take about 20 minutes; for shorter runs name one size
+# and LEVERS=skinny+fused+dependent+inside (fathom's defaults).
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
@@ -46,22 +47,25 @@ TRAIN_STEPS=${TRAIN_STEPS:-30}
 REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
-LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent}
+LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside}
 
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
-# with its grouped projections, that with the fused decode prologue and pre-norm residual step, and that
-# with the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h; the last is
-# fathom's default).
+# with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
+# the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
+# prologue inside attention's split kernel and the residual step inside the MLP's gate/up launch (the last
+# is fathom's default).
 lever_env() {
-  local skinny=never fused=separate dependent=off
+  local skinny=never fused=separate dependent=off inside=separate
   case $1 in
     cublas) ;;
     skinny) skinny=auto ;;
     skinny+fused) skinny=auto fused=fused ;;
     skinny+fused+dependent) skinny=auto fused=fused dependent=on ;;
-    *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent)" >&2; exit 2 ;;
+    skinny+fused+dependent+inside) skinny=auto fused=fused dependent=on inside=fused ;;
+    *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent, skinny+fused+dependent+inside)" >&2; exit 2 ;;
   esac
-  echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused FATHOM_DEPENDENT_LAUNCH=$dependent"
+  echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused" \
+       "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2

@@ -13,7 +13,9 @@ namespace fathom {
 namespace {
 
 constinit KernelChoice<DecodePrologue> choice_in_force("FATHOM_DECODE_PROLOGUE", DecodePrologue::fused, parse_fusion);
-constinit KernelChoice<Fusion> in_attention_in_force("FATHOM_PROLOGUE_IN_ATTENTION", Fusion::separate, parse_fusion);
+// Unset: fused. Its GPU tests passed and it took the 1B's batch-1 step from 1.420 to 1.354 ms on an H100, no
+// cell slower by more than a repeat's spread (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
+constinit KernelChoice<Fusion> in_attention_in_force("FATHOM_PROLOGUE_IN_ATTENTION", Fusion::fused, parse_fusion);
 
 void check_rows(const char* what, const Tensor& x, const Tensor& q) {
   FATHOM_CHECK(x.defined() && x.rank() == 4 && x.dim(0) == q.dim(0) && x.dim(1) == 1 && x.dim(3) == q.dim(3),

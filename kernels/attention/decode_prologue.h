@@ -46,7 +46,7 @@ DecodePrologue decode_prologue_choice();
 void set_decode_prologue_choice(DecodePrologue choice);
 // Whether decode_prologue_attention runs the prologue inside attention's split kernel where it can (fused)
 // or as its own launch (separate): FATHOM_PROLOGUE_IN_ATTENTION=fused|separate, read at the first call;
-// unset, separate until its GPU tests and benchmark have run.
+// unset, fused (its GPU tests passed and it paid in the decoding benchmark, decode_prologue.cpp).
 Fusion prologue_in_attention_choice();
 void set_prologue_in_attention_choice(Fusion choice);
 

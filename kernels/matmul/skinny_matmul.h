@@ -90,8 +90,8 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
 bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws);
 
 // Whether a decoding step's residual step runs inside the next projections' launch (fused) or as its own
-// (separate): FATHOM_RESIDUAL_STEP_IN_GEMM=fused|separate, read at the first call; unset, separate until its
-// GPU tests and benchmark have run.
+// (separate): FATHOM_RESIDUAL_STEP_IN_GEMM=fused|separate, read at the first call; unset, fused (its GPU tests
+// passed and it paid in the decoding benchmark, skinny_matmul.cpp).
 Fusion residual_step_in_gemm_choice();
 void set_residual_step_in_gemm_choice(Fusion choice);
 
