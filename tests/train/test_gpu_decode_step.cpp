@@ -244,40 +244,55 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
   }
 }
 
+namespace {
+
+// Greedy decoding steps of c at batch B after a 12-token prompt: a graphed run with Scope(Fusion::fused) in force
+// against an eager run with Scope(Fusion::separate), the logits bit for bit at every step; the graphed run must
+// have been captured.
+template <typename Scope>
+void expect_fusion_changes_no_bit(const std::string& name, const ModelConfig& c, int64_t B, int steps) {
+  GpuModel m(c, kSeed);
+  NoGrad no_grad;
+  std::vector<int32_t> prompt(size_t(B * 12));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
+  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
+  DecodeState separate = m.model.start_decoding(B, 12 + steps + 8, DType::bf16, kGpu);
+  DecodeState fused = m.model.start_decoding(B, 12 + steps + 8, DType::bf16, kGpu);
+  m.model.decode(prompt_ids, separate);
+  m.model.decode(prompt_ids, fused);
+  DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
+  std::vector<int32_t> next(size_t(B), 40);
+  for (int s = 0; s < steps; ++s) {
+    Tensor logits;
+    {
+      Scope off(Fusion::separate);
+      logits = host_copy(by_separate.run(next).logits);
+    }
+    Scope on(Fusion::fused);
+    const DecodeStep::Output f = by_fused.run(next);
+    EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
+    const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
+    next.assign(chosen.begin(), chosen.end());
+  }
+  EXPECT_TRUE(by_fused.graphed()) << name << ": " << by_fused.eager_reason();
+}
+
+std::string model_name(bool llama, int64_t B) {
+  return std::string(llama ? "llama" : "olmo2") + "/B" + std::to_string(B);
+}
+
+}  // namespace
+
 // The MLP's gate, up and SwiGLU in one launch (skinny_swiglu) change no bit of a decoding step against the
-// grouped products and the SwiGLU kernel: a graphed step with it equals an eager step without, at batch 1
-// and 3, OLMo2 and Llama-style.
+// grouped products and the SwiGLU kernel, at batch 1 and 3, OLMo2 and Llama-style.
 TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  ResidualStepScope own_step(Fusion::separate);  // the other use of gate/up's launch, left out
   for (const bool llama : {true, false})
-    for (const int64_t B : {1, 3}) {
-      const std::string name = std::string(llama ? "llama" : "olmo2") + "/B" + std::to_string(B);
-      GpuModel m(llama ? gpu_small("pre", false) : gpu_small("post", true), kSeed);
-      NoGrad no_grad;
-      std::vector<int32_t> prompt(size_t(B * 12));
-      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
-      const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
-      DecodeState separate = m.model.start_decoding(B, 30, DType::bf16, kGpu);
-      DecodeState fused = m.model.start_decoding(B, 30, DType::bf16, kGpu);
-      m.model.decode(prompt_ids, separate);
-      m.model.decode(prompt_ids, fused);
-      DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
-      std::vector<int32_t> next(size_t(B), 40);
-      for (int s = 0; s < 5; ++s) {
-        Tensor logits;
-        {
-          SwigluProjectionScope off(Fusion::separate);
-          logits = host_copy(by_separate.run(next).logits);
-        }
-        SwigluProjectionScope on(Fusion::fused);
-        const DecodeStep::Output f = by_fused.run(next);
-        EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
-        const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
-        next.assign(chosen.begin(), chosen.end());
-      }
-      EXPECT_TRUE(by_fused.graphed()) << name << ": " << by_fused.eager_reason();
-    }
+    for (const int64_t B : {1, 3})
+      expect_fusion_changes_no_bit<SwigluProjectionScope>(
+          model_name(llama, B), llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
   // The fused path is taken at all: a decoding step's MLP input gets one.
   NoGrad no_grad;
   SwigluProjectionScope on(Fusion::fused);
@@ -286,81 +301,34 @@ TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
 }
 
 // The decode prologue inside attention's split kernel (FATHOM_PROLOGUE_IN_ATTENTION) changes no bit of a
-// decoding step against its own launch: a graphed step with it equals an eager step without, at batch 1
-// and 3, OLMo2 (QK-norm) and Llama-style, at head dims 64 (G = 3) and 128 (G = 2).
+// decoding step against its own launch, at batch 1 and 3, OLMo2 (QK-norm) and Llama-style, at head dims 64
+// (G = 3) and 128 (G = 2), over 60 steps (past 64 positions: the step's key moves into a second split).
 TEST(GpuDecodeStep, ThePrologueInsideAttentionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   DecodePrologueScope prologue(DecodePrologue::fused);
   for (const bool llama : {true, false})
     for (const int64_t d_model : {384, 256})
       for (const int64_t B : {1, 3}) {
-        const std::string name =
-            std::string(llama ? "llama" : "olmo2") + "/d" + std::to_string(d_model) + "/B" + std::to_string(B);
         ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
         if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
-        GpuModel m(c, kSeed);
-        NoGrad no_grad;
-        std::vector<int32_t> prompt(size_t(B * 12));
-        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 43 + 7) % 257);
-        const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
-        DecodeState own = m.model.start_decoding(B, 80, DType::bf16, kGpu);
-        DecodeState inside = m.model.start_decoding(B, 80, DType::bf16, kGpu);
-        m.model.decode(prompt_ids, own);
-        m.model.decode(prompt_ids, inside);
-        DecodeStep by_own(m.model, own, true, false), by_inside(m.model, inside, true, true);
-        std::vector<int32_t> next(size_t(B), 40);
-        for (int s = 0; s < 60; ++s) {  // past 64 positions: the step's key moves into a second split
-          Tensor logits;
-          {
-            PrologueInAttentionScope off(Fusion::separate);
-            logits = host_copy(by_own.run(next).logits);
-          }
-          PrologueInAttentionScope on(Fusion::fused);
-          const DecodeStep::Output f = by_inside.run(next);
-          EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
-          const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
-          next.assign(chosen.begin(), chosen.end());
-        }
-        EXPECT_TRUE(by_inside.graphed()) << name << ": " << by_inside.eager_reason();
+        expect_fusion_changes_no_bit<PrologueInAttentionScope>(model_name(llama, B) + "/d" + std::to_string(d_model), c,
+                                                               B, 60);
       }
 }
 
 // A block's residual step inside the MLP's gate/up launch (FATHOM_RESIDUAL_STEP_IN_GEMM) changes no bit of
-// a decoding step against the step's own kernel: a graphed step with it equals an eager step without, at
-// batch 1 (the launch's one row) and 3 (which it leaves to the step's kernel), OLMo2 (post-norm) and
-// Llama-style (pre-norm, against the one-pass add_rms_norm), and the fused launch is taken at all.
+// a decoding step against the step's own kernel, at batch 1 (the launch's one row) and 3 (which it leaves to
+// the step's kernel), OLMo2 (post-norm) and Llama-style (pre-norm, against the one-pass add_rms_norm); and
+// the fused launch is taken at all.
 TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
   AddRmsNormScope one_pass(Fusion::fused);
+  SwigluProjectionScope separate_swiglu(Fusion::separate);
   for (const bool llama : {true, false})
-    for (const int64_t B : {1, 3}) {
-      const std::string name = std::string(llama ? "llama" : "olmo2") + "/B" + std::to_string(B);
-      GpuModel m(llama ? gpu_small("pre", false) : gpu_small("post", true), kSeed);
-      NoGrad no_grad;
-      std::vector<int32_t> prompt(size_t(B * 12));
-      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 3) % 257);
-      const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
-      DecodeState separate = m.model.start_decoding(B, 30, DType::bf16, kGpu);
-      DecodeState fused = m.model.start_decoding(B, 30, DType::bf16, kGpu);
-      m.model.decode(prompt_ids, separate);
-      m.model.decode(prompt_ids, fused);
-      DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
-      std::vector<int32_t> next(size_t(B), 40);
-      for (int s = 0; s < 5; ++s) {
-        Tensor logits;
-        {
-          ResidualStepScope off(Fusion::separate);
-          logits = host_copy(by_separate.run(next).logits);
-        }
-        ResidualStepScope on(Fusion::fused);
-        const DecodeStep::Output f = by_fused.run(next);
-        EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
-        const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
-        next.assign(chosen.begin(), chosen.end());
-      }
-      EXPECT_TRUE(by_fused.graphed()) << name << ": " << by_fused.eager_reason();
-    }
+    for (const int64_t B : {1, 3})
+      expect_fusion_changes_no_bit<ResidualStepScope>(model_name(llama, B),
+                                                      llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
   NoGrad no_grad;
   ResidualStepScope on(Fusion::fused);
   const GpuInput x = random_input({1, 1, 384}, DType::bf16, 7), w = random_input({96, 384}, DType::bf16, 8),
