@@ -20,7 +20,8 @@
 // heads, and the block whose split holds a sequence's new position normalises and rotates its KV head's new
 // key and writes it and the new value into the cache, where its own threads read them after a barrier. No
 // other block reads that position, so no block waits for another. Every load the prologue needs is issued
-// before the first is used (one round trip, not one a stage); and every value is rounded as
+// before the first is used but the sums' parts, which load as they add (two vectors a thread at 1B); and
+// every value is rounded as
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
 #include <algorithm>
@@ -322,8 +323,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
 // through shared memory across warps, in a fixed order. Same grid, partials and split plan as the tile
 // kernel, so the combine kernel serves both. With kPrologue it also does the prologue's work ("Prologue"
 // above): one new token per sequence (Tq = 1), a device-held count, 16-byte aligned rows.
-// Blocks per SM the few-rows kernel keeps with NR rows (what its registers allowed before the prologue
-// variant): the variant, whose loop over the cache is the same, is held to as many.
+// Blocks per SM the few-rows kernel keeps with NR rows (what its registers allowed before the prologue variant:
+// ptxas gave it 108, 127 and 164 a thread at NR 1, 2 and 4): the variant, whose loop over the cache is the same,
+// is held to as many.
 constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
 
 template <int D, int NR, bool kPrologue = false>
@@ -363,8 +365,8 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
     // The block whose split holds the new position (the last) writes the KV head's new key and value.
     const int64_t position = a.past[a.past_rows > 1 ? b : 0];
     const bool writes = position >= key0 && position < key0 + a.chunk && position < a.capacity;
-    // 1. Every load the prologue needs goes out before the first use: this block's query heads (this lane's
-    // chunk c), the writer's key chunk and value chunk, then the rows' sums of squares.
+    // 1. The prologue's loads go out before the first use (the sums' parts load as they add): this block's query heads
+    // (this lane's chunk c), the writer's key chunk and value chunk, then the rows' sums of squares.
     prologue::Rotation<bf16_t> q_in[NR], k_in;
 #pragma unroll
     for (int r = 0; r < NR; ++r)
@@ -709,16 +711,10 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
                                  double scale) {
-  const int64_t d = q.dim(3), G = q.dim(2) / k.dim(2);
   const bool normed = norm.q.defined();
-  const bool fits = q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 &&
-                    all_aligned(16, q.raw(), k.raw(), v.raw(), cache_k.raw(), cache_v.raw()) &&
-                    (!normed || all_aligned(16, norm.q.raw(), norm.k.raw()));
-  if (!fits)
+  if (!prologue_fits_attention(q, k, v, norm, cache_k, cache_v))
     return fathom::decode_attention(cuda::decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k,
                                     cache_v, past, DepthSlots{}, scale);
-  check_device_tensor(kOp, "past", past, DType::i32, q.device(),
-                      "the position counts are I32 [1] or [B] on q's device");
   PrologueArgs p{};
   p.k = flash::dev(k.data<bf16>());
   p.v = flash::dev(v.data<bf16>());

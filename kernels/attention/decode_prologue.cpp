@@ -3,6 +3,7 @@
 #include <limits>
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
@@ -87,10 +88,20 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
                    past);
 }
 
+bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
+                             const Tensor& cache_k, const Tensor& cache_v) {
+  const int64_t d = q.dim(3), G = q.dim(2) / k.dim(2);
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
+  return q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 && aligned(q) && aligned(k) && aligned(v) &&
+         aligned(cache_k) && aligned(cache_v) && (!norm.q.defined() || (aligned(norm.q) && aligned(norm.k)));
+}
+
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
                                  double scale) {
   const Device device = check_prologue(q, k, v, norm, angles, cache_k, cache_v, past);
+  FATHOM_CHECK(q.dim(0) >= 1 && cache_k.dim(2) >= 1, "decode_prologue_attention: q ", describe(q), " and the cache ",
+               describe(cache_k), " must hold a batch and at least one position");
   FATHOM_CHECK(q.dim(2) % k.dim(2) == 0, "decode_prologue_attention: query heads Hq = ", q.dim(2),
                " must be a multiple of KV heads Hk = ", k.dim(2));
   FATHOM_CHECK(std::isfinite(scale) && scale != 0, "decode_prologue_attention: scale must be finite and non-zero, got ",

@@ -8,7 +8,8 @@
 //     as rms_norm does (y = x rstd w, rounded to the activations' dtype), rotates them in f32 as rope
 //     does, and stores q's to the output and k's at the sequence's cache position.
 // Each value is rounded where the separate ops round it, so the result is theirs up to the order of the
-// f32 sum of squares.
+// f32 sum of squares and where RoPE's multiply-adds are fused (decode_prologue.cuh spells them out; rope.cu
+// leaves them to the compiler).
 #include <cstdint>
 
 #include "kernels/attention/decode_prologue.cuh"

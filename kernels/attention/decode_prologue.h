@@ -37,6 +37,10 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
                                  double scale);
+// Whether CUDA's split kernel does the prologue's work for these (checked) operands: BF16, head dim 64 or 128,
+// at most 4 query heads a KV head, 16-byte aligned rows and norm weights. Elsewhere the two launches run.
+bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
+                             const Tensor& cache_k, const Tensor& cache_v);
 
 // Whether attention's decoding steps take decode_prologue (fused) or its six ops (separate):
 // FATHOM_DECODE_PROLOGUE=fused|separate, read at the first call; unset, fused (its GPU tests passed and

@@ -21,8 +21,8 @@ constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL
 // 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed.
 constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
                                                          parse_fusion);
-// Unset: fused. Its GPU tests passed; with the prologue in attention it took the 190M's batch-1 step from 0.457
-// to 0.438 ms and the 1B's from 1.354 to 1.347 on an H100, and alone the Llama shape's from 1.445 to 1.409
+// Unset: fused. Its GPU tests passed and it took the Llama shape's batch-1 step from 1.445 to 1.409 ms on an H100;
+// on OLMo2 its effect was within the spread between runs, slower in no cell by more than that
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
@@ -137,7 +137,10 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
   for (size_t i = 0; i < ws.size(); ++i) {
     check_product(kOp, x, ws[i], ys[i]);
     FATHOM_CHECK(ys[i].dtype() == DType::bf16, kOp, ": the outputs must be BF16, got ", describe(ys[i]));
-    FATHOM_CHECK(!ys[i].shares_storage_with(h), kOp, ": output ", i, " shares storage with h");
+    FATHOM_CHECK(!ys[i].shares_storage_with(h) && !ys[i].shares_storage_with(r) && !ys[i].shares_storage_with(w), kOp,
+                 ": output ", i, " shares storage with h or the step's inputs");
+    for (size_t j = 0; j < i; ++j)
+      FATHOM_CHECK(!ys[i].shares_storage_with(ys[j]), kOp, ": outputs ", j, " and ", i, " share storage");
     operands.push_back(&ws[i]);
     operands.push_back(&ys[i]);
   }

@@ -71,7 +71,7 @@ struct ResidualStepInputs {
 
 // The most rows and the widest K skinny_matmul_after_residual_step takes on CUDA: one row (a batch-1 decoding
 // step) and a row a thread holds in registers within the plain kernel's 64. Every CTA repeats the step's
-// reads, 3 M K 2 bytes from L2: at 8 rows that cost more than the launch it saves (decoding steps 18-23%
+// reads, (2 M + 1) K 2 bytes from L2: at 8 rows that cost more than the launch it saves (decoding steps 10-23%
 // slower at batch 8 on an H100, bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constexpr int64_t kResidualStepMaxRows = 1;
 constexpr int64_t kResidualStepMaxWidth = 2048;
@@ -84,8 +84,9 @@ constexpr int64_t kResidualStepMaxWidth = 2048;
 // and outputs; the CUDA launch takes what residual_step_fits says it takes.
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h);
-// Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K a multiple of 32, over 256
-// (the norm kernels' 16-byte layout) and at most kResidualStepMaxWidth, 16-byte aligned rows, no
+// Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K over 256 (where the norm kernel
+// takes its 16-byte layout), a multiple of 32 (the staged products have no partial chunk) and at most
+// kResidualStepMaxWidth, 16-byte aligned rows, no
 // empty weight.
 bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws);
 

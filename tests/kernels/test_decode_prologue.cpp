@@ -125,7 +125,24 @@ TEST(DecodePrologue, WithAttentionChecksItsHeadsAndScale) {
   const Tensor q4 = Tensor::zeros({1, 1, 4, 8}, DType::f32);
   expect_error([&] { decode_prologue_attention(q4, k, k, {}, angles, cache_k, cache_v, past, 0.0); },
                {"scale must be finite and non-zero"});
+  Tensor empty_k = Tensor::zeros({1, 2, 0, 8}, DType::f32), empty_v = empty_k.clone();
+  expect_error([&] { decode_prologue_attention(q4, k, k, {}, angles, empty_k, empty_v, past, 1.0); },
+               {"must hold a batch and at least one position"});
   expect_error(
       [&] { decode_prologue_attention(q4, k, k, {}, angles, cache_k, cache_v, Tensor::zeros({2}, DType::i32), 1.0); },
       {"2 position counts for a batch of 1"});
+}
+
+TEST(DecodePrologue, FitsAttentionWhereTheSplitKernelTakesIt) {
+  const auto fits = [](int64_t Hq, int64_t Hk, int64_t d, DType dtype) {
+    const Tensor q = Tensor::zeros({2, 1, Hq, d}, dtype), k = Tensor::zeros({2, 1, Hk, d}, dtype);
+    const Tensor cache = Tensor::zeros({2, Hk, 8, d}, dtype);
+    const QkNorm norm{Tensor::zeros({Hq * d}, dtype), Tensor::zeros({Hk * d}, dtype), 1e-6, 1e-6};
+    return prologue_fits_attention(q, k, k, norm, cache, cache);
+  };
+  EXPECT_TRUE(fits(16, 16, 128, DType::bf16));  // the 1B OLMo2
+  EXPECT_TRUE(fits(32, 8, 64, DType::bf16));    // the Llama 3.2 1B shape, G = 4
+  EXPECT_FALSE(fits(16, 2, 64, DType::bf16));   // G = 8: the tile kernel's rows
+  EXPECT_FALSE(fits(6, 2, 8, DType::bf16));     // head dim 8
+  EXPECT_FALSE(fits(16, 16, 128, DType::f32));  // the fp32 kernel
 }

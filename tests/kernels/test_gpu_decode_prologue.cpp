@@ -174,6 +174,9 @@ TEST(GpuDecodePrologue, InsideAttentionGivesTheTwoLaunchesBits) {
               decode_attention(decode_prologue(q.gpu, k.gpu, v.gpu, norm_gpu, angles_gpu, two_k, two_v, past_gpu),
                                two_k, two_v, past_gpu, {}, scale);
           Tensor one_k = cache.gpu.clone(), one_v = cache.gpu.clone();
+          // The first four head shapes run inside the split kernel, the last two fall back.
+          EXPECT_EQ(prologue_fits_attention(q.gpu, k.gpu, v.gpu, norm_gpu, one_k, one_v), h.q / h.kv <= 4 && h.d >= 64)
+              << what;
           PrologueInAttentionScope inside(Fusion::fused);
           const Tensor one =
               decode_prologue_attention(q.gpu, k.gpu, v.gpu, norm_gpu, angles_gpu, one_k, one_v, past_gpu, scale);
@@ -204,6 +207,7 @@ TEST(GpuDecodePrologue, InsideAttentionAPositionPastTheCacheWritesNothing) {
   const Tensor two = decode_attention(decode_prologue(q.gpu, k.gpu, k.gpu, QkNorm{}, angles, two_k, two_v, past), two_k,
                                       two_v, past, {}, 0.125);
   PrologueInAttentionScope inside(Fusion::fused);
+  ASSERT_TRUE(prologue_fits_attention(q.gpu, k.gpu, k.gpu, QkNorm{}, one_k, one_v));
   const Tensor one = decode_prologue_attention(q.gpu, k.gpu, k.gpu, QkNorm{}, angles, one_k, one_v, past, 0.125);
   EXPECT_TRUE(bitwise_equal(one, two));
   EXPECT_TRUE(bitwise_equal(one_k, two_k));

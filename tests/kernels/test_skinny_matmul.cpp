@@ -196,6 +196,12 @@ TEST(SkinnyMatmul, AfterAResidualStepBadArgumentsNameTheProblem) {
         call({ResidualStep::post_norm, r, x, w, 1e-5}, aliased);
       },
       {"h must not share storage with the step's inputs"});
+  Tensor onto_residual[1] = {r.view({16, 8}).narrow(0, 2)};
+  expect_error(
+      [&] {
+        skinny_matmul_after_residual_step({ResidualStep::post_norm, r, x, w, 1e-5}, ws, onto_residual, h);
+      },
+      {"output 0 shares storage with h or the step's inputs"});
   Tensor wrong_out[1] = {zeros_bf16({2, 8}).to(DType::f32)};
   expect_error(
       [&] {
