@@ -126,12 +126,13 @@ std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variabl
   if ((records && GradMode::enabled()) || !x.device().is_cuda() || swiglu_projection_choice() != Fusion::fused ||
       gate.shape() != up.shape() || x.shape().rows() > kSkinnyMatmulMaxRows)
     return std::nullopt;
-  Tensor y = linear_output(x, gate, x.dtype());
   const Tensor x2d = x.value().view({x.shape().rows(), x.shape().last()});
-  Tensor y2d = y.view({y.shape().rows(), gate.dim(0)});
   const Tensor &g = gate.compute_value(), &u = up.compute_value();
-  if (!use_skinny_matmul(x2d, false, g, true, y2d, 1.0, 0.0) || !use_skinny_matmul(x2d, false, u, true, y2d, 1.0, 0.0))
+  if (!use_skinny_matmul(x2d, false, g, true, x.dtype(), 1.0, 0.0) ||
+      !use_skinny_matmul(x2d, false, u, true, x.dtype(), 1.0, 0.0))
     return std::nullopt;
+  Tensor y = linear_output(x, gate, x.dtype());
+  Tensor y2d = y.view({y.shape().rows(), gate.dim(0)});
   skinny_swiglu(x2d, g, u, y2d);
   return Variable(std::move(y));
 }
@@ -155,13 +156,13 @@ std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind
   for (const Variable* w : weights) ws.push_back(w->compute_value());
   if (step.residual.dtype() != DType::bf16 || step.weight.dtype() != DType::bf16 || !residual_step_fits(step, ws))
     return std::nullopt;
+  for (const Tensor& w : ws)
+    if (!use_skinny_matmul(step.x, false, w, true, DType::bf16, 1.0, 0.0)) return std::nullopt;
   ResidualProjections out;
   std::vector<Tensor> ys2d;
   for (size_t i = 0; i < ws.size(); ++i) {
     Tensor y = linear_output(x, *weights[i], DType::bf16);
-    Tensor y2d = y.view({M, ws[i].dim(0)});
-    if (!use_skinny_matmul(step.x, false, ws[i], true, y2d, 1.0, 0.0)) return std::nullopt;
-    ys2d.push_back(y2d);
+    ys2d.push_back(y.view({M, ws[i].dim(0)}));
     out.ys.emplace_back(std::move(y));
   }
   Tensor h = Tensor::empty(x.shape(), DType::bf16, x.device());

@@ -6,8 +6,9 @@
 // The decode table times the skinny GEMM (kernels/matmul/skinny_matmul.h) against cuBLASLt at the 1B
 // model's decoding shapes, as GB/s of weight bytes read against the same copy, and a layer's grouped
 // projections (skinny_matmul_grouped) against one call per weight, and a decoding step's layer chain
-// replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH), and SwiGLU's
-// projection separate (grouped gate/up, then SwiGLU) against fused in gate/up's epilogue (skinny_swiglu).
+// replayed from a CUDA graph with ordinary and with dependent launches (FATHOM_DEPENDENT_LAUNCH), SwiGLU's
+// projection separate (grouped gate/up, then SwiGLU) against fused in gate/up's epilogue (skinny_swiglu), and a
+// block's residual step then gate/up against both in one launch (skinny_matmul_after_residual_step).
 // The FP8 tables time the FP8 linears' GEMMs and casts at the 1B model's training shapes (fp8_tables).
 // Usage: bench_cuda_kernels [reps] [decode|fp8]   (default 30 reps; `decode` or `fp8`: the ceilings and those
 // tables only)
@@ -326,6 +327,57 @@ void swiglu_projection_table() {
   set_dependent_launch(dependent_before);
 }
 
+// A block's residual step and the MLP's gate/up products at one row, 16 layers in one graph with dependent
+// launches: the step's own kernel (rms_norm_forward with the residual post-norm, add_rms_norm_forward pre-norm)
+// then the grouped products, against skinny_matmul_after_residual_step's one launch. Bytes: gate and up's weights.
+void residual_step_table() {
+  struct Mlp {
+    const char* name;
+    int64_t ffn, d;
+  };
+  const Mlp mlps[] = {{"OLMo2 1B", 8192, 2048}, {"OLMo2 190M", 3072, 768}};
+  const int layers = 16;
+  std::printf(
+      "\n| residual step + gate/up, 16 layers, one graph, M = 1 | step | weight MB | separate ms | of copy |"
+      " one launch ms | of copy | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+  const Toggle dependent_before = dependent_launch();
+  set_dependent_launch(Toggle::on);
+  for (const Mlp& mlp : mlps) {
+    std::vector<std::pair<Tensor, Tensor>> w;
+    for (int l = 0; l < layers; ++l)
+      w.emplace_back(random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05),
+                     random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05));
+    const double bytes = 2.0 * 2.0 * layers * double(mlp.ffn) * double(mlp.d);
+    const Tensor residual = random_gpu({1, mlp.d}, DType::bf16), x = random_gpu({1, mlp.d}, DType::bf16);
+    const Tensor norm = random_gpu({mlp.d}, DType::bf16, 0.5, 1.5);
+    std::vector<Tensor> gu{Tensor::empty({1, mlp.ffn}, DType::bf16, kGpu),
+                           Tensor::empty({1, mlp.ffn}, DType::bf16, kGpu)};
+    Tensor h = Tensor::empty({1, mlp.d}, DType::bf16, kGpu);
+    for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+      const bool post = kind == ResidualStep::post_norm;
+      const auto separate = [&] {
+        for (const auto& [gate, up] : w) {
+          const Tensor in = post ? rms_norm_forward(x, norm, 1e-6, residual).y
+                                 : add_rms_norm_forward(residual, x, norm, 1e-6).normed.y;
+          skinny_matmul_grouped(in, std::vector<Tensor>{gate, up}, gu);
+        }
+      };
+      const auto one_launch = [&] {
+        for (const auto& [gate, up] : w)
+          skinny_matmul_after_residual_step({kind, residual, x, norm, 1e-6}, std::vector<Tensor>{gate, up}, gu, h);
+      };
+      const std::function<void()> sides[2] = {separate, one_launch};
+      double ms[2];
+      for (int side = 0; side < 2; ++side) ms[side] = graph_ms(sides[side]);
+      const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
+      std::printf("| %s | %s | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n", mlp.name,
+                  post ? "post-norm" : "pre-norm", bytes / 1e6, ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]),
+                  ms[0] / ms[1]);
+    }
+  }
+  set_dependent_launch(dependent_before);
+}
+
 }  // namespace
 
 // One GEMM's row: M x K x N at `ms`, as TFLOP/s and as a share of the bf16 8192^3 ceiling.
@@ -433,6 +485,7 @@ int main(int argc, char** argv) {
   grouped_projection_table(prop);
   dependent_launch_table();
   swiglu_projection_table();
+  residual_step_table();
   if (only == "decode") return 0;
 
   std::printf("| GEMM | shape (M x K x N) | ms | TFLOP/s | of 8192^3 |\n|---|---|---:|---:|---:|\n");

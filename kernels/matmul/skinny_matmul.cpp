@@ -52,11 +52,16 @@ void set_residual_step_in_gemm_choice(Fusion choice) { residual_step_in_force.se
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {
+  return use_skinny_matmul(a, transpose_a, b, transpose_b, c.dtype(), alpha, beta);
+}
+
+bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, DType c_dtype,
+                       double alpha, double beta) {
   const SkinnyMatmulPolicy policy = skinny_matmul_policy();
   if (policy == SkinnyMatmulPolicy::never) return false;
   const int64_t row_limit = policy == SkinnyMatmulPolicy::always ? kSkinnyMatmulMaxRows : kSkinnyMatmulAutoRows;
   return !transpose_a && transpose_b && alpha == 1.0 && beta == 0.0 && a.dtype() == DType::bf16 &&
-         b.dtype() == DType::bf16 && (c.dtype() == DType::bf16 || c.dtype() == DType::f32) && a.dim(0) <= row_limit &&
+         b.dtype() == DType::bf16 && (c_dtype == DType::bf16 || c_dtype == DType::f32) && a.dim(0) <= row_limit &&
          a.dim(1) <= kMaxExtent && b.dim(0) <= kMaxExtent;
 }
 

@@ -42,6 +42,9 @@ SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string
 // kernel on a GPU under the current policy.
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta);
+// The same for an output of c_dtype not yet allocated (a caller asks before it allocates).
+bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, DType c_dtype,
+                       double alpha, double beta);
 
 // y = x w^T: x [M, K] and w [N, K] BF16, y [M, N] BF16 or F32 (f32 accumulation either way), M <=
 // kSkinnyMatmulMaxRows, one device, y sharing no storage with x or w. On the CPU it is the CPU matmul
