@@ -280,28 +280,48 @@ void dependent_launch_table() {
   set_skinny_matmul_policy(SkinnyMatmulPolicy::never);
 }
 
+// OLMo2 1B's and 190M's MLP shapes, and 16 layers of random gate/up weights at one (past L2), as the gate/up
+// tables below replay them.
+struct MlpShape {
+  const char* name;
+  int64_t ffn, d;
+};
+constexpr MlpShape kMlpShapes[] = {{"OLMo2 1B", 8192, 2048}, {"OLMo2 190M", 3072, 768}};
+constexpr int kGateUpLayers = 16;
+
+std::vector<std::pair<Tensor, Tensor>> gate_up_layers(const MlpShape& mlp) {
+  std::vector<std::pair<Tensor, Tensor>> w;
+  for (int l = 0; l < kGateUpLayers; ++l)
+    w.emplace_back(random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05),
+                   random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05));
+  return w;
+}
+
+// One row of a gate/up table: the two sides, each replayed from one CUDA graph with dependent launches, as
+// ms and % of copy bandwidth for the gate/up weights' bytes, and the second's speed-up; `label` is the row's
+// leading cells.
+void gate_up_row(const std::string& label, const MlpShape& mlp, const std::function<void()>& first,
+                 const std::function<void()>& second) {
+  const Toggle dependent_before = dependent_launch();
+  set_dependent_launch(Toggle::on);
+  const double ms[2] = {graph_ms(first), graph_ms(second)};
+  set_dependent_launch(dependent_before);
+  const double bytes = 2.0 * 2.0 * kGateUpLayers * double(mlp.ffn) * double(mlp.d);
+  const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
+  std::printf("| %s | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n", label.c_str(), bytes / 1e6, ms[0],
+              of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
+}
+
 // SwiGLU's projection at decoding's rows, as 16 layers of a decoding step run it: grouped gate/up then the
 // SwiGLU kernel (FATHOM_SWIGLU_PROJECTION=separate, the default) against skinny_swiglu (fused: one launch,
 // neither product written), at OLMo2 1B's and 190M's MLP shapes. Each side is 16 calls on 16 weight pairs (past
 // L2), replayed from one CUDA graph with dependent launches, as a step replays them. Bytes: the two weights'.
 void swiglu_projection_table() {
-  struct Mlp {
-    const char* name;
-    int64_t ffn, d;
-  };
-  const Mlp mlps[] = {{"OLMo2 1B", 8192, 2048}, {"OLMo2 190M", 3072, 768}};
-  const int layers = 16;
   std::printf(
       "\n| SwiGLU projection, 16 layers, one graph | M | weight MB | separate ms | of copy | fused ms | of copy | "
       "fused speed-up |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  const Toggle dependent_before = dependent_launch();
-  set_dependent_launch(Toggle::on);
-  for (const Mlp& mlp : mlps) {
-    std::vector<std::pair<Tensor, Tensor>> w;
-    for (int l = 0; l < layers; ++l)
-      w.emplace_back(random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05),
-                     random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05));
-    const double bytes = 2.0 * 2.0 * layers * double(mlp.ffn) * double(mlp.d);
+  for (const MlpShape& mlp : kMlpShapes) {
+    const std::vector<std::pair<Tensor, Tensor>> w = gate_up_layers(mlp);
     for (const int64_t m : {int64_t(1), int64_t(8)}) {
       const Tensor x = random_gpu({m, mlp.d}, DType::bf16);
       std::vector<Tensor> gu{Tensor::empty({m, mlp.ffn}, DType::bf16, kGpu),
@@ -316,38 +336,20 @@ void swiglu_projection_table() {
       const auto fused = [&] {
         for (const auto& [gate, up] : w) skinny_swiglu(x, gate, up, y);
       };
-      const std::function<void()> sides[2] = {separate, fused};
-      double ms[2];
-      for (int side = 0; side < 2; ++side) ms[side] = graph_ms(sides[side]);
-      const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
-      std::printf("| %s | %ld | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n", mlp.name, long(m), bytes / 1e6,
-                  ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]), ms[0] / ms[1]);
+      gate_up_row(std::string(mlp.name) + " | " + std::to_string(m), mlp, separate, fused);
     }
   }
-  set_dependent_launch(dependent_before);
 }
 
 // A block's residual step and the MLP's gate/up products at one row, 16 layers in one graph with dependent
 // launches: the step's own kernel (rms_norm_forward with the residual post-norm, add_rms_norm_forward pre-norm)
 // then the grouped products, against skinny_matmul_after_residual_step's one launch. Bytes: gate and up's weights.
 void residual_step_table() {
-  struct Mlp {
-    const char* name;
-    int64_t ffn, d;
-  };
-  const Mlp mlps[] = {{"OLMo2 1B", 8192, 2048}, {"OLMo2 190M", 3072, 768}};
-  const int layers = 16;
   std::printf(
       "\n| residual step + gate/up, 16 layers, one graph, M = 1 | step | weight MB | separate ms | of copy |"
       " one launch ms | of copy | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
-  const Toggle dependent_before = dependent_launch();
-  set_dependent_launch(Toggle::on);
-  for (const Mlp& mlp : mlps) {
-    std::vector<std::pair<Tensor, Tensor>> w;
-    for (int l = 0; l < layers; ++l)
-      w.emplace_back(random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05),
-                     random_gpu({mlp.ffn, mlp.d}, DType::bf16, -0.05, 0.05));
-    const double bytes = 2.0 * 2.0 * layers * double(mlp.ffn) * double(mlp.d);
+  for (const MlpShape& mlp : kMlpShapes) {
+    const std::vector<std::pair<Tensor, Tensor>> w = gate_up_layers(mlp);
     const Tensor residual = random_gpu({1, mlp.d}, DType::bf16), x = random_gpu({1, mlp.d}, DType::bf16);
     const Tensor norm = random_gpu({mlp.d}, DType::bf16, 0.5, 1.5);
     std::vector<Tensor> gu{Tensor::empty({1, mlp.ffn}, DType::bf16, kGpu),
@@ -366,16 +368,9 @@ void residual_step_table() {
         for (const auto& [gate, up] : w)
           skinny_matmul_after_residual_step({kind, residual, x, norm, 1e-6}, std::vector<Tensor>{gate, up}, gu, h);
       };
-      const std::function<void()> sides[2] = {separate, one_launch};
-      double ms[2];
-      for (int side = 0; side < 2; ++side) ms[side] = graph_ms(sides[side]);
-      const auto of_copy = [&](double t) { return 100.0 * bytes / t / 1e6 / copy_gbps; };
-      std::printf("| %s | %s | %.0f | %.3f | %.0f%% | %.3f | %.0f%% | %.2fx |\n", mlp.name,
-                  post ? "post-norm" : "pre-norm", bytes / 1e6, ms[0], of_copy(ms[0]), ms[1], of_copy(ms[1]),
-                  ms[0] / ms[1]);
+      gate_up_row(std::string(mlp.name) + (post ? " | post-norm" : " | pre-norm"), mlp, separate, one_launch);
     }
   }
-  set_dependent_launch(dependent_before);
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 #include "kernels/attention/decode_prologue.h"
 
-#include <limits>
-
 #include <cmath>
-#include <cstdint>
+#include <limits>
 
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
+#include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
@@ -91,9 +90,10 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
 bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                              const Tensor& cache_k, const Tensor& cache_v) {
   const int64_t d = q.dim(3), G = q.dim(2) / k.dim(2);
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
-  return q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 && aligned(q) && aligned(k) && aligned(v) &&
-         aligned(cache_k) && aligned(cache_v) && (!norm.q.defined() || (aligned(norm.q) && aligned(norm.k)));
+  bool rows_aligned = true;
+  for (const Tensor* t : {&q, &k, &v, &cache_k, &cache_v, &norm.q, &norm.k})
+    rows_aligned = rows_aligned && (!t->defined() || cuda::aligned_to(16, *t));
+  return q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 && rows_aligned;
 }
 
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,

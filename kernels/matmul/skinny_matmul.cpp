@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
@@ -87,6 +88,27 @@ void check_product(const char* op, const Tensor& x, const Tensor& w, const Tenso
                ": the output must not share storage with an input");
 }
 
+// The checks of a grouped launch's products: 1 to kSkinnyMatmulMaxGroup weights with one output each, every
+// product as check_product takes it, one output dtype, no two outputs sharing storage. Returns the operands
+// (x, then each weight and output) for common_device.
+std::vector<const Tensor*> check_group(const char* op, const Tensor& x, std::span<const Tensor> ws,
+                                       std::span<Tensor> ys) {
+  FATHOM_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= size_t(kSkinnyMatmulMaxGroup), op, ": 1 to ",
+               kSkinnyMatmulMaxGroup, " weights with one output each, got ", ws.size(), " weights and ", ys.size(),
+               " outputs");
+  std::vector<const Tensor*> operands{&x};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_product(op, x, ws[i], ys[i]);
+    FATHOM_CHECK(ys[i].dtype() == ys[0].dtype(), op, ": the outputs must share one dtype, got ", describe(ys[0]),
+                 " and ", describe(ys[i]));
+    for (size_t j = 0; j < i; ++j)
+      FATHOM_CHECK(!ys[i].shares_storage_with(ys[j]), op, ": outputs ", j, " and ", i, " share storage");
+    operands.push_back(&ws[i]);
+    operands.push_back(&ys[i]);
+  }
+  return operands;
+}
+
 }  // namespace
 
 void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -96,21 +118,7 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) {
 }
 
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
-  FATHOM_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= size_t(kSkinnyMatmulMaxGroup),
-               "skinny_matmul_grouped: 1 to ", kSkinnyMatmulMaxGroup, " weights with one output each, got ", ws.size(),
-               " weights and ", ys.size(), " outputs");
-  std::vector<const Tensor*> operands{&x};
-  for (size_t i = 0; i < ws.size(); ++i) {
-    check_product("skinny_matmul_grouped", x, ws[i], ys[i]);
-    FATHOM_CHECK(ys[i].dtype() == ys[0].dtype(), "skinny_matmul_grouped: the outputs must share one dtype, got ",
-                 describe(ys[0]), " and ", describe(ys[i]));
-    for (size_t j = 0; j < i; ++j)
-      FATHOM_CHECK(!ys[i].shares_storage_with(ys[j]), "skinny_matmul_grouped: outputs ", j, " and ", i,
-                   " share storage");
-    operands.push_back(&ws[i]);
-    operands.push_back(&ys[i]);
-  }
-  const Device device = common_device("skinny_matmul_grouped", operands);
+  const Device device = common_device("skinny_matmul_grouped", check_group("skinny_matmul_grouped", x, ws, ys));
   on_device("skinny_matmul_grouped", device, FATHOM_KERNEL(skinny_matmul_grouped), x, ws, ys);
 }
 
@@ -135,20 +143,13 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
   FATHOM_CHECK(step.eps > 0 && std::isfinite(step.eps), kOp, ": eps must be positive and finite, got ", step.eps);
   FATHOM_CHECK(!h.shares_storage_with(r) && !h.shares_storage_with(x) && !h.shares_storage_with(w), kOp,
                ": h must not share storage with the step's inputs");
-  FATHOM_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= size_t(kSkinnyMatmulMaxGroup), kOp, ": 1 to ",
-               kSkinnyMatmulMaxGroup, " weights with one output each, got ", ws.size(), " weights and ", ys.size(),
-               " outputs");
-  std::vector<const Tensor*> operands{&r, &x, &w, &h};
-  for (size_t i = 0; i < ws.size(); ++i) {
-    check_product(kOp, x, ws[i], ys[i]);
+  std::vector<const Tensor*> operands = check_group(kOp, x, ws, ys);
+  for (size_t i = 0; i < ys.size(); ++i) {
     FATHOM_CHECK(ys[i].dtype() == DType::bf16, kOp, ": the outputs must be BF16, got ", describe(ys[i]));
     FATHOM_CHECK(!ys[i].shares_storage_with(h) && !ys[i].shares_storage_with(r) && !ys[i].shares_storage_with(w), kOp,
                  ": output ", i, " shares storage with h or the step's inputs");
-    for (size_t j = 0; j < i; ++j)
-      FATHOM_CHECK(!ys[i].shares_storage_with(ys[j]), kOp, ": outputs ", j, " and ", i, " share storage");
-    operands.push_back(&ws[i]);
-    operands.push_back(&ys[i]);
   }
+  operands.insert(operands.end(), {&r, &w, &h});
   const Device device = common_device(kOp, operands);
   FATHOM_CHECK(device.is_cpu() || residual_step_fits(step, ws), kOp, ": ", describe(x),
                " does not fit the CUDA launch (residual_step_fits); run the step and the products instead");
@@ -159,10 +160,9 @@ bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> 
   const Tensor &r = step.residual, &x = step.x, &w = step.weight;
   if (!r.defined() || !x.defined() || !w.defined() || x.rank() != 2) return false;
   const int64_t M = x.dim(0), K = x.dim(1);
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
   bool fits = M >= 1 && M <= kResidualStepMaxRows && K % 32 == 0 && K > 256 && K <= kResidualStepMaxWidth &&
-              aligned(r) && aligned(x) && aligned(w);
-  for (const Tensor& weight : ws) fits = fits && weight.defined() && weight.dim(0) >= 1 && aligned(weight);
+              cuda::aligned_to(16, r) && cuda::aligned_to(16, x) && cuda::aligned_to(16, w);
+  for (const Tensor& weight : ws) fits = fits && weight.defined() && weight.dim(0) >= 1 && cuda::aligned_to(16, weight);
   return fits;
 }
 

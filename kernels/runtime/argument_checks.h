@@ -9,11 +9,18 @@
 
 namespace fathom::cuda {
 
+// True when every pointer (or tensor's data) is aligned to `bytes`: where a kernel's vector loads may take it.
+inline bool aligned_to(size_t bytes, const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned_to(size_t bytes, const Tensor& t) { return aligned_to(bytes, t.raw()); }
+template <typename... P>
+bool all_aligned(size_t bytes, const P*... ptrs) {
+  return (aligned_to(bytes, ptrs) && ...);
+}
+
 // Kernels move bf16 tiles in 16-byte copies, so their pointers must be non-null and aligned.
 inline void check_pointer(const char* op, const char* name, const void* p, size_t alignment) {
   FATHOM_CHECK(p != nullptr, op, ": ", name, " is null");
-  FATHOM_CHECK(reinterpret_cast<uintptr_t>(p) % alignment == 0, op, ": ", name, " must be ", alignment,
-               "-byte aligned");
+  FATHOM_CHECK(aligned_to(alignment, p), op, ": ", name, " must be ", alignment, "-byte aligned");
 }
 
 // A defined tensor of `dtype` on the CUDA `device` of the other inputs; `why` ends the dtype error

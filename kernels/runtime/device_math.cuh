@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/runtime/argument_checks.h"  // aligned_to, all_aligned: choosing packed kernels
 
 namespace fathom::cuda {
 
@@ -75,13 +76,6 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
 template <int N, typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
   *reinterpret_cast<Pack<T, N>*>(p) = pack;
-}
-
-// True when every pointer is aligned to `bytes` (host side, to choose packed kernels).
-inline bool aligned_to(size_t bytes, const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-template <typename... P>
-bool all_aligned(size_t bytes, const P*... ptrs) {
-  return (aligned_to(bytes, ptrs) && ...);
 }
 
 // The logistic function as SwiGLU computes it: one definition, so that every kernel gating by it (the SwiGLU
