@@ -11,6 +11,9 @@ namespace {
 
 constexpr const char* kOp = "decode_attention";
 
+// Unset: separate, until the merge inside the split kernel has run on a GPU and paid.
+constinit KernelChoice<Fusion> combine_in_force("FATHOM_COMBINE_IN_ATTENTION", Fusion::separate, parse_fusion);
+
 void check_depth(const Tensor& q, int64_t Hk, const DepthSlots& depth) {
   // An empty range reads nothing, so its buffers may be missing; given ones are still checked.
   if (depth.begin == depth.end && !depth.k.defined() && !depth.v.defined()) return;
@@ -51,6 +54,10 @@ void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 }
 
 }  // namespace
+
+Fusion combine_in_attention_choice() { return combine_in_force.get(); }
+
+void set_combine_in_attention_choice(Fusion choice) { combine_in_force.set(choice); }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                         const DepthSlots& depth, double scale) {

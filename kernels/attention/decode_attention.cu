@@ -24,6 +24,12 @@
 // every value is rounded as
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
+//
+// Merge. Where FATHOM_COMBINE_IN_ATTENTION is fused and there are no depth slots, the few-rows kernel merges
+// the splits itself instead of the combine kernel: each block publishes its partial and counts itself on its
+// row block's counter; the last of a row block's splits to arrive merges every split's partial (read through
+// L2) with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one
+// launch and one dependency a layer fewer. That last block sets the counter back to zero.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -87,6 +93,9 @@ struct DecodeArgs {
   int past_rows;          // past's entries: 1 (every sequence's count) or B
   int64_t want_splits;    // plan_splits' blocks-per-SM target, before clamping to the tiles
   PrologueArgs prologue;  // read by the few-rows kernel built with kPrologue only
+  // Non-null: the few-rows kernel merges the splits itself ("Merge" above), counting a row block's splits on
+  // counters[(b * Hk + hk) * row_blocks + row block] (grid_counters, runtime.h); no combine kernel runs.
+  int* counters;
 };
 
 // Both kernels' view of sequence b's split plan (see plan_splits, which this mirrors for a device-held
@@ -314,6 +323,76 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
   if (tid < rows) a.part_ml[part0 + tid] = make_float2(row_m[tid], row_l[tid]);
 }
 
+// n floats of a partial at p through L2 (written by other blocks, perhaps on other SMs, in this grid).
+template <int N>
+__device__ __forceinline__ Pack<float, N> load_partial(const float* p) {
+  static_assert(N == 2 || N == 4, "a lane's dims of a 64- or 128-wide head");
+  Pack<float, N> out;
+  if constexpr (N == 2) {
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+    out.v[0] = v.x, out.v[1] = v.y;
+  } else {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+    out.v[0] = v.x, out.v[1] = v.y, out.v[2] = v.z, out.v[3] = v.w;
+  }
+  return out;
+}
+
+// Output row `row` = (b * Tq + i) * Hq + h by one warp, a resolved for b: merges the row's partials over the
+// splits and its token's depth slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
+template <int D>
+__device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, int lane) {
+  constexpr int kPer = D / 32;
+  const int h = int(row % a.Hq), hk = h / a.G;
+  const int64_t bi = row / a.Hq;  // b * Tq + i
+  const int b = int(bi / a.Tq), i = int(bi % a.Tq);
+  const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
+  const int dim0 = lane * kPer;
+
+  float qv[kPer] = {};
+  if (a.slot_end > a.slot_begin) {  // q only scores depth slots (and is raw where the split kernel did the prologue)
+    const Pack<bf16_t, kPer> p = load_pack<kPer>(a.q + row * D + dim0);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) qv[e] = to_float(p.v[e]);
+  }
+  auto depth_row = [&](const bf16_t* base, int s) { return base + ((bi * a.S + s) * a.Hk + hk) * D + dim0; };
+  auto depth_score = [&](int s) {
+    const Pack<bf16_t, kPer> kp = load_pack<kPer>(depth_row(a.dk, s));
+    float part = 0.f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) part += qv[e] * to_float(kp.v[e]);
+    return warp_sum(part) * a.scale_log2;
+  };
+
+  // Every query sees cache position 0, so some split has a finite max and so does M.
+  float M = -INFINITY;
+  for (int s = lane; s < a.splits; s += 32) M = fmaxf(M, __ldcg(&a.part_ml[part0 + int64_t(s) * a.R]).x);
+  M = warp_max(M);
+  for (int s = a.slot_begin; s < a.slot_end; ++s) M = fmaxf(M, depth_score(s));
+
+  float den = 0.f, num[kPer] = {};
+  for (int s = 0; s < a.splits; ++s) {
+    const int64_t p = part0 + int64_t(s) * a.R;
+    const float2 ml = __ldcg(&a.part_ml[p]);
+    const float w = exp2f(ml.x - M);  // 0 for a split that saw nothing (max -inf)
+    den += w * ml.y;
+    const Pack<float, kPer> acc = load_partial<kPer>(a.part_acc + p * D + dim0);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) num[e] += w * acc.v[e];
+  }
+  for (int s = a.slot_begin; s < a.slot_end; ++s) {
+    const float w = exp2f(depth_score(s) - M);
+    den += w;
+    const Pack<bf16_t, kPer> vp = load_pack<kPer>(depth_row(a.dv, s));
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) num[e] += w * to_float(vp.v[e]);
+  }
+  Pack<bf16_t, kPer> out;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) out.v[e] = from_float<bf16_t>(num[e] / den);
+  store_pack<kPer>(a.o + row * D + dim0, out);
+}
+
 // The split kernel for few query rows per KV head (R <= 4: decoding one token with G <= 4, as MHA and
 // narrow GQA models do). The tile kernel above stages 64-key tiles through shared memory for up to 32
 // rows; with one row most of its threads idle and its 94 KB of shared memory keep two blocks per SM,
@@ -495,78 +574,45 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
       if (lane == 0) red_ml[warp][r] = make_float2(m[r], l[r]);
     }
   __syncthreads();
-  if (warp != 0 || lane >= kLanesPerKey) return;
-  const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.part_splits + split) * a.R + r0;
+  if (warp == 0 && lane < kLanesPerKey) {
+    const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.part_splits + split) * a.R + r0;
 #pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    if (r >= rows) break;
-    for (int w = 1; w < kWarps; ++w) merge(m[r], l[r], acc[r], red_ml[w][r].x, red_ml[w][r].y, &red_acc[w][r][c * 8]);
-    float4* dst = reinterpret_cast<float4*>(a.part_acc + (part0 + r) * D + c * 8);
-    dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-    dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-    if (lane == 0) a.part_ml[part0 + r] = make_float2(m[r], l[r]);
+    for (int r = 0; r < NR; ++r) {
+      if (r >= rows) break;
+      for (int w = 1; w < kWarps; ++w) merge(m[r], l[r], acc[r], red_ml[w][r].x, red_ml[w][r].y, &red_acc[w][r][c * 8]);
+      float4* dst = reinterpret_cast<float4*>(a.part_acc + (part0 + r) * D + c * 8);
+      dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+      if (lane == 0) a.part_ml[part0 + r] = make_float2(m[r], l[r]);
+    }
+    if (a.counters) __threadfence();  // the partial, published before this block is counted
   }
+  if (!a.counters) return;
+  // "Merge" above: the last of the row block's splits to be counted merges them all, one warp a row.
+  __shared__ bool last;
+  int* counter = a.counters + (int64_t(b) * a.Hk + hk) * a.row_blocks + int(blockIdx.z) % a.row_blocks;
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(counter, 1) == a.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp < rows) {
+    const int qr = r0 + warp;
+    combine_row<D>(a, (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G, lane);
+  }
+  if (tid == 0) *counter = 0;
 }
 
-// One warp per output row (b, i, h): merges the row's partials over the splits and its token's depth
-// slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
+// One warp per output row (b, i, h), for the split kernels that leave the merge to a kernel of its own.
 template <int D>
 __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(DecodeArgs args) {
   follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
-  constexpr int kPer = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;  // ((b * Tq + i) * Hq + h)
   if (row >= int64_t(a.B) * a.Tq * a.Hq) return;                   // whole warps leave together
-  const int h = int(row % a.Hq), hk = h / a.G;
-  const int64_t bi = row / a.Hq;  // b * Tq + i
-  const int b = int(bi / a.Tq), i = int(bi % a.Tq);
-  resolve_length(a, b);
-  const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
-  const int dim0 = lane * kPer;
-
-  float qv[kPer] = {};
-  if (a.slot_end > a.slot_begin) {  // q only scores depth slots (and is raw where the split kernel did the prologue)
-    const Pack<bf16_t, kPer> p = load_pack<kPer>(a.q + row * D + dim0);
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) qv[e] = to_float(p.v[e]);
-  }
-  auto depth_row = [&](const bf16_t* base, int s) { return base + ((bi * a.S + s) * a.Hk + hk) * D + dim0; };
-  auto depth_score = [&](int s) {
-    const Pack<bf16_t, kPer> kp = load_pack<kPer>(depth_row(a.dk, s));
-    float part = 0.f;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) part += qv[e] * to_float(kp.v[e]);
-    return warp_sum(part) * a.scale_log2;
-  };
-
-  // Every query sees cache position 0, so some split has a finite max and so does M.
-  float M = -INFINITY;
-  for (int s = lane; s < a.splits; s += 32) M = fmaxf(M, a.part_ml[part0 + int64_t(s) * a.R].x);
-  M = warp_max(M);
-  for (int s = a.slot_begin; s < a.slot_end; ++s) M = fmaxf(M, depth_score(s));
-
-  float den = 0.f, num[kPer] = {};
-  for (int s = 0; s < a.splits; ++s) {
-    const int64_t p = part0 + int64_t(s) * a.R;
-    const float2 ml = a.part_ml[p];
-    const float w = exp2f(ml.x - M);  // 0 for a split that saw nothing (max -inf)
-    den += w * ml.y;
-    const Pack<float, kPer> acc = load_pack<kPer>(a.part_acc + p * D + dim0);
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) num[e] += w * acc.v[e];
-  }
-  for (int s = a.slot_begin; s < a.slot_end; ++s) {
-    const float w = exp2f(depth_score(s) - M);
-    den += w;
-    const Pack<bf16_t, kPer> vp = load_pack<kPer>(depth_row(a.dv, s));
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) num[e] += w * to_float(vp.v[e]);
-  }
-  Pack<bf16_t, kPer> out;
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) out.v[e] = from_float<bf16_t>(num[e] / den);
-  store_pack<kPer>(a.o + row * D + dim0, out);
+  resolve_length(a, int(row / a.Hq / a.Tq));
+  combine_row<D>(a, row, lane);
 }
 
 // How the cache is split: about kWaves blocks per SM (two to four are resident at once) and at least
@@ -653,6 +699,10 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
   if (prologue) a.prologue = *prologue;
+  // The few-rows kernel merges its own splits where chosen, without depth slots, and its row blocks have counters.
+  const bool merge_in_split = R <= 4 && !has_depth && combine_in_attention_choice() == Fusion::fused &&
+                              B * Hk * plan.row_blocks <= kGridCounters;
+  a.counters = merge_in_split ? grid_counters(device.index) : nullptr;
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
@@ -680,6 +730,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       launch_kernel(decode_split_rows_kernel<D, 4>, grid, dim3(kThreads), 0, stream, a);
     else
       launch_kernel(decode_split_kernel<D>, grid, dim3(kThreads), smem, stream, a);
+    if (merge_in_split) return;
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
     launch_kernel(decode_combine_kernel<D>, dim3(combine_blocks), dim3(kCombineWarps * 32), 0, stream, a);
   };

@@ -27,6 +27,7 @@
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
 #include "kernels/moda/moda_attention.h"
+#include "kernels/runtime/kernel_choice.h"
 
 namespace fathom {
 
@@ -46,6 +47,13 @@ inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Ten
 // capacity; the CPU checks them and names the row.
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale);
+
+// Whether the bf16 kernel's few-rows split kernel merges its splits itself (fused) or leaves them to a combine
+// kernel (separate), where there are no depth slots: FATHOM_COMBINE_IN_ATTENTION=fused|separate, read at the
+// first call; unset, separate until it has run on a GPU and paid. The outputs are the same bit for bit either
+// way (decode_attention.cu, "Merge").
+Fusion combine_in_attention_choice();
+void set_combine_in_attention_choice(Fusion choice);
 
 // The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K
 // flash decoding in bf16 with fp32 accumulation for head dims 64 and 128 (kernels/attention/decode_attention.cu;

@@ -26,6 +26,8 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // on OLMo2 its effect was within the spread between runs, slower in no cell by more than that
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
+// Unset: off until it has run on a GPU and paid in the decoding benchmark.
+constinit KernelChoice<Toggle> ring_in_force("FATHOM_SKINNY_RING", Toggle::off, parse_toggle);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -46,6 +48,10 @@ void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(p
 SwigluProjection swiglu_projection_choice() { return swiglu_in_force.get(); }
 
 void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set(choice); }
+
+Toggle skinny_weight_ring_choice() { return ring_in_force.get(); }
+
+void set_skinny_weight_ring_choice(Toggle choice) { ring_in_force.set(choice); }
 
 Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
 

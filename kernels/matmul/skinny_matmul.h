@@ -99,6 +99,12 @@ bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> 
 Fusion residual_step_in_gemm_choice();
 void set_residual_step_in_gemm_choice(Fusion choice);
 
+// Whether the kernel streams W through a ring of shared-memory stages filled by bulk copies (on) or through
+// registers (off): FATHOM_SKINNY_RING=on|off, read at the first call; unset, off. The outputs are the same bit for
+// bit either way (skinny_matmul.cu, "Ring"); the ring is a question of speed.
+Toggle skinny_weight_ring_choice();
+void set_skinny_weight_ring_choice(Toggle choice);
+
 // Whether a decoding step's MLP takes skinny_swiglu (fused) or the grouped products and the SwiGLU kernel
 // (separate) where the skinny GEMM would run: FATHOM_SWIGLU_PROJECTION=fused|separate, read at the first
 // call; unset, separate (the fused launch paid at 190M and cost at 1B; skinny_matmul.cpp gives the numbers).

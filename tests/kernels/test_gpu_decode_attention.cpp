@@ -20,6 +20,7 @@
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
 #include "tests/support/gpu_test_util.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
@@ -219,6 +220,35 @@ TEST(GpuDecodeAttentionRagged, EqualCountsAreTheOneCountCall) {
     EXPECT_TRUE(
         bitwise_equal(p.run_gpu(), decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, 301, depth, p.scale)))
         << dtype_name(dtype);
+  }
+}
+
+// The few-rows split kernel merging its own splits (FATHOM_COMBINE_IN_ATTENTION) against the combine kernel,
+// bit for bit: every case above (those with depth slots or more than 4 rows a KV head keep the combine kernel
+// and must be unchanged), one count and a count per row; each twice, so a counter left nonzero shows.
+TEST(GpuDecodeAttentionMerge, TheSplitKernelsMergeGivesTheCombineKernelsBits) {
+  FATHOM_REQUIRE_GPU();
+  const auto both = [](auto&& run) {
+    Tensor out[2];
+    {
+      const CombineInAttentionScope apart(Fusion::separate);
+      out[0] = run();
+    }
+    const CombineInAttentionScope inside(Fusion::fused);
+    out[1] = run();
+    EXPECT_TRUE(bitwise_equal(run(), out[1])) << "a second merged run differs";
+    return std::pair{out[0], out[1]};
+  };
+  for (const Case& c : kCases) {
+    const Problem p(c, 9000 + uint64_t(c.length));
+    const auto [combined, merged] = both([&] { return p.run_gpu(); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
+  }
+  for (const int64_t G : {1, 2, 4}) {
+    const RaggedProblem p({0, 1, 4199, 63, 2500, 7}, 1, 2, G, G == 2 ? 64 : 128, 4200, 0, DType::bf16, 600 + G);
+    const auto [combined, merged] = both([&] { return p.run_gpu(); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
+    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, merged, G " + std::to_string(G));
   }
 }
 

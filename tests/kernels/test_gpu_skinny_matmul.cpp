@@ -363,3 +363,70 @@ TEST(GpuSkinnyMatmul, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits) {
       EXPECT_GPU_CLOSE(ys[1], cpu_ys[1].to(DType::f32), DType::bf16, what + ": second product against the CPU");
     }
 }
+
+// The ring (FATHOM_SKINNY_RING) against the register path, bit for bit, every output NaN-filled: K within one
+// stage, a stage and 8 past it, and past several (the last stage partial, the last chunk partial), K off 8
+// (the element path, which the ring leaves alone); N within a tile and wide enough for 8 tiles a CTA (the
+// smallest stage piece); 1 to 4 tiles of tokens; both output dtypes; a group whose members have different
+// tiles a CTA (so different rings); and the residual step's launch.
+TEST(GpuSkinnyMatmul, TheRingGivesTheRegisterPathsBits) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 400;
+  const auto both_paths = [](auto&& run) {
+    std::vector<Tensor> out[2];
+    for (const Toggle ring : {Toggle::off, Toggle::on}) {
+      const SkinnyRingScope scope(ring);
+      out[ring == Toggle::on] = run();
+    }
+    return std::pair{out[0], out[1]};
+  };
+  struct KN {
+    int64_t k, n;
+  };
+  for (const KN s : {KN{8, 127}, KN{24, 5}, KN{100, 37}, KN{520, 2048}, KN{520, 40000}, KN{2048, 6144}, KN{8192, 300},
+                     KN{8200, 17}}) {
+    const GpuInput x = random_input({kSkinnyMatmulMaxRows, s.k}, DType::bf16, seed++);
+    const GpuInput w = random_input({s.n, s.k}, DType::bf16, seed++);
+    for (const int64_t m : {1, 3, 8, 9, 17, 32})
+      for (const DType out : {DType::f32, DType::bf16}) {
+        const std::string what = label(m, s.k, s.n, std::string(" ") + dtype_name(out));
+        const auto [registers, ring] = both_paths([&] {
+          Tensor y = nan_output(m, s.n, out);
+          skinny_matmul(x.gpu.narrow(0, m), w.gpu, y);
+          return std::vector<Tensor>{y};
+        });
+        EXPECT_TRUE(bitwise_equal(ring[0], registers[0])) << what;
+        if (m == 3 && out == DType::f32)
+          EXPECT_LE(relative_l2(ring[0], matmul(x.cpu.narrow(0, m), false, w.cpu, true)), kF32OutputTolerance)
+              << what << ": against the CPU";
+      }
+  }
+  // A group of a wide and a narrow weight: 8 tiles a CTA and 1.
+  const GpuInput x = random_input({5, 520}, DType::bf16, seed++);
+  const GpuInput wide = random_input({40000, 520}, DType::bf16, seed++),
+                 narrow = random_input({5, 520}, DType::bf16, seed++);
+  const Tensor ws[2] = {wide.gpu, narrow.gpu};
+  const auto [registers, ring] = both_paths([&] {
+    Tensor ys[2] = {nan_output(5, 40000, DType::bf16), nan_output(5, 5, DType::bf16)};
+    skinny_matmul_grouped(x.gpu, ws, ys);
+    return std::vector<Tensor>{ys[0], ys[1]};
+  });
+  EXPECT_TRUE(bitwise_equal(ring[0], registers[0])) << "grouped, wide member";
+  EXPECT_TRUE(bitwise_equal(ring[1], registers[1])) << "grouped, narrow member";
+  // The residual step's launch.
+  for (const int64_t k : {288, 768, 2048})
+    for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+      const std::string what = label(1, k, 3000, kind == ResidualStep::post_norm ? " post-norm" : " pre-norm");
+      const GpuInput r = random_input({1, k}, DType::bf16, seed++), xs = random_input({1, k}, DType::bf16, seed++),
+                     norm = random_input({k}, DType::bf16, seed++, 0.5, 1.5),
+                     w0 = random_input({3000, k}, DType::bf16, seed++), w1 = random_input({7, k}, DType::bf16, seed++);
+      const Tensor step_ws[2] = {w0.gpu, w1.gpu};
+      const auto [reg, rng] = both_paths([&] {
+        Tensor ys[2] = {nan_output(1, 3000, DType::bf16), nan_output(1, 7, DType::bf16)};
+        Tensor h = nan_output(1, k, DType::bf16);
+        skinny_matmul_after_residual_step({kind, r.gpu, xs.gpu, norm.gpu, 1e-5}, step_ws, ys, h);
+        return std::vector<Tensor>{ys[0], ys[1], h};
+      });
+      for (size_t i = 0; i < reg.size(); ++i) EXPECT_TRUE(bitwise_equal(rng[i], reg[i])) << what << ", output " << i;
+    }
+}

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_prologue.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -24,10 +25,12 @@ using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_po
 using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
 using PrologueInAttentionScope =
     KernelChoiceScope<Fusion, prologue_in_attention_choice, set_prologue_in_attention_choice>;
+using CombineInAttentionScope = KernelChoiceScope<Fusion, combine_in_attention_choice, set_combine_in_attention_choice>;
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
+using SkinnyRingScope = KernelChoiceScope<Toggle, skinny_weight_ring_choice, set_skinny_weight_ring_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 
 }  // namespace fathom::test
