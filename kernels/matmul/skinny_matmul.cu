@@ -43,6 +43,12 @@
 // batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
 // ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
 //
+// SwiGLU's input. skinny_matmul_of_swiglu multiplies SwiGLU's output (down_proj's input) without it being
+// written: x's loads read gate's and up's eight values instead and gate them as the SwiGLU kernel does, rounded
+// to BF16 as that kernel stores them, so the output is SwiGLU's kernel then the product's, bit for bit, one
+// launch a layer fewer. Every CTA gates the whole of x (two 16 KiB rows at the 1B's width, M = 1): a few
+// thousand sigmoids, hidden under its stream over W.
+//
 // Residual step. skinny_matmul_after_residual_step begins with a block's residual step (the norm that joins a
 // sublayer's output to the stream) instead of reading x: after the wait every CTA computes the step's M rows
 // itself, in the order of sums the norm kernels use (rms_norm_forward's block of 256 threads over 16-byte
@@ -119,6 +125,23 @@ template <bool kVector, bool kStreaming>
 __device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int K) {
   if constexpr (kVector) return kStreaming ? load_streaming(row + k) : load_cached(row + k);
   return load_elements(row, k, K);
+}
+
+// SwiGLU of eight gate and up values, rounded as kernels/swiglu/swiglu.cu rounds it: the x of a product that
+// reads SwiGLU's inputs ("SwiGLU's input" above).
+__device__ __forceinline__ uint4 swiglu_eight(const uint4& gate, const uint4& up) {
+  Pack<__nv_bfloat16, 8> g, u, out;
+  static_assert(sizeof(g) == sizeof(uint4), "eight bf16 in one 16-byte load");
+  memcpy(&g, &gate, sizeof(g));
+  memcpy(&u, &up, sizeof(u));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float gk = to_float(g.v[k]);
+    out.v[k] = from_float<__nv_bfloat16>(gk * sigmoid(gk) * to_float(u.v[k]));
+  }
+  uint4 bits;
+  memcpy(&bits, &out, sizeof(bits));
+  return bits;
 }
 
 // The two MMAs of one chunk for one 8-token tile (the k permutation in the file comment).
@@ -274,11 +297,15 @@ struct SkinnyGroup {
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
 // kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
-template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kRing>
+// kSwiglu: x is SwiGLU of x (gate) and up, [M, K] each, made as it is read ("SwiGLU's input" above; kVector, K % kChunk
+// 0).
+template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kRing, bool kSwiglu = false>
 __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
-                                                   int M, int K, const ResidualStepArgs& step) {
+                                                   int M, int K, const ResidualStepArgs& step,
+                                                   const __nv_bfloat16* __restrict__ up = nullptr) {
   static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
   static_assert(!kRing || (kVector && !kGated), "the ring copies 16-byte rows of one weight a CTA");
+  static_assert(!kSwiglu || (kVector && !kGated && kStep == Step::none), "SwiGLU's input: 16-byte rows of x");
   constexpr bool kStaged = kStep != Step::none;
   extern __shared__ __align__(128) unsigned char dynamic_smem[];
   // This CTA's weight, and its place among that weight's CTAs.
@@ -309,8 +336,12 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
   const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
   const __nv_bfloat16* x_row[kTiles];
+  const __nv_bfloat16* up_row[kTiles];  // kSwiglu only
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
+  for (int j = 0; j < kTiles; ++j) {
+    x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
+    up_row[j] = kSwiglu ? up + int64_t(min(8 * j + g, M - 1)) * K : nullptr;
+  }
 
   // W does not depend on the kernel ahead (dependent_launch.cuh): before the CTA waits for that kernel
   // (which x comes from), its ring's first stages are on their way to shared memory, or L2 has been asked
@@ -339,6 +370,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   // x's eight elements at k: from the staged rows, or through the read-only path.
   const auto load_x = [&](int j, int k) {
     if constexpr (kStaged) return *reinterpret_cast<const uint4*>(x_row[j] + k);
+    if constexpr (kSwiglu) return swiglu_eight(load_cached(x_row[j] + k), load_cached(up_row[j] + k));
     return load_eight<kVector, false>(x_row[j], k, K);
   };
 
@@ -397,7 +429,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
   // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
   // as the MMA needs the whole warp.
-  if (!kStaged && !kRing && K % kChunk != 0 && split == full_chunks % k_splits) {
+  if (!kStaged && !kRing && !kSwiglu && K % kChunk != 0 && split == full_chunks % k_splits) {
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
@@ -442,6 +474,14 @@ __global__ void __launch_bounds__(cta_threads(kGated))
     skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
                          int K) {
   skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none, kRing>(x, group, M, K, ResidualStepArgs{});
+}
+
+// The product of SwiGLU's output, made from gate and up as x is read ("SwiGLU's input" above).
+template <int kTiles, typename Out, bool kRing>
+__global__ void __launch_bounds__(kThreads)
+    skinny_matmul_swiglu_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
+                                const __grid_constant__ SkinnyGroup<Out> group, int M, int K) {
+  skinny_matmul_body<kTiles, true, Out, false, Step::none, kRing, true>(gate, group, M, K, ResidualStepArgs{}, up);
 }
 
 // The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
@@ -489,9 +529,10 @@ void allow_ring_smem(void (*kernel)(Params...), int device) {
 
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
 // step (kStep), x is the step's x, whose rows the step turns into the products' input.
+// up: SwiGLU's up [M, K] where x is its gate and the products read SwiGLU's output (one weight, no step).
 template <int kTiles, typename Out, Step kStep = Step::none>
 void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
-            const ResidualStepArgs& step = {}) {
+            const ResidualStepArgs& step = {}, const Tensor* up = nullptr) {
   const int M = int(x.dim(0)), K = int(x.dim(1));
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
@@ -523,7 +564,11 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   if constexpr (kStep != Step::none)
     ring ? run(skinny_matmul_step_kernel<kStep, true>, kThreads, group, M, K, step)
          : run(skinny_matmul_step_kernel<kStep>, kThreads, group, M, K, step);
-  else if (gated)
+  else if (up) {  // swiglu_input_fits held: 16-byte rows, K a multiple of kChunk
+    const auto* upp = static_cast<const __nv_bfloat16*>(up->raw());
+    ring ? run(skinny_matmul_swiglu_kernel<kTiles, Out, true>, kThreads, xp, upp, group, M, K)
+         : run(skinny_matmul_swiglu_kernel<kTiles, Out, false>, kThreads, xp, upp, group, M, K);
+  } else if (gated)
     vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true), xp, group, M, K)
            : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true), xp, group, M, K);
   else if (ring)
@@ -533,27 +578,29 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
            : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads, xp, group, M, K);
 }
 
+// up: as launch's.
 template <typename Out>
-void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated,
-                     cudaStream_t stream) {
+void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
+                     const Tensor* up) {
   switch ((x.dim(0) + 7) / 8) {
     case 1:
-      return launch<1, Out>(x, ws, ys, gated, stream);
+      return launch<1, Out>(x, ws, ys, gated, stream, {}, up);
     case 2:
-      return launch<2, Out>(x, ws, ys, gated, stream);
+      return launch<2, Out>(x, ws, ys, gated, stream, {}, up);
     case 3:
-      return launch<3, Out>(x, ws, ys, gated, stream);
+      return launch<3, Out>(x, ws, ys, gated, stream, {}, up);
     default:
-      return launch<4, Out>(x, ws, ys, gated, stream);
+      return launch<4, Out>(x, ws, ys, gated, stream, {}, up);
   }
 }
 
-void launch_for_dtype(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated) {
+void launch_for_dtype(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated,
+                      const Tensor* up = nullptr) {
   cudaStream_t stream = stream_for(x.device());
   if (ys[0].dtype() == DType::f32)
-    launch_for_rows<float>(x, ws, ys, gated, stream);
+    launch_for_rows<float>(x, ws, ys, gated, stream, up);
   else
-    launch_for_rows<__nv_bfloat16>(x, ws, ys, gated, stream);
+    launch_for_rows<__nv_bfloat16>(x, ws, ys, gated, stream, up);
 }
 
 // The products of x by ws into ys, in one launch: members with no outputs take no CTAs, and an empty K
@@ -592,6 +639,13 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
     launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, false, stream, args);
   else
     launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, false, stream, args);
+}
+
+void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
+  // swiglu_input_fits held (the front checked it): 16-byte rows, K a multiple of 32 and not empty.
+  if (y.numel() == 0) return;
+  const Tensor ws[1] = {w};
+  launch_for_dtype(gate, ws, {&y, 1}, false, &up);
 }
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {

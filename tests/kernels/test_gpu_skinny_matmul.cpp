@@ -396,9 +396,10 @@ TEST(GpuSkinnyMatmul, TheRingGivesTheRegisterPathsBits) {
           return std::vector<Tensor>{y};
         });
         EXPECT_TRUE(bitwise_equal(ring[0], registers[0])) << what;
-        if (m == 3 && out == DType::f32)
+        if (m == 3 && out == DType::f32) {
           EXPECT_LE(relative_l2(ring[0], matmul(x.cpu.narrow(0, m), false, w.cpu, true)), kF32OutputTolerance)
               << what << ": against the CPU";
+        }
       }
   }
   // A group of a wide and a narrow weight: 8 tiles a CTA and 1.
@@ -429,4 +430,41 @@ TEST(GpuSkinnyMatmul, TheRingGivesTheRegisterPathsBits) {
       });
       for (size_t i = 0; i < reg.size(); ++i) EXPECT_TRUE(bitwise_equal(rng[i], reg[i])) << what << ", output " << i;
     }
+}
+
+// The product of SwiGLU's output without it being written, against the SwiGLU kernel then the product, bit for bit,
+// outputs NaN-filled: K of one chunk, the 190M's and the 1B's MLP widths; N within a tile, odd, and 2048; 1 to 4
+// tiles of tokens; both output dtypes; the register path and the ring. And against the CPU.
+TEST(GpuSkinnyMatmul, OfSwigluGivesTheSwigluKernelThenTheProductsBits) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const int64_t k : {32, 3072, 8192}) {
+    const GpuInput gate = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++, -4, 4),
+                   up = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++);
+    for (const int64_t n : {5, 777, 2048}) {
+      const GpuInput w = random_input({n, k}, DType::bf16, seed++);
+      for (const int64_t m : {1, 3, 8, 9, 32}) {
+        const Tensor g = gate.gpu.narrow(0, m), u = up.gpu.narrow(0, m);
+        ASSERT_TRUE(swiglu_input_fits(g, u, w.gpu));
+        const Tensor in = swiglu_forward(g, u);
+        for (const DType out : {DType::f32, DType::bf16})
+          for (const Toggle ring : {Toggle::off, Toggle::on}) {
+            const SkinnyRingScope scope(ring);
+            const std::string what =
+                label(m, k, n, std::string(" ") + dtype_name(out) + (ring == Toggle::on ? " ring" : ""));
+            Tensor y = nan_output(m, n, out), want = nan_output(m, n, out);
+            skinny_matmul_of_swiglu(g, u, w.gpu, y);
+            skinny_matmul(in, w.gpu, want);
+            EXPECT_TRUE(bitwise_equal(y, want)) << what;
+          }
+        if (m == 3) {
+          Tensor y = nan_output(m, n, DType::bf16);
+          skinny_matmul_of_swiglu(g, u, w.gpu, y);
+          Tensor cpu_y = Tensor::empty({m, n}, DType::bf16);
+          skinny_matmul_of_swiglu(g.to(Device::cpu()), u.to(Device::cpu()), w.gpu.to(Device::cpu()), cpu_y);
+          EXPECT_GPU_CLOSE(y, cpu_y.to(DType::f32), DType::bf16, label(m, k, n, ": against the CPU"));
+        }
+      }
+    }
+  }
 }

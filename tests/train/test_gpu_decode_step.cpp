@@ -361,6 +361,22 @@ TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
   }
 }
 
+// down_proj reading SwiGLU's inputs (FATHOM_SWIGLU_IN_DOWN) changes no bit of a decoding step, at batch 1 (after
+// the residual step's gate/up launch) and 3, OLMo2 and Llama-style; and the fused path is taken at all.
+TEST(GpuDecodeStep, TheSwigluInsideDownProjChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  SwigluProjectionScope separate_swiglu(Fusion::separate);
+  for (const bool llama : {true, false})
+    for (const int64_t B : {1, 3})
+      expect_fusion_changes_no_bit<SwigluInDownScope>(model_name(llama, B),
+                                                      llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
+  NoGrad no_grad;
+  SwigluInDownScope on(Fusion::fused);
+  const GpuInput g = random_input({1, 1, 128}, DType::bf16, 7), w = random_input({96, 128}, DType::bf16, 8);
+  EXPECT_TRUE(linear_of_swiglu(Variable(g.gpu), Variable(g.gpu), Variable(w.gpu)).has_value());
+}
+
 // The skinny GEMM's weight ring (FATHOM_SKINNY_RING) changes no bit of a decoding step, at batch 1 (with the
 // residual step in the gate/up launch) and 3, OLMo2 and Llama-style.
 TEST(GpuDecodeStep, TheWeightRingChangesNoBit) {
