@@ -27,11 +27,6 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
 // has few enough rows for the skinny GEMM (a decoding step's MLP; swiglu_projection_choice() fused); else
 // nothing, and the caller composes the two linears and swiglu. Bit for bit the composition's result.
 std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variable& gate, const Variable& up);
-// linear(swiglu(gate, up), weight) in one skinny_matmul_of_swiglu launch where nothing records a gradient, gate
-// is a decoding step's BF16 rows on a GPU that the launch and the skinny GEMM's policy take, and
-// swiglu_in_down_choice() is fused: bit for bit the composition's result. Otherwise nothing, and the caller
-// composes them.
-std::optional<Variable> linear_of_swiglu(const Variable& gate, const Variable& up, const Variable& weight);
 // A block's residual step and the linears of what the next sublayer reads, in one
 // skinny_matmul_after_residual_step launch (kernels/matmul/skinny_matmul.h) where nothing records a gradient,
 // the rows are a decoding step's on a GPU that the launch takes, the skinny GEMM's policy takes each product and

@@ -23,9 +23,6 @@ class MLP : public Module {
                                                                            const RMSNorm& norm) const;
 
  private:
-  // down_proj of swiglu(gate, up); in one launch where a decoding step allows (autograd/ops.h linear_of_swiglu).
-  Variable down_of_swiglu(const Variable& gate, const Variable& up) const;
-
   Linear gate_proj_, up_proj_, down_proj_;
 };
 

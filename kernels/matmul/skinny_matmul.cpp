@@ -26,10 +26,6 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // on OLMo2 its effect was within the spread between runs, slower in no cell by more than that
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
-// Unset: separate, until it has run on a GPU and paid in the decoding benchmark.
-constinit KernelChoice<Fusion> swiglu_in_down_in_force("FATHOM_SWIGLU_IN_DOWN", Fusion::separate, parse_fusion);
-// Unset: off until it has run on a GPU and paid in the decoding benchmark.
-constinit KernelChoice<Toggle> ring_in_force("FATHOM_SKINNY_RING", Toggle::off, parse_toggle);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -50,14 +46,6 @@ void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(p
 SwigluProjection swiglu_projection_choice() { return swiglu_in_force.get(); }
 
 void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set(choice); }
-
-Fusion swiglu_in_down_choice() { return swiglu_in_down_in_force.get(); }
-
-void set_swiglu_in_down_choice(Fusion choice) { swiglu_in_down_in_force.set(choice); }
-
-Toggle skinny_weight_ring_choice() { return ring_in_force.get(); }
-
-void set_skinny_weight_ring_choice(Toggle choice) { ring_in_force.set(choice); }
 
 Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
 
@@ -139,24 +127,6 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   check_product("skinny_swiglu", x, up, y);
   const Device device = common_device("skinny_swiglu", {&x, &gate, &up, &y});
   on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
-}
-
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  constexpr const char* kOp = "skinny_matmul_of_swiglu";
-  check_product(kOp, gate, w, y);
-  FATHOM_CHECK(up.defined() && up.shape() == gate.shape() && up.dtype() == DType::bf16, kOp,
-               ": up must be BF16 and shaped as gate ", describe(gate), ", got ", describe(up));
-  FATHOM_CHECK(!y.shares_storage_with(up), kOp, ": the output must not share storage with an input");
-  const Device device = common_device(kOp, {&gate, &up, &w, &y});
-  FATHOM_CHECK(device.is_cpu() || swiglu_input_fits(gate, up, w), kOp, ": gate ", describe(gate),
-               " does not fit the CUDA launch (swiglu_input_fits); run swiglu_forward and the product instead");
-  on_device(kOp, device, FATHOM_KERNEL(skinny_matmul_of_swiglu), gate, up, w, y);
-}
-
-bool swiglu_input_fits(const Tensor& gate, const Tensor& up, const Tensor& w) {
-  if (!gate.defined() || !up.defined() || !w.defined() || gate.rank() != 2) return false;
-  return gate.dim(1) > 0 && gate.dim(1) % 32 == 0 && cuda::aligned_to(16, gate) && cuda::aligned_to(16, up) &&
-         cuda::aligned_to(16, w);
 }
 
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,

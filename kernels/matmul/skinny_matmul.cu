@@ -43,26 +43,12 @@
 // batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
 // ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
 //
-// SwiGLU's input. skinny_matmul_of_swiglu multiplies SwiGLU's output (down_proj's input) without it being
-// written: x's loads read gate's and up's eight values instead and gate them as the SwiGLU kernel does, rounded
-// to BF16 as that kernel stores them, so the output is SwiGLU's kernel then the product's, bit for bit, one
-// launch a layer fewer. Every CTA gates the whole of x (two 16 KiB rows at the 1B's width, M = 1): a few
-// thousand sigmoids, hidden under its stream over W.
-//
 // Residual step. skinny_matmul_after_residual_step begins with a block's residual step (the norm that joins a
 // sublayer's output to the stream) instead of reading x: after the wait every CTA computes the step's M rows
 // itself, in the order of sums the norm kernels use (rms_norm_forward's block of 256 threads over 16-byte
 // packs post-norm, add_rms_norm's element loop pre-norm) and with their roundings (rms_norm_math.cuh), stages
 // what the next sublayer reads in shared memory, and CTA 0 writes h. The products then read x from shared
 // memory. Each CTA repeats a few kilobytes of the step's reads, from L2, in place of a launch and a dependency.
-//
-// Ring. Where FATHOM_SKINNY_RING is on, a CTA's rows of W come through shared memory instead of registers: a
-// ring of four 16 KiB stages, each a piece of every row, filled by bulk copies (one a row a stage, issued by
-// warp 0, counted in bytes on the stage's barrier). The first four stages are asked for before the CTA waits
-// for the kernel ahead, and a stage is refilled as soon as every warp has read it, so a CTA keeps up to 64 KiB
-// of W in flight from its first cycle to its last stage without holding any of it in registers, where the
-// register path's warps issue a step, wait for all of it, and only then issue the next. The warps read the
-// same chunks in the same order and multiply the same values: the outputs are the register path's bit for bit.
 //
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
@@ -71,14 +57,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
-#include <set>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention_mma.cuh"
-#include "kernels/hopper/tma.cuh"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/dependent_launch.cuh"
@@ -125,23 +107,6 @@ template <bool kVector, bool kStreaming>
 __device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int K) {
   if constexpr (kVector) return kStreaming ? load_streaming(row + k) : load_cached(row + k);
   return load_elements(row, k, K);
-}
-
-// SwiGLU of eight gate and up values, rounded as kernels/swiglu/swiglu.cu rounds it: the x of a product that
-// reads SwiGLU's inputs ("SwiGLU's input" above).
-__device__ __forceinline__ uint4 swiglu_eight(const uint4& gate, const uint4& up) {
-  Pack<__nv_bfloat16, 8> g, u, out;
-  static_assert(sizeof(g) == sizeof(uint4), "eight bf16 in one 16-byte load");
-  memcpy(&g, &gate, sizeof(g));
-  memcpy(&u, &up, sizeof(u));
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float gk = to_float(g.v[k]);
-    out.v[k] = from_float<__nv_bfloat16>(gk * sigmoid(gk) * to_float(u.v[k]));
-  }
-  uint4 bits;
-  memcpy(&bits, &out, sizeof(bits));
-  return bits;
 }
 
 // The two MMAs of one chunk for one 8-token tile (the k permutation in the file comment).
@@ -234,54 +199,6 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
   __syncthreads();
 }
 
-// W's rows through shared memory ("Ring" above): kRingStages stages of about kRingStageBytes of the CTA's rows,
-// each stage a piece of stage_k elements of every row, rows row_stride apart (64 bytes past a multiple of
-// 128, so the 8 rows a quarter-warp reads fall in distinct banks), after kRingBarrierBytes of the stages'
-// barriers. Warp 0 issues the copies: one bulk copy a row a stage.
-constexpr int kRingStages = 4;
-constexpr int kRingStageBytes = 16384;
-constexpr int kRingBarrierBytes = 128;
-__host__ __device__ constexpr int ring_stage_k(int rows) { return kRingStageBytes / 2 / rows; }
-__host__ __device__ constexpr int ring_row_stride(int rows) { return ring_stage_k(rows) + 32; }
-__host__ __device__ constexpr int ring_bytes(int rows) {
-  return kRingBarrierBytes + kRingStages * rows * ring_row_stride(rows) * 2;
-}
-static_assert(ring_stage_k(kRows * kWarps) % 64 == 0, "a stage's piece of a row: whole chunks, 128-byte multiples");
-
-struct WeightRing {
-  flash::StageRing<kRingStages, kWarps> stages;
-  unsigned char* base;  // stage 0
-  int rows, stage_k, row_stride, count;
-
-  __device__ WeightRing(unsigned char* smem, int rows, int K)
-      : stages{uint32_t(__cvta_generic_to_shared(smem))},
-        base(smem + kRingBarrierBytes),
-        rows(rows),
-        stage_k(ring_stage_k(rows)),
-        row_stride(ring_row_stride(rows)),
-        count((K + stage_k - 1) / stage_k) {}
-  __device__ int bytes() const { return ring_bytes(rows); }
-  __device__ const __nv_bfloat16* stage(int j) const {
-    return reinterpret_cast<const __nv_bfloat16*>(base) + (j % kRingStages) * rows * row_stride;
-  }
-  // Eight elements of a row of a stage, at k (a multiple of 8) within the stage.
-  __device__ uint4 row_piece(const __nv_bfloat16* stage, int row, int k) const {
-    return *reinterpret_cast<const uint4*>(stage + row * row_stride + k);
-  }
-  // By warp 0: stage j's copies, of rows first_row .. first_row + rows - 1 of w [N, K] (past N: the last row,
-  // whose sums no one stores), once every warp has released the stage's last occupant.
-  __device__ void issue(int j, const __nv_bfloat16* w, int first_row, int N, int K, int lane) const {
-    const int k0 = j * stage_k;
-    const uint32_t row_bytes = uint32_t(min(stage_k, K - k0)) * 2;
-    if (lane == 0) stages.acquire(j, row_bytes * uint32_t(rows));
-    __syncwarp();
-    const uint32_t dst = stages.bars + kRingBarrierBytes + uint32_t((j % kRingStages) * rows * row_stride * 2);
-    for (int r = lane; r < rows; r += 32)
-      flash::bulk_load(dst + uint32_t(r * row_stride * 2), w + int64_t(min(first_row + r, N - 1)) * K + k0, row_bytes,
-                       stages.full(j));
-  }
-};
-
 // The weights of one launch: weight i is w[i] [n[i], K] into y[i] [M, n[i]], run by CTAs
 // first_cta[i] .. first_cta[i + 1] - 1 with row_tiles[i] tiles each.
 template <typename Out>
@@ -297,17 +214,11 @@ struct SkinnyGroup {
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
 // kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
-// kSwiglu: x is SwiGLU of x (gate) and up, [M, K] each, made as it is read ("SwiGLU's input" above; kVector, K % kChunk
-// 0).
-template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kRing, bool kSwiglu = false>
+template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep>
 __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
-                                                   int M, int K, const ResidualStepArgs& step,
-                                                   const __nv_bfloat16* __restrict__ up = nullptr) {
+                                                   int M, int K, const ResidualStepArgs& step) {
   static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
-  static_assert(!kRing || (kVector && !kGated), "the ring copies 16-byte rows of one weight a CTA");
-  static_assert(!kSwiglu || (kVector && !kGated && kStep == Step::none), "SwiGLU's input: 16-byte rows of x");
   constexpr bool kStaged = kStep != Step::none;
-  extern __shared__ __align__(128) unsigned char dynamic_smem[];
   // This CTA's weight, and its place among that weight's CTAs.
   int member = 0;
   while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
@@ -336,25 +247,12 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
   const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
   const __nv_bfloat16* x_row[kTiles];
-  const __nv_bfloat16* up_row[kTiles];  // kSwiglu only
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
-    up_row[j] = kSwiglu ? up + int64_t(min(8 * j + g, M - 1)) * K : nullptr;
-  }
+  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
-  // W does not depend on the kernel ahead (dependent_launch.cuh): before the CTA waits for that kernel
-  // (which x comes from), its ring's first stages are on their way to shared memory, or L2 has been asked
-  // for its rows' first step of W.
-  const WeightRing ring(dynamic_smem, kRows * row_tiles, K);
-  if constexpr (kRing) {
-    if (warp == 0) {
-      if (lane == 0) ring.stages.init();
-      __syncwarp();
-      for (int j = 0; j < min(kRingStages, ring.count); ++j) ring.issue(j, w, cta * kRows * row_tiles, N, K, lane);
-    }
-    __syncthreads();  // the barriers' initialisation, before anyone waits on them
-  } else if constexpr (kVector) {
+  // W does not depend on the kernel ahead (dependent_launch.cuh): the CTA asks L2 for its rows' first
+  // step of W, then waits for that kernel before it reads x.
+  if constexpr (kVector) {
     const int cta_rows = kRows * row_tiles, first_row = cta * cta_rows;
     const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * k_splits * kChunk);
     const int r = int(threadIdx.x) % cta_rows, weight = kGated ? int(threadIdx.x) / cta_rows : member;
@@ -362,15 +260,15 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
       prefetch_to_l2(group.w[weight] + int64_t(first_row + r) * K, unsigned(first_step * 2));
   }
   wait_for_previous_grid();
-  if constexpr (kStaged) {  // x is made here, into shared memory (after the ring, if any)
-    const auto* staged = reinterpret_cast<__nv_bfloat16*>(dynamic_smem + (kRing ? ring.bytes() : 0));
+  if constexpr (kStaged) {  // x is made here, into shared memory
+    extern __shared__ __align__(16) unsigned char staged_bytes[];
+    const auto* staged = reinterpret_cast<__nv_bfloat16*>(staged_bytes);
     residual_step<kStep>(step, const_cast<__nv_bfloat16*>(staged), M, K);
     x_row[0] = staged + int64_t(min(g, M - 1)) * K;
   }
   // x's eight elements at k: from the staged rows, or through the read-only path.
   const auto load_x = [&](int j, int k) {
     if constexpr (kStaged) return *reinterpret_cast<const uint4*>(x_row[j] + k);
-    if constexpr (kSwiglu) return swiglu_eight(load_cached(x_row[j] + k), load_cached(up_row[j] + k));
     return load_eight<kVector, false>(x_row[j], k, K);
   };
 
@@ -384,32 +282,6 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   };
   const int full_chunks = K / kChunk;
   int c = split;
-  if constexpr (kRing) {
-    // Stage j holds chunks j * chunks_per_stage ..., a multiple of k_splits of them: this split takes the
-    // same chunks, in the same order, as below, and the products add the same values (zero past K, as
-    // load_elements gives them), so the sums are the register path's bit for bit.
-    const int chunks_per_stage = ring.stage_k / kChunk;
-    const int tile_row = (tile % row_tiles) * kRows + g;
-    for (int j = 0; j < ring.count; ++j) {
-      ring.stages.wait_full(j);
-      const __nv_bfloat16* stage = ring.stage(j);
-#pragma unroll 2
-      for (int cc = split; cc < chunks_per_stage; cc += k_splits) {
-        const int k_stage = cc * kChunk + 8 * t, k = j * ring.stage_k + k_stage;
-        if (k - 8 * t >= K) break;  // the stage's chunks end with K (warp-uniform)
-        const bool in_k = k < K;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 wl = in_k ? ring.row_piece(stage, tile_row, k_stage) : zero;
-        const uint4 wh = in_k ? ring.row_piece(stage, tile_row + 8, k_stage) : zero;
-#pragma unroll
-        for (int jt = 0; jt < kTiles; ++jt) mma_chunk(acc[jt], wl, wh, in_k ? load_x(jt, k) : zero);
-      }
-      ring.stages.release(j, lane);
-      if (warp == 0 && j + kRingStages < ring.count)
-        ring.issue(j + kRingStages, w, cta * kRows * row_tiles, N, K, lane);
-    }
-    c = full_chunks + k_splits;  // the register path below has nothing left
-  }
   // Whole steps: kUnroll chunks, every load issued before the first product.
   for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) {
     uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][kTiles];
@@ -429,7 +301,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
   // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
   // as the MMA needs the whole warp.
-  if (!kStaged && !kRing && !kSwiglu && K % kChunk != 0 && split == full_chunks % k_splits) {
+  if (!kStaged && K % kChunk != 0 && split == full_chunks % k_splits) {
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
@@ -469,29 +341,20 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   }
 }
 
-template <int kTiles, bool kVector, typename Out, bool kGated = false, bool kRing = false>
+template <int kTiles, bool kVector, typename Out, bool kGated = false>
 __global__ void __launch_bounds__(cta_threads(kGated))
     skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
                          int K) {
-  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none, kRing>(x, group, M, K, ResidualStepArgs{});
-}
-
-// The product of SwiGLU's output, made from gate and up as x is read ("SwiGLU's input" above).
-template <int kTiles, typename Out, bool kRing>
-__global__ void __launch_bounds__(kThreads)
-    skinny_matmul_swiglu_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
-                                const __grid_constant__ SkinnyGroup<Out> group, int M, int K) {
-  skinny_matmul_body<kTiles, true, Out, false, Step::none, kRing, true>(gate, group, M, K, ResidualStepArgs{}, up);
+  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none>(x, group, M, K, ResidualStepArgs{});
 }
 
 // The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
-// an SM) so that the step's rows kept through its barrier cost no occupancy in the stream over W; with the ring,
-// whose shared memory leaves three CTAs an SM, to as many as three allow.
-template <Step kStep, bool kRing = false>
-__global__ void __launch_bounds__(kThreads, kRing ? 3 : 4)
+// an SM) so that the step's rows kept through its barrier cost no occupancy in the stream over W.
+template <Step kStep>
+__global__ void __launch_bounds__(kThreads, 4)
     skinny_matmul_step_kernel(const __grid_constant__ SkinnyGroup<__nv_bfloat16> group, int M, int K,
                               const __grid_constant__ ResidualStepArgs step) {
-  skinny_matmul_body<1, true, __nv_bfloat16, false, kStep, kRing>(step.x, group, M, K, step);
+  skinny_matmul_body<1, true, __nv_bfloat16, false, kStep>(step.x, group, M, K, step);
 }
 
 // Tiles of 16 rows per CTA: double while that still leaves kMinCtasPerSm CTAs per SM, or while the
@@ -511,28 +374,11 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The most dynamic shared memory a ring launch takes: the widest CTA's ring and a step's staged rows.
-constexpr int kRingMaxSmem =
-    ring_bytes(kRows * kWarps) + int(kResidualStepMaxRows * kResidualStepMaxWidth) * int(sizeof(__nv_bfloat16));
-
-// Lets a ring kernel take kRingMaxSmem, once per kernel and device (the attribute is the current device's).
-template <typename... Params>
-void allow_ring_smem(void (*kernel)(Params...), int device) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> allowed;
-  const std::lock_guard lock(mutex);
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
-  if (allowed.contains(key)) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingMaxSmem));
-  allowed.insert(key);
-}
-
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
 // step (kStep), x is the step's x, whose rows the step turns into the products' input.
-// up: SwiGLU's up [M, K] where x is its gate and the products read SwiGLU's output (one weight, no step).
 template <int kTiles, typename Out, Step kStep = Step::none>
 void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
-            const ResidualStepArgs& step = {}, const Tensor* up = nullptr) {
+            const ResidualStepArgs& step = {}) {
   const int M = int(x.dim(0)), K = int(x.dim(1));
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
@@ -551,56 +397,41 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   }
   group.count = int(ws.size());
   group.first_cta[group.count] = int(ctas);
-  // The ring: 16-byte rows, one weight a CTA, where it is chosen; its shared memory is the largest member's.
-  const bool ring = vector && !gated && skinny_weight_ring_choice() == Toggle::on;
-  int ring_smem = 0;
-  for (int i = 0; i < group.count; ++i) ring_smem = std::max(ring_smem, ring_bytes(kRows * group.row_tiles[i]));
-  const int staged_smem = kStep != Step::none ? M * K * int(sizeof(__nv_bfloat16)) : 0;
-  const int smem = (ring ? ring_smem : 0) + staged_smem;
-  const auto run = [&](auto kernel, int threads, auto... args) {
-    if (ring) allow_ring_smem(kernel, x.device().index);
-    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, stream, args...);
+  const auto run = [&](auto kernel, int threads) {
+    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };
   if constexpr (kStep != Step::none)
-    ring ? run(skinny_matmul_step_kernel<kStep, true>, kThreads, group, M, K, step)
-         : run(skinny_matmul_step_kernel<kStep>, kThreads, group, M, K, step);
-  else if (up) {  // swiglu_input_fits held: 16-byte rows, K a multiple of kChunk
-    const auto* upp = static_cast<const __nv_bfloat16*>(up->raw());
-    ring ? run(skinny_matmul_swiglu_kernel<kTiles, Out, true>, kThreads, xp, upp, group, M, K)
-         : run(skinny_matmul_swiglu_kernel<kTiles, Out, false>, kThreads, xp, upp, group, M, K);
-  } else if (gated)
-    vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true), xp, group, M, K)
-           : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true), xp, group, M, K);
-  else if (ring)
-    run(skinny_matmul_kernel<kTiles, true, Out, false, true>, kThreads, xp, group, M, K);
+    launch_kernel(skinny_matmul_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)),
+                  M * K * int(sizeof(__nv_bfloat16)), stream, group, M, K, step);
+  else if (gated)
+    vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
+           : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
   else
-    vector ? run(skinny_matmul_kernel<kTiles, true, Out>, kThreads, xp, group, M, K)
-           : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads, xp, group, M, K);
+    vector ? run(skinny_matmul_kernel<kTiles, true, Out>, kThreads)
+           : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads);
 }
 
-// up: as launch's.
 template <typename Out>
-void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
-                     const Tensor* up) {
+void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated,
+                     cudaStream_t stream) {
   switch ((x.dim(0) + 7) / 8) {
     case 1:
-      return launch<1, Out>(x, ws, ys, gated, stream, {}, up);
+      return launch<1, Out>(x, ws, ys, gated, stream);
     case 2:
-      return launch<2, Out>(x, ws, ys, gated, stream, {}, up);
+      return launch<2, Out>(x, ws, ys, gated, stream);
     case 3:
-      return launch<3, Out>(x, ws, ys, gated, stream, {}, up);
+      return launch<3, Out>(x, ws, ys, gated, stream);
     default:
-      return launch<4, Out>(x, ws, ys, gated, stream, {}, up);
+      return launch<4, Out>(x, ws, ys, gated, stream);
   }
 }
 
-void launch_for_dtype(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated,
-                      const Tensor* up = nullptr) {
+void launch_for_dtype(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated) {
   cudaStream_t stream = stream_for(x.device());
   if (ys[0].dtype() == DType::f32)
-    launch_for_rows<float>(x, ws, ys, gated, stream, up);
+    launch_for_rows<float>(x, ws, ys, gated, stream);
   else
-    launch_for_rows<__nv_bfloat16>(x, ws, ys, gated, stream, up);
+    launch_for_rows<__nv_bfloat16>(x, ws, ys, gated, stream);
 }
 
 // The products of x by ws into ys, in one launch: members with no outputs take no CTAs, and an empty K
@@ -639,13 +470,6 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
     launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, false, stream, args);
   else
     launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, false, stream, args);
-}
-
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  // swiglu_input_fits held (the front checked it): 16-byte rows, K a multiple of 32 and not empty.
-  if (y.numel() == 0) return;
-  const Tensor ws[1] = {w};
-  launch_for_dtype(gate, ws, {&y, 1}, false, &up);
 }
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {

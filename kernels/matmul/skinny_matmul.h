@@ -62,16 +62,6 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
 // launch that writes neither product (skinny_matmul.cu, "SwiGLU"); on the CPU the products, then SwiGLU.
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 
-// y = swiglu(gate, up) w^T: SwiGLU's output (silu(gate) * up, rounded to BF16 as swiglu_forward rounds it) times w,
-// without that output being written: gate and up [M, K] BF16, w [N, K] BF16, y [M, N] BF16 or F32, M <=
-// kSkinnyMatmulMaxRows. On CUDA one launch whose loads of x read gate and up and gate them (skinny_matmul.cu,
-// "SwiGLU's input"): bit for bit swiglu_forward then skinny_matmul, one launch fewer. On the CPU those two. The
-// CUDA launch takes what swiglu_input_fits says it takes.
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
-// Whether CUDA's launch takes these operands: 2-D gate and up with K a multiple of 32 (no partial chunk),
-// 16-byte aligned rows.
-bool swiglu_input_fits(const Tensor& gate, const Tensor& up, const Tensor& w);
-
 // A block's residual step, the norm that joins a sublayer's output x to the stream: post-norm (OLMo2)
 // h = residual + rms_norm(x) w, which the next sublayer reads; pre-norm (Llama) h = residual + x, whose
 // rms_norm(h) w the next sublayer reads. Rounded as residual_rms_norm and add_rms_norm round them.
@@ -109,18 +99,6 @@ bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> 
 Fusion residual_step_in_gemm_choice();
 void set_residual_step_in_gemm_choice(Fusion choice);
 
-// Whether the kernel streams W through a ring of shared-memory stages filled by bulk copies (on) or through
-// registers (off): FATHOM_SKINNY_RING=on|off, read at the first call; unset, off. The outputs are the same bit for
-// bit either way (skinny_matmul.cu, "Ring"); the ring is a question of speed.
-Toggle skinny_weight_ring_choice();
-void set_skinny_weight_ring_choice(Toggle choice);
-
-// Whether a decoding step's down_proj reads SwiGLU's inputs (fused, skinny_matmul_of_swiglu) or SwiGLU's output
-// (separate, the SwiGLU kernel then the product): FATHOM_SWIGLU_IN_DOWN=fused|separate, read at the first call;
-// unset, separate until it has run on a GPU and paid.
-Fusion swiglu_in_down_choice();
-void set_swiglu_in_down_choice(Fusion choice);
-
 // Whether a decoding step's MLP takes skinny_swiglu (fused) or the grouped products and the SwiGLU kernel
 // (separate) where the skinny GEMM would run: FATHOM_SWIGLU_PROJECTION=fused|separate, read at the first
 // call; unset, separate (the fused launch paid at 190M and cost at 1B; skinny_matmul.cpp gives the numbers).
@@ -138,7 +116,5 @@ FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
 using SkinnyMatmulAfterResidualStepKernel = void(const ResidualStepInputs& step, std::span<const Tensor> ws,
                                                  std::span<Tensor> ys, Tensor& h);
 FATHOM_BACKENDS(SkinnyMatmulAfterResidualStepKernel, skinny_matmul_after_residual_step)
-using SkinnyMatmulOfSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
-FATHOM_BACKENDS(SkinnyMatmulOfSwigluKernel, skinny_matmul_of_swiglu)
 
 }  // namespace fathom

@@ -8,7 +8,6 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
-#include "kernels/swiglu/swiglu.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
@@ -226,43 +225,4 @@ TEST(SkinnyMatmul, ResidualStepFitsOnlyWhatTheLaunchTakes) {
   const Tensor empty_w[1] = {zeros_bf16({0, 2048})};
   EXPECT_FALSE(residual_step_fits(
       {ResidualStep::pre_norm, zeros_bf16({1, 2048}), zeros_bf16({1, 2048}), zeros_bf16({2048}), 1e-5}, empty_w));
-}
-
-// The product of SwiGLU's output: on the CPU, swiglu_forward rounded to BF16, then the product.
-TEST(SkinnyMatmul, OfSwigluIsSwigluThenTheProduct) {
-  const Tensor gate = random_tensor({3, 64}, DType::bf16, 1), up = random_tensor({3, 64}, DType::bf16, 2),
-               w = random_tensor({9, 64}, DType::bf16, 3);
-  const Tensor in = swiglu_forward(gate.to(DType::f32), up.to(DType::f32)).to(DType::bf16);
-  for (const DType out : {DType::f32, DType::bf16}) {
-    Tensor y = Tensor::empty({3, 9}, out);
-    skinny_matmul_of_swiglu(gate, up, w, y);
-    expect_close(y.to(DType::f32), skinny_matmul(in, w, out).to(DType::f32), 0, 0);
-  }
-}
-
-TEST(SkinnyMatmul, OfSwigluBadArgumentsNameTheProblem) {
-  const Tensor gate = zeros_bf16({2, 64}), w = zeros_bf16({8, 64});
-  Tensor y = zeros_bf16({2, 8});
-  expect_error(
-      [&] {
-        skinny_matmul_of_swiglu(gate, zeros_bf16({2, 32}), w, y);
-      },
-      {"up must be BF16 and shaped as gate", "BF16[2, 64]", "BF16[2, 32]"});
-  expect_error([&] { skinny_matmul_of_swiglu(gate, gate.to(DType::f32), w, y); }, {"up must be BF16"});
-  expect_error([&] { skinny_matmul_of_swiglu(gate, gate, zeros_bf16({8, 32}), y); }, {"same inner width K"});
-  Tensor onto_up = zeros_bf16({2, 64});
-  Tensor y_in_up = onto_up.view({16, 8}).narrow(0, 2);
-  expect_error([&] { skinny_matmul_of_swiglu(gate, onto_up, w, y_in_up); }, {"must not share storage"});
-}
-
-TEST(SkinnyMatmul, SwigluInputFitsOnlyWhatTheLaunchTakes) {
-  const auto fits = [](int64_t M, int64_t K) {
-    return swiglu_input_fits(zeros_bf16({M, K}), zeros_bf16({M, K}), zeros_bf16({8, K}));
-  };
-  EXPECT_TRUE(fits(1, 8192));
-  EXPECT_TRUE(fits(8, 32));
-  EXPECT_FALSE(fits(1, 100));  // a partial chunk
-  EXPECT_FALSE(fits(1, 0));
-  const Tensor flat = zeros_bf16({2 * 64 + 1});
-  EXPECT_FALSE(swiglu_input_fits(flat.narrow(1, 128).view({2, 64}), zeros_bf16({2, 64}), zeros_bf16({8, 64})));
 }

@@ -30,8 +30,6 @@ using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_r
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
-using SwigluInDownScope = KernelChoiceScope<Fusion, swiglu_in_down_choice, set_swiglu_in_down_choice>;
-using SkinnyRingScope = KernelChoiceScope<Toggle, skinny_weight_ring_choice, set_skinny_weight_ring_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 
 }  // namespace fathom::test
