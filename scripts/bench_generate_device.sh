@@ -52,20 +52,21 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
-# prologue inside attention's split kernel and the residual step inside the MLP's gate/up launch (the last
-# is fathom's default).
+# prologue inside attention's split kernel, the residual step inside the MLP's gate/up launch and attention's
+# splits merged inside its split kernel where the grid has many (the last is fathom's default).
 lever_env() {
-  local skinny=never fused=separate dependent=off inside=separate
+  local skinny=never fused=separate dependent=off inside=separate merge=never
   case $1 in
     cublas) ;;
     skinny) skinny=auto ;;
     skinny+fused) skinny=auto fused=fused ;;
     skinny+fused+dependent) skinny=auto fused=fused dependent=on ;;
-    skinny+fused+dependent+inside) skinny=auto fused=fused dependent=on inside=fused ;;
+    skinny+fused+dependent+inside) skinny=auto fused=fused dependent=on inside=fused merge=auto ;;
     *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent, skinny+fused+dependent+inside)" >&2; exit 2 ;;
   esac
   echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused" \
-       "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside"
+       "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside" \
+       "FATHOM_MERGE_IN_SPLIT=$merge"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2

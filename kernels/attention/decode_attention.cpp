@@ -11,8 +11,8 @@ namespace {
 
 constexpr const char* kOp = "decode_attention";
 
-// Unset: separate, until the merge inside the split kernel has run on a GPU and paid.
-constinit KernelChoice<Fusion> combine_in_force("FATHOM_COMBINE_IN_ATTENTION", Fusion::separate, parse_fusion);
+// Unset: automatic, the rule decode_attention.h gives with its measurements.
+constinit KernelChoice<Usage> merge_in_split_in_force("FATHOM_MERGE_IN_SPLIT", Usage::automatic, parse_usage);
 
 void check_depth(const Tensor& q, int64_t Hk, const DepthSlots& depth) {
   // An empty range reads nothing, so its buffers may be missing; given ones are still checked.
@@ -55,9 +55,15 @@ void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 
 }  // namespace
 
-Fusion combine_in_attention_choice() { return combine_in_force.get(); }
+Usage merge_in_split_policy() { return merge_in_split_in_force.get(); }
 
-void set_combine_in_attention_choice(Fusion choice) { combine_in_force.set(choice); }
+void set_merge_in_split_policy(Usage policy) { merge_in_split_in_force.set(policy); }
+
+bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits) {
+  const Usage policy = merge_in_split_policy();
+  return rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth &&
+         (policy == Usage::always || (policy == Usage::automatic && grid_splits >= kMergeInSplitMinSplits));
+}
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                         const DepthSlots& depth, double scale) {

@@ -6,11 +6,12 @@
 //  - the cache length is split into chunks so that even batch 1 has blocks for every SM; each block
 //    keeps an online softmax (running max, sum, unnormalised numerator, fp32) over its chunk's tiles
 //    and writes them as a partial;
-//  - a second kernel merges a row's partials and its token's depth slots into one softmax;
+//  - a second kernel merges a row's partials and its token's depth slots into one softmax (or the split kernel
+//    itself: "Merge" below);
 //  - with at most 4 rows per KV head the split kernel keeps keys in registers instead of tiles
 //    (decode_split_rows_kernel), so short caches at large batch are not latency-bound.
 // Tiles move global -> shared with 16-byte cp.async copies, double buffered. Every sum runs in a
-// fixed order (no atomics): two runs give bit-identical outputs. Scores are kept in the log2 domain
+// fixed order (no atomics in any sum): two runs give bit-identical outputs. Scores are kept in the log2 domain
 // (q is prescaled by scale * log2 e) so the exponentials are exp2. run_decode_attention, the CUDA backend's
 // entry point, picks this kernel, the fp32 attention kernel, or the CPU reference on a host copy.
 //
@@ -25,11 +26,11 @@
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
 //
-// Merge. Where FATHOM_COMBINE_IN_ATTENTION is fused and there are no depth slots, the few-rows kernel merges
-// the splits itself instead of the combine kernel: each block publishes its partial and counts itself on its
-// row block's counter; the last of a row block's splits to arrive merges every split's partial (read through
-// L2) with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one
-// launch and one dependency a layer fewer. That last block sets the counter back to zero.
+// Merge. Where merge_in_split_policy() says so (decode_attention.h) and there are no depth slots, the few-rows
+// kernel merges the splits itself instead of the combine kernel: each block publishes its partial and counts itself on
+// its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
+// with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one launch and
+// one dependency a layer fewer. That last block sets the counter back to zero.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -407,7 +408,9 @@ __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, in
 // is held to as many.
 constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
 
-template <int D, int NR, bool kPrologue = false>
+// kMerge: the kernel merges its splits itself ("Merge" above; a.counters set), a kernel of its own so that the
+// path with the combine kernel keeps its registers.
+template <int D, int NR, bool kPrologue = false, bool kMerge = false>
 __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
   follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
@@ -585,9 +588,9 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
       dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
       if (lane == 0) a.part_ml[part0 + r] = make_float2(m[r], l[r]);
     }
-    if (a.counters) __threadfence();  // the partial, published before this block is counted
+    if constexpr (kMerge) __threadfence();  // the partial, published before this block is counted
   }
-  if (!a.counters) return;
+  if constexpr (!kMerge) return;
   // "Merge" above: the last of the row block's splits to be counted merges them all, one warp a row.
   __shared__ bool last;
   int* counter = a.counters + (int64_t(b) * a.Hk + hk) * a.row_blocks + int(blockIdx.z) % a.row_blocks;
@@ -699,9 +702,10 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
   if (prologue) a.prologue = *prologue;
-  // The few-rows kernel merges its own splits where chosen, without depth slots, and its row blocks have counters.
-  const bool merge_in_split = R <= 4 && !has_depth && combine_in_attention_choice() == Fusion::fused &&
-                              B * Hk * plan.row_blocks <= kGridCounters;
+  // Up to 4 rows a KV head take the few-rows kernel, which merges its own splits where merges_in_split says so
+  // (decode_attention.h) and its row blocks have counters.
+  const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
+  const bool merge_in_split = merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters;
   a.counters = merge_in_split ? grid_counters(device.index) : nullptr;
 
   cudaStream_t stream = stream_for(device);
@@ -715,21 +719,22 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       attribute_set[device.index] = true;
     }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
-    if (prologue) {
-      if (R == 1)
-        launch_kernel(decode_split_rows_kernel<D, 1, true>, grid, dim3(kThreads), 0, stream, a);
-      else if (R == 2)
-        launch_kernel(decode_split_rows_kernel<D, 2, true>, grid, dim3(kThreads), 0, stream, a);
+    // The few-rows kernel for NR rows, with or without the prologue and the merge.
+    const auto rows = [&]<int NR>() {
+      const auto run = [&](auto kernel) { launch_kernel(kernel, grid, dim3(kThreads), 0, stream, a); };
+      if (prologue)
+        merge_in_split ? run(decode_split_rows_kernel<D, NR, true, true>) : run(decode_split_rows_kernel<D, NR, true>);
       else
-        launch_kernel(decode_split_rows_kernel<D, 4, true>, grid, dim3(kThreads), 0, stream, a);
-    } else if (R == 1)
-      launch_kernel(decode_split_rows_kernel<D, 1>, grid, dim3(kThreads), 0, stream, a);
-    else if (R == 2)
-      launch_kernel(decode_split_rows_kernel<D, 2>, grid, dim3(kThreads), 0, stream, a);
-    else if (R <= 4)
-      launch_kernel(decode_split_rows_kernel<D, 4>, grid, dim3(kThreads), 0, stream, a);
-    else
+        merge_in_split ? run(decode_split_rows_kernel<D, NR, false, true>) : run(decode_split_rows_kernel<D, NR>);
+    };
+    if (!rows_kernel)
       launch_kernel(decode_split_kernel<D>, grid, dim3(kThreads), smem, stream, a);
+    else if (R == 1)
+      rows.template operator()<1>();
+    else if (R == 2)
+      rows.template operator()<2>();
+    else
+      rows.template operator()<4>();
     if (merge_in_split) return;
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
     launch_kernel(decode_combine_kernel<D>, dim3(combine_blocks), dim3(kCombineWarps * 32), 0, stream, a);

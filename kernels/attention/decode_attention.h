@@ -48,12 +48,23 @@ inline Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Ten
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
                         const DepthSlots& depth, double scale);
 
-// Whether the bf16 kernel's few-rows split kernel merges its splits itself (fused) or leaves them to a combine
-// kernel (separate), where there are no depth slots: FATHOM_COMBINE_IN_ATTENTION=fused|separate, read at the
-// first call; unset, separate until it has run on a GPU and paid. The outputs are the same bit for bit either
-// way (decode_attention.cu, "Merge").
-Fusion combine_in_attention_choice();
-void set_combine_in_attention_choice(Fusion choice);
+// The most query rows a KV head (G * Tq) the bf16 kernel's few-rows split kernel takes; more take the tile kernel.
+constexpr int64_t kDecodeRowsKernelMaxRows = 4;
+
+// Where the few-rows split kernel (no depth slots) has its splits merged: inside itself, by the last split of each
+// row block to finish (decode_attention.cu, "Merge"), or by a combine kernel. The outputs are the same bit for bit
+// either way. FATHOM_MERGE_IN_SPLIT=auto|always|never, read at the first call; unset, auto: inside where the grid
+// has at least kMergeInSplitMinSplits splits. On an H100 the merge inside took batch-1 steps at context 4096 (33
+// to 65 splits) 1.8-4.7% faster, steps of 3 splits (context 128) 0.2-1.4% slower, and batch 8 (3 to 9 splits)
+// -1.2% to +2.1% (bench/results/2026-12-06_weight_ring_merge_swiglu_h100.md).
+constexpr int64_t kMergeInSplitMinSplits = 16;
+Usage merge_in_split_policy();
+void set_merge_in_split_policy(Usage policy);
+// Whether a launch of the bf16 kernel merges inside its split kernel under the policy in force: rows_per_kv_head
+// (G * Tq) within the few-rows kernel, no depth slots, and `always`, or `auto` with grid_splits (the launch's
+// splits) at least kMergeInSplitMinSplits. A decoding step with a device-held length (a CUDA graph) has a grid
+// sized for its cache's capacity, so there the rule sees the capacity, not each step's length.
+bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
 
 // The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K
 // flash decoding in bf16 with fp32 accumulation for head dims 64 and 128 (kernels/attention/decode_attention.cu;

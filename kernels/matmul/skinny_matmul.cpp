@@ -17,7 +17,7 @@ namespace {
 // Unset: automatic, since its GPU tests passed and it paid in the decoding benchmark on an H100
 // (bench/results/2026-12-05_decode_defaults_h100.md; docs/DESIGN.md, "Decoding's GEMMs").
 constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::automatic,
-                                                           parse_skinny_matmul_policy);
+                                                           parse_usage);
 // Unset: separate. The fused launch took the 190M's batch-1 step from 0.467 to 0.449 ms but the 1B's from
 // 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed.
 constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
@@ -31,13 +31,6 @@ constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_G
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
 
 }  // namespace
-
-SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string_view source) {
-  if (text == "auto") return SkinnyMatmulPolicy::automatic;
-  if (text == "always") return SkinnyMatmulPolicy::always;
-  if (text == "never") return SkinnyMatmulPolicy::never;
-  FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
-}
 
 SkinnyMatmulPolicy skinny_matmul_policy() { return policy_in_force.get(); }
 

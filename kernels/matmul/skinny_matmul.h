@@ -29,14 +29,12 @@ constexpr int64_t kSkinnyMatmulAutoRows = 8;
 
 // Which GEMM matmul runs where the skinny kernel could: `automatic` up to kSkinnyMatmulAutoRows rows,
 // `always` up to kSkinnyMatmulMaxRows, `never` (cuBLASLt for every shape).
-enum class SkinnyMatmulPolicy { automatic, always, never };
+using SkinnyMatmulPolicy = Usage;
 
 // The policy in force: FATHOM_SKINNY_MATMUL=auto|always|never, read at the first call (unset: auto),
 // unless set_skinny_matmul_policy replaced it. A bad value is an error naming the variable.
 SkinnyMatmulPolicy skinny_matmul_policy();
 void set_skinny_matmul_policy(SkinnyMatmulPolicy policy);
-// "auto", "always" or "never"; anything else fails naming `source` (the variable) and the choices.
-SkinnyMatmulPolicy parse_skinny_matmul_policy(std::string_view text, std::string_view source);
 
 // Whether matmul(a, transpose_a, b, transpose_b, c, alpha, beta), already checked, takes the skinny
 // kernel on a GPU under the current policy.

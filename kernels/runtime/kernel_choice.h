@@ -1,6 +1,7 @@
 // A choice between kernels that an environment variable can make (FATHOM_SKINNY_MATMUL,
-// FATHOM_DECODE_PROLOGUE, FATHOM_DEPENDENT_LAUNCH, ...): read at the first use, replaced by set() in tests and
-// benchmarks. A kernel that has not yet run on a GPU is opt-in through one until its GPU tests and benchmark pass.
+// FATHOM_DECODE_PROLOGUE, FATHOM_DEPENDENT_LAUNCH, FATHOM_MERGE_IN_SPLIT, ...): read at the first use, replaced by
+// set() in tests and benchmarks. A kernel that has not yet run on a GPU is opt-in through one until its GPU tests and
+// benchmark pass.
 #pragma once
 #include <atomic>
 #include <cstdlib>
@@ -25,6 +26,15 @@ inline Toggle parse_toggle(std::string_view text, std::string_view source) {
   if (text == "on") return Toggle::on;
   if (text == "off") return Toggle::off;
   FATHOM_FAIL(source, " must be on or off, got '", text, "'");
+}
+
+// The three words of a choice whose default is a measured rule: automatic (the rule), always, never.
+enum class Usage { automatic, always, never };
+inline Usage parse_usage(std::string_view text, std::string_view source) {
+  if (text == "auto") return Usage::automatic;
+  if (text == "always") return Usage::always;
+  if (text == "never") return Usage::never;
+  FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
 }
 
 template <typename Choice>

@@ -10,6 +10,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/moda/moda_attention.h"
+#include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
 using namespace fathom;
@@ -161,4 +162,25 @@ TEST(DecodeAttention, BadArgumentsNameTheArgumentAndShapes) {
       {"depth.k and depth.v must both be [B, Tq, S, Hk, d]"});
   expect_error([&] { decode_attention(q.to(DType::bf16), kc.to(DType::bf16), vc.to(DType::bf16), 5, 1.0); },
                {"decode_attention", "F32 or F64"});
+}
+
+// Where the bf16 kernel merges inside its split kernel: the few-rows kernel without depth slots, always, or from
+// kMergeInSplitMinSplits splits under auto; never under never.
+TEST(DecodeAttention, MergesInSplitOnlyWhereThePolicyAndTheKernelAllow) {
+  {
+    MergeInSplitScope automatic(Usage::automatic);
+    EXPECT_FALSE(merges_in_split(1, false, kMergeInSplitMinSplits - 1));
+    EXPECT_TRUE(merges_in_split(1, false, kMergeInSplitMinSplits));
+    EXPECT_TRUE(merges_in_split(kDecodeRowsKernelMaxRows, false, 64));
+    EXPECT_FALSE(merges_in_split(kDecodeRowsKernelMaxRows + 1, false, 64));  // the tile kernel
+    EXPECT_FALSE(merges_in_split(1, true, 64));                              // depth slots
+  }
+  {
+    MergeInSplitScope always(Usage::always);
+    EXPECT_TRUE(merges_in_split(2, false, 1));
+    EXPECT_FALSE(merges_in_split(5, false, 64));
+    EXPECT_FALSE(merges_in_split(1, true, 1));
+  }
+  MergeInSplitScope never(Usage::never);
+  EXPECT_FALSE(merges_in_split(1, false, 64));
 }

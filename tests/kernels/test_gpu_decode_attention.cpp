@@ -4,10 +4,10 @@
 // batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row
 // blocks), head dims 64 and 128, with and without depth slots. Every cache has room past `length` filled with huge keys
 // and NaN values, so a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests
-// skip. Ragged batches (a count per sequence, I32 [B]): every kernel (bf16 register and tile kernels,
-// with and without depth slots; fp32; the host fallback) against the CPU reference, with rows holding
-// 0, 1, capacity - Tq and a few thousand positions, each row's tail poisoned past its own length; a
-// count of [B] equal entries gives what the one-count call gives, bit for bit; the per-row KV write,
+// skip. The split kernel's own merge gives the combine kernel's bits. Ragged batches (a count per sequence, I32 [B]):
+// every kernel (bf16 register and tile kernels, with and without depth slots; fp32; the host fallback) against the CPU
+// reference, with rows holding 0, 1, capacity - Tq and a few thousand positions, each row's tail poisoned past its own
+// length; a count of [B] equal entries gives what the one-count call gives, bit for bit; the per-row KV write,
 // positions and advance equal the CPU's.
 #include <gtest/gtest.h>
 
@@ -223,26 +223,38 @@ TEST(GpuDecodeAttentionRagged, EqualCountsAreTheOneCountCall) {
   }
 }
 
-// The few-rows split kernel merging its own splits (FATHOM_COMBINE_IN_ATTENTION) against the combine kernel,
-// bit for bit: every case above (those with depth slots or more than 4 rows a KV head keep the combine kernel
-// and must be unchanged), one count and a count per row; each twice, so a counter left nonzero shows.
+// The few-rows split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always) against the combine kernel,
+// bit for bit: every case above with a host length (those with depth slots or more than 4 rows a KV head keep the
+// combine kernel and must be unchanged; the rest are asserted to merge), and device counts, one for every
+// sequence and one per sequence; each twice, so a counter left nonzero shows.
 TEST(GpuDecodeAttentionMerge, TheSplitKernelsMergeGivesTheCombineKernelsBits) {
   FATHOM_REQUIRE_GPU();
   const auto both = [](auto&& run) {
     Tensor out[2];
     {
-      const CombineInAttentionScope apart(Fusion::separate);
+      const MergeInSplitScope apart(Usage::never);
       out[0] = run();
     }
-    const CombineInAttentionScope inside(Fusion::fused);
+    const MergeInSplitScope inside(Usage::always);
     out[1] = run();
     EXPECT_TRUE(bitwise_equal(run(), out[1])) << "a second merged run differs";
     return std::pair{out[0], out[1]};
   };
   for (const Case& c : kCases) {
     const Problem p(c, 9000 + uint64_t(c.length));
+    {
+      const MergeInSplitScope inside(Usage::always);
+      EXPECT_EQ(merges_in_split(c.G * c.Tq, c.slots > 0, 2), c.G * c.Tq <= 4 && c.slots == 0) << describe_case(c);
+    }
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
+  }
+  {
+    const RaggedProblem p({300, 300, 300}, 1, 2, 2, 128, 400, 0, DType::bf16, 640);
+    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
+    const auto [combined, merged] =
+        both([&] { return decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, DepthSlots{}, p.scale); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
   }
   for (const int64_t G : {1, 2, 4}) {
     const RaggedProblem p({0, 1, 4199, 63, 2500, 7}, 1, 2, G, G == 2 ? 64 : 128, 4200, 0, DType::bf16, 600 + G);

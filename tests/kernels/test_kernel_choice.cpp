@@ -42,3 +42,12 @@ TEST(KernelChoice, AToggleReadsOnOrOff) {
   expect_error([] { parse_toggle("1", "FATHOM_DEPENDENT_LAUNCH"); },
                {"FATHOM_DEPENDENT_LAUNCH must be on or off", "'1'"});
 }
+
+TEST(KernelChoice, AUsageReadsAutoAlwaysOrNever) {
+  EXPECT_EQ(parse_usage("auto", "X"), Usage::automatic);
+  EXPECT_EQ(parse_usage("always", "X"), Usage::always);
+  EXPECT_EQ(parse_usage("never", "X"), Usage::never);
+  expect_error([] { parse_usage("on", "FATHOM_SKINNY_MATMUL"); },
+               {"FATHOM_SKINNY_MATMUL must be auto, always or never", "'on'"});
+  expect_error([] { parse_usage("", "FATHOM_MERGE_IN_SPLIT"); }, {"got ''"});
+}

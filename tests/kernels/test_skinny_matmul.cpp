@@ -47,15 +47,6 @@ TEST(SkinnyMatmul, BadArgumentsNameTheProblem) {
   expect_error([&] { skinny_matmul(Tensor(), w, y); }, {"undefined operand"});
 }
 
-TEST(SkinnyMatmul, PolicyParsesItsThreeWordsAndNamesTheVariableOtherwise) {
-  EXPECT_EQ(parse_skinny_matmul_policy("auto", "X"), SkinnyMatmulPolicy::automatic);
-  EXPECT_EQ(parse_skinny_matmul_policy("always", "X"), SkinnyMatmulPolicy::always);
-  EXPECT_EQ(parse_skinny_matmul_policy("never", "X"), SkinnyMatmulPolicy::never);
-  expect_error([] { parse_skinny_matmul_policy("on", "FATHOM_SKINNY_MATMUL"); },
-               {"FATHOM_SKINNY_MATMUL must be auto, always or never", "'on'"});
-  expect_error([] { parse_skinny_matmul_policy("", "FATHOM_SKINNY_MATMUL"); }, {"got ''"});
-}
-
 TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
   const Tensor w = zeros_bf16({6, 8});
   const Tensor y_bf16 = zeros_bf16({4, 6}), y_f32 = Tensor::zeros({4, 6}, DType::f32);

@@ -25,7 +25,7 @@ using SkinnyPolicyScope = KernelChoiceScope<SkinnyMatmulPolicy, skinny_matmul_po
 using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_choice, set_decode_prologue_choice>;
 using PrologueInAttentionScope =
     KernelChoiceScope<Fusion, prologue_in_attention_choice, set_prologue_in_attention_choice>;
-using CombineInAttentionScope = KernelChoiceScope<Fusion, combine_in_attention_choice, set_combine_in_attention_choice>;
+using MergeInSplitScope = KernelChoiceScope<Usage, merge_in_split_policy, set_merge_in_split_policy>;
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;

@@ -246,10 +246,10 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
 
 namespace {
 
-// Greedy decoding steps of c at batch B after a 12-token prompt: a graphed run with Scope(Fusion::fused) in force
-// against an eager run with Scope(Fusion::separate), the logits bit for bit at every step; the graphed run must
+// Greedy decoding steps of c at batch B after a 12-token prompt: a graphed run with Scope(kOn) in force (the
+// fused path) against an eager run with Scope(kOff), the logits bit for bit at every step; the graphed run must
 // have been captured.
-template <typename Scope>
+template <typename Scope, auto kOff = Fusion::separate, auto kOn = Fusion::fused>
 void expect_fusion_changes_no_bit(const std::string& name, const ModelConfig& c, int64_t B, int steps) {
   GpuModel m(c, kSeed);
   NoGrad no_grad;
@@ -265,10 +265,10 @@ void expect_fusion_changes_no_bit(const std::string& name, const ModelConfig& c,
   for (int s = 0; s < steps; ++s) {
     Tensor logits;
     {
-      Scope off(Fusion::separate);
+      Scope off(kOff);
       logits = host_copy(by_separate.run(next).logits);
     }
-    Scope on(Fusion::fused);
+    Scope on(kOn);
     const DecodeStep::Output f = by_fused.run(next);
     EXPECT_TRUE(bitwise_equal(f.logits, logits)) << name << ": logits at step " << s;
     const std::vector<int32_t> chosen = host_copy(f.ids).to_vector<int32_t>();
@@ -340,7 +340,7 @@ TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
                   .has_value());
 }
 
-// Attention's split kernel merging its own splits (FATHOM_COMBINE_IN_ATTENTION) changes no bit of a decoding
+// Attention's split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always) changes no bit of a decoding
 // step against the combine kernel, with the prologue inside the split kernel and without, at head dims 64 and
 // 128, batch 1 and 3, over 60 steps (past 64 positions: two splits to merge).
 TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
@@ -353,7 +353,7 @@ TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
         for (const int64_t B : {1, 3}) {
           ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
           if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
-          expect_fusion_changes_no_bit<CombineInAttentionScope>(
+          expect_fusion_changes_no_bit<MergeInSplitScope, Usage::never, Usage::always>(
               model_name(llama, B) + "/d" + std::to_string(d_model) +
                   (in_attention == Fusion::fused ? "/prologue inside" : "/prologue apart"),
               c, B, 60);
