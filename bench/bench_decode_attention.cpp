@@ -7,7 +7,8 @@
 // the H200's ~4.3 TB/s device copy ceiling (docs/DESIGN.md section 9). CUDA events around each call (both kernels
 // and the allocations of the output and partials) after warm-up, median of many runs. The cache is
 // replicated so that consecutive runs read different copies, always more than the 50 MB L2 in all:
-// the figures are DRAM, not L2, bandwidth.
+// the figures are DRAM, not L2, bandwidth. Rows without depth slots are timed twice: splits merged by the
+// combine kernel and by the split kernel itself (FATHOM_MERGE_IN_SPLIT never and always, decode_attention.h).
 // Usage: bench_decode_attention [reps]   (default 50)
 #include <algorithm>
 #include <cmath>
@@ -54,8 +55,8 @@ int reps = 50;
 void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   const double cache_bytes = 2.0 * double(B * m.Hk * length * m.d) * 2;
   if (cache_bytes > kMaxCacheBytes) {
-    std::printf("| %s | %lld | %lld | %lld | skipped (%.0f GB cache) | | |\n", m.model, (long long)B, (long long)length,
-                (long long)slots, cache_bytes / 1e9);
+    std::printf("| %s | %lld | %lld | %lld | skipped (%.0f GB cache) | | | | |\n", m.model, (long long)B,
+                (long long)length, (long long)slots, cache_bytes / 1e9);
     return;
   }
   const int64_t Tq = 1, S = slots;
@@ -77,22 +78,37 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   cudaEvent_t start, stop;
   bench::check(cudaEventCreate(&start), "event");
   bench::check(cudaEventCreate(&stop), "event");
-  std::vector<double> times;
-  for (int r = -3; r < reps; ++r) {
-    const int c = (r + 3) % copies;
-    bench::check(cudaEventRecord(start, stream), "record");
-    decode_attention(q, ks[size_t(c)], vs[size_t(c)], length, depth, scale);
-    bench::check(cudaEventRecord(stop, stream), "record");
-    bench::check(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    bench::check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    if (r >= 0) times.push_back(ms);
+  // The median ms of a call with the splits merged where `merge` says.
+  const auto median_ms = [&](Usage merge) {
+    set_merge_in_split_policy(merge);
+    std::vector<double> times;
+    for (int r = -3; r < reps; ++r) {
+      const int c = (r + 3) % copies;
+      bench::check(cudaEventRecord(start, stream), "record");
+      decode_attention(q, ks[size_t(c)], vs[size_t(c)], length, depth, scale);
+      bench::check(cudaEventRecord(stop, stream), "record");
+      bench::check(cudaEventSynchronize(stop), "sync");
+      float ms = 0;
+      bench::check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+      if (r >= 0) times.push_back(ms);
+    }
+    return bench::median(times);
+  };
+  const Usage in_force = merge_in_split_policy();
+  set_merge_in_split_policy(Usage::always);
+  const bool mergeable = merges_in_split(Tq * m.Hq / m.Hk, S > 0, 1);
+  const double ms = median_ms(Usage::never), gbs = bytes / ms / 1e6;
+  std::printf("| %s | %lld | %lld | %lld | %.4f | %.0f | %.0f%% |", m.model, (long long)B, (long long)length,
+              (long long)slots, ms, gbs, 100.0 * gbs / kCopyCeilingGBs);
+  if (mergeable) {
+    const double merged = median_ms(Usage::always);
+    std::printf(" %.4f | %.2fx |\n", merged, ms / merged);
+  } else {
+    std::printf(" | |\n");
   }
+  set_merge_in_split_policy(in_force);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  const double ms = bench::median(times), gbs = bytes / ms / 1e6;
-  std::printf("| %s | %lld | %lld | %lld | %.4f | %.0f | %.0f%% |\n", m.model, (long long)B, (long long)length,
-              (long long)slots, ms, gbs, 100.0 * gbs / kCopyCeilingGBs);
 }
 
 }  // namespace
@@ -108,7 +124,9 @@ int main(int argc, char** argv) {
                       {"1B-like Hq 16 Hk 16 d 128", 16, 16, 128},
                       {"GQA Hq 32 Hk 8 d 128", 32, 8, 128}};
   std::printf(
-      "| shape | B | cache length | depth slots | ms | GB/s | of 4.3 TB/s |\n|---|---:|---:|---:|---:|---:|---:|\n");
+      "| shape | B | cache length | depth slots | ms | GB/s | of 4.3 TB/s | merged in the split kernel ms | speed-up "
+      "|\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& m : rows)
     for (int64_t B : {1, 32})
       for (int64_t length : {1024, 4096, 16384, 65536}) run(m, B, length, 0);
