@@ -93,7 +93,7 @@ bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   bool rows_aligned = true;
   for (const Tensor* t : {&q, &k, &v, &cache_k, &cache_v, &norm.q, &norm.k})
     rows_aligned = rows_aligned && (!t->defined() || cuda::aligned_to(16, *t));
-  return q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= 4 && rows_aligned;
+  return q.dtype() == DType::bf16 && (d == 64 || d == 128) && G <= kDecodeRowsKernelMaxRows && rows_aligned;
 }
 
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,

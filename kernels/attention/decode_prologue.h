@@ -38,7 +38,8 @@ Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor&
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
                                  double scale);
 // Whether CUDA's split kernel does the prologue's work for these (checked) operands: BF16, head dim 64 or 128,
-// at most 4 query heads a KV head, 16-byte aligned rows and norm weights. Elsewhere the two launches run.
+// at most kDecodeRowsKernelMaxRows query heads a KV head (its few-rows kernel), 16-byte aligned rows and norm
+// weights. Elsewhere the two launches run.
 bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                              const Tensor& cache_k, const Tensor& cache_v);
 

@@ -372,8 +372,6 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
   return row_tiles;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
 // step (kStep), x is the step's x, whose rows the step turns into the products' input.
 template <int kTiles, typename Out, Step kStep = Step::none>
@@ -383,7 +381,7 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
   SkinnyGroup<Out> group{};
-  bool vector = aligned16(xp) && K % 8 == 0;
+  bool vector = aligned_to(16, xp) && K % 8 == 0;
   int64_t ctas = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const int N = int(ws[i].dim(0)), row_tiles = pick_row_tiles(N, K, sm_count);
@@ -392,7 +390,7 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
     group.n[i] = N;
     group.row_tiles[i] = row_tiles;
     group.first_cta[i] = int(ctas);
-    vector = vector && aligned16(group.w[i]);
+    vector = vector && aligned_to(16, group.w[i]);
     if (!gated || i == 0) ctas += (int64_t(N) + kRows * row_tiles - 1) / (kRows * row_tiles);  // gated: up rides along
   }
   group.count = int(ws.size());
