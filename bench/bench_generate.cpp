@@ -42,6 +42,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "kernels/decode_step/persistent_decode.h"
 #include "train/cli/device_select.h"
 #include "train/generate/generator.h"
 #include "train/generate/inference_model.h"
@@ -171,12 +172,14 @@ void run(const Args& a) {
         }
         if (graphs && !last.cuda_graph && device.is_cuda())
           std::fprintf(stderr, "bench_generate: the decoding steps ran eagerly: %s\n", last.eager_reason.c_str());
+        if (persistent_decode_choice() == Toggle::on && !last.persistent)
+          std::fprintf(stderr, "bench_generate: the steps ran layer by layer: %s\n", last.persistent_reason.c_str());
         const double p = median(prefill), s = median(step), rate = double(traffic.total()) / s;
         std::printf(
-            "| fathom generate%s | %s | %lld | %lld | %lld | %.1f | %.3f | %.0f | %.3f | %.1f | %.1f | %.1f |\n",
-            last.cuda_graph || !device.is_cuda() ? "" : " (eager steps)", label.c_str(), (long long)batch,
-            (long long)context, (long long)a.new_tokens, 1e3 * p, 1e3 * s, double(batch) / s,
-            double(traffic.total()) / 1e6, rate / 1e9, copy / 1e9, 100.0 * rate / copy);
+            "| fathom generate%s%s | %s | %lld | %lld | %lld | %.1f | %.3f | %.0f | %.3f | %.1f | %.1f | %.1f |\n",
+            last.cuda_graph || !device.is_cuda() ? "" : " (eager steps)", last.persistent ? " (persistent)" : "",
+            label.c_str(), (long long)batch, (long long)context, (long long)a.new_tokens, 1e3 * p, 1e3 * s,
+            double(batch) / s, double(traffic.total()) / 1e6, rate / 1e9, copy / 1e9, 100.0 * rate / copy);
         std::fflush(stdout);
         if (graphs && tokens_out.is_open()) {
           tokens_out << context << ' ' << batch;

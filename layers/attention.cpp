@@ -48,6 +48,7 @@ struct KVCache final : MixerCache {
             .copy_from(from->view({Hk * one_capacity, d}).narrow(h * one_capacity, n));
     held[size_t(row)] = n;
   }
+  std::optional<std::pair<Tensor, Tensor>> key_value() const override { return std::pair{k, v}; }
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/depth_stream.h"
@@ -39,6 +40,9 @@ class MixerCache {
   // time (train/generate/generator.h). The default refuses: a kind without it decodes batches of one
   // prompt only.
   virtual void copy_sequence(int64_t row, const MixerCache& single);
+  // The K and V caches [B, Hk, capacity, d] of kinds that keep them as attention does, for a decoding step that
+  // reads and writes them itself (train/generate/persistent_step.h); none by default.
+  virtual std::optional<std::pair<Tensor, Tensor>> key_value() const { return std::nullopt; }
 };
 
 // What a layer reads besides its input. Where it reports (losses, taps) is its LayerReport.

@@ -2,6 +2,7 @@
 
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_prologue.h"
+#include "kernels/decode_step/persistent_decode.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/runtime/dependent_launch.h"
@@ -31,5 +32,6 @@ using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
+using PersistentDecodeScope = KernelChoiceScope<Toggle, persistent_decode_choice, set_persistent_decode_choice>;
 
 }  // namespace fathom::test

@@ -4,6 +4,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "kernels/argmax/argmax.h"
+#include "train/generate/persistent_step.h"
 #ifdef FATHOM_WITH_CUDA
 #include "kernels/runtime/backend.h"
 #endif
@@ -41,6 +42,7 @@ DecodeStep::DecodeStep(const Decoder& model, DecodeState& state, bool greedy, bo
     eager_reason_ = "this build has no CUDA backend";
 #endif
   if (device.is_cuda()) input_ = Tensor::empty({state.batch, 1}, DType::i32, device);
+  persistent_ = PersistentStep::make(model, state, &persistent_reason_);
 }
 
 DecodeStep::~DecodeStep() = default;
@@ -56,7 +58,7 @@ bool DecodeStep::graphed() const {
 DecodeStep::Output DecodeStep::compute(const Tensor& input) const {
   NoGrad no_grad;
   Output out;
-  out.logits = last_logits(model_, model_.decode(input, state_));
+  out.logits = persistent_ ? persistent_->logits(input) : last_logits(model_, model_.decode(input, state_));
   if (greedy_ && input_.defined()) {
     // Into the input buffer, which the embedding has read already: a replay can follow from it.
     out.ids = input_.view({state_.batch});

@@ -8,7 +8,9 @@
 // rest replay. Where a graph cannot be used the steps stay eager, with the same results: on the CPU,
 // when asked, when a layer's state is not replayable (MixerCache::replayable: MoD's routed blocks),
 // and when the capture fails (a kernel that needs the host, such as decode attention's host
-// reference for head dims without a kernel); eager_reason() says which.
+// reference for head dims without a kernel); eager_reason() says which. Where FATHOM_PERSISTENT_DECODE is on and
+// the model fits, a step of one sequence runs as the persistent kernel (train/generate/persistent_step.h),
+// graphed or not; persistent_reason() says why not otherwise.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,6 +20,8 @@
 #include "layers/decoder.h"
 
 namespace fathom {
+
+class PersistentStep;
 
 // The logits [B, vocab] of each sequence's last position of hidden [B, T, d]; for T > 1 the last rows
 // are gathered first, so only B rows meet the head.
@@ -52,6 +56,9 @@ class DecodeStep {
   std::vector<int32_t> ids_then_launch_next(bool launch_next);
   // Why the steps run eagerly ("" while graphed, or before a capture was tried).
   const std::string& eager_reason() const { return eager_reason_; }
+  // Whether the steps run as the persistent kernel, and else why not.
+  bool persistent() const { return persistent_ != nullptr; }
+  const std::string& persistent_reason() const { return persistent_reason_; }
 
  private:
   Output compute(const Tensor& input) const;
@@ -64,6 +71,8 @@ class DecodeStep {
   Tensor input_;  // I32 [B, 1] on the device: the graph's input, and where a greedy step writes its ids
   Output output_;
   std::string eager_reason_;
+  std::unique_ptr<PersistentStep> persistent_;
+  std::string persistent_reason_;
   void check_room_for_a_step() const;  // the longest sequence has a cache position left
   void replay_and_advance();           // the graph, then the host-side lengths one position on
   struct Graphed;

@@ -213,6 +213,8 @@ GenerationResult generate_batch(const Decoder& model, const Tokenizer& tokenizer
   }
   result.cuda_graph = decode_step.graphed();
   result.eager_reason = decode_step.eager_reason();
+  result.persistent = decode_step.persistent();
+  result.persistent_reason = decode_step.persistent_reason();
   synchronize(device);
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.stop.empty())

@@ -40,8 +40,10 @@ struct GenerationResult {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;  // steps after the prefill
   size_t cache_bytes = 0, cache_bytes_per_position = 0;
-  bool cuda_graph = false;   // the decoding steps replayed a CUDA graph
-  std::string eager_reason;  // else why not (train/generate/decode_step.h)
+  bool cuda_graph = false;        // the decoding steps replayed a CUDA graph
+  std::string eager_reason;       // else why not (train/generate/decode_step.h)
+  bool persistent = false;        // the steps ran as the persistent kernel (train/generate/persistent_step.h)
+  std::string persistent_reason;  // else why not
 };
 
 // What decoding keeps per sequence: the KV caches' bytes per position, and the constant states of the

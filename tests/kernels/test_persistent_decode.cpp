@@ -1,0 +1,95 @@
+// The persistent decoding kernel's host checks (kernels/decode_step/persistent_decode.h): a model it cannot
+// decode gets a reason naming the problem, the kernel refuses to be built for it, and the decoding step that
+// would use it (train/generate/persistent_step.h) says why it decodes layer by layer. Its GPU tests are in
+// tests/train/test_gpu_persistent_decode.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "kernels/decode_step/persistent_decode.h"
+#include "layers/parameter_arena.h"
+#include "tests/support/kernel_choice_scope.h"
+#include "train/generate/persistent_step.h"
+
+using namespace fathom;
+
+namespace {
+
+// Two layers that fit the kernel's shapes: d_model 512, 8 heads of 64 over 4 KV heads, FFN 1024, a 16-position
+// cache, on the host.
+PersistentDecodeModel fitting_shapes() {
+  const auto bf16 = [](Shape s) { return Tensor::zeros(s, DType::bf16); };
+  PersistentDecodeModel m;
+  m.heads = 8, m.kv_heads = 4, m.head_dim = 64, m.scale = 0.125;
+  for (int l = 0; l < 2; ++l)
+    m.layers.push_back({.q = bf16({512, 512}),
+                        .k = bf16({256, 512}),
+                        .v = bf16({256, 512}),
+                        .o = bf16({512, 512}),
+                        .gate = bf16({1024, 512}),
+                        .up = bf16({1024, 512}),
+                        .down = bf16({512, 1024}),
+                        .q_norm = bf16({512}),
+                        .k_norm = bf16({256}),
+                        .attn_norm = bf16({512}),
+                        .ffn_norm = bf16({512}),
+                        .cache_k = bf16({1, 4, 16, 64}),
+                        .cache_v = bf16({1, 4, 16, 64})});
+  m.final_norm = bf16({512});
+  m.head = bf16({1000, 512});
+  return m;
+}
+
+void expect_unfit(const PersistentDecodeModel& m, const std::string& names) {
+  const std::string why = persistent_decode_unfit(m);
+  EXPECT_NE(why.find(names), std::string::npos) << "'" << why << "' does not name '" << names << "'";
+}
+
+}  // namespace
+
+TEST(PersistentDecode, AModelItCannotDecodeGetsAReasonNamingTheProblem) {
+  expect_unfit(fitting_shapes(), "not a GPU");  // every shape fits; the device does not
+  PersistentDecodeModel m = fitting_shapes();
+  m.head_dim = 96;
+  expect_unfit(m, "head dim 96");
+  m = fitting_shapes();
+  m.kv_heads = 1;
+  expect_unfit(m, "8 query heads over 1 KV heads");
+  m = fitting_shapes();
+  m.layers[1].k = Tensor::zeros({256, 448}, DType::bf16);
+  expect_unfit(m, "layer 1's k");
+  m = fitting_shapes();
+  m.layers[0].gate = Tensor::zeros({1000, 512}, DType::bf16);
+  expect_unfit(m, "ffn_hidden 1000");
+  m = fitting_shapes();
+  m.layers[1].q_norm = Tensor();
+  expect_unfit(m, "layer 1's QK-norm differs");
+  m = fitting_shapes();
+  m.layers[0].cache_v = Tensor::zeros({1, 4, 16, 64}, DType::f32);
+  expect_unfit(m, "layer 0's cache_v");
+  m = fitting_shapes();
+  m.layers.clear();
+  expect_unfit(m, "no layers");
+  try {
+    PersistentDecode kernel(fitting_shapes());
+    ADD_FAILURE() << "the kernel was built for host tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("persistent decode"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PersistentDecode, AStepOnTheHostDecodesLayerByLayerAndSaysWhy) {
+  test::PersistentDecodeScope on(Toggle::on);
+  const ModelConfig c{
+      .d_model = 512, .n_layers = 1, .n_heads = 8, .n_kv_heads = 8, .ffn_hidden = 512, .vocab_size = 64};
+  Decoder model(c);
+  ParameterArena arena(model, Device::cpu());
+  arena.initialise(3);
+  NoGrad no_grad;
+  DecodeState state = model.start_decoding(1, 4, DType::f32, Device::cpu());
+  std::string reason;
+  EXPECT_FALSE(PersistentStep::make(model, state, &reason));
+  EXPECT_NE(reason.find("GPU decoding"), std::string::npos) << reason;
+}
