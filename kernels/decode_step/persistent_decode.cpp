@@ -27,6 +27,8 @@ void set_persistent_decode_choice(Toggle choice) { choice_in_force.set(choice); 
 std::string persistent_decode_unfit(const PersistentDecodeModel& m) {
   using namespace persistent_decode;
   if (m.layers.empty()) return "the model has no layers";
+  if (int64_t(m.layers.size()) > kMaxLayers)
+    return std::to_string(m.layers.size()) + " layers (at most " + std::to_string(kMaxLayers) + ")";
   const int64_t d = m.head_dim, Hq = m.heads, Hk = m.kv_heads;
   if (d != 64 && d != 128) return "head dim " + std::to_string(d) + " (the kernel takes 64 and 128)";
   if (Hk < 1 || Hq % Hk != 0 || Hq / Hk > kMaxGroup)

@@ -1,11 +1,13 @@
 // The persistent decoding kernel (persistent_decode.h): one CTA per SM, 8 consumer warps and one producer warp.
 //
-// Weight stream. Every GEMM of the step gives each CTA a fixed slice of its weight: rows [c N / G, (c+1) N / G)
-// of each matrix (G CTAs), which is contiguous in memory. The slices are cut into items of whole rows, at most
-// one 16 KiB stage each, and the producer warp's one thread copies item after item, layer after layer, into a
-// ring of kStages stages with bulk copies (kernels/hopper/tma.cuh StageRing). It waits only for a stage to be
-// released, never for a phase, so while the consumers wait at a barrier the ring fills with the next phase's
-// weights.
+// The stream. Everything a CTA reads from memory that no phase of this launch writes reaches it through a ring
+// of shared-memory stages that the producer warp's one thread fills with bulk copies, in the order the
+// consumers use it: every GEMM's slice of its weight (rows [c N / G, (c+1) N / G) of each matrix, G CTAs,
+// contiguous in memory, cut into items of whole rows of at most one 16 KiB stage), each norm's weight
+// vector, and the keys and values of the cache positions this CTA's attention reads. The producer waits only
+// for a stage to be released, never for a phase, so while the consumers wait at a barrier the ring fills
+// with what the next phases read; and no consumer waits on a DRAM round trip, which behind a ring-deep queue
+// of bulk copies takes several microseconds.
 //
 // Phases, each ended by a grid-wide barrier (grid_sync: a sense-reversing counter pair in the workspace):
 //   1. q/k/v: every CTA first makes the GEMM input itself (the residual step of the previous layer, from the
@@ -21,14 +23,18 @@
 // thread r adds row r's eight warp sums in order and runs the phase's epilogue. Every output is rounded to
 // BF16 where the layer-by-layer step rounds it.
 //
-// Memory order. Phases read what other CTAs wrote in earlier phases of this launch: grid_sync releases every
-// write of a CTA (a fence before its arrival) and acquires the others' (a load with acquire semantics by the
-// waiting thread, then a CTA barrier), and such reads go through L2 (__ldcg) where this file loads them.
+// Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
+// sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a fence before its
+// arrival) and acquires the others' (a load with acquire semantics by the waiting thread, then a CTA
+// barrier), and such reads go through L2 (__ldcg) where this file loads them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "kernels/attention/decode_prologue.cuh"
@@ -52,6 +58,7 @@ constexpr int kWarps = 8;
 constexpr int kConsumers = kWarps * 32;  // prologue::kParts: QK-norm's sums in the prologue's order
 constexpr int kThreads = kConsumers + 32;
 constexpr int kStages = 11;
+constexpr int kMinStages = 3;  // two norm vectors held at once (the head's), and one more
 constexpr int kMaxVectorsPerLane = int(kMaxWidth / 64 / 32);  // a warp's slice of a row, over 32 lanes
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
@@ -66,6 +73,7 @@ struct LayerPtrs {
 struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
+  int stages;  // of the ring's kStages, how many the stream uses (at least kMinStages)
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -82,6 +90,68 @@ struct Args {
   float2* part_ml;
   unsigned* head_counters;
   unsigned* barrier;
+  int64_t* trace;  // null, or [G, kTraceSlots(L)] SM clocks at the phases' ends (persistent_decode_trace)
+};
+
+// The trace's marks: the start, 11 a layer (the end of each phase and of each barrier), the head's two.
+constexpr int kMarksPerLayer = 11;
+__host__ __device__ constexpr int trace_slots(int layers) { return 1 + kMarksPerLayer * layers + 2; }
+
+__device__ __forceinline__ void mark(const Args& a, int slot) {
+  if (a.trace && threadIdx.x == 0) a.trace[int64_t(blockIdx.x) * trace_slots(a.L) + slot] = int64_t(clock64());
+}
+
+struct AttentionSmem {
+  float q[kMaxGroup][kMaxHeadDim];
+  bf16 k[kMaxHeadDim], v[kMaxHeadDim];
+  float2 ml[kWarps][kMaxGroup];
+  float acc[kWarps][kMaxGroup][kMaxHeadDim];
+};
+
+struct Smem {
+  bf16 ring[kStages][kStageBytes / 2];
+  union {
+    bf16 x[kMaxWidth];  // the GEMM's input row
+    AttentionSmem attn;
+  } u;
+  float part[2][kWarps][kMaxStageRows];  // each row's warp sums, for two items in turn
+  bf16 gate[kMaxGateRows];
+  float2 sums[kWarps];
+  int last;
+  alignas(8) uint64_t bars[2 * kStages];
+  LayerPtrs layers[kMaxLayers];
+};
+
+// The ring: item n of the stream lives in stage n % depth, whose "full" barrier counts the item's bytes and
+// whose "empty" barrier one arrival per consumer warp that has read it.
+struct Ring {
+  uint32_t bars, stage0;
+  int depth;
+
+  __device__ __forceinline__ uint32_t full(int n) const { return bars + uint32_t(8 * (n % depth)); }
+  __device__ __forceinline__ uint32_t empty(int n) const { return bars + uint32_t(8 * (kStages + n % depth)); }
+  __device__ __forceinline__ const bf16* stage(const Smem& s, int n) const { return s.ring[n % depth]; }
+  __device__ __forceinline__ uint32_t stage_address(int n) const {
+    return stage0 + uint32_t(n % depth) * uint32_t(kStageBytes);
+  }
+  // By one thread; a block-wide barrier must follow before anyone waits.
+  __device__ void init() const {
+    for (int i = 0; i < depth; ++i) {
+      flash::mbarrier_init(full(i), 1);
+      flash::mbarrier_init(empty(i), kWarps);
+    }
+    flash::fence_mbarrier_init();
+  }
+  // Producer: waits until item n - depth has left the stage, then arms it for `bytes` (0: an empty item).
+  __device__ __forceinline__ void acquire(int n, uint32_t bytes) const {
+    if (n >= depth) flash::mbarrier_wait(empty(n), uint32_t(n / depth - 1) & 1u);
+    flash::mbarrier_expect_bytes(full(n), bytes);
+  }
+  __device__ __forceinline__ void wait_full(int n) const { flash::mbarrier_wait(full(n), uint32_t(n / depth) & 1u); }
+  __device__ __forceinline__ void release(int n, int lane) const {
+    __syncwarp();
+    if (lane == 0) flash::mbarrier_arrive(empty(n));
+  }
 };
 
 enum class Kind { qkv, out, gate_up, down, head };
@@ -94,8 +164,8 @@ struct Phase {
   Kind kind;
 };
 
-__device__ Phase phase_of(const Args& a, int l, Kind kind) {
-  const LayerPtrs& y = a.layers[l];
+__device__ Phase phase_of(const Args& a, const Smem& s, int l, Kind kind) {
+  const LayerPtrs& y = s.layers[l];
   const int qw = a.Hq * a.dh, kw = a.Hk * a.dh;
   switch (kind) {
     case Kind::qkv:
@@ -122,34 +192,24 @@ __device__ __forceinline__ void for_each_item(const Phase& p, F&& f) {
   }
 }
 
-template <class F>
-__device__ __forceinline__ void for_each_phase(const Args& a, F&& f) {
-  for (int l = 0; l < a.L; ++l)
-    for (Kind k : {Kind::qkv, Kind::out, Kind::gate_up, Kind::down}) f(phase_of(a, l, k));
-  f(phase_of(a, 0, Kind::head));
-}
-
-struct AttentionSmem {
-  float q[kMaxGroup][kMaxHeadDim];
-  bf16 k[kMaxHeadDim], v[kMaxHeadDim];
-  float2 ml[kWarps][kMaxGroup];
-  float acc[kWarps][kMaxGroup][kMaxHeadDim];
+// How attention cuts a cache of `past` positions plus the new one: items (KV head, split) over the CTAs, each
+// split whole 64-key tiles, about G / Hk splits a head. The producer and the consumers plan alike.
+struct SplitPlan {
+  int len, tiles_per_split, splits, items;
+  __device__ SplitPlan(const Args& a, int past) {
+    len = past + 1;
+    const int tiles = (len + kTileKeys - 1) / kTileKeys, per_head = max(1, int(gridDim.x) / a.Hk);
+    tiles_per_split = (tiles + per_head - 1) / per_head;
+    splits = (tiles + tiles_per_split - 1) / tiles_per_split;
+    items = a.Hk * splits;
+  }
+  // Item i's KV head and positions [p0, p1).
+  __device__ int head(const Args& a, int item) const { return item % a.Hk; }
+  __device__ int p0(const Args& a, int item) const { return item / a.Hk * tiles_per_split * kTileKeys; }
+  __device__ int p1(const Args& a, int item) const { return min(len, p0(a, item) + tiles_per_split * kTileKeys); }
 };
-
-struct Smem {
-  bf16 ring[kStages][kStageBytes / 2];
-  union {
-    bf16 x[kMaxWidth];  // the GEMM's input row
-    AttentionSmem attn;
-  } u;
-  float part[2][kWarps][kMaxStageRows];  // each row's warp sums, for two items in turn
-  bf16 gate[kMaxGateRows];
-  float2 sums[kWarps];
-  int last;
-  alignas(8) uint64_t bars[2 * kStages];
-};
-
-using Ring = flash::StageRing<kStages, kWarps>;
+// Ring items a tile of keys and values takes: both in one stage at head dim 64, one stage each at 128.
+__device__ __forceinline__ int items_per_tile(int dh) { return dh == 64 ? 1 : 2; }
 
 __device__ __forceinline__ void group_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory"); }
 
@@ -308,7 +368,7 @@ __device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, i
   }
   for_each_item(p, [&](int m, int lo, int r0, int rows) {
     ring.wait_full(n);
-    const bf16* stage = s.ring[n % kStages] + warp * slice;
+    const bf16* stage = ring.stage(s, n) + warp * slice;
     for (int r = 0; r < rows; ++r) {
       float acc = 0;
 #pragma unroll
@@ -332,25 +392,34 @@ __device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, i
   });
 }
 
-// Attention over the cache and the new token for this CTA's (KV head, split) items; see the file's comment.
+// A norm's weight vector, the stream's next item: waits for it (every consumer) and returns it in its stage.
+__device__ __forceinline__ const bf16* take_vector(const Smem& s, const Ring& ring, int n) {
+  ring.wait_full(n);
+  return ring.stage(s, n);
+}
+__device__ __forceinline__ void release_vectors(const Ring& ring, int& n, int count) {
+  for (int i = 0; i < count; ++i) ring.release(n++, threadIdx.x % 32);
+}
+
+// Attention over the cache and the new token for this CTA's (KV head, split) items; see the file's comment. The
+// stream gives each item the QK-norm weights (where the model has them), then the cache's keys and values a tile
+// at a time.
 template <int DH, int G>
-__device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& y, int past) {
+__device__ __noinline__ void attention(const Args& a, Smem& s, const Ring& ring, int& n, const LayerPtrs& y, int past) {
   constexpr int kPer = DH / 32, kChunks = DH / 8;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int len = past + 1, tiles = (len + kTileKeys - 1) / kTileKeys;
-  const int per_head = max(1, int(gridDim.x) / a.Hk);
-  const int tiles_per_split = (tiles + per_head - 1) / per_head;
-  const int splits = (tiles + tiles_per_split - 1) / tiles_per_split;
-  const int items = a.Hk * splits;
-  if (int(blockIdx.x) >= items) return;
+  const SplitPlan plan(a, past);
+  if (int(blockIdx.x) >= plan.items) return;
+  const int len = plan.len;
   const bf16* q_raw = a.QKV;
   const bf16* k_raw = a.QKV + a.Hq * DH;
   const bf16* v_raw = k_raw + a.Hk * DH;
   AttentionSmem& t = s.u.attn;
 
   // QK-norm's 1 / rms of the whole q and k rows, summed as the decode prologue sums them.
+  const bool qk_norm = y.q_norm != nullptr;
   float rstd_q = 1, rstd_k = 1;
-  if (y.q_norm) {
+  if (qk_norm) {
     float2 part = prologue::part_sums<bf16, 8>(q_raw, k_raw, a.Hq * DH / 8, a.Hk * DH / 8, tid);
     part.x = warp_sum(part.x);
     part.y = warp_sum(part.y);
@@ -362,21 +431,22 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
     rstd_k = prologue::rstd(true, ss.y, a.Hk * DH, a.eps);
   }
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int hk = item % a.Hk, split = item / a.Hk;
-    const int p0 = split * tiles_per_split * kTileKeys, p1 = min(len, p0 + tiles_per_split * kTileKeys);
+  for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
+    const int hk = plan.head(a, item), split = item / a.Hk, p0 = plan.p0(a, item), p1 = plan.p1(a, item);
     // The group's query heads and the new key, normalised and rotated as the prologue does; the new value.
+    const bf16* q_norm = qk_norm ? take_vector(s, ring, n) : nullptr;
+    const bf16* k_norm = qk_norm ? take_vector(s, ring, n + 1) : nullptr;
     if (tid < G * kChunks) {
       const int g = tid / kChunks, c = tid % kChunks;
       prologue::Rotation<bf16> rot;
-      rot.load(q_raw, y.q_norm, a.angles, hk * G + g, DH, c);
+      rot.load(q_raw, q_norm, a.angles, hk * G + g, DH, c);
       const V8 q = rot.rotate(rstd_q);
 #pragma unroll
       for (int e = 0; e < 8; ++e) t.q[g][c * 8 + e] = to_float(q.v[e]);
     } else if (tid < (G + 1) * kChunks) {
       const int c = tid - G * kChunks;
       prologue::Rotation<bf16> rot;
-      rot.load(k_raw, y.k_norm, a.angles, hk, DH, c);
+      rot.load(k_raw, k_norm, a.angles, hk, DH, c);
       const V8 k = rot.rotate(rstd_k), v = load_pack<8>(v_raw + hk * DH + c * 8);
       store_pack<8>(t.k + c * 8, k);
       store_pack<8>(t.v + c * 8, v);
@@ -386,6 +456,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
         store_pack<8>(y.cache_v + at, v);
       }
     }
+    release_vectors(ring, n, qk_norm ? 2 : 0);  // each warp's rotations have used them
     group_sync();
 
     float q[G][kPer], m[G], l[G], acc[G][kPer];
@@ -395,36 +466,31 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
 #pragma unroll
       for (int e = 0; e < kPer; ++e) q[g][e] = t.q[g][lane * kPer + e], acc[g][e] = 0;
     }
-    // Warp w's 8 keys of a tile: positions p + 8 w + j; the new key from shared memory.
     using KV = Pack<bf16, kPer>;
-    const auto load_keys = [&](int p, KV(&kk)[8], KV(&vv)[8]) {
+    for (int p = p0; p < p1; p += kTileKeys) {
+      // Warp w's 8 keys of the tile: positions p + 8 w + j, from the ring (the cache's), shared memory (the new
+      // one), or none (a weight of 0, which must not meet a NaN).
+      ring.wait_full(n);
+      const bf16* keys = ring.stage(s, n);
+      const bf16* values = keys + kTileKeys * DH;
+      if constexpr (DH != 64) {
+        ring.wait_full(n + 1);
+        values = ring.stage(s, n + 1);
+      }
+      KV kk[8], vv[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int pos = p + warp * 8 + j;
+        const int row = warp * 8 + j, pos = p + row;
         if (pos < past) {
-          const int64_t at = (int64_t(hk) * a.capacity + pos) * DH + lane * kPer;
-          kk[j] = load_pack<kPer>(y.cache_k + at);
-          vv[j] = load_pack<kPer>(y.cache_v + at);
+          kk[j] = load_pack<kPer>(keys + row * DH + lane * kPer);
+          vv[j] = load_pack<kPer>(values + row * DH + lane * kPer);
         } else if (pos == past) {
           kk[j] = load_pack<kPer>(t.k + lane * kPer);
           vv[j] = load_pack<kPer>(t.v + lane * kPer);
-        } else {  // past the new token: a weight of 0, which must not meet a NaN
+        } else {
 #pragma unroll
           for (int e = 0; e < kPer; ++e) kk[j].v[e] = vv[j].v[e] = from_float<bf16>(0.f);
         }
-      }
-    };
-    // Head dim 64 loads the next tile while it scores this one; 128's registers hold one tile.
-    constexpr int kAhead = DH == 64 ? 2 : 1;
-    KV kk[kAhead][8], vv[kAhead][8];
-    if constexpr (kAhead == 2) load_keys(p0, kk[1], vv[1]);
-    for (int p = p0; p < p1; p += kTileKeys) {
-      if constexpr (kAhead == 2) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) kk[0][j] = kk[1][j], vv[0][j] = vv[1][j];
-        if (p + kTileKeys < p1) load_keys(p + kTileKeys, kk[1], vv[1]);
-      } else {
-        load_keys(p, kk[0], vv[0]);
       }
 #pragma unroll
       for (int g = 0; g < G; ++g) {
@@ -433,7 +499,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
         for (int j = 0; j < 8; ++j) {
           float part = 0;
 #pragma unroll
-          for (int e = 0; e < kPer; ++e) part += q[g][e] * to_float(kk[0][j].v[e]);
+          for (int e = 0; e < kPer; ++e) part += q[g][e] * to_float(kk[j].v[e]);
           part = warp_sum(part);
           sc[j] = p + warp * 8 + j < len ? part * a.scale_log2 : -INFINITY;
           top = fmaxf(top, sc[j]);
@@ -448,10 +514,13 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
           const float w = exp2f(sc[j] - top);
           l[g] += w;
 #pragma unroll
-          for (int e = 0; e < kPer; ++e) acc[g][e] += w * to_float(vv[0][j].v[e]);
+          for (int e = 0; e < kPer; ++e) acc[g][e] += w * to_float(vv[j].v[e]);
         }
         m[g] = top;
       }
+      ring.release(n, lane);  // after the keys and values have been used
+      if constexpr (DH != 64) ring.release(n + 1, lane);
+      n += items_per_tile(DH);
     }
     // The warps' softmaxes merged in warp order into this split's partial.
 #pragma unroll
@@ -473,13 +542,13 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
         den += f * t.ml[w][g].y;
         num += f * t.acc[w][g][e];
       }
-      const int64_t at = int64_t(hk * G + g) * gridDim.x + split;
+      const int64_t at = int64_t(hk * G + g) * gridDim.x + split;  // [Hq, G] partials
       a.part_acc[at * DH + e] = num;
       if (e == 0) a.part_ml[at] = make_float2(M, den);
       __threadfence();  // the partial, published before the split is counted
     }
     group_sync();
-    if (tid == 0) s.last = atomicAdd(&a.head_counters[hk], 1u) == unsigned(splits - 1);
+    if (tid == 0) s.last = atomicAdd(&a.head_counters[hk], 1u) == unsigned(plan.splits - 1);
     group_sync();
     if (s.last) {
       // The last split of this KV head to arrive merges the group's partials.
@@ -489,10 +558,10 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
         const int64_t base = int64_t(hq) * gridDim.x;
         float M = -INFINITY;
 #pragma unroll 4
-        for (int sp = 0; sp < splits; ++sp) M = fmaxf(M, __ldcg(&a.part_ml[base + sp]).x);
+        for (int sp = 0; sp < plan.splits; ++sp) M = fmaxf(M, __ldcg(&a.part_ml[base + sp]).x);
         float den = 0, num = 0;
 #pragma unroll 4
-        for (int sp = 0; sp < splits; ++sp) {
+        for (int sp = 0; sp < plan.splits; ++sp) {
           const float2 ml = __ldcg(&a.part_ml[base + sp]);
           const float f = exp2f(ml.x - M);
           den += f * ml.y;
@@ -507,17 +576,17 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const LayerPtrs& 
 }
 
 // attention<DH, G> for the model's head dim and group.
-__device__ void attend(const Args& a, Smem& s, const LayerPtrs& y, int past) {
+__device__ void attend(const Args& a, Smem& s, const Ring& ring, int& n, const LayerPtrs& y, int past) {
   const int G = a.Hq / a.Hk;
   const auto by_group = [&]<int DH>() {
     if (G == 1)
-      attention<DH, 1>(a, s, y, past);
+      attention<DH, 1>(a, s, ring, n, y, past);
     else if (G == 2)
-      attention<DH, 2>(a, s, y, past);
+      attention<DH, 2>(a, s, ring, n, y, past);
     else if (G == 3)
-      attention<DH, 3>(a, s, y, past);
+      attention<DH, 3>(a, s, ring, n, y, past);
     else
-      attention<DH, 4>(a, s, y, past);
+      attention<DH, 4>(a, s, ring, n, y, past);
   };
   if (a.dh == 64)
     by_group.template operator()<64>();
@@ -525,54 +594,128 @@ __device__ void attend(const Args& a, Smem& s, const LayerPtrs& y, int past) {
     by_group.template operator()<128>();
 }
 
+// The consumers: the phases in order, taking the stream's items as produce() issues them.
 __device__ void consume(const Args& a, Smem& s, const Ring& ring) {
   const int past = *a.past;
   int n = 0, buf = 0;
+  mark(a, 0);
   for (int l = 0; l < a.L; ++l) {
-    const LayerPtrs& y = a.layers[l];
+    const LayerPtrs& y = s.layers[l];
+    const int at = 1 + l * kMarksPerLayer;
+    // Post-norm: the previous layer's FFN norm on its output (none before layer 0); pre-norm: this layer's input
+    // norm.
+    const bool first_norm = a.pre_norm || l > 0;
+    const bf16* norm = first_norm ? take_vector(s, ring, n) : nullptr;
     if (l == 0)
-      residual_step(a, s, a.x0, nullptr, nullptr, a.pre_norm ? y.attn_norm : nullptr, a.X);
+      residual_step(a, s, a.x0, nullptr, nullptr, norm, a.X);
     else
-      residual_step(a, s, a.H, a.Dn, a.pre_norm ? nullptr : a.layers[l - 1].ffn_norm,
-                    a.pre_norm ? y.attn_norm : nullptr, a.X);
-    gemv(a, s, ring, phase_of(a, l, Kind::qkv), n, buf);
+      residual_step(a, s, a.H, a.Dn, a.pre_norm ? nullptr : norm, a.pre_norm ? norm : nullptr, a.X);
+    release_vectors(ring, n, first_norm ? 1 : 0);
+    mark(a, at);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::qkv), n, buf);
+    mark(a, at + 1);
     grid_sync(a);
-    attend(a, s, y, past);
+    mark(a, at + 2);
+    attend(a, s, ring, n, y, past);
+    mark(a, at + 3);
     grid_sync(a);
+    mark(a, at + 4);
     load_input(s, a.A, a.Hq * a.dh);
-    gemv(a, s, ring, phase_of(a, l, Kind::out), n, buf);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::out), n, buf);
+    mark(a, at + 5);
     grid_sync(a);
-    residual_step(a, s, a.X, a.O, a.pre_norm ? nullptr : y.attn_norm, a.pre_norm ? y.ffn_norm : nullptr, a.H);
-    gemv(a, s, ring, phase_of(a, l, Kind::gate_up), n, buf);
+    mark(a, at + 6);
+    norm = take_vector(s, ring, n);  // post-norm: on attention's output; pre-norm: the FFN's input norm
+    residual_step(a, s, a.X, a.O, a.pre_norm ? nullptr : norm, a.pre_norm ? norm : nullptr, a.H);
+    release_vectors(ring, n, 1);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::gate_up), n, buf);
+    mark(a, at + 7);
     grid_sync(a);
+    mark(a, at + 8);
     load_input(s, a.ACT, a.F);
-    gemv(a, s, ring, phase_of(a, l, Kind::down), n, buf);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::down), n, buf);
+    mark(a, at + 9);
     grid_sync(a);
+    mark(a, at + 10);
   }
-  residual_step(a, s, a.H, a.Dn, a.pre_norm ? nullptr : a.layers[a.L - 1].ffn_norm, a.final_norm, nullptr);
-  gemv(a, s, ring, phase_of(a, 0, Kind::head), n, buf);
+  const bf16* ffn_norm = a.pre_norm ? nullptr : take_vector(s, ring, n);
+  const bf16* final_norm = take_vector(s, ring, a.pre_norm ? n : n + 1);
+  residual_step(a, s, a.H, a.Dn, ffn_norm, final_norm, nullptr);
+  release_vectors(ring, n, a.pre_norm ? 1 : 2);
+  mark(a, 1 + kMarksPerLayer * a.L);
+  gemv(a, s, ring, phase_of(a, s, 0, Kind::head), n, buf);
+  mark(a, 2 + kMarksPerLayer * a.L);
 }
 
-// The producer: every item of every phase, in the consumers' order, as soon as its stage is free.
-__device__ void produce(const Args& a, Smem& s, const Ring& ring) {
-  const uint32_t base = uint32_t(__cvta_generic_to_shared(&s.ring[0][0]));
+// The producer: the stream's items in the order consume() takes them, each as soon as its stage is free.
+__device__ void produce(const Args& a, const Smem& s, const Ring& ring) {
   int n = 0;
-  for_each_phase(a, [&](const Phase& p) {
+  const auto copy = [&](const void* from, uint32_t bytes, uint32_t offset = 0) {
+    if (bytes > 0) flash::bulk_load(ring.stage_address(n) + offset, from, bytes, ring.full(n));
+  };
+  const auto vector = [&](const bf16* w, int width) {
+    ring.acquire(n, uint32_t(width) * 2u);
+    copy(w, uint32_t(width) * 2u);
+    ++n;
+  };
+  const auto gemm = [&](const Phase& p) {
     for_each_item(p, [&](int m, int, int r0, int rows) {
       const uint32_t bytes = uint32_t(rows) * uint32_t(p.K) * 2u;
       ring.acquire(n, bytes);
-      flash::bulk_load(base + uint32_t(n % kStages) * uint32_t(kStageBytes), p.w[m] + int64_t(r0) * p.K, bytes,
-                       ring.full(n));
+      copy(p.w[m] + int64_t(r0) * p.K, bytes);
       ++n;
     });
-  });
+  };
+  const int past = *a.past, dh = a.dh;
+  const SplitPlan plan(a, past);
+  for (int l = 0; l < a.L; ++l) {
+    const LayerPtrs& y = s.layers[l];
+    if (a.pre_norm)
+      vector(y.attn_norm, a.D);
+    else if (l > 0)
+      vector(s.layers[l - 1].ffn_norm, a.D);
+    gemm(phase_of(a, s, l, Kind::qkv));
+    // Each of this CTA's attention items: the QK-norm weights, then the cache's keys and values a tile at a time,
+    // positions [p, p + 64) below `past` (the new position's come from the step itself).
+    for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
+      const int hk = plan.head(a, item);
+      if (y.q_norm) vector(y.q_norm, a.Hq * dh), vector(y.k_norm, a.Hk * dh);
+      for (int p = plan.p0(a, item); p < plan.p1(a, item); p += kTileKeys) {
+        const int keys = max(0, min(p + kTileKeys, past) - p);
+        const uint32_t bytes = uint32_t(keys) * uint32_t(dh) * 2u;
+        const int64_t at = (int64_t(hk) * a.capacity + p) * dh;
+        if (items_per_tile(dh) == 1) {
+          ring.acquire(n, 2 * bytes);
+          copy(y.cache_k + at, bytes);
+          copy(y.cache_v + at, bytes, uint32_t(kTileKeys * dh * 2));
+          ++n;
+        } else {
+          ring.acquire(n, bytes);
+          copy(y.cache_k + at, bytes);
+          ++n;
+          ring.acquire(n, bytes);
+          copy(y.cache_v + at, bytes);
+          ++n;
+        }
+      }
+    }
+    gemm(phase_of(a, s, l, Kind::out));
+    vector(a.pre_norm ? y.ffn_norm : y.attn_norm, a.D);
+    gemm(phase_of(a, s, l, Kind::gate_up));
+    gemm(phase_of(a, s, l, Kind::down));
+  }
+  if (!a.pre_norm) vector(s.layers[a.L - 1].ffn_norm, a.D);
+  vector(a.final_norm, a.D);
+  gemm(phase_of(a, s, 0, Kind::head));
 }
 
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   Smem& s = *reinterpret_cast<Smem*>(smem_bytes);
-  const Ring ring{uint32_t(__cvta_generic_to_shared(s.bars))};
+  const Ring ring{uint32_t(__cvta_generic_to_shared(s.bars)), uint32_t(__cvta_generic_to_shared(&s.ring[0][0])),
+                  a.stages};
   if (threadIdx.x == 0) ring.init();
+  for (int i = threadIdx.x; i < a.L; i += blockDim.x) s.layers[i] = a.layers[i];
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
     if (threadIdx.x == kConsumers) produce(a, s, ring);
@@ -610,7 +753,9 @@ namespace fathom {
 struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
-  int grid = 0;
+  int grid = 0, stages = cuda::kStages;
+  std::string trace_path;  // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
+  Tensor trace;
 };
 
 PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::move(model)) {
@@ -640,9 +785,28 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({m.kv_heads + 2}, DType::i32, device);  // the merge counters, then the barrier's
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
+  if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES"))  // the ring's depth, measured by bench runs
+    w.stages = std::clamp(std::atoi(depth), cuda::kMinStages, cuda::kStages);
+  if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
+    w.trace_path = path;
+    w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
+  }
 }
 
-PersistentDecode::~PersistentDecode() = default;
+PersistentDecode::~PersistentDecode() {
+  // The marks of the last step run (a CUDA graph's replays write them too): CTA, mark, SM clock; the clock rate
+  // first. A measurement aid; nothing reads it back.
+  if (!workspace_ || !workspace_->trace.defined()) return;
+  const std::vector<int64_t> clocks = workspace_->trace.to(Device::cpu()).to_vector<int64_t>();
+  std::ofstream out(workspace_->trace_path);
+  const int slots = cuda::trace_slots(int(model_.layers.size()));
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, model_.head.device().index);
+  out << "# sm_clock_khz " << khz << " layers " << model_.layers.size() << " marks_per_layer " << cuda::kMarksPerLayer
+      << "\ncta,mark,clock\n";
+  for (size_t i = 0; i < clocks.size(); ++i)
+    out << i / size_t(slots) << ',' << i % size_t(slots) << ',' << clocks[i] << '\n';
+}
 
 Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tensor& past) {
   const PersistentDecodeModel& m = model_;
@@ -659,6 +823,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   Tensor logits = Tensor::empty({1, vocab}, DType::bf16, device);
   cuda::Args a{};
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
+  a.stages = w.stages;
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
   a.pre_norm = m.pre_norm;
@@ -676,6 +841,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.part_ml = reinterpret_cast<float2*>(w.part_ml.data<float>());
   a.head_counters = reinterpret_cast<unsigned*>(w.counters.data<int32_t>());
   a.barrier = a.head_counters + m.kv_heads;
+  a.trace = w.trace.defined() ? w.trace.data<int64_t>() : nullptr;
 
   cudaLaunchAttribute cooperative{};
   cooperative.id = cudaLaunchAttributeCooperative;

@@ -20,6 +20,8 @@ constexpr int64_t kMaxGroup = 4;
 constexpr int64_t kMaxKvHeads = 256;
 // Gate rows a CTA holds for SwiGLU until their up rows arrive.
 constexpr int64_t kMaxGateRows = 512;
+// Layers (their weights' addresses are copied into shared memory).
+constexpr int64_t kMaxLayers = 64;
 
 }  // namespace fathom::persistent_decode
 

@@ -1,7 +1,7 @@
 // The persistent decoding kernel (kernels/decode_step/persistent_decode.h) through its decoding step
-// (train/generate/persistent_step.h): at every step its logits are those of the CPU decoder (f32, the reference)
-// within bf16's tolerance, as close as the layer-by-layer GPU step's, on OLMo2 and Llama blocks, head dims 64 and
-// 128, 1 to 4 query heads a KV head, odd FFN widths and vocabularies, positions across the cache's tiles and
+// (train/generate/persistent_step.h): at every step its logits are within bf16's tolerance of the layer-by-layer
+// GPU step's and as close to the CPU decoder's (f32, the reference) as those are, on OLMo2 and Llama blocks, head dims
+// 64 and 128, 1 to 4 query heads a KV head, odd FFN widths and vocabularies, positions across the cache's tiles and
 // splits; the keys and values it writes are the layer-by-layer step's. Replayed from a CUDA graph it gives the
 // eager steps' bits, greedy generation through it follows the full forward, and a model it does not fit says
 // why and decodes layer by layer.
@@ -109,8 +109,11 @@ TEST(GpuPersistentDecode, StepsMatchTheCpuDecoderAndTheLayerByLayerStep) {
       const Tensor want = last_logits(cpu_model, cpu_model.decode(ids, host)).to(DType::f32);
       const Tensor layer_by_layer = f32_host(last_logits(m.model, m.model.decode(ids.to(kGpu), layered)));
       const Tensor got = f32_host(step->logits(ids.to(kGpu)));
-      EXPECT_GPU_CLOSE(got, want, DType::bf16, at + ": persistent against the CPU");
-      EXPECT_GPU_CLOSE(layer_by_layer, want, DType::bf16, at + ": layer by layer against the CPU");
+      // bf16 weights and activations drift from the f32 reference by a percent or so over a few layers: the
+      // persistent step may drift as far as the layer-by-layer one, not further.
+      const double drift = relative_l2(got, want), layered_drift = relative_l2(layer_by_layer, want);
+      EXPECT_LE(drift, 1.25 * layered_drift + 2e-3) << at << ": persistent against the CPU";
+      EXPECT_LE(layered_drift, 3e-2) << at << ": layer by layer against the CPU";
       EXPECT_GPU_CLOSE(got, layer_by_layer, DType::bf16, at + ": persistent against layer by layer");
       EXPECT_EQ(persistent.lengths, layered.lengths) << at;
     }
