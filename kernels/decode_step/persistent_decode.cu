@@ -62,6 +62,8 @@ constexpr int kMinStages = 3;  // two norm vectors held at once (the head's), an
 constexpr int kMaxVectorsPerLane = int(kMaxWidth / 64 / 32);  // a warp's slice of a row, over 32 lanes
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
+constexpr int kOneSplitTiles = 4;
+constexpr int kCounterLine = 32;  // 128 bytes of counters
 static_assert(kConsumers == prologue::kParts, "QK-norm's sums are the decode prologue's parts");
 
 struct LayerPtrs {
@@ -182,9 +184,14 @@ __device__ Phase phase_of(const Args& a, const Smem& s, int l, Kind kind) {
 }
 
 // The items of this CTA's slice of a phase, in stream order: f(matrix, slice's first row, item's first row, rows).
+// The most rows an item of the phase holds: a stage's worth.
+__device__ __forceinline__ int items_rows(const Phase& p) {
+  return min(int(kMaxStageRows), int(kStageBytes / (2 * p.K)));
+}
+
 template <class F>
 __device__ __forceinline__ void for_each_item(const Phase& p, F&& f) {
-  const int per_item = min(int(kMaxStageRows), int(kStageBytes / (2 * p.K)));
+  const int per_item = items_rows(p);
   for (int m = 0; m < p.count; ++m) {
     const int lo = int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x);
     const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
@@ -199,7 +206,9 @@ struct SplitPlan {
   __device__ SplitPlan(const Args& a, int past) {
     len = past + 1;
     const int tiles = (len + kTileKeys - 1) / kTileKeys, per_head = max(1, int(gridDim.x) / a.Hk);
-    tiles_per_split = (tiles + per_head - 1) / per_head;
+    // A short cache is one split a head: its few tiles come from the ring faster than partials could be
+    // merged through memory.
+    tiles_per_split = tiles <= kOneSplitTiles ? tiles : (tiles + per_head - 1) / per_head;
     splits = (tiles + tiles_per_split - 1) / tiles_per_split;
     items = a.Hk * splits;
   }
@@ -224,7 +233,7 @@ __device__ void grid_sync(const Args& a) {
   group_sync();
   if (threadIdx.x == 0) {
     unsigned* arrived = a.barrier;
-    unsigned* generation = a.barrier + 1;
+    unsigned* generation = a.barrier + kCounterLine;  // its own 128-byte line: the polls do not meet the adds
     const unsigned gen = load_acquire(generation);
     __threadfence();
     if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
@@ -233,10 +242,8 @@ __device__ void grid_sync(const Args& a) {
       atomicAdd(generation, 1u);
     } else {
       // A CTA that never arrives (a fault elsewhere) ends the kernel with an error instead of a hang.
-      for (long long spins = 0; load_acquire(generation) == gen; ++spins) {
-        if (spins > (1ll << 26)) __trap();
-        __nanosleep(32);
-      }
+      for (long long spins = 0; load_acquire(generation) == gen; ++spins)
+        if (spins > (1ll << 30)) __trap();
     }
     __threadfence();
   }
@@ -268,21 +275,29 @@ __device__ __forceinline__ float squares(const V8& p) { return prologue::squares
 // then the input is v, or v normalised by `after` (pre-norm's sublayer norm, the final norm). CTA 0 stores v in
 // `out` (where given): the residual the next step adds to. Each pass reloads its rows (from L2) rather than
 // holding them, which keeps the kernel's registers for the GEMM.
-__device__ void residual_step(const Args& a, Smem& s, const bf16* R, const bf16* S, const bf16* s_norm,
-                              const bf16* after, bf16* out) {
+__device__ __noinline__ void residual_step(const Args& a, Smem& s, const bf16* R, const bf16* S, const bf16* s_norm,
+                                           const bf16* after, bf16* out) {
   const int tid = threadIdx.x, vectors = a.D / 8;
+  // The first vector of each row is loaded once, up front; the rest (d_model over 2048) again in each pass.
+  V8 r_first, s_first;
+  if (tid < vectors) {
+    r_first = load_l2(R + tid * 8);
+    if (S) s_first = load_l2(S + tid * 8);
+  }
+  const auto r_at = [&](int j) { return j == tid ? r_first : load_l2(R + j * 8); };
+  const auto s_at = [&](int j) { return j == tid ? s_first : load_l2(S + j * 8); };
   float rstd = 1;
   if (S && s_norm) {
     float ss = 0;
-    for (int j = tid; j < vectors; j += kConsumers) ss += squares(load_l2(S + j * 8));
+    for (int j = tid; j < vectors; j += kConsumers) ss += squares(s_at(j));
     rstd = rms::rstd(group_sum(ss, s), a.D, a.eps);
   }
   float ss = 0;
   for (int j = tid; j < vectors; j += kConsumers) {
-    const V8 r = load_l2(R + j * 8);
+    const V8 r = r_at(j);
     V8 v = r;
     if (S) {
-      const V8 sub = load_l2(S + j * 8);
+      const V8 sub = s_at(j);
       if (s_norm) {
         const V8 w = load_pack<8>(s_norm + j * 8);
 #pragma unroll
@@ -315,13 +330,14 @@ __device__ void load_input(Smem& s, const bf16* from, int n) {
   group_sync();
 }
 
-__device__ __forceinline__ float dot8(const V8& w, const float (&x)[8]) {
+__device__ __forceinline__ float dot8(const V8& w, const V8& x) {
   float acc = 0;
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
     const float2 wf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.v[e]));
-    acc = fmaf(wf.x, x[e], acc);
-    acc = fmaf(wf.y, x[e + 1], acc);
+    const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.v[e]));
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
   }
   return acc;
 }
@@ -353,33 +369,62 @@ __device__ __forceinline__ void epilogue(const Args& a, Smem& s, Kind kind, int 
   }
 }
 
-// This CTA's items of a GEMM phase, from the ring (n: the stream's next item; buf: the warp sums' buffer).
-__device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
+// Sums each of R rows' partials over a warp's 32 lanes by a transposed reduction: at each of log2 R exchanges the
+// lanes halve the rows between them (R - 1 shuffles in all, instead of 5 R), then the lanes that share a row add
+// theirs. Returns the total of row row_of_lane<R>(lane), which every lane of that row holds.
+template <int R>
+__device__ __forceinline__ float rows_sum(float (&v)[R], int lane) {
+#pragma unroll
+  for (int width = R, offset = 16; width > 1; width /= 2, offset /= 2) {
+    const bool upper = lane & offset;
+#pragma unroll
+    for (int i = 0; i < width / 2; ++i) {
+      const float keep = upper ? v[i + width / 2] : v[i], send = upper ? v[i] : v[i + width / 2];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  float total = v[0];
+#pragma unroll
+  for (int offset = 16 / R; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  return total;
+}
+template <int R>
+__device__ __forceinline__ int row_of_lane(int lane) {
+  int row = 0;
+#pragma unroll
+  for (int width = R, offset = 16; width > 1; width /= 2, offset /= 2) row += lane & offset ? width / 2 : 0;
+  return row;
+}
+
+// This CTA's items of a GEMM phase whose items hold at most R rows, from the ring (n: the stream's next item;
+// buf: the warp sums' buffer).
+template <int R>
+__device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int K = p.K, slice = K / kWarps, vectors = slice / 8;
-  float x[kMaxVectorsPerLane][8];
+  V8 x[kMaxVectorsPerLane];
 #pragma unroll
-  for (int i = 0; i < kMaxVectorsPerLane; ++i) {
-    const int v = lane + 32 * i;
-    if (v >= vectors) continue;
-    const V8 xv = load_pack<8>(s.u.x + warp * slice + v * 8);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[i][e] = to_float(xv.v[e]);
-  }
+  for (int i = 0; i < kMaxVectorsPerLane; ++i)
+    if (lane + 32 * i < vectors) x[i] = load_pack<8>(s.u.x + warp * slice + (lane + 32 * i) * 8);
+  const int my_row = row_of_lane<R>(lane);
+  const bool writes = (lane & (32 / R - 1)) == 0;  // one lane of each row's group
   for_each_item(p, [&](int m, int lo, int r0, int rows) {
     ring.wait_full(n);
     const bf16* stage = ring.stage(s, n) + warp * slice;
-    for (int r = 0; r < rows; ++r) {
-      float acc = 0;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r] = 0;
+      if (r >= rows) continue;
 #pragma unroll
       for (int i = 0; i < kMaxVectorsPerLane; ++i) {
         const int v = lane + 32 * i;
-        if (v < vectors) acc += dot8(load_pack<8>(stage + r * K + v * 8), x[i]);
+        if (v < vectors) acc[r] += dot8(load_pack<8>(stage + r * K + v * 8), x[i]);
       }
-      acc = warp_sum(acc);
-      if (lane == 0) s.part[buf][warp][r] = acc;
     }
     ring.release(n, lane);
+    const float total = rows_sum<R>(acc, lane);
+    if (writes && my_row < rows) s.part[buf][warp][my_row] = total;
     group_sync();
     if (tid < rows) {
       float y = 0;
@@ -390,6 +435,20 @@ __device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, i
     buf ^= 1;
     ++n;
   });
+}
+
+__device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
+  const int rows = items_rows(p);
+  if (rows == 1)
+    gemv_rows<1>(a, s, ring, p, n, buf);
+  else if (rows == 2)
+    gemv_rows<2>(a, s, ring, p, n, buf);
+  else if (rows <= 4)
+    gemv_rows<4>(a, s, ring, p, n, buf);
+  else if (rows <= 8)
+    gemv_rows<8>(a, s, ring, p, n, buf);
+  else
+    gemv_rows<16>(a, s, ring, p, n, buf);
 }
 
 // A norm's weight vector, the stream's next item: waits for it (every consumer) and returns it in its stage.
@@ -542,10 +601,18 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring& ring,
         den += f * t.ml[w][g].y;
         num += f * t.acc[w][g][e];
       }
+      if (plan.splits == 1) {  // the whole cache: the output itself, as the merge would make it
+        a.A[(hk * G + g) * DH + e] = from_float<bf16>(num / den);
+        continue;
+      }
       const int64_t at = int64_t(hk * G + g) * gridDim.x + split;  // [Hq, G] partials
       a.part_acc[at * DH + e] = num;
       if (e == 0) a.part_ml[at] = make_float2(M, den);
       __threadfence();  // the partial, published before the split is counted
+    }
+    if (plan.splits == 1) {
+      group_sync();  // the shared rows are the next item's
+      continue;
     }
     group_sync();
     if (tid == 0) s.last = atomicAdd(&a.head_counters[hk], 1u) == unsigned(plan.splits - 1);
@@ -782,7 +849,9 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.QKV = scratch(qw + 2 * kw), w.ACT = scratch(F);
   w.part_acc = Tensor::empty({m.heads * w.grid * m.head_dim}, DType::f32, device);
   w.part_ml = Tensor::empty({m.heads * w.grid * 2}, DType::f32, device);
-  w.counters = Tensor::zeros({m.kv_heads + 2}, DType::i32, device);  // the merge counters, then the barrier's
+  // The merge counters, then the barrier's two, each on a line of its own.
+  const int64_t barrier_at = (m.kv_heads + cuda::kCounterLine - 1) / cuda::kCounterLine * cuda::kCounterLine;
+  w.counters = Tensor::zeros({barrier_at + 2 * cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
   if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES"))  // the ring's depth, measured by bench runs
@@ -840,7 +909,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.part_acc = w.part_acc.data<float>();
   a.part_ml = reinterpret_cast<float2*>(w.part_ml.data<float>());
   a.head_counters = reinterpret_cast<unsigned*>(w.counters.data<int32_t>());
-  a.barrier = a.head_counters + m.kv_heads;
+  a.barrier = a.head_counters + (m.kv_heads + cuda::kCounterLine - 1) / cuda::kCounterLine * cuda::kCounterLine;
   a.trace = w.trace.defined() ? w.trace.data<int64_t>() : nullptr;
 
   cudaLaunchAttribute cooperative{};
