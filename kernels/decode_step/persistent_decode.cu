@@ -92,7 +92,7 @@ struct Args {
   float2* part_ml;
   unsigned* head_counters;
   unsigned* barrier;
-  int64_t* trace;  // null, or [G, kTraceSlots(L)] SM clocks at the phases' ends (persistent_decode_trace)
+  int64_t* trace;  // null, or [G, trace_slots(L)] SM clocks at the phases' ends (FATHOM_PERSISTENT_TRACE)
 };
 
 // The trace's marks: the start, 11 a layer (the end of each phase and of each barrier), the head's two.

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# session 15, call 2: build; the persistent kernel's GPU tests (its stream now carries the norms and the cache's
+# keys and values); A/B of the layer-by-layer step against the persistent kernel at ring depths 11, 6 and 4 on
+# olmo2_1B and olmo2_190M (and llama3_1B at 11), batch 1, context 128 and 4096; a trace of each kernel phase.
+set -uo pipefail
+T0=$(date +%s); DEADLINE=${DEADLINE:-540}
+el() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( DEADLINE - $(el) )); }
+W=/tmp/c2; mkdir -p $W
+pack() { (cd /tmp && tar --exclude='*.safetensors' --exclude='c2/m/*-hf' --exclude='c2/m/*/checkpoints' -czf $OUT/c2.tar.gz c2); }
+trap pack EXIT
+for f in .debs/*.deb; do dpkg -x $f /; done; ldconfig
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee $W/device.txt
+echo "commit ${FATHOM_COMMIT:-?}" >> $W/device.txt
+{ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFATHOM_CUDA=ON && cmake --build build -j16; } > $W/build.log 2>&1 || { grep -B2 -A8 "error" $W/build.log | head -60; exit 1; }
+echo "built at $(el)s"
+export LD_LIBRARY_PATH=$PWD/build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+mkdir -p $W/m
+( for size in olmo2_1B olmo2_190M llama3_1B; do
+  model="{size: $size}"
+  [ $size = llama3_1B ] && model="{d_model: 2048, n_layers: 16, n_heads: 32, n_kv_heads: 8, ffn_hidden: 8192, vocab_size: 128256, norm: pre, qk_norm: false, tie_embeddings: true, norm_eps: 1.0e-5, rope_theta: 500000, rope_scaling: {type: llama3, factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position: 8192}}"
+  cat > $W/m/$size.yaml <<YAML
+name: gen-$size
+model: $model
+data: {tokenizer: dolma2, train: [data/corpus/quickstart/train]}
+train: {device: cuda, batch_size: 8, seq_len: 256, steps: 30, optimizer: {lr: 1.0e-3}, schedule: {warmup_steps: 5}}
+log: {dir: $W/m/$size}
+YAML
+  build/fathom train $W/m/$size.yaml --overwrite > $W/m/train_$size.log 2>&1 && \
+  build/fathom export --format hf --checkpoint $W/m/$size --out $W/m/$size-hf --dtype bf16 --overwrite > /dev/null
+done; echo "models at $(el)s" ) &
+models=$!
+timeout 150 build/tests/fathom_gpu_tests --gtest_filter='*Persistent*' > $W/gpu_persistent.log 2>&1
+echo "persistent tests rc=$? at $(el)s"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|^\[       OK' $W/gpu_persistent.log | head -20
+grep -B2 -A10 "Failure" $W/gpu_persistent.log | head -60
+wait $models
+text=$(tr '\n' ' ' < data/corpus/quickstart/validation/moby_dick.txt | head -c 24000)
+build/fathom tokenizer encode --tokenizer dolma2 "$text" > $W/ids.txt
+gen() {  # size variant [stages]
+  local size=$1 v=$2 st=${3:-11}
+  [ $(left) -lt 30 ] && return 1
+  FATHOM_PERSISTENT_DECODE=$v FATHOM_PERSISTENT_STAGES=$st timeout 40 build/bench/bench_generate hf:$W/m/$size-hf --ids $W/ids.txt --context 128,4096 --batch 1 --new-tokens 40 --repeats 4 \
+    --label "$size $v $st" --tokens-out $W/tokens_${size}_${v}_$st.txt 2> $W/gen_${size}_${v}_$st.err | tee -a $W/generate.md
+  tail -2 $W/gen_${size}_${v}_$st.err
+}
+for size in olmo2_1B olmo2_190M; do
+  [ -d $W/m/$size-hf ] || { echo "no $size model"; tail -3 $W/m/train_$size.log; continue; }
+  for ctx in 128 4096; do
+    FATHOM_PERSISTENT_DECODE=on FATHOM_PERSISTENT_TRACE=$W/trace_${size}_$ctx.csv timeout 30 build/bench/bench_generate hf:$W/m/$size-hf --ids $W/ids.txt --context $ctx --batch 1 --new-tokens 40 --warmup 0 --repeats 1 > /dev/null 2>&1
+    python3 .devrun/trace_summary.py $W/trace_${size}_$ctx.csv | tee -a $W/traces.txt
+  done
+  gen $size off; gen $size on 11; gen $size on 6; gen $size on 4
+  python3 bench/compare_generate_tokens.py $W/tokens_${size}_off_11.txt $W/tokens_${size}_on_11.txt --names off on --label $size --min-tokens 32 >> $W/agreement.txt
+done
+[ -d $W/m/llama3_1B-hf ] && { gen llama3_1B off; gen llama3_1B on 11; python3 bench/compare_generate_tokens.py $W/tokens_llama3_1B_off_11.txt $W/tokens_llama3_1B_on_11.txt --names off on --label llama3_1B --min-tokens 32 >> $W/agreement.txt; }
+cat $W/agreement.txt
+echo "end at $(el)s"
