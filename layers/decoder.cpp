@@ -147,6 +147,17 @@ void DecodeState::set_lengths(const std::vector<int64_t>& positions) {
   lengths = positions;
 }
 
+void DecodeState::count_one_more_position() {
+  std::vector<int64_t> after = lengths;
+  for (int64_t& n : after) ++n;
+  set_lengths(after);
+}
+
+void DecodeState::check_room_for(int64_t T) const {
+  FATHOM_CHECK(longest() + T <= capacity, "decode: ", T, " more position", T == 1 ? "" : "s", " after ", longest(),
+               T == 1 ? " exceeds" : " exceed", " the cache's capacity of ", capacity);
+}
+
 void DecodeState::take_sequence(int64_t row, const DecodeState& single) {
   FATHOM_CHECK(single.batch == 1 && single.layers.size() == layers.size(),
                "decoding state: a sequence is taken from a one-sequence state of the same model, got a batch of ",
@@ -177,8 +188,7 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   FATHOM_CHECK(ids.rank() == 2 && ids.dim(0) == state.batch && ids.dim(1) >= 1, "decode: ids must be [", state.batch,
                ", Tq >= 1] for this state, got ", describe(ids));
   const int64_t T = ids.dim(1);
-  FATHOM_CHECK(state.longest() + T <= state.capacity, "decode: ", T, " more positions after ", state.longest(),
-               " exceed the cache's capacity of ", state.capacity);
+  state.check_room_for(T);
   FATHOM_CHECK(state.device_lengths.device() == ids.device(), "decode: ids ", describe(ids),
                " are not on the decoding state's device ", state.device_lengths.device().str());
   // Each sequence's positions come from its count on the state's device (a replayed step finds its

@@ -62,6 +62,10 @@ struct DecodeState {
   // A replayed step's host-side bookkeeping: every sequence's count, and every layer's, become
   // `positions` (one per sequence); the device's counts are the replay's to move.
   void set_lengths(const std::vector<int64_t>& positions);
+  // set_lengths with every count one more: the host's side of a step whose device side moved the counts itself.
+  void count_one_more_position();
+  // Throws unless every sequence has room for T more positions.
+  void check_room_for(int64_t T) const;
   // Takes sequence 0 of `single`, a one-sequence state of the same model that has read a prompt alone,
   // as sequence `row`: every layer's cache (MixerCache::copy_sequence) and its count. How a ragged batch
   // is prefilled.

@@ -34,7 +34,6 @@ std::string persistent_decode_unfit(const PersistentDecodeModel& m) {
   if (Hk < 1 || Hq % Hk != 0 || Hq / Hk > kMaxGroup)
     return std::to_string(Hq) + " query heads over " + std::to_string(Hk) + " KV heads (at most " +
            std::to_string(kMaxGroup) + " a KV head)";
-  if (Hk > kMaxKvHeads) return std::to_string(Hk) + " KV heads (at most " + std::to_string(kMaxKvHeads) + ")";
   const Tensor& q0 = m.layers[0].q;
   if (!q0.defined() || q0.rank() != 2) return "layer 0's q weight is not a matrix";
   const Device device = q0.device();
@@ -45,10 +44,12 @@ std::string persistent_decode_unfit(const PersistentDecodeModel& m) {
              std::to_string(kWidthMultiple) + " from " + std::to_string(kMinWidth) + " to " +
              std::to_string(kMaxWidth) + ")";
   const bool qk_norm = m.layers[0].q_norm.defined();
+  // Every layer's cache holds as many positions as layer 0's, which the kernel indexes them by.
+  const Tensor& cache0 = m.layers[0].cache_k;
+  const int64_t capacity = cache0.defined() && cache0.rank() == 4 ? cache0.dim(2) : 0;
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const PersistentDecodeLayer& y = m.layers[i];
     const std::string at = "layer " + std::to_string(i) + "'s ";
-    const int64_t capacity = y.cache_k.defined() && y.cache_k.rank() == 4 ? y.cache_k.dim(2) : 0;
     const std::pair<const char*, std::pair<const Tensor*, Shape>> expected[] = {
         {"q", {&y.q, Shape{Hq * d, D}}},
         {"k", {&y.k, Shape{Hk * d, D}}},

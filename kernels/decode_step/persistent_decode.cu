@@ -9,7 +9,8 @@
 // with what the next phases read; and no consumer waits on a DRAM round trip, which behind a ring-deep queue
 // of bulk copies takes several microseconds.
 //
-// Phases, each ended by a grid-wide barrier (grid_sync: a sense-reversing counter pair in the workspace):
+// Phases, each ended by a grid-wide barrier (grid_sync: a count of arrivals, which the last to arrive resets, and a
+// generation it then advances, which the others wait on; both in the workspace):
 //   1. q/k/v: every CTA first makes the GEMM input itself (the residual step of the previous layer, from the
 //      residual and the sublayer's output, and the pre-norm's norm), CTA 0 also stores the new residual;
 //   2. attention: a (KV head, split of the cache) per CTA; QK-norm's sums in the decode prologue's order,
@@ -26,15 +27,20 @@
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
 // sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a fence before its
 // arrival) and acquires the others' (a load with acquire semantics by the waiting thread, then a CTA
-// barrier), and such reads go through L2 (__ldcg) where this file loads them.
+// barrier). Such reads in this file go through L2 (__ldcg); those of the decode prologue's helpers (attention's q, k
+// and v) are plain loads, which the acquire orders as well.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "kernels/attention/decode_prologue.cuh"
@@ -183,12 +189,12 @@ __device__ Phase phase_of(const Args& a, const Smem& s, int l, Kind kind) {
   }
 }
 
-// The items of this CTA's slice of a phase, in stream order: f(matrix, slice's first row, item's first row, rows).
 // The most rows an item of the phase holds: a stage's worth.
 __device__ __forceinline__ int items_rows(const Phase& p) {
   return min(int(kMaxStageRows), int(kStageBytes / (2 * p.K)));
 }
 
+// The items of this CTA's slice of a phase, in stream order: f(matrix, slice's first row, item's first row, rows).
 template <class F>
 __device__ __forceinline__ void for_each_item(const Phase& p, F&& f) {
   const int per_item = items_rows(p);
@@ -241,9 +247,10 @@ __device__ void grid_sync(const Args& a) {
       __threadfence();
       atomicAdd(generation, 1u);
     } else {
-      // A CTA that never arrives (a fault elsewhere) ends the kernel with an error instead of a hang.
+      // A CTA that never arrives (a fault elsewhere) ends the kernel with an error, after some seconds of polls
+      // (each a round trip to L2), instead of a hang.
       for (long long spins = 0; load_acquire(generation) == gen; ++spins)
-        if (spins > (1ll << 30)) __trap();
+        if (spins > (1ll << 24)) __trap();
     }
     __threadfence();
   }
@@ -370,8 +377,9 @@ __device__ __forceinline__ void epilogue(const Args& a, Smem& s, Kind kind, int 
 }
 
 // Sums each of R rows' partials over a warp's 32 lanes by a transposed reduction: at each of log2 R exchanges the
-// lanes halve the rows between them (R - 1 shuffles in all, instead of 5 R), then the lanes that share a row add
-// theirs. Returns the total of row row_of_lane<R>(lane), which every lane of that row holds.
+// lanes halve the rows between them (R - 1 shuffles), then the lanes that share a row add theirs (log2(32 / R)
+// more), instead of 5 R shuffles row by row. Returns the total of row row_of_lane<R>(lane), which every lane of that
+// row holds.
 template <int R>
 __device__ __forceinline__ float rows_sum(float (&v)[R], int lane) {
 #pragma unroll
@@ -854,8 +862,14 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({barrier_at + 2 * cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
-  if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES"))  // the ring's depth, measured by bench runs
-    w.stages = std::clamp(std::atoi(depth), cuda::kMinStages, cuda::kStages);
+  if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES")) {  // the ring's depth, for measurements
+    const std::string_view text(depth);
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), w.stages);
+    FATHOM_CHECK(error == std::errc() && end == text.data() + text.size() && w.stages >= cuda::kMinStages &&
+                     w.stages <= cuda::kStages,
+                 "FATHOM_PERSISTENT_STAGES must be a whole number from ", cuda::kMinStages, " to ", cuda::kStages,
+                 ", got '", text, "'");
+  }
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -864,9 +878,15 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
 
 PersistentDecode::~PersistentDecode() {
   // The marks of the last step run (a CUDA graph's replays write them too): CTA, mark, SM clock; the clock rate
-  // first. A measurement aid; nothing reads it back.
+  // first. A measurement aid: a device that cannot give them back (a failed launch) is said, not thrown from here.
   if (!workspace_ || !workspace_->trace.defined()) return;
-  const std::vector<int64_t> clocks = workspace_->trace.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<int64_t> clocks;
+  try {
+    clocks = workspace_->trace.to(Device::cpu()).to_vector<int64_t>();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "persistent decode: no trace written to %s: %s\n", workspace_->trace_path.c_str(), e.what());
+    return;
+  }
   std::ofstream out(workspace_->trace_path);
   const int slots = cuda::trace_slots(int(model_.layers.size()));
   int khz = 0;

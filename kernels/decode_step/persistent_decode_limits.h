@@ -15,9 +15,8 @@ constexpr int64_t kMinWidth = 512;
 constexpr int64_t kMaxWidth = kStageBytes / 2;
 constexpr int64_t kWidthMultiple = 64;
 constexpr int64_t kMaxStageRows = kStageBytes / (2 * kMinWidth);
-// Query heads a KV head (a CTA attends for one KV head's group at a time), and KV heads (their merge counters).
+// Query heads a KV head (a CTA attends for one KV head's group at a time).
 constexpr int64_t kMaxGroup = 4;
-constexpr int64_t kMaxKvHeads = 256;
 // Gate rows a CTA holds for SwiGLU until their up rows arrive.
 constexpr int64_t kMaxGateRows = 512;
 // Layers (their weights' addresses are copied into shared memory).

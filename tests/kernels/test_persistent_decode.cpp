@@ -1,14 +1,18 @@
 // The persistent decoding kernel's host checks (kernels/decode_step/persistent_decode.h): a model it cannot
 // decode gets a reason naming the problem, the kernel refuses to be built for it, and the decoding step that
-// would use it (train/generate/persistent_step.h) says why it decodes layer by layer. Its GPU tests are in
+// would use it (train/generate/persistent_step.h) is not made for a host state, MoDA, MoD or two sequences, and
+// says why. Its GPU tests are in
 // tests/train/test_gpu_persistent_decode.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "kernels/decode_step/persistent_decode.h"
+#include "layers/mod_config.h"
+#include "layers/moda_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "train/generate/persistent_step.h"
@@ -70,6 +74,9 @@ TEST(PersistentDecode, AModelItCannotDecodeGetsAReasonNamingTheProblem) {
   m.layers[0].cache_v = Tensor::zeros({1, 4, 16, 64}, DType::f32);
   expect_unfit(m, "layer 0's cache_v");
   m = fitting_shapes();
+  m.layers[1].cache_k = m.layers[1].cache_v = Tensor::zeros({1, 4, 32, 64}, DType::bf16);
+  expect_unfit(m, "layer 1's cache_k");  // every layer's cache holds layer 0's number of positions
+  m = fitting_shapes();
   m.layers.clear();
   expect_unfit(m, "no layers");
   try {
@@ -80,16 +87,25 @@ TEST(PersistentDecode, AModelItCannotDecodeGetsAReasonNamingTheProblem) {
   }
 }
 
-TEST(PersistentDecode, AStepOnTheHostDecodesLayerByLayerAndSaysWhy) {
+TEST(PersistentDecode, ADecoderItCannotTakeGetsNoStepAndAReason) {
   test::PersistentDecodeScope on(Toggle::on);
-  const ModelConfig c{
-      .d_model = 512, .n_layers = 1, .n_heads = 8, .n_kv_heads = 8, .ffn_hidden = 512, .vocab_size = 64};
-  Decoder model(c);
-  ParameterArena arena(model, Device::cpu());
-  arena.initialise(3);
-  NoGrad no_grad;
-  DecodeState state = model.start_decoding(1, 4, DType::f32, Device::cpu());
-  std::string reason;
-  EXPECT_FALSE(PersistentStep::make(model, state, &reason));
-  EXPECT_NE(reason.find("GPU decoding"), std::string::npos) << reason;
+  const ModelConfig plain{
+      .d_model = 512, .n_layers = 2, .n_heads = 8, .n_kv_heads = 8, .ffn_hidden = 512, .vocab_size = 64};
+  ModelConfig moda = plain, mod = plain;
+  moda.options.get<MoDAConfig>() = {.variant = MoDAVariant::attn_kv};
+  mod.options.get<ModConfig>() = {.capacity = 0.5, .every = 2};
+  const std::pair<ModelConfig, std::string> cases[] = {
+      {plain, "GPU decoding"}, {moda, "MoDA"}, {mod, "MoD"}, {plain, "2 sequences"}};
+  int64_t batch = 1;
+  for (const auto& [config, why] : cases) {
+    Decoder model(config);
+    ParameterArena arena(model, Device::cpu());
+    arena.initialise(3);
+    NoGrad no_grad;
+    if (why == "2 sequences") batch = 2;
+    DecodeState state = model.start_decoding(batch, 4, DType::f32, Device::cpu());
+    std::string reason;
+    EXPECT_FALSE(PersistentStep::make(model, state, &reason)) << why;
+    EXPECT_NE(reason.find(why), std::string::npos) << "'" << reason << "' does not name '" << why << "'";
+  }
 }

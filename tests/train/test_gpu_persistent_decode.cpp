@@ -1,10 +1,10 @@
 // The persistent decoding kernel (kernels/decode_step/persistent_decode.h) through its decoding step
 // (train/generate/persistent_step.h): at every step its logits are within bf16's tolerance of the layer-by-layer
 // GPU step's and as close to the CPU decoder's (f32, the reference) as those are, on OLMo2 and Llama blocks, head dims
-// 64 and 128, 1 to 4 query heads a KV head, odd FFN widths and vocabularies, positions across the cache's tiles and
-// splits; the keys and values it writes are the layer-by-layer step's. Replayed from a CUDA graph it gives the
-// eager steps' bits, greedy generation through it follows the full forward, and a model it does not fit says
-// why and decodes layer by layer.
+// 64 and 128, 1 to 4 query heads a KV head, widths 512 to 8192 (1 to 10 rows a stage), uneven vocabularies, positions
+// across the cache's tiles and splits (merged at both head dims); the keys and values it writes are the layer-by-layer
+// step's. Replayed from a CUDA graph it gives the eager steps' bits, greedy generation through it follows the full
+// forward, and a model it does not fit says why and decodes layer by layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,7 +58,12 @@ std::vector<Case> cases() {
           // Head dim 128 with pre-norm and QK-norm, 2 a KV head.
           {"pre/d128/G2", config_of(512, 2, 4, 2, 1024, 300, "pre", true), 130, 3},
           // A long cache: 1100 positions over 8 KV heads, several tiles a split.
-          {"olmo2/long", config_of(512, 2, 8, 8, 512, 500, "post", true), 1100, 3}};
+          {"olmo2/long", config_of(512, 2, 8, 8, 512, 500, "post", true), 1100, 3},
+          // A long cache over one KV head of 128 with 4 query heads: 18 splits merged, pre-norm, no QK-norm.
+          {"llama/d128/G4/long", config_of(512, 2, 4, 1, 768, 400, "pre", false), 1100, 3},
+          // Widths of 2048 and 8192 (4 rows and 1 row a stage), then 4096 (2 rows a stage, 2 vectors a lane).
+          {"wide/2048", config_of(2048, 1, 16, 16, 8192, 300, "post", true), 20, 3},
+          {"wide/4096", config_of(4096, 1, 32, 8, 4096, 300, "pre", true), 8, 2}};
 }
 
 std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {

@@ -91,7 +91,7 @@ void DecodeStep::try_capture() {
 DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   FATHOM_CHECK(int64_t(ids.size()) == state_.batch, "decode step: ", ids.size(), " ids for a batch of ", state_.batch);
   FATHOM_CHECK(state_.shortest() >= 1, "decode step: a sequence of the decoding state has read no prompt");
-  check_room_for_a_step();
+  state_.check_room_for(1);
   const Tensor host = Tensor::from_vector(ids, {state_.batch, 1});
   ++steps_;
   if (!input_.defined()) return compute(host);
@@ -115,24 +115,17 @@ DecodeStep::Output DecodeStep::run(const std::vector<int32_t>& ids) {
   return compute(input_);
 }
 
-void DecodeStep::check_room_for_a_step() const {
-  FATHOM_CHECK(state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ", state_.longest(),
-               " exceeds the cache's capacity of ", state_.capacity);
-}
-
 void DecodeStep::replay_and_advance() {
 #ifdef FATHOM_WITH_CUDA
   graph_->graph.replay();
-  std::vector<int64_t> after = state_.lengths;
-  for (int64_t& n : after) ++n;
-  state_.set_lengths(after);
+  state_.count_one_more_position();
 #endif
 }
 
 std::vector<int32_t> DecodeStep::ids_then_launch_next(bool launch_next) {
   FATHOM_CHECK(chains(), "decode step: steps chain on the device only when greedy and replaying a graph");
 #ifdef FATHOM_WITH_CUDA
-  if (launch_next) check_room_for_a_step();
+  if (launch_next) state_.check_room_for(1);
   graph_->ids.start(output_.ids);  // before the next step overwrites them (on the graph's stream: the current one)
   if (launch_next) {
     ++steps_;

@@ -73,8 +73,7 @@ class DecodeStep {
   std::string eager_reason_;
   std::unique_ptr<PersistentStep> persistent_;
   std::string persistent_reason_;
-  void check_room_for_a_step() const;  // the longest sequence has a cache position left
-  void replay_and_advance();           // the graph, then the host-side lengths one position on
+  void replay_and_advance();  // the graph, then the host-side lengths one position on
   struct Graphed;
   std::unique_ptr<Graphed> graph_;
 };

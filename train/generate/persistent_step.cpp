@@ -8,20 +8,26 @@
 #include "kernels/attention/kv_cache.h"
 #include "kernels/rope/rope.h"
 #include "layers/attention.h"
+#include "layers/mod_config.h"
 #include "layers/moda_config.h"
 
 namespace fathom {
 
 namespace {
 
+// Why the kernel cannot decode this model's blocks ("" when it can): it knows plain attention blocks only.
+std::string unfit_blocks(const ModelConfig& c) {
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    if (c.layer_kind(i) != kAttentionKind) return "layer " + std::to_string(i) + " is " + c.layer_kind(i);
+  if (c.options.get<MoDAConfig>().enabled()) return "the model reads MoDA depth slots";
+  if (c.options.get<ModConfig>().enabled()) return "the model routes tokens past blocks (MoD)";
+  return "";
+}
+
 // The decoder's weights and caches as the kernel takes them, or why they cannot be.
 std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& model, const DecodeState& state) {
   const ModelConfig& c = model.config();
   PersistentDecodeModel m;
-  for (int64_t i = 0; i < c.n_layers; ++i)
-    if (c.layer_kind(i) != kAttentionKind) return {m, "layer " + std::to_string(i) + " is " + c.layer_kind(i)};
-  if (c.options.get<MoDAConfig>().enabled()) return {m, "the model reads MoDA depth slots"};
-  if (state.batch != 1) return {m, "the batch holds " + std::to_string(state.batch) + " sequences, not one"};
   std::map<std::string, Tensor> values;
   for (const Parameter& p : model.parameters()) values[p.name] = p.var.compute_value();
   std::string missing;
@@ -57,14 +63,23 @@ std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& 
   return {std::move(m), std::move(why)};
 }
 
+// Why the step cannot decode `state` of `model` ("" when it can), in the order a user would fix them.
+std::string unfit_step(const Decoder& model, const DecodeState& state, const Variable& embedding_table) {
+  if (persistent_decode_choice() == Toggle::off) return "FATHOM_PERSISTENT_DECODE is off";
+  if (std::string why = unfit_blocks(model.config()); !why.empty()) return why;
+  if (state.batch != 1) return "the batch holds " + std::to_string(state.batch) + " sequences, not one";
+  if (!state.device_lengths.device().is_cuda()) return "the persistent step is for GPU decoding";
+  if (!embedding_table.defined()) return "the model has no parameter model.embed_tokens.weight";
+  return "";
+}
+
 }  // namespace
 
 std::unique_ptr<PersistentStep> PersistentStep::make(const Decoder& model, DecodeState& state, std::string* reason) {
-  std::string why;
-  if (persistent_decode_choice() == Toggle::off)
-    why = "FATHOM_PERSISTENT_DECODE is off";
-  else if (!state.device_lengths.device().is_cuda())
-    why = "the persistent step is for GPU decoding";
+  Variable embedding_table;
+  for (const Parameter& p : model.parameters())
+    if (p.name == "model.embed_tokens.weight") embedding_table = p.var;
+  std::string why = unfit_step(model, state, embedding_table);
   std::pair<PersistentDecodeModel, std::string> weights;
   if (why.empty()) {
     weights = persistent_weights(model, state);
@@ -72,27 +87,22 @@ std::unique_ptr<PersistentStep> PersistentStep::make(const Decoder& model, Decod
   }
   if (reason) *reason = why;
   if (!why.empty()) return nullptr;
-  return std::unique_ptr<PersistentStep>(new PersistentStep(model, state, std::move(weights.first)));
+  return std::unique_ptr<PersistentStep>(new PersistentStep(model, state, embedding_table, std::move(weights.first)));
 }
 
-PersistentStep::PersistentStep(const Decoder& model, DecodeState& state, PersistentDecodeModel weights)
-    : model_(model), state_(state), kernel_(std::move(weights)) {
-  for (const Parameter& p : model.parameters())
-    if (p.name == "model.embed_tokens.weight") embedding_table_ = p.var;
-}
+PersistentStep::PersistentStep(const Decoder& model, DecodeState& state, Variable embedding_table,
+                               PersistentDecodeModel weights)
+    : model_(model), state_(state), embedding_table_(std::move(embedding_table)), kernel_(std::move(weights)) {}
 
 Tensor PersistentStep::logits(const Tensor& ids) {
   FATHOM_CHECK(ids.numel() == 1, "persistent decode step: ids ", describe(ids), " are not one token");
-  FATHOM_CHECK(state_.longest() + 1 <= state_.capacity, "decode: 1 more position after ", state_.longest(),
-               " exceeds the cache's capacity of ", state_.capacity);
+  state_.check_room_for(1);
   const ModelConfig& c = model_.config();
   const Tensor angles =
       rope_angles(positions_after(state_.device_lengths, 1), c.head_dim(), c.rope_theta, c.rope_scaling);
   const Variable x = embedding(ids.view({1}), embedding_table_);
   Tensor logits = kernel_.step(x.value(), angles, state_.device_lengths);
-  std::vector<int64_t> after = state_.lengths;
-  for (int64_t& n : after) ++n;
-  state_.set_lengths(after);
+  state_.count_one_more_position();
   advance_positions(state_.device_lengths, 1);
   return logits;
 }

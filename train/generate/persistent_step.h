@@ -22,7 +22,7 @@ class PersistentStep {
   Tensor logits(const Tensor& ids);
 
  private:
-  PersistentStep(const Decoder& model, DecodeState& state, PersistentDecodeModel weights);
+  PersistentStep(const Decoder& model, DecodeState& state, Variable embedding_table, PersistentDecodeModel weights);
   const Decoder& model_;
   DecodeState& state_;
   Variable embedding_table_;
