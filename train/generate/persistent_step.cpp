@@ -24,17 +24,19 @@ std::string unfit_blocks(const ModelConfig& c) {
   return "";
 }
 
+// The decoder's parameters by name.
+using Parameters = std::map<std::string, Variable>;
+
 // The decoder's weights and caches as the kernel takes them, or why they cannot be.
-std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& model, const DecodeState& state) {
+std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& model, const Parameters& parameters,
+                                                                 const DecodeState& state) {
   const ModelConfig& c = model.config();
   PersistentDecodeModel m;
-  std::map<std::string, Tensor> values;
-  for (const Parameter& p : model.parameters()) values[p.name] = p.var.compute_value();
   std::string missing;
   const auto weight = [&](const std::string& name) {
-    const auto it = values.find(name);
-    if (it == values.end() && missing.empty()) missing = name;
-    return it == values.end() ? Tensor() : it->second;
+    const auto it = parameters.find(name);
+    if (it == parameters.end() && missing.empty()) missing = name;
+    return it == parameters.end() ? Tensor() : it->second.compute_value();
   };
   const bool pre = c.norm == "pre";
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -64,30 +66,34 @@ std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& 
 }
 
 // Why the step cannot decode `state` of `model` ("" when it can), in the order a user would fix them.
-std::string unfit_step(const Decoder& model, const DecodeState& state, const Variable& embedding_table) {
+std::string unfit_step(const Decoder& model, const DecodeState& state) {
   if (persistent_decode_choice() == Toggle::off) return "FATHOM_PERSISTENT_DECODE is off";
   if (std::string why = unfit_blocks(model.config()); !why.empty()) return why;
   if (state.batch != 1) return "the batch holds " + std::to_string(state.batch) + " sequences, not one";
   if (!state.device_lengths.device().is_cuda()) return "the persistent step is for GPU decoding";
-  if (!embedding_table.defined()) return "the model has no parameter model.embed_tokens.weight";
   return "";
 }
+
+constexpr char kEmbedding[] = "model.embed_tokens.weight";
 
 }  // namespace
 
 std::unique_ptr<PersistentStep> PersistentStep::make(const Decoder& model, DecodeState& state, std::string* reason) {
-  Variable embedding_table;
-  for (const Parameter& p : model.parameters())
-    if (p.name == "model.embed_tokens.weight") embedding_table = p.var;
-  std::string why = unfit_step(model, state, embedding_table);
+  std::string why = unfit_step(model, state);
+  Parameters parameters;
   std::pair<PersistentDecodeModel, std::string> weights;
   if (why.empty()) {
-    weights = persistent_weights(model, state);
+    for (const Parameter& p : model.parameters()) parameters.emplace(p.name, p.var);
+    if (!parameters.contains(kEmbedding)) why = std::string("the model has no parameter ") + kEmbedding;
+  }
+  if (why.empty()) {
+    weights = persistent_weights(model, parameters, state);
     why = weights.second;
   }
   if (reason) *reason = why;
   if (!why.empty()) return nullptr;
-  return std::unique_ptr<PersistentStep>(new PersistentStep(model, state, embedding_table, std::move(weights.first)));
+  return std::unique_ptr<PersistentStep>(
+      new PersistentStep(model, state, parameters.at(kEmbedding), std::move(weights.first)));
 }
 
 PersistentStep::PersistentStep(const Decoder& model, DecodeState& state, Variable embedding_table,
