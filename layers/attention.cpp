@@ -94,12 +94,9 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
     QkNorm norm;
     if (q_norm_)
       norm = {q_norm_->weight().compute_value(), k_norm_->weight().compute_value(), q_norm_->eps(), k_norm_->eps()};
-    // What the layer reads next, o_proj then the block's, for the attention launch to ask L2 for.
-    WeightGroups ahead{{o_proj_.weight().compute_value()}};
-    ahead.insert(ahead.end(), inputs.weights_after.begin(), inputs.weights_after.end());
     const Tensor o = decode_prologue_attention(
         q.value().view({B, 1, n_heads_, head_dim_}), k.value().view({B, 1, n_kv_heads_, head_dim_}),
-        v.value().view({B, 1, n_kv_heads_, head_dim_}), norm, angles, cache->k, cache->v, *device_past, scale, ahead);
+        v.value().view({B, 1, n_kv_heads_, head_dim_}), norm, angles, cache->k, cache->v, *device_past, scale);
     for (int64_t& held : cache->held) held += 1;
     return o_proj_.forward(Variable(o.view({B, T, n_heads_ * head_dim_})));
   }

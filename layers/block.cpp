@@ -41,7 +41,6 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
   MixerInputs mixer_inputs = inputs;
   mixer_inputs.write_depth = write && !attn_depth_kv_;
-  if (inputs.cache) mixer_inputs.weights_after = mlp_.weights_in_order();
   const Variable attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the

@@ -38,9 +38,4 @@ std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(Re
   return std::pair{step->h, down_proj_.forward(swiglu(step->ys[1], step->ys[0]))};
 }
 
-WeightGroups MLP::weights_in_order() const {
-  return {{up_proj_.weight().compute_value(), gate_proj_.weight().compute_value()},
-          {down_proj_.weight().compute_value()}};
-}
-
 }  // namespace fathom

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "kernels/matmul/skinny_matmul.h"
-#include "kernels/runtime/l2_prefetch.h"
 #include "layers/linear.h"
 #include "layers/model_config.h"
 #include "layers/rms_norm.h"
@@ -22,9 +21,6 @@ class MLP : public Module {
   std::optional<std::pair<Variable, Variable>> forward_after_residual_step(ResidualStep kind, const Variable& residual,
                                                                            const Variable& x,
                                                                            const RMSNorm& norm) const;
-
-  // The weights forward reads, in its order: {up, gate} at once, then down.
-  WeightGroups weights_in_order() const;
 
  private:
   Linear gate_proj_, up_proj_, down_proj_;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "autograd/depth_stream.h"
-#include "kernels/runtime/l2_prefetch.h"
 #include "layers/layer_report.h"
 #include "layers/module.h"
 #include "layers/rope_angles.h"
@@ -65,9 +64,6 @@ struct MixerInputs {
   bool as_decoded = false;
   // This forward's number, the same when train.recompute: block re-runs it: a stochastic layer's draws.
   uint64_t draw = 0;
-  // Decoding: the weights the block reads after this mixer, in order (the MLP's gate and up, then down). A mixer
-  // whose step waits on latency may ask L2 for them meanwhile (kernels/runtime/l2_prefetch.h).
-  WeightGroups weights_after = {};
   // RoPE's angles for `positions`, made at the first rotation and shared by every layer after it. Copies
   // of these inputs share the cache; inputs built for other positions (MoD's routed tokens) get their own.
   std::shared_ptr<RopeAngleCache> rope_angles = std::make_shared<RopeAngleCache>();

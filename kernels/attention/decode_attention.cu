@@ -31,11 +31,6 @@
 // its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
 // with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one launch and
 // one dependency a layer fewer. That last block sets the counter back to zero.
-//
-// L2. Given the weights the layer reads next (decode_prologue_attention's `ahead`), the few-rows kernel's blocks ask
-// L2 for them before they wait for the kernel ahead (kernels/runtime/l2_prefetch.h): a short cache leaves the memory
-// system idle while attention waits on its round trips, and o_proj, gate and up then find their first bytes in L2.
-// They ask for less as the cache they read grows and for none once it fills half of L2.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -48,7 +43,6 @@
 #include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
-#include "kernels/runtime/l2_prefetch.cuh"
 #include "kernels/runtime/runtime.h"
 
 namespace fathom::cuda {
@@ -103,8 +97,6 @@ struct DecodeArgs {
   // Non-null: the few-rows kernel merges the splits itself ("Merge" above), counting a row block's splits on
   // counters[(b * Hk + hk) * row_blocks + row block] (grid_counters, runtime.h); no combine kernel runs.
   int* counters;
-  // What the few-rows kernel asks L2 for, before it waits for the kernel ahead ("L2" above); none by default.
-  L2Prefetch prefetch;
 };
 
 // Both kernels' view of sequence b's split plan (see plan_splits, which this mirrors for a device-held
@@ -120,16 +112,6 @@ __device__ __forceinline__ void resolve_length(DecodeArgs& a, int b) {
   const int64_t tiles_per_split = (tiles + want - 1) / want;
   a.chunk = tiles_per_split * kTileKeys;
   a.splits = int((tiles + tiles_per_split - 1) / tiles_per_split);
-}
-
-// The keys and values a launch reads from the cache, at the lengths it finds: what an L2 prefetch leaves room for.
-// The counts are read before the wait for the kernel ahead: no kernel of a step before attention writes them, and
-// the kernel ahead waited for every grid before it (its own wait) before it let this one start.
-__device__ __forceinline__ uint64_t cache_bytes_read(const DecodeArgs& a, int D) {
-  uint64_t positions = 0;
-  for (int b = 0; b < a.B; ++b)
-    positions += a.past ? uint64_t(a.past[a.past_rows > 1 ? b : 0] + a.Tq) : uint64_t(a.length);
-  return positions * uint64_t(a.Hk) * uint64_t(D) * 2 * sizeof(bf16_t);
 }
 
 // Shared memory of the split kernel: K and V tiles (two buffers each, rows padded by 16 bytes so
@@ -430,9 +412,6 @@ constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
 // path with the combine kernel keeps its registers.
 template <int D, int NR, bool kPrologue = false, bool kMerge = false>
 __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
-  if (args.prefetch.count > 0)
-    prefetch_part(args.prefetch, cache_bytes_read(args, D),
-                  blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x * gridDim.y * gridDim.z);
   follow_previous_grid();  // dependent_launch.cuh
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
@@ -675,8 +654,7 @@ void check_tensor(const char* name, const Tensor& t, Device device) {
 // which sizes the grid and the partials for the longest cache). prologue: null, or the prologue's inputs
 // for the few-rows kernel (q is then raw; the caller has checked that kernel runs: R <= 4, past given).
 Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length, const Tensor* past,
-                  const DepthSlots& depth, double scale, const PrologueArgs* prologue = nullptr,
-                  const WeightGroups& ahead = {}) {
+                  const DepthSlots& depth, double scale, const PrologueArgs* prologue = nullptr) {
   const Device device = q.device();
   check_tensor("q", q, device);
   check_tensor("k_cache", k_cache, device);
@@ -729,8 +707,6 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
   const bool merge_in_split = merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters;
   a.counters = merge_in_split ? grid_counters(device.index) : nullptr;
-  if (rows_kernel && !ahead.empty() && decode_l2_prefetch() == Toggle::on)
-    a.prefetch = plan_l2_prefetch(ahead, l2_prefetch_room(uint64_t(device_properties(device.index).l2CacheSize)));
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
@@ -790,7 +766,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
-                                 double scale, const WeightGroups& ahead) {
+                                 double scale) {
   const bool normed = norm.q.defined();
   if (!prologue_fits_attention(q, k, v, norm, cache_k, cache_v))
     return fathom::decode_attention(cuda::decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k,
@@ -805,7 +781,7 @@ Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor&
   p.cache_v = flash::dev(cache_v.data<bf16>());
   p.q_eps = float(norm.q_eps), p.k_eps = float(norm.k_eps);
   p.per_row_angles = angles.rank() == 4;
-  return run_decode(q, cache_k, cache_v, cache_k.dim(2), &past, DepthSlots{}, scale, &p, ahead);
+  return run_decode(q, cache_k, cache_v, cache_k.dim(2), &past, DepthSlots{}, scale, &p);
 }
 
 namespace {

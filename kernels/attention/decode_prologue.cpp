@@ -98,7 +98,7 @@ bool prologue_fits_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
-                                 double scale, const WeightGroups& ahead) {
+                                 double scale) {
   const Device device = check_prologue(q, k, v, norm, angles, cache_k, cache_v, past);
   FATHOM_CHECK(q.dim(0) >= 1 && cache_k.dim(2) >= 1, "decode_prologue_attention: q ", describe(q), " and the cache ",
                describe(cache_k), " must hold a batch and at least one position");
@@ -110,7 +110,7 @@ Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor&
     return decode_attention(decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k, cache_v, past,
                             DepthSlots{}, scale);
   return on_device("decode_prologue_attention", device, FATHOM_KERNEL(decode_prologue_attention), q, k, v, norm, angles,
-                   cache_k, cache_v, past, scale, ahead);
+                   cache_k, cache_v, past, scale);
 }
 
 }  // namespace fathom

@@ -8,7 +8,6 @@
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
 #include "kernels/runtime/kernel_choice.h"
-#include "kernels/runtime/l2_prefetch.h"
 
 namespace fathom {
 
@@ -35,12 +34,9 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // rotates its own query heads, and the block whose split holds a sequence's new position writes its KV
 // head's new key and value (decode_attention.cu, "Prologue"); one launch a layer fewer. Elsewhere, and
 // on the CPU, the two ops in turn.
-// `ahead`: the weights the layer reads next (o_proj, then the MLP's). Where FATHOM_DECODE_L2_PREFETCH is on and the
-// split kernel with the prologue runs, its blocks ask L2 for what of them fits beside the cache it reads
-// (kernels/runtime/l2_prefetch.h) before they wait for q, k and v; nothing else changes.
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
-                                 double scale, const WeightGroups& ahead = {});
+                                 double scale);
 // Whether CUDA's split kernel does the prologue's work for these (checked) operands: BF16, head dim 64 or 128,
 // at most kDecodeRowsKernelMaxRows query heads a KV head (its few-rows kernel), 16-byte aligned rows and norm
 // weights. Elsewhere the two launches run.
@@ -65,7 +61,7 @@ using DecodePrologueKernel = Tensor(const Tensor& q, const Tensor& k, const Tens
 FATHOM_BACKENDS(DecodePrologueKernel, decode_prologue)
 using DecodePrologueAttentionKernel = Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                              const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
-                                             double scale, const WeightGroups& ahead);
+                                             double scale);
 FATHOM_BACKENDS(DecodePrologueAttentionKernel, decode_prologue_attention)
 
 }  // namespace fathom

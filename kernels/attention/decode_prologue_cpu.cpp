@@ -19,10 +19,10 @@ Tensor decode_prologue(const Tensor& q, const Tensor& k, const Tensor& v, const 
   return fathom::rope_forward(normed(q, norm.q, norm.q_eps), angles);
 }
 
-// The prologue's work is not fused on the CPU: the two ops, in turn; the CPU has no L2 to ask.
+// The prologue's work is not fused on the CPU: the two ops, in turn.
 Tensor decode_prologue_attention(const Tensor& q, const Tensor& k, const Tensor& v, const QkNorm& norm,
                                  const Tensor& angles, Tensor& cache_k, Tensor& cache_v, const Tensor& past,
-                                 double scale, const WeightGroups& /*ahead*/) {
+                                 double scale) {
   return fathom::decode_attention(cpu::decode_prologue(q, k, v, norm, angles, cache_k, cache_v, past), cache_k, cache_v,
                                   past, DepthSlots{}, scale);
 }

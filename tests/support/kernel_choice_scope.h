@@ -6,7 +6,6 @@
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/runtime/dependent_launch.h"
-#include "kernels/runtime/l2_prefetch.h"
 
 namespace fathom::test {
 
@@ -33,7 +32,6 @@ using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
-using DecodeL2PrefetchScope = KernelChoiceScope<Toggle, decode_l2_prefetch, set_decode_l2_prefetch>;
 using PersistentDecodeScope = KernelChoiceScope<Toggle, persistent_decode_choice, set_persistent_decode_choice>;
 
 }  // namespace fathom::test

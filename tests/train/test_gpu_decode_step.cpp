@@ -316,22 +316,6 @@ TEST(GpuDecodeStep, ThePrologueInsideAttentionChangesNoBit) {
       }
 }
 
-// Attention asking L2 for the weights that follow it (FATHOM_DECODE_L2_PREFETCH) changes no bit of a decoding step,
-// at batch 1 and 3, OLMo2 and Llama-style, at head dims 64 and 128, over 60 steps: a hint moves no value.
-TEST(GpuDecodeStep, AskingL2ForTheNextWeightsChangesNoBit) {
-  FATHOM_REQUIRE_GPU();
-  DecodePrologueScope prologue(DecodePrologue::fused);
-  PrologueInAttentionScope inside(Fusion::fused);
-  for (const bool llama : {true, false})
-    for (const int64_t d_model : {384, 256})
-      for (const int64_t B : {1, 3}) {
-        ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
-        if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;
-        expect_fusion_changes_no_bit<DecodeL2PrefetchScope, Toggle::off, Toggle::on>(
-            model_name(llama, B) + "/d" + std::to_string(d_model), c, B, 60);
-      }
-}
-
 // A block's residual step inside the MLP's gate/up launch (FATHOM_RESIDUAL_STEP_IN_GEMM) changes no bit of
 // a decoding step against the step's own kernel, at batch 1 (the launch's one row) and 3 (which it leaves to
 // the step's kernel), OLMo2 (post-norm) and Llama-style (pre-norm, against the one-pass add_rms_norm); and
