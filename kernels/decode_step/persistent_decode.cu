@@ -9,8 +9,9 @@
 // with what the next phases read; and no consumer waits on a DRAM round trip, which behind a ring-deep queue
 // of bulk copies takes several microseconds.
 //
-// Phases, each ended by a grid-wide barrier (grid_sync: a count of arrivals, which the last to arrive resets, and a
-// generation it then advances, which the others wait on; both in the workspace):
+// Phases, each ended by a grid-wide barrier (grid_sync: one 64-bit count of arrivals in the workspace that only
+// grows, by G at each barrier of every launch; a CTA adds its arrival without waiting for the add and polls until
+// the count reaches its barrier's target, one round trip to L2 after the last arrival):
 //   1. q/k/v: every CTA first makes the GEMM input itself (the residual step of the previous layer, from the
 //      residual and the sublayer's output, and the pre-norm's norm), CTA 0 also stores the new residual;
 //   2. attention: a (KV head, split of the cache) per CTA; QK-norm's sums in the decode prologue's order,
@@ -20,9 +21,15 @@
 // After the last layer: the residual step, the final norm and the LM head.
 //
 // GEMM. Warp w reads columns [w K / 8, (w + 1) K / 8) of every row of an item from the stage, against the same
-// columns of the input held in registers; each row's warp sum goes to shared memory and, after the item,
-// thread r adds row r's eight warp sums in order and runs the phase's epilogue. Every output is rounded to
-// BF16 where the layer-by-layer step rounds it.
+// columns of the input; each row's warp sum goes to shared memory, and once a chunk of up to
+// kPartRows rows is in, a thread per row adds its eight warp sums in order and runs the phase's epilogue. The
+// warps do not wait for each other between items. Every output is rounded to BF16 where the layer-by-layer step
+// rounds it.
+//
+// L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
+// barriers take; so the producer also asks L2 for the GEMM items kLeadItems past the one it copies (and for a
+// phase's first ones as it starts the phase), and the memory system goes on streaming weights while the ring is
+// full.
 //
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
 // sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a fence before its
@@ -49,6 +56,7 @@
 #include "kernels/hopper/tma.cuh"
 #include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/argument_checks.h"
+#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -70,6 +78,8 @@ constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
 constexpr int kOneSplitTiles = 4;
 constexpr int kCounterLine = 32;  // 128 bytes of counters
+constexpr int kPartRows = 128;    // rows of a GEMM whose warp sums wait in shared memory for their epilogue
+constexpr int kLeadItems = 8;     // GEMM items a CTA's producer asks L2 for beyond the one it copies
 static_assert(kConsumers == prologue::kParts, "QK-norm's sums are the decode prologue's parts");
 
 struct LayerPtrs {
@@ -92,13 +102,13 @@ struct Args {
   bf16* logits;
   // Workspace: the residuals (X after a layer's first step, H after its second), the sublayers' outputs (o_proj's
   // O, down_proj's Dn), attention's output A, the raw q/k/v, SwiGLU's output, the attention partials ([Hq, G]
-  // splits), a merge counter per KV head and the barrier's two counters.
+  // splits), a merge counter per KV head and the barrier's count.
   bf16 *X, *H, *O, *Dn, *A, *QKV, *ACT;
   float* part_acc;
   float2* part_ml;
   unsigned* head_counters;
-  unsigned* barrier;
-  int64_t* trace;  // null, or [G, trace_slots(L)] SM clocks at the phases' ends (FATHOM_PERSISTENT_TRACE)
+  unsigned long long* arrivals;  // grid_sync's count; a multiple of G between launches
+  int64_t* trace;                // null, or [G, trace_slots(L)] SM clocks at the phases' ends (FATHOM_PERSISTENT_TRACE)
 };
 
 // The trace's marks: the start, 11 a layer (the end of each phase and of each barrier), the head's two.
@@ -122,7 +132,8 @@ struct Smem {
     bf16 x[kMaxWidth];  // the GEMM's input row
     AttentionSmem attn;
   } u;
-  float part[2][kWarps][kMaxStageRows];  // each row's warp sums, for two items in turn
+  float part[2][kPartRows][kWarps];  // rows' warp sums, two chunks of rows in turn
+  uint32_t part_row[2][kPartRows];   // each such row's matrix (bits 20 and up) and row
   bf16 gate[kMaxGateRows];
   float2 sums[kWarps];
   int last;
@@ -228,30 +239,31 @@ __device__ __forceinline__ int items_per_tile(int dh) { return dh == 64 ? 1 : 2;
 
 __device__ __forceinline__ void group_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory"); }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-// Every consumer of every CTA has arrived; what each wrote before is visible to all after.
-__device__ void grid_sync(const Args& a) {
+// The arrival count this launch's barriers start from (thread 0, before its first barrier): the count is a multiple
+// of G when the launch starts, and no barrier of it can have completed before this CTA arrives, so the count read
+// is that multiple plus the arrivals so far, fewer than G.
+__device__ unsigned long long arrivals_at_launch(const Args& a) {
+  return load_acquire(a.arrivals) / gridDim.x * gridDim.x;
+}
+
+// Every consumer of every CTA has arrived; what each wrote before is visible to all after. `target` (thread 0's)
+// is the count at the previous barrier, arrivals_at_launch's at the first.
+__device__ void grid_sync(const Args& a, unsigned long long& target) {
   group_sync();
   if (threadIdx.x == 0) {
-    unsigned* arrived = a.barrier;
-    unsigned* generation = a.barrier + kCounterLine;  // its own 128-byte line: the polls do not meet the adds
-    const unsigned gen = load_acquire(generation);
+    target += gridDim.x;
     __threadfence();
-    if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
-      atomicExch(arrived, 0u);
-      __threadfence();
-      atomicAdd(generation, 1u);
-    } else {
-      // A CTA that never arrives (a fault elsewhere) ends the kernel with an error, after some seconds of polls
-      // (each a round trip to L2), instead of a hang.
-      for (long long spins = 0; load_acquire(generation) == gen; ++spins)
-        if (spins > (1ll << 24)) __trap();
-    }
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(a.arrivals) : "memory");
+    // A CTA that never arrives (a fault elsewhere) ends the kernel with an error, after some seconds of polls
+    // (each a round trip to L2), instead of a hang.
+    for (long long spins = 0; load_acquire(a.arrivals) < target; ++spins)
+      if (spins > (1ll << 24)) __trap();
     __threadfence();
   }
   group_sync();
@@ -362,7 +374,7 @@ __device__ __forceinline__ void epilogue(const Args& a, Smem& s, Kind kind, int 
       break;
     case Kind::gate_up:
       if (m == 0) {
-        s.gate[local] = out;  // read back by this same thread at the up row's item (same slice, same items)
+        s.gate[local] = out;  // read at the up row's epilogue, in a later chunk (after the barrier that flushes it)
       } else {
         const float g = to_float(s.gate[local]);
         a.ACT[row] = from_float<bf16>(g * sigmoid(g) * to_float(out));  // SwiGLU as the swiglu kernel rounds it
@@ -404,19 +416,36 @@ __device__ __forceinline__ int row_of_lane(int lane) {
   return row;
 }
 
-// This CTA's items of a GEMM phase whose items hold at most R rows, from the ring (n: the stream's next item;
-// buf: the warp sums' buffer).
+// This CTA's items of a GEMM phase whose items hold at most R rows, from the ring (n: the stream's next item; buf:
+// the chunk of warp sums being filled). Each warp walks the items on its own: its columns of each row against the
+// same columns of the input (in shared memory), the row's sum over its lanes into the chunk, the stage
+// released. The warps meet only when a chunk is full, at a change of matrix and at the phase's end: then each row's
+// eight warp sums are added in warp order and its epilogue runs, while the warps go on into the other chunk.
 template <int R>
 __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int K = p.K, slice = K / kWarps, vectors = slice / 8;
-  V8 x[kMaxVectorsPerLane];
-#pragma unroll
-  for (int i = 0; i < kMaxVectorsPerLane; ++i)
-    if (lane + 32 * i < vectors) x[i] = load_pack<8>(s.u.x + warp * slice + (lane + 32 * i) * 8);
+  const bf16* x = s.u.x + warp * slice;  // read from shared memory at each item: held in registers across the
+                                         // items' loop, ptxas spilled it and reloaded it for every row
   const int my_row = row_of_lane<R>(lane);
   const bool writes = (lane & (32 / R - 1)) == 0;  // one lane of each row's group
-  for_each_item(p, [&](int m, int lo, int r0, int rows) {
+  int held = 0, held_m = -1;                       // rows in the chunk, and their matrix
+  const auto flush = [&] {
+    group_sync();  // every warp's sums of the chunk are in
+    for (int i = tid; i < held; i += kConsumers) {
+      float y = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) y += s.part[buf][i][w];
+      const int m = int(s.part_row[buf][i] >> 20), row = int(s.part_row[buf][i] & 0xFFFFFu);
+      epilogue(a, s, p.kind, m, row - int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x), row, y);
+    }
+    buf ^= 1;  // the next chunk's warp sums go to the other buffer while these epilogues run
+    held = 0;
+  };
+  for_each_item(p, [&](int m, int, int r0, int rows) {
+    // A chunk holds one matrix's rows (SwiGLU reads a gate row's output at its up row's epilogue, a later chunk).
+    if (held > 0 && (held + rows > kPartRows || m != held_m)) flush();
+    held_m = m;
     ring.wait_full(n);
     const bf16* stage = ring.stage(s, n) + warp * slice;
     float acc[R];
@@ -427,22 +456,17 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
 #pragma unroll
       for (int i = 0; i < kMaxVectorsPerLane; ++i) {
         const int v = lane + 32 * i;
-        if (v < vectors) acc[r] += dot8(load_pack<8>(stage + r * K + v * 8), x[i]);
+        if (v < vectors) acc[r] += dot8(load_pack<8>(stage + r * K + v * 8), load_pack<8>(x + v * 8));
       }
     }
     ring.release(n, lane);
     const float total = rows_sum<R>(acc, lane);
-    if (writes && my_row < rows) s.part[buf][warp][my_row] = total;
-    group_sync();
-    if (tid < rows) {
-      float y = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) y += s.part[buf][w][tid];
-      epilogue(a, s, p.kind, m, r0 - lo + tid, r0 + tid, y);
-    }
-    buf ^= 1;
+    if (writes && my_row < rows) s.part[buf][held + my_row][warp] = total;
+    if (warp == 0 && lane < rows) s.part_row[buf][held + lane] = uint32_t(m) << 20 | uint32_t(r0 + lane);
+    held += rows;
     ++n;
   });
+  if (held > 0) flush();
 }
 
 __device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
@@ -673,6 +697,7 @@ __device__ void attend(const Args& a, Smem& s, const Ring& ring, int& n, const L
 __device__ void consume(const Args& a, Smem& s, const Ring& ring) {
   const int past = *a.past;
   int n = 0, buf = 0;
+  unsigned long long arrivals = threadIdx.x == 0 ? arrivals_at_launch(a) : 0;  // grid_sync's count, thread 0's
   mark(a, 0);
   for (int l = 0; l < a.L; ++l) {
     const LayerPtrs& y = s.layers[l];
@@ -689,28 +714,28 @@ __device__ void consume(const Args& a, Smem& s, const Ring& ring) {
     mark(a, at);
     gemv(a, s, ring, phase_of(a, s, l, Kind::qkv), n, buf);
     mark(a, at + 1);
-    grid_sync(a);
+    grid_sync(a, arrivals);
     mark(a, at + 2);
     attend(a, s, ring, n, y, past);
     mark(a, at + 3);
-    grid_sync(a);
+    grid_sync(a, arrivals);
     mark(a, at + 4);
     load_input(s, a.A, a.Hq * a.dh);
     gemv(a, s, ring, phase_of(a, s, l, Kind::out), n, buf);
     mark(a, at + 5);
-    grid_sync(a);
+    grid_sync(a, arrivals);
     mark(a, at + 6);
     norm = take_vector(s, ring, n);  // post-norm: on attention's output; pre-norm: the FFN's input norm
     residual_step(a, s, a.X, a.O, a.pre_norm ? nullptr : norm, a.pre_norm ? norm : nullptr, a.H);
     release_vectors(ring, n, 1);
     gemv(a, s, ring, phase_of(a, s, l, Kind::gate_up), n, buf);
     mark(a, at + 7);
-    grid_sync(a);
+    grid_sync(a, arrivals);
     mark(a, at + 8);
     load_input(s, a.ACT, a.F);
     gemv(a, s, ring, phase_of(a, s, l, Kind::down), n, buf);
     mark(a, at + 9);
-    grid_sync(a);
+    grid_sync(a, arrivals);
     mark(a, at + 10);
   }
   const bf16* ffn_norm = a.pre_norm ? nullptr : take_vector(s, ring, n);
@@ -733,11 +758,24 @@ __device__ void produce(const Args& a, const Smem& s, const Ring& ring) {
     copy(w, uint32_t(width) * 2u);
     ++n;
   };
+  // The rows [r0, r1) of matrix m of a phase, asked of L2 (clipped to this CTA's slice, which ends at `hi`).
+  const auto lead = [&](const Phase& p, int m, int r0, int r1, int hi) {
+    r1 = min(r1, hi);
+    if (r0 < r1) prefetch_to_l2(p.w[m] + int64_t(r0) * p.K, uint32_t(r1 - r0) * uint32_t(p.K) * 2u);
+  };
   const auto gemm = [&](const Phase& p) {
-    for_each_item(p, [&](int m, int, int r0, int rows) {
+    const int per_item = items_rows(p), ahead = kLeadItems * per_item;
+    for (int m = 0; m < p.count; ++m) {
+      const int lo = int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x);
+      const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
+      for (int r0 = lo; r0 < lo + ahead; r0 += per_item) lead(p, m, r0, r0 + per_item, hi);
+    }
+    for_each_item(p, [&](int m, int lo, int r0, int rows) {
       const uint32_t bytes = uint32_t(rows) * uint32_t(p.K) * 2u;
       ring.acquire(n, bytes);
       copy(p.w[m] + int64_t(r0) * p.K, bytes);
+      const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
+      lead(p, m, r0 + ahead, r0 + ahead + rows, hi);
       ++n;
     });
   };
@@ -857,9 +895,9 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.QKV = scratch(qw + 2 * kw), w.ACT = scratch(F);
   w.part_acc = Tensor::empty({m.heads * w.grid * m.head_dim}, DType::f32, device);
   w.part_ml = Tensor::empty({m.heads * w.grid * 2}, DType::f32, device);
-  // The merge counters, then the barrier's two, each on a line of its own.
+  // The merge counters, then the barrier's count on a line of its own.
   const int64_t barrier_at = (m.kv_heads + cuda::kCounterLine - 1) / cuda::kCounterLine * cuda::kCounterLine;
-  w.counters = Tensor::zeros({barrier_at + 2 * cuda::kCounterLine}, DType::i32, device);
+  w.counters = Tensor::zeros({barrier_at + cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
   if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES")) {  // the ring's depth, for measurements
@@ -929,7 +967,8 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.part_acc = w.part_acc.data<float>();
   a.part_ml = reinterpret_cast<float2*>(w.part_ml.data<float>());
   a.head_counters = reinterpret_cast<unsigned*>(w.counters.data<int32_t>());
-  a.barrier = a.head_counters + (m.kv_heads + cuda::kCounterLine - 1) / cuda::kCounterLine * cuda::kCounterLine;
+  a.arrivals = reinterpret_cast<unsigned long long*>(a.head_counters + (m.kv_heads + cuda::kCounterLine - 1) /
+                                                                           cuda::kCounterLine * cuda::kCounterLine);
   a.trace = w.trace.defined() ? w.trace.data<int64_t>() : nullptr;
 
   cudaLaunchAttribute cooperative{};
