@@ -27,15 +27,14 @@
 // rounds it.
 //
 // L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
-// barriers take; so the producer also asks L2 for the GEMM items kLeadItems past the one it copies (and for a
-// phase's first ones as it starts the phase), and the memory system goes on streaming weights while the ring is
-// full.
+// barriers take; so the producer also asks L2 for the GEMM items kLeadItems past the one it copies (the phase's
+// first kLeadItems as it starts the phase), and the memory system goes on streaming weights while the ring is full.
 //
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
-// sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a fence before its
-// arrival) and acquires the others' (a load with acquire semantics by the waiting thread, then a CTA
-// barrier). Such reads in this file go through L2 (__ldcg); those of the decode prologue's helpers (attention's q, k
-// and v) are plain loads, which the acquire orders as well.
+// sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a CTA barrier, then
+// an arrival with release semantics) and acquires the others' (a load with acquire semantics by the waiting thread,
+// then a CTA barrier). Such reads in this file go through L2 (__ldcg); those of the decode prologue's helpers
+// (attention's q, k and v) are plain loads, which the acquire orders as well.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,7 +78,8 @@ constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
 constexpr int kOneSplitTiles = 4;
 constexpr int kCounterLine = 32;  // 128 bytes of counters
 constexpr int kPartRows = 128;    // rows of a GEMM whose warp sums wait in shared memory for their epilogue
-constexpr int kLeadItems = 8;     // GEMM items a CTA's producer asks L2 for beyond the one it copies
+static_assert(kMaxStageRows <= kPartRows, "an item's rows fit in a chunk");
+constexpr int kLeadItems = 8;  // GEMM items a CTA's producer asks L2 for beyond the one it copies
 static_assert(kConsumers == prologue::kParts, "QK-norm's sums are the decode prologue's parts");
 
 struct LayerPtrs {
@@ -132,8 +132,8 @@ struct Smem {
     bf16 x[kMaxWidth];  // the GEMM's input row
     AttentionSmem attn;
   } u;
-  float part[2][kPartRows][kWarps];  // rows' warp sums, two chunks of rows in turn
-  uint32_t part_row[2][kPartRows];   // each such row's matrix (bits 20 and up) and row
+  float part[2][kPartRows][kWarps + 1];  // rows' warp sums, two chunks of rows in turn (padded: no bank conflicts)
+  int part_row[2][kPartRows];            // each such row's index in its matrix
   bf16 gate[kMaxGateRows];
   float2 sums[kWarps];
   int last;
@@ -205,15 +205,34 @@ __device__ __forceinline__ int items_rows(const Phase& p) {
   return min(int(kMaxStageRows), int(kStageBytes / (2 * p.K)));
 }
 
-// The items of this CTA's slice of a phase, in stream order: f(matrix, slice's first row, item's first row, rows).
+// The first row of this CTA's slice of matrix m of a phase (the slice ends where the next CTA's begins).
+__device__ __forceinline__ int slice_begin(const Phase& p, int m, unsigned cta) {
+  return int(int64_t(cta) * p.rows[m] / gridDim.x);
+}
+
+// A walk over the items of this CTA's slice of a phase, in stream order: matrix m's rows [r0, r0 + rows()).
+struct Items {
+  const Phase& p;
+  int per_item, m = -1, lo = 0, hi = 0, r0 = 0;
+  __device__ explicit Items(const Phase& phase) : p(phase), per_item(items_rows(phase)) { next_matrix(); }
+  __device__ bool done() const { return m >= p.count; }
+  __device__ int rows() const { return min(per_item, hi - r0); }
+  __device__ void advance() {
+    r0 += per_item;
+    if (r0 >= hi) next_matrix();
+  }
+  __device__ void next_matrix() {  // the next matrix whose slice has rows
+    do {
+      ++m;
+      if (m < p.count) lo = r0 = slice_begin(p, m, blockIdx.x), hi = slice_begin(p, m, blockIdx.x + 1);
+    } while (m < p.count && lo >= hi);
+  }
+};
+
+// f(matrix, slice's first row, item's first row, rows) for each item of Items' walk.
 template <class F>
 __device__ __forceinline__ void for_each_item(const Phase& p, F&& f) {
-  const int per_item = items_rows(p);
-  for (int m = 0; m < p.count; ++m) {
-    const int lo = int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x);
-    const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
-    for (int r0 = lo; r0 < hi; r0 += per_item) f(m, lo, r0, min(per_item, hi - r0));
-  }
+  for (Items it(p); !it.done(); it.advance()) f(it.m, it.lo, it.r0, it.rows());
 }
 
 // How attention cuts a cache of `past` positions plus the new one: items (KV head, split) over the CTAs, each
@@ -258,13 +277,11 @@ __device__ void grid_sync(const Args& a, unsigned long long& target) {
   group_sync();
   if (threadIdx.x == 0) {
     target += gridDim.x;
-    __threadfence();
     asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(a.arrivals) : "memory");
     // A CTA that never arrives (a fault elsewhere) ends the kernel with an error, after some seconds of polls
     // (each a round trip to L2), instead of a hang.
     for (long long spins = 0; load_acquire(a.arrivals) < target; ++spins)
       if (spins > (1ll << 24)) __trap();
-    __threadfence();
   }
   group_sync();
 }
@@ -429,23 +446,23 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
                                          // items' loop, ptxas spilled it and reloaded it for every row
   const int my_row = row_of_lane<R>(lane);
   const bool writes = (lane & (32 / R - 1)) == 0;  // one lane of each row's group
-  int held = 0, held_m = -1;                       // rows in the chunk, and their matrix
+  int held = 0, held_m = -1, lo = 0;               // rows in the chunk, their matrix and its slice's first row
   const auto flush = [&] {
     group_sync();  // every warp's sums of the chunk are in
     for (int i = tid; i < held; i += kConsumers) {
       float y = 0;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) y += s.part[buf][i][w];
-      const int m = int(s.part_row[buf][i] >> 20), row = int(s.part_row[buf][i] & 0xFFFFFu);
-      epilogue(a, s, p.kind, m, row - int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x), row, y);
+      const int row = s.part_row[buf][i];
+      epilogue(a, s, p.kind, held_m, row - lo, row, y);
     }
     buf ^= 1;  // the next chunk's warp sums go to the other buffer while these epilogues run
     held = 0;
   };
-  for_each_item(p, [&](int m, int, int r0, int rows) {
+  for_each_item(p, [&](int m, int slice_lo, int r0, int rows) {
     // A chunk holds one matrix's rows (SwiGLU reads a gate row's output at its up row's epilogue, a later chunk).
     if (held > 0 && (held + rows > kPartRows || m != held_m)) flush();
-    held_m = m;
+    held_m = m, lo = slice_lo;
     ring.wait_full(n);
     const bf16* stage = ring.stage(s, n) + warp * slice;
     float acc[R];
@@ -462,7 +479,7 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
     ring.release(n, lane);
     const float total = rows_sum<R>(acc, lane);
     if (writes && my_row < rows) s.part[buf][held + my_row][warp] = total;
-    if (warp == 0 && lane < rows) s.part_row[buf][held + lane] = uint32_t(m) << 20 | uint32_t(r0 + lane);
+    if (warp == 0 && lane < rows) s.part_row[buf][held + lane] = r0 + lane;
     held += rows;
     ++n;
   });
@@ -758,24 +775,20 @@ __device__ void produce(const Args& a, const Smem& s, const Ring& ring) {
     copy(w, uint32_t(width) * 2u);
     ++n;
   };
-  // The rows [r0, r1) of matrix m of a phase, asked of L2 (clipped to this CTA's slice, which ends at `hi`).
-  const auto lead = [&](const Phase& p, int m, int r0, int r1, int hi) {
-    r1 = min(r1, hi);
-    if (r0 < r1) prefetch_to_l2(p.w[m] + int64_t(r0) * p.K, uint32_t(r1 - r0) * uint32_t(p.K) * 2u);
-  };
   const auto gemm = [&](const Phase& p) {
-    const int per_item = items_rows(p), ahead = kLeadItems * per_item;
-    for (int m = 0; m < p.count; ++m) {
-      const int lo = int(int64_t(blockIdx.x) * p.rows[m] / gridDim.x);
-      const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
-      for (int r0 = lo; r0 < lo + ahead; r0 += per_item) lead(p, m, r0, r0 + per_item, hi);
-    }
-    for_each_item(p, [&](int m, int lo, int r0, int rows) {
+    // The L2 lead: a second walk over the same items, kLeadItems ahead of the copies.
+    Items ahead(p);
+    const auto lead = [&] {
+      if (ahead.done()) return;
+      prefetch_to_l2(p.w[ahead.m] + int64_t(ahead.r0) * p.K, uint32_t(ahead.rows()) * uint32_t(p.K) * 2u);
+      ahead.advance();
+    };
+    for (int i = 0; i < kLeadItems; ++i) lead();
+    for_each_item(p, [&](int m, int, int r0, int rows) {
       const uint32_t bytes = uint32_t(rows) * uint32_t(p.K) * 2u;
       ring.acquire(n, bytes);
       copy(p.w[m] + int64_t(r0) * p.K, bytes);
-      const int hi = int(int64_t(blockIdx.x + 1) * p.rows[m] / gridDim.x);
-      lead(p, m, r0 + ahead, r0 + ahead + rows, hi);
+      lead();
       ++n;
     });
   };
