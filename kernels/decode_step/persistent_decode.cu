@@ -38,15 +38,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <string_view>
-#include <system_error>
 #include <utility>
 
 #include "kernels/attention/decode_prologue.cuh"
@@ -70,9 +67,7 @@ using V8 = Pack<bf16, 8>;
 constexpr int kWarps = 8;
 constexpr int kConsumers = kWarps * 32;  // prologue::kParts: QK-norm's sums in the prologue's order
 constexpr int kThreads = kConsumers + 32;
-constexpr int kStages = 11;
-constexpr int kMinStages = 3;  // two norm vectors held at once (the head's), and one more
-constexpr int kMaxVectorsPerLane = int(kMaxWidth / 64 / 32);  // a warp's slice of a row, over 32 lanes
+constexpr int kStages = 8;  // at least 3: two norm vectors held at once (the head's), and one more
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
 constexpr int kOneSplitTiles = 4;
@@ -91,7 +86,6 @@ struct LayerPtrs {
 struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
-  int stages;  // of the ring's kStages, how many the stream uses (at least kMinStages)
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -141,37 +135,18 @@ struct Smem {
   LayerPtrs layers[kMaxLayers];
 };
 
-// The ring: item n of the stream lives in stage n % depth, whose "full" barrier counts the item's bytes and
-// whose "empty" barrier one arrival per consumer warp that has read it.
-struct Ring {
-  uint32_t bars, stage0;
-  int depth;
-
-  __device__ __forceinline__ uint32_t full(int n) const { return bars + uint32_t(8 * (n % depth)); }
-  __device__ __forceinline__ uint32_t empty(int n) const { return bars + uint32_t(8 * (kStages + n % depth)); }
-  __device__ __forceinline__ const bf16* stage(const Smem& s, int n) const { return s.ring[n % depth]; }
+// The ring: item n of the stream lives in stage n % kStages (flash::StageRing: a "full" barrier counting the item's
+// bytes, an "empty" one an arrival per consumer warp that has read it). The depth is a power of two, so a stage and
+// its parity are bit operations: the GEMM's item loop computes them for every item (a run-time depth cost it an
+// integer division each time).
+struct Ring : flash::StageRing<kStages, kWarps> {
+  uint32_t stage0;
+  __device__ __forceinline__ const bf16* stage(const Smem& s, int n) const { return s.ring[n % kStages]; }
   __device__ __forceinline__ uint32_t stage_address(int n) const {
-    return stage0 + uint32_t(n % depth) * uint32_t(kStageBytes);
-  }
-  // By one thread; a block-wide barrier must follow before anyone waits.
-  __device__ void init() const {
-    for (int i = 0; i < depth; ++i) {
-      flash::mbarrier_init(full(i), 1);
-      flash::mbarrier_init(empty(i), kWarps);
-    }
-    flash::fence_mbarrier_init();
-  }
-  // Producer: waits until item n - depth has left the stage, then arms it for `bytes` (0: an empty item).
-  __device__ __forceinline__ void acquire(int n, uint32_t bytes) const {
-    if (n >= depth) flash::mbarrier_wait(empty(n), uint32_t(n / depth - 1) & 1u);
-    flash::mbarrier_expect_bytes(full(n), bytes);
-  }
-  __device__ __forceinline__ void wait_full(int n) const { flash::mbarrier_wait(full(n), uint32_t(n / depth) & 1u); }
-  __device__ __forceinline__ void release(int n, int lane) const {
-    __syncwarp();
-    if (lane == 0) flash::mbarrier_arrive(empty(n));
+    return stage0 + uint32_t(n % kStages) * uint32_t(kStageBytes);
   }
 };
+static_assert((kStages & (kStages - 1)) == 0, "the ring's depth is a power of two");
 
 enum class Kind { qkv, out, gate_up, down, head };
 
@@ -213,9 +188,11 @@ __device__ __forceinline__ int slice_begin(const Phase& p, int m, unsigned cta) 
 // A walk over the items of this CTA's slice of a phase, in stream order: matrix m's rows [r0, r0 + rows()).
 struct Items {
   const Phase& p;
-  int per_item, m = -1, lo = 0, hi = 0, r0 = 0;
-  __device__ explicit Items(const Phase& phase) : p(phase), per_item(items_rows(phase)) { next_matrix(); }
-  __device__ bool done() const { return m >= p.count; }
+  int count, per_item, m = -1, lo = 0, hi = 0, r0 = 0;
+  __device__ explicit Items(const Phase& phase) : p(phase), count(phase.count), per_item(items_rows(phase)) {
+    next_matrix();
+  }
+  __device__ bool done() const { return m >= count; }
   __device__ int rows() const { return min(per_item, hi - r0); }
   __device__ void advance() {
     r0 += per_item;
@@ -224,8 +201,8 @@ struct Items {
   __device__ void next_matrix() {  // the next matrix whose slice has rows
     do {
       ++m;
-      if (m < p.count) lo = r0 = slice_begin(p, m, blockIdx.x), hi = slice_begin(p, m, blockIdx.x + 1);
-    } while (m < p.count && lo >= hi);
+      if (m < count) lo = r0 = slice_begin(p, m, blockIdx.x), hi = slice_begin(p, m, blockIdx.x + 1);
+    } while (m < count && lo >= hi);
   }
 };
 
@@ -433,15 +410,19 @@ __device__ __forceinline__ int row_of_lane(int lane) {
   return row;
 }
 
-// This CTA's items of a GEMM phase whose items hold at most R rows, from the ring (n: the stream's next item; buf:
-// the chunk of warp sums being filled). Each warp walks the items on its own: its columns of each row against the
-// same columns of the input (in shared memory), the row's sum over its lanes into the chunk, the stage
-// released. The warps meet only when a chunk is full, at a change of matrix and at the phase's end: then each row's
-// eight warp sums are added in warp order and its epilogue runs, while the warps go on into the other chunk.
-template <int R>
-__device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
+// This CTA's items of a GEMM phase whose items hold at most R rows of at most V 16-byte vectors a lane (n: the stream's
+// next item; buf: the chunk of warp sums being filled). Each warp walks the items on its own: its columns of each
+// row against the same columns of the input (in shared memory), the row's sum over its lanes into the chunk, the
+// stage released. The warps meet only when a chunk is full, at a change of matrix and at the phase's end: then each
+// row's eight warp sums are added in warp order and its epilogue runs, while the warps go on into the other chunk.
+// The loop is what the kernel spends its issue slots on, so it has no per-row guard (an item of fewer than R rows
+// also multiplies what follows it in shared memory, into sums no lane writes) and a per-vector guard only where a
+// warp's slice of a row does not fill its lanes (kWhole false).
+template <int R, int V>
+__device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring ring, const Phase& p, int& n, int& buf) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int K = p.K, slice = K / kWarps, vectors = slice / 8;
+  const Kind kind = p.kind;
   const bf16* x = s.u.x + warp * slice;  // read from shared memory at each item: held in registers across the
                                          // items' loop, ptxas spilled it and reloaded it for every row
   const int my_row = row_of_lane<R>(lane);
@@ -454,11 +435,24 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) y += s.part[buf][i][w];
       const int row = s.part_row[buf][i];
-      epilogue(a, s, p.kind, held_m, row - lo, row, y);
+      epilogue(a, s, kind, held_m, row - lo, row, y);
     }
     buf ^= 1;  // the next chunk's warp sums go to the other buffer while these epilogues run
     held = 0;
   };
+  // acc[r]: this lane's part of row r of the item in `stage`.
+  const auto products = [&]<bool kWhole>(const bf16* stage, float(&acc)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r] = 0;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int v = (lane + 32 * i) * 8;
+        if (kWhole || lane + 32 * i < vectors) acc[r] += dot8(load_pack<8>(stage + r * K + v), load_pack<8>(x + v));
+      }
+    }
+  };
+  const bool whole = vectors == 32 * V;
   for_each_item(p, [&](int m, int slice_lo, int r0, int rows) {
     // A chunk holds one matrix's rows (SwiGLU reads a gate row's output at its up row's epilogue, a later chunk).
     if (held > 0 && (held + rows > kPartRows || m != held_m)) flush();
@@ -466,16 +460,10 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
     ring.wait_full(n);
     const bf16* stage = ring.stage(s, n) + warp * slice;
     float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      acc[r] = 0;
-      if (r >= rows) continue;
-#pragma unroll
-      for (int i = 0; i < kMaxVectorsPerLane; ++i) {
-        const int v = lane + 32 * i;
-        if (v < vectors) acc[r] += dot8(load_pack<8>(stage + r * K + v * 8), load_pack<8>(x + v * 8));
-      }
-    }
+    if (whole)
+      products.template operator()<true>(stage, acc);
+    else
+      products.template operator()<false>(stage, acc);
     ring.release(n, lane);
     const float total = rows_sum<R>(acc, lane);
     if (writes && my_row < rows) s.part[buf][held + my_row][warp] = total;
@@ -486,26 +474,30 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring& ring,
   if (held > 0) flush();
 }
 
-__device__ void gemv(const Args& a, Smem& s, const Ring& ring, const Phase& p, int& n, int& buf) {
-  const int rows = items_rows(p);
+// gemv_rows for the phase's rows an item (1 to 16: 16 KiB over a row's 2 K bytes) and vectors a lane (K / 2048,
+// rounded up: 1 to 4).
+__device__ void gemv(const Args& a, Smem& s, const Ring ring, const Phase& p, int& n, int& buf) {
+  const int rows = items_rows(p), vectors = (p.K + 2047) / 2048;
   if (rows == 1)
-    gemv_rows<1>(a, s, ring, p, n, buf);
+    gemv_rows<1, 4>(a, s, ring, p, n, buf);
   else if (rows == 2)
-    gemv_rows<2>(a, s, ring, p, n, buf);
+    gemv_rows<2, 2>(a, s, ring, p, n, buf);
+  else if (rows <= 4 && vectors == 2)
+    gemv_rows<4, 2>(a, s, ring, p, n, buf);
   else if (rows <= 4)
-    gemv_rows<4>(a, s, ring, p, n, buf);
+    gemv_rows<4, 1>(a, s, ring, p, n, buf);
   else if (rows <= 8)
-    gemv_rows<8>(a, s, ring, p, n, buf);
+    gemv_rows<8, 1>(a, s, ring, p, n, buf);
   else
-    gemv_rows<16>(a, s, ring, p, n, buf);
+    gemv_rows<16, 1>(a, s, ring, p, n, buf);
 }
 
 // A norm's weight vector, the stream's next item: waits for it (every consumer) and returns it in its stage.
-__device__ __forceinline__ const bf16* take_vector(const Smem& s, const Ring& ring, int n) {
+__device__ __forceinline__ const bf16* take_vector(const Smem& s, const Ring ring, int n) {
   ring.wait_full(n);
   return ring.stage(s, n);
 }
-__device__ __forceinline__ void release_vectors(const Ring& ring, int& n, int count) {
+__device__ __forceinline__ void release_vectors(const Ring ring, int& n, int count) {
   for (int i = 0; i < count; ++i) ring.release(n++, threadIdx.x % 32);
 }
 
@@ -513,7 +505,7 @@ __device__ __forceinline__ void release_vectors(const Ring& ring, int& n, int co
 // stream gives each item the QK-norm weights (where the model has them), then the cache's keys and values a tile
 // at a time.
 template <int DH, int G>
-__device__ __noinline__ void attention(const Args& a, Smem& s, const Ring& ring, int& n, const LayerPtrs& y, int past) {
+__device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past) {
   constexpr int kPer = DH / 32, kChunks = DH / 8;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const SplitPlan plan(a, past);
@@ -692,7 +684,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring& ring,
 }
 
 // attention<DH, G> for the model's head dim and group.
-__device__ void attend(const Args& a, Smem& s, const Ring& ring, int& n, const LayerPtrs& y, int past) {
+__device__ void attend(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past) {
   const int G = a.Hq / a.Hk;
   const auto by_group = [&]<int DH>() {
     if (G == 1)
@@ -711,7 +703,7 @@ __device__ void attend(const Args& a, Smem& s, const Ring& ring, int& n, const L
 }
 
 // The consumers: the phases in order, taking the stream's items as produce() issues them.
-__device__ void consume(const Args& a, Smem& s, const Ring& ring) {
+__device__ void consume(const Args& a, Smem& s, const Ring ring) {
   const int past = *a.past;
   int n = 0, buf = 0;
   unsigned long long arrivals = threadIdx.x == 0 ? arrivals_at_launch(a) : 0;  // grid_sync's count, thread 0's
@@ -765,7 +757,7 @@ __device__ void consume(const Args& a, Smem& s, const Ring& ring) {
 }
 
 // The producer: the stream's items in the order consume() takes them, each as soon as its stage is free.
-__device__ void produce(const Args& a, const Smem& s, const Ring& ring) {
+__device__ void produce(const Args& a, const Smem& s, const Ring ring) {
   int n = 0;
   const auto copy = [&](const void* from, uint32_t bytes, uint32_t offset = 0) {
     if (bytes > 0) flash::bulk_load(ring.stage_address(n) + offset, from, bytes, ring.full(n));
@@ -838,8 +830,9 @@ __device__ void produce(const Args& a, const Smem& s, const Ring& ring) {
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Args a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   Smem& s = *reinterpret_cast<Smem*>(smem_bytes);
-  const Ring ring{uint32_t(__cvta_generic_to_shared(s.bars)), uint32_t(__cvta_generic_to_shared(&s.ring[0][0])),
-                  a.stages};
+  Ring ring;
+  ring.bars = uint32_t(__cvta_generic_to_shared(s.bars));
+  ring.stage0 = uint32_t(__cvta_generic_to_shared(&s.ring[0][0]));
   if (threadIdx.x == 0) ring.init();
   for (int i = threadIdx.x; i < a.L; i += blockDim.x) s.layers[i] = a.layers[i];
   __syncthreads();
@@ -879,7 +872,7 @@ namespace fathom {
 struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
-  int grid = 0, stages = cuda::kStages;
+  int grid = 0;
   std::string trace_path;  // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
   Tensor trace;
 };
@@ -913,14 +906,6 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({barrier_at + cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
-  if (const char* depth = std::getenv("FATHOM_PERSISTENT_STAGES")) {  // the ring's depth, for measurements
-    const std::string_view text(depth);
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), w.stages);
-    FATHOM_CHECK(error == std::errc() && end == text.data() + text.size() && w.stages >= cuda::kMinStages &&
-                     w.stages <= cuda::kStages,
-                 "FATHOM_PERSISTENT_STAGES must be a whole number from ", cuda::kMinStages, " to ", cuda::kStages,
-                 ", got '", text, "'");
-  }
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -963,7 +948,6 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   Tensor logits = Tensor::empty({1, vocab}, DType::bf16, device);
   cuda::Args a{};
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
-  a.stages = w.stages;
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
   a.pre_norm = m.pre_norm;

@@ -44,9 +44,9 @@ struct PersistentDecodeModel {
 
 // Whether decoding steps run as the persistent kernel where a model fits it: FATHOM_PERSISTENT_DECODE=on|off,
 // read at the first use, unless set replaced it. Unset: off: its GPU tests pass, but it measured slower than the
-// layer-by-layer step (docs/DESIGN.md, "A whole step in one persistent kernel"). Two more variables serve its measurement, read when a kernel is made: FATHOM_PERSISTENT_TRACE=FILE
-// writes each CTA's clock at the end of every phase of the last step run (bench/timeline/persistent_trace.py reads
-// it) when the kernel is freed, and FATHOM_PERSISTENT_STAGES (3 to 11, unset 11) sets the ring's depth.
+// layer-by-layer step (docs/DESIGN.md, "A whole step in one persistent kernel"). FATHOM_PERSISTENT_TRACE=FILE, read
+// when a kernel is made, serves its measurement: each CTA's clock at the end of every phase of the last step run,
+// written when the kernel is freed (bench/timeline/persistent_trace.py reads it).
 Toggle persistent_decode_choice();
 void set_persistent_decode_choice(Toggle choice);
 
