@@ -2,7 +2,7 @@
 """Where the persistent decoding kernel's step went, from a FATHOM_PERSISTENT_TRACE file.
 
 The kernel (kernels/decode_step/persistent_decode.cu) records, per CTA, its SM clock at its start and at the end
-of each phase and of each grid barrier (11 marks a layer), then after the head's input and its GEMM; the file
+of each phase, of attention's q/k and its tiles, and of each grid barrier (13 marks a layer), then after the head's input and its GEMM; the file
 is the last step that ran. Per kind of interval this prints the time from the mark before, summed over the
 layers, as the median and the maximum over the CTAs (microseconds, at the clock rate the file names). A
 barrier's interval is the CTA's wait there: the slowest CTA's work before it, less its own.
@@ -10,7 +10,8 @@ barrier's interval is the CTA's wait there: the slowest CTA's work before it, le
 """
 import argparse, collections, statistics
 
-KINDS = ['q/k/v input', 'q/k/v GEMM', 'barrier 1', 'attention', 'barrier 2', 'o_proj input + GEMM', 'barrier 3',
+KINDS = ['q/k/v input', 'q/k/v GEMM', 'barrier 1', 'attention: q/k', 'attention: tiles', 'attention: merge',
+         'barrier 2', 'o_proj input + GEMM', 'barrier 3',
          'gate/up input + GEMM', 'barrier 4', 'down input + GEMM', 'barrier 5']
 
 

@@ -27,8 +27,8 @@
 // rounds it.
 //
 // L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
-// barriers take; so the producer also asks L2 for the GEMM items kLeadItems past the one it copies (the phase's
-// first kLeadItems as it starts the phase), and the memory system goes on streaming weights while the ring is full.
+// barriers take; so the producer also asks L2 for the GEMM items a.lead_items past the one it copies (the phase's
+// first a.lead_items as it starts the phase), and the memory system goes on streaming weights while the ring is full.
 //
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
 // sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a CTA barrier, then
@@ -38,12 +38,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "kernels/attention/decode_prologue.cuh"
@@ -70,11 +72,11 @@ constexpr int kThreads = kConsumers + 32;
 constexpr int kStages = 8;  // at least 3: two norm vectors held at once (the head's), and one more
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
-constexpr int kOneSplitTiles = 4;
-constexpr int kCounterLine = 32;  // 128 bytes of counters
-constexpr int kPartRows = 128;    // rows of a GEMM whose warp sums wait in shared memory for their epilogue
+constexpr int kOneSplitTiles = 4;      // the default of Args::one_split_tiles
+constexpr int kCounterLine = 32;       // 128 bytes of counters
+constexpr int kPartRows = 128;         // rows of a GEMM whose warp sums wait in shared memory for their epilogue
 static_assert(kMaxStageRows <= kPartRows, "an item's rows fit in a chunk");
-constexpr int kLeadItems = 8;  // GEMM items a CTA's producer asks L2 for beyond the one it copies
+constexpr int kLeadItems = 8;  // the default of Args::lead_items
 static_assert(kConsumers == prologue::kParts, "QK-norm's sums are the decode prologue's parts");
 
 struct LayerPtrs {
@@ -86,6 +88,8 @@ struct LayerPtrs {
 struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
+  int one_split_tiles;  // a cache of at most this many tiles is one split a KV head (SplitPlan)
+  int lead_items;       // GEMM items a CTA's producer asks L2 for beyond the one it copies
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -105,8 +109,9 @@ struct Args {
   int64_t* trace;                // null, or [G, trace_slots(L)] SM clocks at the phases' ends (FATHOM_PERSISTENT_TRACE)
 };
 
-// The trace's marks: the start, 11 a layer (the end of each phase and of each barrier), the head's two.
-constexpr int kMarksPerLayer = 11;
+// The trace's marks: the start, 13 a layer (the end of each phase, of attention's q/k and its tiles, and of each
+// barrier), the head's two.
+constexpr int kMarksPerLayer = 13;
 __host__ __device__ constexpr int trace_slots(int layers) { return 1 + kMarksPerLayer * layers + 2; }
 
 __device__ __forceinline__ void mark(const Args& a, int slot) {
@@ -221,7 +226,7 @@ struct SplitPlan {
     const int tiles = (len + kTileKeys - 1) / kTileKeys, per_head = max(1, int(gridDim.x) / a.Hk);
     // A short cache is one split a head: its few tiles come from the ring faster than partials could be
     // merged through memory.
-    tiles_per_split = tiles <= kOneSplitTiles ? tiles : (tiles + per_head - 1) / per_head;
+    tiles_per_split = tiles <= a.one_split_tiles ? tiles : (tiles + per_head - 1) / per_head;
     splits = (tiles + tiles_per_split - 1) / tiles_per_split;
     items = a.Hk * splits;
   }
@@ -501,63 +506,92 @@ __device__ __forceinline__ void release_vectors(const Ring ring, int& n, int cou
   for (int i = 0; i < count; ++i) ring.release(n++, threadIdx.x % 32);
 }
 
-// Attention over the cache and the new token for this CTA's (KV head, split) items; see the file's comment. The
-// stream gives each item the QK-norm weights (where the model has them), then the cache's keys and values a tile
-// at a time.
+// Lane `lane`'s share of 8 dot products (one a key) summed over the warp: lane ends up with key (lane >> 2) & 7's
+// sum. Each butterfly step of warp_sum (offsets 16, 8, 4, 2, 1) adds the same two values for each key; here a
+// lane keeps half of its keys at the first three steps and sends its partner the other half, so 9 shuffles do the
+// work of 40, and every sum has warp_sum's bits.
+__device__ __forceinline__ float warp_sums_of_8(float (&p)[8], int lane) {
+#pragma unroll
+  for (int half = 4, offset = 16; half >= 1; half /= 2, offset /= 2) {
+    const bool upper = lane & offset;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float keep = upper ? p[i + half] : p[i], send = upper ? p[i] : p[i + half];
+      p[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  float v = p[0];
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v;
+}
+
+// Attention over the cache and the new token for this CTA's (KV head, split) items (one, unless the model has more
+// KV heads than the grid has CTAs); see the file's comment. The stream gives each item the QK-norm weights (where
+// the model has them), then the cache's keys and values a tile at a time. Trace marks `at` (q and the new key
+// ready) and `at + 1` (the tiles done), of the CTA's last item.
 template <int DH, int G>
-__device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past) {
+__device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past,
+                                       int at) {
   constexpr int kPer = DH / 32, kChunks = DH / 8;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const SplitPlan plan(a, past);
-  if (int(blockIdx.x) >= plan.items) return;
+  if (int(blockIdx.x) >= plan.items) {
+    mark(a, at), mark(a, at + 1);
+    return;
+  }
   const int len = plan.len;
   const bf16* q_raw = a.QKV;
   const bf16* k_raw = a.QKV + a.Hq * DH;
   const bf16* v_raw = k_raw + a.Hk * DH;
   AttentionSmem& t = s.u.attn;
-
-  // QK-norm's 1 / rms of the whole q and k rows, summed as the decode prologue sums them.
-  const bool qk_norm = y.q_norm != nullptr;
-  float rstd_q = 1, rstd_k = 1;
-  if (qk_norm) {
-    float2 part = prologue::part_sums<bf16, 8>(q_raw, k_raw, a.Hq * DH / 8, a.Hk * DH / 8, tid);
-    part.x = warp_sum(part.x);
-    part.y = warp_sum(part.y);
-    if (lane == 0) s.sums[warp] = part;
-    group_sync();
-    const float2 ss = prologue::sum_parts(s.sums);
-    group_sync();
-    rstd_q = prologue::rstd(true, ss.x, a.Hq * DH, a.eps);
-    rstd_k = prologue::rstd(true, ss.y, a.Hk * DH, a.eps);
-  }
-
   for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
     const int hk = plan.head(a, item), split = item / a.Hk, p0 = plan.p0(a, item), p1 = plan.p1(a, item);
-    // The group's query heads and the new key, normalised and rotated as the prologue does; the new value.
+
+    // Every load of the group's query heads, the new key and value and QK-norm's sums issued before any is used:
+    // one round trip to L2.
+    const bool qk_norm = y.q_norm != nullptr;
     const bf16* q_norm = qk_norm ? take_vector(s, ring, n) : nullptr;
     const bf16* k_norm = qk_norm ? take_vector(s, ring, n + 1) : nullptr;
-    if (tid < G * kChunks) {
-      const int g = tid / kChunks, c = tid % kChunks;
-      prologue::Rotation<bf16> rot;
-      rot.load(q_raw, q_norm, a.angles, hk * G + g, DH, c);
+    const bool rotates_q = tid < G * kChunks, rotates_k = !rotates_q && tid < (G + 1) * kChunks;
+    const int c = rotates_q ? tid % kChunks : tid - G * kChunks;
+    prologue::Rotation<bf16> rot;
+    V8 v;
+    if (rotates_q) {
+      rot.load(q_raw, q_norm, a.angles, hk * G + tid / kChunks, DH, c);
+    } else if (rotates_k) {
+      rot.load(k_raw, k_norm, a.angles, hk, DH, c);
+      v = load_pack<8>(v_raw + hk * DH + c * 8);
+    }
+    float rstd_q = 1, rstd_k = 1;
+    if (qk_norm) {  // 1 / rms of the whole q and k rows, summed as the decode prologue sums them
+      float2 part = prologue::part_sums<bf16, 8>(q_raw, k_raw, a.Hq * DH / 8, a.Hk * DH / 8, tid);
+      part.x = warp_sum(part.x);
+      part.y = warp_sum(part.y);
+      if (lane == 0) s.sums[warp] = part;
+      group_sync();
+      const float2 ss = prologue::sum_parts(s.sums);
+      rstd_q = prologue::rstd(true, ss.x, a.Hq * DH, a.eps);
+      rstd_k = prologue::rstd(true, ss.y, a.Hk * DH, a.eps);
+    }
+    // The group's query heads and the new key, normalised and rotated as the prologue does; the new value.
+    if (rotates_q) {
       const V8 q = rot.rotate(rstd_q);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) t.q[g][c * 8 + e] = to_float(q.v[e]);
-    } else if (tid < (G + 1) * kChunks) {
-      const int c = tid - G * kChunks;
-      prologue::Rotation<bf16> rot;
-      rot.load(k_raw, k_norm, a.angles, hk, DH, c);
-      const V8 k = rot.rotate(rstd_k), v = load_pack<8>(v_raw + hk * DH + c * 8);
+      for (int e = 0; e < 8; ++e) t.q[tid / kChunks][c * 8 + e] = to_float(q.v[e]);
+    } else if (rotates_k) {
+      const V8 k = rot.rotate(rstd_k);
       store_pack<8>(t.k + c * 8, k);
       store_pack<8>(t.v + c * 8, v);
       if (p0 <= past && past < p1) {  // this split holds the new position: it writes the cache there
-        const int64_t at = (int64_t(hk) * a.capacity + past) * DH + c * 8;
-        store_pack<8>(y.cache_k + at, k);
-        store_pack<8>(y.cache_v + at, v);
+        const int64_t at_cache = (int64_t(hk) * a.capacity + past) * DH + c * 8;
+        store_pack<8>(y.cache_k + at_cache, k);
+        store_pack<8>(y.cache_v + at_cache, v);
       }
     }
     release_vectors(ring, n, qk_norm ? 2 : 0);  // each warp's rotations have used them
-    group_sync();
+    group_sync();                               // also: every warp has read s.sums before a later phase writes them
+    mark(a, at);
 
     float q[G][kPer], m[G], l[G], acc[G][kPer];
 #pragma unroll
@@ -567,6 +601,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
       for (int e = 0; e < kPer; ++e) q[g][e] = t.q[g][lane * kPer + e], acc[g][e] = 0;
     }
     using KV = Pack<bf16, kPer>;
+    const int my_key = (lane >> 2) & 7;  // the key whose score warp_sums_of_8 leaves in this lane
     for (int p = p0; p < p1; p += kTileKeys) {
       // Warp w's 8 keys of the tile: positions p + 8 w + j, from the ring (the cache's), shared memory (the new
       // one), or none (a weight of 0, which must not meet a NaN).
@@ -594,24 +629,26 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
       }
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float sc[8], top = m[g];
+        float part[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          float part = 0;
+          part[j] = 0;
 #pragma unroll
-          for (int e = 0; e < kPer; ++e) part += q[g][e] * to_float(kk[j].v[e]);
-          part = warp_sum(part);
-          sc[j] = p + warp * 8 + j < len ? part * a.scale_log2 : -INFINITY;
-          top = fmaxf(top, sc[j]);
+          for (int e = 0; e < kPer; ++e) part[j] += q[g][e] * to_float(kk[j].v[e]);
         }
+        const float dot = warp_sums_of_8(part, lane);
+        const float score = p + warp * 8 + my_key < len ? dot * a.scale_log2 : -INFINITY;
+        float top = fmaxf(m[g], score);
+#pragma unroll
+        for (int offset = 4; offset < 32; offset *= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
         if (top == -INFINITY) continue;  // none of this warp's keys in the cache yet
-        const float keep = exp2f(m[g] - top);
+        const float keep = exp2f(m[g] - top), mine = exp2f(score - top);
         l[g] *= keep;
 #pragma unroll
         for (int e = 0; e < kPer; ++e) acc[g][e] *= keep;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float w = exp2f(sc[j] - top);
+          const float w = __shfl_sync(0xffffffffu, mine, 4 * j);
           l[g] += w;
 #pragma unroll
           for (int e = 0; e < kPer; ++e) acc[g][e] += w * to_float(vv[j].v[e]);
@@ -622,6 +659,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
       if constexpr (DH != 64) ring.release(n + 1, lane);
       n += items_per_tile(DH);
     }
+    mark(a, at + 1);
     // The warps' softmaxes merged in warp order into this split's partial.
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -646,13 +684,13 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
         a.A[(hk * G + g) * DH + e] = from_float<bf16>(num / den);
         continue;
       }
-      const int64_t at = int64_t(hk * G + g) * gridDim.x + split;  // [Hq, G] partials
-      a.part_acc[at * DH + e] = num;
-      if (e == 0) a.part_ml[at] = make_float2(M, den);
+      const int64_t at_part = int64_t(hk * G + g) * gridDim.x + split;  // [Hq, G] partials
+      a.part_acc[at_part * DH + e] = num;
+      if (e == 0) a.part_ml[at_part] = make_float2(M, den);
       __threadfence();  // the partial, published before the split is counted
     }
     if (plan.splits == 1) {
-      group_sync();  // the shared rows are the next item's
+      group_sync();  // the shared rows are the next item's or phase's
       continue;
     }
     group_sync();
@@ -679,22 +717,22 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
       }
       if (tid == 0) a.head_counters[hk] = 0;  // for the next layer, past its barriers
     }
-    group_sync();  // the shared rows are the next item's
+    group_sync();  // the shared rows are the next item's or phase's
   }
 }
 
 // attention<DH, G> for the model's head dim and group.
-__device__ void attend(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past) {
+__device__ void attend(const Args& a, Smem& s, const Ring ring, int& n, const LayerPtrs& y, int past, int at) {
   const int G = a.Hq / a.Hk;
   const auto by_group = [&]<int DH>() {
     if (G == 1)
-      attention<DH, 1>(a, s, ring, n, y, past);
+      attention<DH, 1>(a, s, ring, n, y, past, at);
     else if (G == 2)
-      attention<DH, 2>(a, s, ring, n, y, past);
+      attention<DH, 2>(a, s, ring, n, y, past, at);
     else if (G == 3)
-      attention<DH, 3>(a, s, ring, n, y, past);
+      attention<DH, 3>(a, s, ring, n, y, past, at);
     else
-      attention<DH, 4>(a, s, ring, n, y, past);
+      attention<DH, 4>(a, s, ring, n, y, past, at);
   };
   if (a.dh == 64)
     by_group.template operator()<64>();
@@ -725,27 +763,27 @@ __device__ void consume(const Args& a, Smem& s, const Ring ring) {
     mark(a, at + 1);
     grid_sync(a, arrivals);
     mark(a, at + 2);
-    attend(a, s, ring, n, y, past);
-    mark(a, at + 3);
-    grid_sync(a, arrivals);
-    mark(a, at + 4);
-    load_input(s, a.A, a.Hq * a.dh);
-    gemv(a, s, ring, phase_of(a, s, l, Kind::out), n, buf);
+    attend(a, s, ring, n, y, past, at + 3);
     mark(a, at + 5);
     grid_sync(a, arrivals);
     mark(a, at + 6);
+    load_input(s, a.A, a.Hq * a.dh);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::out), n, buf);
+    mark(a, at + 7);
+    grid_sync(a, arrivals);
+    mark(a, at + 8);
     norm = take_vector(s, ring, n);  // post-norm: on attention's output; pre-norm: the FFN's input norm
     residual_step(a, s, a.X, a.O, a.pre_norm ? nullptr : norm, a.pre_norm ? norm : nullptr, a.H);
     release_vectors(ring, n, 1);
     gemv(a, s, ring, phase_of(a, s, l, Kind::gate_up), n, buf);
-    mark(a, at + 7);
-    grid_sync(a, arrivals);
-    mark(a, at + 8);
-    load_input(s, a.ACT, a.F);
-    gemv(a, s, ring, phase_of(a, s, l, Kind::down), n, buf);
     mark(a, at + 9);
     grid_sync(a, arrivals);
     mark(a, at + 10);
+    load_input(s, a.ACT, a.F);
+    gemv(a, s, ring, phase_of(a, s, l, Kind::down), n, buf);
+    mark(a, at + 11);
+    grid_sync(a, arrivals);
+    mark(a, at + 12);
   }
   const bf16* ffn_norm = a.pre_norm ? nullptr : take_vector(s, ring, n);
   const bf16* final_norm = take_vector(s, ring, a.pre_norm ? n : n + 1);
@@ -768,14 +806,14 @@ __device__ void produce(const Args& a, const Smem& s, const Ring ring) {
     ++n;
   };
   const auto gemm = [&](const Phase& p) {
-    // The L2 lead: a second walk over the same items, kLeadItems ahead of the copies.
+    // The L2 lead: a second walk over the same items, a.lead_items ahead of the copies.
     Items ahead(p);
     const auto lead = [&] {
       if (ahead.done()) return;
       prefetch_to_l2(p.w[ahead.m] + int64_t(ahead.r0) * p.K, uint32_t(ahead.rows()) * uint32_t(p.K) * 2u);
       ahead.advance();
     };
-    for (int i = 0; i < kLeadItems; ++i) lead();
+    for (int i = 0; i < a.lead_items; ++i) lead();
     for_each_item(p, [&](int m, int, int r0, int rows) {
       const uint32_t bytes = uint32_t(rows) * uint32_t(p.K) * 2u;
       ring.acquire(n, bytes);
@@ -845,6 +883,18 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Args a) 
 
 constexpr const char* kOp = "persistent decode";
 
+// The whole number in environment variable `name` (at least `least`), or `fallback` where it is unset.
+int count_from_env(const char* name, int fallback, int least) {
+  const char* value = std::getenv(name);
+  if (!value) return fallback;
+  const std::string_view text(value);
+  int count = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+  FATHOM_CHECK(error == std::errc() && end == text.data() + text.size() && count >= least, kOp, ": ", name,
+               " must be a whole number, at least ", least, ", got '", text, "'");
+  return count;
+}
+
 const bf16* dev(const Tensor& t) { return t.defined() ? reinterpret_cast<const bf16*>(t.raw()) : nullptr; }
 bf16* dev_mut(const Tensor& t) { return reinterpret_cast<bf16*>(const_cast<void*>(t.raw())); }
 
@@ -873,6 +923,7 @@ struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
   int grid = 0;
+  int one_split_tiles = cuda::kOneSplitTiles, lead_items = cuda::kLeadItems;
   std::string trace_path;  // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
   Tensor trace;
 };
@@ -906,6 +957,9 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({barrier_at + cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
+  // Two of the kernel's choices, set from the environment for measurements.
+  w.one_split_tiles = cuda::count_from_env("FATHOM_PERSISTENT_ONE_SPLIT_TILES", cuda::kOneSplitTiles, 1);
+  w.lead_items = cuda::count_from_env("FATHOM_PERSISTENT_LEAD_ITEMS", cuda::kLeadItems, 0);
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -950,6 +1004,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
+  a.one_split_tiles = w.one_split_tiles, a.lead_items = w.lead_items;
   a.pre_norm = m.pre_norm;
   a.eps = float(m.norm_eps);
   a.scale_log2 = float(m.scale * 1.4426950408889634);
