@@ -26,9 +26,10 @@
 // warps do not wait for each other between items. Every output is rounded to BF16 where the layer-by-layer step
 // rounds it.
 //
-// L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
-// barriers take; so the producer also asks L2 for the GEMM items a.lead_items past the one it copies (the phase's
-// first a.lead_items as it starts the phase), and the memory system goes on streaming weights while the ring is full.
+// No L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
+// barriers take. Asking L2 for the GEMM items 8 or 16 past the one copied made a 1B step 7% and 18% slower than
+// no lead (H100, bench/results/2026-12-06_persistent_attention_h100.md): the stream's own copies, the norms'
+// vectors among them, queue behind the prefetches.
 //
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
 // sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a CTA barrier, then
@@ -54,7 +55,6 @@
 #include "kernels/hopper/tma.cuh"
 #include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/argument_checks.h"
-#include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -76,7 +76,6 @@ constexpr int kOneSplitTiles = 4;      // the default of Args::one_split_tiles
 constexpr int kCounterLine = 32;       // 128 bytes of counters
 constexpr int kPartRows = 128;         // rows of a GEMM whose warp sums wait in shared memory for their epilogue
 static_assert(kMaxStageRows <= kPartRows, "an item's rows fit in a chunk");
-constexpr int kLeadItems = 8;  // the default of Args::lead_items
 static_assert(kConsumers == prologue::kParts, "QK-norm's sums are the decode prologue's parts");
 
 struct LayerPtrs {
@@ -89,7 +88,6 @@ struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
   int one_split_tiles;  // a cache of at most this many tiles is one split a KV head (SplitPlan)
-  int lead_items;       // GEMM items a CTA's producer asks L2 for beyond the one it copies
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -806,19 +804,10 @@ __device__ void produce(const Args& a, const Smem& s, const Ring ring) {
     ++n;
   };
   const auto gemm = [&](const Phase& p) {
-    // The L2 lead: a second walk over the same items, a.lead_items ahead of the copies.
-    Items ahead(p);
-    const auto lead = [&] {
-      if (ahead.done()) return;
-      prefetch_to_l2(p.w[ahead.m] + int64_t(ahead.r0) * p.K, uint32_t(ahead.rows()) * uint32_t(p.K) * 2u);
-      ahead.advance();
-    };
-    for (int i = 0; i < a.lead_items; ++i) lead();
     for_each_item(p, [&](int m, int, int r0, int rows) {
       const uint32_t bytes = uint32_t(rows) * uint32_t(p.K) * 2u;
       ring.acquire(n, bytes);
       copy(p.w[m] + int64_t(r0) * p.K, bytes);
-      lead();
       ++n;
     });
   };
@@ -923,7 +912,7 @@ struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
   int grid = 0;
-  int one_split_tiles = cuda::kOneSplitTiles, lead_items = cuda::kLeadItems;
+  int one_split_tiles = cuda::kOneSplitTiles;
   std::string trace_path;  // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
   Tensor trace;
 };
@@ -957,9 +946,8 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({barrier_at + cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
-  // Two of the kernel's choices, set from the environment for measurements.
+  // For measurements: how short a cache is attended as one split a KV head.
   w.one_split_tiles = cuda::count_from_env("FATHOM_PERSISTENT_ONE_SPLIT_TILES", cuda::kOneSplitTiles, 1);
-  w.lead_items = cuda::count_from_env("FATHOM_PERSISTENT_LEAD_ITEMS", cuda::kLeadItems, 0);
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -1004,7 +992,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
-  a.one_split_tiles = w.one_split_tiles, a.lead_items = w.lead_items;
+  a.one_split_tiles = w.one_split_tiles;
   a.pre_norm = m.pre_norm;
   a.eps = float(m.norm_eps);
   a.scale_log2 = float(m.scale * 1.4426950408889634);
