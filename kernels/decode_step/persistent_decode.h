@@ -46,7 +46,9 @@ struct PersistentDecodeModel {
 // read at the first use, unless set replaced it. Unset: off: its GPU tests pass, but it measured slower than the
 // layer-by-layer step (docs/DESIGN.md, "A whole step in one persistent kernel"). FATHOM_PERSISTENT_TRACE=FILE, read
 // when a kernel is made, serves its measurement: each CTA's clock at the end of every phase of the last step run,
-// written when the kernel is freed (bench/timeline/persistent_trace.py reads it).
+// written when the kernel is freed (bench/timeline/persistent_trace.py reads it);
+// FATHOM_PERSISTENT_ONE_SPLIT_TILES=N, read likewise: a cache of at most N 64-key tiles is attended as one split a KV
+// head (default 4).
 Toggle persistent_decode_choice();
 void set_persistent_decode_choice(Toggle choice);
 
