@@ -1,5 +1,6 @@
 #include "kernels/decode_step/persistent_decode.h"
 
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -11,11 +12,14 @@ namespace fathom {
 namespace {
 constinit KernelChoice<Toggle> choice_in_force("FATHOM_PERSISTENT_DECODE", Toggle::off, parse_toggle);
 
-// "" when t is a BF16 tensor of `shape` on `device`, else what it is instead.
+// "" when t is a BF16 tensor of `shape` on `device` whose data starts on 16 bytes (the kernel's bulk copies and
+// vector loads need it), else what it is instead.
 std::string tensor_unfit(const char* name, const Tensor& t, const Shape& shape, Device device) {
   if (!t.defined()) return std::string(name) + " is undefined";
   if (t.dtype() != DType::bf16 || t.device() != device || t.shape() != shape)
     return std::string(name) + " " + describe(t) + " is not a BF16 " + shape.str() + " on " + device.str();
+  if (reinterpret_cast<uintptr_t>(t.raw()) % 16 != 0)
+    return std::string(name) + " " + describe(t) + " does not start on a 16-byte boundary (a view at an offset)";
   return "";
 }
 }  // namespace

@@ -74,6 +74,9 @@ TEST(PersistentDecode, AModelItCannotDecodeGetsAReasonNamingTheProblem) {
   m.layers[0].cache_v = Tensor::zeros({1, 4, 16, 64}, DType::f32);
   expect_unfit(m, "layer 0's cache_v");
   m = fitting_shapes();
+  m.layers[1].up = Tensor::zeros({1024 * 512 + 1}, DType::bf16).narrow(1, 1024 * 512).view({1024, 512});
+  expect_unfit(m, "layer 1's up");  // one element past the storage's start: not on 16 bytes
+  m = fitting_shapes();
   m.layers[1].cache_k = m.layers[1].cache_v = Tensor::zeros({1, 4, 32, 64}, DType::bf16);
   expect_unfit(m, "layer 1's cache_k");  // every layer's cache holds layer 0's number of positions
   m = fitting_shapes();
