@@ -25,23 +25,13 @@ __device__ __forceinline__ float squares(const Pack<T, N>& p) {
   return ss;
 }
 
-// One part's sums (x: q's, y: k's) over rows of vq and vk vectors of N elements. The part's loads go out
-// kSlots at a time before any is used (more slots: fewer round trips to memory, more registers).
-template <typename T, int N, int kSlots = 1>
+// One part's sums (x: q's, y: k's) over rows of vq and vk vectors of N elements.
+template <typename T, int N>
 __device__ __forceinline__ float2 part_sums(const T* q, const T* k, int vq, int vk, int part) {
   float2 s = make_float2(0.f, 0.f);
-  for (int base = part; base < vq + vk; base += kSlots * kParts) {
-    Pack<T, N> r[kSlots];
-#pragma unroll
-    for (int u = 0; u < kSlots; ++u) {
-      const int i = base + u * kParts;
-      if (i < vq + vk) r[u] = load_pack<N>(i < vq ? q + int64_t(i) * N : k + int64_t(i - vq) * N);
-    }
-#pragma unroll
-    for (int u = 0; u < kSlots; ++u) {
-      const int i = base + u * kParts;
-      if (i < vq + vk) (i < vq ? s.x : s.y) += squares(r[u]);
-    }
+  for (int i = part; i < vq + vk; i += kParts) {
+    const Pack<T, N> p = load_pack<N>(i < vq ? q + int64_t(i) * N : k + int64_t(i - vq) * N);
+    (i < vq ? s.x : s.y) += squares(p);
   }
   return s;
 }
@@ -90,27 +80,16 @@ struct Rotation {
 
   __device__ __forceinline__ void load(const T* row, const T* weight, const float2* angles, int64_t h, int d,
                                        int chunk) {
-    load_row(row, angles, h, d, chunk);
-    load_weight(weight, h, d, chunk);
-  }
-  // load() in two parts, for a kernel whose norm weights arrive later than the row: the row's elements and the
-  // angles, then the weights (none: no norm).
-  __device__ __forceinline__ void load_row(const T* row, const float2* angles, int64_t h, int d, int chunk) {
-    const int j = chunk * 8, other = partner_of(j, d);
-    first_half = j < d / 2;
-    const int pair = first_half ? j : other;
+    const int j = chunk * 8, half = d / 2;
+    first_half = j < half;
+    normed = weight != nullptr;
+    const int other = first_half ? j + half : j - half, pair = first_half ? j : other;
     x = load_pack<8>(row + h * d + j);
     partner = load_pack<8>(row + h * d + other);
+    if (normed) w = load_pack<8>(weight + h * d + j), w_partner = load_pack<8>(weight + h * d + other);
 #pragma unroll
     for (int e = 0; e < 8; ++e) cos_sin[e] = angles[pair + e];
   }
-  __device__ __forceinline__ void load_weight(const T* weight, int64_t h, int d, int chunk) {
-    const int j = chunk * 8, other = partner_of(j, d);
-    normed = weight != nullptr;
-    if (normed) w = load_pack<8>(weight + h * d + j), w_partner = load_pack<8>(weight + h * d + other);
-  }
-  // RoPE's partner of element j of a head of d: d/2 away.
-  static __device__ __forceinline__ int partner_of(int j, int d) { return j < d / 2 ? j + d / 2 : j - d / 2; }
   __device__ __forceinline__ Pack<T, 8> rotate(float rstd) const {
     Pack<T, 8> out;
 #pragma unroll

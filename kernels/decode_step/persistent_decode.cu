@@ -547,24 +547,23 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
     const int hk = plan.head(a, item), split = item / a.Hk, p0 = plan.p0(a, item), p1 = plan.p1(a, item);
 
     // Every load of the group's query heads, the new key and value and QK-norm's sums issued before any is used:
-    // one round trip to L2; then the norms' weights from the stream.
+    // one round trip to L2.
     const bool qk_norm = y.q_norm != nullptr;
-    const bool rotates_q = tid < G * kChunks, rotates_k = !rotates_q && tid < (G + 1) * kChunks;
-    const int c = rotates_q ? tid % kChunks : tid - G * kChunks, rotated_head = rotates_q ? hk * G + tid / kChunks : hk;
-    prologue::Rotation<bf16> rot;
-    V8 v;
-    if (rotates_q) rot.load_row(q_raw, a.angles, rotated_head, DH, c);
-    if (rotates_k) {
-      rot.load_row(k_raw, a.angles, rotated_head, DH, c);
-      v = load_pack<8>(v_raw + hk * DH + c * 8);
-    }
-    float2 part = qk_norm ? prologue::part_sums<bf16, 8, 4>(q_raw, k_raw, a.Hq * DH / 8, a.Hk * DH / 8, tid)
-                          : make_float2(0.f, 0.f);
     const bf16* q_norm = qk_norm ? take_vector(s, ring, n) : nullptr;
     const bf16* k_norm = qk_norm ? take_vector(s, ring, n + 1) : nullptr;
-    if (rotates_q || rotates_k) rot.load_weight(rotates_q ? q_norm : k_norm, rotated_head, DH, c);
+    const bool rotates_q = tid < G * kChunks, rotates_k = !rotates_q && tid < (G + 1) * kChunks;
+    const int c = rotates_q ? tid % kChunks : tid - G * kChunks;
+    prologue::Rotation<bf16> rot;
+    V8 v;
+    if (rotates_q) {
+      rot.load(q_raw, q_norm, a.angles, hk * G + tid / kChunks, DH, c);
+    } else if (rotates_k) {
+      rot.load(k_raw, k_norm, a.angles, hk, DH, c);
+      v = load_pack<8>(v_raw + hk * DH + c * 8);
+    }
     float rstd_q = 1, rstd_k = 1;
     if (qk_norm) {  // 1 / rms of the whole q and k rows, summed as the decode prologue sums them
+      float2 part = prologue::part_sums<bf16, 8>(q_raw, k_raw, a.Hq * DH / 8, a.Hk * DH / 8, tid);
       part.x = warp_sum(part.x);
       part.y = warp_sum(part.y);
       if (lane == 0) s.sums[warp] = part;
