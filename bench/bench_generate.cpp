@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/copy_bandwidth.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "kernels/decode_step/persistent_decode.h"
@@ -91,25 +92,6 @@ std::vector<uint32_t> prompt_of(const std::vector<uint32_t>& ids, int64_t contex
   return prompt;
 }
 
-// The copy bandwidth of `device` in bytes/s, read + write counted: a buffer of `bytes` copied
-// device-to-device (host memcpy on the CPU), median of 7 samples of 5 copies after one warm-up copy.
-double copy_bandwidth(Device device, size_t bytes) {
-  const Tensor src = Tensor::zeros({int64_t(bytes)}, DType::u8, device);
-  Tensor dst = Tensor::empty({int64_t(bytes)}, DType::u8, device);
-  dst.copy_from(src);
-  synchronize(device);
-  constexpr int kCopies = 5;
-  std::vector<double> samples;
-  for (int s = 0; s < 7; ++s) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int c = 0; c < kCopies; ++c) dst.copy_from(src);
-    synchronize(device);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    samples.push_back(2.0 * double(bytes) * kCopies / seconds);
-  }
-  return median(samples);
-}
-
 std::string default_label(const std::string& spec, const std::string& origin) {
   namespace fs = std::filesystem;
   if (spec.starts_with("hf:")) return fs::path(spec.substr(3)).lexically_normal().filename().string();
@@ -144,7 +126,7 @@ void run(const Args& a) {
     tokens_out.open(a.tokens_out);
     FATHOM_CHECK(tokens_out, "--tokens-out: cannot write '", a.tokens_out, "'");
   }
-  const double copy = copy_bandwidth(device, size_t(a.copy_mib) << 20);
+  const double copy = bench::copy_bandwidth(device, size_t(a.copy_mib) << 20);
   std::fprintf(stderr, "bench_generate: copy bandwidth %.0f GB/s (%s of %lld MiB, read + write counted)\n", copy / 1e9,
                device.is_cuda() ? "cudaMemcpy D2D" : "host memcpy", (long long)a.copy_mib);
   const DecodeMemory memory = decode_memory(model, dtype);
