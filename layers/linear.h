@@ -47,5 +47,7 @@ struct Fp8Linears {
 // of 16 (cuBLASLt's FP8 alignment). The LM head never does: it is no Linear::forward but the fused
 // cross-entropy head. Returns the names of both groups.
 Fp8Linears use_fp8_linears(Module& model);
+// Whether any Linear of the model runs in FP8.
+bool any_fp8_linear(const Module& model);
 
 }  // namespace fathom

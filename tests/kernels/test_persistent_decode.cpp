@@ -1,8 +1,7 @@
 // The persistent decoding kernel's host checks (kernels/decode_step/persistent_decode.h): a model it cannot
 // decode gets a reason naming the problem, the kernel refuses to be built for it, and the decoding step that
-// would use it (train/generate/persistent_step.h) is not made for a host state, MoDA, MoD or two sequences, and
-// says why. Its GPU tests are in
-// tests/train/test_gpu_persistent_decode.cpp.
+// would use it (train/generate/persistent_step.h) is not made for a host state, MoDA, MoD, FP8 linears or two
+// sequences, and says why. Its GPU tests are in tests/train/test_gpu_persistent_decode.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "kernels/decode_step/persistent_decode.h"
+#include "layers/linear.h"
 #include "layers/mod_config.h"
 #include "layers/moda_config.h"
 #include "layers/parameter_arena.h"
@@ -98,13 +98,14 @@ TEST(PersistentDecode, ADecoderItCannotTakeGetsNoStepAndAReason) {
   moda.options.get<MoDAConfig>() = {.variant = MoDAVariant::attn_kv};
   mod.options.get<ModConfig>() = {.capacity = 0.5, .every = 2};
   const std::pair<ModelConfig, std::string> cases[] = {
-      {plain, "GPU decoding"}, {moda, "MoDA"}, {mod, "MoD"}, {plain, "2 sequences"}};
+      {plain, "GPU decoding"}, {moda, "MoDA"}, {mod, "MoD"}, {plain, "FP8"}, {plain, "2 sequences"}};
   int64_t batch = 1;
   for (const auto& [config, why] : cases) {
     Decoder model(config);
     ParameterArena arena(model, Device::cpu());
     arena.initialise(3);
     NoGrad no_grad;
+    if (why == "FP8") use_fp8_linears(model);  // the kernel would read the BF16 weights instead
     if (why == "2 sequences") batch = 2;
     DecodeState state = model.start_decoding(batch, 4, DType::f32, Device::cpu());
     std::string reason;

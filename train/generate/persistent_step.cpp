@@ -8,6 +8,7 @@
 #include "kernels/attention/kv_cache.h"
 #include "kernels/rope/rope.h"
 #include "layers/attention.h"
+#include "layers/linear.h"
 #include "layers/mod_config.h"
 #include "layers/moda_config.h"
 
@@ -69,6 +70,8 @@ std::pair<PersistentDecodeModel, std::string> persistent_weights(const Decoder& 
 std::string unfit_step(const Decoder& model, const DecodeState& state) {
   if (persistent_decode_choice() == Toggle::off) return "FATHOM_PERSISTENT_DECODE is off";
   if (std::string why = unfit_blocks(model.config()); !why.empty()) return why;
+  if (any_fp8_linear(model))
+    return "the model's linears run in FP8 (train.precision fp8); the kernel reads BF16 weights";
   if (state.batch != 1) return "the batch holds " + std::to_string(state.batch) + " sequences, not one";
   if (!state.device_lengths.device().is_cuda()) return "the persistent step is for GPU decoding";
   return "";

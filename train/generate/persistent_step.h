@@ -14,7 +14,8 @@ namespace fathom {
 class PersistentStep {
  public:
   // The step for `model` decoding `state`, or null with why not in *reason: the choice is off, the state is not
-  // one sequence on a GPU, a layer is not plain attention (MoDA, MoD, DSLA), or the kernel does not fit.
+  // one sequence on a GPU, a layer is not plain attention (MoDA, MoD, DSLA), the linears run in FP8, or the kernel
+  // does not fit.
   static std::unique_ptr<PersistentStep> make(const Decoder& model, DecodeState& state, std::string* reason);
 
   // The logits [1, vocab] of ids [1, 1] (I32, on the state's device) at the state's position; the state then
