@@ -4,8 +4,9 @@
 // earlier layer of a 16-layer model (30 slots) in the same softmax.
 // Decode is bandwidth bound, so each row reports the bytes that must move (the K and V cache,
 // B * Hk * length * d * 2 bytes each, plus q, o and the depth slots) over the median time, against
-// the device's copy bandwidth measured first in the same process (bench/copy_bandwidth.h). CUDA events around each call
-// (both kernels and the allocations of the output and partials) after warm-up, median of many runs. The cache is
+// the device's copy bandwidth measured first in the same process (bench/copy_bandwidth.h; it counts a copy's
+// reads and writes, the rows their reads, so 100% is a practical, not an absolute, ceiling). CUDA events around each
+// call (both kernels and the allocations of the output and partials) after warm-up, median of many runs. The cache is
 // replicated so that consecutive runs read different copies, always more than the 50 MB L2 in all:
 // the figures are DRAM, not L2, bandwidth. Rows without depth slots are timed twice: splits merged by the
 // combine kernel and by the split kernel itself (FATHOM_MERGE_IN_SPLIT never and always, decode_attention.h).

@@ -31,7 +31,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -52,11 +51,6 @@
 using namespace fathom;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The benchmark reads and writes ids only: generate() needs a tokenizer for the end-of-text id (ignored
 // here) and for the continuations' text (none is wanted).
@@ -156,7 +150,7 @@ void run(const Args& a) {
           std::fprintf(stderr, "bench_generate: the decoding steps ran eagerly: %s\n", last.eager_reason.c_str());
         if (persistent_decode_choice() == Toggle::on && !last.persistent)
           std::fprintf(stderr, "bench_generate: the steps ran layer by layer: %s\n", last.persistent_reason.c_str());
-        const double p = median(prefill), s = median(step), rate = double(traffic.total()) / s;
+        const double p = bench::median(prefill), s = bench::median(step), rate = double(traffic.total()) / s;
         std::printf(
             "| fathom generate%s%s | %s | %lld | %lld | %lld | %.1f | %.3f | %.0f | %.3f | %.1f | %.1f | %.1f |\n",
             last.cuda_graph || !device.is_cuda() ? "" : " (eager steps)", last.persistent ? " (persistent)" : "",

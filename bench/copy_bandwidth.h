@@ -1,11 +1,11 @@
 // The practical ceiling of a memory-bound benchmark: the device's copy bandwidth, measured in the same process.
 #pragma once
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "bench/median.h"
 #include "core/tensor.h"
 #include "train/cli/device_select.h"
 
@@ -27,8 +27,7 @@ inline double copy_bandwidth(Device device, size_t bytes) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     samples.push_back(2.0 * double(bytes) * kCopies / seconds);
   }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
+  return median(samples);
 }
 
 }  // namespace fathom::bench

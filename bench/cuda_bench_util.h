@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/median.h"
 #include "core/dtype.h"
 
 namespace fathom::bench {
@@ -67,11 +68,6 @@ T* upload(const std::vector<T>& host) {
   T* dev = device_alloc<T>(host.size());
   check(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
   return dev;
-}
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace fathom::bench

@@ -1,11 +1,11 @@
 #include "kernels/decode_step/persistent_decode.h"
 
-#include <cstdint>
 #include <tuple>
 #include <utility>
 
 #include "core/error.h"
 #include "kernels/decode_step/persistent_decode_limits.h"
+#include "kernels/runtime/argument_checks.h"
 
 namespace fathom {
 
@@ -18,7 +18,7 @@ std::string tensor_unfit(const char* name, const Tensor& t, const Shape& shape, 
   if (!t.defined()) return std::string(name) + " is undefined";
   if (t.dtype() != DType::bf16 || t.device() != device || t.shape() != shape)
     return std::string(name) + " " + describe(t) + " is not a BF16 " + shape.str() + " on " + device.str();
-  if (reinterpret_cast<uintptr_t>(t.raw()) % 16 != 0)
+  if (!cuda::aligned_to(16, t))
     return std::string(name) + " " + describe(t) + " does not start on a 16-byte boundary (a view at an offset)";
   return "";
 }
