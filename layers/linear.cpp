@@ -37,8 +37,7 @@ Fp8Linears use_fp8_linears(Module& model) {
 
 bool any_fp8_linear(const Module& model) {
   bool any = false;
-  // visit_modules hands out mutable modules; this walk only reads them.
-  const_cast<Module&>(model).visit_modules([&](const std::string&, Module& module) {
+  model.visit_modules([&](const std::string&, const Module& module) {
     if (const auto* linear = dynamic_cast<const Linear*>(&module)) any = any || linear->fp8();
   });
   return any;

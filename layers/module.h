@@ -46,6 +46,8 @@ class Module {
   // Calls f(name, module) for every descendant, depth first in registration order, with its full dotted
   // name (a wrapper's unnamed child has the wrapper's name).
   void visit_modules(const std::function<void(const std::string& name, Module& module)>& f);
+  // The same walk over a const model.
+  void visit_modules(const std::function<void(const std::string& name, const Module& module)>& f) const;
 
  protected:
   // A new F32 CPU parameter (values are set when the model's arena is built).

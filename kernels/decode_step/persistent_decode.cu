@@ -285,8 +285,6 @@ __device__ __forceinline__ V8 load_l2(const bf16* p) {
   return out;
 }
 
-__device__ __forceinline__ float squares(const V8& p) { return prologue::squares(p); }
-
 // The GEMM input after a residual step: v = R (S null), R + norm(S) s_norm (post-norm), or R + S (pre-norm);
 // then the input is v, or v normalised by `after` (pre-norm's sublayer norm, the final norm). CTA 0 stores v in
 // `out` (where given): the residual the next step adds to. Each pass reloads its rows (from L2) rather than
@@ -305,7 +303,7 @@ __device__ __noinline__ void residual_step(const Args& a, Smem& s, const bf16* R
   float rstd = 1;
   if (S && s_norm) {
     float ss = 0;
-    for (int j = tid; j < vectors; j += kConsumers) ss += squares(s_at(j));
+    for (int j = tid; j < vectors; j += kConsumers) ss += prologue::squares(s_at(j));
     rstd = rms::rstd(group_sum(ss, s), a.D, a.eps);
   }
   float ss = 0;
@@ -325,7 +323,7 @@ __device__ __noinline__ void residual_step(const Args& a, Smem& s, const bf16* R
     }
     if (out && blockIdx.x == 0) store_pack<8>(out + j * 8, v);
     store_pack<8>(s.u.x + j * 8, v);
-    ss += squares(v);
+    ss += prologue::squares(v);
   }
   if (after) {
     rstd = rms::rstd(group_sum(ss, s), a.D, a.eps);  // group_sum's barriers also publish x
