@@ -502,26 +502,6 @@ __device__ __forceinline__ void release_vectors(const Ring ring, int& n, int cou
   for (int i = 0; i < count; ++i) ring.release(n++, threadIdx.x % 32);
 }
 
-// Lane `lane`'s share of 8 dot products (one a key) summed over the warp: lane ends up with key (lane >> 2) & 7's
-// sum. Each butterfly step of warp_sum (offsets 16, 8, 4, 2, 1) adds the same two values for each key; here a
-// lane keeps half of its keys at the first three steps and sends its partner the other half, so 9 shuffles do the
-// work of 40, and every sum has warp_sum's bits.
-__device__ __forceinline__ float warp_sums_of_8(float (&p)[8], int lane) {
-#pragma unroll
-  for (int half = 4, offset = 16; half >= 1; half /= 2, offset /= 2) {
-    const bool upper = lane & offset;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float keep = upper ? p[i + half] : p[i], send = upper ? p[i] : p[i + half];
-      p[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
-    }
-  }
-  float v = p[0];
-  v += __shfl_xor_sync(0xffffffffu, v, 2);
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v;
-}
-
 // Attention over the cache and the new token for this CTA's (KV head, split) items (one, unless the model has more
 // KV heads than the grid has CTAs); see the file's comment. The stream gives each item the QK-norm weights (where
 // the model has them), then the cache's keys and values a tile at a time. Trace marks `at` (q and the new key
@@ -597,7 +577,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
       for (int e = 0; e < kPer; ++e) q[g][e] = t.q[g][lane * kPer + e], acc[g][e] = 0;
     }
     using KV = Pack<bf16, kPer>;
-    const int my_key = (lane >> 2) & 7;  // the key whose score warp_sums_of_8 leaves in this lane
+    const int my_key = row_of_lane<8>(lane);  // the key whose score rows_sum<8> leaves in this lane
     for (int p = p0; p < p1; p += kTileKeys) {
       // Warp w's 8 keys of the tile: positions p + 8 w + j, from the ring (the cache's), shared memory (the new
       // one), or none (a weight of 0, which must not meet a NaN).
@@ -632,7 +612,7 @@ __device__ __noinline__ void attention(const Args& a, Smem& s, const Ring ring, 
 #pragma unroll
           for (int e = 0; e < kPer; ++e) part[j] += q[g][e] * to_float(kk[j].v[e]);
         }
-        const float dot = warp_sums_of_8(part, lane);
+        const float dot = rows_sum<8>(part, lane);  // each key's sum with warp_sum's bits
         const float score = p + warp * 8 + my_key < len ? dot * a.scale_log2 : -INFINITY;
         float top = fmaxf(m[g], score);
 #pragma unroll
