@@ -64,6 +64,25 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
+// An L2 policy for a stream read once: its lines are the first to go, so the stream does not push out of L2 what
+// is read again (code, activations, a KV cache).
+// Not volatile: the same policy each time, so the compiler may make it once.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// bulk_load under an L2 policy (l2_evict_first_policy).
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 // Writes `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory to global memory,
 // stored over (bulk_store) or added into fp32 values there at L2 (bulk_reduce_add); both join the
 // thread's current bulk group (bulk_commit, then bulk_wait or bulk_wait_read).
