@@ -11,6 +11,7 @@ namespace fathom {
 
 namespace {
 constinit KernelChoice<Toggle> choice_in_force("FATHOM_PERSISTENT_DECODE", Toggle::off, parse_toggle);
+constinit KernelChoice<int> one_split_tiles_in_force("FATHOM_PERSISTENT_ONE_SPLIT_TILES", 4, parse_count);
 
 // "" when t is a BF16 tensor of `shape` on `device` whose data starts on 16 bytes (the kernel's bulk copies and
 // vector loads need it), else what it is instead.
@@ -27,6 +28,13 @@ std::string tensor_unfit(const char* name, const Tensor& t, const Shape& shape, 
 Toggle persistent_decode_choice() { return choice_in_force.get(); }
 
 void set_persistent_decode_choice(Toggle choice) { choice_in_force.set(choice); }
+
+int persistent_one_split_tiles() { return one_split_tiles_in_force.get(); }
+
+void set_persistent_one_split_tiles(int tiles) {
+  FATHOM_CHECK(tiles >= 1, "persistent decode: one split a KV head for up to ", tiles, " tiles (at least 1)");
+  one_split_tiles_in_force.set(tiles);
+}
 
 std::string persistent_decode_unfit(const PersistentDecodeModel& m) {
   using namespace persistent_decode;

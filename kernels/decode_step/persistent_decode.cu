@@ -35,7 +35,7 @@
 // step; under the default policy they pushed out what each layer reads again: the code of the phases that run once a
 // layer (attention, the residual steps), the activations, the cache. Evict-first made a 1B step 14% faster and a
 // 190M one 8% (H100, bench/results/2026-12-06_persistent_evict_first_h100.md). Asking L2 for the FFN's first rows
-// while attention runs on a few CTAs made it 2-5% slower: the attending CTAs' loads queue behind them.
+// while attention runs on a few CTAs made it 2-7% slower: the attending CTAs' loads queue behind them.
 //
 // Memory order. Phases read what other CTAs wrote in earlier phases of this launch (the residuals, the
 // sublayers' outputs, q/k/v, the partials): grid_sync releases every write of a CTA (a CTA barrier, then
@@ -45,14 +45,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "kernels/attention/decode_prologue.cuh"
@@ -78,7 +76,6 @@ constexpr int kThreads = kConsumers + 32;
 constexpr int kStages = 8;  // at least 3: two norm vectors held at once (the head's), and one more; 11 was slower
 constexpr int kMaxHeadDim = 128;
 constexpr int kTileKeys = 8 * kWarps;  // 8 keys a warp
-constexpr int kOneSplitTiles = 4;      // the default of Args::one_split_tiles
 constexpr int kCounterLine = 32;       // 128 bytes of counters
 constexpr int kPartRows = 128;         // rows of a GEMM whose warp sums wait in shared memory for their epilogue
 static_assert(kMaxStageRows <= kPartRows, "an item's rows fit in a chunk");
@@ -94,6 +91,7 @@ struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
   int one_split_tiles;  // a cache of at most this many tiles is one split a KV head (SplitPlan)
+  bool kv_prefetch;     // L2 asked for the cache a CTA attends to as its layer starts (under measurement)
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -802,6 +800,19 @@ __device__ void produce(const Args& a, const Smem& s, const Ring ring) {
   const SplitPlan plan(a, past);
   for (int l = 0; l < a.L; ++l) {
     const LayerPtrs& y = s.layers[l];
+    // The cache positions this CTA attends to are known before its layer starts: L2 can fetch them while the q/k/v
+    // weights stream, so the ring's copies of them after the barrier hit L2.
+    if (a.kv_prefetch)
+      for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
+        const int p0 = plan.p0(a, item), p1 = min(plan.p1(a, item), past);
+        const int64_t at = (int64_t(plan.head(a, item)) * a.capacity + p0) * dh;
+        for (int p = p0; p < p1; p += kTileKeys) {
+          const uint32_t bytes = uint32_t(min(kTileKeys, p1 - p)) * uint32_t(dh) * 2u;
+          const int64_t tile = at + int64_t(p - p0) * dh;
+          flash::prefetch_l2(y.cache_k + tile, bytes);
+          flash::prefetch_l2(y.cache_v + tile, bytes);
+        }
+      }
     if (a.pre_norm)
       vector(y.attn_norm, a.D);
     else if (l > 0)
@@ -859,18 +870,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(Args a) 
 
 constexpr const char* kOp = "persistent decode";
 
-// The whole number in environment variable `name` (at least `least`), or `fallback` where it is unset.
-int count_from_env(const char* name, int fallback, int least) {
-  const char* value = std::getenv(name);
-  if (!value) return fallback;
-  const std::string_view text(value);
-  int count = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
-  FATHOM_CHECK(error == std::errc() && end == text.data() + text.size() && count >= least, kOp, ": ", name,
-               " must be a whole number, at least ", least, ", got '", text, "'");
-  return count;
-}
-
 const bf16* dev(const Tensor& t) { return t.defined() ? reinterpret_cast<const bf16*>(t.raw()) : nullptr; }
 bf16* dev_mut(const Tensor& t) { return reinterpret_cast<bf16*>(const_cast<void*>(t.raw())); }
 
@@ -899,8 +898,9 @@ struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
   int grid = 0;
-  int one_split_tiles = cuda::kOneSplitTiles;
-  std::string trace_path;  // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
+  int one_split_tiles = 0;   // persistent_one_split_tiles() when the kernel is made
+  bool kv_prefetch = false;  // FATHOM_PERSISTENT_KV_PREFETCH=on|off, under measurement
+  std::string trace_path;    // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
   Tensor trace;
 };
 
@@ -933,8 +933,9 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   w.counters = Tensor::zeros({barrier_at + cuda::kCounterLine}, DType::i32, device);
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
-  // For measurements: how short a cache is attended as one split a KV head.
-  w.one_split_tiles = cuda::count_from_env("FATHOM_PERSISTENT_ONE_SPLIT_TILES", cuda::kOneSplitTiles, 1);
+  w.one_split_tiles = persistent_one_split_tiles();
+  if (const char* v = std::getenv("FATHOM_PERSISTENT_KV_PREFETCH"))
+    w.kv_prefetch = parse_toggle(v, "FATHOM_PERSISTENT_KV_PREFETCH") == Toggle::on;
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -979,7 +980,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
-  a.one_split_tiles = w.one_split_tiles;
+  a.one_split_tiles = w.one_split_tiles, a.kv_prefetch = w.kv_prefetch;
   a.pre_norm = m.pre_norm;
   a.eps = float(m.norm_eps);
   a.scale_log2 = float(m.scale * 1.4426950408889634);

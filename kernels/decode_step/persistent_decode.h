@@ -43,14 +43,18 @@ struct PersistentDecodeModel {
 };
 
 // Whether decoding steps run as the persistent kernel where a model fits it: FATHOM_PERSISTENT_DECODE=on|off,
-// read at the first use, unless set replaced it. Unset: off: its GPU tests pass, but it measured slower than the
+// read at the first use, unless set replaced it. Unset: off: its GPU tests pass, but it measured no faster than the
 // layer-by-layer step (docs/DESIGN.md, "A whole step in one persistent kernel"). FATHOM_PERSISTENT_TRACE=FILE, read
 // when a kernel is made, serves its measurement: each CTA's clock at the end of every phase of the last step run,
-// written when the kernel is freed (bench/timeline/persistent_trace.py reads it);
-// FATHOM_PERSISTENT_ONE_SPLIT_TILES=N, read likewise: a cache of at most N 64-key tiles is attended as one split a KV
-// head (default 4).
+// written when the kernel is freed (bench/timeline/persistent_trace.py reads it).
 Toggle persistent_decode_choice();
 void set_persistent_decode_choice(Toggle choice);
+
+// A cache of at most this many 64-key tiles is attended as one split a KV head: FATHOM_PERSISTENT_ONE_SPLIT_TILES=N
+// (a whole number, at least 1), read at the first use, unless set replaced it; a kernel takes it when it is made.
+// Unset: 4 (one split a tile measured 1.5-2% slower at context 128; 2.5% before the weights' evict-first policy).
+int persistent_one_split_tiles();
+void set_persistent_one_split_tiles(int tiles);
 
 // "" when the persistent kernel can decode `model` on its device, else why not (shapes, dtypes, the device).
 std::string persistent_decode_unfit(const PersistentDecodeModel& model);

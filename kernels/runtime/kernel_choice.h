@@ -4,6 +4,7 @@
 // benchmark pass.
 #pragma once
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -35,6 +36,15 @@ inline Usage parse_usage(std::string_view text, std::string_view source) {
   if (text == "always") return Usage::always;
   if (text == "never") return Usage::never;
   FATHOM_FAIL(source, " must be auto, always or never, got '", text, "'");
+}
+
+// A count (a measurement's knob): a whole number, at least 1.
+inline int parse_count(std::string_view text, std::string_view source) {
+  int count = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (error != std::errc() || end != text.data() + text.size() || count < 1)
+    FATHOM_FAIL(source, " must be a whole number, at least 1, got '", text, "'");
+  return count;
 }
 
 template <typename Choice>

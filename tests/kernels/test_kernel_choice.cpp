@@ -51,3 +51,13 @@ TEST(KernelChoice, AUsageReadsAutoAlwaysOrNever) {
                {"FATHOM_SKINNY_MATMUL must be auto, always or never", "'on'"});
   expect_error([] { parse_usage("", "FATHOM_MERGE_IN_SPLIT"); }, {"got ''"});
 }
+
+TEST(KernelChoice, ACountReadsAWholeNumberOfAtLeastOne) {
+  EXPECT_EQ(parse_count("1", "X"), 1);
+  EXPECT_EQ(parse_count("12", "X"), 12);
+  expect_error([] { parse_count("0", "FATHOM_PERSISTENT_ONE_SPLIT_TILES"); },
+               {"FATHOM_PERSISTENT_ONE_SPLIT_TILES must be a whole number, at least 1", "'0'"});
+  expect_error([] { parse_count("4 tiles", "X"); }, {"'4 tiles'"});
+  expect_error([] { parse_count("-2", "X"); }, {"'-2'"});
+  expect_error([] { parse_count("", "X"); }, {"got ''"});
+}

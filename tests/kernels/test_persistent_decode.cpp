@@ -1,7 +1,8 @@
 // The persistent decoding kernel's host checks (kernels/decode_step/persistent_decode.h): a model it cannot
 // decode gets a reason naming the problem, the kernel refuses to be built for it, and the decoding step that
 // would use it (train/generate/persistent_step.h) is not made for a host state, MoDA, MoD, FP8 linears or two
-// sequences, and says why. Its GPU tests are in tests/train/test_gpu_persistent_decode.cpp.
+// sequences, and says why; a one-split tile count below 1 is refused. Its GPU tests are in
+// tests/train/test_gpu_persistent_decode.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -112,4 +113,14 @@ TEST(PersistentDecode, ADecoderItCannotTakeGetsNoStepAndAReason) {
     EXPECT_FALSE(PersistentStep::make(model, state, &reason)) << why;
     EXPECT_NE(reason.find(why), std::string::npos) << "'" << reason << "' does not name '" << why << "'";
   }
+}
+
+TEST(PersistentDecode, OneSplitTilesBelowOneIsRefused) {
+  const int before = persistent_one_split_tiles();
+  EXPECT_GE(before, 1);
+  EXPECT_THROW(set_persistent_one_split_tiles(0), Error);
+  EXPECT_EQ(persistent_one_split_tiles(), before);
+  set_persistent_one_split_tiles(1);
+  EXPECT_EQ(persistent_one_split_tiles(), 1);
+  set_persistent_one_split_tiles(before);
 }
