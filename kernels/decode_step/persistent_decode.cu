@@ -91,7 +91,6 @@ struct Args {
   const LayerPtrs* layers;
   int L, D, Hq, Hk, dh, F, vocab, capacity;
   int one_split_tiles;  // a cache of at most this many tiles is one split a KV head (SplitPlan)
-  bool kv_prefetch;     // L2 asked for the cache a CTA attends to as its layer starts (under measurement)
   bool pre_norm;
   float eps, scale_log2;
   const bf16* x0;
@@ -800,19 +799,6 @@ __device__ void produce(const Args& a, const Smem& s, const Ring ring) {
   const SplitPlan plan(a, past);
   for (int l = 0; l < a.L; ++l) {
     const LayerPtrs& y = s.layers[l];
-    // The cache positions this CTA attends to are known before its layer starts: L2 can fetch them while the q/k/v
-    // weights stream, so the ring's copies of them after the barrier hit L2.
-    if (a.kv_prefetch)
-      for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
-        const int p0 = plan.p0(a, item), p1 = min(plan.p1(a, item), past);
-        const int64_t at = (int64_t(plan.head(a, item)) * a.capacity + p0) * dh;
-        for (int p = p0; p < p1; p += kTileKeys) {
-          const uint32_t bytes = uint32_t(min(kTileKeys, p1 - p)) * uint32_t(dh) * 2u;
-          const int64_t tile = at + int64_t(p - p0) * dh;
-          flash::prefetch_l2(y.cache_k + tile, bytes);
-          flash::prefetch_l2(y.cache_v + tile, bytes);
-        }
-      }
     if (a.pre_norm)
       vector(y.attn_norm, a.D);
     else if (l > 0)
@@ -898,9 +884,8 @@ struct PersistentDecode::Workspace {
   Tensor layers;  // the LayerPtrs table, on the device
   Tensor X, H, O, Dn, A, QKV, ACT, part_acc, part_ml, counters;
   int grid = 0;
-  int one_split_tiles = 0;   // persistent_one_split_tiles() when the kernel is made
-  bool kv_prefetch = false;  // FATHOM_PERSISTENT_KV_PREFETCH=on|off, under measurement
-  std::string trace_path;    // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
+  int one_split_tiles = 0;  // persistent_one_split_tiles() when the kernel is made
+  std::string trace_path;   // FATHOM_PERSISTENT_TRACE: where the last step's marks go when the kernel is freed
   Tensor trace;
 };
 
@@ -934,8 +919,6 @@ PersistentDecode::PersistentDecode(PersistentDecodeModel model) : model_(std::mo
   CUDA_CHECK(cudaFuncSetAttribute(cuda::persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(sizeof(cuda::Smem))));
   w.one_split_tiles = persistent_one_split_tiles();
-  if (const char* v = std::getenv("FATHOM_PERSISTENT_KV_PREFETCH"))
-    w.kv_prefetch = parse_toggle(v, "FATHOM_PERSISTENT_KV_PREFETCH") == Toggle::on;
   if (const char* path = std::getenv("FATHOM_PERSISTENT_TRACE")) {
     w.trace_path = path;
     w.trace = Tensor::zeros({int64_t(w.grid) * cuda::trace_slots(int(m.layers.size()))}, DType::i64, device);
@@ -980,7 +963,7 @@ Tensor PersistentDecode::step(const Tensor& x, const Tensor& angles, const Tenso
   a.layers = reinterpret_cast<const cuda::LayerPtrs*>(w.layers.raw());
   a.L = int(m.layers.size()), a.D = int(D), a.Hq = int(m.heads), a.Hk = int(m.kv_heads), a.dh = int(m.head_dim);
   a.F = int(m.layers[0].gate.dim(0)), a.vocab = int(vocab), a.capacity = int(m.layers[0].cache_k.dim(2));
-  a.one_split_tiles = w.one_split_tiles, a.kv_prefetch = w.kv_prefetch;
+  a.one_split_tiles = w.one_split_tiles;
   a.pre_norm = m.pre_norm;
   a.eps = float(m.norm_eps);
   a.scale_log2 = float(m.scale * 1.4426950408889634);

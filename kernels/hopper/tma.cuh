@@ -83,11 +83,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
-// Asks L2 for `bytes` (a multiple of 16, the address 16-byte aligned) of global memory, without waiting.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Writes `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory to global memory,
 // stored over (bulk_store) or added into fp32 values there at L2 (bulk_reduce_add); both join the
 // thread's current bulk group (bulk_commit, then bulk_wait or bulk_wait_read).

@@ -116,11 +116,8 @@ TEST(PersistentDecode, ADecoderItCannotTakeGetsNoStepAndAReason) {
 }
 
 TEST(PersistentDecode, OneSplitTilesBelowOneIsRefused) {
-  const int before = persistent_one_split_tiles();
-  EXPECT_GE(before, 1);
-  EXPECT_THROW(set_persistent_one_split_tiles(0), Error);
-  EXPECT_EQ(persistent_one_split_tiles(), before);
-  set_persistent_one_split_tiles(1);
+  test::PersistentOneSplitTilesScope one(1);
   EXPECT_EQ(persistent_one_split_tiles(), 1);
-  set_persistent_one_split_tiles(before);
+  EXPECT_THROW(set_persistent_one_split_tiles(0), Error);
+  EXPECT_EQ(persistent_one_split_tiles(), 1);
 }

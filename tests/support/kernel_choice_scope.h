@@ -33,5 +33,6 @@ using SwigluProjectionScope =
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 using PersistentDecodeScope = KernelChoiceScope<Toggle, persistent_decode_choice, set_persistent_decode_choice>;
+using PersistentOneSplitTilesScope = KernelChoiceScope<int, persistent_one_split_tiles, set_persistent_one_split_tiles>;
 
 }  // namespace fathom::test
