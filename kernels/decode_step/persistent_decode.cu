@@ -20,10 +20,11 @@
 //   3. o_proj; 4. the residual step, then gate and up, with SwiGLU as the up rows complete; 5. down_proj.
 // After the last layer: the residual step, the final norm and the LM head.
 //
-// GEMM. Warp w reads columns [w K / 8, (w + 1) K / 8) of every row of an item from the stage, against the same
-// columns of the input; each row's warp sum goes to shared memory, and once a chunk of up to
-// kPartRows rows is in, a thread per row adds its eight warp sums in order and runs the phase's epilogue. The
-// warps do not wait for each other between items. Every output is rounded to BF16 where the layer-by-layer step
+// GEMM. Where K is a multiple of 2048, warp w reads columns [w K / 8, (w + 1) K / 8) of every row of an item from
+// the stage, against the same columns of the input, and each row's warp sums go to shared memory; elsewhere (the
+// 190M's 768 and 3072, whose eighths would leave lanes idle) each warp takes whole rows, dealt to the warps in turn.
+// Once a chunk of up to kPartRows rows is in, a thread per row adds its sums in order and runs the phase's epilogue.
+// The warps do not wait for each other between items. Every output is rounded to BF16 where the layer-by-layer step
 // rounds it.
 //
 // No L2 lead. The ring holds a few microseconds of a CTA's share of the bandwidth, less than a layer's attention and
@@ -386,6 +387,22 @@ __device__ __forceinline__ void epilogue(const Args& a, Smem& s, Kind kind, int 
   }
 }
 
+// A chunk's rows are in (Parts sums each, in shared memory): each row's sums added in order, then its epilogue.
+// The next chunk's sums go to the other buffer while these epilogues run.
+template <int Parts>
+__device__ __forceinline__ void flush_chunk(const Args& a, Smem& s, Kind kind, int m, int lo, int& held, int& buf) {
+  group_sync();  // every warp's sums of the chunk are in
+  for (int i = threadIdx.x; i < held; i += kConsumers) {
+    float y = 0;
+#pragma unroll
+    for (int w = 0; w < Parts; ++w) y += s.part[buf][i][w];
+    const int row = s.part_row[buf][i];
+    epilogue(a, s, kind, m, row - lo, row, y);
+  }
+  buf ^= 1;
+  held = 0;
+}
+
 // Sums each of R rows' partials over a warp's 32 lanes by a transposed reduction: at each of log2 R exchanges the
 // lanes halve the rows between them (R - 1 shuffles), then the lanes that share a row add theirs (log2(32 / R)
 // more), instead of 5 R shuffles row by row. Returns the total of row row_of_lane<R>(lane), which every lane of that
@@ -432,18 +449,7 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring ring, 
   const int my_row = row_of_lane<R>(lane);
   const bool writes = (lane & (32 / R - 1)) == 0;  // one lane of each row's group
   int held = 0, held_m = -1, lo = 0;               // rows in the chunk, their matrix and its slice's first row
-  const auto flush = [&] {
-    group_sync();  // every warp's sums of the chunk are in
-    for (int i = tid; i < held; i += kConsumers) {
-      float y = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) y += s.part[buf][i][w];
-      const int row = s.part_row[buf][i];
-      epilogue(a, s, kind, held_m, row - lo, row, y);
-    }
-    buf ^= 1;  // the next chunk's warp sums go to the other buffer while these epilogues run
-    held = 0;
-  };
+  const auto flush = [&] { flush_chunk<kWarps>(a, s, kind, held_m, lo, held, buf); };
   // acc[r]: this lane's part of row r of the item in `stage`.
   const auto products = [&]<bool kWhole>(const bf16* stage, float(&acc)[R]) {
 #pragma unroll
@@ -478,22 +484,66 @@ __device__ __noinline__ void gemv_rows(const Args& a, Smem& s, const Ring ring, 
   if (held > 0) flush();
 }
 
-// gemv_rows for the phase's rows an item (1 to 16: 16 KiB over a row's 2 K bytes) and vectors a lane (K / 2048,
-// rounded up: 1 to 4).
+// This CTA's items of a GEMM phase whose K is not a multiple of 2048 (the 190M's 768 and 3072): split by columns as
+// gemv_rows splits them, a warp's slice of a row would leave lanes idle (at K = 768, 20 of 32 lanes, on 10 rows of
+// an item held in 16 registers). Here a warp takes whole rows instead, its lanes over the row's vectors: the
+// phase's rows are dealt to the warps in turn (the g-th row of this CTA's walk to warp g % 8), so an item of 10 rows
+// gives two warps two rows and the next item starts where it left off. An item has at most 2 kWarps rows, so a warp
+// has at most two rows of it; both are multiplied against one load of each input vector.
+__device__ __noinline__ void gemv_whole_rows(const Args& a, Smem& s, const Ring ring, const Phase& p, int& n,
+                                             int& buf) {
+  static_assert(kMaxStageRows <= 2 * kWarps, "a warp has at most two rows of an item");
+  static_assert((kWarps & (kWarps - 1)) == 0, "rows are dealt modulo kWarps by a mask");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = p.K;
+  const Kind kind = p.kind;
+  int held = 0, held_m = -1, lo = 0;  // rows in the chunk, their matrix and its slice's first row
+  int dealt = 0;                      // rows of the walk before this item, modulo kWarps
+  // This lane's part of an item's row (and of the row kWarps further, kTwo) against the input.
+  const auto products = [&]<bool kTwo>(const bf16* row, float(&acc)[2]) {
+    acc[0] = acc[1] = 0;
+#pragma unroll 4
+    for (int v = lane * 8; v < K; v += 32 * 8) {
+      const V8 x = load_pack<8>(s.u.x + v);
+      acc[0] += dot8(load_pack<8>(row + v), x);
+      if constexpr (kTwo) acc[1] += dot8(load_pack<8>(row + kWarps * K + v), x);
+    }
+  };
+  for_each_item(p, [&](int m, int slice_lo, int r0, int rows) {
+    if (held > 0 && (held + rows > kPartRows || m != held_m)) flush_chunk<1>(a, s, kind, held_m, lo, held, buf);
+    held_m = m, lo = slice_lo;
+    const int first = (warp - dealt) & (kWarps - 1);  // this warp's first row of the item
+    const int mine = first >= rows ? 0 : first + kWarps < rows ? 2 : 1;
+    float acc[2];
+    ring.wait_full(n);  // every warp, with rows or without: a release must follow the stage's fill
+    if (mine == 2)
+      products.template operator()<true>(ring.stage(s, n) + first * K, acc);
+    else if (mine == 1)
+      products.template operator()<false>(ring.stage(s, n) + first * K, acc);
+    ring.release(n, lane);
+    for (int i = 0; i < mine; ++i) {
+      const float total = warp_sum(acc[i]);
+      const int at = held + first + i * kWarps;
+      if (lane == 0) s.part[buf][at][0] = total, s.part_row[buf][at] = r0 + first + i * kWarps;
+    }
+    held += rows;
+    dealt = (dealt + rows) & (kWarps - 1);
+    ++n;
+  });
+  if (held > 0) flush_chunk<1>(a, s, kind, held_m, lo, held, buf);
+}
+
+// gemv_whole_rows where K is not a multiple of 2048; else gemv_rows for the rows an item holds (16 KiB over a row's
+// 2 K bytes: 4, 2 or 1) and the vectors a lane (K / 2048: 1 to 4).
 __device__ void gemv(const Args& a, Smem& s, const Ring ring, const Phase& p, int& n, int& buf) {
-  const int rows = items_rows(p), vectors = (p.K + 2047) / 2048;
-  if (rows == 1)
-    gemv_rows<1, 4>(a, s, ring, p, n, buf);
+  if (p.K % 2048 != 0) return gemv_whole_rows(a, s, ring, p, n, buf);
+  const int rows = items_rows(p);
+  if (rows == 4)
+    gemv_rows<4, 1>(a, s, ring, p, n, buf);
   else if (rows == 2)
     gemv_rows<2, 2>(a, s, ring, p, n, buf);
-  else if (rows <= 4 && vectors == 2)
-    gemv_rows<4, 2>(a, s, ring, p, n, buf);
-  else if (rows <= 4)
-    gemv_rows<4, 1>(a, s, ring, p, n, buf);
-  else if (rows <= 8)
-    gemv_rows<8, 1>(a, s, ring, p, n, buf);
   else
-    gemv_rows<16, 1>(a, s, ring, p, n, buf);
+    gemv_rows<1, 4>(a, s, ring, p, n, buf);
 }
 
 // A norm's weight vector, the stream's next item: waits for it (every consumer) and returns it in its stage.
