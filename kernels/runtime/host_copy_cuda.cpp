@@ -10,6 +10,7 @@ struct HostCopy::State {
   void* host = nullptr;  // page-locked, `capacity` bytes
   size_t capacity = 0;
   cudaEvent_t done = nullptr;
+  int event_device = -1;  // the device `done` was made on: an event records only on its own device's streams
   Shape shape;
   DType dtype = DType::u8;
   bool pending = false;
@@ -39,7 +40,14 @@ void HostCopy::start(const Tensor& from) {
     CUDA_CHECK(cudaMallocHost(&s.host, from.nbytes()));
     s.capacity = from.nbytes();
   }
-  if (!s.done) CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  if (s.done && s.event_device != from.device().index) {
+    CUDA_CHECK(cudaEventDestroy(s.done));
+    s.done = nullptr;
+  }
+  if (!s.done) {  // stream_for made the tensor's device current, so the event is made there
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    s.event_device = from.device().index;
+  }
   CUDA_CHECK(cudaMemcpyAsync(s.host, from.raw(), from.nbytes(), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaEventRecord(s.done, stream));
   s.shape = from.shape();
