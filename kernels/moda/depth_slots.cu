@@ -3,6 +3,7 @@
 // GPU's depth stream holds bf16 values); a read converts to the dtype asked for (an fp32 gradient
 // side buffer read out for a bf16 writer). Zeroing a slot range is one strided memset.
 #include "kernels/moda/moda_tensor.h"
+#include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/device_math.cuh"
 #include "kernels/runtime/runtime.h"
 
@@ -38,9 +39,8 @@ template <typename From, typename To>
 void copy_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, int64_t rows, int64_t width,
                cudaStream_t stream) {
   constexpr int kThreads = 256, kVec = 8;
-  auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   const bool vectors = width % kVec == 0 && src_stride % kVec == 0 && dst_stride % kVec == 0 &&
-                       aligned(src, kVec * sizeof(From)) && aligned(dst, kVec * sizeof(To));
+                       aligned_to(kVec * sizeof(From), src) && aligned_to(kVec * sizeof(To), dst);
   if (vectors) {
     strided_rows_kernel<From, To, kVec><<<grid_for(rows * width / kVec, kThreads), kThreads, 0, stream>>>(
         static_cast<const From*>(src), src_stride, static_cast<To*>(dst), dst_stride, rows, int(width));
