@@ -66,12 +66,26 @@ Attention::Attention(const ModelConfig& c)
     : ProjectedMixer(c), rope_theta_(c.rope_theta), rope_scaling_(c.rope_scaling), moda_(c.options.get<MoDAConfig>()) {}
 
 Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
+  return attend(project_each(x, {&q_proj_, &k_proj_, &v_proj_}), inputs, report);
+}
+
+std::optional<std::pair<Variable, Variable>> Attention::forward_after_residual_step(const Variable& residual,
+                                                                                    const Variable& x,
+                                                                                    const RMSNorm& norm,
+                                                                                    const MixerInputs& inputs,
+                                                                                    const LayerReport& report) const {
+  std::optional<ResidualProjections> step =
+      project_each_after_residual_step(ResidualStep::post_norm, residual, x, norm, {&q_proj_, &k_proj_, &v_proj_});
+  if (!step) return std::nullopt;
+  return std::pair{step->h, attend(std::move(step->ys), inputs, report)};
+}
+
+Variable Attention::attend(std::vector<Variable> qkv, const MixerInputs& inputs, const LayerReport& report) const {
   const Tensor& positions = inputs.positions;
   DepthStream* depth = inputs.depth;
   const bool reader_depth_keys = moda_.depth_key == DepthKey::reader;
-  const int64_t B = x.dim(0), T = x.dim(1);
-  std::vector<Variable> qkv = project_each(x, {&q_proj_, &k_proj_, &v_proj_});
   Variable q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
+  const int64_t B = q.dim(0), T = q.dim(1);
   const Tensor& angles = inputs.rope_angles->angles(positions, head_dim_, rope_theta_, rope_scaling_);
   const double scale = 1.0 / std::sqrt(double(head_dim_));
   // Decoding: append this step's keys and values; a first step (the prompt) attends as in training,
@@ -83,7 +97,7 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
   const Tensor* device_past = cache ? inputs.device_past : nullptr;
   const int64_t past = cache ? cache->length() : 0;  // the longest sequence's, before this step
   if (cache) {
-    FATHOM_CHECK(!x.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
+    FATHOM_CHECK(!q.requires_grad(), "decoding keeps no gradient; run it under NoGrad");
     FATHOM_CHECK(past + T <= cache->k.dim(2), "decode: ", T, " more positions after ", past,
                  " exceed the KV cache's capacity of ", cache->k.dim(2));
   }

@@ -27,6 +27,11 @@ class Attention : public ProjectedMixer {
   // reader it is the raw projection, and this layer reads every depth key through its own k-norm (no
   // RoPE).
   Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
+  // Decoding: the post-norm block's residual step inside the q/k/v launch (TokenMixer says what it returns).
+  std::optional<std::pair<Variable, Variable>> forward_after_residual_step(const Variable& residual, const Variable& x,
+                                                                           const RMSNorm& norm,
+                                                                           const MixerInputs& inputs,
+                                                                           const LayerReport& report) const override;
   // Kept for backward: q and k after projection (when QK-norm keeps them) and after RoPE, v, the
   // output (o_proj's input); the norms' rstd and the lse per query head. A MoDA reader that leaves
   // weights (autograd/depth_stream.h) also keeps q, dO and two fp32 weights per head and read slot.
@@ -38,6 +43,9 @@ class Attention : public ProjectedMixer {
   std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const override;
 
  private:
+  // forward from the q, k and v projections on.
+  Variable attend(std::vector<Variable> qkv, const MixerInputs& inputs, const LayerReport& report) const;
+
   double rope_theta_;
   RopeScaling rope_scaling_;
   MoDAConfig moda_;

@@ -35,13 +35,29 @@ Block::Block(const ModelConfig& c, int64_t layer)
 }
 
 Variable Block::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
+  return run({.x = x}, inputs, report, false).x;
+}
+
+LayerStream Block::forward_stream(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report) const {
+  return run(in, inputs, report, !pre_norm_ && residual_step_across_layers_choice() == Fusion::fused);
+}
+
+LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report,
+                       bool hand_on) const {
   DepthStream* depth = inputs.depth;
   const bool write = depth && inputs.write_depth;
-  // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
-  const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
   MixerInputs mixer_inputs = inputs;
   mixer_inputs.write_depth = write && !attn_depth_kv_;
-  const Variable attn_out = mixer_->forward(attn_in, mixer_inputs, report);
+  // A post-norm stream handed on untaken: its step inside the mixer's first launch where the mixer allows and
+  // nothing else reads the mixer's input (MoDA's attention-side writer does).
+  Variable x, attn_out;
+  if (!in.taken() && !pre_norm_ && !(write && attn_depth_kv_))
+    if (auto stepped = mixer_->forward_after_residual_step(in.residual, in.out, *in.norm, mixer_inputs, report))
+      std::tie(x, attn_out) = *stepped;
+  // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
+  if (!x.defined()) x = in.take();
+  const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
+  if (!attn_out.defined()) attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the
   // MLP's input (MoDA's FFN writer does).
@@ -67,7 +83,9 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
     if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
     ffn_out = mlp_.forward(ffn_in);
   }
-  return pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out);
+  if (pre_norm_) return {.x = add(h, ffn_out)};
+  if (hand_on) return {.residual = h, .out = ffn_out, .norm = &ffn_norm_};
+  return {.x = ffn_norm_.forward_onto(h, ffn_out)};
 }
 
 LayerCost Block::cost(const CostQuery& query) const {

@@ -21,6 +21,11 @@ class Block : public DecoderLayer {
   // With a depth stream (MoDA), the mixer reads the slots of earlier blocks; with
   // inputs.write_depth the block then writes its own slots (the last block's would never be read).
   Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
+  // A decoding step's forward: a post-norm block takes a stream handed on untaken inside its q/k/v launch where
+  // its mixer allows, and with FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused hands its own last step on
+  // (layers/layer_stream.h).
+  LayerStream forward_stream(const LayerStream& in, const MixerInputs& inputs,
+                             const LayerReport& report) const override;
   // The mixer's cost plus the block's own: its input, the two sublayer outputs or normalised inputs,
   // SwiGLU's gate, up and output, and the two norms' rstd.
   LayerCost cost(const CostQuery& query) const override;
@@ -33,6 +38,9 @@ class Block : public DecoderLayer {
   const TokenMixer& mixer() const { return *mixer_; }
 
  private:
+  // forward on a stream, handing on the last step untaken where hand_on.
+  LayerStream run(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report, bool hand_on) const;
+
   bool pre_norm_;
   int64_t d_model_, ffn_hidden_;
   std::unique_ptr<TokenMixer> mixer_;

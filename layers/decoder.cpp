@@ -194,7 +194,7 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   // Each sequence's positions come from its count on the state's device (a replayed step finds its
   // own there): [T] for one sequence, [B, T] for more.
   const Tensor positions = positions_after(state.device_lengths, T);
-  Variable h = model_.embed_tokens.forward(ids);
+  LayerStream h{.x = model_.embed_tokens.forward(ids)};
   // MoDA: the depth slots of this step's tokens; no earlier token's are read again.
   const std::shared_ptr<DepthStream> depth = new_depth_stream(ids);
   const int64_t L = int64_t(model_.layers.size());
@@ -204,11 +204,11 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
     inputs.rope_angles = rope_angles;
     inputs.cache = state.layers[size_t(i)].get();
     inputs.device_past = &state.device_lengths;
-    h = model_.layers[size_t(i)]->forward(h, inputs, LayerReport());
+    h = model_.layers[size_t(i)]->forward_stream(h, inputs, LayerReport());
   }
   for (int64_t& n : state.lengths) n += T;
   advance_positions(state.device_lengths, T);
-  return model_.norm.forward(h);
+  return model_.norm.forward(h.take());
 }
 
 std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "layers/layer_stream.h"
 #include "layers/token_mixer.h"
 
 namespace fathom {
@@ -12,6 +13,12 @@ class DecoderLayer : public Module {
  public:
   // x [B, T, d] -> [B, T, d].
   virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
+  // A decoding step's forward on a stream that may come, and go on, with a residual step not yet taken
+  // (layers/layer_stream.h). This one takes the step first and hands on a taken stream.
+  virtual LayerStream forward_stream(const LayerStream& in, const MixerInputs& inputs,
+                                     const LayerReport& report) const {
+    return {.x = forward(in.take(), inputs, report)};
+  }
   // The layer's training cost per token of sequences of query.seq_len.
   virtual LayerCost cost(const CostQuery& query) const = 0;
   // MoDA slots the layer writes when it writes.

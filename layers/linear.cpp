@@ -23,6 +23,17 @@ std::vector<Variable> project_each(const Variable& x, std::initializer_list<cons
   return out;
 }
 
+std::optional<ResidualProjections> project_each_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                                    const Variable& x, const RMSNorm& norm,
+                                                                    std::initializer_list<const Linear*> linears) {
+  std::vector<const Variable*> weights;
+  for (const Linear* l : linears) {
+    if (l->fp8()) return std::nullopt;
+    weights.push_back(&l->weight());
+  }
+  return project_after_residual_step(kind, residual, x, norm.weight(), norm.eps(), weights);
+}
+
 Fp8Linears use_fp8_linears(Module& model) {
   Fp8Linears out;
   model.visit_modules([&](const std::string& name, Module& module) {

@@ -1,10 +1,13 @@
 // Bias-free Linear layer (OLMo2 has no biases anywhere).
 #pragma once
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "layers/module.h"
+#include "layers/rms_norm.h"
 
 namespace fathom {
 
@@ -35,6 +38,13 @@ class Linear : public Module {
 // decoding step's few rows on CUDA: one launch); otherwise (or with some in FP8, some not) each linear's
 // forward.
 std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears);
+
+// A block's residual step (`norm` joining sublayer output x to `residual`), then project_each of what it gives the
+// next sublayer, in one launch where a decoding step allows (autograd/ops.h project_after_residual_step; bf16
+// linears only): {the stream after the step, the projections}; otherwise nothing, and the caller runs both.
+std::optional<ResidualProjections> project_each_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                                    const Variable& x, const RMSNorm& norm,
+                                                                    std::initializer_list<const Linear*> linears);
 
 // Which linears of a model run in FP8, by full name.
 struct Fp8Linears {

@@ -30,10 +30,9 @@ std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(Re
                                                                               const Variable& x,
                                                                               const RMSNorm& norm) const {
   // Asked-for SwiGLU in gate/up's launch (forward's first path) is the other use of that launch: it wins.
-  if (gate_proj_.fp8() || up_proj_.fp8() || swiglu_projection_choice() == Fusion::fused) return std::nullopt;
-  const Variable* weights[] = {&up_proj_.weight(), &gate_proj_.weight()};  // forward's order
+  if (swiglu_projection_choice() == Fusion::fused) return std::nullopt;
   std::optional<ResidualProjections> step =
-      project_after_residual_step(kind, residual, x, norm.weight(), norm.eps(), weights);
+      project_each_after_residual_step(kind, residual, x, norm, {&up_proj_, &gate_proj_});  // forward's order
   if (!step) return std::nullopt;
   return std::pair{step->h, down_proj_.forward(swiglu(step->ys[1], step->ys[0]))};
 }

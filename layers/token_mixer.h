@@ -94,10 +94,21 @@ struct CostQuery {
   int64_t depth_slots_before = 0;  // MoDA slots written by the earlier layers
 };
 
+class RMSNorm;
+
 class TokenMixer : public Module {
  public:
   // x [B, T, d_model] -> [B, T, d_model].
   virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
+  // The block's residual step (`norm` joining sublayer output x to `residual`), then forward of the stream it
+  // gives, with the step inside the mixer's first launch where a decoding step allows
+  // (project_each_after_residual_step): {the stream, the mixer's output}; otherwise nothing, and the caller runs both.
+  // Post-norm only: the stream is what the mixer reads.
+  virtual std::optional<std::pair<Variable, Variable>> forward_after_residual_step(
+      const Variable& /*residual*/, const Variable& /*x*/, const RMSNorm& /*norm*/, const MixerInputs& /*inputs*/,
+      const LayerReport& /*report*/) const {
+    return std::nullopt;
+  }
   virtual LayerCost cost(const CostQuery& query) const = 0;
   // The decoding state for `batch` sequences of up to `capacity` positions, in `dtype` on `device`.
   virtual std::unique_ptr<MixerCache> make_cache(int64_t batch, int64_t capacity, DType dtype, Device device) const = 0;

@@ -6,6 +6,7 @@
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/runtime/dependent_launch.h"
+#include "layers/layer_stream.h"
 
 namespace fathom::test {
 
@@ -31,6 +32,8 @@ using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_r
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
+using ResidualStepAcrossLayersScope =
+    KernelChoiceScope<Fusion, residual_step_across_layers_choice, set_residual_step_across_layers_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 using PersistentDecodeScope = KernelChoiceScope<Toggle, persistent_decode_choice, set_persistent_decode_choice>;
 using PersistentOneSplitTilesScope = KernelChoiceScope<int, persistent_one_split_tiles, set_persistent_one_split_tiles>;

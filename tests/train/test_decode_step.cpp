@@ -34,6 +34,26 @@ struct HostModel {
   ParameterArena arena;
 };
 
+// Decoding steps of two prompts of ragged lengths, each read alone and taken into the batch: the last logits of
+// three token steps, in order.
+std::vector<float> ragged_step_logits(const Decoder& model) {
+  DecodeState state = model.start_decoding(2, 12, DType::f32, Device::cpu());
+  const std::vector<std::vector<int32_t>> prompts{{3, 90, 17, 4}, {8, 9}};
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    DecodeState one = model.start_decoding(1, 12, DType::f32, Device::cpu());
+    model.decode(Tensor::from_vector(prompts[b], {1, int64_t(prompts[b].size())}), one);
+    state.take_sequence(int64_t(b), one);
+  }
+  std::vector<float> logits;
+  for (int32_t t : {5, 6, 7}) {
+    const Tensor out =
+        last_logits(model, model.decode(Tensor::from_vector(std::vector<int32_t>{t, t + 1}, {2, 1}), state));
+    const std::vector<float> step = out.to_vector<float>();
+    logits.insert(logits.end(), step.begin(), step.end());
+  }
+  return logits;
+}
+
 }  // namespace
 
 TEST(DecodePositions, TheCountedWriteEqualsTheHostOne) {
@@ -148,22 +168,54 @@ TEST(DecodeStep, TheFusedPrologueDecodesAsTheSeparateOps) {
     HostModel m(c);
     const auto decode_steps = [&](DecodePrologue choice) {
       fathom::test::DecodePrologueScope scope(choice);
-      DecodeState state = m.model.start_decoding(2, 12, DType::f32, Device::cpu());
-      const std::vector<std::vector<int32_t>> prompts{{3, 90, 17, 4}, {8, 9}};
-      for (size_t b = 0; b < prompts.size(); ++b) {
-        DecodeState one = m.model.start_decoding(1, 12, DType::f32, Device::cpu());
-        m.model.decode(Tensor::from_vector(prompts[b], {1, int64_t(prompts[b].size())}), one);
-        state.take_sequence(int64_t(b), one);
-      }
-      std::vector<float> logits;
-      for (int32_t t : {5, 6, 7}) {
-        const Tensor out =
-            last_logits(m.model, m.model.decode(Tensor::from_vector(std::vector<int32_t>{t, t + 1}, {2, 1}), state));
-        const std::vector<float> step = out.to_vector<float>();
-        logits.insert(logits.end(), step.begin(), step.end());
-      }
-      return logits;
+      return ragged_step_logits(m.model);
     };
     EXPECT_EQ(decode_steps(DecodePrologue::fused), decode_steps(DecodePrologue::separate)) << "qk_norm " << qk_norm;
+  }
+}
+
+// A post-norm block hands its last residual step on untaken where FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused
+// (layers/layer_stream.h): the stream it hands on takes to the block's own output, bit for bit, and a pre-norm
+// block hands on a taken stream. On the CPU (where the next block takes the step as its own launch) decoding
+// then gives the same logits either way, OLMo2, Llama-style and a dsla hybrid at ragged lengths; on the GPU
+// tests/train/test_gpu_decode_step.cpp tests the launch that takes it.
+TEST(DecodeStep, AResidualStepHandedOnDecodesAsTheBlocksOwn) {
+  NoGrad no_grad;
+  HostModel post(small());
+  std::vector<float> values(2 * 24);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * float(i % 7) - 0.3f;
+  const Tensor x = Tensor::from_vector(values, {1, 2, 24});
+  const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0, 1}, {2});
+  const MixerInputs inputs{positions};
+  const DecoderLayer& block = *post.model.blocks()[0];
+  {
+    fathom::test::ResidualStepAcrossLayersScope hand_on(Fusion::fused);
+    const LayerStream out = block.forward_stream({.x = Variable(x)}, inputs, LayerReport());
+    ASSERT_FALSE(out.taken());
+    EXPECT_EQ(out.take().value().to_vector<float>(),
+              block.forward(Variable(x), inputs, LayerReport()).value().to_vector<float>());
+    // The next block takes it (as its own launch on the CPU) as it would take the stream.
+    const DecoderLayer& next = *post.model.blocks()[1];
+    EXPECT_EQ(next.forward_stream(out, inputs, LayerReport()).take().value().to_vector<float>(),
+              next.forward(out.take(), inputs, LayerReport()).value().to_vector<float>());
+    ModelConfig pre_config = small();
+    pre_config.norm = "pre";
+    HostModel pre(pre_config);
+    EXPECT_TRUE(pre.model.blocks()[0]->forward_stream({.x = Variable(x)}, inputs, LayerReport()).taken());
+  }
+  fathom::test::ResidualStepAcrossLayersScope own(Fusion::separate);
+  EXPECT_TRUE(block.forward_stream({.x = Variable(x)}, inputs, LayerReport()).taken());
+
+  ModelConfig llama = small(), hybrid = small();
+  llama.norm = "pre";
+  llama.qk_norm = false;
+  hybrid.layers = {"attention", "dsla", "attention"};
+  for (const auto& [name, c] : {std::pair{"olmo2", small()}, {"llama", llama}, {"dsla hybrid", hybrid}}) {
+    HostModel m(c);
+    const auto decode_steps = [&](Fusion choice) {
+      fathom::test::ResidualStepAcrossLayersScope scope(choice);
+      return ragged_step_logits(m.model);
+    };
+    EXPECT_EQ(decode_steps(Fusion::fused), decode_steps(Fusion::separate)) << name;
   }
 }

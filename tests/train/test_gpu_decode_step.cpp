@@ -340,6 +340,37 @@ TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
                   .has_value());
 }
 
+// A post-norm block's last residual step handed on to the next block's q/k/v launch
+// (FATHOM_RESIDUAL_STEP_ACROSS_LAYERS) changes no bit of a decoding step against the block's own norm launch: OLMo2
+// at batch 1 (the launch's one row) and 3 (where the next block takes it as its own launch), and a dsla hybrid
+// (whose dsla layer takes it so, and hands its own on to the attention after it).
+TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  ResidualStepScope in_gemm(Fusion::fused);
+  SwigluProjectionScope separate_swiglu(Fusion::separate);
+  for (const int64_t B : {1, 3})
+    expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(model_name(false, B), gpu_small("post", true), B, 5);
+  ModelConfig hybrid = gpu_small("post", true);
+  hybrid.layers = {"attention", "dsla", "attention"};
+  hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
+  expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("dsla hybrid/B1", hybrid, 1, 5);
+  // The q/k/v launch takes the step at all: a decoding step's stream handed on by the first block.
+  GpuModel m(gpu_small("post", true), kSeed);
+  NoGrad no_grad;
+  ResidualStepAcrossLayersScope on(Fusion::fused);
+  const GpuInput x = random_input({1, 1, 384}, DType::bf16, 11);
+  const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0}, {1}).to(kGpu);
+  const MixerInputs inputs{positions};
+  const LayerStream handed = m.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
+  ASSERT_FALSE(handed.taken());
+  const auto* next = dynamic_cast<const Block*>(m.model.blocks()[1].get());
+  ASSERT_NE(next, nullptr);
+  EXPECT_TRUE(next->mixer()
+                  .forward_after_residual_step(handed.residual, handed.out, *handed.norm, inputs, LayerReport())
+                  .has_value());
+}
+
 // Attention's split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always) changes no bit of a decoding
 // step against the combine kernel, with the prologue inside the split kernel and without, at head dims 64 and
 // 128, batch 1 and 3, over 60 steps (past 64 positions: two splits to merge).
