@@ -25,6 +25,7 @@
 #   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
 #   skinny+fused+dependent+inside: fathom's decoding kernels, one row set each; the first is the one the peers'
 #   tokens are checked against),
+#   PEERS (gpt-fast hf: the peers run beside fathom; empty for fathom alone),
 #   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
 #   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
 #   without a GPU, e.g. with olmo2_14M and small grids).
@@ -47,6 +48,7 @@ TRAIN_STEPS=${TRAIN_STEPS:-30}
 REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
+PEERS=${PEERS-gpt-fast hf}
 LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside}
 
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
@@ -137,7 +139,9 @@ YAML
     fi
   done
 
-  if [ -n "$gpt_fast" ]; then
+  if [[ " $PEERS " != *" gpt-fast "* ]]; then
+    :
+  elif [ -n "$gpt_fast" ]; then
     TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
       --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
       --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
@@ -147,13 +151,15 @@ YAML
     echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
   fi
 
-  timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" \
-    --tokens-out "$OUT/tokens_hf_$size.txt" 2> "$OUT/hf_$size.err" | tee -a "$md"
-  python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_hf_$size.txt" \
-    --names fathom HF --label "$size" --min-tokens 32 >> "$agreement"
-  if [ "${HF_COMPILE:-0}" = 1 ]; then
-    timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --compile \
-      2> "$OUT/hf_compile_$size.err" | tee -a "$md"
+  if [[ " $PEERS " == *" hf "* ]]; then
+    timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" \
+      --tokens-out "$OUT/tokens_hf_$size.txt" 2> "$OUT/hf_$size.err" | tee -a "$md"
+    python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_hf_$size.txt" \
+      --names fathom HF --label "$size" --min-tokens 32 >> "$agreement"
+    if [ "${HF_COMPILE:-0}" = 1 ]; then
+      timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --compile \
+        2> "$OUT/hf_compile_$size.err" | tee -a "$md"
+    fi
   fi
 done
 {
