@@ -70,12 +70,12 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
 }
 
 std::optional<std::pair<Variable, Variable>> Attention::forward_after_residual_step(const Variable& residual,
-                                                                                    const Variable& x,
+                                                                                    const Variable& sublayer_out,
                                                                                     const RMSNorm& norm,
                                                                                     const MixerInputs& inputs,
                                                                                     const LayerReport& report) const {
-  std::optional<ResidualProjections> step =
-      project_each_after_residual_step(ResidualStep::post_norm, residual, x, norm, {&q_proj_, &k_proj_, &v_proj_});
+  std::optional<ResidualProjections> step = project_each_after_residual_step(
+      ResidualStep::post_norm, residual, sublayer_out, norm, {&q_proj_, &k_proj_, &v_proj_});
   if (!step) return std::nullopt;
   return std::pair{step->h, attend(std::move(step->ys), inputs, report)};
 }

@@ -35,7 +35,7 @@ Block::Block(const ModelConfig& c, int64_t layer)
 }
 
 Variable Block::forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const {
-  return run({.x = x}, inputs, report, false).x;
+  return run({.x = x}, inputs, report, /*hand_on=*/false).x;
 }
 
 LayerStream Block::forward_stream(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report) const {
@@ -48,14 +48,14 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
   const bool write = depth && inputs.write_depth;
   MixerInputs mixer_inputs = inputs;
   mixer_inputs.write_depth = write && !attn_depth_kv_;
-  // A post-norm stream handed on untaken: its step inside the mixer's first launch where the mixer allows and
-  // nothing else reads the mixer's input (MoDA's attention-side writer does).
+  // A post-norm stream handed on untaken: its step inside the mixer's first launch where the mixer allows (the
+  // stream, which the mixer reads, is that launch's h: MoDA's attention-side writer reads it too).
   Variable x, attn_out;
-  if (!in.taken() && !pre_norm_ && !(write && attn_depth_kv_))
+  if (!in.taken() && !pre_norm_)
     if (auto stepped = mixer_->forward_after_residual_step(in.residual, in.out, *in.norm, mixer_inputs, report))
       std::tie(x, attn_out) = *stepped;
-  // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
   if (!x.defined()) x = in.take();
+  // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
   const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
   if (!attn_out.defined()) attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);

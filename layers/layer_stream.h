@@ -14,7 +14,7 @@ struct LayerStream {
   Variable residual{}, out{};  // otherwise the step's two inputs
   const RMSNorm* norm = nullptr;
 
-  bool taken() const { return x.defined(); }
+  bool taken() const { return norm == nullptr; }
   // The stream: x, or the step as its own launch (RMSNorm::forward_onto).
   Variable take() const { return taken() ? x : norm->forward_onto(residual, out); }
 };

@@ -24,14 +24,14 @@ std::vector<Variable> project_each(const Variable& x, std::initializer_list<cons
 }
 
 std::optional<ResidualProjections> project_each_after_residual_step(ResidualStep kind, const Variable& residual,
-                                                                    const Variable& x, const RMSNorm& norm,
+                                                                    const Variable& sublayer_out, const RMSNorm& norm,
                                                                     std::initializer_list<const Linear*> linears) {
   std::vector<const Variable*> weights;
   for (const Linear* l : linears) {
     if (l->fp8()) return std::nullopt;
     weights.push_back(&l->weight());
   }
-  return project_after_residual_step(kind, residual, x, norm.weight(), norm.eps(), weights);
+  return project_after_residual_step(kind, residual, sublayer_out, norm.weight(), norm.eps(), weights);
 }
 
 Fp8Linears use_fp8_linears(Module& model) {

@@ -39,11 +39,11 @@ class Linear : public Module {
 // forward.
 std::vector<Variable> project_each(const Variable& x, std::initializer_list<const Linear*> linears);
 
-// A block's residual step (`norm` joining sublayer output x to `residual`), then project_each of what it gives the
+// A block's residual step (`norm` joining a sublayer's output to `residual`), then project_each of what it gives the
 // next sublayer, in one launch where a decoding step allows (autograd/ops.h project_after_residual_step; bf16
 // linears only): {the stream after the step, the projections}; otherwise nothing, and the caller runs both.
 std::optional<ResidualProjections> project_each_after_residual_step(ResidualStep kind, const Variable& residual,
-                                                                    const Variable& x, const RMSNorm& norm,
+                                                                    const Variable& sublayer_out, const RMSNorm& norm,
                                                                     std::initializer_list<const Linear*> linears);
 
 // Which linears of a model run in FP8, by full name.

@@ -100,13 +100,13 @@ class TokenMixer : public Module {
  public:
   // x [B, T, d_model] -> [B, T, d_model].
   virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
-  // The block's residual step (`norm` joining sublayer output x to `residual`), then forward of the stream it
-  // gives, with the step inside the mixer's first launch where a decoding step allows
-  // (project_each_after_residual_step): {the stream, the mixer's output}; otherwise nothing, and the caller runs both.
-  // Post-norm only: the stream is what the mixer reads.
+  // The previous block's last residual step (`norm` joining its sublayer's output to `residual`), then forward of
+  // the stream it gives, with the step inside the mixer's first launch where a decoding step allows
+  // (project_each_after_residual_step): {the stream, the mixer's output}; otherwise nothing, and the caller runs
+  // both. Post-norm only: the stream is what the mixer reads.
   virtual std::optional<std::pair<Variable, Variable>> forward_after_residual_step(
-      const Variable& /*residual*/, const Variable& /*x*/, const RMSNorm& /*norm*/, const MixerInputs& /*inputs*/,
-      const LayerReport& /*report*/) const {
+      const Variable& /*residual*/, const Variable& /*sublayer_out*/, const RMSNorm& /*norm*/,
+      const MixerInputs& /*inputs*/, const LayerReport& /*report*/) const {
     return std::nullopt;
   }
   virtual LayerCost cost(const CostQuery& query) const = 0;
