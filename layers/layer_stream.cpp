@@ -3,7 +3,7 @@
 namespace fathom {
 
 namespace {
-constinit KernelChoice<Fusion> across_layers_in_force("FATHOM_RESIDUAL_STEP_ACROSS_LAYERS", Fusion::separate,
+constinit KernelChoice<Fusion> across_layers_in_force("FATHOM_RESIDUAL_STEP_ACROSS_LAYERS", Fusion::fused,
                                                       parse_fusion);
 }  // namespace
 

@@ -54,7 +54,8 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
-# prologue inside attention's split kernel, the residual step inside the MLP's gate/up launch and attention's
+# prologue inside attention's split kernel, the residual steps inside the MLP's gate/up launch and the next
+# block's q/k/v launch, and attention's
 # splits merged inside its split kernel where the grid has many (the last is fathom's default).
 lever_env() {
   local skinny=never fused=separate dependent=off inside=separate merge=never
@@ -68,7 +69,7 @@ lever_env() {
   esac
   echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused" \
        "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside" \
-       "FATHOM_MERGE_IN_SPLIT=$merge"
+       "FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=$inside FATHOM_MERGE_IN_SPLIT=$merge"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2
