@@ -21,7 +21,7 @@ struct LayerStream {
 
 // Whether a decoding post-norm block hands its last residual step on to the next layer (fused) or takes it
 // itself (separate): FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused|separate, read at the first call; unset, fused (its
-// GPU tests passed, and on an H100 it made batch-1 steps 0.2-0.5% faster at 1B and 1-2% at 190M,
+// GPU tests passed, and on an H100 it made batch-1 steps 0.3-0.4% faster at 1B and 0.9-1.7% at 190M, inside the spread,
 // bench/results/2026-12-06_residual_step_across_layers_h100.md).
 Fusion residual_step_across_layers_choice();
 void set_residual_step_across_layers_choice(Fusion choice);
