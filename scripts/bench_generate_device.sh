@@ -55,8 +55,8 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
 # prologue inside attention's split kernel, the residual steps inside the MLP's gate/up launch and the next
-# block's q/k/v launch, and attention's
-# splits merged inside its split kernel where the grid has many (the last is fathom's default).
+# block's q/k/v launch, and attention's splits merged inside its split kernel where the grid has many (the last
+# is fathom's default).
 lever_env() {
   local skinny=never fused=separate dependent=off inside=separate merge=never
   case $1 in
@@ -140,16 +140,16 @@ YAML
     fi
   done
 
-  if [[ " $PEERS " != *" gpt-fast "* ]]; then
-    :
-  elif [ -n "$gpt_fast" ]; then
-    TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
-      --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
-      --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
-    python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
-      --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
-  else
-    echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
+  if [[ " $PEERS " == *" gpt-fast "* ]]; then
+    if [ -n "$gpt_fast" ]; then
+      TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
+        --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
+        --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
+      python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
+        --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
+    else
+      echo "gpt-fast: .ref/gpt-fast.tar.gz missing, no gpt-fast rows for $size" >> "$agreement"
+    fi
   fi
 
   if [[ " $PEERS " == *" hf "* ]]; then
