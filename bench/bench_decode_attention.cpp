@@ -7,10 +7,12 @@
 // the device's copy bandwidth measured first in the same process (bench/copy_bandwidth.h; it counts a copy's
 // reads and writes, the rows their reads, so 100% is a practical, not an absolute, ceiling). CUDA events around each
 // call (both kernels and the allocations of the output and partials) after warm-up, median of many runs. The cache is
-// replicated so that consecutive runs read different copies, always more than the 50 MB L2 in all:
-// the figures are DRAM, not L2, bandwidth. Rows without depth slots are timed twice: splits merged by the
-// combine kernel and by the split kernel itself (FATHOM_MERGE_IN_SPLIT never and always, decode_attention.h).
-// Usage: bench_decode_attention [reps]   (default 50)
+// replicated so that consecutive runs read different copies, from 1024 positions on more than the 50 MB L2 in
+// all: those figures are DRAM, not L2, bandwidth (the shorter caches' are latency). Rows without depth slots are timed
+// two or three times: splits merged by the combine kernel, by the split kernel itself (FATHOM_MERGE_IN_SPLIT never and
+// always, decode_attention.h), and where the launch has at most 8 splits in a thread-block cluster
+// (FATHOM_MERGE_IN_CLUSTER on). Cache lengths 128 and 512 are the short contexts whose batch-1 launches merge in
+// clusters. Usage: bench_decode_attention [reps]   (default 50)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,7 +59,7 @@ double copy_gbs = 0;  // the ceiling the rows are measured against, GB/s
 void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   const double cache_bytes = 2.0 * double(B * m.Hk * length * m.d) * 2;
   if (cache_bytes > kMaxCacheBytes) {
-    std::printf("| %s | %lld | %lld | %lld | skipped (%.0f GB cache) | | | | |\n", m.model, (long long)B,
+    std::printf("| %s | %lld | %lld | %lld | skipped (%.0f GB cache) | | | | | | |\n", m.model, (long long)B,
                 (long long)length, (long long)slots, cache_bytes / 1e9);
     return;
   }
@@ -80,9 +82,10 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   cudaEvent_t start, stop;
   bench::check(cudaEventCreate(&start), "event");
   bench::check(cudaEventCreate(&stop), "event");
-  // The median ms of a call with the splits merged where `merge` says.
-  const auto median_ms = [&](Usage merge) {
+  // The median ms of a call with the splits merged where `merge` and `cluster` say.
+  const auto median_ms = [&](Usage merge, Toggle cluster = Toggle::off) {
     set_merge_in_split_policy(merge);
+    set_merge_in_cluster_choice(cluster);
     std::vector<double> times;
     for (int r = -3; r < reps; ++r) {
       const int c = (r + 3) % copies;
@@ -97,18 +100,29 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
     return bench::median(times);
   };
   const Usage in_force = merge_in_split_policy();
+  const Toggle cluster_in_force = merge_in_cluster_choice();
   set_merge_in_split_policy(Usage::always);
-  const bool mergeable = merges_in_split(Tq * m.Hq / m.Hk, S > 0, 1);
+  set_merge_in_cluster_choice(Toggle::on);
+  const int64_t R = Tq * m.Hq / m.Hk;
+  const bool mergeable = merges_in_split(R, S > 0, 1);
+  const bool clustered = merges_in_cluster(R, S > 0, cuda::decode_attention_splits(B, m.Hk, R, length, kGpu));
   const double ms = median_ms(Usage::never), gbs = bytes / ms / 1e6;
   std::printf("| %s | %lld | %lld | %lld | %.4f | %.0f | %.0f%% |", m.model, (long long)B, (long long)length,
               (long long)slots, ms, gbs, 100.0 * gbs / copy_gbs);
   if (mergeable) {
     const double merged = median_ms(Usage::always);
+    std::printf(" %.4f | %.2fx |", merged, ms / merged);
+  } else {
+    std::printf(" | |");
+  }
+  if (clustered) {
+    const double merged = median_ms(Usage::never, Toggle::on);
     std::printf(" %.4f | %.2fx |\n", merged, ms / merged);
   } else {
     std::printf(" | |\n");
   }
   set_merge_in_split_policy(in_force);
+  set_merge_in_cluster_choice(cluster_in_force);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }
@@ -129,11 +143,11 @@ int main(int argc, char** argv) {
   std::printf("copy bandwidth (device-to-device, 1 GiB, read + write): %.0f GB/s\n\n", copy_gbs);
   std::printf(
       "| shape | B | cache length | depth slots | ms | GB/s | of the copy bandwidth | merged in the split kernel ms "
-      "| speed-up |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| speed-up | merged in a cluster ms | speed-up |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& m : rows)
     for (int64_t B : {1, 32})
-      for (int64_t length : {1024, 4096, 16384, 65536}) run(m, B, length, 0);
+      for (int64_t length : {128, 512, 1024, 4096, 16384, 65536}) run(m, B, length, 0);
   for (const Row& m : rows)
     for (int64_t B : {1, 32}) run(m, B, 4096, 30);
   return 0;

@@ -13,6 +13,8 @@ constexpr const char* kOp = "decode_attention";
 
 // Unset: automatic, the rule decode_attention.h gives with its measurements.
 constinit KernelChoice<Usage> merge_in_split_in_force("FATHOM_MERGE_IN_SPLIT", Usage::automatic, parse_usage);
+// Unset: off, until its measurement says whether it pays.
+constinit KernelChoice<Toggle> merge_in_cluster_in_force("FATHOM_MERGE_IN_CLUSTER", Toggle::off, parse_toggle);
 
 void check_depth(const Tensor& q, int64_t Hk, const DepthSlots& depth) {
   // An empty range reads nothing, so its buffers may be missing; given ones are still checked.
@@ -63,6 +65,15 @@ bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_spli
   const Usage policy = merge_in_split_policy();
   return rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth &&
          (policy == Usage::always || (policy == Usage::automatic && grid_splits >= kMergeInSplitMinSplits));
+}
+
+Toggle merge_in_cluster_choice() { return merge_in_cluster_in_force.get(); }
+
+void set_merge_in_cluster_choice(Toggle choice) { merge_in_cluster_in_force.set(choice); }
+
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits) {
+  return merge_in_cluster_choice() == Toggle::on && rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth &&
+         grid_splits <= kMergeInClusterMaxSplits;
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

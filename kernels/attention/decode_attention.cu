@@ -30,7 +30,10 @@
 // kernel merges the splits itself instead of the combine kernel: each block publishes its partial and counts itself on
 // its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
 // with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one launch and
-// one dependency a layer fewer. That last block sets the counter back to zero.
+// one dependency a layer fewer. That last block sets the counter back to zero. Where merges_in_cluster says so
+// instead (a grid of at most 8 splits), a row block's splits run as one thread-block cluster
+// (kernels/hopper/cluster.cuh): each stores its partial into split 0's shared memory, and after the cluster's barrier
+// split 0 merges them with the same combine_row, reading them there: no atomic, no fence, no global round trip.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +43,7 @@
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_prologue.cuh"
 #include "kernels/attention/decode_prologue.h"
+#include "kernels/hopper/cluster.cuh"
 #include "kernels/runtime/argument_checks.h"
 #include "kernels/runtime/dependent_launch.cuh"
 #include "kernels/runtime/device_math.cuh"
@@ -61,6 +65,11 @@ constexpr int kScoreRows = kMaxRows / kScoreGroups;  // score rows per thread
 constexpr int kScoreStride = kTileKeys + 1;          // odd: the row groups of the PV step read distinct banks
 constexpr int kCombineWarps = 4;
 constexpr int kMaxDevices = 64;
+constexpr int kMaxClusterSplits = int(kMergeInClusterMaxSplits);
+
+// Who merges a few-rows launch's splits ("Merge" above): the combine kernel, the last split to count itself, or the
+// cluster's split 0.
+enum class SplitMerge { combine_kernel, counter, cluster };
 static_assert(kTileKeys == 64, "the row-statistics step gives each lane two keys of a tile");
 
 // The prologue's inputs where the few-rows split kernel does its work ("Prologue" above); DecodeArgs::q is
@@ -339,15 +348,51 @@ __device__ __forceinline__ Pack<float, N> load_partial(const float* p) {
   return out;
 }
 
+// Where combine_row finds a row's partials: in global memory, written by the grid's blocks (the combine kernel
+// and the counter's merge), or in the merging block's shared memory, written there by its cluster (ClusterPartials).
+// stats(s): split s's (running max, sum of exponentials); numerator<N>(s, dim0): its N numerators from dim0.
+template <int D>
+struct GlobalPartials {
+  const DecodeArgs& a;
+  int64_t part0;  // the row's partial of split 0; split s's is R further on for each s
+  // Output row `row` = (b * Tq + i) * Hq + h.
+  __device__ GlobalPartials(const DecodeArgs& args, int64_t row) : a(args) {
+    const int h = int(row % a.Hq);
+    const int64_t bi = row / a.Hq;  // b * Tq + i
+    const int b = int(bi / a.Tq), i = int(bi % a.Tq);
+    part0 = (int64_t(b) * a.Hk + h / a.G) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
+  }
+  __device__ float2 stats(int s) const { return __ldcg(&a.part_ml[part0 + int64_t(s) * a.R]); }
+  template <int N>
+  __device__ Pack<float, N> numerator(int s, int dim0) const {
+    return load_partial<N>(a.part_acc + (part0 + int64_t(s) * a.R) * D + dim0);
+  }
+};
+
+// Row r of a few-rows block's partials in the shared memory of its cluster's split 0: [split][row][d] and
+// [split][row].
+template <int D, int NR>
+struct ClusterPartials {
+  const float (*acc)[NR][D];
+  const float2 (*ml)[NR];
+  int r;
+  __device__ float2 stats(int s) const { return ml[s][r]; }
+  template <int N>
+  __device__ Pack<float, N> numerator(int s, int dim0) const {
+    Pack<float, N> out;
+#pragma unroll
+    for (int e = 0; e < N; ++e) out.v[e] = acc[s][r][dim0 + e];
+    return out;
+  }
+};
+
 // Output row `row` = (b * Tq + i) * Hq + h by one warp, a resolved for b: merges the row's partials over the
 // splits and its token's depth slots into one softmax. Lane l owns dims [l * D / 32, (l + 1) * D / 32).
-template <int D>
-__device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, int lane) {
+template <int D, typename Partials>
+__device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, int lane, const Partials& partials) {
   constexpr int kPer = D / 32;
   const int h = int(row % a.Hq), hk = h / a.G;
   const int64_t bi = row / a.Hq;  // b * Tq + i
-  const int b = int(bi / a.Tq), i = int(bi % a.Tq);
-  const int64_t part0 = (int64_t(b) * a.Hk + hk) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
   const int dim0 = lane * kPer;
 
   float qv[kPer] = {};
@@ -367,17 +412,16 @@ __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, in
 
   // Every query sees cache position 0, so some split has a finite max and so does M.
   float M = -INFINITY;
-  for (int s = lane; s < a.splits; s += 32) M = fmaxf(M, __ldcg(&a.part_ml[part0 + int64_t(s) * a.R]).x);
+  for (int s = lane; s < a.splits; s += 32) M = fmaxf(M, partials.stats(s).x);
   M = warp_max(M);
   for (int s = a.slot_begin; s < a.slot_end; ++s) M = fmaxf(M, depth_score(s));
 
   float den = 0.f, num[kPer] = {};
   for (int s = 0; s < a.splits; ++s) {
-    const int64_t p = part0 + int64_t(s) * a.R;
-    const float2 ml = __ldcg(&a.part_ml[p]);
+    const float2 ml = partials.stats(s);
     const float w = exp2f(ml.x - M);  // 0 for a split that saw nothing (max -inf)
     den += w * ml.y;
-    const Pack<float, kPer> acc = load_partial<kPer>(a.part_acc + p * D + dim0);
+    const Pack<float, kPer> acc = partials.template numerator<kPer>(s, dim0);
 #pragma unroll
     for (int e = 0; e < kPer; ++e) num[e] += w * acc.v[e];
   }
@@ -408,11 +452,13 @@ __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, in
 // is held to as many.
 constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
 
-// kMerge: the kernel merges its splits itself ("Merge" above; a.counters set), a kernel of its own so that the
-// path with the combine kernel keeps its registers.
-template <int D, int NR, bool kPrologue = false, bool kMerge = false>
+// kMerge: who merges the splits ("Merge" above), each a kernel of its own so that the path with the combine kernel
+// keeps its registers.
+template <int D, int NR, bool kPrologue = false, SplitMerge kMerge = SplitMerge::combine_kernel>
 __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
-  follow_previous_grid();  // dependent_launch.cuh
+  constexpr bool kCluster = kMerge == SplitMerge::cluster;
+  if constexpr (kCluster) cluster_arrive_relaxed();  // this block has started (cluster.cuh)
+  follow_previous_grid();                            // dependent_launch.cuh
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;
@@ -425,6 +471,9 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
   __shared__ float2 red_ml[kWarps][NR];
   static_assert(!kPrologue || 2 * kThreads == prologue::kParts, "each thread adds two parts of the prologue's sums");
   __shared__ float2 norm_sums[prologue::kPartWarps];
+  // The cluster's partials, in the shared memory of its split 0, which merges them.
+  __shared__ __align__(16) float slot_acc[kCluster ? kMaxClusterSplits : 1][NR][D];
+  __shared__ float2 slot_ml[kCluster ? kMaxClusterSplits : 1][NR];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int slot = warp * kKeysPerWarp + lane / kLanesPerKey, c = lane % kLanesPerKey;
@@ -577,20 +626,33 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
       if (lane == 0) red_ml[warp][r] = make_float2(m[r], l[r]);
     }
   __syncthreads();
+  if constexpr (kCluster) cluster_wait_acquire();  // every block of the cluster has started
   if (warp == 0 && lane < kLanesPerKey) {
     const int64_t part0 = ((int64_t(b) * a.Hk + hk) * a.part_splits + split) * a.R + r0;
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       if (r >= rows) break;
       for (int w = 1; w < kWarps; ++w) merge(m[r], l[r], acc[r], red_ml[w][r].x, red_ml[w][r].y, &red_acc[w][r][c * 8]);
-      float4* dst = reinterpret_cast<float4*>(a.part_acc + (part0 + r) * D + c * 8);
+      float4* dst = kCluster ? reinterpret_cast<float4*>(cluster_peer(&slot_acc[split][r][c * 8], 0))
+                             : reinterpret_cast<float4*>(a.part_acc + (part0 + r) * D + c * 8);
       dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-      if (lane == 0) a.part_ml[part0 + r] = make_float2(m[r], l[r]);
+      if (lane == 0)
+        *(kCluster ? cluster_peer(&slot_ml[split][r], 0) : &a.part_ml[part0 + r]) = make_float2(m[r], l[r]);
     }
-    if constexpr (kMerge) __threadfence();  // the partial, published before this block is counted
+    if constexpr (kMerge == SplitMerge::counter)
+      __threadfence();  // the partial, published before this block is counted
   }
-  if constexpr (!kMerge) return;
+  if constexpr (kMerge == SplitMerge::combine_kernel) return;
+  const auto out_row = [&](int qr) { return (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G; };
+  if constexpr (kCluster) {
+    // Split 0 merges the cluster's partials once every block has stored its own, one warp a row.
+    cluster_arrive_release();
+    cluster_wait_acquire();
+    if (split != 0 || warp >= rows) return;
+    combine_row<D>(a, out_row(r0 + warp), lane, ClusterPartials<D, NR>{slot_acc, slot_ml, warp});
+    return;
+  }
   // "Merge" above: the last of the row block's splits to be counted merges them all, one warp a row.
   __shared__ bool last;
   int* counter = a.counters + (int64_t(b) * a.Hk + hk) * a.row_blocks + int(blockIdx.z) % a.row_blocks;
@@ -599,10 +661,7 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp < rows) {
-    const int qr = r0 + warp;
-    combine_row<D>(a, (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G, lane);
-  }
+  if (warp < rows) combine_row<D>(a, out_row(r0 + warp), lane, GlobalPartials<D>(a, out_row(r0 + warp)));
   if (tid == 0) *counter = 0;
 }
 
@@ -615,7 +674,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(Deco
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;  // ((b * Tq + i) * Hq + h)
   if (row >= int64_t(a.B) * a.Tq * a.Hq) return;                   // whole warps leave together
   resolve_length(a, int(row / a.Hq / a.Tq));
-  combine_row<D>(a, row, lane);
+  combine_row<D>(a, row, lane, GlobalPartials<D>(a, row));
 }
 
 // How the cache is split: about kWaves blocks per SM (two to four are resident at once) and at least
@@ -705,8 +764,11 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   // Up to 4 rows a KV head take the few-rows kernel, which merges its own splits where merges_in_split says so
   // (decode_attention.h) and its row blocks have counters.
   const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
-  const bool merge_in_split = merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters;
-  a.counters = merge_in_split ? grid_counters(device.index) : nullptr;
+  const SplitMerge merge = merges_in_cluster(R, has_depth, plan.splits) ? SplitMerge::cluster
+                           : merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters
+                               ? SplitMerge::counter
+                               : SplitMerge::combine_kernel;
+  a.counters = merge == SplitMerge::counter ? grid_counters(device.index) : nullptr;
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
@@ -719,13 +781,21 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       attribute_set[device.index] = true;
     }
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
-    // The few-rows kernel for NR rows, with or without the prologue and the merge.
+    // The few-rows kernel for NR rows, with or without the prologue, with its merge.
     const auto rows = [&]<int NR>() {
-      const auto run = [&](auto kernel) { launch_kernel(kernel, grid, dim3(kThreads), 0, stream, a); };
-      if (prologue)
-        merge_in_split ? run(decode_split_rows_kernel<D, NR, true, true>) : run(decode_split_rows_kernel<D, NR, true>);
-      else
-        merge_in_split ? run(decode_split_rows_kernel<D, NR, false, true>) : run(decode_split_rows_kernel<D, NR>);
+      const unsigned cluster = merge == SplitMerge::cluster ? unsigned(plan.splits) : 0;
+      const auto run = [&]<bool kPrologue>() {
+        const auto go = [&](auto kernel) {
+          launch_kernel_in_clusters(kernel, grid, dim3(kThreads), 0, stream, cluster, a);
+        };
+        if (merge == SplitMerge::cluster)
+          go(decode_split_rows_kernel<D, NR, kPrologue, SplitMerge::cluster>);
+        else if (merge == SplitMerge::counter)
+          go(decode_split_rows_kernel<D, NR, kPrologue, SplitMerge::counter>);
+        else
+          go(decode_split_rows_kernel<D, NR, kPrologue>);
+      };
+      prologue ? run.template operator()<true>() : run.template operator()<false>();
     };
     if (!rows_kernel)
       launch_kernel(decode_split_kernel<D>, grid, dim3(kThreads), smem, stream, a);
@@ -735,7 +805,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       rows.template operator()<2>();
     else
       rows.template operator()<4>();
-    if (merge_in_split) return;
+    if (merge != SplitMerge::combine_kernel) return;
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
     launch_kernel(decode_combine_kernel<D>, dim3(combine_blocks), dim3(kCombineWarps * 32), 0, stream, a);
   };
@@ -749,6 +819,10 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
 }
 
 }  // namespace
+
+int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, Device device) {
+  return plan_splits(B, Hk, R, length, device_properties(device.index).multiProcessorCount).splits;
+}
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
                         const DepthSlots& depth, double scale) {

@@ -66,6 +66,26 @@ void set_merge_in_split_policy(Usage policy);
 // sized for its cache's capacity, so there the rule sees the capacity, not each step's length.
 bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
 
+// Where a few-rows launch (no depth slots) of at most kMergeInClusterMaxSplits splits merges them through shared
+// memory instead: each row block's splits run as one thread-block cluster, each split stores its partial into the
+// shared memory of the cluster's split 0, which merges them after the cluster's barrier (decode_attention.cu,
+// "Merge"): no combine launch, no global round trip, and the combine kernel's output bit for bit. Before
+// merges_in_split, which then serves the larger grids. FATHOM_MERGE_IN_CLUSTER=on|off, read at the first call;
+// unset: off, until measured.
+constexpr int64_t kMergeInClusterMaxSplits = 8;  // the portable cluster size
+Toggle merge_in_cluster_choice();
+void set_merge_in_cluster_choice(Toggle choice);
+// Whether a launch of the bf16 kernel merges in clusters under the choice in force: rows_per_kv_head within the
+// few-rows kernel, no depth slots, grid_splits (the launch's splits, the capacity's with a device-held length) at
+// most kMergeInClusterMaxSplits.
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
+
+namespace cuda {
+// The splits of the bf16 kernel's launch for B sequences of `length` positions (given on the host), Hk KV heads and
+// R = G * Tq query rows a KV head on `device`: what merges_in_split and merges_in_cluster see (benchmarks).
+int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, Device device);
+}  // namespace cuda
+
 // The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K
 // flash decoding in bf16 with fp32 accumulation for head dims 64 and 128 (kernels/attention/decode_attention.cu;
 // the output comes from the device's allocator and the kernels run on its current stream).

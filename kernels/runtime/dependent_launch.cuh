@@ -21,23 +21,38 @@ namespace fathom::cuda {
 // (compute capability 9.0 or newer).
 bool supports_dependent_launch();
 
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
+// kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of `cluster` blocks along x (0: no
+// cluster attribute; sm_90, at most 8, dividing grid.x), as a programmatic dependent launch where
 // FATHOM_DEPENDENT_LAUNCH is on (dependent_launch.h). The kernel must wait for the grid ahead
 // (wait_for_previous_grid or follow_previous_grid) before it touches what that grid writes.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                               unsigned cluster, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (dependent_launch() == Toggle::on && supports_dependent_launch()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 0) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = size_t(smem);
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch() == Toggle::on && supports_dependent_launch() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   CUDA_CHECK_LAUNCH();
+}
+
+// The same without clusters.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args&&... args) {
+  launch_kernel_in_clusters(kernel, grid, block, smem, stream, 0, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ void wait_for_previous_grid() {

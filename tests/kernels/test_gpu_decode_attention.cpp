@@ -4,11 +4,11 @@
 // batch 1 to 32, G 1, 2, 3, 4 and 8 (up to 4 rows per KV head take the register kernel) (G * Tq = 40 rows take two row
 // blocks), head dims 64 and 128, with and without depth slots. Every cache has room past `length` filled with huge keys
 // and NaN values, so a kernel that reads the unwritten tail fails. Two runs are bit-identical. Without a GPU the tests
-// skip. The split kernel's own merge gives the combine kernel's bits. Ragged batches (a count per sequence, I32 [B]):
-// every kernel (bf16 register and tile kernels, with and without depth slots; fp32; the host fallback) against the CPU
-// reference, with rows holding 0, 1, capacity - Tq and a few thousand positions, each row's tail poisoned past its own
-// length; a count of [B] equal entries gives what the one-count call gives, bit for bit; the per-row KV write,
-// positions and advance equal the CPU's.
+// skip. The split kernel's own merge, by a counter or in a cluster, gives the combine kernel's bits. Ragged batches (a
+// count per sequence, I32 [B]): every kernel (bf16 register and tile kernels, with and without depth slots; fp32; the
+// host fallback) against the CPU reference, with rows holding 0, 1, capacity - Tq and a few thousand positions, each
+// row's tail poisoned past its own length; a count of [B] equal entries gives what the one-count call gives, bit for
+// bit; the per-row KV write, positions and advance equal the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -261,6 +261,59 @@ TEST(GpuDecodeAttentionMerge, TheSplitKernelsMergeGivesTheCombineKernelsBits) {
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
     EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, merged, G " + std::to_string(G));
+  }
+}
+
+// The few-rows split kernel merging its splits through its cluster's shared memory (FATHOM_MERGE_IN_CLUSTER=on)
+// against the combine kernel, bit for bit, and against the CPU reference: host lengths of 1 to 8 splits (R 1, 2 and
+// 4, head dims 64 and 128, batch 1 to 32), then device counts in a cache of 7 tiles, one for every sequence and one
+// per sequence, where a row of few positions leaves most of its cluster's blocks with nothing to do; each twice.
+TEST(GpuDecodeAttentionMerge, TheClusterMergeGivesTheCombineKernelsBits) {
+  FATHOM_REQUIRE_GPU();
+  const auto both = [](auto&& run) {
+    const MergeInSplitScope apart(Usage::never);
+    Tensor combined;
+    {
+      const MergeInClusterScope off(Toggle::off);
+      combined = run();
+    }
+    const MergeInClusterScope on(Toggle::on);
+    const Tensor merged = run();
+    EXPECT_TRUE(bitwise_equal(run(), merged)) << "a second merged run differs";
+    return std::pair{combined, merged};
+  };
+  {
+    const MergeInClusterScope on(Toggle::on);
+    EXPECT_TRUE(merges_in_cluster(4, false, kMergeInClusterMaxSplits));
+    EXPECT_FALSE(merges_in_cluster(4, false, kMergeInClusterMaxSplits + 1));
+    EXPECT_FALSE(merges_in_cluster(5, false, 2));  // the tile kernel
+    EXPECT_FALSE(merges_in_cluster(1, true, 2));   // depth slots
+    const MergeInClusterScope off(Toggle::off);
+    EXPECT_FALSE(merges_in_cluster(1, false, 2));
+  }
+  // B, Tq, Hk, G, d, length: at most 8 tiles, so at most 8 splits.
+  const Case cases[] = {
+      {1, 1, 2, 1, 64, 300}, {1, 1, 4, 1, 128, 512}, {3, 1, 2, 2, 128, 200}, {32, 1, 4, 1, 64, 450},
+      {2, 2, 2, 2, 64, 129}, {1, 1, 2, 4, 128, 511}, {1, 1, 1, 1, 128, 1},   {5, 1, 3, 2, 64, 65},
+  };
+  for (const Case& c : cases) {
+    const Problem p(c, 9500 + uint64_t(c.length));
+    const auto [combined, merged] = both([&] { return p.run_gpu(); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
+    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, describe_case(c));
+  }
+  {
+    const RaggedProblem p({300, 300, 300}, 1, 2, 2, 128, 400, 0, DType::bf16, 740);
+    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
+    const auto [combined, merged] =
+        both([&] { return decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, DepthSlots{}, p.scale); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
+  }
+  for (const int64_t G : {1, 2, 4}) {
+    const RaggedProblem p({0, 1, 399, 63, 250, 7}, 1, 2, G, G == 2 ? 64 : 128, 400, 0, DType::bf16, 700 + G);
+    const auto [combined, merged] = both([&] { return p.run_gpu(); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
+    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, cluster, G " + std::to_string(G));
   }
 }
 

@@ -28,6 +28,7 @@ using DecodePrologueScope = KernelChoiceScope<DecodePrologue, decode_prologue_ch
 using PrologueInAttentionScope =
     KernelChoiceScope<Fusion, prologue_in_attention_choice, set_prologue_in_attention_choice>;
 using MergeInSplitScope = KernelChoiceScope<Usage, merge_in_split_policy, set_merge_in_split_policy>;
+using MergeInClusterScope = KernelChoiceScope<Toggle, merge_in_cluster_choice, set_merge_in_cluster_choice>;
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;

@@ -403,6 +403,28 @@ TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
   }
 }
 
+// Attention's splits merged in a thread-block cluster (FATHOM_MERGE_IN_CLUSTER=on) change no bit of a decoding step
+// against the combine kernel, with the prologue inside the split kernel and without, at head dims 64 and 128, batch
+// 1 and 3, over 60 steps (a cache of 80 positions: clusters of two splits, the second idle until position 64).
+TEST(GpuDecodeStep, TheClusterMergeInsideAttentionChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  DecodePrologueScope prologue(DecodePrologue::fused);
+  MergeInSplitScope counter(Usage::never);
+  for (const Fusion in_attention : {Fusion::fused, Fusion::separate}) {
+    PrologueInAttentionScope where(in_attention);
+    for (const bool llama : {true, false})
+      for (const int64_t d_model : {384, 256})
+        for (const int64_t B : {1, 3}) {
+          ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
+          if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
+          expect_fusion_changes_no_bit<MergeInClusterScope, Toggle::off, Toggle::on>(
+              model_name(llama, B) + "/d" + std::to_string(d_model) +
+                  (in_attention == Fusion::fused ? "/prologue inside" : "/prologue apart"),
+              c, B, 60);
+        }
+  }
+}
+
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
   const ModelConfig d16{
