@@ -184,3 +184,18 @@ TEST(DecodeAttention, MergesInSplitOnlyWhereThePolicyAndTheKernelAllow) {
   MergeInSplitScope never(Usage::never);
   EXPECT_FALSE(merges_in_split(1, false, 64));
 }
+
+// Where the bf16 kernel merges in a thread-block cluster: the few-rows kernel without depth slots, at most
+// kMergeInClusterMaxSplits splits, with the choice on.
+TEST(DecodeAttention, MergesInClusterOnlyWhereTheChoiceAndTheKernelAllow) {
+  {
+    MergeInClusterScope on(Toggle::on);
+    EXPECT_TRUE(merges_in_cluster(1, false, 1));
+    EXPECT_TRUE(merges_in_cluster(kDecodeRowsKernelMaxRows, false, kMergeInClusterMaxSplits));
+    EXPECT_FALSE(merges_in_cluster(1, false, kMergeInClusterMaxSplits + 1));
+    EXPECT_FALSE(merges_in_cluster(kDecodeRowsKernelMaxRows + 1, false, 2));  // the tile kernel
+    EXPECT_FALSE(merges_in_cluster(1, true, 2));                              // depth slots
+  }
+  MergeInClusterScope off(Toggle::off);
+  EXPECT_FALSE(merges_in_cluster(1, false, 2));
+}
