@@ -105,7 +105,7 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   set_merge_in_cluster_choice(Toggle::on);
   const int64_t R = Tq * m.Hq / m.Hk;
   const bool mergeable = merges_in_split(R, S > 0, 1);
-  const bool clustered = merges_in_cluster(R, S > 0, cuda::decode_attention_splits(B, m.Hk, R, length, kGpu));
+  const bool clustered = merges_in_cluster(R, S > 0, cuda::decode_attention_splits(B, m.Hk, R, length, false, kGpu));
   const double ms = median_ms(Usage::never), gbs = bytes / ms / 1e6;
   std::printf("| %s | %lld | %lld | %lld | %.4f | %.0f | %.0f%% |", m.model, (long long)B, (long long)length,
               (long long)slots, ms, gbs, 100.0 * gbs / copy_gbs);

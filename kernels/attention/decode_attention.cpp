@@ -13,8 +13,9 @@ constexpr const char* kOp = "decode_attention";
 
 // Unset: automatic, the rule decode_attention.h gives with its measurements.
 constinit KernelChoice<Usage> merge_in_split_in_force("FATHOM_MERGE_IN_SPLIT", Usage::automatic, parse_usage);
-// Unset: off, until its measurement says whether it pays.
-constinit KernelChoice<Toggle> merge_in_cluster_in_force("FATHOM_MERGE_IN_CLUSTER", Toggle::off, parse_toggle);
+// Unset: on, since its GPU tests passed and it paid in the decoding benchmark on an H100
+// (bench/results/2026-12-07_cluster_merge_h100.md).
+constinit KernelChoice<Toggle> merge_in_cluster_in_force("FATHOM_MERGE_IN_CLUSTER", Toggle::on, parse_toggle);
 
 void check_depth(const Tensor& q, int64_t Hk, const DepthSlots& depth) {
   // An empty range reads nothing, so its buffers may be missing; given ones are still checked.

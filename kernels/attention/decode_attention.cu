@@ -379,9 +379,15 @@ struct ClusterPartials {
   __device__ float2 stats(int s) const { return ml[s][r]; }
   template <int N>
   __device__ Pack<float, N> numerator(int s, int dim0) const {
+    static_assert(N == 2 || N == 4, "a lane's dims of a 64- or 128-wide head");
     Pack<float, N> out;
-#pragma unroll
-    for (int e = 0; e < N; ++e) out.v[e] = acc[s][r][dim0 + e];
+    if constexpr (N == 2) {
+      const float2 v = *reinterpret_cast<const float2*>(&acc[s][r][dim0]);
+      out.v[0] = v.x, out.v[1] = v.y;
+    } else {
+      const float4 v = *reinterpret_cast<const float4*>(&acc[s][r][dim0]);
+      out.v[0] = v.x, out.v[1] = v.y, out.v[2] = v.z, out.v[3] = v.w;
+    }
     return out;
   }
 };
@@ -702,6 +708,17 @@ SplitPlan plan_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, int sm_c
   return p;
 }
 
+// The launch's plan: plan_splits' for a length given on the host; with a device-held one (`length` is then the
+// capacity), room for the most splits any length up to the capacity takes: a plan never has more than
+// min(wanted, tiles) (the capacity's own plan may have fewer: 5 tiles in 3).
+SplitPlan launch_plan(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, int sm_count) {
+  SplitPlan plan = plan_splits(B, Hk, R, length, sm_count);
+  if (device_held)
+    plan.splits = int(
+        std::clamp<int64_t>(wanted_splits(B, Hk, plan.row_blocks, sm_count), 1, (length + kTileKeys - 1) / kTileKeys));
+  return plan;
+}
+
 constexpr const char* kOp = "decode_attention (cuda)";
 
 void check_tensor(const char* name, const Tensor& t, Device device) {
@@ -728,16 +745,23 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                " is not supported (the kernel is built for 64 and 128)");
   const int64_t G = Hq / Hk, R = G * Tq;
   const int sm_count = device_properties(device.index).multiProcessorCount;
-  SplitPlan plan = plan_splits(B, Hk, R, length, sm_count);
+  const SplitPlan plan = launch_plan(B, Hk, R, length, past != nullptr, sm_count);
   const int64_t want_splits = wanted_splits(B, Hk, plan.row_blocks, sm_count);
-  // With a device-held length, room for the most splits any length up to the capacity takes: a plan
-  // never has more than min(wanted, tiles) (the capacity's own plan may have fewer: 5 tiles in 3).
-  if (past) plan.splits = int(std::clamp<int64_t>(want_splits, 1, (length + kTileKeys - 1) / kTileKeys));
   FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp, ": q ",
                describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
 
+  // Up to 4 rows a KV head take the few-rows kernel, which merges its own splits where merges_in_cluster or
+  // merges_in_split says so (decode_attention.h; clusters from compute capability 9.0) and its row blocks have
+  // counters.
+  const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
+  const SplitMerge merge = merges_in_cluster(R, has_depth, plan.splits) && device_properties(device.index).major >= 9
+                               ? SplitMerge::cluster
+                           : merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters
+                               ? SplitMerge::counter
+                               : SplitMerge::combine_kernel;
   Tensor o = Tensor::empty(q.shape(), DType::bf16, device);
-  const int64_t part_rows = B * Hk * plan.splits * R;
+  // The partials in global memory, unless a cluster keeps them in shared memory.
+  const int64_t part_rows = merge == SplitMerge::cluster ? 0 : B * Hk * plan.splits * R;
   Tensor part_acc = Tensor::empty({part_rows * d}, DType::f32, device);
   Tensor part_ml = Tensor::empty({part_rows * 2}, DType::f32, device);
 
@@ -761,13 +785,6 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
   if (prologue) a.prologue = *prologue;
-  // Up to 4 rows a KV head take the few-rows kernel, which merges its own splits where merges_in_split says so
-  // (decode_attention.h) and its row blocks have counters.
-  const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
-  const SplitMerge merge = merges_in_cluster(R, has_depth, plan.splits) ? SplitMerge::cluster
-                           : merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters
-                               ? SplitMerge::counter
-                               : SplitMerge::combine_kernel;
   a.counters = merge == SplitMerge::counter ? grid_counters(device.index) : nullptr;
 
   cudaStream_t stream = stream_for(device);
@@ -820,8 +837,8 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
 
 }  // namespace
 
-int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, Device device) {
-  return plan_splits(B, Hk, R, length, device_properties(device.index).multiProcessorCount).splits;
+int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, Device device) {
+  return launch_plan(B, Hk, R, length, device_held, device_properties(device.index).multiProcessorCount).splits;
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

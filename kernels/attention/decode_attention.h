@@ -71,7 +71,11 @@ bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_spli
 // shared memory of the cluster's split 0, which merges them after the cluster's barrier (decode_attention.cu,
 // "Merge"): no combine launch, no global round trip, and the combine kernel's output bit for bit. Before
 // merges_in_split, which then serves the larger grids. FATHOM_MERGE_IN_CLUSTER=on|off, read at the first call;
-// unset: off, until measured.
+// unset: on. On an H100 it took a decoding step at context 128 (3 splits) from 0.435-0.439 to 0.423-0.426 ms at
+// 190M and from 1.347-1.361 to 1.336 ms at 1B (a second 1B round, 1.401, ran beside a slow prefill), batch 8
+// 1-3% faster, context 4096 at batch 8 (5 splits) unchanged; attention's cost a step (CUPTI) 97.0 -> 82.8 us at
+// 190M, 165.3 -> 150.5 at 1B. Alone, a 190M-like launch at batch 32 over 16K and 64K positions (2 splits) ran
+// 1.5% and 3.4% slower (bench/results/2026-12-07_cluster_merge_h100.md).
 constexpr int64_t kMergeInClusterMaxSplits = 8;  // the portable cluster size
 Toggle merge_in_cluster_choice();
 void set_merge_in_cluster_choice(Toggle choice);
@@ -81,9 +85,11 @@ void set_merge_in_cluster_choice(Toggle choice);
 bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
 
 namespace cuda {
-// The splits of the bf16 kernel's launch for B sequences of `length` positions (given on the host), Hk KV heads and
-// R = G * Tq query rows a KV head on `device`: what merges_in_split and merges_in_cluster see (benchmarks).
-int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, Device device);
+// The splits of the bf16 kernel's launch for B sequences, Hk KV heads and R = G * Tq query rows a KV head on `device`:
+// what merges_in_split and merges_in_cluster see (benchmarks, tests). `length` is the sequences' length given on the
+// host, or with device_held the cache's capacity (a device-held count, whose grid holds the most splits any length
+// takes).
+int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, Device device);
 }  // namespace cuda
 
 // The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K

@@ -33,10 +33,11 @@ template <typename T>
 __device__ __forceinline__ T* cluster_peer(T* local, unsigned rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint64_t peer;
-  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(peer) : "l"(reinterpret_cast<uint64_t>(local)), "r"(rank));
+  asm("mapa.u64 %0, %1, %2;\n" : "=l"(peer) : "l"(reinterpret_cast<uint64_t>(local)), "r"(rank));
   return reinterpret_cast<T*>(peer);
 #else
-  return local;  // below sm_90 every block is a cluster of its own
+  __trap();  // no clusters below sm_90: a kernel that maps a peer must not run there
+  return local;
 #endif
 }
 

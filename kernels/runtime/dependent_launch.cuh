@@ -35,6 +35,8 @@ void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
   if (cluster > 0) {
+    FATHOM_CHECK(grid.x % cluster == 0, "launch_kernel_in_clusters: clusters of ", cluster,
+                 " blocks do not divide a grid of ", grid.x, " along x");
     attributes[count].id = cudaLaunchAttributeClusterDimension;
     attributes[count++].val.clusterDim = {cluster, 1, 1};
   }

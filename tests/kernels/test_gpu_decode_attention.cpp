@@ -288,7 +288,7 @@ TEST(GpuDecodeAttentionMerge, TheClusterMergeGivesTheCombineKernelsBits) {
       {2, 2, 2, 2, 64, 129}, {1, 1, 2, 4, 128, 511}, {1, 1, 1, 1, 128, 1},   {5, 1, 3, 2, 64, 65},
   };
   for (const Case& c : cases) {
-    ASSERT_LE(cuda::decode_attention_splits(c.B, c.Hk, c.G * c.Tq, c.length, kGpu), kMergeInClusterMaxSplits);
+    ASSERT_LE(cuda::decode_attention_splits(c.B, c.Hk, c.G * c.Tq, c.length, false, kGpu), kMergeInClusterMaxSplits);
     const Problem p(c, 9500 + uint64_t(c.length));
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
@@ -302,6 +302,7 @@ TEST(GpuDecodeAttentionMerge, TheClusterMergeGivesTheCombineKernelsBits) {
     EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
   }
   for (const int64_t G : {1, 2, 4}) {
+    ASSERT_EQ(cuda::decode_attention_splits(6, 2, G, 400, true, kGpu), 7);  // clusters of 7
     const RaggedProblem p({0, 1, 399, 63, 250, 7}, 1, 2, G, G == 2 ? 64 : 128, 400, 0, DType::bf16, 700 + G);
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
