@@ -223,12 +223,36 @@ TEST(GpuDecodeAttentionRagged, EqualCountsAreTheOneCountCall) {
   }
 }
 
-// The few-rows split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always) against the combine kernel,
-// bit for bit: every case above with a host length (those with depth slots or more than 4 rows a KV head keep the
-// combine kernel and must be unchanged; the rest are asserted to merge), and device counts, one for every
-// sequence and one per sequence; each twice, so a counter left nonzero shows.
+// A merge test's device-count cases: both(run) runs `run` under the combine kernel and under the merge and returns
+// the two outputs, which must be equal bit for bit. One count for every sequence (three of 300 positions, a cache of
+// 400), then one count per sequence (rows holding `past`, a cache of `capacity`) at G 1, 2 and 4, against the CPU
+// reference too.
+template <typename Both>
+void expect_device_counts_merge_bitwise(const Both& both, const std::vector<int32_t>& past, int64_t capacity,
+                                        uint64_t seed) {
+  {
+    const RaggedProblem p({300, 300, 300}, 1, 2, 2, 128, 400, 0, DType::bf16, seed + 40);
+    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
+    const auto [combined, merged] =
+        both([&] { return decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, DepthSlots{}, p.scale); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
+  }
+  for (const int64_t G : {1, 2, 4}) {
+    const RaggedProblem p(past, 1, 2, G, G == 2 ? 64 : 128, capacity, 0, DType::bf16, seed + uint64_t(G));
+    const auto [combined, merged] = both([&] { return p.run_gpu(); });
+    EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
+    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, merged, G " + std::to_string(G));
+  }
+}
+
+// The few-rows split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always; the cluster merge off, as it would
+// take the grids of up to 8 splits) against the combine kernel, bit for bit: every case above with a host length
+// (those with depth slots or more than 4 rows a KV head keep the combine kernel and must be unchanged; the rest are
+// asserted to merge), and device counts, one for every sequence and one per sequence; each twice, so a counter left
+// nonzero shows.
 TEST(GpuDecodeAttentionMerge, TheSplitKernelsMergeGivesTheCombineKernelsBits) {
   FATHOM_REQUIRE_GPU();
+  const MergeInClusterScope cluster(Toggle::off);
   const auto both = [](auto&& run) {
     Tensor out[2];
     {
@@ -249,19 +273,7 @@ TEST(GpuDecodeAttentionMerge, TheSplitKernelsMergeGivesTheCombineKernelsBits) {
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
   }
-  {
-    const RaggedProblem p({300, 300, 300}, 1, 2, 2, 128, 400, 0, DType::bf16, 640);
-    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
-    const auto [combined, merged] =
-        both([&] { return decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, DepthSlots{}, p.scale); });
-    EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
-  }
-  for (const int64_t G : {1, 2, 4}) {
-    const RaggedProblem p({0, 1, 4199, 63, 2500, 7}, 1, 2, G, G == 2 ? 64 : 128, 4200, 0, DType::bf16, 600 + G);
-    const auto [combined, merged] = both([&] { return p.run_gpu(); });
-    EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
-    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, merged, G " + std::to_string(G));
-  }
+  expect_device_counts_merge_bitwise(both, {0, 1, 4199, 63, 2500, 7}, 4200, 600);
 }
 
 // The few-rows split kernel merging its splits through its cluster's shared memory (FATHOM_MERGE_IN_CLUSTER=on)
@@ -294,20 +306,8 @@ TEST(GpuDecodeAttentionMerge, TheClusterMergeGivesTheCombineKernelsBits) {
     EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
     EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, describe_case(c));
   }
-  {
-    const RaggedProblem p({300, 300, 300}, 1, 2, 2, 128, 400, 0, DType::bf16, 740);
-    const Tensor one = Tensor::from_vector(std::vector<int32_t>{300}, {1}).to(kGpu);
-    const auto [combined, merged] =
-        both([&] { return decode_attention(p.q.gpu, p.k_cache.gpu, p.v_cache.gpu, one, DepthSlots{}, p.scale); });
-    EXPECT_TRUE(bitwise_equal(merged, combined)) << "one count for every sequence";
-  }
-  for (const int64_t G : {1, 2, 4}) {
-    ASSERT_EQ(cuda::decode_attention_splits(6, 2, G, 400, true, kGpu), 7);  // clusters of 7
-    const RaggedProblem p({0, 1, 399, 63, 250, 7}, 1, 2, G, G == 2 ? 64 : 128, 400, 0, DType::bf16, 700 + G);
-    const auto [combined, merged] = both([&] { return p.run_gpu(); });
-    EXPECT_TRUE(bitwise_equal(merged, combined)) << "ragged, G " << G;
-    EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, "ragged, cluster, G " + std::to_string(G));
-  }
+  for (const int64_t R : {1, 2, 4}) ASSERT_EQ(cuda::decode_attention_splits(6, 2, R, 400, true, kGpu), 7);
+  expect_device_counts_merge_bitwise(both, {0, 1, 399, 63, 250, 7}, 400, 700);  // clusters of 7
 }
 
 TEST(GpuDecodeAttentionRagged, KvWritePositionsAndAdvancePerRow) {

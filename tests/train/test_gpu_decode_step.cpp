@@ -382,11 +382,13 @@ TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
                             next->forward(handed.take(), inputs, LayerReport()).value()));
 }
 
-// Attention's split kernel merging its own splits (FATHOM_MERGE_IN_SPLIT=always) changes no bit of a decoding
-// step against the combine kernel, with the prologue inside the split kernel and without, at head dims 64 and
-// 128, batch 1 and 3, over 60 steps (past 64 positions: two splits to merge).
-TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
-  FATHOM_REQUIRE_GPU();
+namespace {
+
+// A choice of where attention's splits merge changes no bit of a decoding step (expect_fusion_changes_no_bit, kOff
+// against kOn), with the prologue inside the split kernel and without, OLMo2 and Llama-style, at head dims 64 and 128,
+// batch 1 and 3, over 60 steps (a cache of 80 positions: two splits, the second idle until position 64).
+template <typename Scope, auto kOff, auto kOn>
+void expect_merge_changes_no_bit() {
   DecodePrologueScope prologue(DecodePrologue::fused);
   for (const Fusion in_attention : {Fusion::fused, Fusion::separate}) {
     PrologueInAttentionScope where(in_attention);
@@ -395,7 +397,7 @@ TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
         for (const int64_t B : {1, 3}) {
           ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
           if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
-          expect_fusion_changes_no_bit<MergeInSplitScope, Usage::never, Usage::always>(
+          expect_fusion_changes_no_bit<Scope, kOff, kOn>(
               model_name(llama, B) + "/d" + std::to_string(d_model) +
                   (in_attention == Fusion::fused ? "/prologue inside" : "/prologue apart"),
               c, B, 60);
@@ -403,26 +405,21 @@ TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
   }
 }
 
-// Attention's splits merged in a thread-block cluster (FATHOM_MERGE_IN_CLUSTER=on) change no bit of a decoding step
-// against the combine kernel, with the prologue inside the split kernel and without, at head dims 64 and 128, batch
-// 1 and 3, over 60 steps (a cache of 80 positions: clusters of two splits, the second idle until position 64).
+}  // namespace
+
+// Attention's split kernel merging its own splits by a counter (FATHOM_MERGE_IN_SPLIT=always; the cluster merge off,
+// as it would take these grids) against the combine kernel.
+TEST(GpuDecodeStep, TheMergeInsideAttentionChangesNoBit) {
+  FATHOM_REQUIRE_GPU();
+  MergeInClusterScope cluster(Toggle::off);
+  expect_merge_changes_no_bit<MergeInSplitScope, Usage::never, Usage::always>();
+}
+
+// Attention's splits merged in a thread-block cluster (FATHOM_MERGE_IN_CLUSTER=on) against the combine kernel.
 TEST(GpuDecodeStep, TheClusterMergeInsideAttentionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
-  DecodePrologueScope prologue(DecodePrologue::fused);
   MergeInSplitScope counter(Usage::never);
-  for (const Fusion in_attention : {Fusion::fused, Fusion::separate}) {
-    PrologueInAttentionScope where(in_attention);
-    for (const bool llama : {true, false})
-      for (const int64_t d_model : {384, 256})
-        for (const int64_t B : {1, 3}) {
-          ModelConfig c = llama ? gpu_small("pre", false) : gpu_small("post", true);
-          if (d_model == 256) c.d_model = 256, c.n_heads = 2, c.n_kv_heads = 1;  // head dim 128, G = 2
-          expect_fusion_changes_no_bit<MergeInClusterScope, Toggle::off, Toggle::on>(
-              model_name(llama, B) + "/d" + std::to_string(d_model) +
-                  (in_attention == Fusion::fused ? "/prologue inside" : "/prologue apart"),
-              c, B, 60);
-        }
-  }
+  expect_merge_changes_no_bit<MergeInClusterScope, Toggle::off, Toggle::on>();
 }
 
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
