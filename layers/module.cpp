@@ -32,11 +32,11 @@ void Module::visit_modules(const std::function<void(const std::string& name, Mod
 }
 
 void Module::visit_modules(const std::function<void(const std::string& name, const Module& module)>& f) const {
-  // The walk changes nothing; it hands each module on as const.
-  const_cast<Module*>(this)->visit_children("", [&](const std::string& name, Module& module) { f(name, module); });
+  visit_children("", [&](const std::string& name, const Module& module) { f(name, module); });
 }
 
-void Module::visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f) {
+void Module::visit_children(const std::string& prefix,
+                            const std::function<void(const std::string&, Module&)>& f) const {
   for (const auto& [name, child] : children_) {
     const std::string full = name.empty() ? prefix : (prefix.empty() ? name : prefix + "." + name);
     f(full, *child);

@@ -58,7 +58,9 @@ class Module {
 
  private:
   void collect(const std::string& prefix, std::vector<Parameter>& out) const;
-  void visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
+  // Hands on each child as the module registered it (children_ holds them as Module*): the public overloads
+  // decide whether the caller sees them const.
+  void visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f) const;
 
   std::vector<Parameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;
