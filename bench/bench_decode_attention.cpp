@@ -1,5 +1,5 @@
 // Decode attention benchmark on the GPU: one new token per sequence (Tq = 1) against a KV cache of
-// 1K to 64K positions, at batch 1 and 32, for a 190M-like shape (Hq = Hk = 12, d = 64), a 1B-like one
+// 128 to 64K positions, at batch 1 and 32, for a 190M-like shape (Hq = Hk = 12, d = 64), a 1B-like one
 // (Hq = Hk = 16, d = 128) and a GQA one (Hq = 32, Hk = 8, d = 128); then MoDA rows with 2 slots per
 // earlier layer of a 16-layer model (30 slots) in the same softmax.
 // Decode is bandwidth bound, so each row reports the bytes that must move (the K and V cache,
@@ -9,10 +9,10 @@
 // call (both kernels and the allocations of the output and partials) after warm-up, median of many runs. The cache is
 // replicated so that consecutive runs read different copies, from 1024 positions on more than the 50 MB L2 in
 // all: those figures are DRAM, not L2, bandwidth (the shorter caches' are latency). Rows without depth slots are timed
-// two or three times: splits merged by the combine kernel, by the split kernel itself (FATHOM_MERGE_IN_SPLIT never and
-// always, decode_attention.h), and where the launch has at most 8 splits in a thread-block cluster
-// (FATHOM_MERGE_IN_CLUSTER on). Cache lengths 128 and 512 are the short contexts whose batch-1 launches merge in
-// clusters. Usage: bench_decode_attention [reps]   (default 50)
+// two or three times: splits merged by the combine kernel, by the split kernel's counter (FATHOM_MERGE_IN_SPLIT never
+// and always, the cluster merge off), and where the rule lets the launch merge in a thread-block cluster (at most 8
+// splits of one tile each: the short caches; FATHOM_MERGE_IN_CLUSTER on, decode_attention.h).
+// Usage: bench_decode_attention [reps]   (default 50)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -105,7 +105,7 @@ void run(const Row& m, int64_t B, int64_t length, int64_t slots) {
   set_merge_in_cluster_choice(Toggle::on);
   const int64_t R = Tq * m.Hq / m.Hk;
   const bool mergeable = merges_in_split(R, S > 0, 1);
-  const bool clustered = merges_in_cluster(R, S > 0, cuda::decode_attention_splits(B, m.Hk, R, length, false, kGpu));
+  const bool clustered = cuda::decode_attention_merge(B, m.Hk, R, length, S > 0, false, kGpu) == DecodeMerge::cluster;
   const double ms = median_ms(Usage::never), gbs = bytes / ms / 1e6;
   std::printf("| %s | %lld | %lld | %lld | %.4f | %.0f | %.0f%% |", m.model, (long long)B, (long long)length,
               (long long)slots, ms, gbs, 100.0 * gbs / copy_gbs);
@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
   copy_gbs = bench::copy_bandwidth(kGpu, size_t(1) << 30) / 1e9;
   std::printf("copy bandwidth (device-to-device, 1 GiB, read + write): %.0f GB/s\n\n", copy_gbs);
   std::printf(
-      "| shape | B | cache length | depth slots | ms | GB/s | of the copy bandwidth | merged in the split kernel ms "
-      "| speed-up | merged in a cluster ms | speed-up |\n"
+      "| shape | B | cache length | depth slots | ms | GB/s | of the copy bandwidth | counter's merge ms "
+      "| its speed-up | cluster's merge ms | its speed-up |\n"
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& m : rows)
     for (int64_t B : {1, 32})

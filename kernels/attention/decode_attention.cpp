@@ -56,6 +56,11 @@ void check_arguments(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   check_depth(q, Hk, depth);
 }
 
+// The launches that can merge their own splits: the few-rows kernel's, without depth slots.
+bool merges_itself(int64_t rows_per_kv_head, bool has_depth) {
+  return rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth;
+}
+
 }  // namespace
 
 Usage merge_in_split_policy() { return merge_in_split_in_force.get(); }
@@ -64,7 +69,7 @@ void set_merge_in_split_policy(Usage policy) { merge_in_split_in_force.set(polic
 
 bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits) {
   const Usage policy = merge_in_split_policy();
-  return rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth &&
+  return merges_itself(rows_per_kv_head, has_depth) &&
          (policy == Usage::always || (policy == Usage::automatic && grid_splits >= kMergeInSplitMinSplits));
 }
 
@@ -72,9 +77,9 @@ Toggle merge_in_cluster_choice() { return merge_in_cluster_in_force.get(); }
 
 void set_merge_in_cluster_choice(Toggle choice) { merge_in_cluster_in_force.set(choice); }
 
-bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits) {
-  return merge_in_cluster_choice() == Toggle::on && rows_per_kv_head <= kDecodeRowsKernelMaxRows && !has_depth &&
-         grid_splits <= kMergeInClusterMaxSplits;
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles) {
+  return merge_in_cluster_choice() == Toggle::on && merges_itself(rows_per_kv_head, has_depth) &&
+         grid_splits <= kMergeInClusterMaxSplits && split_tiles <= kMergeInClusterMaxSplitTiles;
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

@@ -31,7 +31,7 @@
 // its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
 // with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one launch and
 // one dependency a layer fewer. That last block sets the counter back to zero. Where merges_in_cluster says so
-// instead (a grid of at most 8 splits), a row block's splits run as one thread-block cluster
+// instead (at most 8 splits of one tile each), a row block's splits run as one thread-block cluster
 // (kernels/hopper/cluster.cuh): each stores its partial into split 0's shared memory, and after the cluster's barrier
 // split 0 merges them with the same combine_row, reading them there: no atomic, no fence, no global round trip.
 #include <algorithm>
@@ -66,10 +66,6 @@ constexpr int kScoreStride = kTileKeys + 1;          // odd: the row groups of t
 constexpr int kCombineWarps = 4;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxClusterSplits = int(kMergeInClusterMaxSplits);
-
-// Who merges a few-rows launch's splits ("Merge" above): the combine kernel, the last split to count itself, or the
-// cluster's split 0.
-enum class SplitMerge { combine_kernel, counter, cluster };
 static_assert(kTileKeys == 64, "the row-statistics step gives each lane two keys of a tile");
 
 // The prologue's inputs where the few-rows split kernel does its work ("Prologue" above); DecodeArgs::q is
@@ -460,9 +456,9 @@ constexpr int rows_kernel_blocks(int rows) { return rows <= 2 ? 4 : 3; }
 
 // kMerge: who merges the splits ("Merge" above), each a kernel of its own so that the path with the combine kernel
 // keeps its registers.
-template <int D, int NR, bool kPrologue = false, SplitMerge kMerge = SplitMerge::combine_kernel>
+template <int D, int NR, bool kPrologue = false, DecodeMerge kMerge = DecodeMerge::combine_kernel>
 __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
-  constexpr bool kCluster = kMerge == SplitMerge::cluster;
+  constexpr bool kCluster = kMerge == DecodeMerge::cluster;
   if constexpr (kCluster) cluster_arrive_relaxed();  // this block has started (cluster.cuh)
   follow_previous_grid();                            // dependent_launch.cuh
   DecodeArgs a = args;
@@ -646,10 +642,10 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
       if (lane == 0)
         *(kCluster ? cluster_peer(&slot_ml[split][r], 0) : &a.part_ml[part0 + r]) = make_float2(m[r], l[r]);
     }
-    if constexpr (kMerge == SplitMerge::counter)
+    if constexpr (kMerge == DecodeMerge::counter)
       __threadfence();  // the partial, published before this block is counted
   }
-  if constexpr (kMerge == SplitMerge::combine_kernel) return;
+  if constexpr (kMerge == DecodeMerge::combine_kernel) return;
   const auto out_row = [&](int qr) { return (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G; };
   if constexpr (kCluster) {
     // Split 0 merges the cluster's partials once every block has stored its own, one warp a row.
@@ -719,6 +715,16 @@ SplitPlan launch_plan(int64_t B, int64_t Hk, int64_t R, int64_t length, bool dev
   return plan;
 }
 
+// Who merges the splits of a launch with this plan (decode_attention.h's rules; clusters where the device and the
+// build have them).
+DecodeMerge plan_merge(const SplitPlan& plan, int64_t B, int64_t Hk, int64_t R, bool has_depth, Device device) {
+  if (merges_in_cluster(R, has_depth, plan.splits, plan.chunk / kTileKeys) && supports_sm90_launches(device.index))
+    return DecodeMerge::cluster;
+  if (merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters)
+    return DecodeMerge::counter;
+  return DecodeMerge::combine_kernel;
+}
+
 constexpr const char* kOp = "decode_attention (cuda)";
 
 void check_tensor(const char* name, const Tensor& t, Device device) {
@@ -750,18 +756,12 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp, ": q ",
                describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
 
-  // Up to 4 rows a KV head take the few-rows kernel, which merges its own splits where merges_in_cluster or
-  // merges_in_split says so (decode_attention.h; clusters from compute capability 9.0) and its row blocks have
-  // counters.
+  // Up to 4 rows a KV head take the few-rows kernel, which may merge its own splits.
   const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
-  const SplitMerge merge = merges_in_cluster(R, has_depth, plan.splits) && device_properties(device.index).major >= 9
-                               ? SplitMerge::cluster
-                           : merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters
-                               ? SplitMerge::counter
-                               : SplitMerge::combine_kernel;
+  const DecodeMerge merge = plan_merge(plan, B, Hk, R, has_depth, device);
   Tensor o = Tensor::empty(q.shape(), DType::bf16, device);
   // The partials in global memory, unless a cluster keeps them in shared memory.
-  const int64_t part_rows = merge == SplitMerge::cluster ? 0 : B * Hk * plan.splits * R;
+  const int64_t part_rows = merge == DecodeMerge::cluster ? 0 : B * Hk * plan.splits * R;
   Tensor part_acc = Tensor::empty({part_rows * d}, DType::f32, device);
   Tensor part_ml = Tensor::empty({part_rows * 2}, DType::f32, device);
 
@@ -785,7 +785,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.past_rows = past ? int(past->numel()) : 1;
   a.want_splits = want_splits;
   if (prologue) a.prologue = *prologue;
-  a.counters = merge == SplitMerge::counter ? grid_counters(device.index) : nullptr;
+  a.counters = merge == DecodeMerge::counter ? grid_counters(device.index) : nullptr;
 
   cudaStream_t stream = stream_for(device);
   auto launch = [&]<int D>() {
@@ -800,15 +800,15 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
     const dim3 grid(unsigned(plan.splits), unsigned(Hk), unsigned(B * plan.row_blocks));
     // The few-rows kernel for NR rows, with or without the prologue, with its merge.
     const auto rows = [&]<int NR>() {
-      const unsigned cluster = merge == SplitMerge::cluster ? unsigned(plan.splits) : 0;
+      const unsigned cluster = merge == DecodeMerge::cluster ? unsigned(plan.splits) : 0;
       const auto run = [&]<bool kPrologue>() {
         const auto go = [&](auto kernel) {
           launch_kernel_in_clusters(kernel, grid, dim3(kThreads), 0, stream, cluster, a);
         };
-        if (merge == SplitMerge::cluster)
-          go(decode_split_rows_kernel<D, NR, kPrologue, SplitMerge::cluster>);
-        else if (merge == SplitMerge::counter)
-          go(decode_split_rows_kernel<D, NR, kPrologue, SplitMerge::counter>);
+        if (merge == DecodeMerge::cluster)
+          go(decode_split_rows_kernel<D, NR, kPrologue, DecodeMerge::cluster>);
+        else if (merge == DecodeMerge::counter)
+          go(decode_split_rows_kernel<D, NR, kPrologue, DecodeMerge::counter>);
         else
           go(decode_split_rows_kernel<D, NR, kPrologue>);
       };
@@ -822,7 +822,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
       rows.template operator()<2>();
     else
       rows.template operator()<4>();
-    if (merge != SplitMerge::combine_kernel) return;
+    if (merge != DecodeMerge::combine_kernel) return;
     const unsigned combine_blocks = unsigned((B * Tq * Hq + kCombineWarps - 1) / kCombineWarps);
     launch_kernel(decode_combine_kernel<D>, dim3(combine_blocks), dim3(kCombineWarps * 32), 0, stream, a);
   };
@@ -837,8 +837,10 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
 
 }  // namespace
 
-int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, Device device) {
-  return launch_plan(B, Hk, R, length, device_held, device_properties(device.index).multiProcessorCount).splits;
+DecodeMerge decode_attention_merge(int64_t B, int64_t Hk, int64_t R, int64_t length, bool has_depth, bool device_held,
+                                   Device device) {
+  const int sm_count = device_properties(device.index).multiProcessorCount;
+  return plan_merge(launch_plan(B, Hk, R, length, device_held, sm_count), B, Hk, R, has_depth, device);
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

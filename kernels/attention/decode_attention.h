@@ -51,45 +51,54 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 // The most query rows a KV head (G * Tq) the bf16 kernel's few-rows split kernel takes; more take the tile kernel.
 constexpr int64_t kDecodeRowsKernelMaxRows = 4;
 
-// Where the few-rows split kernel (no depth slots) has its splits merged: inside itself, by the last split of each
-// row block to finish (decode_attention.cu, "Merge"), or by a combine kernel. The outputs are the same bit for bit
-// either way. FATHOM_MERGE_IN_SPLIT=auto|always|never, read at the first call; unset, auto: inside where the grid
-// has at least kMergeInSplitMinSplits splits. On an H100 the merge inside took batch-1 steps at context 4096 (33
-// to 65 splits) 1.8-4.7% faster, steps of 3 splits (context 128) 0.2-1.4% slower, and batch 8 (3 to 9 splits)
-// -1.2% to +2.1% (bench/results/2026-12-06_weight_ring_merge_swiglu_h100.md).
+// Who merges a few-rows launch's splits (decode_attention.cu, "Merge"): a combine kernel of its own, the last of a
+// row block's splits to count itself on a global counter, or split 0 of a thread-block cluster holding the row
+// block's splits. The outputs are the same bit for bit each way. The tile kernel (more rows) and launches with depth
+// slots always leave the merge to the combine kernel.
+enum class DecodeMerge { combine_kernel, counter, cluster };
+
+// The counter: FATHOM_MERGE_IN_SPLIT=auto|always|never, read at the first call; unset, auto: where the grid has at
+// least kMergeInSplitMinSplits splits, and the cluster does not take the launch (always: every launch the cluster
+// does not take). On an H100 the counter took batch-1 steps at context 4096 (33 to 65 splits) 1.8-4.7% faster,
+// steps of 3 splits (context 128) 0.2-1.4% slower, and batch 8 (3 to 9 splits) -1.2% to +2.1%
+// (bench/results/2026-12-06_weight_ring_merge_swiglu_h100.md).
 constexpr int64_t kMergeInSplitMinSplits = 16;
 Usage merge_in_split_policy();
 void set_merge_in_split_policy(Usage policy);
-// Whether a launch of the bf16 kernel merges inside its split kernel under the policy in force: rows_per_kv_head
-// (G * Tq) within the few-rows kernel, no depth slots, and `always`, or `auto` with grid_splits (the launch's
-// splits) at least kMergeInSplitMinSplits. A decoding step with a device-held length (a CUDA graph) has a grid
-// sized for its cache's capacity, so there the rule sees the capacity, not each step's length.
+// Whether the policy in force gives a launch the counter, the cluster aside: rows_per_kv_head (G * Tq) within the
+// few-rows kernel, no depth slots, and `always`, or `auto` with grid_splits (the launch's splits) at least
+// kMergeInSplitMinSplits. A decoding step with a device-held length (a CUDA graph) has a grid sized for its cache's
+// capacity, so there the rule sees the capacity, not each step's length.
 bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
 
-// Where a few-rows launch (no depth slots) of at most kMergeInClusterMaxSplits splits merges them through shared
-// memory instead: each row block's splits run as one thread-block cluster, each split stores its partial into the
-// shared memory of the cluster's split 0, which merges them after the cluster's barrier (decode_attention.cu,
-// "Merge"): no combine launch, no global round trip, and the combine kernel's output bit for bit. Before
-// merges_in_split, which then serves the larger grids. FATHOM_MERGE_IN_CLUSTER=on|off, read at the first call;
-// unset: on. On an H100 it took a decoding step at context 128 (3 splits) from 0.435-0.439 to 0.423-0.426 ms at
-// 190M and from 1.347-1.361 to 1.336 ms at 1B (a second 1B round, 1.401, ran beside a slow prefill), batch 8
-// 1-3% faster, context 4096 at batch 8 (5 splits) unchanged; attention's cost a step (CUPTI) 97.0 -> 82.8 us at
-// 190M, 165.3 -> 150.5 at 1B. Alone, a 190M-like launch at batch 32 over 16K and 64K positions (2 splits) ran
-// 1.5% and 3.4% slower (bench/results/2026-12-07_cluster_merge_h100.md).
-constexpr int64_t kMergeInClusterMaxSplits = 8;  // the portable cluster size
+// The cluster, where each split of the launch reads at most kMergeInClusterMaxSplitTiles tiles of 64 positions and
+// the grid has at most kMergeInClusterMaxSplits splits (the portable cluster size): short caches, where the merge's
+// round trips are a large part of attention. Each split stores its partial into split 0's shared memory, which
+// merges them after the cluster's barrier: no combine launch, no atomic, no global round trip.
+// FATHOM_MERGE_IN_CLUSTER=on|off, read at the first call; unset: on. Needs compute capability 9.0 and a build for
+// sm_90 (cuda::supports_sm90_launches). On an H100 it took a decoding step at context 128 (3 splits of one tile)
+// from 0.435-0.439 to 0.423-0.426 ms at 190M and from 1.347-1.361 to 1.336 ms at 1B (a second 1B round, 1.401, ran
+// beside a disturbed prefill), batch 8 1-3% faster; attention's cost a step (CUPTI) 97.0 -> 82.8 us at 190M, 165.3
+// -> 150.5 at 1B. Alone, a launch at batch 1 over 128 or 512 positions ran 1.11-1.31x the combine kernel's speed,
+// but at batch 32 over 512 to 64K positions (2 or 3 splits of several tiles) a GQA launch (4 rows a KV head) ran
+// 0.78-0.85x and a 190M-like one down to 0.97x, hence the tile limit
+// (bench/results/2026-12-07_cluster_merge_h100.md).
+constexpr int64_t kMergeInClusterMaxSplits = 8;
+constexpr int64_t kMergeInClusterMaxSplitTiles = 1;
 Toggle merge_in_cluster_choice();
 void set_merge_in_cluster_choice(Toggle choice);
-// Whether a launch of the bf16 kernel merges in clusters under the choice in force: rows_per_kv_head within the
-// few-rows kernel, no depth slots, grid_splits (the launch's splits, the capacity's with a device-held length) at
-// most kMergeInClusterMaxSplits.
-bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits);
+// Whether the choice in force gives a launch the cluster: rows_per_kv_head within the few-rows kernel, no depth
+// slots, grid_splits at most kMergeInClusterMaxSplits and split_tiles (the most tiles a split reads; with a
+// device-held length, the capacity's) at most kMergeInClusterMaxSplitTiles. The device's part is
+// cuda::decode_attention_merge's.
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles);
 
 namespace cuda {
-// The splits of the bf16 kernel's launch for B sequences, Hk KV heads and R = G * Tq query rows a KV head on `device`:
-// what merges_in_split and merges_in_cluster see (benchmarks, tests). `length` is the sequences' length given on the
-// host, or with device_held the cache's capacity (a device-held count, whose grid holds the most splits any length
-// takes).
-int64_t decode_attention_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, Device device);
+// The merge the bf16 kernel's launch runs for B sequences, Hk KV heads and R = G * Tq query rows a KV head on
+// `device` (benchmarks, tests): `length` is the sequences' length given on the host, or with device_held the
+// cache's capacity (a device-held count, whose grid holds the most splits any length takes).
+DecodeMerge decode_attention_merge(int64_t B, int64_t Hk, int64_t R, int64_t length, bool has_depth, bool device_held,
+                                   Device device);
 }  // namespace cuda
 
 // The backends' decode attention: cpu::decode_attention, the reference, and cuda::decode_attention, split-K

@@ -5,8 +5,9 @@
 // nothing; after the call every write of the kernel ahead is visible. A kernel ahead calls
 // allow_dependent_grids once it no longer needs the SMs to itself: the dependent kernel's CTAs may take
 // SMs as soon as every CTA ahead has called it (or exited). Both are no-ops in a kernel launched the
-// ordinary way. Every kernel given to launch_kernel must wait before it touches memory; the kernels are
-// built for sm_90a, and the choice is ignored on a device below compute capability 9.0.
+// ordinary way. Every kernel given to launch_kernel must wait before it touches memory. The choice is ignored
+// on a device below compute capability 9.0 and in a build with a pass below sm_90 (supports_sm90_launches).
+// launch_kernel_in_clusters launches in thread-block clusters as well (kernels/hopper/cluster.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,9 +18,12 @@
 
 namespace fathom::cuda {
 
-// Whether the current device, whose streams the launches go to, has programmatic dependent launches
-// (compute capability 9.0 or newer).
-bool supports_dependent_launch();
+// Whether programmatic dependent launches and thread-block clusters may be asked for on `device`: it has compute
+// capability 9.0 or newer, and every pass of fathom's kernels was built for sm_90 or newer (FATHOM_SM90_KERNELS,
+// CMakeLists.txt), so their griddepcontrol and cluster instructions are there. The second form asks of the current
+// device, whose streams the launches go to.
+bool supports_sm90_launches(int device);
+bool current_device_supports_sm90_launches();
 
 // kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of `cluster` blocks along x (0: no
 // cluster attribute; sm_90, at most 8, dividing grid.x), as a programmatic dependent launch where
@@ -30,7 +34,7 @@ void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
                                unsigned cluster, Args&&... args) {
   cudaLaunchAttribute attributes[2]{};
   unsigned count = 0;
-  if (dependent_launch() == Toggle::on && supports_dependent_launch()) {
+  if (dependent_launch() == Toggle::on && current_device_supports_sm90_launches()) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }

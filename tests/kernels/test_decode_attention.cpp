@@ -186,16 +186,18 @@ TEST(DecodeAttention, MergesInSplitOnlyWhereThePolicyAndTheKernelAllow) {
 }
 
 // Where the bf16 kernel merges in a thread-block cluster: the few-rows kernel without depth slots, at most
-// kMergeInClusterMaxSplits splits, with the choice on.
+// kMergeInClusterMaxSplits splits of at most kMergeInClusterMaxSplitTiles tiles, with the choice on.
 TEST(DecodeAttention, MergesInClusterOnlyWhereTheChoiceAndTheKernelAllow) {
   {
     MergeInClusterScope on(Toggle::on);
-    EXPECT_TRUE(merges_in_cluster(1, false, 1));
-    EXPECT_TRUE(merges_in_cluster(kDecodeRowsKernelMaxRows, false, kMergeInClusterMaxSplits));
-    EXPECT_FALSE(merges_in_cluster(1, false, kMergeInClusterMaxSplits + 1));
-    EXPECT_FALSE(merges_in_cluster(kDecodeRowsKernelMaxRows + 1, false, 2));  // the tile kernel
-    EXPECT_FALSE(merges_in_cluster(1, true, 2));                              // depth slots
+    EXPECT_TRUE(merges_in_cluster(1, false, 1, 1));
+    EXPECT_TRUE(
+        merges_in_cluster(kDecodeRowsKernelMaxRows, false, kMergeInClusterMaxSplits, kMergeInClusterMaxSplitTiles));
+    EXPECT_FALSE(merges_in_cluster(1, false, kMergeInClusterMaxSplits + 1, 1));
+    EXPECT_FALSE(merges_in_cluster(1, false, 2, kMergeInClusterMaxSplitTiles + 1));  // long splits
+    EXPECT_FALSE(merges_in_cluster(kDecodeRowsKernelMaxRows + 1, false, 2, 1));      // the tile kernel
+    EXPECT_FALSE(merges_in_cluster(1, true, 2, 1));                                  // depth slots
   }
   MergeInClusterScope off(Toggle::off);
-  EXPECT_FALSE(merges_in_cluster(1, false, 2));
+  EXPECT_FALSE(merges_in_cluster(1, false, 2, 1));
 }

@@ -294,19 +294,27 @@ TEST(GpuDecodeAttentionMerge, TheClusterMergeGivesTheCombineKernelsBits) {
     EXPECT_TRUE(bitwise_equal(run(), merged)) << "a second merged run differs";
     return std::pair{combined, merged};
   };
-  // B, Tq, Hk, G, d, length: at most 8 tiles, so at most 8 splits.
+  // B, Tq, Hk, G, d, length: 1 to 8 splits of one tile each.
   const Case cases[] = {
-      {1, 1, 2, 1, 64, 300}, {1, 1, 4, 1, 128, 512}, {3, 1, 2, 2, 128, 200}, {32, 1, 4, 1, 64, 450},
+      {1, 1, 2, 1, 64, 300}, {1, 1, 4, 1, 128, 512}, {3, 1, 2, 2, 128, 200}, {32, 1, 4, 1, 64, 300},
       {2, 2, 2, 2, 64, 129}, {1, 1, 2, 4, 128, 511}, {1, 1, 1, 1, 128, 1},   {5, 1, 3, 2, 64, 65},
   };
   for (const Case& c : cases) {
-    ASSERT_LE(cuda::decode_attention_splits(c.B, c.Hk, c.G * c.Tq, c.length, false, kGpu), kMergeInClusterMaxSplits);
+    {
+      const MergeInClusterScope on(Toggle::on);
+      ASSERT_EQ(cuda::decode_attention_merge(c.B, c.Hk, c.G * c.Tq, c.length, false, false, kGpu), DecodeMerge::cluster)
+          << describe_case(c);
+    }
     const Problem p(c, 9500 + uint64_t(c.length));
     const auto [combined, merged] = both([&] { return p.run_gpu(); });
     EXPECT_TRUE(bitwise_equal(merged, combined)) << describe_case(c);
     EXPECT_GPU_CLOSE(merged, p.run_cpu(), DType::bf16, describe_case(c));
   }
-  for (const int64_t R : {1, 2, 4}) ASSERT_EQ(cuda::decode_attention_splits(6, 2, R, 400, true, kGpu), 7);
+  {
+    const MergeInClusterScope on(Toggle::on);
+    for (const int64_t R : {1, 2, 4})
+      ASSERT_EQ(cuda::decode_attention_merge(6, 2, R, 400, false, true, kGpu), DecodeMerge::cluster) << "R " << R;
+  }
   expect_device_counts_merge_bitwise(both, {0, 1, 399, 63, 250, 7}, 400, 700);  // clusters of 7
 }
 
