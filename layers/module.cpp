@@ -27,21 +27,22 @@ void Module::collect(const std::string& prefix, std::vector<Parameter>& out) con
   for (const auto& [name, child] : children_) child->collect(name.empty() ? prefix : prefix + name + ".", out);
 }
 
+template <typename M, typename Visit>
+void Module::visit_children(M& module, const std::string& prefix, const Visit& f) {
+  for (const auto& [name, child] : module.children_) {
+    const std::string full = name.empty() ? prefix : (prefix.empty() ? name : prefix + "." + name);
+    M& each = *child;
+    f(full, each);
+    visit_children(each, full, f);
+  }
+}
+
 void Module::visit_modules(const std::function<void(const std::string& name, Module& module)>& f) {
-  visit_children("", f);
+  visit_children(*this, "", f);
 }
 
 void Module::visit_modules(const std::function<void(const std::string& name, const Module& module)>& f) const {
-  visit_children("", [&](const std::string& name, const Module& module) { f(name, module); });
-}
-
-void Module::visit_children(const std::string& prefix,
-                            const std::function<void(const std::string&, Module&)>& f) const {
-  for (const auto& [name, child] : children_) {
-    const std::string full = name.empty() ? prefix : (prefix.empty() ? name : prefix + "." + name);
-    f(full, *child);
-    child->visit_children(full, f);
-  }
+  visit_children(*this, "", f);
 }
 
 }  // namespace fathom

@@ -58,9 +58,9 @@ class Module {
 
  private:
   void collect(const std::string& prefix, std::vector<Parameter>& out) const;
-  // Hands on each child as the module registered it (children_ holds them as Module*): the public overloads
-  // decide whether the caller sees them const.
-  void visit_children(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f) const;
+  // The walk of both visit_modules, over M = Module or const Module: the const one hands on const children.
+  template <typename M, typename Visit>
+  static void visit_children(M& module, const std::string& prefix, const Visit& f);
 
   std::vector<Parameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;
