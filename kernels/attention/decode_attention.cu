@@ -646,13 +646,15 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
       __threadfence();  // the partial, published before this block is counted
   }
   if constexpr (kMerge == DecodeMerge::combine_kernel) return;
-  const auto out_row = [&](int qr) { return (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G; };
+  // The output row this warp merges, where warp < rows (one warp a row).
+  const int qr = r0 + warp;
+  const int64_t out_row = (int64_t(b) * a.Tq + qr / a.G) * a.Hq + int64_t(hk) * a.G + qr % a.G;
   if constexpr (kCluster) {
     // Split 0 merges the cluster's partials once every block has stored its own, one warp a row.
     cluster_arrive_release();
     cluster_wait_acquire();
     if (split != 0 || warp >= rows) return;
-    combine_row<D>(a, out_row(r0 + warp), lane, ClusterPartials<D, NR>{slot_acc, slot_ml, warp});
+    combine_row<D>(a, out_row, lane, ClusterPartials<D, NR>{slot_acc, slot_ml, warp});
     return;
   }
   // "Merge" above: the last of the row block's splits to be counted merges them all, one warp a row.
@@ -663,7 +665,7 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp < rows) combine_row<D>(a, out_row(r0 + warp), lane, GlobalPartials<D>(a, out_row(r0 + warp)));
+  if (warp < rows) combine_row<D>(a, out_row, lane, GlobalPartials<D>(a, out_row));
   if (tid == 0) *counter = 0;
 }
 
@@ -684,6 +686,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) decode_combine_kernel(Deco
 struct SplitPlan {
   int splits, row_blocks;
   int64_t chunk;
+  int64_t want;  // splits wanted before clamping to the tiles (wanted_splits)
 };
 constexpr int kWaves = 4;
 
@@ -697,7 +700,8 @@ SplitPlan plan_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, int sm_c
   SplitPlan p{};
   p.row_blocks = int((R + kMaxRows - 1) / kMaxRows);
   const int64_t tiles = (length + kTileKeys - 1) / kTileKeys;
-  const int64_t want = std::clamp<int64_t>(wanted_splits(B, Hk, p.row_blocks, sm_count), 1, tiles);
+  p.want = wanted_splits(B, Hk, p.row_blocks, sm_count);
+  const int64_t want = std::clamp<int64_t>(p.want, 1, tiles);
   const int64_t tiles_per_split = (tiles + want - 1) / want;
   p.chunk = tiles_per_split * kTileKeys;
   p.splits = int((tiles + tiles_per_split - 1) / tiles_per_split);
@@ -709,9 +713,7 @@ SplitPlan plan_splits(int64_t B, int64_t Hk, int64_t R, int64_t length, int sm_c
 // min(wanted, tiles) (the capacity's own plan may have fewer: 5 tiles in 3).
 SplitPlan launch_plan(int64_t B, int64_t Hk, int64_t R, int64_t length, bool device_held, int sm_count) {
   SplitPlan plan = plan_splits(B, Hk, R, length, sm_count);
-  if (device_held)
-    plan.splits = int(
-        std::clamp<int64_t>(wanted_splits(B, Hk, plan.row_blocks, sm_count), 1, (length + kTileKeys - 1) / kTileKeys));
+  if (device_held) plan.splits = int(std::clamp<int64_t>(plan.want, 1, (length + kTileKeys - 1) / kTileKeys));
   return plan;
 }
 
@@ -752,7 +754,6 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const int64_t G = Hq / Hk, R = G * Tq;
   const int sm_count = device_properties(device.index).multiProcessorCount;
   const SplitPlan plan = launch_plan(B, Hk, R, length, past != nullptr, sm_count);
-  const int64_t want_splits = wanted_splits(B, Hk, plan.row_blocks, sm_count);
   FATHOM_CHECK(Hk <= 65535 && B * plan.row_blocks <= 65535 && B * Tq * Hq < (int64_t(1) << 31), kOp, ": q ",
                describe(q), " with k_cache ", describe(k_cache), " exceeds the kernel's grid");
 
@@ -783,7 +784,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   a.scale_log2 = float(scale * double(flash::kLog2e));
   a.past = past ? past->data<int32_t>() : nullptr;
   a.past_rows = past ? int(past->numel()) : 1;
-  a.want_splits = want_splits;
+  a.want_splits = plan.want;
   if (prologue) a.prologue = *prologue;
   a.counters = merge == DecodeMerge::counter ? grid_counters(device.index) : nullptr;
 
