@@ -230,7 +230,8 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
 #ifdef FATHOM_WITH_CUDA
 // With FATHOM_DEPENDENT_LAUNCH on, every kernel of an add -> norm -> GEMM chain starts while the one ahead
 // of it still runs (the GEMM fetching its weights meanwhile): each must wait for its input, eagerly and
-// replayed from a CUDA graph, and give the bits of ordinary launches. Before each run the allocator's free
+// replayed from a CUDA graph, and give the bits of ordinary launches, whether the GEMM lets the add after it
+// launch once its loads are done or as it starts (FATHOM_SKINNY_EARLY_TRIGGER). Before each run the allocator's free
 // blocks of the chain's sizes are filled with NaN, so an input read before it is written shows (likely, not
 // certainly: the kernel ahead lasts microseconds).
 TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
@@ -262,16 +263,20 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
       want = chain();
     }
     DependentLaunchScope dependent(Toggle::on);
-    poison_free_blocks();
-    EXPECT_TRUE(bitwise_equal(chain(), want)) << "M " << m << ", eager";
-    Tensor replayed;
-    std::string reason;
-    poison_free_blocks();
-    const cuda::Graph graph = cuda::Graph::capture(
-        0, [&] { replayed = chain(); }, &reason);
-    ASSERT_TRUE(graph.captured()) << reason;
-    graph.replay();
-    EXPECT_TRUE(bitwise_equal(replayed, want)) << "M " << m << ", replayed from a graph";
+    for (const Toggle early : {Toggle::off, Toggle::on}) {
+      SkinnyEarlyTriggerScope trigger(early);
+      const std::string what = "M " + std::to_string(m) + (early == Toggle::on ? ", early trigger" : "");
+      poison_free_blocks();
+      EXPECT_TRUE(bitwise_equal(chain(), want)) << what << ", eager";
+      Tensor replayed;
+      std::string reason;
+      poison_free_blocks();
+      const cuda::Graph graph = cuda::Graph::capture(
+          0, [&] { replayed = chain(); }, &reason);
+      ASSERT_TRUE(graph.captured()) << reason;
+      graph.replay();
+      EXPECT_TRUE(bitwise_equal(replayed, want)) << what << ", replayed from a graph";
+    }
   }
 }
 #endif
