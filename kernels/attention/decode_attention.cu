@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/attention_fp32.h"
 #include "kernels/attention/attention_mma.cuh"
@@ -329,20 +330,27 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(DecodeArgs args)
   if (tid < rows) a.part_ml[part0 + tid] = make_float2(row_m[tid], row_l[tid]);
 }
 
-// n floats of a partial at p through L2 (written by other blocks, perhaps on other SMs, in this grid).
-template <int N>
+// N floats of a partial at p: through L2 from global memory (written by other blocks, perhaps on other SMs, in this
+// grid), or an ordinary load from the merging block's shared memory (kGlobal false).
+template <int N, bool kGlobal>
 __device__ __forceinline__ Pack<float, N> load_partial(const float* p) {
   static_assert(N == 2 || N == 4, "a lane's dims of a 64- or 128-wide head");
+  using Vector = std::conditional_t<N == 2, float2, float4>;
+  const auto* v = reinterpret_cast<const Vector*>(p);
+  const Vector x = kGlobal ? __ldcg(v) : *v;
   Pack<float, N> out;
-  if constexpr (N == 2) {
-    const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
-    out.v[0] = v.x, out.v[1] = v.y;
-  } else {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
-    out.v[0] = v.x, out.v[1] = v.y, out.v[2] = v.z, out.v[3] = v.w;
-  }
+  out.v[0] = x.x, out.v[1] = x.y;
+  if constexpr (N == 4) out.v[2] = x.z, out.v[3] = x.w;
   return out;
 }
+
+// Where output row `row` = (b * Tq + i) * Hq + h sits: its batch row b, new token i and query head h.
+struct OutputRow {
+  int64_t bi;  // b * Tq + i
+  int b, i, h;
+  __device__ OutputRow(const DecodeArgs& a, int64_t row)
+      : bi(row / a.Hq), b(int(bi / a.Tq)), i(int(bi % a.Tq)), h(int(row % a.Hq)) {}
+};
 
 // Where combine_row finds a row's partials: in global memory, written by the grid's blocks (the combine kernel
 // and the counter's merge), or in the merging block's shared memory, written there by its cluster (ClusterPartials).
@@ -351,17 +359,14 @@ template <int D>
 struct GlobalPartials {
   const DecodeArgs& a;
   int64_t part0;  // the row's partial of split 0; split s's is R further on for each s
-  // Output row `row` = (b * Tq + i) * Hq + h.
   __device__ GlobalPartials(const DecodeArgs& args, int64_t row) : a(args) {
-    const int h = int(row % a.Hq);
-    const int64_t bi = row / a.Hq;  // b * Tq + i
-    const int b = int(bi / a.Tq), i = int(bi % a.Tq);
-    part0 = (int64_t(b) * a.Hk + h / a.G) * a.part_splits * int64_t(a.R) + i * a.G + h % a.G;
+    const OutputRow o(a, row);
+    part0 = (int64_t(o.b) * a.Hk + o.h / a.G) * a.part_splits * int64_t(a.R) + o.i * a.G + o.h % a.G;
   }
   __device__ float2 stats(int s) const { return __ldcg(&a.part_ml[part0 + int64_t(s) * a.R]); }
   template <int N>
   __device__ Pack<float, N> numerator(int s, int dim0) const {
-    return load_partial<N>(a.part_acc + (part0 + int64_t(s) * a.R) * D + dim0);
+    return load_partial<N, true>(a.part_acc + (part0 + int64_t(s) * a.R) * D + dim0);
   }
 };
 
@@ -375,16 +380,7 @@ struct ClusterPartials {
   __device__ float2 stats(int s) const { return ml[s][r]; }
   template <int N>
   __device__ Pack<float, N> numerator(int s, int dim0) const {
-    static_assert(N == 2 || N == 4, "a lane's dims of a 64- or 128-wide head");
-    Pack<float, N> out;
-    if constexpr (N == 2) {
-      const float2 v = *reinterpret_cast<const float2*>(&acc[s][r][dim0]);
-      out.v[0] = v.x, out.v[1] = v.y;
-    } else {
-      const float4 v = *reinterpret_cast<const float4*>(&acc[s][r][dim0]);
-      out.v[0] = v.x, out.v[1] = v.y, out.v[2] = v.z, out.v[3] = v.w;
-    }
-    return out;
+    return load_partial<N, false>(&acc[s][r][dim0]);
   }
 };
 
@@ -393,8 +389,9 @@ struct ClusterPartials {
 template <int D, typename Partials>
 __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, int lane, const Partials& partials) {
   constexpr int kPer = D / 32;
-  const int h = int(row % a.Hq), hk = h / a.G;
-  const int64_t bi = row / a.Hq;  // b * Tq + i
+  const OutputRow o(a, row);
+  const int64_t bi = o.bi;
+  const int hk = o.h / a.G;
   const int dim0 = lane * kPer;
 
   float qv[kPer] = {};
