@@ -53,10 +53,12 @@ GpuInput unaligned_input(const Shape& shape, uint64_t seed) {
 
 }  // namespace
 
+// K of 768, 1504 and 1760 leave a warp of eight splits 3, 5-6 and 6-7 chunks: a last step of exactly what is left,
+// and a step of four before it.
 TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 1;
-  for (const int64_t k : {8, 24, 100, 2048, 8192}) {
+  for (const int64_t k : {8, 24, 100, 768, 1504, 1760, 2048, 8192}) {
     const GpuInput x = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++);
     for (const int64_t n : {1, 5, 127, 2048, 6144}) {
       const GpuInput w = random_input({n, k}, DType::bf16, seed++);
