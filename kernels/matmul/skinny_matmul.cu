@@ -59,7 +59,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention_mma.cuh"
@@ -277,15 +276,20 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   };
 
   float acc[kTiles][4] = {};
-  const int full_chunks = K / kChunk;
-  // One step: kCount chunks c, c + k_splits, ..., every load issued before the first product. Whole steps have
-  // kUnroll; the last may have fewer, each count its own straight-line code (a guard on the loads would put them in
-  // branches, and ptxas then holds them all at once and spills), so that a K of fewer chunks than a step (the 190M's
-  // 768: three a warp) costs one round trip to memory, not one a chunk.
-  const auto run_step = [&]<int kCount>(int c) {
-    uint4 wl[kCount], wh[kCount], xv[kCount][kTiles];
+  // One chunk's loads and products (the remainder steps below).
+  const auto one_chunk = [&](int c) {
+    const int k = c * kChunk + 8 * t;
+    const uint4 wl = load_eight<kVector, true>(w_lo, k, K), wh = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
-    for (int u = 0; u < kCount; ++u) {
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x(j, k));
+  };
+  const int full_chunks = K / kChunk;
+  int c = split;
+  // Whole steps: kUnroll chunks, every load issued before the first product.
+  for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) {
+    uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][kTiles];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
       const int k = (c + u * k_splits) * kChunk + 8 * t;
       wl[u] = load_eight<kVector, true>(w_lo, k, K);
       wh[u] = load_eight<kVector, true>(w_hi, k, K);
@@ -293,25 +297,11 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
       for (int j = 0; j < kTiles; ++j) xv[u][j] = load_x(j, k);
     }
 #pragma unroll
-    for (int u = 0; u < kCount; ++u)
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl[u], wh[u], xv[u][j]);
-  };
-  int c = split;
-  for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) run_step.template operator()<kUnroll>(c);
-  // 1 to kUnroll - 1 chunks left: a step of kLastMax if more, then one of exactly what is left.
-  constexpr int kLastMax = kUnroll < 4 ? kUnroll - 1 : 4;
-  if (c + kLastMax * k_splits < full_chunks) {
-    run_step.template operator()<kLastMax>(c);
-    c += kLastMax * k_splits;
   }
-  if (c < full_chunks) {
-    const int left = (full_chunks - c + k_splits - 1) / k_splits;
-    [&]<int... kLess>(std::integer_sequence<int, kLess...>) {
-      ((left == kLess + 1 ? run_step.template operator()<kLess + 1>(c) : void()), ...);
-    }
-    (std::make_integer_sequence<int, kLastMax>());
-  }
+  for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
   // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
   // as the MMA needs the whole warp.
   if (!kStaged && K % kChunk != 0 && split == full_chunks % k_splits) {

@@ -53,8 +53,7 @@ GpuInput unaligned_input(const Shape& shape, uint64_t seed) {
 
 }  // namespace
 
-// K of 768, 1504 and 1760 leave a warp of eight splits 3, 5-6 and 6-7 chunks: a last step of exactly what is left,
-// and a step of four before it.
+// K of 768, 1504 and 1760 leave a warp of eight splits 3, 5-6 and 6-7 chunks after its whole steps of eight.
 TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 1;
