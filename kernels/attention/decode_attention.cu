@@ -337,7 +337,11 @@ __device__ __forceinline__ Pack<float, N> load_partial(const float* p) {
   static_assert(N == 2 || N == 4, "a lane's dims of a 64- or 128-wide head");
   using Vector = std::conditional_t<N == 2, float2, float4>;
   const auto* v = reinterpret_cast<const Vector*>(p);
-  const Vector x = kGlobal ? __ldcg(v) : *v;
+  Vector x;
+  if constexpr (kGlobal)
+    x = __ldcg(v);
+  else
+    x = *v;
   Pack<float, N> out;
   out.v[0] = x.x, out.v[1] = x.y;
   if constexpr (N == 4) out.v[2] = x.z, out.v[3] = x.w;
@@ -390,7 +394,6 @@ template <int D, typename Partials>
 __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, int lane, const Partials& partials) {
   constexpr int kPer = D / 32;
   const OutputRow o(a, row);
-  const int64_t bi = o.bi;
   const int hk = o.h / a.G;
   const int dim0 = lane * kPer;
 
@@ -400,7 +403,7 @@ __device__ __forceinline__ void combine_row(const DecodeArgs& a, int64_t row, in
 #pragma unroll
     for (int e = 0; e < kPer; ++e) qv[e] = to_float(p.v[e]);
   }
-  auto depth_row = [&](const bf16_t* base, int s) { return base + ((bi * a.S + s) * a.Hk + hk) * D + dim0; };
+  auto depth_row = [&](const bf16_t* base, int s) { return base + ((o.bi * a.S + s) * a.Hk + hk) * D + dim0; };
   auto depth_score = [&](int s) {
     const Pack<bf16_t, kPer> kp = load_pack<kPer>(depth_row(a.dk, s));
     float part = 0.f;

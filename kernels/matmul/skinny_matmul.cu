@@ -252,8 +252,8 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
-  // W does not depend on the kernel ahead (dependent_launch.cuh): the CTA asks L2 for its rows' first
-  // step of W, then waits for that kernel before it reads x.
+  // No grid ahead writes W (dependent_launch.cuh): the CTA asks L2 for its rows' first step of W, then waits for
+  // the kernel ahead before it reads x.
   if constexpr (kVector) {
     const int cta_rows = kRows * row_tiles, first_row = cta * cta_rows;
     const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * k_splits * kChunk);

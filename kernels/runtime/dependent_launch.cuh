@@ -1,11 +1,13 @@
 // Programmatic dependent launch (sm_90): a kernel launched with it (launch_kernel below, where
 // dependent_launch.h's choice is on) may start while the kernel ahead of it on the stream is still
 // running. Until it calls wait_for_previous_grid it may prefetch anything into L2 (which is coherent), but
-// it may load only what the kernel ahead does not write (a decoding step's weights), and it must write
-// nothing; after the call every write of the kernel ahead is visible. A kernel ahead calls
-// allow_dependent_grids once it no longer needs the SMs to itself: the dependent kernel's CTAs may take
-// SMs as soon as every CTA ahead has called it (or exited). Both are no-ops in a kernel launched the
-// ordinary way. Every kernel given to launch_kernel must wait before it touches memory. The choice is ignored
+// it may load only what no grid ahead of it writes (a decoding step's weights: where a kernel lets the next launch
+// before its own wait, grids two or more back may still run), and it must write nothing; after the call every
+// write of every grid ahead is visible, because each of them waited for its own grid ahead before it could
+// exit. A kernel ahead calls allow_dependent_grids once it no longer needs the SMs to itself: the dependent
+// kernel's CTAs may take SMs as soon as every CTA ahead has called it (or exited), so a later grid never holds SMs
+// an earlier one's CTAs still need. Both are no-ops in a kernel launched the ordinary way. Every kernel given to
+// launch_kernel must wait before it touches memory other than by such loads. The choice is ignored
 // on a device below compute capability 9.0 and in a build with a pass below sm_90 (supports_sm90_launches).
 // launch_kernel_in_clusters launches in thread-block clusters as well (kernels/hopper/cluster.cuh).
 #pragma once

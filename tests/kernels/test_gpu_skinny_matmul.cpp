@@ -53,11 +53,12 @@ GpuInput unaligned_input(const Shape& shape, uint64_t seed) {
 
 }  // namespace
 
-// K of 768, 1504 and 1760 leave a warp of eight splits 3, 5-6 and 6-7 chunks after its whole steps of eight.
+// K of 512, 768, 1024, 1504 and 1760 leave a warp of eight splits (one tile a CTA, as every N here takes at these K)
+// 2, 3, 4, 5-6 and 6-7 chunks past its whole steps of eight (M <= 8; the steps are four and two chunks at more rows).
 TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 1;
-  for (const int64_t k : {8, 24, 100, 768, 1504, 1760, 2048, 8192}) {
+  for (const int64_t k : {8, 24, 100, 512, 768, 1024, 1504, 1760, 2048, 8192}) {
     const GpuInput x = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++);
     for (const int64_t n : {1, 5, 127, 2048, 6144}) {
       const GpuInput w = random_input({n, k}, DType::bf16, seed++);
@@ -277,6 +278,57 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
       ASSERT_TRUE(graph.captured()) << reason;
       graph.replay();
       EXPECT_TRUE(bitwise_equal(replayed, want)) << what << ", replayed from a graph";
+    }
+  }
+}
+
+// GEMMs feeding GEMMs, the case FATHOM_SKINNY_EARLY_TRIGGER is for: with it on, a GEMM's successor launches as soon
+// as every CTA of the GEMM is resident, before the GEMM's own wait, so the successor's prefetch overlaps the grid two
+// ahead. One GEMM is wider than the GPU holds at once (784 CTAs of 8 tiles), so its successor launches only as its
+// last CTAs start. Eager and replayed from a graph, every output must keep the bits of ordinary launches; each output
+// is NaN until written, so a product that read its input early shows. These tests guard the wait rule: they cannot
+// see where the trigger fired.
+TEST(GpuSkinnyMatmul, GemmsFeedingGemmsKeepTheirBitsWithAnEarlyTrigger) {
+  FATHOM_REQUIRE_GPU();
+  SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
+  const int64_t d = 1024, wide = 100352, tail = 16;
+  const auto weight = [](int64_t n, int64_t k, uint64_t seed) {
+    return random_input({n, k}, DType::bf16, seed, -0.05, 0.05).gpu;
+  };
+  const Tensor w1 = weight(d, d, 901), w2 = weight(d, d, 902), w_wide = weight(wide, d, 903);
+  const Tensor w_tail = weight(tail, wide, 904);
+  for (const int64_t m : {1, 8, 32}) {
+    const Tensor x = random_input({m, d}, DType::bf16, 910 + m).gpu;
+    const auto chain = [&] {
+      std::vector<Tensor> y{nan_output(m, d, DType::bf16), nan_output(m, d, DType::bf16),
+                            nan_output(m, wide, DType::bf16), nan_output(m, tail, DType::bf16)};
+      skinny_matmul(x, w1, y[0]);
+      skinny_matmul(y[0], w2, y[1]);
+      skinny_matmul(y[1], w_wide, y[2]);
+      skinny_matmul(y[2], w_tail, y[3]);
+      return y;
+    };
+    const auto expect_bits = [&](const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                                 const std::string& what) {
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << what << ", GEMM " << i;
+    };
+    std::vector<Tensor> want;
+    {
+      DependentLaunchScope ordinary(Toggle::off);
+      want = chain();
+    }
+    DependentLaunchScope dependent(Toggle::on);
+    for (const Toggle early : {Toggle::off, Toggle::on}) {
+      SkinnyEarlyTriggerScope trigger(early);
+      const std::string what = "M " + std::to_string(m) + (early == Toggle::on ? ", early trigger" : "");
+      expect_bits(chain(), want, what + ", eager");
+      std::vector<Tensor> replayed;
+      std::string reason;
+      const cuda::Graph graph = cuda::Graph::capture(
+          0, [&] { replayed = chain(); }, &reason);
+      ASSERT_TRUE(graph.captured()) << reason;
+      graph.replay();
+      expect_bits(replayed, want, what + ", replayed from a graph");
     }
   }
 }
