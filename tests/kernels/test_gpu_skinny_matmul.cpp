@@ -7,6 +7,7 @@
 // 1e-6, held to 1e-4 (any lost or doubled 32-element chunk, any misplaced fragment moves it by 1e-2 or
 // more). A BF16 output adds one rounding (relative 2^-9 at most, about 1e-3 in L2): the house 1e-2.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -230,6 +231,40 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
 }
 
 #ifdef FATHOM_WITH_CUDA
+namespace {
+
+// chain()'s outputs under dependent launches, with the GEMMs' trigger after their loads and at their start
+// (FATHOM_SKINNY_EARLY_TRIGGER), eagerly and replayed from a CUDA graph, each run after prepare(): bit for bit those of
+// ordinary launches.
+void expect_dependent_chain_keeps_bits(const std::function<std::vector<Tensor>()>& chain,
+                                       const std::function<void()>& prepare, const std::string& what) {
+  std::vector<Tensor> want;
+  {
+    DependentLaunchScope ordinary(Toggle::off);
+    want = chain();
+  }
+  const auto expect_bits = [&](const std::vector<Tensor>& got, const std::string& run) {
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << run << ", output " << i;
+  };
+  DependentLaunchScope dependent(Toggle::on);
+  for (const Toggle early : {Toggle::off, Toggle::on}) {
+    SkinnyEarlyTriggerScope trigger(early);
+    const std::string run = what + (early == Toggle::on ? ", early trigger" : "");
+    prepare();
+    expect_bits(chain(), run + ", eager");
+    std::vector<Tensor> replayed;
+    std::string reason;
+    prepare();
+    const cuda::Graph graph = cuda::Graph::capture(
+        0, [&] { replayed = chain(); }, &reason);
+    ASSERT_TRUE(graph.captured()) << reason;
+    graph.replay();
+    expect_bits(replayed, run + ", replayed from a graph");
+  }
+}
+
+}  // namespace
+
 // With FATHOM_DEPENDENT_LAUNCH on, every kernel of an add -> norm -> GEMM chain starts while the one ahead
 // of it still runs (the GEMM fetching its weights meanwhile): each must wait for its input, eagerly and
 // replayed from a CUDA graph, and give the bits of ordinary launches, whether the GEMM lets the add after it
@@ -253,32 +288,13 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
         skinny_matmul(normed, w, next);
         h = next;
       }
-      return h;
+      return std::vector<Tensor>{h};
     };
     const auto poison_free_blocks = [&] {
       std::vector<Tensor> held;
       for (int i = 0; i < 16; ++i) held.push_back(nan_output(m, d, DType::bf16));
     };
-    Tensor want;
-    {
-      DependentLaunchScope ordinary(Toggle::off);
-      want = chain();
-    }
-    DependentLaunchScope dependent(Toggle::on);
-    for (const Toggle early : {Toggle::off, Toggle::on}) {
-      SkinnyEarlyTriggerScope trigger(early);
-      const std::string what = "M " + std::to_string(m) + (early == Toggle::on ? ", early trigger" : "");
-      poison_free_blocks();
-      EXPECT_TRUE(bitwise_equal(chain(), want)) << what << ", eager";
-      Tensor replayed;
-      std::string reason;
-      poison_free_blocks();
-      const cuda::Graph graph = cuda::Graph::capture(
-          0, [&] { replayed = chain(); }, &reason);
-      ASSERT_TRUE(graph.captured()) << reason;
-      graph.replay();
-      EXPECT_TRUE(bitwise_equal(replayed, want)) << what << ", replayed from a graph";
-    }
+    expect_dependent_chain_keeps_bits(chain, poison_free_blocks, "M " + std::to_string(m));
   }
 }
 
@@ -308,28 +324,8 @@ TEST(GpuSkinnyMatmul, GemmsFeedingGemmsKeepTheirBitsWithAnEarlyTrigger) {
       skinny_matmul(y[2], w_tail, y[3]);
       return y;
     };
-    const auto expect_bits = [&](const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                                 const std::string& what) {
-      for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << what << ", GEMM " << i;
-    };
-    std::vector<Tensor> want;
-    {
-      DependentLaunchScope ordinary(Toggle::off);
-      want = chain();
-    }
-    DependentLaunchScope dependent(Toggle::on);
-    for (const Toggle early : {Toggle::off, Toggle::on}) {
-      SkinnyEarlyTriggerScope trigger(early);
-      const std::string what = "M " + std::to_string(m) + (early == Toggle::on ? ", early trigger" : "");
-      expect_bits(chain(), want, what + ", eager");
-      std::vector<Tensor> replayed;
-      std::string reason;
-      const cuda::Graph graph = cuda::Graph::capture(
-          0, [&] { replayed = chain(); }, &reason);
-      ASSERT_TRUE(graph.captured()) << reason;
-      graph.replay();
-      expect_bits(replayed, want, what + ", replayed from a graph");
-    }
+    expect_dependent_chain_keeps_bits(
+        chain, [] {}, "M " + std::to_string(m));
   }
 }
 #endif
