@@ -27,9 +27,6 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
-// Unset: off, until a decoding benchmark shows it pays.
-constinit KernelChoice<Toggle> early_trigger_in_force("FATHOM_SKINNY_EARLY_TRIGGER", Toggle::off, parse_toggle);
-
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
 
@@ -46,10 +43,6 @@ void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set
 Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
 
 void set_residual_step_in_gemm_choice(Fusion choice) { residual_step_in_force.set(choice); }
-
-Toggle skinny_early_trigger() { return early_trigger_in_force.get(); }
-
-void set_skinny_early_trigger(Toggle choice) { early_trigger_in_force.set(choice); }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {

@@ -26,9 +26,8 @@
 // Dependent launch. Where FATHOM_DEPENDENT_LAUNCH is on, the kernel is a programmatic dependent launch
 // (kernels/runtime/dependent_launch.cuh): its CTAs start while the kernel ahead (a norm, SwiGLU,
 // attention's combine) finishes, ask L2 for their first step of W, and only then wait for x. Once its
-// loads are done a CTA lets the next kernel start, or, with FATHOM_SKINNY_EARLY_TRIGGER on, as it starts
-// (skinny_matmul.h). A decoding step's memory traffic then has no gap at each launch; the arithmetic, and so
-// every bit of y, is the same.
+// loads are done a CTA lets the next kernel start. A decoding step's memory traffic then has no gap at
+// each launch; the arithmetic, and so every bit of y, is the same.
 //
 // Groups. skinny_matmul_grouped multiplies one x by up to kSkinnyMatmulMaxGroup weights (a layer's
 // q/k/v or gate/up) in one launch: the grid is the concatenation of each weight's own CTAs, with the
@@ -210,7 +209,6 @@ struct SkinnyGroup {
   int row_tiles[kSkinnyMatmulMaxGroup];
   int first_cta[kSkinnyMatmulMaxGroup + 1];
   int count;
-  bool trigger_at_start;  // let the next grid launch before the wait, not after the loads (skinny_early_trigger)
 };
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
@@ -261,7 +259,6 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
     if (int(threadIdx.x) < cta_rows * (kGated ? 2 : 1) && first_row + r < N)
       prefetch_to_l2(group.w[weight] + int64_t(first_row + r) * K, unsigned(first_step * 2));
   }
-  if (group.trigger_at_start) allow_dependent_grids();
   wait_for_previous_grid();
   if constexpr (kStaged) {  // x is made here, into shared memory
     extern __shared__ __align__(16) unsigned char staged_bytes[];
@@ -312,7 +309,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   }
 
   // Every load is done: the next kernel may take the SMs this CTA leaves.
-  if (!group.trigger_at_start) allow_dependent_grids();
+  allow_dependent_grids();
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     partial[warp][g][8 * j + 2 * t] = acc[j][0];
@@ -398,7 +395,6 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   }
   group.count = int(ws.size());
   group.first_cta[group.count] = int(ctas);
-  group.trigger_at_start = skinny_early_trigger() == Toggle::on;
   const auto run = [&](auto kernel, int threads) {
     launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };

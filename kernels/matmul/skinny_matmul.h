@@ -104,15 +104,6 @@ using SwigluProjection = Fusion;
 SwigluProjection swiglu_projection_choice();
 void set_swiglu_projection_choice(SwigluProjection choice);
 
-// When a skinny GEMM launched as a dependent launch (dependent_launch.cuh) lets the next grid launch: once its
-// loads are done (off), or as it starts, before it waits for the grid ahead (on). Early, the next kernel's CTAs take
-// SMs as soon as this grid's are all resident, so a next GEMM streams its first weights into L2 under this one's
-// stream, and a small kernel after it is resident when this one ends. The bits are the same either way: every
-// grid still waits for the whole grid ahead before it reads what that grid writes.
-// FATHOM_SKINNY_EARLY_TRIGGER=on|off, read at the first launch; unset, off.
-Toggle skinny_early_trigger();
-void set_skinny_early_trigger(Toggle choice);
-
 // The backends' entry points (arguments checked).
 using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 FATHOM_BACKENDS(SkinnySwigluKernel, skinny_swiglu)

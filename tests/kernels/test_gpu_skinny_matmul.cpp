@@ -233,9 +233,8 @@ TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
 #ifdef FATHOM_WITH_CUDA
 namespace {
 
-// chain()'s outputs under dependent launches, with the GEMMs' trigger after their loads and at their start
-// (FATHOM_SKINNY_EARLY_TRIGGER), eagerly and replayed from a CUDA graph, each run after prepare(): bit for bit those of
-// ordinary launches.
+// chain()'s outputs under dependent launches, eagerly and replayed from a CUDA graph, each run after prepare(): bit for
+// bit those of ordinary launches.
 void expect_dependent_chain_keeps_bits(const std::function<std::vector<Tensor>()>& chain,
                                        const std::function<void()>& prepare, const std::string& what) {
   std::vector<Tensor> want;
@@ -247,28 +246,23 @@ void expect_dependent_chain_keeps_bits(const std::function<std::vector<Tensor>()
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << run << ", output " << i;
   };
   DependentLaunchScope dependent(Toggle::on);
-  for (const Toggle early : {Toggle::off, Toggle::on}) {
-    SkinnyEarlyTriggerScope trigger(early);
-    const std::string run = what + (early == Toggle::on ? ", early trigger" : "");
-    prepare();
-    expect_bits(chain(), run + ", eager");
-    std::vector<Tensor> replayed;
-    std::string reason;
-    prepare();
-    const cuda::Graph graph = cuda::Graph::capture(
-        0, [&] { replayed = chain(); }, &reason);
-    ASSERT_TRUE(graph.captured()) << reason;
-    graph.replay();
-    expect_bits(replayed, run + ", replayed from a graph");
-  }
+  prepare();
+  expect_bits(chain(), what + ", eager");
+  std::vector<Tensor> replayed;
+  std::string reason;
+  prepare();
+  const cuda::Graph graph = cuda::Graph::capture(
+      0, [&] { replayed = chain(); }, &reason);
+  ASSERT_TRUE(graph.captured()) << reason;
+  graph.replay();
+  expect_bits(replayed, what + ", replayed from a graph");
 }
 
 }  // namespace
 
 // With FATHOM_DEPENDENT_LAUNCH on, every kernel of an add -> norm -> GEMM chain starts while the one ahead
 // of it still runs (the GEMM fetching its weights meanwhile): each must wait for its input, eagerly and
-// replayed from a CUDA graph, and give the bits of ordinary launches, whether the GEMM lets the add after it
-// launch once its loads are done or as it starts (FATHOM_SKINNY_EARLY_TRIGGER). Before each run the allocator's free
+// replayed from a CUDA graph, and give the bits of ordinary launches. Before each run the allocator's free
 // blocks of the chain's sizes are filled with NaN, so an input read before it is written shows (likely, not
 // certainly: the kernel ahead lasts microseconds).
 TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
@@ -298,13 +292,12 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
   }
 }
 
-// GEMMs feeding GEMMs, the case FATHOM_SKINNY_EARLY_TRIGGER is for: with it on, a GEMM's successor launches as soon
-// as every CTA of the GEMM is resident, before the GEMM's own wait, so the successor's prefetch overlaps the grid two
-// ahead. One GEMM is wider than the GPU holds at once (784 CTAs of 8 tiles), so its successor launches only as its
-// last CTAs start. Eager and replayed from a graph, every output must keep the bits of ordinary launches; each output
-// is NaN until written, so a product that read its input early shows. These tests guard the wait rule: they cannot
-// see where the trigger fired.
-TEST(GpuSkinnyMatmul, GemmsFeedingGemmsKeepTheirBitsWithAnEarlyTrigger) {
+// GEMMs feeding GEMMs as dependent launches: each GEMM's CTAs start, and ask L2 for their weights, while the GEMM
+// ahead still runs, and must wait for it before they read its output. One GEMM is wider than the GPU holds at once
+// (784 CTAs of 8 tiles), so its successor launches only as its last CTAs finish their loads. Eager and replayed from a
+// graph, every output must keep the bits of ordinary launches; each output is NaN until written, so a product that
+// read its input early shows.
+TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
   const int64_t d = 1024, wide = 100352, tail = 16;

@@ -422,24 +422,6 @@ TEST(GpuDecodeStep, TheClusterMergeInsideAttentionChangesNoBit) {
   expect_merge_changes_no_bit<MergeInClusterScope, Toggle::off, Toggle::on>();
 }
 
-// The skinny GEMMs letting the next grid launch as they start (FATHOM_SKINNY_EARLY_TRIGGER=on) change no bit of a
-// decoding step: with dependent launches and the default fusions, the next kernel (a GEMM after a GEMM, attention,
-// SwiGLU) is resident while the GEMM ahead still reads, and must still wait for it. OLMo2 and Llama-style, batch 1
-// and 3, a hybrid with a dsla layer.
-TEST(GpuDecodeStep, TheEarlyGemmTriggerChangesNoBit) {
-  FATHOM_REQUIRE_GPU();
-  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
-  DependentLaunchScope dependent(Toggle::on);
-  for (const bool llama : {true, false})
-    for (const int64_t B : {1, 3})
-      expect_fusion_changes_no_bit<SkinnyEarlyTriggerScope, Toggle::off, Toggle::on>(
-          model_name(llama, B), llama ? gpu_small("pre", false) : gpu_small("post", true), B, 8);
-  ModelConfig hybrid = gpu_small("post", true);
-  hybrid.layers = {"attention", "dsla", "attention"};
-  hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
-  expect_fusion_changes_no_bit<SkinnyEarlyTriggerScope, Toggle::off, Toggle::on>("dsla hybrid/B1", hybrid, 1, 8);
-}
-
 TEST(GpuDecodeStep, HeadDim16FallsBackToEagerSteps) {
   FATHOM_REQUIRE_GPU();
   const ModelConfig d16{
