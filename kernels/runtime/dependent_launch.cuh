@@ -1,8 +1,9 @@
 // Programmatic dependent launch (sm_90): a kernel launched with it (launch_kernel below, where
 // dependent_launch.h's choice is on) may start while the kernel ahead of it on the stream is still
 // running. Until it calls wait_for_previous_grid it may prefetch anything into L2 (which is coherent), but
-// it may load only what no grid ahead of it writes (a decoding step's weights: where a kernel lets the next launch
-// before its own wait, grids two or more back may still run), and it must write nothing; after the call every
+// it may load only what no grid ahead of it writes (a decoding step's weights), and it must write nothing. Every
+// kernel here lets the next grid launch only after its own wait, so only the grid directly ahead can still run
+// then; a kernel that let it launch earlier would leave grids two or more back running too. After the call every
 // write of every grid ahead is visible, because each of them waited for its own grid ahead before it could
 // exit. A kernel ahead calls allow_dependent_grids once it no longer needs the SMs to itself: the dependent
 // kernel's CTAs may take SMs as soon as every CTA ahead has called it (or exited), so a later grid never holds SMs
