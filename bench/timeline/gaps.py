@@ -5,8 +5,10 @@ With --steps the window is cut into training steps, from one AdamW kernel's end 
 (host work between steps included); the last N are kept. With --decode-steps the last N decoding steps
 (each from one embedding_forward_kernel's start to the next one's) are reported instead, as each kernel's cost
 per step: how much later than all the work ahead of it it ends (kernels that overlap the one ahead, as
-dependent launches do, cost only what they add), and the idle time; medians over the steps.
-  python3 gaps.py timeline.csv [--steps 3 | --skip-fraction 0.5 | --decode-steps 12] [--min-us 5]
+dependent launches do, cost only what they add), and the idle time; medians over the steps. With --launches as well,
+each launch of a step in order, its duration and cost, the block of launches that repeats (a model's layers) folded
+into one row per place in the block.
+  python3 gaps.py timeline.csv [--steps 3 | --skip-fraction 0.5 | --decode-steps 12 [--launches]] [--min-us 5]
 """
 import argparse, collections, csv, statistics
 
@@ -42,18 +44,31 @@ def step_windows(device, n):
     return list(zip(ends[:-1], ends[1:]))[-n:]
 
 
-def decode_step_costs(device, n):
+def decode_steps(device, n):
+    """The last n decoding steps, each from one embedding kernel's start to the next's: (launches, length), where a
+    launch is (name, duration, cost) and its cost is how much later than all the work ahead of it in the step it ends
+    (a kernel that overlaps the one ahead, as a dependent launch does, costs only what it adds)."""
     starts = [i for i, d in enumerate(device) if short(d[3]) == "embedding_forward_kernel"]
     steps = list(zip(starts[:-1], starts[1:]))[-n:]
     if not steps:
         raise SystemExit("fewer than two embedding kernels, so no decoding step to cut out")
-    costs, lengths = collections.defaultdict(list), []
+    out = []
     for first, after in steps:
-        cost, end = collections.Counter(), device[first][0]
+        launches, end = [], device[first][0]
         for s, e, _, name in device[first:after]:
-            cost[short(name, 70)] += max(0, e - max(s, end))
+            launches.append((short(name, 70), e - s, max(0, e - max(s, end))))
             end = max(end, e)
-        length = device[after][0] - device[first][0]
+        out.append((launches, device[after][0] - device[first][0]))
+    return out
+
+
+def decode_step_costs(device, n):
+    steps = decode_steps(device, n)
+    costs, lengths = collections.defaultdict(list), []
+    for launches, length in steps:
+        cost = collections.Counter()
+        for name, _, c in launches:
+            cost[name] += c
         cost["(idle)"] = length - sum(cost.values())
         lengths.append(length)
         for key, v in cost.items():
@@ -64,6 +79,51 @@ def decode_step_costs(device, n):
         print(f"{statistics.median(v)/1e3:9.1f}  {key}")
 
 
+def repeating_block(names):
+    """(first, period, end): launches first .. end - 1 repeat a block of `period` launches (a model's layers), at
+    least three whole times, the last run perhaps in part; the longest such stretch, the shortest period among
+    equals; None if nothing repeats."""
+    best = None
+    for period in range(1, len(names) // 3 + 1):
+        i = 0
+        while i + period < len(names):
+            j = i
+            while j + period < len(names) and names[j] == names[j + period]:
+                j += 1
+            if (j - i) // period + 1 >= 3 and (best is None or j + period - i > best[2] - best[0]):
+                best = (i, period, j + period)
+            i = j + 1
+    return best
+
+
+def decode_launch_costs(device, n):
+    """Each launch of a decoding step, in order, its duration and cost medians over the last n steps; launches that
+    repeat as a block (the layers) folded into one row per place in the block, medians over every repeat."""
+    steps = decode_steps(device, n)
+    names = [name for name, _, _ in steps[0][0]]
+    if any([name for name, _, _ in launches] != names for launches, _ in steps):
+        raise SystemExit(f"the last {len(steps)} decoding steps do not run the same launches; take fewer steps")
+    first, period, end = repeating_block(names) or (len(names), 1, len(names))
+
+    def row(label, positions):
+        durations = [steps[k][0][p][1] for k in range(len(steps)) for p in positions]
+        costs = [steps[k][0][p][2] for k in range(len(steps)) for p in positions]
+        print(f"{statistics.median(durations)/1e3:9.1f} {statistics.median(costs)/1e3:9.1f}  {label}")
+
+    print(f"decoding step: {len(names)} launches; medians over the last {len(steps)} steps")
+    print(" duration      cost  launch (us)")
+    for p in range(first):
+        row(f"{p}: {names[p]}", [p])
+    if end > first:
+        whole, part = divmod(end - first, period)
+        print(f"launches {first}-{end - 1}: a block of {period} run {whole} times"
+              + (f", then its first {part}" if part else "") + "; each place's medians over every run:")
+        for r in range(period):
+            row(f"+{r}: {names[first + r]}", range(first + r, end, period))
+    for p in range(end, len(names)):
+        row(f"{p}: {names[p]}", [p])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -71,12 +131,15 @@ def main():
     ap.add_argument("--skip-fraction", type=float, default=0.5, help="without --steps: ignore this leading share")
     ap.add_argument("--min-us", type=float, default=5.0, help="smallest gap listed")
     ap.add_argument("--decode-steps", type=int, default=0, help="each kernel's cost in the last N decoding steps")
+    ap.add_argument("--launches", action="store_true", help="with --decode-steps: launch by launch, the layers folded")
     a = ap.parse_args()
     device, api = load(a.csv)
     if not device:
         raise SystemExit(f"{a.csv}: no device work recorded (was the program run with CUDA_INJECTION64_PATH?)")
+    if a.launches and not a.decode_steps:
+        raise SystemExit("--launches reports decoding steps: give --decode-steps N as well")
     if a.decode_steps:
-        return decode_step_costs(device, a.decode_steps)
+        return (decode_launch_costs if a.launches else decode_step_costs)(device, a.decode_steps)
     if a.steps:
         windows = step_windows(device, a.steps)
         if not windows:
