@@ -5,12 +5,9 @@ launches of a step with its repeating block (the layers) folded, and the refusal
   python3 tests/timeline/test_gaps.py
 """
 import importlib.util
-import pathlib
-import subprocess
 import sys
-import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / 'bench' / 'timeline' / 'gaps.py'
+from script_check import TIMELINE, run_script, verdict
 
 
 def timeline(steps, blocks=(4, 4, 4), head_us=5):
@@ -33,16 +30,9 @@ def timeline(steps, blocks=(4, 4, 4), head_us=5):
     return '\n'.join(rows) + '\n'
 
 
-def run(text, *flags):
-    with tempfile.TemporaryDirectory() as folder:
-        path = pathlib.Path(folder) / 'timeline.csv'
-        path.write_text(text)
-        return subprocess.run([sys.executable, str(SCRIPT), str(path), *flags], capture_output=True, text=True)
-
-
 def main():
     failures = []
-    spec = importlib.util.spec_from_file_location('gaps', SCRIPT)
+    spec = importlib.util.spec_from_file_location('gaps', TIMELINE / 'gaps.py')
     gaps = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gaps)
     # The repeating block: its start, period and end, a partial last run included; none under three whole runs.
@@ -54,7 +44,7 @@ def main():
 
     # Each kernel's cost a step: 4 attentions of 2 us, 3 GEMMs costing 2 of their 3 us, the head, the embedding; the
     # rest of the 100 us is idle.
-    result = run(timeline(3), '--decode-steps', '2')
+    result = run_script('gaps.py', timeline(3), '--decode-steps', '2')
     want = {'attention': 8.0, 'gemm': 6.0, 'head': 5.0, 'embedding_forward_kernel': 1.0, '(idle)': 80.0}
     got = {}
     for line in result.stdout.splitlines()[2:]:
@@ -64,7 +54,7 @@ def main():
         failures.append(f'--decode-steps: rc {result.returncode}, {got}, expected {want}: {result.stderr.strip()}')
 
     # Launch by launch: the embedding, the block of (attention, GEMM) run 3 times and then its attention, the head.
-    result = run(timeline(3), '--decode-steps', '2', '--launches')
+    result = run_script('gaps.py', timeline(3), '--decode-steps', '2', '--launches')
     lines = result.stdout.splitlines()
     want = ['decoding step: 9 launches; medians over the last 2 steps',
             ' duration      cost  launch (us)',
@@ -77,17 +67,14 @@ def main():
         failures.append('--launches:\n' + '\n'.join(lines) + f'\nexpected\n' + '\n'.join(want) + result.stderr)
 
     # Refusals, by name.
-    result = run(timeline(3), '--launches')
+    result = run_script('gaps.py', timeline(3), '--launches')
     if result.returncode == 0 or '--decode-steps' not in result.stderr:
         failures.append(f'--launches alone was not refused by name: rc {result.returncode}, {result.stderr.strip()}')
-    result = run(timeline(3, blocks=(4, 5)), '--decode-steps', '2', '--launches')
+    result = run_script('gaps.py', timeline(3, blocks=(4, 5)), '--decode-steps', '2', '--launches')
     if result.returncode == 0 or 'do not run the same launches' not in result.stderr:
         failures.append(f'steps of different launches were not refused: rc {result.returncode}, {result.stderr}')
 
-    for failure in failures:
-        print('FAIL:', failure)
-    print('gaps.py:', 'FAILED' if failures else 'passed')
-    return 1 if failures else 0
+    return verdict('gaps.py', failures)
 
 
 if __name__ == '__main__':

@@ -3,12 +3,10 @@
 number of marks a layer. Standard library only.
   python3 tests/timeline/test_persistent_trace.py
 """
-import pathlib
-import subprocess
 import sys
-import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / 'bench' / 'timeline' / 'persistent_trace.py'
+from script_check import run_script, verdict
+
 KINDS = ['q/k/v input', 'q/k/v GEMM', 'barrier 1', 'attention: q/k', 'attention: tiles', 'attention: merge',
          'barrier 2', 'o_proj input + GEMM', 'barrier 3', 'gate/up input + GEMM', 'barrier 4', 'down input + GEMM',
          'barrier 5']
@@ -20,13 +18,6 @@ def trace(layers, per_layer, cycles_an_interval):
     for cta, cycles in enumerate(cycles_an_interval):
         lines += [f'{cta},{mark},{5000000 + mark * cycles}' for mark in range(1 + per_layer * layers + 2)]
     return '\n'.join(lines) + '\n'
-
-
-def run(text):
-    with tempfile.TemporaryDirectory() as folder:
-        path = pathlib.Path(folder) / 'trace.csv'
-        path.write_text(text)
-        return subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True)
 
 
 def rows(stdout):
@@ -42,7 +33,7 @@ def main():
     failures = []
     # Two layers; CTA 0 spends 1 us an interval, CTA 1 3 us: every kind of a layer sums to 2 and 6 us over the two
     # layers (median of the two CTAs 4, max 6), the head's two 1 and 3, the step 28 intervals.
-    result = run(trace(2, len(KINDS), [1000, 3000]))
+    result = run_script('persistent_trace.py', trace(2, len(KINDS), [1000, 3000]))
     if result.returncode != 0:
         failures.append(f'a 13-mark trace failed: {result.stderr.strip()}')
     else:
@@ -55,13 +46,10 @@ def main():
         if '2 CTAs, 2 layers' not in result.stdout.splitlines()[0]:
             failures.append(f'the header does not name 2 CTAs and 2 layers: {result.stdout.splitlines()[0]}')
     # A trace of the kernel's earlier layout (11 marks a layer) is refused by name.
-    result = run(trace(1, 11, [1000]))
+    result = run_script('persistent_trace.py', trace(1, 11, [1000]))
     if result.returncode == 0 or '11 marks a layer' not in result.stderr:
         failures.append(f'an 11-mark trace was not refused by name: rc {result.returncode}, {result.stderr.strip()}')
-    for failure in failures:
-        print('FAIL:', failure)
-    print('persistent_trace.py:', 'failed' if failures else 'passed')
-    return 1 if failures else 0
+    return verdict('persistent_trace.py', failures)
 
 
 if __name__ == '__main__':
