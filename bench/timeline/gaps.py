@@ -82,7 +82,9 @@ def decode_step_costs(device, n):
 def repeating_block(names):
     """(first, period, end): launches first .. end - 1 repeat a block of `period` launches (a model's layers), at
     least three whole times, the last run perhaps in part; the longest such stretch, the shortest period among
-    equals; None if nothing repeats."""
+    equals; None if no block repeats three whole times. The block starts where the repetition does, not
+    necessarily at a layer's first launch (a decoding step's first q/k/v differs from the others, so its block
+    begins at attention and ends with the next layer's q/k/v)."""
     best = None
     for period in range(1, len(names) // 3 + 1):
         i = 0
