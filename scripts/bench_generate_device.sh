@@ -24,7 +24,8 @@
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
 #   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
 #   skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster: fathom's decoding kernels, one row set
-#   each; the first is the one the peers' tokens are checked against),
+#   each; the first is the one the peers' tokens are checked against; skinny+fused+dependent+inside+cluster+splitk,
+#   the narrow GEMMs' K split across the CTAs of a cluster as well, is opt-in and not in the default list),
 #   PEERS (gpt-fast hf: the peers run beside fathom; empty for fathom alone),
 #   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
 #   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
@@ -56,9 +57,10 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
 # prologue inside attention's split kernel, the residual steps inside the MLP's gate/up launch and the next
 # block's q/k/v launch, and attention's splits merged inside its split kernel where the grid has many; and that with
-# the splits of short caches merged in a thread-block cluster (the last is fathom's default).
+# the splits of short caches merged in a thread-block cluster (fathom's default); and that with the narrow GEMMs' K
+# split across the CTAs of a cluster (FATHOM_SKINNY_SPLIT_K_CTAS=auto, opt-in).
 lever_env() {
-  local skinny=never fused=separate dependent=off inside=separate merge=never cluster=off
+  local skinny=never fused=separate dependent=off inside=separate merge=never cluster=off splitk=off
   case $1 in
     cublas) ;;
     skinny) skinny=auto ;;
@@ -66,12 +68,15 @@ lever_env() {
     skinny+fused+dependent) skinny=auto fused=fused dependent=on ;;
     skinny+fused+dependent+inside) skinny=auto fused=fused dependent=on inside=fused merge=auto ;;
     skinny+fused+dependent+inside+cluster) skinny=auto fused=fused dependent=on inside=fused merge=auto cluster=on ;;
+    skinny+fused+dependent+inside+cluster+splitk)
+      skinny=auto fused=fused dependent=on inside=fused merge=auto cluster=on splitk=auto ;;
     *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent, skinny+fused+dependent+inside," \
-            "skinny+fused+dependent+inside+cluster)" >&2; exit 2 ;;
+            "skinny+fused+dependent+inside+cluster, skinny+fused+dependent+inside+cluster+splitk)" >&2; exit 2 ;;
   esac
   echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused" \
        "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside" \
-       "FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=$inside FATHOM_MERGE_IN_SPLIT=$merge FATHOM_MERGE_IN_CLUSTER=$cluster"
+       "FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=$inside FATHOM_MERGE_IN_SPLIT=$merge FATHOM_MERGE_IN_CLUSTER=$cluster" \
+       "FATHOM_SKINNY_SPLIT_K_CTAS=$splitk"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2

@@ -1,5 +1,6 @@
 #include "kernels/matmul/skinny_matmul.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -27,6 +28,9 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
+// Unset: off, until its GPU tests and a decoding benchmark have run.
+constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", 1, parse_skinny_split_k_ctas);
+
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
 
@@ -43,6 +47,25 @@ void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set
 Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
 
 void set_residual_step_in_gemm_choice(Fusion choice) { residual_step_in_force.set(choice); }
+
+int parse_skinny_split_k_ctas(std::string_view text, std::string_view source) {
+  if (text == "off") return 1;
+  if (text == "auto") return kSkinnySplitKAuto;
+  int ctas = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), ctas);
+  if (error != std::errc() || end != text.data() + text.size() || ctas < 2 || ctas > kSkinnySplitKMaxCtas)
+    FATHOM_FAIL(source, " must be off, auto or a count of CTAs from 2 to ", kSkinnySplitKMaxCtas, ", got '", text, "'");
+  return ctas;
+}
+
+int skinny_split_k_ctas() { return split_k_ctas_in_force.get(); }
+
+void set_skinny_split_k_ctas(int ctas) {
+  FATHOM_CHECK(ctas == 1 || ctas == kSkinnySplitKAuto || (ctas >= 2 && ctas <= kSkinnySplitKMaxCtas),
+               "set_skinny_split_k_ctas: 1 (off), kSkinnySplitKAuto or a count from 2 to ", kSkinnySplitKMaxCtas,
+               ", got ", ctas);
+  split_k_ctas_in_force.set(ctas);
+}
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
                        double alpha, double beta) {

@@ -50,6 +50,12 @@
 // what the next sublayer reads in shared memory, and CTA 0 writes h. The products then read x from shared
 // memory. Each CTA repeats a few kilobytes of the step's reads, from L2, in place of a launch and a dependency.
 //
+// K across CTAs (FATHOM_SKINNY_SPLIT_K_CTAS, skinny_matmul.h; opt-in). A one-weight launch too narrow for two CTAs of
+// its own rows an SM (o_proj and down_proj while decoding: 128 tiles at d 2048, 48 at 768) may give each tile a
+// thread-block cluster of C CTAs: warp w of rank q takes split q k_splits + w of C k_splits, each CTA adds its
+// warps' partial sums as above, ranks past 0 store theirs into rank 0's shared memory (kernels/hopper/cluster.cuh),
+// and rank 0 adds them in rank order and writes y. Deterministic, but its sums are not the one-CTA launch's.
+//
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
 // a K that is not a multiple of 32 always takes the element loads, zero past K.
@@ -61,6 +67,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_mma.cuh"
+#include "kernels/hopper/cluster.cuh"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm_math.cuh"
 #include "kernels/runtime/dependent_launch.cuh"
@@ -209,20 +216,27 @@ struct SkinnyGroup {
   int row_tiles[kSkinnyMatmulMaxGroup];
   int first_cta[kSkinnyMatmulMaxGroup + 1];
   int count;
+  int split_ctas;  // CTAs (a cluster) that split K for one tile of rows: 1, or more in a kClustered launch
 };
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
 // kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
-template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep>
+// kClustered: the CTAs of a cluster, group.split_ctas of them, split K for one tile ("K across CTAs" above).
+template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kClustered = false>
 __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
                                                    int M, int K, const ResidualStepArgs& step) {
   static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
+  static_assert(!kClustered || (!kGated && kStep == Step::none), "K across CTAs: plain one-weight launches");
+  if constexpr (kClustered) cluster_arrive_relaxed();  // this CTA has started (cluster.cuh)
   constexpr bool kStaged = kStep != Step::none;
   // This CTA's weight, and its place among that weight's CTAs.
   int member = 0;
   while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
   const int cta = int(blockIdx.x) - group.first_cta[member];
+  // The CTA's rows, and its rank among the CTAs that split their K (0 of 1 unless kClustered).
+  const int split_ctas = kClustered ? group.split_ctas : 1;
+  const int row_cta = cta / split_ctas, rank = cta % split_ctas;
   Out* __restrict__ y = group.y[member];
   const int N = group.n[member], row_tiles = group.row_tiles[member];
   const int cta_tiles = kGated ? 2 * row_tiles : row_tiles;  // gated: row_tiles of gate's, then of up's
@@ -238,8 +252,10 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   const int g = lane / 4, t = lane % 4;
   const int k_splits = kCtaWarps / cta_tiles;
   const int tile = warp / k_splits, split = warp % k_splits;
+  // The tile's splits over all its CTAs, and this warp's among them.
+  const int all_splits = k_splits * split_ctas, my_split = rank * k_splits + split;
   const __nv_bfloat16* __restrict__ w = group.w[kGated ? tile / row_tiles : member];
-  const int n0 = (cta * row_tiles + tile % row_tiles) * kRows;
+  const int n0 = (row_cta * row_tiles + tile % row_tiles) * kRows;
 
   // Rows past N (of W) and past M (of x) read the last real row instead: an MMA's output row r depends
   // only on A's row r and its column c only on B's column c, so their sums are garbage no one stores,
@@ -250,11 +266,11 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
-  // No grid ahead writes W (dependent_launch.cuh): the CTA asks L2 for its rows' first step of W, then waits for
-  // the kernel ahead before it reads x.
-  if constexpr (kVector) {
-    const int cta_rows = kRows * row_tiles, first_row = cta * cta_rows;
-    const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * k_splits * kChunk);
+  // No grid ahead writes W (dependent_launch.cuh): the CTA asks L2 for its rows' first step of W (rank 0 for
+  // its cluster), then waits for the kernel ahead before it reads x.
+  if (kVector && rank == 0) {
+    const int cta_rows = kRows * row_tiles, first_row = row_cta * cta_rows;
+    const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * all_splits * kChunk);
     const int r = int(threadIdx.x) % cta_rows, weight = kGated ? int(threadIdx.x) / cta_rows : member;
     if (int(threadIdx.x) < cta_rows * (kGated ? 2 : 1) && first_row + r < N)
       prefetch_to_l2(group.w[weight] + int64_t(first_row + r) * K, unsigned(first_step * 2));
@@ -281,13 +297,13 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
     for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x(j, k));
   };
   const int full_chunks = K / kChunk;
-  int c = split;
+  int c = my_split;
   // Whole steps: kUnroll chunks, every load issued before the first product.
-  for (; c + (kUnroll - 1) * k_splits < full_chunks; c += kUnroll * k_splits) {
+  for (; c + (kUnroll - 1) * all_splits < full_chunks; c += kUnroll * all_splits) {
     uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][kTiles];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int k = (c + u * k_splits) * kChunk + 8 * t;
+      const int k = (c + u * all_splits) * kChunk + 8 * t;
       wl[u] = load_eight<kVector, true>(w_lo, k, K);
       wh[u] = load_eight<kVector, true>(w_hi, k, K);
 #pragma unroll
@@ -298,10 +314,10 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl[u], wh[u], xv[u][j]);
   }
-  for (; c < full_chunks; c += k_splits) one_chunk(c);  // fewer than kUnroll left
+  for (; c < full_chunks; c += all_splits) one_chunk(c);  // fewer than kUnroll left
   // The partial last chunk (element loads, zero past K), by the split whose turn it is: warp-uniform,
   // as the MMA needs the whole warp.
-  if (!kStaged && K % kChunk != 0 && split == full_chunks % k_splits) {
+  if (!kStaged && K % kChunk != 0 && my_split == full_chunks % all_splits) {
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
@@ -326,9 +342,20 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
     for (int s = 0; s < k_splits; ++s) sum += partial[tile_of_cta * k_splits + s][r % kRows][m];
     return sum;
   };
+  // K across CTAs: each rank past 0 stores its CTA's sums (one tile: row_tiles is 1) into rank 0's peer_sums.
+  __shared__ float peer_sums[kClustered ? kSkinnySplitKMaxCtas - 1 : 1][kRows][kClustered ? kCols : 1];
+  if constexpr (kClustered) {
+    cluster_wait_acquire();  // every CTA of the cluster has started
+    if (rank != 0)
+      for (int i = int(threadIdx.x); i < M * kRows; i += kThreads)
+        *cluster_peer(&peer_sums[rank - 1][i % kRows][i / kRows], 0) = tile_sum(0, i % kRows, i / kRows);
+    cluster_arrive_release();
+    cluster_wait_acquire();
+    if (rank != 0) return;
+  }
   for (int i = int(threadIdx.x); i < M * cta_rows; i += kCtaWarps * 32) {
     const int m = i / cta_rows, r = i % cta_rows;
-    const int n = cta * cta_rows + r;
+    const int n = row_cta * cta_rows + r;
     if (n >= N) continue;
     if constexpr (kGated) {
       // Each product rounded as it would be stored, then gated as the SwiGLU kernel does.
@@ -336,16 +363,19 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
       const float u = to_float(from_float<Out>(tile_sum(row_tiles + r / kRows, r, m)));
       y[int64_t(m) * N + n] = from_float<Out>(g * sigmoid(g) * u);  // as kernels/swiglu/swiglu.cu computes it
     } else {
-      y[int64_t(m) * N + n] = from_float<Out>(tile_sum(r / kRows, r, m));
+      float sum = tile_sum(r / kRows, r, m);
+      if constexpr (kClustered)
+        for (int q = 1; q < split_ctas; ++q) sum += peer_sums[q - 1][r][m];
+      y[int64_t(m) * N + n] = from_float<Out>(sum);
     }
   }
 }
 
-template <int kTiles, bool kVector, typename Out, bool kGated = false>
+template <int kTiles, bool kVector, typename Out, bool kGated = false, bool kClustered = false>
 __global__ void __launch_bounds__(cta_threads(kGated))
     skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
                          int K) {
-  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none>(x, group, M, K, ResidualStepArgs{});
+  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none, kClustered>(x, group, M, K, ResidualStepArgs{});
 }
 
 // The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
@@ -372,6 +402,20 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
   return row_tiles;
 }
 
+// CTAs a tile's K is split across (a cluster; 1: none) for one weight of N rows and K columns that takes one tile a
+// CTA: FATHOM_SKINNY_SPLIT_K_CTAS's count, or under auto the most, up to kSkinnySplitKMaxCtas, that leave no more than
+// kMinCtasPerSm CTAs an SM and a chunk for every warp.
+int pick_split_ctas(int64_t N, int64_t K, int sm_count) {
+  const int choice = skinny_split_k_ctas();
+  if (choice != kSkinnySplitKAuto) return choice;
+  const int64_t tiles = (N + kRows - 1) / kRows, chunks = K / kChunk;
+  int ctas = 1;
+  while (ctas < kSkinnySplitKMaxCtas && tiles * (ctas + 1) <= int64_t(kMinCtasPerSm) * sm_count &&
+         int64_t(kWarps) * (ctas + 1) <= chunks)
+    ++ctas;
+  return ctas;
+}
+
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
 // step (kStep), x is the step's x, whose rows the step turns into the products' input.
 template <int kTiles, typename Out, Step kStep = Step::none>
@@ -394,6 +438,13 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
     if (!gated || i == 0) ctas += (int64_t(N) + kRows * row_tiles - 1) / (kRows * row_tiles);  // gated: up rides along
   }
   group.count = int(ws.size());
+  group.split_ctas = 1;
+  // K across the CTAs of a cluster ("K across CTAs" above): one plain weight of one tile a CTA, 16-byte loads.
+  if (kStep == Step::none && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
+      skinny_split_k_ctas() != 1 && supports_sm90_launches(x.device().index)) {
+    group.split_ctas = pick_split_ctas(group.n[0], K, sm_count);
+    ctas *= group.split_ctas;
+  }
   group.first_cta[group.count] = int(ctas);
   const auto run = [&](auto kernel, int threads) {
     launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
@@ -404,6 +455,9 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   else if (gated)
     vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
            : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
+  else if (group.split_ctas > 1)
+    launch_kernel_in_clusters(skinny_matmul_kernel<kTiles, true, Out, false, true>, dim3(unsigned(ctas)),
+                              dim3(unsigned(kThreads)), 0, stream, unsigned(group.split_ctas), xp, group, M, K);
   else
     vector ? run(skinny_matmul_kernel<kTiles, true, Out>, kThreads)
            : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads);

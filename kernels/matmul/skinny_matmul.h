@@ -104,6 +104,19 @@ using SwigluProjection = Fusion;
 SwigluProjection swiglu_projection_choice();
 void set_swiglu_projection_choice(SwigluProjection choice);
 
+// Whether a launch of one weight too narrow for two CTAs of its own rows an SM (o_proj and down_proj while decoding)
+// splits K across the CTAs of a thread-block cluster as well (sm_90; skinny_matmul.cu, "K across CTAs"):
+// FATHOM_SKINNY_SPLIT_K_CTAS=off|auto|2..8, read at the first launch; set() takes 1 (off), kSkinnySplitKAuto or a
+// count. auto: the most CTAs a tile, up to 8, that leave no more than two CTAs an SM and a 32-column chunk of K for
+// every warp. Its sums run in another order than the one-CTA launch's (close, not bitwise equal), deterministically.
+// Unset: off, until its GPU tests and a decoding benchmark have run.
+constexpr int kSkinnySplitKAuto = 0;
+constexpr int kSkinnySplitKMaxCtas = 8;
+int skinny_split_k_ctas();
+void set_skinny_split_k_ctas(int ctas);
+// The variable's text as set() takes it; fails naming `source` and the choices.
+int parse_skinny_split_k_ctas(std::string_view text, std::string_view source);
+
 // The backends' entry points (arguments checked).
 using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 FATHOM_BACKENDS(SkinnySwigluKernel, skinny_swiglu)

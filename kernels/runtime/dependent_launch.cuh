@@ -21,13 +21,6 @@
 
 namespace fathom::cuda {
 
-// Whether programmatic dependent launches and thread-block clusters may be asked for on `device`: it has compute
-// capability 9.0 or newer, and every pass of fathom's kernels was built for sm_90 or newer (FATHOM_SM90_KERNELS,
-// CMakeLists.txt), so their griddepcontrol and cluster instructions are there. The second form asks of the current
-// device, whose streams the launches go to.
-bool supports_sm90_launches(int device);
-bool current_device_supports_sm90_launches();
-
 // kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of `cluster` blocks along x (0: no
 // cluster attribute; sm_90, at most 8, dividing grid.x), as a programmatic dependent launch where
 // FATHOM_DEPENDENT_LAUNCH is on (dependent_launch.h). The kernel must wait for the grid ahead

@@ -13,3 +13,14 @@ Toggle dependent_launch();
 void set_dependent_launch(Toggle choice);
 
 }  // namespace fathom
+
+namespace fathom::cuda {
+
+// Whether programmatic dependent launches and thread-block clusters may be asked for on `device` (CUDA builds):
+// it has compute capability 9.0 or newer, and every pass of fathom's kernels was built for sm_90 or newer
+// (FATHOM_SM90_KERNELS, CMakeLists.txt), so their griddepcontrol and cluster instructions are there. The second form
+// asks of the current device, whose streams the launches go to.
+bool supports_sm90_launches(int device);
+bool current_device_supports_sm90_launches();
+
+}  // namespace fathom::cuda

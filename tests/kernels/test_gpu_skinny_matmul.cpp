@@ -17,6 +17,7 @@
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/runtime/backend.h"
+#include "kernels/runtime/dependent_launch.h"
 #include "kernels/swiglu/swiglu.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
@@ -66,6 +67,41 @@ TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
       for (const int64_t m : {1, 2, 3, 7, 8, 16, 17, 32}) {
         const Tensor want = matmul(x.cpu.narrow(0, m), false, w.cpu, true);
         expect_skinny_close(x.gpu.narrow(0, m), w.gpu, want, label(m, k, n));
+      }
+    }
+  }
+}
+
+// K split across the CTAs of a cluster (FATHOM_SKINNY_SPLIT_K_CTAS) for every count and auto: against the CPU on
+// decoding's narrow shapes and awkward ones (K off the chunk, few chunks for many warps, N off the tile, every M tile
+// count), and the same bits on a second run. Every shape takes one tile a CTA (at least 8 chunks of K), so every
+// count clusters it; K of 16392 gives the warps of 8 CTAs whole steps of 8 chunks. A grouped launch of two or more
+// weights does not take it (its members keep their single calls' bits only where the choice is off).
+TEST(GpuSkinnyMatmul, KSplitAcrossClusterCtasMatchesTheCpu) {
+  FATHOM_REQUIRE_GPU();
+  if (!cuda::current_device_supports_sm90_launches()) GTEST_SKIP() << "thread-block clusters need sm_90";
+  SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
+  uint64_t seed = 1000;
+  for (const int ctas : {kSkinnySplitKAuto, 2, 3, 5, 8}) {
+    SkinnySplitKCtasScope split(ctas);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{768, 768},
+                               {768, 3072},
+                               {2048, 2048},
+                               {2048, 8192},
+                               {100, 1000},
+                               {16, 264},
+                               {37, 296},
+                               {100, 16392}}) {
+      const GpuInput x = random_input({kSkinnyMatmulMaxRows, k}, DType::bf16, seed++);
+      const GpuInput w = random_input({n, k}, DType::bf16, seed++);
+      for (const int64_t m : {1, 8, 9, 17, 32}) {
+        const std::string what = label(m, k, n, ", split-K CTAs " + std::to_string(ctas));
+        const Tensor want = matmul(x.cpu.narrow(0, m), false, w.cpu, true);
+        expect_skinny_close(x.gpu.narrow(0, m), w.gpu, want, what);
+        Tensor first = nan_output(m, n, DType::f32), second = nan_output(m, n, DType::f32);
+        skinny_matmul(x.gpu.narrow(0, m), w.gpu, first);
+        skinny_matmul(x.gpu.narrow(0, m), w.gpu, second);
+        EXPECT_TRUE(bitwise_equal(first, second)) << what << ": two runs differ";
       }
     }
   }
@@ -163,6 +199,7 @@ TEST(GpuSkinnyMatmul, SingleOutputRowsAndTheRowLimit) {
 // K (the element loads), and an empty member; then matmul_each's dispatch under each policy.
 TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
   FATHOM_REQUIRE_GPU();
+  SkinnySplitKCtasScope one_cta_a_tile(1);  // single calls that split K across CTAs differ in bits
   struct Group {
     int64_t k;
     std::vector<int64_t> n;
@@ -218,6 +255,7 @@ TEST(GpuSkinnyMatmul, GroupedLaunchEqualsEachCallBitForBit) {
 // the 16-byte loads the aligned members would take alone.
 TEST(GpuSkinnyMatmul, AnUnalignedMemberLeavesTheOthersBitsAsTheirOwnCalls) {
   FATHOM_REQUIRE_GPU();
+  SkinnySplitKCtasScope one_cta_a_tile(1);  // single calls that split K across CTAs differ in bits
   for (const int64_t m : {1, 8, 32}) {
     const GpuInput x = random_input({m, 2048}, DType::bf16, 700 + m);
     const GpuInput aligned = random_input({2048, 2048}, DType::bf16, 710 + m),
@@ -296,7 +334,8 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
 // ahead still runs, and must wait for it before they read its output. One GEMM is wider than the GPU holds at once
 // (784 CTAs of 8 tiles), so its successor launches only as its last CTAs finish their loads. Eager and replayed from a
 // graph, every output must keep the bits of ordinary launches; each output is NaN until written, so a product that
-// read its input early shows.
+// read its input early shows. Then with K split across the CTAs of clusters (auto; on 132 SMs 4 CTAs a tile for the
+// d x d GEMMs and 8 for the last, narrow one), against ordinary launches with the same split.
 TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
@@ -317,8 +356,11 @@ TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
       skinny_matmul(y[2], w_tail, y[3]);
       return y;
     };
-    expect_dependent_chain_keeps_bits(
-        chain, [] {}, "M " + std::to_string(m));
+    for (const int ctas : {1, kSkinnySplitKAuto}) {
+      SkinnySplitKCtasScope split(ctas);
+      expect_dependent_chain_keeps_bits(
+          chain, [] {}, "M " + std::to_string(m) + (ctas == 1 ? "" : ", K split across CTAs"));
+    }
   }
 }
 #endif
@@ -365,6 +407,7 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
 // tile, odd, and the 1B's gate/up.
 TEST(GpuSkinnyMatmul, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits) {
   FATHOM_REQUIRE_GPU();
+  SkinnySplitKCtasScope one_cta_a_tile(1);  // single calls that split K across CTAs differ in bits
   uint64_t seed = 300;
   struct Shape3 {
     int64_t m, k, n0, n1;

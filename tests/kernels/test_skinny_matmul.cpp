@@ -2,6 +2,7 @@
 // its CPU entry (the CPU matmul of the f32 values). The kernel itself is tested in test_gpu_skinny_matmul.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kernels/elementwise/elementwise.h"
@@ -45,6 +46,21 @@ TEST(SkinnyMatmul, BadArgumentsNameTheProblem) {
   Tensor y_in_x = shared.narrow(32, 24).view({4, 6});
   expect_error([&] { skinny_matmul(shared.narrow(0, 32).view({4, 8}), w, y_in_x); }, {"must not share storage"});
   expect_error([&] { skinny_matmul(Tensor(), w, y); }, {"undefined operand"});
+}
+
+// FATHOM_SKINNY_SPLIT_K_CTAS reads off, auto or a count of CTAs from 2 to 8; anything else is an error naming the
+// variable and the choices, as is a count set() cannot take.
+TEST(SkinnyMatmul, SplitKCtasReadOffAutoOrACount) {
+  EXPECT_EQ(parse_skinny_split_k_ctas("off", "X"), 1);
+  EXPECT_EQ(parse_skinny_split_k_ctas("auto", "X"), kSkinnySplitKAuto);
+  EXPECT_EQ(parse_skinny_split_k_ctas("2", "X"), 2);
+  EXPECT_EQ(parse_skinny_split_k_ctas("8", "X"), 8);
+  for (const std::string bad : {"'1'", "'9'", "'0'", "'-2'", "'3x'", "''", "'on'"})
+    expect_error([&] { parse_skinny_split_k_ctas(bad.substr(1, bad.size() - 2), "FATHOM_SKINNY_SPLIT_K_CTAS"); },
+                 {"FATHOM_SKINNY_SPLIT_K_CTAS must be off, auto or a count of CTAs from 2 to 8", bad});
+  expect_error([] { set_skinny_split_k_ctas(9); }, {"set_skinny_split_k_ctas", "got 9"});
+  SkinnySplitKCtasScope scope(3);
+  EXPECT_EQ(skinny_split_k_ctas(), 3);
 }
 
 TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
