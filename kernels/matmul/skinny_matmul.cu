@@ -403,10 +403,9 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 }
 
 // CTAs a tile's K is split across (a cluster; 1: none) for one weight of N rows and K columns that takes one tile a
-// CTA: FATHOM_SKINNY_SPLIT_K_CTAS's count, or under auto the most, up to kSkinnySplitKMaxCtas, that leave no more than
-// kMinCtasPerSm CTAs an SM and a chunk for every warp.
-int pick_split_ctas(int64_t N, int64_t K, int sm_count) {
-  const int choice = skinny_split_k_ctas();
+// CTA: `choice` (skinny_split_k_ctas: 1, a count, or kSkinnySplitKAuto: the most CTAs, up to kSkinnySplitKMaxCtas, that
+// leave no more than kMinCtasPerSm CTAs an SM and a chunk for every warp).
+int pick_split_ctas(int choice, int64_t N, int64_t K, int sm_count) {
   if (choice != kSkinnySplitKAuto) return choice;
   const int64_t tiles = (N + kRows - 1) / kRows, chunks = K / kChunk;
   int ctas = 1;
@@ -440,9 +439,10 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   group.count = int(ws.size());
   group.split_ctas = 1;
   // K across the CTAs of a cluster ("K across CTAs" above): one plain weight of one tile a CTA, 16-byte loads.
-  if (kStep == Step::none && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
-      skinny_split_k_ctas() != 1 && supports_sm90_launches(x.device().index)) {
-    group.split_ctas = pick_split_ctas(group.n[0], K, sm_count);
+  const int split_choice = skinny_split_k_ctas();
+  if (split_choice != 1 && kStep == Step::none && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
+      supports_sm90_launches(x.device().index)) {
+    group.split_ctas = pick_split_ctas(split_choice, group.n[0], K, sm_count);
     ctas *= group.split_ctas;
   }
   group.first_cta[group.count] = int(ctas);
