@@ -28,8 +28,12 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
-// Unset: off, until its GPU tests and a decoding benchmark have run.
-constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", 1, parse_skinny_split_k_ctas);
+// Unset: auto. On an H100 it took the 190M's batch-1 step from 0.422 / 0.434 ms to 0.410 / 0.407 (3 and 5 CTAs for
+// its o_proj and down_proj), 1.0-4.6% less time in every cell at batch 1 and 8, context 128 and 4096; split in two
+// CTAs, the 1B's (128 tiles on 132 SMs) took 1.1-2.0% more in every cell, so auto leaves weights that wide alone
+// (bench/results/2026-12-07_split_k_ctas_h100.md).
+constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", kSkinnySplitKAuto,
+                                                  parse_skinny_split_k_ctas);
 
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
@@ -65,6 +69,17 @@ void set_skinny_split_k_ctas(int ctas) {
                "set_skinny_split_k_ctas: 1 (off), kSkinnySplitKAuto or a count from 2 to ", kSkinnySplitKMaxCtas,
                ", got ", ctas);
   split_k_ctas_in_force.set(ctas);
+}
+
+int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count) {
+  if (choice != kSkinnySplitKAuto) return choice;
+  const int64_t tiles = (n + kSkinnyTileRows - 1) / kSkinnyTileRows, chunks = k / kSkinnyChunk;
+  if (2 * tiles > sm_count) return 1;  // the SMs are mostly busy already: a cluster's merge costs more than it adds
+  int ctas = 1;
+  while (ctas < kSkinnySplitKMaxCtas && tiles * (ctas + 1) <= int64_t(kSkinnyMinCtasPerSm) * sm_count &&
+         int64_t(kSkinnyCtaWarps) * (ctas + 1) <= chunks)
+    ++ctas;
+  return ctas;
 }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,

@@ -50,11 +50,12 @@
 // what the next sublayer reads in shared memory, and CTA 0 writes h. The products then read x from shared
 // memory. Each CTA repeats a few kilobytes of the step's reads, from L2, in place of a launch and a dependency.
 //
-// K across CTAs (FATHOM_SKINNY_SPLIT_K_CTAS, skinny_matmul.h; opt-in). A one-weight launch too narrow for two CTAs of
-// its own rows an SM (o_proj and down_proj while decoding: 128 tiles at d 2048, 48 at 768) may give each tile a
-// thread-block cluster of C CTAs: warp w of rank q takes split q k_splits + w of C k_splits, each CTA adds its
-// warps' partial sums as above, ranks past 0 store theirs into rank 0's shared memory (kernels/hopper/cluster.cuh),
-// and rank 0 adds them in rank order and writes y. Deterministic, but its sums are not the one-CTA launch's.
+// K across CTAs (FATHOM_SKINNY_SPLIT_K_CTAS, skinny_matmul.h). A one-weight launch too narrow for two CTAs of its own
+// rows an SM (o_proj and down_proj while decoding: 128 tiles at d 2048, 48 at 768) may give each tile a thread-block
+// cluster of C CTAs: warp w of rank q takes split q k_splits + w of C k_splits, each CTA adds its warps' partial sums
+// as above, ranks past 0 store theirs into rank 0's shared memory (kernels/hopper/cluster.cuh), and rank 0 adds them
+// in rank order and writes y. Deterministic, but its sums are not the one-CTA launch's. By default only where the
+// tiles leave half the SMs idle (the 190M's 48, not the 1B's 128): there the extra SMs' bandwidth pays for the merge.
 //
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
@@ -78,13 +79,13 @@ namespace fathom::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kSkinnyCtaWarps;
 constexpr int kThreads = kWarps * 32;
 // Threads per CTA: a gated one is two plain CTAs side by side ("SwiGLU" above).
 __host__ __device__ constexpr int cta_threads(bool gated) { return gated ? 2 * kThreads : kThreads; }
-constexpr int kRows = 16;   // rows of W per tile (the MMA's M)
-constexpr int kChunk = 32;  // K per warp step: 4 lanes x 8 elements
-constexpr int kMinCtasPerSm = 2;
+constexpr int kRows = kSkinnyTileRows;
+constexpr int kChunk = kSkinnyChunk;
+constexpr int kMinCtasPerSm = kSkinnyMinCtasPerSm;
 
 // Eight consecutive bf16 of a W row, streamed past L1 (read once).
 __device__ __forceinline__ uint4 load_streaming(const __nv_bfloat16* p) {
@@ -402,19 +403,6 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
   return row_tiles;
 }
 
-// CTAs a tile's K is split across (a cluster; 1: none) for one weight of N rows and K columns that takes one tile a
-// CTA: `choice` (skinny_split_k_ctas: 1, a count, or kSkinnySplitKAuto: the most CTAs, up to kSkinnySplitKMaxCtas, that
-// leave no more than kMinCtasPerSm CTAs an SM and a chunk for every warp).
-int pick_split_ctas(int choice, int64_t N, int64_t K, int sm_count) {
-  if (choice != kSkinnySplitKAuto) return choice;
-  const int64_t tiles = (N + kRows - 1) / kRows, chunks = K / kChunk;
-  int ctas = 1;
-  while (ctas < kSkinnySplitKMaxCtas && tiles * (ctas + 1) <= int64_t(kMinCtasPerSm) * sm_count &&
-         int64_t(kWarps) * (ctas + 1) <= chunks)
-    ++ctas;
-  return ctas;
-}
-
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
 // step (kStep), x is the step's x, whose rows the step turns into the products' input.
 template <int kTiles, typename Out, Step kStep = Step::none>
@@ -442,7 +430,7 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   const int split_choice = skinny_split_k_ctas();
   if (split_choice != 1 && kStep == Step::none && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
       supports_sm90_launches(x.device().index)) {
-    group.split_ctas = pick_split_ctas(split_choice, group.n[0], K, sm_count);
+    group.split_ctas = skinny_split_k_ctas_for(split_choice, group.n[0], K, sm_count);
     ctas *= group.split_ctas;
   }
   group.first_cta[group.count] = int(ctas);

@@ -104,18 +104,29 @@ using SwigluProjection = Fusion;
 SwigluProjection swiglu_projection_choice();
 void set_swiglu_projection_choice(SwigluProjection choice);
 
+// The kernel's work split, which the host's rules below share: rows of W a tile (the MMA's M), K a warp step
+// (4 lanes x 8 elements), warps a CTA, and the CTAs an SM a launch aims to leave at least (skinny_matmul.cu).
+constexpr int kSkinnyTileRows = 16;
+constexpr int kSkinnyChunk = 32;
+constexpr int kSkinnyCtaWarps = 8;
+constexpr int kSkinnyMinCtasPerSm = 2;
+
 // Whether a launch of one weight too narrow for two CTAs of its own rows an SM (o_proj and down_proj while decoding)
 // splits K across the CTAs of a thread-block cluster as well (sm_90; skinny_matmul.cu, "K across CTAs"):
 // FATHOM_SKINNY_SPLIT_K_CTAS=off|auto|2..8, read at the first launch; set() takes 1 (off), kSkinnySplitKAuto or a
-// count. auto: the most CTAs a tile, up to 8, that leave no more than two CTAs an SM and a 32-column chunk of K for
-// every warp. Its sums run in another order than the one-CTA launch's (close, not bitwise equal), deterministically.
-// Unset: off, until its GPU tests and a decoding benchmark have run.
+// count. Its sums run in another order than the one-CTA launch's (close, not bitwise equal), deterministically, and
+// the same for every M. Unset: auto (skinny_matmul.cpp gives the measurements).
 constexpr int kSkinnySplitKAuto = 0;
 constexpr int kSkinnySplitKMaxCtas = 8;
 int skinny_split_k_ctas();
 void set_skinny_split_k_ctas(int ctas);
 // The variable's text as set() takes it; fails naming `source` and the choices.
 int parse_skinny_split_k_ctas(std::string_view text, std::string_view source);
+// CTAs a tile's K is split across for a weight of n rows and k columns that takes one tile a CTA, on sm_count SMs,
+// under `choice` (1, a count, or kSkinnySplitKAuto). auto splits only a weight whose tiles leave at least half the SMs
+// idle, and then into the most CTAs, up to 8, that leave no more than kSkinnyMinCtasPerSm CTAs an SM and a chunk
+// of K for every warp; else 1.
+int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 
 // The backends' entry points (arguments checked).
 using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);

@@ -75,7 +75,8 @@ TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
 // K split across the CTAs of a cluster (FATHOM_SKINNY_SPLIT_K_CTAS) for every count and auto: against the CPU on
 // decoding's narrow shapes and awkward ones (K off the chunk, few chunks for many warps, N off the tile, every M tile
 // count), and the same bits on a second run. Every shape takes one tile a CTA (at least 8 chunks of K), so every
-// count clusters it; K of 16392 gives the warps of 8 CTAs whole steps of 8 chunks. A grouped launch of two or more
+// count clusters it, and auto those whose tiles leave half the SMs idle; K of 16392 gives the warps of 8 CTAs whole
+// steps of 8 chunks. A grouped launch of two or more
 // weights does not take it (its members keep their single calls' bits only where the choice is off).
 TEST(GpuSkinnyMatmul, KSplitAcrossClusterCtasMatchesTheCpu) {
   FATHOM_REQUIRE_GPU();

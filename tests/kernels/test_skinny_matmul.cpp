@@ -63,6 +63,23 @@ TEST(SkinnyMatmul, SplitKCtasReadOffAutoOrACount) {
   EXPECT_EQ(skinny_split_k_ctas(), 3);
 }
 
+// auto splits K only where one CTA a tile leaves at least half the SMs idle: on 132 SMs the 190M's o_proj and
+// down_proj (48 tiles; K 768 and 3072) in as many CTAs as leave two an SM and a chunk a warp, the 1B's (128 tiles) not
+// at all; a count is taken as it is, off stays off.
+TEST(SkinnyMatmul, SplitKCtasAutoSplitsOnlyWeightsThatLeaveHalfTheSmsIdle) {
+  const int sms = 132;
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 768, 768, sms), 3);     // 24 chunks: 8 warps x 3
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 768, 3072, sms), 5);    // 48 x 5 CTAs <= 2 x 132
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 16, 1 << 16, sms), 8);  // at most 8
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 16, 64, sms), 1);       // 2 chunks: nothing to share
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 1056, 4096, sms), 4);   // 66 tiles: half the SMs idle
+  for (const int64_t n : {1057, 2048})
+    for (const int64_t k : {2048, 8192}) EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, n, k, sms), 1) << n;
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 2048, 2048, 264), 4);  // on twice the SMs, half idle again
+  EXPECT_EQ(skinny_split_k_ctas_for(4, 2048, 8192, sms), 4);
+  EXPECT_EQ(skinny_split_k_ctas_for(1, 768, 3072, sms), 1);
+}
+
 TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
   const Tensor w = zeros_bf16({6, 8});
   const Tensor y_bf16 = zeros_bf16({4, 6}), y_f32 = Tensor::zeros({4, 6}, DType::f32);
