@@ -23,9 +23,9 @@
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
 #   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
-#   skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster: fathom's decoding kernels, one row set
-#   each; the first is the one the peers' tokens are checked against; skinny+fused+dependent+inside+cluster+splitk,
-#   the narrow GEMMs' K split across the CTAs of a cluster as well, is opt-in and not in the default list),
+#   skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster
+#   skinny+fused+dependent+inside+cluster+splitk: fathom's decoding kernels, one row set each; the first is the one
+#   the peers' tokens are checked against),
 #   PEERS (gpt-fast hf: the peers run beside fathom; empty for fathom alone),
 #   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
 #   more of compiling), HF_COMPILE (0), DEVICE (cuda; cpu runs the fathom side of the plumbing on a machine
@@ -35,7 +35,7 @@
 # with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
 # gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, 38-44 s on 2026-12-06, HF ~1 min). gpt-fast
 # runs for every size, so the defaults (3 sizes, 6 levers) take about 21 minutes; for shorter runs name one size
-# and LEVERS=skinny+fused+dependent+inside+cluster (fathom's defaults).
+# and LEVERS=skinny+fused+dependent+inside+cluster+splitk (fathom's defaults).
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
@@ -50,15 +50,15 @@ REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
 PEERS=${PEERS-gpt-fast hf}
-LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster}
+LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster skinny+fused+dependent+inside+cluster+splitk}
 
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
 # prologue inside attention's split kernel, the residual steps inside the MLP's gate/up launch and the next
 # block's q/k/v launch, and attention's splits merged inside its split kernel where the grid has many; and that with
-# the splits of short caches merged in a thread-block cluster (fathom's default); and that with the narrow GEMMs' K
-# split across the CTAs of a cluster (FATHOM_SKINNY_SPLIT_K_CTAS=auto, opt-in).
+# the splits of short caches merged in a thread-block cluster; and that with the narrow GEMMs' K split across the CTAs
+# of a cluster where their tiles leave half the SMs idle (FATHOM_SKINNY_SPLIT_K_CTAS=auto; fathom's default).
 lever_env() {
   local skinny=never fused=separate dependent=off inside=separate merge=never cluster=off splitk=off
   case $1 in
