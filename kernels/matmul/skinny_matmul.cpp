@@ -75,9 +75,11 @@ int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count) {
   if (choice != kSkinnySplitKAuto) return choice;
   const int64_t tiles = (n + kSkinnyTileRows - 1) / kSkinnyTileRows, chunks = k / kSkinnyChunk;
   if (2 * tiles > sm_count) return 1;  // the SMs are mostly busy already: a cluster's merge costs more than it adds
+  // Two chunks of K a warp at least: with one, a CTA's loads are a single round trip, and the cluster's barrier and
+  // merge cost what the added SMs gain.
   int ctas = 1;
   while (ctas < kSkinnySplitKMaxCtas && tiles * (ctas + 1) <= int64_t(kSkinnyMinCtasPerSm) * sm_count &&
-         int64_t(kSkinnyCtaWarps) * (ctas + 1) <= chunks)
+         int64_t(2 * kSkinnyCtaWarps) * (ctas + 1) <= chunks)
     ++ctas;
   return ctas;
 }

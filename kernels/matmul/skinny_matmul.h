@@ -124,7 +124,7 @@ void set_skinny_split_k_ctas(int ctas);
 int parse_skinny_split_k_ctas(std::string_view text, std::string_view source);
 // CTAs a tile's K is split across for a weight of n rows and k columns that takes one tile a CTA, on sm_count SMs,
 // under `choice` (1, a count, or kSkinnySplitKAuto). auto splits only a weight whose tiles leave at least half the SMs
-// idle, and then into the most CTAs, up to 8, that leave no more than kSkinnyMinCtasPerSm CTAs an SM and a chunk
+// idle, and then into the most CTAs, up to 8, that leave no more than kSkinnyMinCtasPerSm CTAs an SM and two chunks
 // of K for every warp; else 1.
 int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 

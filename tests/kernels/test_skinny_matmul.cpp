@@ -63,15 +63,16 @@ TEST(SkinnyMatmul, SplitKCtasReadOffAutoOrACount) {
   EXPECT_EQ(skinny_split_k_ctas(), 3);
 }
 
-// auto splits K only where one CTA a tile leaves at least half the SMs idle: on 132 SMs the 190M's o_proj and
-// down_proj (48 tiles; K 768 and 3072) in as many CTAs as leave two an SM and a chunk a warp, the 1B's (128 tiles) not
-// at all; a count is taken as it is, off stays off.
+// auto splits K only where one CTA a tile leaves at least half the SMs idle: on 132 SMs the 190M's down_proj (48 tiles,
+// K 3072) in as many CTAs as leave two an SM and two chunks a warp, not its o_proj (K 768: 24 chunks) nor the 1B's
+// (128 tiles); a count is taken as it is, off stays off.
 TEST(SkinnyMatmul, SplitKCtasAutoSplitsOnlyWeightsThatLeaveHalfTheSmsIdle) {
   const int sms = 132;
-  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 768, 768, sms), 3);     // 24 chunks: 8 warps x 3
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 768, 768, sms), 1);     // 24 chunks: 1.5 a warp in two CTAs
   EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 768, 3072, sms), 5);    // 48 x 5 CTAs <= 2 x 132
   EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 16, 1 << 16, sms), 8);  // at most 8
   EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 16, 64, sms), 1);       // 2 chunks: nothing to share
+  EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 16, 1536, sms), 3);     // 48 chunks: two a warp of 3 CTAs
   EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, 1056, 4096, sms), 4);   // 66 tiles: half the SMs idle
   for (const int64_t n : {1057, 2048})
     for (const int64_t k : {2048, 8192}) EXPECT_EQ(skinny_split_k_ctas_for(kSkinnySplitKAuto, n, k, sms), 1) << n;
