@@ -28,9 +28,9 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
-// Unset: auto. On an H100 it took the 190M's batch-1 step from 0.422 / 0.434 ms to 0.410 / 0.407 (3 and 5 CTAs for
-// its o_proj and down_proj), 1.0-4.6% less time in every cell at batch 1 and 8, context 128 and 4096; split in two
-// CTAs, the 1B's (128 tiles on 132 SMs) took 1.1-2.0% more in every cell, so auto leaves weights that wide alone
+// Unset: auto. On an H100 it took the 190M's step (its down_proj split in 5) 4.2% below the unsplit launch's at batch 1
+// and context 128, 1.2-4.0% in the other cells; the 1B's weights, split in 2 or 4 CTAs, cost 1.1-3.1% in every cell,
+// and the 190M's o_proj, one chunk a warp in 3, 1.4 us a layer: auto's two limits
 // (bench/results/2026-12-07_split_k_ctas_h100.md).
 constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", kSkinnySplitKAuto,
                                                   parse_skinny_split_k_ctas);
