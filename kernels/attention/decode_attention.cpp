@@ -77,9 +77,11 @@ Toggle merge_in_cluster_choice() { return merge_in_cluster_in_force.get(); }
 
 void set_merge_in_cluster_choice(Toggle choice) { merge_in_cluster_in_force.set(choice); }
 
-bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles) {
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles,
+                       int64_t split_blocks, int sm_count) {
   return merge_in_cluster_choice() == Toggle::on && merges_itself(rows_per_kv_head, has_depth) &&
-         grid_splits <= kMergeInClusterMaxSplits && split_tiles <= kMergeInClusterMaxSplitTiles;
+         grid_splits <= kMergeInClusterMaxSplits && split_tiles <= kMergeInClusterMaxSplitTiles &&
+         split_blocks <= sm_count;
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

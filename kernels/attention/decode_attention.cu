@@ -719,8 +719,10 @@ SplitPlan launch_plan(int64_t B, int64_t Hk, int64_t R, int64_t length, bool dev
 
 // Who merges the splits of a launch with this plan (decode_attention.h's rules; clusters where the device and the
 // build have them).
-DecodeMerge plan_merge(const SplitPlan& plan, int64_t B, int64_t Hk, int64_t R, bool has_depth, Device device) {
-  if (merges_in_cluster(R, has_depth, plan.splits, plan.chunk / kTileKeys) && supports_sm90_launches(device.index))
+DecodeMerge plan_merge(const SplitPlan& plan, int64_t B, int64_t Hk, int64_t R, bool has_depth, Device device,
+                       int sm_count) {
+  if (merges_in_cluster(R, has_depth, plan.splits, plan.chunk / kTileKeys, B * Hk * plan.row_blocks, sm_count) &&
+      supports_sm90_launches(device.index))
     return DecodeMerge::cluster;
   if (merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters)
     return DecodeMerge::counter;
@@ -759,7 +761,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
 
   // Up to 4 rows a KV head take the few-rows kernel, which may merge its own splits.
   const bool rows_kernel = R <= kDecodeRowsKernelMaxRows;
-  const DecodeMerge merge = plan_merge(plan, B, Hk, R, has_depth, device);
+  const DecodeMerge merge = plan_merge(plan, B, Hk, R, has_depth, device, sm_count);
   Tensor o = Tensor::empty(q.shape(), DType::bf16, device);
   // The partials in global memory, unless a cluster keeps them in shared memory.
   const int64_t part_rows = merge == DecodeMerge::cluster ? 0 : B * Hk * plan.splits * R;
@@ -841,7 +843,7 @@ Tensor run_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
 DecodeMerge decode_attention_merge(int64_t B, int64_t Hk, int64_t R, int64_t length, bool has_depth, bool device_held,
                                    Device device) {
   const int sm_count = device_properties(device.index).multiProcessorCount;
-  return plan_merge(launch_plan(B, Hk, R, length, device_held, sm_count), B, Hk, R, has_depth, device);
+  return plan_merge(launch_plan(B, Hk, R, length, device_held, sm_count), B, Hk, R, has_depth, device, sm_count);
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t length,

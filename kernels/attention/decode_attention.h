@@ -82,16 +82,20 @@ bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_spli
 // -> 150.5 at 1B. Alone, a launch at batch 1 over 128 or 512 positions ran 1.11-1.31x the combine kernel's speed,
 // but at batch 32 over 512 to 64K positions (2 or 3 splits of several tiles) a GQA launch (4 rows a KV head) ran
 // 0.78-0.85x and a 190M-like one down to 0.97x, hence the tile limit
-// (bench/results/2026-12-07_cluster_merge_h100.md).
+// (bench/results/2026-12-07_cluster_merge_h100.md). Where one split's blocks (B Hk row blocks) outnumber the SMs, they
+// fill the GPU by themselves and hide the combine launch: the Llama-3.2-1B shape at batch 32, context 128 (256 blocks a
+// split) took 2.063-2.064 ms a step with the cluster against 1.977-1.984 without, batch 8 (64) the same either way
+// (bench/results/2026-12-07_llama_gpt_fast_h100.md), hence the block limit.
 constexpr int64_t kMergeInClusterMaxSplits = 8;
 constexpr int64_t kMergeInClusterMaxSplitTiles = 1;
 Toggle merge_in_cluster_choice();
 void set_merge_in_cluster_choice(Toggle choice);
 // Whether the choice in force gives a launch the cluster: rows_per_kv_head within the few-rows kernel, no depth
-// slots, grid_splits at most kMergeInClusterMaxSplits and split_tiles (the most tiles a split reads; with a
-// device-held length, the capacity's) at most kMergeInClusterMaxSplitTiles. The device's part is
-// cuda::decode_attention_merge's.
-bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles);
+// slots, grid_splits at most kMergeInClusterMaxSplits, split_tiles (the most tiles a split reads; with a
+// device-held length, the capacity's) at most kMergeInClusterMaxSplitTiles, and split_blocks (a split's blocks: B Hk
+// row blocks) at most the device's sm_count. The device's part is cuda::decode_attention_merge's.
+bool merges_in_cluster(int64_t rows_per_kv_head, bool has_depth, int64_t grid_splits, int64_t split_tiles,
+                       int64_t split_blocks, int sm_count);
 
 namespace cuda {
 // The merge the bf16 kernel's launch runs for B sequences, Hk KV heads and R = G * Tq query rows a KV head on

@@ -186,18 +186,22 @@ TEST(DecodeAttention, MergesInSplitOnlyWhereThePolicyAndTheKernelAllow) {
 }
 
 // Where the bf16 kernel merges in a thread-block cluster: the few-rows kernel without depth slots, at most
-// kMergeInClusterMaxSplits splits of at most kMergeInClusterMaxSplitTiles tiles, with the choice on.
+// kMergeInClusterMaxSplits splits of at most kMergeInClusterMaxSplitTiles tiles and of at most an SM's worth of
+// blocks each (132 SMs here), with the choice on.
 TEST(DecodeAttention, MergesInClusterOnlyWhereTheChoiceAndTheKernelAllow) {
   {
     MergeInClusterScope on(Toggle::on);
-    EXPECT_TRUE(merges_in_cluster(1, false, 1, 1));
-    EXPECT_TRUE(
-        merges_in_cluster(kDecodeRowsKernelMaxRows, false, kMergeInClusterMaxSplits, kMergeInClusterMaxSplitTiles));
-    EXPECT_FALSE(merges_in_cluster(1, false, kMergeInClusterMaxSplits + 1, 1));
-    EXPECT_FALSE(merges_in_cluster(1, false, 2, kMergeInClusterMaxSplitTiles + 1));  // long splits
-    EXPECT_FALSE(merges_in_cluster(kDecodeRowsKernelMaxRows + 1, false, 2, 1));      // the tile kernel
-    EXPECT_FALSE(merges_in_cluster(1, true, 2, 1));                                  // depth slots
+    const int sms = 132;
+    EXPECT_TRUE(merges_in_cluster(1, false, 1, 1, 1, sms));
+    EXPECT_TRUE(merges_in_cluster(kDecodeRowsKernelMaxRows, false, kMergeInClusterMaxSplits,
+                                  kMergeInClusterMaxSplitTiles, sms, sms));
+    EXPECT_FALSE(merges_in_cluster(1, false, kMergeInClusterMaxSplits + 1, 1, 8, sms));
+    EXPECT_FALSE(merges_in_cluster(1, false, 2, kMergeInClusterMaxSplitTiles + 1, 8, sms));  // long splits
+    EXPECT_FALSE(merges_in_cluster(kDecodeRowsKernelMaxRows + 1, false, 2, 1, 8, sms));      // the tile kernel
+    EXPECT_FALSE(merges_in_cluster(1, true, 2, 1, 8, sms));                                  // depth slots
+    EXPECT_FALSE(merges_in_cluster(4, false, 3, 1, 32 * 8, sms));  // Llama-3.2-1B's 8 KV heads at batch 32
+    EXPECT_TRUE(merges_in_cluster(4, false, 3, 1, 8 * 8, sms));    // and at batch 8
   }
   MergeInClusterScope off(Toggle::off);
-  EXPECT_FALSE(merges_in_cluster(1, false, 2, 1));
+  EXPECT_FALSE(merges_in_cluster(1, false, 2, 1, 8, 132));
 }
