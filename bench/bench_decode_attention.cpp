@@ -11,7 +11,8 @@
 // all: those figures are DRAM, not L2, bandwidth (the shorter caches' are latency). Rows without depth slots are timed
 // two or three times: splits merged by the combine kernel, by the split kernel's counter (FATHOM_MERGE_IN_SPLIT never
 // and always, the cluster merge off), and where the rule lets the launch merge in a thread-block cluster (at most 8
-// splits of one tile each: the short caches; FATHOM_MERGE_IN_CLUSTER on, decode_attention.h).
+// splits of one tile each, each of at most as many blocks as SMs: the short caches at small batch;
+// FATHOM_MERGE_IN_CLUSTER on, decode_attention.h).
 // Usage: bench_decode_attention [reps]   (default 50)
 #include <algorithm>
 #include <cmath>

@@ -31,9 +31,10 @@
 // its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
 // with the combine kernel's own code (combine_row), so the output is the combine kernel's bit for bit, one launch and
 // one dependency a layer fewer. That last block sets the counter back to zero. Where merges_in_cluster says so
-// instead (at most 8 splits of one tile each), a row block's splits run as one thread-block cluster
-// (kernels/hopper/cluster.cuh): each stores its partial into split 0's shared memory, and after the cluster's barrier
-// split 0 merges them with the same combine_row, reading them there: no atomic, no fence, no global round trip.
+// instead (at most 8 splits of one tile each, a split of at most as many blocks as SMs), a row block's splits run as
+// one thread-block cluster (kernels/hopper/cluster.cuh): each stores its partial into split 0's shared memory, and
+// after the cluster's barrier split 0 merges them with the same combine_row, reading them there: no atomic, no fence,
+// no global round trip.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -82,10 +82,13 @@ bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_spli
 // -> 150.5 at 1B. Alone, a launch at batch 1 over 128 or 512 positions ran 1.11-1.31x the combine kernel's speed,
 // but at batch 32 over 512 to 64K positions (2 or 3 splits of several tiles) a GQA launch (4 rows a KV head) ran
 // 0.78-0.85x and a 190M-like one down to 0.97x, hence the tile limit
-// (bench/results/2026-12-07_cluster_merge_h100.md). Where one split's blocks (B Hk row blocks) outnumber the SMs, they
-// fill the GPU by themselves and hide the combine launch: the Llama-3.2-1B shape at batch 32, context 128 (256 blocks a
-// split) took 2.063-2.064 ms a step with the cluster against 1.977-1.984 without, batch 8 (64) the same either way
-// (bench/results/2026-12-07_llama_gpt_fast_h100.md), hence the block limit.
+// (bench/results/2026-12-07_cluster_merge_h100.md). In a whole decoding step the Llama-3.2-1B shape at batch 32,
+// context 128 (256 blocks a split, twice the SMs) took 2.063-2.064 ms with the cluster against 1.977-1.984 without, and
+// batch 8 (64 blocks) the same either way (bench/results/2026-12-07_llama_gpt_fast_h100.md), hence the block limit:
+// at most as many blocks a split as SMs. Alone, that batch-32 launch had run 1.12x faster in a cluster, so the cost is
+// in the step around it (likely: so many blocks fill the GPU without the merge's help, and clusters delay the launch
+// that follows); OLMo2 at batch 32 (384 and 512 blocks), which the limit also moves to the combine kernel, is not
+// measured.
 constexpr int64_t kMergeInClusterMaxSplits = 8;
 constexpr int64_t kMergeInClusterMaxSplitTiles = 1;
 Toggle merge_in_cluster_choice();

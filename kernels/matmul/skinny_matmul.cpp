@@ -29,7 +29,7 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
 // Unset: auto. On an H100 it took the 190M's step (its down_proj split in 5) 4.2% below the unsplit launch's at batch 1
-// and context 128, 1.2-4.0% in the other cells; the 1B's weights, split in 2 or 4 CTAs, cost 1.1-3.1% in every cell,
+// and context 128, 1.2-4.0% in the other cells; the 1B's weights, split in 2 or 4 CTAs, cost 1.2-3.1% in every cell,
 // and the 190M's o_proj, one chunk a warp in 3, 1.4 us a layer: auto's two limits
 // (bench/results/2026-12-07_split_k_ctas_h100.md).
 constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", kSkinnySplitKAuto,

@@ -31,8 +31,8 @@
 //
 // Groups. skinny_matmul_grouped multiplies one x by up to kSkinnyMatmulMaxGroup weights (a layer's
 // q/k/v or gate/up) in one launch: the grid is the concatenation of each weight's own CTAs, with the
-// row_tiles a call of its own would pick, so every output equals its single call bit for bit and a
-// decoding step saves the launches and the tails between them.
+// row_tiles a call of its own would pick, so every output equals its single call bit for bit (where that call does
+// not split K across CTAs, below) and a decoding step saves the launches and the tails between them.
 //
 // SwiGLU. skinny_swiglu multiplies x by gate_proj's and up_proj's weights and writes silu(gate) * up, not
 // the two products: a CTA of 16 warps is the two CTAs that would take the same rows of each weight, side

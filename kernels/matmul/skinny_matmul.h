@@ -52,12 +52,14 @@ Tensor skinny_matmul(const Tensor& x, const Tensor& w, DType out_dtype);
 
 // ys[i] = x ws[i]^T for 1 to kSkinnyMatmulMaxGroup weights of one x (the projections of one input), each
 // as skinny_matmul(x, ws[i], ys[i]) alone; the outputs share one dtype. On CUDA one launch runs them all,
-// and each output equals its single call bit for bit (skinny_matmul.cu, "Groups").
+// and each output equals its single call bit for bit where that call does not split K across CTAs
+// (skinny_matmul.cu, "Groups"; FATHOM_SKINNY_SPLIT_K_CTAS below).
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 
 // y = silu(x gate^T) * x up^T, SwiGLU of the two products as skinny_matmul would store them in y's dtype,
-// bit for bit: gate and up [F, K] BF16, y [M, F] BF16 or F32, M <= kSkinnyMatmulMaxRows. On CUDA one
-// launch that writes neither product (skinny_matmul.cu, "SwiGLU"); on the CPU the products, then SwiGLU.
+// bit for bit where those calls do not split K across CTAs: gate and up [F, K] BF16, y [M, F] BF16 or F32, M <=
+// kSkinnyMatmulMaxRows. On CUDA one launch that writes neither product (skinny_matmul.cu, "SwiGLU"); on the CPU the
+// products, then SwiGLU.
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 
 // A block's residual step, the norm that joins a sublayer's output x to the stream: post-norm (OLMo2)
@@ -105,7 +107,8 @@ SwigluProjection swiglu_projection_choice();
 void set_swiglu_projection_choice(SwigluProjection choice);
 
 // The kernel's work split, which the host's rules below share: rows of W a tile (the MMA's M), K a warp step
-// (4 lanes x 8 elements), warps a CTA, and the CTAs an SM a launch aims to leave at least (skinny_matmul.cu).
+// (4 lanes x 8 elements), warps a CTA, and the CTAs an SM that a launch's row tiles aim to leave at least and its
+// split across cluster CTAs at most (skinny_matmul.cu).
 constexpr int kSkinnyTileRows = 16;
 constexpr int kSkinnyChunk = 32;
 constexpr int kSkinnyCtaWarps = 8;

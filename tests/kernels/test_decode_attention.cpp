@@ -186,8 +186,8 @@ TEST(DecodeAttention, MergesInSplitOnlyWhereThePolicyAndTheKernelAllow) {
 }
 
 // Where the bf16 kernel merges in a thread-block cluster: the few-rows kernel without depth slots, at most
-// kMergeInClusterMaxSplits splits of at most kMergeInClusterMaxSplitTiles tiles and of at most an SM's worth of
-// blocks each (132 SMs here), with the choice on.
+// kMergeInClusterMaxSplits splits of at most kMergeInClusterMaxSplitTiles tiles, each of at most as many blocks as
+// SMs (split_blocks <= sm_count; 132 here), with the choice on.
 TEST(DecodeAttention, MergesInClusterOnlyWhereTheChoiceAndTheKernelAllow) {
   {
     MergeInClusterScope on(Toggle::on);

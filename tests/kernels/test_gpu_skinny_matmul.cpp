@@ -75,9 +75,9 @@ TEST(GpuSkinnyMatmul, MatchesTheCpuOnAwkwardShapes) {
 // K split across the CTAs of a cluster (FATHOM_SKINNY_SPLIT_K_CTAS) for every count and auto: against the CPU on
 // decoding's narrow shapes and awkward ones (K off the chunk, few chunks for many warps, N off the tile, every M tile
 // count), and the same bits on a second run. Every shape takes one tile a CTA (at least 8 chunks of K), so every
-// count clusters it, and auto those whose tiles leave half the SMs idle; K of 16392 gives the warps of 8 CTAs whole
-// steps of 8 chunks. A grouped launch of two or more
-// weights does not take it (its members keep their single calls' bits only where the choice is off).
+// count clusters it, and auto those whose tiles leave half the SMs idle with two chunks a warp (here 768 x 3072 in 5
+// CTAs and 100 x 16392 in 8); K of 16392 gives the warps of 8 CTAs whole steps of 8 chunks. A grouped launch of two or
+// more weights does not take it (its members keep their single calls' bits only where the choice is off).
 TEST(GpuSkinnyMatmul, KSplitAcrossClusterCtasMatchesTheCpu) {
   FATHOM_REQUIRE_GPU();
   if (!cuda::current_device_supports_sm90_launches()) GTEST_SKIP() << "thread-block clusters need sm_90";
@@ -335,7 +335,7 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
 // ahead still runs, and must wait for it before they read its output. One GEMM is wider than the GPU holds at once
 // (784 CTAs of 8 tiles), so its successor launches only as its last CTAs finish their loads. Eager and replayed from a
 // graph, every output must keep the bits of ordinary launches; each output is NaN until written, so a product that
-// read its input early shows. Then with K split across the CTAs of clusters (auto; on 132 SMs 4 CTAs a tile for the
+// read its input early shows. Then with K split across the CTAs of clusters (auto; on 132 SMs 2 CTAs a tile for the
 // d x d GEMMs and 8 for the last, narrow one), against ordinary launches with the same split.
 TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
   FATHOM_REQUIRE_GPU();
@@ -371,6 +371,7 @@ TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
 // BF16 and F32 outputs, an unaligned x; and close to the CPU's products and SwiGLU.
 TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
   FATHOM_REQUIRE_GPU();
+  SkinnySplitKCtasScope one_cta_a_tile(1);  // single calls that split K across CTAs differ in bits
   uint64_t seed = 300;
   for (const int64_t m : {1, 8, 9, 32})
     for (const auto& [f, k] : {std::pair<int64_t, int64_t>{3072, 768}, {8192, 2048}, {37, 100}, {16, 24}, {130, 1003}})
