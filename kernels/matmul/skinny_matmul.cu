@@ -55,7 +55,8 @@
 // cluster of C CTAs: warp w of rank q takes split q k_splits + w of C k_splits, each CTA adds its warps' partial sums
 // as above, ranks past 0 store theirs into rank 0's shared memory (kernels/hopper/cluster.cuh), and rank 0 adds them
 // in rank order and writes y. Deterministic, but its sums are not the one-CTA launch's. By default only where the
-// tiles leave half the SMs idle (the 190M's 48, not the 1B's 128): there the extra SMs' bandwidth pays for the merge.
+// tiles leave half the SMs idle and every warp keeps two chunks of K (skinny_split_k_ctas_for: the 190M's down_proj,
+// not its o_proj nor the 1B's 128 tiles): there the extra SMs' bandwidth pays for the merge.
 //
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
