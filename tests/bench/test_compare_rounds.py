@@ -6,11 +6,12 @@ only.
   python3 tests/bench/test_compare_rounds.py
 """
 import pathlib
-import subprocess
 import sys
-import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / 'bench' / 'compare_rounds.py'
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / 'support'))
+from script_check import BENCH, run_script, verdict  # noqa: E402
+
+SCRIPT = BENCH / 'compare_rounds.py'
 
 
 def row(label, batch, context, ms, system='fathom generate'):
@@ -18,10 +19,8 @@ def row(label, batch, context, ms, system='fathom generate'):
 
 
 def run(rows, *flags):
-    with tempfile.TemporaryDirectory() as folder:
-        path = pathlib.Path(folder) / 'generate.md'
-        path.write_text('# title\n\n| system | model | ... |\n| --- | --- |\n' + '\n'.join(rows) + '\n')
-        return subprocess.run([sys.executable, str(SCRIPT), str(path), *flags], capture_output=True, text=True)
+    text = '# title\n\n| system | model | ... |\n| --- | --- |\n' + '\n'.join(rows) + '\n'
+    return run_script(SCRIPT, text, *flags, name='generate.md')
 
 
 def main():
@@ -57,10 +56,7 @@ def main():
         if result.returncode == 0 or message not in result.stderr:
             failures.append(f'{what}: rc {result.returncode}, stderr {result.stderr!r}, expected {message!r}')
 
-    for failure in failures:
-        print('FAIL:', failure)
-    print('compare_rounds.py:', 'FAILED' if failures else 'passed')
-    return 1 if failures else 0
+    return verdict('compare_rounds.py', failures)
 
 
 if __name__ == '__main__':

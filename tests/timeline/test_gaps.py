@@ -5,9 +5,11 @@ launches of a step with its repeating block (the layers) folded, and the refusal
   python3 tests/timeline/test_gaps.py
 """
 import importlib.util
+import pathlib
 import sys
 
-from script_check import TIMELINE, run_script, verdict
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / 'support'))
+from script_check import TIMELINE, run_script, verdict  # noqa: E402
 
 
 def timeline(steps, blocks=(4,)):
@@ -51,7 +53,7 @@ def main():
 
     # Each kernel's cost a step (the last two steps): 4 attentions of 2 us, 3 GEMMs costing 8 + 2 + 2 us, the head, the
     # embedding; the rest of the 100 us is idle.
-    result = run_script('gaps.py', timeline(3), '--decode-steps', '2')
+    result = run_script(TIMELINE / 'gaps.py', timeline(3), '--decode-steps', '2')
     want = {'attention': 8.0, 'gemm': 12.0, 'head': 5.0, 'embedding_forward_kernel': 1.0, '(idle)': 74.0}
     got = {}
     for line in result.stdout.splitlines()[2:]:
@@ -61,7 +63,7 @@ def main():
         failures.append(f'--decode-steps: rc {result.returncode}, {got}, expected {want}: {result.stderr.strip()}')
 
     # Launch by launch: the embedding, the block of (attention, GEMM) run 3 times and then its attention, the head.
-    result = run_script('gaps.py', timeline(3), '--decode-steps', '2', '--launches')
+    result = run_script(TIMELINE / 'gaps.py', timeline(3), '--decode-steps', '2', '--launches')
     lines = result.stdout.splitlines()
     want = ['decoding step: 9 launches; medians over the last 2 steps',
             ' duration      cost  launch (us)',
@@ -74,10 +76,10 @@ def main():
         failures.append('--launches:\n' + '\n'.join(lines) + f'\nexpected\n' + '\n'.join(want) + result.stderr)
 
     # Refusals, by name.
-    result = run_script('gaps.py', timeline(3), '--launches')
+    result = run_script(TIMELINE / 'gaps.py', timeline(3), '--launches')
     if result.returncode == 0 or '--decode-steps' not in result.stderr:
         failures.append(f'--launches alone was not refused by name: rc {result.returncode}, {result.stderr.strip()}')
-    result = run_script('gaps.py', timeline(3, blocks=(4, 5)), '--decode-steps', '2', '--launches')
+    result = run_script(TIMELINE / 'gaps.py', timeline(3, blocks=(4, 5)), '--decode-steps', '2', '--launches')
     if result.returncode == 0 or 'do not run the same launches' not in result.stderr:
         failures.append(f'steps of different launches were not refused: rc {result.returncode}, {result.stderr}')
 

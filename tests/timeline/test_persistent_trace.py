@@ -3,9 +3,11 @@
 number of marks a layer. Standard library only.
   python3 tests/timeline/test_persistent_trace.py
 """
+import pathlib
 import sys
 
-from script_check import run_script, verdict
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / 'support'))
+from script_check import TIMELINE, run_script, verdict  # noqa: E402
 
 KINDS = ['q/k/v input', 'q/k/v GEMM', 'barrier 1', 'attention: q/k', 'attention: tiles', 'attention: merge',
          'barrier 2', 'o_proj input + GEMM', 'barrier 3', 'gate/up input + GEMM', 'barrier 4', 'down input + GEMM',
@@ -33,7 +35,7 @@ def main():
     failures = []
     # Two layers; CTA 0 spends 1 us an interval, CTA 1 3 us: every kind of a layer sums to 2 and 6 us over the two
     # layers (median of the two CTAs 4, max 6), the head's two 1 and 3, the step 28 intervals.
-    result = run_script('persistent_trace.py', trace(2, len(KINDS), [1000, 3000]))
+    result = run_script(TIMELINE / 'persistent_trace.py', trace(2, len(KINDS), [1000, 3000]))
     if result.returncode != 0:
         failures.append(f'a 13-mark trace failed: {result.stderr.strip()}')
     else:
@@ -46,7 +48,7 @@ def main():
         if '2 CTAs, 2 layers' not in result.stdout.splitlines()[0]:
             failures.append(f'the header does not name 2 CTAs and 2 layers: {result.stdout.splitlines()[0]}')
     # A trace of the kernel's earlier layout (11 marks a layer) is refused by name.
-    result = run_script('persistent_trace.py', trace(1, 11, [1000]))
+    result = run_script(TIMELINE / 'persistent_trace.py', trace(1, 11, [1000]))
     if result.returncode == 0 or '11 marks a layer' not in result.stderr:
         failures.append(f'an 11-mark trace was not refused by name: rc {result.returncode}, {result.stderr.strip()}')
     return verdict('persistent_trace.py', failures)
