@@ -376,7 +376,7 @@ __device__ __forceinline__ void epilogue(const Args& a, Smem& s, Kind kind, int 
         s.gate[local] = out;  // read at the up row's epilogue, in a later chunk (after the barrier that flushes it)
       } else {
         const float g = to_float(s.gate[local]);
-        a.ACT[row] = from_float<bf16>(g * sigmoid(g) * to_float(out));  // SwiGLU as the swiglu kernel rounds it
+        a.ACT[row] = from_float<bf16>(swiglu_value(g, to_float(out)));  // SwiGLU as the swiglu kernel rounds it
       }
       break;
     case Kind::down:

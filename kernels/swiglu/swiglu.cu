@@ -19,10 +19,7 @@ struct SwigluForwardOp {
     const Pack<T, N> g = load_pack<N>(gate + i), u = load_pack<N>(up + i);
     Pack<T, N> out;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float gk = to_float(g.v[k]);
-      out.v[k] = from_float<T>(gk * sigmoid(gk) * to_float(u.v[k]));
-    }
+    for (int k = 0; k < N; ++k) out.v[k] = from_float<T>(swiglu_value(to_float(g.v[k]), to_float(u.v[k])));
     store_pack<N>(y + i, out);
   }
 };
