@@ -137,24 +137,6 @@ std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variabl
   return Variable(std::move(y));
 }
 
-std::optional<Variable> linear_of_swiglu(const Variable& gate, const Variable& up, const Variable& weight) {
-  FATHOM_CHECK(gate.defined() && up.defined() && weight.defined(), "linear of swiglu: undefined input");
-  const bool records = gate.requires_grad() || up.requires_grad() || weight.requires_grad();
-  // The cheap refusals first: evaluation's many rows allocate nothing here.
-  if ((records && GradMode::enabled()) || !gate.device().is_cuda() || swiglu_in_down_proj_choice() != Fusion::fused ||
-      gate.dtype() != DType::bf16 || up.dtype() != DType::bf16 || gate.shape() != up.shape() ||
-      gate.shape().rows() > kSkinnyMatmulMaxRows)
-    return std::nullopt;
-  const Tensor g = gate.value().view({gate.shape().rows(), gate.shape().last()});
-  const Tensor u = up.value().view(g.shape());
-  const Tensor& w = weight.compute_value();
-  if (!use_skinny_matmul(g, false, w, true, DType::bf16, 1.0, 0.0)) return std::nullopt;
-  Tensor y = linear_output(gate, weight, DType::bf16);
-  Tensor y2d = y.view({g.dim(0), w.dim(0)});
-  skinny_matmul_of_swiglu(g, u, w, y2d);
-  return Variable(std::move(y));
-}
-
 std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
                                                                const Variable& x, const Variable& norm_weight,
                                                                double eps, std::span<const Variable* const> weights) {

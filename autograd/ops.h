@@ -27,11 +27,6 @@ std::vector<Variable> linear_each(const Variable& x, std::span<const Variable* c
 // has few enough rows for the skinny GEMM (a decoding step's MLP; swiglu_projection_choice() fused); else
 // nothing, and the caller composes the two linears and swiglu. Bit for bit the composition's result.
 std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variable& gate, const Variable& up);
-// linear(swiglu(gate, up), weight) in one skinny_matmul_of_swiglu launch where nothing records a gradient, the
-// products are BF16 rows on a GPU that the skinny GEMM's policy takes and swiglu_in_down_proj_choice() is fused (a
-// decoding step's down_proj); else nothing, and the caller composes swiglu and the linear. Bit for bit the
-// composition's result.
-std::optional<Variable> linear_of_swiglu(const Variable& gate, const Variable& up, const Variable& weight);
 // A block's residual step and the linears of what the next sublayer reads, in one
 // skinny_matmul_after_residual_step launch (kernels/matmul/skinny_matmul.h) where nothing records a gradient,
 // the rows are a decoding step's on a GPU that the launch takes, the skinny GEMM's policy takes each product and

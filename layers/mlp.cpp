@@ -22,14 +22,7 @@ Variable MLP::forward(const Variable& x) const {
   // Up before gate: the order fathom has always recorded them in (so x's gradient sums its two parts
   // in the same order and training stays bit-identical); it is now explicit, not the compiler's choice.
   const std::vector<Variable> up_gate = project_each(x, {&up_proj_, &gate_proj_});
-  return down_of_swiglu(up_gate[1], up_gate[0]);
-}
-
-Variable MLP::down_of_swiglu(const Variable& gate, const Variable& up) const {
-  // A decoding step's down_proj gates its input as it loads it where FATHOM_SWIGLU_IN_DOWN_PROJ=fused asks for it.
-  if (!down_proj_.fp8())
-    if (std::optional<Variable> y = linear_of_swiglu(gate, up, down_proj_.weight())) return *y;
-  return down_proj_.forward(swiglu(gate, up));
+  return down_proj_.forward(swiglu(up_gate[1], up_gate[0]));
 }
 
 std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(ResidualStep kind,
@@ -41,7 +34,7 @@ std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(Re
   std::optional<ResidualProjections> step =
       project_each_after_residual_step(kind, residual, x, norm, {&up_proj_, &gate_proj_});  // forward's order
   if (!step) return std::nullopt;
-  return std::pair{step->h, down_of_swiglu(step->ys[1], step->ys[0])};
+  return std::pair{step->h, down_proj_.forward(swiglu(step->ys[1], step->ys[0]))};
 }
 
 }  // namespace fathom

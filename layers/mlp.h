@@ -23,9 +23,6 @@ class MLP : public Module {
                                                                            const RMSNorm& norm) const;
 
  private:
-  // down_proj(swiglu(gate, up)) of the two products.
-  Variable down_of_swiglu(const Variable& gate, const Variable& up) const;
-
   Linear gate_proj_, up_proj_, down_proj_;
 };
 

@@ -26,9 +26,6 @@ constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTI
 // Unset: fused. Its GPU tests passed and it took the Llama shape's batch-1 step from 1.445 to 1.409 ms on an H100;
 // on OLMo2 its effect was within the spread between runs, slower in no cell by more than that
 // (bench/results/2026-12-06_prologue_and_residual_step_h100.md).
-// Unset: separate until the decoding benchmark has measured it.
-constinit KernelChoice<Fusion> swiglu_in_down_proj_in_force("FATHOM_SWIGLU_IN_DOWN_PROJ", Fusion::separate,
-                                                            parse_fusion);
 constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_GEMM", Fusion::fused, parse_fusion);
 
 // Unset: auto. On an H100 it took the 190M's step (its down_proj split in 5) 4.2% below the unsplit launch's at batch 1
@@ -50,10 +47,6 @@ void set_skinny_matmul_policy(SkinnyMatmulPolicy policy) { policy_in_force.set(p
 SwigluProjection swiglu_projection_choice() { return swiglu_in_force.get(); }
 
 void set_swiglu_projection_choice(SwigluProjection choice) { swiglu_in_force.set(choice); }
-
-Fusion swiglu_in_down_proj_choice() { return swiglu_in_down_proj_in_force.get(); }
-
-void set_swiglu_in_down_proj_choice(Fusion choice) { swiglu_in_down_proj_in_force.set(choice); }
 
 Fusion residual_step_in_gemm_choice() { return residual_step_in_force.get(); }
 
@@ -167,17 +160,6 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   check_product("skinny_swiglu", x, up, y);
   const Device device = common_device("skinny_swiglu", {&x, &gate, &up, &y});
   on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
-}
-
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  constexpr const char* kOp = "skinny_matmul_of_swiglu";
-  check_product(kOp, gate, w, y);
-  FATHOM_CHECK(up.defined() && up.shape() == gate.shape() && up.dtype() == DType::bf16, kOp,
-               ": up must be BF16 and gate's shape, got gate ", describe(gate), ", up ", describe(up));
-  FATHOM_CHECK(y.dtype() == DType::bf16, kOp, ": y must be BF16, got ", describe(y));
-  FATHOM_CHECK(!y.shares_storage_with(up), kOp, ": the output must not share storage with an input");
-  const Device device = common_device(kOp, {&gate, &up, &w, &y});
-  on_device(kOp, device, FATHOM_KERNEL(skinny_matmul_of_swiglu), gate, up, w, y);
 }
 
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,

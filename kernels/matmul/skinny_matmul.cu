@@ -43,13 +43,6 @@
 // batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
 // ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
 //
-// SwiGLU input. skinny_matmul_of_swiglu is down_proj fed by the SwiGLU kernel without that kernel: x is the gate
-// product, and where the plain kernel loads x's eight elements a lane loads the up product's eight beside them and
-// gates them (swiglu_eight: the SwiGLU kernel's arithmetic and rounding) before the MMA. The MMAs see the SwiGLU
-// kernel's output bit for bit, so y is skinny_matmul's of it, split across CTAs where that call splits; a decoding
-// step saves the SwiGLU launch, its dependency and its output's round trip. Each CTA gates what it reads (the 8-row
-// lane groups of one token repeat it, from L1), a few exponentials a lane beside the stream over W.
-//
 // Residual step. skinny_matmul_after_residual_step begins with a block's residual step (the norm that joins a
 // sublayer's output to the stream) instead of reading x: after the wait every CTA computes the step's M rows
 // itself, in the order of sums the norm kernels use (rms_norm_forward's block of 256 threads over 16-byte
@@ -72,7 +65,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -126,20 +118,6 @@ __device__ __forceinline__ uint4 load_eight(const __nv_bfloat16* row, int k, int
   return load_elements(row, k, K);
 }
 
-// silu(gate) * up of eight BF16 pairs, rounded to BF16 as the SwiGLU kernel stores them (zero where both are zero:
-// the element loads' padding past K stays zero).
-__device__ __forceinline__ uint4 swiglu_eight(const uint4& gate, const uint4& up) {
-  Pack<__nv_bfloat16, 8> g, u, y;
-  static_assert(sizeof(g) == sizeof(uint4));
-  memcpy(&g, &gate, sizeof(uint4));
-  memcpy(&u, &up, sizeof(uint4));
-#pragma unroll
-  for (int i = 0; i < 8; ++i) y.v[i] = from_float<__nv_bfloat16>(swiglu_value(to_float(g.v[i]), to_float(u.v[i])));
-  uint4 out;
-  memcpy(&out, &y, sizeof(uint4));
-  return out;
-}
-
 // The two MMAs of one chunk for one 8-token tile (the k permutation in the file comment).
 __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
   const uint32_t first[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y};
@@ -148,9 +126,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& w_lo, co
   flash::mma_16816(acc, second, x.z, x.w);
 }
 
-// Where a launch's x comes from: read as given; made by a residual step ("Residual step" above), post- or pre-norm;
-// or gated from two products as it is loaded ("SwiGLU input" above).
-enum class Input { given, post_norm, pre_norm, swiglu };
+// The residual step a launch may begin with ("Residual step" above).
+enum class Step { none, post_norm, pre_norm };
 struct ResidualStepArgs {
   const __nv_bfloat16 *residual, *x, *weight;  // [M, K], [M, K], [K]
   __nv_bfloat16* h;                            // [M, K]: the stream after the step, written by CTA 0
@@ -162,13 +139,13 @@ struct ResidualStepArgs {
 // the norm kernel adds it: the threads' partial sums in their order, then block_sum's warp_sum, warp
 // partials, warp_sum. Every load goes out before the first is used, and each thread keeps its share of the
 // rows in registers through the barrier: one round trip to L2.
-template <Input kInput>
+template <Step kStep>
 __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, int M, int K) {
   constexpr int kMaxRows = int(kResidualStepMaxRows);
   // Post-norm: 16-byte packs tid, tid + kThreads, ... (rms_norm_forward_kernel<256, 8>); pre-norm: elements
   // tid, tid + kThreads, ... (add_rms_norm_forward_kernel).
-  constexpr int kPer = int(kResidualStepMaxWidth) / kThreads / (kInput == Input::post_norm ? 8 : 1);
-  constexpr int kWidth = kInput == Input::post_norm ? 8 : 1;
+  constexpr int kPer = int(kResidualStepMaxWidth) / kThreads / (kStep == Step::post_norm ? 8 : 1);
+  constexpr int kWidth = kStep == Step::post_norm ? 8 : 1;
   using P = Pack<__nv_bfloat16, kWidth>;
   __shared__ float warp_sums[kMaxRows][kWarps];
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -195,8 +172,8 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
       if (column(i) >= K) break;
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        const float v = kInput == Input::post_norm ? to_float(x[m][i].v[k])
-                                                   : to_float(rms::rounded_sum(r[m][i].v[k], x[m][i].v[k]));
+        const float v =
+            kStep == Step::post_norm ? to_float(x[m][i].v[k]) : to_float(rms::rounded_sum(r[m][i].v[k], x[m][i].v[k]));
         ss += v * v;
       }
     }
@@ -216,7 +193,7 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
       P in, h;
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        if constexpr (kInput == Input::post_norm) {
+        if constexpr (kStep == Step::post_norm) {
           h.v[k] = rms::residual_normed(to_float(r[m][i].v[k]), x[m][i].v[k], rstd, w[i].v[k]);
           in.v[k] = h.v[k];
         } else {
@@ -246,18 +223,15 @@ struct SkinnyGroup {
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
-// kInput: x as given; made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0), which reads
-// `step` and not x; or silu(x) * up, x and up being the gate and up products ("SwiGLU input" above; not kGated).
+// kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
 // kClustered: the CTAs of a cluster, group.split_ctas of them, split K for one tile ("K across CTAs" above).
-template <int kTiles, bool kVector, typename Out, bool kGated, Input kInput, bool kClustered = false>
-__device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x,
-                                                   const __nv_bfloat16* __restrict__ up, const SkinnyGroup<Out>& group,
+template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kClustered = false>
+__device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
                                                    int M, int K, const ResidualStepArgs& step) {
-  constexpr bool kStaged = kInput == Input::post_norm || kInput == Input::pre_norm;
-  static_assert(!kStaged || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
-  static_assert(kInput != Input::swiglu || !kGated, "a gated input into a gated output");
-  static_assert(!kClustered || (!kGated && !kStaged), "K across CTAs: plain one-weight launches");
+  static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
+  static_assert(!kClustered || (!kGated && kStep == Step::none), "K across CTAs: plain one-weight launches");
   if constexpr (kClustered) cluster_arrive_relaxed();  // this CTA has started (cluster.cuh)
+  constexpr bool kStaged = kStep != Step::none;
   // This CTA's weight, and its place among that weight's CTAs.
   int member = 0;
   while (member + 1 < group.count && int(blockIdx.x) >= group.first_cta[member + 1]) ++member;
@@ -291,12 +265,8 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   const __nv_bfloat16* w_lo = w + int64_t(min(n0 + g, N - 1)) * K;
   const __nv_bfloat16* w_hi = w + int64_t(min(n0 + g + 8, N - 1)) * K;
   const __nv_bfloat16* x_row[kTiles];
-  const __nv_bfloat16* up_row[kTiles];  // kInput swiglu only
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
-    if constexpr (kInput == Input::swiglu) up_row[j] = up + int64_t(min(8 * j + g, M - 1)) * K;
-  }
+  for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
   // No grid ahead writes W (dependent_launch.cuh): the CTA asks L2 for its rows' first step of W (rank 0 for
   // its cluster), then waits for the kernel ahead before it reads x.
@@ -311,21 +281,13 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   if constexpr (kStaged) {  // x is made here, into shared memory
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     const auto* staged = reinterpret_cast<__nv_bfloat16*>(staged_bytes);
-    residual_step<kInput>(step, const_cast<__nv_bfloat16*>(staged), M, K);
+    residual_step<kStep>(step, const_cast<__nv_bfloat16*>(staged), M, K);
     x_row[0] = staged + int64_t(min(g, M - 1)) * K;
   }
-  // x's eight elements at k: from the staged rows, or through the read-only path (gated, for a SwiGLU input).
+  // x's eight elements at k: from the staged rows, or through the read-only path.
   const auto load_x = [&](int j, int k) {
     if constexpr (kStaged) return *reinterpret_cast<const uint4*>(x_row[j] + k);
-    if constexpr (kInput == Input::swiglu)
-      return swiglu_eight(load_eight<kVector, false>(x_row[j], k, K), load_eight<kVector, false>(up_row[j], k, K));
     return load_eight<kVector, false>(x_row[j], k, K);
-  };
-  // The same for the partial last chunk, one element at a time, zero past K.
-  const auto load_x_elements = [&](int j, int k) {
-    if constexpr (kInput == Input::swiglu)
-      return swiglu_eight(load_elements(x_row[j], k, K), load_elements(up_row[j], k, K));
-    return load_elements(x_row[j], k, K);
   };
 
   float acc[kTiles][4] = {};
@@ -361,7 +323,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
     const int k = full_chunks * kChunk + 8 * t;
     const uint4 wl = load_elements(w_lo, k, K), wh = load_elements(w_hi, k, K);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_x_elements(j, k));
+    for (int j = 0; j < kTiles; ++j) mma_chunk(acc[j], wl, wh, load_elements(x_row[j], k, K));
   }
 
   // Every load is done: the next kernel may take the SMs this CTA leaves.
@@ -411,23 +373,20 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   }
 }
 
-// kInput: given, or swiglu with `up` the up product (null otherwise), held to two CTAs an SM (128 registers a
-// thread), which a launch split across CTAs needs (kMinCtasPerSm).
-template <int kTiles, bool kVector, typename Out, bool kGated = false, bool kClustered = false,
-          Input kInput = Input::given>
-__global__ void __launch_bounds__(cta_threads(kGated), kInput == Input::swiglu ? kMinCtasPerSm : 1)
-    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ up,
-                         const __grid_constant__ SkinnyGroup<Out> group, int M, int K) {
-  skinny_matmul_body<kTiles, kVector, Out, kGated, kInput, kClustered>(x, up, group, M, K, ResidualStepArgs{});
+template <int kTiles, bool kVector, typename Out, bool kGated = false, bool kClustered = false>
+__global__ void __launch_bounds__(cta_threads(kGated))
+    skinny_matmul_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group, int M,
+                         int K) {
+  skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none, kClustered>(x, group, M, K, ResidualStepArgs{});
 }
 
 // The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
 // an SM) so that the step's rows kept through its barrier cost no occupancy in the stream over W.
-template <Input kInput>
+template <Step kStep>
 __global__ void __launch_bounds__(kThreads, 4)
     skinny_matmul_step_kernel(const __grid_constant__ SkinnyGroup<__nv_bfloat16> group, int M, int K,
                               const __grid_constant__ ResidualStepArgs step) {
-  skinny_matmul_body<1, true, __nv_bfloat16, false, kInput>(step.x, nullptr, group, M, K, step);
+  skinny_matmul_body<1, true, __nv_bfloat16, false, kStep>(step.x, group, M, K, step);
 }
 
 // Tiles of 16 rows per CTA: double while that still leaves kMinCtasPerSm CTAs per SM, or while the
@@ -446,18 +405,15 @@ int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
 }
 
 // x W^T for each weight of ws, in one launch; gated: ws is (gate, up) and ys the one output of SwiGLU; with a
-// step (kInput post_norm or pre_norm), x is the step's x, whose rows the step turns into the products' input; with
-// kInput swiglu (and not gated), x and `up` are the gate and up products, and the input is their SwiGLU.
-template <int kTiles, typename Out, Input kInput = Input::given>
+// step (kStep), x is the step's x, whose rows the step turns into the products' input.
+template <int kTiles, typename Out, Step kStep = Step::none>
 void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
-            const ResidualStepArgs& step = {}, const Tensor* up = nullptr) {
-  constexpr bool kStaged = kInput == Input::post_norm || kInput == Input::pre_norm;
+            const ResidualStepArgs& step = {}) {
   const int M = int(x.dim(0)), K = int(x.dim(1));
   const int sm_count = device_properties(x.device().index).multiProcessorCount;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
-  const auto* up_p = up ? static_cast<const __nv_bfloat16*>(up->raw()) : nullptr;
   SkinnyGroup<Out> group{};
-  bool vector = aligned_to(16, xp) && (!up_p || aligned_to(16, up_p)) && K % 8 == 0;
+  bool vector = aligned_to(16, xp) && K % 8 == 0;
   int64_t ctas = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     const int N = int(ws[i].dim(0)), row_tiles = pick_row_tiles(N, K, sm_count);
@@ -473,43 +429,41 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   group.split_ctas = 1;
   // K across the CTAs of a cluster ("K across CTAs" above): one plain weight of one tile a CTA, 16-byte loads.
   const int split_choice = skinny_split_k_ctas();
-  if (split_choice != 1 && !kStaged && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
+  if (split_choice != 1 && kStep == Step::none && !gated && ws.size() == 1 && group.row_tiles[0] == 1 && vector &&
       supports_sm90_launches(x.device().index)) {
     group.split_ctas = skinny_split_k_ctas_for(split_choice, group.n[0], K, sm_count);
     ctas *= group.split_ctas;
   }
   group.first_cta[group.count] = int(ctas);
   const auto run = [&](auto kernel, int threads) {
-    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, up_p, group, M, K);
+    launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };
-  if constexpr (kStaged) {
-    launch_kernel(skinny_matmul_step_kernel<kInput>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)),
+  if constexpr (kStep != Step::none)
+    launch_kernel(skinny_matmul_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)),
                   M * K * int(sizeof(__nv_bfloat16)), stream, group, M, K, step);
-  } else if (gated) {
-    if constexpr (kInput == Input::given)  // a SwiGLU input never comes gated (skinny_matmul_of_swiglu)
-      vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
-             : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
-  } else if (group.split_ctas > 1) {
-    launch_kernel_in_clusters(skinny_matmul_kernel<kTiles, true, Out, false, true, kInput>, dim3(unsigned(ctas)),
-                              dim3(unsigned(kThreads)), 0, stream, unsigned(group.split_ctas), xp, up_p, group, M, K);
-  } else {
-    vector ? run(skinny_matmul_kernel<kTiles, true, Out, false, false, kInput>, kThreads)
-           : run(skinny_matmul_kernel<kTiles, false, Out, false, false, kInput>, kThreads);
-  }
+  else if (gated)
+    vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
+           : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
+  else if (group.split_ctas > 1)
+    launch_kernel_in_clusters(skinny_matmul_kernel<kTiles, true, Out, false, true>, dim3(unsigned(ctas)),
+                              dim3(unsigned(kThreads)), 0, stream, unsigned(group.split_ctas), xp, group, M, K);
+  else
+    vector ? run(skinny_matmul_kernel<kTiles, true, Out>, kThreads)
+           : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads);
 }
 
-template <typename Out, Input kInput = Input::given>
-void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated, cudaStream_t stream,
-                     const Tensor* up = nullptr) {
+template <typename Out>
+void launch_for_rows(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, bool gated,
+                     cudaStream_t stream) {
   switch ((x.dim(0) + 7) / 8) {
     case 1:
-      return launch<1, Out, kInput>(x, ws, ys, gated, stream, {}, up);
+      return launch<1, Out>(x, ws, ys, gated, stream);
     case 2:
-      return launch<2, Out, kInput>(x, ws, ys, gated, stream, {}, up);
+      return launch<2, Out>(x, ws, ys, gated, stream);
     case 3:
-      return launch<3, Out, kInput>(x, ws, ys, gated, stream, {}, up);
+      return launch<3, Out>(x, ws, ys, gated, stream);
     default:
-      return launch<4, Out, kInput>(x, ws, ys, gated, stream, {}, up);
+      return launch<4, Out>(x, ws, ys, gated, stream);
   }
 }
 
@@ -554,18 +508,9 @@ void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span
       static_cast<const __nv_bfloat16*>(step.weight.raw()), static_cast<__nv_bfloat16*>(h.raw()), float(step.eps)};
   cudaStream_t stream = stream_for(step.x.device());
   if (step.kind == ResidualStep::post_norm)
-    launch<1, __nv_bfloat16, Input::post_norm>(step.x, ws, ys, false, stream, args);
+    launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, false, stream, args);
   else
-    launch<1, __nv_bfloat16, Input::pre_norm>(step.x, ws, ys, false, stream, args);
-}
-
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  if (y.numel() == 0) return;
-  if (gate.dim(1) == 0) {  // an empty sum
-    y.zero_();
-    return;
-  }
-  launch_for_rows<__nv_bfloat16, Input::swiglu>(gate, {&w, 1}, {&y, 1}, false, stream_for(gate.device()), &up);
+    launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, false, stream, args);
 }
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {

@@ -62,13 +62,6 @@ void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::spa
 // products, then SwiGLU.
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 
-// y = swiglu(gate, up) w^T: down_proj of a decoding step's MLP fed SwiGLU of its two products, gate and up [M, K]
-// BF16 (as stored), w [N, K] BF16, y [M, N] BF16, M <= kSkinnyMatmulMaxRows. On CUDA one launch that gates x as it
-// loads it (skinny_matmul.cu, "SwiGLU input"): no SwiGLU kernel runs and its output is never written, and y equals
-// skinny_matmul(swiglu_forward(gate, up), w) bit for bit, split across CTAs as that call splits. On the CPU SwiGLU
-// rounded to BF16, then the product.
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
-
 // A block's residual step, the norm that joins a sublayer's output x to the stream: post-norm (OLMo2)
 // h = residual + rms_norm(x) w, which the next sublayer reads; pre-norm (Llama) h = residual + x, whose
 // rms_norm(h) w the next sublayer reads. Rounded as residual_rms_norm and add_rms_norm round them.
@@ -113,12 +106,6 @@ using SwigluProjection = Fusion;
 SwigluProjection swiglu_projection_choice();
 void set_swiglu_projection_choice(SwigluProjection choice);
 
-// Whether a decoding step's down_proj, where the SwiGLU kernel would feed it (SwiGLU not in gate/up's launch), gates
-// its input itself (skinny_matmul_of_swiglu, fused) or reads the SwiGLU kernel's output (separate):
-// FATHOM_SWIGLU_IN_DOWN_PROJ=fused|separate, read at the first call; unset, separate (skinny_matmul.cpp says why).
-Fusion swiglu_in_down_proj_choice();
-void set_swiglu_in_down_proj_choice(Fusion choice);
-
 // The kernel's work split, which the host's rules below share: rows of W a tile (the MMA's M), K a warp step
 // (4 lanes x 8 elements), warps a CTA, and the CTAs an SM that a launch's row tiles aim to leave at least and its
 // split across cluster CTAs at most (skinny_matmul.cu).
@@ -147,8 +134,6 @@ int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 // The backends' entry points (arguments checked).
 using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 FATHOM_BACKENDS(SkinnySwigluKernel, skinny_swiglu)
-using SkinnyMatmulOfSwigluKernel = void(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y);
-FATHOM_BACKENDS(SkinnyMatmulOfSwigluKernel, skinny_matmul_of_swiglu)
 using SkinnyMatmulKernel = void(const Tensor& x, const Tensor& w, Tensor& y);
 using SkinnyMatmulGroupedKernel = void(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys);
 FATHOM_BACKENDS(SkinnyMatmulKernel, skinny_matmul)

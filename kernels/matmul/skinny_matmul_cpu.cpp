@@ -28,10 +28,6 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   y.copy_from(cpu::swiglu_forward(g.to(DType::f32), u.to(DType::f32)).to(y.dtype()));
 }
 
-void skinny_matmul_of_swiglu(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor& y) {
-  cpu::skinny_matmul(cpu::swiglu_forward(gate.to(DType::f32), up.to(DType::f32)).to(DType::bf16), w, y);
-}
-
 // The step in f32 on the BF16 values, rounded where the CUDA kernels round (h; pre-norm also the sum before
 // its norm and the normalised input), then the products.
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,

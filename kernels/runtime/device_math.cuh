@@ -79,7 +79,8 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
 }
 
 // The logistic function as SwiGLU computes it: one definition, so that every kernel gating by it (the SwiGLU
-// kernel, the skinny GEMM's gated epilogue and gated input) rounds alike and their outputs agree bit for bit.
+// kernel, the skinny GEMM's gated epilogue, the persistent decoding kernel) rounds alike and their outputs agree bit
+// for bit.
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 // SwiGLU of one gate and up value, silu(g) * u, for the same reason in one place.
 __device__ __forceinline__ float swiglu_value(float g, float u) { return g * sigmoid(g) * u; }

@@ -402,41 +402,6 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
                 Tensor::empty({0, 8}, DType::bf16, kGpu), none);
 }
 
-// skinny_matmul_of_swiglu is skinny_matmul of the SwiGLU kernel's output, bit for bit: every M tile count; the
-// 190M's and the 1B's down_proj (K 3072 into 768, which auto splits across CTAs; 8192 into 2048), K off the chunk
-// and off 8 (the element loads), N within and past a tile; an unaligned gate; K split across CTAs off, by auto and in
-// 3; and close to the CPU's.
-TEST(GpuSkinnyMatmul, OfSwigluIsTheProductOfTheSwigluKernelsOutputBitForBit) {
-  FATHOM_REQUIRE_GPU();
-  uint64_t seed = 400;
-  for (const int ctas : {1, kSkinnySplitKAuto, 3}) {
-    SkinnySplitKCtasScope split(ctas);
-    for (const int64_t m : {1, 8, 9, 32})
-      for (const auto& [n, k] :
-           {std::pair<int64_t, int64_t>{768, 3072}, {2048, 8192}, {37, 100}, {16, 24}, {130, 1003}})
-        for (const bool unaligned : {false, true}) {
-          const std::string what =
-              label(m, k, n, " split " + std::to_string(ctas) + (unaligned ? " unaligned gate" : ""));
-          const GpuInput gate = unaligned ? unaligned_input({m, k}, seed++) : random_input({m, k}, DType::bf16, seed++);
-          const GpuInput up = random_input({m, k}, DType::bf16, seed++), w = random_input({n, k}, DType::bf16, seed++);
-          Tensor fused = nan_output(m, n, DType::bf16), separate = nan_output(m, n, DType::bf16);
-          skinny_matmul_of_swiglu(gate.gpu, up.gpu, w.gpu, fused);
-          skinny_matmul(swiglu_forward(gate.gpu, up.gpu), w.gpu, separate);
-          EXPECT_TRUE(bitwise_equal(fused, separate)) << what;
-          Tensor want = Tensor::empty({m, n}, DType::bf16);
-          skinny_matmul_of_swiglu(gate.cpu.to(DType::bf16), up.cpu.to(DType::bf16), w.cpu.to(DType::bf16), want);
-          EXPECT_GPU_CLOSE(fused, want, DType::bf16, what + ": against the CPU");
-        }
-  }
-  // An empty K is an empty sum; an empty width writes nothing.
-  Tensor zeros = nan_output(2, 5, DType::bf16), none = Tensor::empty({2, 0}, DType::bf16, kGpu);
-  const Tensor empty = Tensor::empty({2, 0}, DType::bf16, kGpu);
-  skinny_matmul_of_swiglu(empty, empty, Tensor::empty({5, 0}, DType::bf16, kGpu), zeros);
-  EXPECT_TRUE(bitwise_equal(zeros, Tensor::zeros({2, 5}, DType::bf16, kGpu)));
-  const Tensor rows = random_input({2, 8}, DType::bf16, 9).gpu;
-  skinny_matmul_of_swiglu(rows, rows, Tensor::empty({0, 8}, DType::bf16, kGpu), none);
-}
-
 // The residual step inside the products' launch against the step's own kernel (rms_norm_forward with a
 // residual post-norm, add_rms_norm_forward pre-norm) and the grouped products of its output, bit for bit,
 // h and every output (NaN-filled, so none is left unwritten); and against the CPU. One row (the launch's

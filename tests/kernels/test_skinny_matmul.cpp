@@ -9,7 +9,6 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
-#include "kernels/swiglu/swiglu.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
@@ -139,39 +138,6 @@ TEST(SkinnyMatmul, GroupedBadArgumentsNameTheProblem) {
   expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w, w}, same); }, {"outputs 0 and 1 share storage"});
   std::vector<Tensor> wrong{Tensor::empty({4, 5}, DType::f32)};
   expect_error([&] { skinny_matmul_grouped(x, std::vector<Tensor>{w}, wrong); }, {"should be [4, 6]"});
-}
-
-// The CPU entry of down_proj fed SwiGLU: SwiGLU of the products rounded to BF16, as the SwiGLU kernel stores it,
-// then the product.
-TEST(SkinnyMatmul, OfSwigluIsTheProductOfSwigluRoundedToBf16) {
-  const Tensor gate = random_tensor({3, 40}, DType::bf16, 7), up = random_tensor({3, 40}, DType::bf16, 8),
-               w = random_tensor({9, 40}, DType::bf16, 9);
-  Tensor y = Tensor::empty({3, 9}, DType::bf16);
-  skinny_matmul_of_swiglu(gate, up, w, y);
-  const Tensor gated = swiglu_forward(gate.to(DType::f32), up.to(DType::f32)).to(DType::bf16);
-  expect_close(y, skinny_matmul(gated, w, DType::bf16), 0, 0);
-}
-
-TEST(SkinnyMatmul, OfSwigluBadArgumentsNameTheProblem) {
-  const Tensor gate = zeros_bf16({4, 8}), w = zeros_bf16({6, 8});
-  Tensor y = zeros_bf16({4, 6});
-  expect_error(
-      [&] {
-        skinny_matmul_of_swiglu(gate, zeros_bf16({4, 7}), w, y);
-      },
-      {"up must be BF16 and gate's shape", "BF16[4, 8]", "BF16[4, 7]"});
-  expect_error([&] { skinny_matmul_of_swiglu(gate, gate.to(DType::f32), w, y); }, {"up must be BF16", "F32[4, 8]"});
-  Tensor y32 = Tensor::empty({4, 6}, DType::f32);
-  expect_error([&] { skinny_matmul_of_swiglu(gate, gate, w, y32); }, {"y must be BF16", "F32[4, 6]"});
-  expect_error([&] { skinny_matmul_of_swiglu(gate, gate, zeros_bf16({6, 9}), y); }, {"same inner width K"});
-  Tensor shared = zeros_bf16({4 * 8 + 4 * 6});
-  Tensor y_in_up = shared.narrow(32, 24).view({4, 6});
-  expect_error(
-      [&] {
-        skinny_matmul_of_swiglu(gate, shared.narrow(0, 32).view({4, 8}), w, y_in_up);
-      },
-      {"must not share storage"});
-  expect_error([&] { skinny_matmul_of_swiglu(gate, Tensor(), w, y); }, {"up must be BF16"});
 }
 
 TEST(MatmulEach, WritesEachProductAsMatmulDoes) {

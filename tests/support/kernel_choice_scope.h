@@ -32,7 +32,6 @@ using MergeInClusterScope = KernelChoiceScope<Toggle, merge_in_cluster_choice, s
 using AddRmsNormScope = KernelChoiceScope<Fusion, add_rms_norm_choice, set_add_rms_norm_choice>;
 using SwigluProjectionScope =
     KernelChoiceScope<SwigluProjection, swiglu_projection_choice, set_swiglu_projection_choice>;
-using SwigluInDownProjScope = KernelChoiceScope<Fusion, swiglu_in_down_proj_choice, set_swiglu_in_down_proj_choice>;
 using ResidualStepScope = KernelChoiceScope<Fusion, residual_step_in_gemm_choice, set_residual_step_in_gemm_choice>;
 using ResidualStepAcrossLayersScope =
     KernelChoiceScope<Fusion, residual_step_across_layers_choice, set_residual_step_across_layers_choice>;
