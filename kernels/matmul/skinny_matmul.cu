@@ -58,6 +58,13 @@
 // tiles leave half the SMs idle and every warp keeps two chunks of K (skinny_split_k_ctas_for: the 190M's down_proj,
 // not its o_proj nor the 1B's 128 tiles): there the extra SMs' bandwidth pays for the merge.
 //
+// Registers. Left to itself ptxas gives the plain kernel 64 registers a thread (four CTAs an SM), too few to hold a
+// step's 24 loads a lane at one tile, so it issues them in parts; held to one CTA an SM it takes 128 and issues all
+// 24 before the first MMA. One-weight, one-tile launches take that form (skinny_matmul_deep_kernel). On an H100 it took
+// the 1B's down_proj (128 CTAs, one an SM) from 16.6 to 14.1 us a layer and the LM heads 2-4 us lower, and changed
+// neither o_proj. The cluster kernel and grouped launches keep ptxas' choice: given 128 registers, the 190M's down_proj
+// split in clusters of 5 went from 4.6 to 7.2 us (bench/results/2026-12-07_skinny_registers_h100.md).
+//
 // Alignment. The 16-byte path needs x and W 16-byte aligned and K a multiple of 8 (so every row is);
 // otherwise the same kernel loads each element on its own (kVector false). The last, partial chunk of
 // a K that is not a multiple of 32 always takes the element loads, zero past K.
@@ -380,6 +387,15 @@ __global__ void __launch_bounds__(cta_threads(kGated))
   skinny_matmul_body<kTiles, kVector, Out, kGated, Step::none, kClustered>(x, group, M, K, ResidualStepArgs{});
 }
 
+// The plain kernel for a launch of one weight and one 8-token tile (M <= 8) with 16-byte loads, not split across CTAs
+// ("Registers" above): held to at least one CTA an SM, so ptxas gives it 128 registers a thread.
+template <typename Out>
+__global__ void __launch_bounds__(kThreads, 1)
+    skinny_matmul_deep_kernel(const __nv_bfloat16* __restrict__ x, const __grid_constant__ SkinnyGroup<Out> group,
+                              int M, int K) {
+  skinny_matmul_body<1, true, Out, false, Step::none>(x, group, M, K, ResidualStepArgs{});
+}
+
 // The launch that begins with the residual step, held to the plain kernel's registers (64 a thread, four CTAs
 // an SM) so that the step's rows kept through its barrier cost no occupancy in the stream over W.
 template <Step kStep>
@@ -447,9 +463,12 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   else if (group.split_ctas > 1)
     launch_kernel_in_clusters(skinny_matmul_kernel<kTiles, true, Out, false, true>, dim3(unsigned(ctas)),
                               dim3(unsigned(kThreads)), 0, stream, unsigned(group.split_ctas), xp, group, M, K);
+  else if (!vector)
+    run(skinny_matmul_kernel<kTiles, false, Out>, kThreads);
+  else if (kTiles == 1 && ws.size() == 1)
+    run(skinny_matmul_deep_kernel<Out>, kThreads);
   else
-    vector ? run(skinny_matmul_kernel<kTiles, true, Out>, kThreads)
-           : run(skinny_matmul_kernel<kTiles, false, Out>, kThreads);
+    run(skinny_matmul_kernel<kTiles, true, Out>, kThreads);
 }
 
 template <typename Out>
