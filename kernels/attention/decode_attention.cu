@@ -722,11 +722,11 @@ SplitPlan launch_plan(int64_t B, int64_t Hk, int64_t R, int64_t length, bool dev
 // build have them).
 DecodeMerge plan_merge(const SplitPlan& plan, int64_t B, int64_t Hk, int64_t R, bool has_depth, Device device,
                        int sm_count) {
-  if (merges_in_cluster(R, has_depth, plan.splits, plan.chunk / kTileKeys, B * Hk * plan.row_blocks, sm_count) &&
+  const int64_t split_blocks = B * Hk * plan.row_blocks;
+  if (merges_in_cluster(R, has_depth, plan.splits, plan.chunk / kTileKeys, split_blocks, sm_count) &&
       supports_sm90_launches(device.index))
     return DecodeMerge::cluster;
-  if (merges_in_split(R, has_depth, plan.splits) && B * Hk * plan.row_blocks <= kGridCounters)
-    return DecodeMerge::counter;
+  if (merges_in_split(R, has_depth, plan.splits) && split_blocks <= kGridCounters) return DecodeMerge::counter;
   return DecodeMerge::combine_kernel;
 }
 

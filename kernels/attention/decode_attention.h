@@ -87,8 +87,9 @@ bool merges_in_split(int64_t rows_per_kv_head, bool has_depth, int64_t grid_spli
 // batch 8 (64 blocks) the same either way (bench/results/2026-12-07_llama_gpt_fast_h100.md), hence the block limit:
 // at most as many blocks a split as SMs. Alone, that batch-32 launch had run 1.12x faster in a cluster, so the cost is
 // in the step around it (likely: so many blocks fill the GPU without the merge's help, and clusters delay the launch
-// that follows); OLMo2 at batch 32 (384 and 512 blocks), which the limit also moves to the combine kernel, is not
-// measured.
+// that follows). OLMo2 at batch 32 (384 and 512 blocks), which the limit also moves to the combine kernel, neither
+// gained nor lost by it (+0.4% and +0.6%, 95% intervals across zero;
+// bench/results/2026-12-07_cluster_limit_and_sums_h100.md).
 constexpr int64_t kMergeInClusterMaxSplits = 8;
 constexpr int64_t kMergeInClusterMaxSplitTiles = 1;
 Toggle merge_in_cluster_choice();
