@@ -24,7 +24,8 @@
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
 #   TRAIN_STEPS (30), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
 #   skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster
-#   skinny+fused+dependent+inside+cluster+splitk: fathom's decoding kernels, one row set each; the first is the one
+#   skinny+fused+dependent+inside+cluster+splitk skinny+fused+dependent+inside+cluster+splitk+prefetch: fathom's
+#   decoding kernels, one row set each; the first is the one
 #   the peers' tokens are checked against),
 #   PEERS (gpt-fast hf: the peers run beside fathom; empty for fathom alone),
 #   GPTFAST_TUNING (off; on: Inductor's coordinate-descent tuning as gpt-fast's generate.py sets it, minutes
@@ -35,7 +36,7 @@
 # with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
 # gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, 38-44 s on 2026-12-06, HF ~1 min). gpt-fast
 # runs for every size, so the defaults (3 sizes, 7 levers) take about 22 minutes; for shorter runs name one size
-# and LEVERS=skinny+fused+dependent+inside+cluster+splitk (fathom's defaults).
+# and LEVERS=skinny+fused+dependent+inside+cluster+splitk+prefetch (fathom's defaults).
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
 OUT=${2:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}
@@ -50,7 +51,7 @@ REPEATS=${REPEATS:-}
 TUNING=${GPTFAST_TUNING:-off}
 DEVICE=${DEVICE:-cuda}
 PEERS=${PEERS-gpt-fast hf}
-LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster skinny+fused+dependent+inside+cluster+splitk}
+LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster skinny+fused+dependent+inside+cluster+splitk skinny+fused+dependent+inside+cluster+splitk+prefetch}
 
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
@@ -58,9 +59,11 @@ LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+
 # prologue inside attention's split kernel, the residual steps inside the MLP's gate/up launch and the next
 # block's q/k/v launch, and attention's splits merged inside its split kernel where the grid has many; and that with
 # the splits of short caches merged in a thread-block cluster; and that with the narrow GEMMs' K split across the CTAs
-# of a cluster where their tiles leave half the SMs idle (FATHOM_SKINNY_SPLIT_K_CTAS=auto; fathom's default).
+# of a cluster where their tiles leave half the SMs idle (FATHOM_SKINNY_SPLIT_K_CTAS=auto); and that with the GEMMs'
+# L2 prefetch of their first weights only where rows are short or K is split (FATHOM_SKINNY_L2_PREFETCH=auto; the
+# levers before it prefetch in every launch, as the GEMM did before the rule; fathom's default).
 lever_env() {
-  local skinny=never fused=separate dependent=off inside=separate merge=never cluster=off splitk=off
+  local skinny=never fused=separate dependent=off inside=separate merge=never cluster=off splitk=off prefetch=always
   case $1 in
     cublas) ;;
     skinny) skinny=auto ;;
@@ -70,13 +73,16 @@ lever_env() {
     skinny+fused+dependent+inside+cluster) skinny=auto fused=fused dependent=on inside=fused merge=auto cluster=on ;;
     skinny+fused+dependent+inside+cluster+splitk)
       skinny=auto fused=fused dependent=on inside=fused merge=auto cluster=on splitk=auto ;;
+    skinny+fused+dependent+inside+cluster+splitk+prefetch)
+      skinny=auto fused=fused dependent=on inside=fused merge=auto cluster=on splitk=auto prefetch=auto ;;
     *) echo "unknown lever '$1' (cublas, skinny, skinny+fused, skinny+fused+dependent, skinny+fused+dependent+inside," \
-            "skinny+fused+dependent+inside+cluster, skinny+fused+dependent+inside+cluster+splitk)" >&2; exit 2 ;;
+            "skinny+fused+dependent+inside+cluster, skinny+fused+dependent+inside+cluster+splitk," \
+            "skinny+fused+dependent+inside+cluster+splitk+prefetch)" >&2; exit 2 ;;
   esac
   echo "FATHOM_SKINNY_MATMUL=$skinny FATHOM_DECODE_PROLOGUE=$fused FATHOM_ADD_RMS_NORM=$fused" \
        "FATHOM_DEPENDENT_LAUNCH=$dependent FATHOM_PROLOGUE_IN_ATTENTION=$inside FATHOM_RESIDUAL_STEP_IN_GEMM=$inside" \
        "FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=$inside FATHOM_MERGE_IN_SPLIT=$merge FATHOM_MERGE_IN_CLUSTER=$cluster" \
-       "FATHOM_SKINNY_SPLIT_K_CTAS=$splitk"
+       "FATHOM_SKINNY_SPLIT_K_CTAS=$splitk FATHOM_SKINNY_L2_PREFETCH=$prefetch"
 }
 work=/tmp/fathom-gen
 mkdir -p "$OUT" "$work" || exit 2

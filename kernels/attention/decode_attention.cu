@@ -26,6 +26,12 @@
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
 //
+// Next grid. The few-rows kernel lets the next grid (the o_proj GEMM) launch once its loop over the cache is done,
+// not as soon as it has waited itself: once resident, the GEMM's CTAs ask L2 for their first step of W (at d 2048
+// their whole rows, 8 MB a launch), and that traffic, issued at attention's start, slowed the prologue's loads (on an
+// H100 the 1B's prologue took 4.4 us a block). Launched after the loop, the 1B's and the 190M's batch-1 steps took
+// 1.2% and 1.1% less time at context 128 (bench/results/2026-12-07_attention_trigger_h100.md).
+//
 // Merge. Where merge_in_split_policy() says so (decode_attention.h) and there are no depth slots, the few-rows
 // kernel merges the splits itself instead of the combine kernel: each block publishes its partial and counts itself on
 // its row block's counter; the last of a row block's splits to arrive merges every split's partial (read through L2)
@@ -461,7 +467,7 @@ template <int D, int NR, bool kPrologue = false, DecodeMerge kMerge = DecodeMerg
 __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split_rows_kernel(DecodeArgs args) {
   constexpr bool kCluster = kMerge == DecodeMerge::cluster;
   if constexpr (kCluster) cluster_arrive_relaxed();  // this block has started (cluster.cuh)
-  follow_previous_grid();                            // dependent_launch.cuh
+  wait_for_previous_grid();  // dependent_launch.cuh; the next grid launches after the loop ("Next grid" above)
   DecodeArgs a = args;
   resolve_length(a, int(blockIdx.z) / a.row_blocks);
   if (int(blockIdx.x) >= a.splits) return;
@@ -600,6 +606,7 @@ __global__ void __launch_bounds__(kThreads, rows_kernel_blocks(NR)) decode_split
     }
   }
 
+  allow_dependent_grids();  // every load of the cache is done ("Next grid" above)
   // Two softmax partials (m, l, acc) of the same row as one.
   auto merge = [](float& m, float& l, float* acc, float m2, float l2, const float* acc2) {
     const float top = fmaxf(m, m2), ref = top == -INFINITY ? 0.f : top;

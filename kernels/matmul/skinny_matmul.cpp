@@ -35,6 +35,12 @@ constinit KernelChoice<Fusion> residual_step_in_force("FATHOM_RESIDUAL_STEP_IN_G
 constinit KernelChoice<int> split_k_ctas_in_force("FATHOM_SKINNY_SPLIT_K_CTAS", kSkinnySplitKAuto,
                                                   parse_skinny_split_k_ctas);
 
+// Unset: auto. On an H100, no launch asking L2 for its first step of W made the 1B's batch-1 step 3.8% faster at
+// context 128 and 1.9% at 4096 (every 1B weight has K of 2048 or more), and the 190M's 1.8% and 4.4% slower (K of 768,
+// and its down_proj of K 3072 split across 5 CTAs): auto keeps the prefetch exactly where the 190M's launches had it
+// and drops it where the 1B's did (bench/results/2026-12-07_attention_trigger_h100.md, "nopf").
+constinit KernelChoice<Usage> l2_prefetch_in_force("FATHOM_SKINNY_L2_PREFETCH", Usage::automatic, parse_usage);
+
 // The kernel indexes rows and K with 32-bit integers, up to a tile (and a chunk) past the last.
 constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max() - 256;
 
@@ -63,6 +69,15 @@ int parse_skinny_split_k_ctas(std::string_view text, std::string_view source) {
 }
 
 int skinny_split_k_ctas() { return split_k_ctas_in_force.get(); }
+
+Usage skinny_l2_prefetch() { return l2_prefetch_in_force.get(); }
+
+void set_skinny_l2_prefetch(Usage usage) { l2_prefetch_in_force.set(usage); }
+
+bool skinny_prefetches(Usage usage, int64_t k, int split_ctas) {
+  if (usage != Usage::automatic) return usage == Usage::always;
+  return k < kSkinnyPrefetchBelowK || split_ctas > 1;
+}
 
 void set_skinny_split_k_ctas(int ctas) {
   FATHOM_CHECK(ctas == 1 || ctas == kSkinnySplitKAuto || (ctas >= 2 && ctas <= kSkinnySplitKMaxCtas),

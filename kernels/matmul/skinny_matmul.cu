@@ -25,9 +25,11 @@
 //
 // Dependent launch. Where FATHOM_DEPENDENT_LAUNCH is on, the kernel is a programmatic dependent launch
 // (kernels/runtime/dependent_launch.cuh): its CTAs start while the kernel ahead (a norm, SwiGLU,
-// attention's combine) finishes, ask L2 for their first step of W, and only then wait for x. Once its
-// loads are done a CTA lets the next kernel start. A decoding step's memory traffic then has no gap at
-// each launch; the arithmetic, and so every bit of y, is the same.
+// attention's combine) finishes, ask L2 for their first step of W where skinny_l2_prefetch says so (short rows, or
+// K split across a cluster: skinny_matmul.h), and only then wait for x. Once its loads are done a CTA lets the next
+// kernel start. A decoding step's memory traffic then has no gap at each launch; the arithmetic, and so every bit of
+// y, is the same. Long rows are not asked for: there a CTA's first step is its whole rows, tens of megabytes for the
+// first wave of a 1B layer's q/k/v or gate/up, requested while the launch ahead still needs the memory system.
 //
 // Groups. skinny_matmul_grouped multiplies one x by up to kSkinnyMatmulMaxGroup weights (a layer's
 // q/k/v or gate/up) in one launch: the grid is the concatenation of each weight's own CTAs, with the
@@ -226,6 +228,7 @@ struct SkinnyGroup {
   int first_cta[kSkinnyMatmulMaxGroup + 1];
   int count;
   int split_ctas;  // CTAs (a cluster) that split K for one tile of rows: 1, or more in a kClustered launch
+  bool prefetch;   // whether CTAs ask L2 for their first step of W before the wait (skinny_prefetches)
 };
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
@@ -275,9 +278,9 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) x_row[j] = x + int64_t(min(8 * j + g, M - 1)) * K;
 
-  // No grid ahead writes W (dependent_launch.cuh): the CTA asks L2 for its rows' first step of W (rank 0 for
+  // No grid ahead writes W (dependent_launch.cuh): the CTA may ask L2 for its rows' first step of W (rank 0 for
   // its cluster), then waits for the kernel ahead before it reads x.
-  if (kVector && rank == 0) {
+  if (kVector && rank == 0 && group.prefetch) {
     const int cta_rows = kRows * row_tiles, first_row = row_cta * cta_rows;
     const int64_t first_step = min(int64_t(K), int64_t(kUnroll) * all_splits * kChunk);
     const int r = int(threadIdx.x) % cta_rows, weight = kGated ? int(threadIdx.x) / cta_rows : member;
@@ -451,6 +454,7 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
     ctas *= group.split_ctas;
   }
   group.first_cta[group.count] = int(ctas);
+  group.prefetch = skinny_prefetches(skinny_l2_prefetch(), K, group.split_ctas);
   const auto run = [&](auto kernel, int threads) {
     launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };

@@ -131,6 +131,18 @@ int parse_skinny_split_k_ctas(std::string_view text, std::string_view source);
 // of K for every warp; else 1.
 int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 
+// Whether a launch's CTAs ask L2 for their first step of W before their grid wait (skinny_matmul.cu, "Dependent
+// launch"): FATHOM_SKINNY_L2_PREFETCH=auto|always|never, read at the first launch; unset, auto. auto asks where W's
+// rows are shorter than kSkinnyPrefetchBelowK elements or K is split across a cluster's CTAs: a CTA's first step is
+// then a few kilobytes a row. Where rows are longer it is the CTA's whole 16 rows of 2048 (64 KB; 25-33 MB for a 1B
+// layer's q/k/v and gate/up), asked for while the launch ahead still streams or attends (skinny_matmul.cpp gives
+// the measurements).
+constexpr int64_t kSkinnyPrefetchBelowK = 2048;
+Usage skinny_l2_prefetch();
+void set_skinny_l2_prefetch(Usage usage);
+// Whether a launch of W with k columns, K split across split_ctas CTAs of a cluster (1: none), prefetches under usage.
+bool skinny_prefetches(Usage usage, int64_t k, int split_ctas);
+
 // The backends' entry points (arguments checked).
 using SkinnySwigluKernel = void(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y);
 FATHOM_BACKENDS(SkinnySwigluKernel, skinny_swiglu)

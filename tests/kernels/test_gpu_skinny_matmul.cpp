@@ -336,7 +336,8 @@ TEST(GpuSkinnyMatmul, ADependentLaunchWaitsForItsInputAndKeepsTheBits) {
 // (784 CTAs of 8 tiles), so its successor launches only as its last CTAs finish their loads. Eager and replayed from a
 // graph, every output must keep the bits of ordinary launches; each output is NaN until written, so a product that
 // read its input early shows. Then with K split across the CTAs of clusters (auto; on 132 SMs 2 CTAs a tile for the
-// d x d GEMMs and 8 for the last, narrow one), against ordinary launches with the same split.
+// d x d GEMMs and 8 for the last, narrow one), against ordinary launches with the same split; each with and without the
+// CTAs' L2 prefetch of their first step of W (FATHOM_SKINNY_L2_PREFETCH always and never).
 TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope policy(SkinnyMatmulPolicy::always);
@@ -357,11 +358,14 @@ TEST(GpuSkinnyMatmul, GemmsFeedingGemmsUnderDependentLaunchesKeepTheirBits) {
       skinny_matmul(y[2], w_tail, y[3]);
       return y;
     };
-    for (const int ctas : {1, kSkinnySplitKAuto}) {
-      SkinnySplitKCtasScope split(ctas);
-      expect_dependent_chain_keeps_bits(
-          chain, [] {}, "M " + std::to_string(m) + (ctas == 1 ? "" : ", K split across CTAs"));
-    }
+    for (const int ctas : {1, kSkinnySplitKAuto})
+      for (const Usage prefetch : {Usage::always, Usage::never}) {
+        SkinnySplitKCtasScope split(ctas);
+        SkinnyL2PrefetchScope asked(prefetch);
+        expect_dependent_chain_keeps_bits(chain, [] {},
+                                          "M " + std::to_string(m) + (ctas == 1 ? "" : ", K split across CTAs") +
+                                              (prefetch == Usage::always ? ", L2 prefetch" : ", no L2 prefetch"));
+      }
   }
 }
 #endif

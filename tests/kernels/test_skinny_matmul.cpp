@@ -81,6 +81,20 @@ TEST(SkinnyMatmul, SplitKCtasAutoSplitsOnlyWeightsThatLeaveHalfTheSmsIdle) {
   EXPECT_EQ(skinny_split_k_ctas_for(1, 768, 3072, sms), 1);
 }
 
+// auto asks L2 for a launch's first step of W where rows are short or K is split across a cluster's CTAs: every
+// OLMo2 190M launch (K 768; down_proj's K 3072 in 5 CTAs), no 1B or Llama-3.2-1B launch (K 2048 and 8192, unsplit);
+// always and never are taken as they are.
+TEST(SkinnyMatmul, L2PrefetchAutoAsksOnlyForShortRowsOrSplitK) {
+  EXPECT_TRUE(skinny_prefetches(Usage::automatic, 768, 1));
+  EXPECT_TRUE(skinny_prefetches(Usage::automatic, 3072, 5));
+  EXPECT_TRUE(skinny_prefetches(Usage::automatic, kSkinnyPrefetchBelowK - 1, 1));
+  for (const int64_t k : {kSkinnyPrefetchBelowK, int64_t(8192)}) EXPECT_FALSE(skinny_prefetches(Usage::automatic, k, 1));
+  EXPECT_TRUE(skinny_prefetches(Usage::always, 8192, 1));
+  EXPECT_FALSE(skinny_prefetches(Usage::never, 768, 5));
+  SkinnyL2PrefetchScope scope(Usage::never);
+  EXPECT_EQ(skinny_l2_prefetch(), Usage::never);
+}
+
 TEST(SkinnyMatmul, MatmulTakesItForFewRowBf16XTimesWTransposedOnly) {
   const Tensor w = zeros_bf16({6, 8});
   const Tensor y_bf16 = zeros_bf16({4, 6}), y_f32 = Tensor::zeros({4, 6}, DType::f32);

@@ -37,6 +37,7 @@ using ResidualStepAcrossLayersScope =
     KernelChoiceScope<Fusion, residual_step_across_layers_choice, set_residual_step_across_layers_choice>;
 using DependentLaunchScope = KernelChoiceScope<Toggle, dependent_launch, set_dependent_launch>;
 using SkinnySplitKCtasScope = KernelChoiceScope<int, skinny_split_k_ctas, set_skinny_split_k_ctas>;
+using SkinnyL2PrefetchScope = KernelChoiceScope<Usage, skinny_l2_prefetch, set_skinny_l2_prefetch>;
 using PersistentDecodeScope = KernelChoiceScope<Toggle, persistent_decode_choice, set_persistent_decode_choice>;
 using PersistentOneSplitTilesScope = KernelChoiceScope<int, persistent_one_split_tiles, set_persistent_one_split_tiles>;
 
