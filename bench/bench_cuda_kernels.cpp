@@ -224,8 +224,9 @@ double graph_ms(const std::function<void()>& work) {
 // A decoding step's layer chain at the Llama 3.2 1B's shapes, 16 layers replayed from one CUDA graph as a
 // decoding step is: norm, grouped q/k/v, an elementwise stand-in for attention, o_proj, the residual add,
 // norm, grouped gate/up, SwiGLU, down_proj, the residual add. Ordinary launches against dependent ones
-// (FATHOM_DEPENDENT_LAUNCH: each GEMM fetches its first weights while the kernel ahead finishes). Bytes: the
-// weights', each layer its own (1.9 GB, far past L2).
+// (FATHOM_DEPENDENT_LAUNCH: each GEMM starts while the kernel ahead finishes; at these K of 2048 and 8192 it asks L2
+// for its first weights only under FATHOM_SKINNY_L2_PREFETCH=always). Bytes: the weights', each layer its own
+// (1.9 GB, far past L2).
 void dependent_launch_table() {
   const int64_t d = 2048, kv = 512, ffn = 8192;
   const int layers = 16;

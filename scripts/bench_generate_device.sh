@@ -35,7 +35,7 @@
 # Device time, measured on an H100 (bench/results/2026-12-05_dependent_launch_gpt_fast_h100.md): the Llama shape
 # with 3 levers, gpt-fast and HF took about 6.5 minutes (training and export ~20 s, fathom ~25 s a lever,
 # gpt-fast's compile and warm-up 24-29 s for each of the 6 cells, 38-44 s on 2026-12-06, HF ~1 min). gpt-fast
-# runs for every size, so the defaults (3 sizes, 7 levers) take about 22 minutes; for shorter runs name one size
+# runs for every size, so the defaults (3 sizes, 8 levers) take about 23 minutes; for shorter runs name one size
 # and LEVERS=skinny+fused+dependent+inside+cluster+splitk+prefetch (fathom's defaults).
 set -uo pipefail
 BUILD=${1:?usage: scripts/bench_generate_device.sh BUILD OUT [SIZE...]}

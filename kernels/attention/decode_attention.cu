@@ -26,11 +26,12 @@
 // the prologue kernel rounds it (decode_prologue.cuh), so the output and the cache are the prologue's and
 // attention's, bit for bit, one launch and one dependency a layer fewer.
 //
-// Next grid. The few-rows kernel lets the next grid (the o_proj GEMM) launch once its loop over the cache is done,
-// not as soon as it has waited itself: once resident, the GEMM's CTAs ask L2 for their first step of W (at d 2048
-// their whole rows, 8 MB a launch), and that traffic, issued at attention's start, slowed the prologue's loads (on an
-// H100 the 1B's prologue took 4.4 us a block). Launched after the loop, the 1B's and the 190M's batch-1 steps took
-// 1.2% and 1.1% less time at context 128 (bench/results/2026-12-07_attention_trigger_h100.md).
+// Next grid. The few-rows kernel lets the next grid (o_proj's GEMM, or the combine kernel) launch once its loop over
+// the cache is done, not as soon as it has waited itself. Resident early, o_proj's CTAs asked L2 for their first
+// step of W (at d 2048 their whole rows, 8 MB a launch) at attention's start, where the prologue's loads were
+// slow (on an H100 the 1B's prologue took 4.4 us a block). Launched after the loop, the 1B's and the 190M's
+// batch-1 steps took 1.2% and 1.1% less time at context 128, measured with every GEMM prefetching
+// (bench/results/2026-12-07_attention_trigger_h100.md); the 1B's GEMMs no longer prefetch (skinny_matmul.h).
 //
 // Merge. Where merge_in_split_policy() says so (decode_attention.h) and there are no depth slots, the few-rows
 // kernel merges the splits itself instead of the combine kernel: each block publishes its partial and counts itself on

@@ -25,7 +25,7 @@
 //
 // Dependent launch. Where FATHOM_DEPENDENT_LAUNCH is on, the kernel is a programmatic dependent launch
 // (kernels/runtime/dependent_launch.cuh): its CTAs start while the kernel ahead (a norm, SwiGLU,
-// attention's combine) finishes, ask L2 for their first step of W where skinny_l2_prefetch says so (short rows, or
+// attention's combine) finishes, ask L2 for their first step of W where skinny_prefetches says so (short rows, or
 // K split across a cluster: skinny_matmul.h), and only then wait for x. Once its loads are done a CTA lets the next
 // kernel start. A decoding step's memory traffic then has no gap at each launch; the arithmetic, and so every bit of
 // y, is the same. Long rows are not asked for: there a CTA's first step is its whole rows, tens of megabytes for the

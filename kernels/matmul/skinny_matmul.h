@@ -134,9 +134,11 @@ int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 // Whether a launch's CTAs ask L2 for their first step of W before their grid wait (skinny_matmul.cu, "Dependent
 // launch"): FATHOM_SKINNY_L2_PREFETCH=auto|always|never, read at the first launch; unset, auto. auto asks where W's
 // rows are shorter than kSkinnyPrefetchBelowK elements or K is split across a cluster's CTAs: a CTA's first step is
-// then a few kilobytes a row. Where rows are longer it is the CTA's whole 16 rows of 2048 (64 KB; 25-33 MB for a 1B
-// layer's q/k/v and gate/up), asked for while the launch ahead still streams or attends (skinny_matmul.cpp gives
-// the measurements).
+// then a few kilobytes a row. Where rows are longer it is, at batch 1 (one 8-token tile, one tile a CTA), the CTA's
+// whole 16 rows of 2048 (64 KB; 25-33 MB for a 1B layer's q/k/v and gate/up), asked for while the launch ahead
+// still streams or attends. The rule keys on K alone and reproduces the setting each of OLMo2 190M and 1B decoded
+// faster with at batch 1 on an H100 (skinny_matmul.cpp gives the measurements); other batches and shapes follow it
+// unmeasured.
 constexpr int64_t kSkinnyPrefetchBelowK = 2048;
 Usage skinny_l2_prefetch();
 void set_skinny_l2_prefetch(Usage usage);

@@ -70,8 +70,8 @@ __device__ __forceinline__ void allow_dependent_grids() {
 }
 
 // The first statement of a kernel launched with launch_kernel that has nothing to do before its inputs
-// are ready: waits for the grid ahead, then lets the next grid launch (a decoding step's next GEMM starts
-// fetching its weights while this kernel runs).
+// are ready: waits for the grid ahead, then lets the next grid launch (a decoding step's next GEMM takes its SMs, and
+// may ask L2 for its first weights, while this kernel runs).
 __device__ __forceinline__ void follow_previous_grid() {
   wait_for_previous_grid();
   allow_dependent_grids();

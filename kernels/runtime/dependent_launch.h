@@ -1,7 +1,8 @@
 // Whether a decoding step's kernels (the skinny GEMM, the norms, the elementwise map, the decode prologue
 // and attention) are launched as programmatic dependent launches (dependent_launch.cuh): each starts while
-// the kernel ahead of it finishes, and each GEMM fetches its first weights into L2 meanwhile, so the memory
-// system does not idle at the step's launch boundaries. The results are the same bits either way.
+// the kernel ahead of it finishes (a GEMM of short rows fetching its first weights into L2 meanwhile,
+// skinny_matmul.h's FATHOM_SKINNY_L2_PREFETCH), so the step's launch boundaries cost less. The results are the same
+// bits either way.
 #pragma once
 #include "kernels/runtime/kernel_choice.h"
 

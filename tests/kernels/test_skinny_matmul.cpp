@@ -88,7 +88,8 @@ TEST(SkinnyMatmul, L2PrefetchAutoAsksOnlyForShortRowsOrSplitK) {
   EXPECT_TRUE(skinny_prefetches(Usage::automatic, 768, 1));
   EXPECT_TRUE(skinny_prefetches(Usage::automatic, 3072, 5));
   EXPECT_TRUE(skinny_prefetches(Usage::automatic, kSkinnyPrefetchBelowK - 1, 1));
-  for (const int64_t k : {kSkinnyPrefetchBelowK, int64_t(8192)}) EXPECT_FALSE(skinny_prefetches(Usage::automatic, k, 1));
+  for (const int64_t k : {kSkinnyPrefetchBelowK, int64_t(8192)})
+    EXPECT_FALSE(skinny_prefetches(Usage::automatic, k, 1)) << k;
   EXPECT_TRUE(skinny_prefetches(Usage::always, 8192, 1));
   EXPECT_FALSE(skinny_prefetches(Usage::never, 768, 5));
   SkinnyL2PrefetchScope scope(Usage::never);
