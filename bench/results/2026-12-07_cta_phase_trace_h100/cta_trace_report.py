@@ -1,4 +1,4 @@
-# Diagnostic only: summarises .devrun/cta_trace.cuh records (attention.bin, skinny.bin) per kind of launch.
+# Diagnostic only: summarises cta_trace.cuh records (attention.bin, skinny.bin) per kind of launch.
 import sys, numpy as np
 dt = np.dtype([('kind', '<u4'), ('grid', '<u4'), ('block', '<u4'), ('sm', '<u4'), ('g0', '<u8'), ('gend', '<u8'), ('c', '<u4', (8,))])
 recs = np.concatenate([np.fromfile(f, dtype=dt) for f in sys.argv[1:]])

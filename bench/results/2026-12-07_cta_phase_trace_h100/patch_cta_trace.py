@@ -1,4 +1,4 @@
-# Diagnostic only: adds per-CTA phase records (.devrun/cta_trace.cuh) to the few-rows decode attention kernel and the
+# Diagnostic only: adds per-CTA phase records (cta_trace.cuh, beside it) to the few-rows decode attention kernel and the
 # skinny GEMM, and their dump to bench_generate (CTA_TRACE_DIR). Run from the repository root.
 import re
 def patch(path, pairs):
