@@ -70,15 +70,6 @@ int parse_skinny_split_k_ctas(std::string_view text, std::string_view source) {
 
 int skinny_split_k_ctas() { return split_k_ctas_in_force.get(); }
 
-Usage skinny_l2_prefetch() { return l2_prefetch_in_force.get(); }
-
-void set_skinny_l2_prefetch(Usage usage) { l2_prefetch_in_force.set(usage); }
-
-bool skinny_prefetches(Usage usage, int64_t k, int split_ctas) {
-  if (usage != Usage::automatic) return usage == Usage::always;
-  return k < kSkinnyPrefetchBelowK || split_ctas > 1;
-}
-
 void set_skinny_split_k_ctas(int ctas) {
   FATHOM_CHECK(ctas == 1 || ctas == kSkinnySplitKAuto || (ctas >= 2 && ctas <= kSkinnySplitKMaxCtas),
                "set_skinny_split_k_ctas: 1 (off), kSkinnySplitKAuto or a count from 2 to ", kSkinnySplitKMaxCtas,
@@ -97,6 +88,15 @@ int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count) {
          int64_t(2 * kSkinnyCtaWarps) * (ctas + 1) <= chunks)
     ++ctas;
   return ctas;
+}
+
+Usage skinny_l2_prefetch() { return l2_prefetch_in_force.get(); }
+
+void set_skinny_l2_prefetch(Usage usage) { l2_prefetch_in_force.set(usage); }
+
+bool skinny_prefetches(Usage usage, int64_t k, int split_ctas) {
+  if (usage != Usage::automatic) return usage == Usage::always;
+  return k < kSkinnyPrefetchBelowK || split_ctas > 1;
 }
 
 bool use_skinny_matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
