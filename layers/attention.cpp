@@ -69,13 +69,14 @@ Variable Attention::forward(const Variable& x, const MixerInputs& inputs, const 
   return attend(project_each(x, {&q_proj_, &k_proj_, &v_proj_}), inputs, report);
 }
 
-std::optional<std::pair<Variable, Variable>> Attention::forward_after_residual_step(const Variable& residual,
+std::optional<std::pair<Variable, Variable>> Attention::forward_after_residual_step(ResidualStep kind,
+                                                                                    const Variable& residual,
                                                                                     const Variable& sublayer_out,
                                                                                     const RMSNorm& norm,
                                                                                     const MixerInputs& inputs,
                                                                                     const LayerReport& report) const {
-  std::optional<ResidualProjections> step = project_each_after_residual_step(
-      ResidualStep::post_norm, residual, sublayer_out, norm, {&q_proj_, &k_proj_, &v_proj_});
+  std::optional<ResidualProjections> step = project_each_after_residual_step(kind, residual, sublayer_out, norm,
+                                                                             {&q_proj_, &k_proj_, &v_proj_});
   if (!step) return std::nullopt;
   return std::pair{step->h, attend(std::move(step->ys), inputs, report)};
 }

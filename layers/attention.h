@@ -27,9 +27,8 @@ class Attention : public ProjectedMixer {
   // reader it is the raw projection, and this layer reads every depth key through its own k-norm (no
   // RoPE).
   Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
-  // Decoding: the previous post-norm block's last residual step inside the q/k/v launch (TokenMixer says what it
-  // returns).
-  std::optional<std::pair<Variable, Variable>> forward_after_residual_step(const Variable& residual,
+  // Decoding: the previous block's last residual step inside the q/k/v launch (TokenMixer says what it returns).
+  std::optional<std::pair<Variable, Variable>> forward_after_residual_step(ResidualStep kind, const Variable& residual,
                                                                            const Variable& sublayer_out,
                                                                            const RMSNorm& norm,
                                                                            const MixerInputs& inputs,

@@ -39,7 +39,7 @@ Variable Block::forward(const Variable& x, const MixerInputs& inputs, const Laye
 }
 
 LayerStream Block::forward_stream(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report) const {
-  return run(in, inputs, report, !pre_norm_ && residual_step_across_layers_choice() == Fusion::fused);
+  return run(in, inputs, report, residual_step_across_layers_choice() == Fusion::fused);
 }
 
 LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const LayerReport& report,
@@ -48,15 +48,26 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
   const bool write = depth && inputs.write_depth;
   MixerInputs mixer_inputs = inputs;
   mixer_inputs.write_depth = write && !attn_depth_kv_;
-  // A post-norm stream handed on untaken: its step inside the mixer's first launch where the mixer allows (the
-  // stream, which the mixer reads, is that launch's h: MoDA's attention-side writer reads it too).
-  Variable x, attn_out;
-  if (!in.taken() && !pre_norm_)
-    if (auto stepped = mixer_->forward_after_residual_step(in.residual, in.out, *in.norm, mixer_inputs, report))
+  // A stream handed on untaken: its step inside the mixer's first launch where the mixer allows. Post-norm the
+  // stream, which the mixer reads, is that launch's h (MoDA's attention-side writer reads it too); pre-norm the
+  // launch keeps the normalised stream to itself, so not where that writer reads it.
+  FATHOM_CHECK(in.taken() || (in.norm == nullptr) == pre_norm_, "block: a ", pre_norm_ ? "post" : "pre",
+               "-norm stream handed on untaken to a ", pre_norm_ ? "pre" : "post", "-norm block");
+  Variable x, attn_in, attn_out;
+  if (!in.taken() && (!pre_norm_ || !(write && attn_depth_kv_)))
+    if (auto stepped = mixer_->forward_after_residual_step(pre_norm_ ? ResidualStep::pre_norm : ResidualStep::post_norm,
+                                                           in.residual, in.out, pre_norm_ ? attn_norm_ : *in.norm,
+                                                           mixer_inputs, report))
       std::tie(x, attn_out) = *stepped;
-  if (!x.defined()) x = in.take();
-  // Sublayer inputs: the normalised stream in pre-norm, the stream itself in post-norm.
-  const Variable attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
+  // Sublayer inputs: the normalised stream in pre-norm (with an untaken step, in one pass), the stream itself in
+  // post-norm.
+  if (!x.defined()) {
+    if (pre_norm_)
+      std::tie(x, attn_in) = in.take_normed(attn_norm_);
+    else
+      x = in.take();
+  }
+  if (!pre_norm_) attn_in = x;
   if (!attn_out.defined()) attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the
@@ -83,9 +94,8 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
     if (write && ffn_depth_kv_) ffn_depth_kv_->write(*depth, ffn_in, inputs);
     ffn_out = mlp_.forward(ffn_in);
   }
-  if (pre_norm_) return {.x = add(h, ffn_out)};
-  if (hand_on) return {.residual = h, .out = ffn_out, .norm = &ffn_norm_};
-  return {.x = ffn_norm_.forward_onto(h, ffn_out)};
+  if (hand_on) return {.residual = h, .out = ffn_out, .norm = pre_norm_ ? nullptr : &ffn_norm_};
+  return {.x = pre_norm_ ? add(h, ffn_out) : ffn_norm_.forward_onto(h, ffn_out)};
 }
 
 LayerCost Block::cost(const CostQuery& query) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/depth_stream.h"
+#include "kernels/matmul/skinny_matmul.h"
 #include "layers/layer_report.h"
 #include "layers/module.h"
 #include "layers/rope_angles.h"
@@ -100,12 +101,12 @@ class TokenMixer : public Module {
  public:
   // x [B, T, d_model] -> [B, T, d_model].
   virtual Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const = 0;
-  // The previous block's last residual step (`norm` joining its sublayer's output to `residual`), then forward of
-  // the stream it gives, with the step inside the mixer's first launch where a decoding step allows
-  // (project_each_after_residual_step): {the stream, the mixer's output}; otherwise nothing, and the caller runs
-  // both. Post-norm only: the stream is what the mixer reads.
+  // The previous block's last residual step, then forward, with the step inside the mixer's first launch where a
+  // decoding step allows (project_each_after_residual_step): {the stream, the mixer's output}; otherwise nothing, and
+  // the caller runs both. Post-norm: `norm` joins sublayer_out to residual, and the mixer reads the stream.
+  // Pre-norm: the stream is residual + sublayer_out, and the mixer reads `norm` (the block's input norm) of it.
   virtual std::optional<std::pair<Variable, Variable>> forward_after_residual_step(
-      const Variable& /*residual*/, const Variable& /*sublayer_out*/, const RMSNorm& /*norm*/,
+      ResidualStep /*kind*/, const Variable& /*residual*/, const Variable& /*sublayer_out*/, const RMSNorm& /*norm*/,
       const MixerInputs& /*inputs*/, const LayerReport& /*report*/) const {
     return std::nullopt;
   }

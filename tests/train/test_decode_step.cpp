@@ -174,11 +174,11 @@ TEST(DecodeStep, TheFusedPrologueDecodesAsTheSeparateOps) {
   }
 }
 
-// A post-norm block hands its last residual step on untaken where FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused
-// (layers/layer_stream.h): the stream it hands on takes to the block's own output, bit for bit, and a pre-norm
-// block hands on a taken stream. On the CPU (where the next block takes the step as its own launch) decoding
-// then gives the same logits either way, OLMo2, Llama-style and a dsla hybrid at ragged lengths; on the GPU
-// tests/train/test_gpu_decode_step.cpp tests the launch that takes it.
+// A block hands its last residual step on untaken where FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused
+// (layers/layer_stream.h): the stream it hands on takes to the block's own output, bit for bit, post-norm and
+// pre-norm. On the CPU (where the next block takes the step as its own launch, or pre-norm in its input norm's
+// pass) decoding then gives the same logits either way, OLMo2, Llama-style and a dsla hybrid at ragged lengths; on
+// the GPU tests/train/test_gpu_decode_step.cpp tests the launch that takes it.
 TEST(DecodeStep, AResidualStepHandedOnDecodesAsTheBlocksOwn) {
   NoGrad no_grad;
   HostModel post(small());
@@ -201,7 +201,16 @@ TEST(DecodeStep, AResidualStepHandedOnDecodesAsTheBlocksOwn) {
     ModelConfig pre_config = small();
     pre_config.norm = "pre";
     HostModel pre(pre_config);
-    EXPECT_TRUE(pre.model.blocks()[0]->forward_stream({.x = Variable(x)}, inputs, LayerReport()).taken());
+    const LayerStream pre_out = pre.model.blocks()[0]->forward_stream({.x = Variable(x)}, inputs, LayerReport());
+    ASSERT_FALSE(pre_out.taken());
+    EXPECT_EQ(pre_out.norm, nullptr);
+    EXPECT_EQ(pre_out.take().value().to_vector<float>(),
+              pre.model.blocks()[0]->forward(Variable(x), inputs, LayerReport()).value().to_vector<float>());
+    const DecoderLayer& pre_next = *pre.model.blocks()[1];
+    EXPECT_EQ(pre_next.forward_stream(pre_out, inputs, LayerReport()).take().value().to_vector<float>(),
+              pre_next.forward(pre_out.take(), inputs, LayerReport()).value().to_vector<float>());
+    // A stream of the other norm placement is refused, not misread.
+    expect_error([&] { pre_next.forward_stream(out, inputs, LayerReport()); }, {"post-norm stream", "pre-norm block"});
   }
   fathom::test::ResidualStepAcrossLayersScope own(Fusion::separate);
   EXPECT_TRUE(block.forward_stream({.x = Variable(x)}, inputs, LayerReport()).taken());

@@ -343,25 +343,32 @@ TEST(GpuDecodeStep, TheResidualStepInsideTheMlpsLaunchChangesNoBit) {
                   .has_value());
 }
 
-// A post-norm block's last residual step handed on to the next block's q/k/v launch
-// (FATHOM_RESIDUAL_STEP_ACROSS_LAYERS) changes no bit of a decoding step against the block's own norm launch: OLMo2
-// at batch 1 (the launch's one row) and 3 (where the next block takes it as its own launch), a dsla hybrid (whose
+// A block's last residual step handed on to the next block's q/k/v launch (FATHOM_RESIDUAL_STEP_ACROSS_LAYERS)
+// changes no bit of a decoding step against the block's own launches: OLMo2 (post-norm, against its norm launch) and
+// Llama-style (pre-norm, against its add and the next block's input norm) at batch 1 (the launch's one row) and 3
+// (where the next block takes it as its own launch, pre-norm in its input norm's one pass), a dsla hybrid (whose
 // dsla layer takes it so, and hands its own on to the attention after it) and MoDA with an attention-side writer
-// (which reads the stream the launch writes; captured or not).
+// (which reads the stream the launch writes; captured or not), post-norm and pre-norm (whose writer reads the
+// normalised stream, so its block takes the step in the norm's pass).
 TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
   ResidualStepScope in_gemm(Fusion::fused);
+  AddRmsNormScope one_pass(Fusion::fused);
   SwigluProjectionScope separate_swiglu(Fusion::separate);
-  for (const int64_t B : {1, 3})
-    expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(model_name(false, B), gpu_small("post", true), B, 5);
+  for (const bool llama : {false, true})
+    for (const int64_t B : {1, 3})
+      expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(
+          model_name(llama, B), llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
   ModelConfig hybrid = gpu_small("post", true);
   hybrid.layers = {"attention", "dsla", "attention"};
   hybrid.options.get<DslaConfig>() = {.states = 2, .gamma = DslaGamma::head};
   expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("dsla hybrid/B1", hybrid, 1, 5);
-  expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(
-      "moda/B1", gpu_small("post", true, {.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader}),
-      1, 5, /*must_capture=*/false);
+  const MoDAConfig moda{.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader};
+  expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("moda/B1", gpu_small("post", true, moda), 1, 5,
+                                                              /*must_capture=*/false);
+  expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("pre-norm moda/B1", gpu_small("pre", false, moda), 1, 5,
+                                                              /*must_capture=*/false);
   // The q/k/v launch takes the step at all, and the block that asks it gives its own bits: a stream handed on
   // by the first block.
   GpuModel m(gpu_small("post", true), kSeed);
@@ -374,12 +381,28 @@ TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
   ASSERT_FALSE(handed.taken());
   const auto* next = dynamic_cast<const Block*>(m.model.blocks()[1].get());
   ASSERT_NE(next, nullptr);
-  const auto stepped =
-      next->mixer().forward_after_residual_step(handed.residual, handed.out, *handed.norm, inputs, LayerReport());
+  const auto stepped = next->mixer().forward_after_residual_step(ResidualStep::post_norm, handed.residual, handed.out,
+                                                                 *handed.norm, inputs, LayerReport());
   ASSERT_TRUE(stepped.has_value());
   EXPECT_TRUE(bitwise_equal(stepped->first.value(), handed.take().value()));
   EXPECT_TRUE(bitwise_equal(next->forward_stream(handed, inputs, LayerReport()).take().value(),
                             next->forward(handed.take(), inputs, LayerReport()).value()));
+  // Pre-norm: the launch takes the step with the next block's input norm.
+  GpuModel pre(gpu_small("pre", false), kSeed);
+  const LayerStream pre_handed = pre.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
+  ASSERT_FALSE(pre_handed.taken());
+  const auto* pre_next = dynamic_cast<const Block*>(pre.model.blocks()[1].get());
+  ASSERT_NE(pre_next, nullptr);
+  const RMSNorm input_norm(384, 1e-5);
+  ParameterArena norm_arena(input_norm, kGpu);
+  norm_arena.enable_compute_copy(DType::bf16);
+  norm_arena.initialise(kSeed);
+  EXPECT_TRUE(pre_next->mixer()
+                  .forward_after_residual_step(ResidualStep::pre_norm, pre_handed.residual, pre_handed.out, input_norm,
+                                               inputs, LayerReport())
+                  .has_value());
+  EXPECT_TRUE(bitwise_equal(pre_next->forward_stream(pre_handed, inputs, LayerReport()).take().value(),
+                            pre_next->forward(pre_handed.take(), inputs, LayerReport()).value()));
 }
 
 namespace {
