@@ -137,8 +137,9 @@ int skinny_split_k_ctas_for(int choice, int64_t n, int64_t k, int sm_count);
 // then a few kilobytes a row. Where rows are longer it is, at batch 1 (one 8-token tile, one tile a CTA), the CTA's
 // whole 16 rows of 2048 (64 KB; 25-33 MB for a 1B layer's q/k/v and gate/up), asked for while the launch ahead
 // still streams or attends. The rule keys on K alone and reproduces the setting each of OLMo2 190M and 1B decoded
-// faster with at batch 1 on an H100 (skinny_matmul.cpp gives the measurements); other batches and shapes follow it
-// unmeasured.
+// faster with at batch 1 on an H100 (skinny_matmul.cpp gives the measurements); against `always` it made the 1B's and
+// the Llama-3.2-1B shape's steps 2.9-5.5% faster at batch 1 and 8, context 128 and 4096
+// (bench/results/2026-12-07_prefetch_rule_h100.md).
 constexpr int64_t kSkinnyPrefetchBelowK = 2048;
 Usage skinny_l2_prefetch();
 void set_skinny_l2_prefetch(Usage usage);
