@@ -3,7 +3,9 @@
 // own, and the next block's input norm reads it. The next block takes that step inside its q/k/v launch
 // (skinny_matmul_after_residual_step; pre-norm together with its input norm), or, pre-norm, in its input norm's
 // one pass (take_normed). A layer that can do neither takes it as its own launch (take), the one the block would
-// have run: the same bits either way.
+// have run. Post-norm the bits are the same either way; pre-norm both fused paths sum the norm's squares in
+// add_rms_norm's order, where the block's own add and the next norm launch sum them in rms_norm's (on the CPU, one
+// order).
 #pragma once
 
 #include <utility>
