@@ -22,8 +22,7 @@ class Block : public DecoderLayer {
   // inputs.write_depth the block then writes its own slots (the last block's would never be read).
   Variable forward(const Variable& x, const MixerInputs& inputs, const LayerReport& report) const override;
   // A decoding step's forward: the block takes a stream handed on untaken inside its q/k/v launch where its mixer
-  // allows (pre-norm otherwise in its input norm's one pass), and with FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused
-  // hands its own last step on (layers/layer_stream.h).
+  // allows, and with FATHOM_RESIDUAL_STEP_ACROSS_LAYERS=fused hands its own last step on (layers/layer_stream.h).
   LayerStream forward_stream(const LayerStream& in, const MixerInputs& inputs,
                              const LayerReport& report) const override;
   // The mixer's cost plus the block's own: its input, the two sublayer outputs or normalised inputs,

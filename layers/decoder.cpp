@@ -208,7 +208,7 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   }
   for (int64_t& n : state.lengths) n += T;
   advance_positions(state.device_lengths, T);
-  return h.take_normed(model_.norm).second;  // a pre-norm stream's last step and the final norm in one pass
+  return model_.norm.forward(h.take());
 }
 
 std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {

@@ -14,13 +14,6 @@ Variable LayerStream::take() const {
   return norm ? norm->forward_onto(residual, out) : add(residual, out);
 }
 
-std::pair<Variable, Variable> LayerStream::take_normed(const RMSNorm& next_norm) const {
-  if (!taken() && !norm) return next_norm.forward_after_add(residual, out);
-  Variable stream = take();
-  Variable normed = next_norm.forward(stream);
-  return {std::move(stream), std::move(normed)};
-}
-
 Fusion residual_step_across_layers_choice() { return across_layers_in_force.get(); }
 
 void set_residual_step_across_layers_choice(Fusion choice) { across_layers_in_force.set(choice); }

@@ -1,14 +1,10 @@
 // A decoding step's stream between two layers, which a block may hand on with its last residual step not yet
 // taken. Post-norm (OLMo2) the stream is then residual + norm(out); pre-norm (Llama) residual + out, no norm of its
 // own, and the next block's input norm reads it. The next block takes that step inside its q/k/v launch
-// (skinny_matmul_after_residual_step; pre-norm together with its input norm), or, pre-norm, in its input norm's
-// one pass (take_normed). A layer that can do neither takes it as its own launch (take), the one the block would
-// have run. Post-norm the bits are the same either way; pre-norm both fused paths sum the norm's squares in
-// add_rms_norm's order, where the block's own add and the next norm launch sum them in rms_norm's (on the CPU, one
-// order).
+// (skinny_matmul_after_residual_step; pre-norm together with its input norm) where it can, and otherwise as its own
+// launch (take), the one the block would have run. Post-norm the bits are the same either way; pre-norm the launch
+// sums the norm's squares in add_rms_norm's order, the next norm launch in rms_norm's.
 #pragma once
-
-#include <utility>
 
 #include "kernels/runtime/kernel_choice.h"
 #include "layers/rms_norm.h"
@@ -23,8 +19,6 @@ struct LayerStream {
   bool taken() const { return !residual.defined(); }
   // The stream: x, or the step as its own launch (RMSNorm::forward_onto post-norm, add pre-norm).
   Variable take() const;
-  // {the stream, next_norm of it}: an untaken pre-norm step and the norm in one pass (RMSNorm::forward_after_add).
-  std::pair<Variable, Variable> take_normed(const RMSNorm& next_norm) const;
 };
 
 // Whether a decoding block hands its last residual step on to the next layer (fused) or takes it itself
