@@ -5,8 +5,10 @@ format, 'C B id id ...' per context and batch) compared row by row.
   compare_generate_tokens.py REFERENCE OTHER [--names fathom gpt-fast] [--label MODEL] [--min-tokens 32]
 
 Prints one line per row of REFERENCE: AGREE when both hold at least --min-tokens ids and they are equal over
-the shorter, else DISAGREE with the first differing position (0-based, among the new tokens) and both ids,
-or MISSING when OTHER has no such row. Exits 1 unless every row agrees.
+the shorter, with how many distinct ids they hold, else DISAGREE with the first differing position (0-based, among
+the new tokens) and both ids, or MISSING when OTHER has no such row. Exits 1 unless every row agrees. An agreement
+over few distinct ids (a briefly trained model repeating a token) is said to be one: two paths can emit the same
+repetition with logits that differ widely, so such a row checks little.
 """
 import argparse
 import os
@@ -14,6 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_bench_common import read_ids_lines  # noqa: E402
+
+REPETITION_MAX_DISTINCT = 2  # at most this many distinct ids in an agreeing row: a repetition
 
 
 def main():
@@ -50,7 +54,9 @@ def main():
             print(f"DISAGREE: {what}: only {n} tokens to compare, fewer than {a.min_tokens}")
             all_agree = False
         else:
-            print(f"AGREE: {what}: {n} greedy tokens equal")
+            distinct = len(set(ids[:n]))
+            note = "; a repetition, which checks little" if distinct <= REPETITION_MAX_DISTINCT else ""
+            print(f"AGREE: {what}: {n} greedy tokens equal ({distinct} distinct ids{note})")
     return 0 if all_agree else 1
 
 
