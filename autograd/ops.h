@@ -64,8 +64,8 @@ Variable rms_norm(const Variable& x, const Variable& weight, double eps);
 Variable residual_rms_norm(const Variable& residual, const Variable& x, const Variable& weight, double eps,
                            bool rebuild_from_inputs = false);
 // The pre-norm block's residual step: {h = residual + x, rms_norm(h)}. Where nothing records a gradient
-// and FATHOM_ADD_RMS_NORM=fused, one pass (kernels/rms_norm add_rms_norm_forward); otherwise add, then
-// rms_norm, recorded as before.
+// and add_rms_norm_takes_one_pass (FATHOM_ADD_RMS_NORM=fused at one row or many), one pass (kernels/rms_norm
+// add_rms_norm_forward); otherwise add, then rms_norm, recorded as before.
 std::pair<Variable, Variable> add_rms_norm(const Variable& residual, const Variable& x, const Variable& weight,
                                            double eps);
 

@@ -70,7 +70,7 @@ Variable residual_rms_norm(const Variable& residual, const Variable& x, const Va
 std::pair<Variable, Variable> add_rms_norm(const Variable& residual, const Variable& x, const Variable& weight,
                                            double eps) {
   FATHOM_CHECK(residual.defined() && x.defined() && weight.defined(), "add_rms_norm: undefined input");
-  if (any_requires_grad({residual, x, weight}) || add_rms_norm_choice() == Fusion::separate) {
+  if (any_requires_grad({residual, x, weight}) || !add_rms_norm_takes_one_pass(x.shape().rows())) {
     Variable h = add(residual, x);
     Variable y = rms_norm(h, weight, eps);
     return {std::move(h), std::move(y)};

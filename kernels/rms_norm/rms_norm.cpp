@@ -38,6 +38,10 @@ Fusion add_rms_norm_choice() { return add_rms_norm_in_force.get(); }
 
 void set_add_rms_norm_choice(Fusion choice) { add_rms_norm_in_force.set(choice); }
 
+bool add_rms_norm_takes_one_pass(int64_t rows) {
+  return add_rms_norm_choice() == Fusion::fused && (rows == 1 || rows >= kAddRmsNormOnePassMinRows);
+}
+
 AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, const Tensor& weight, double eps) {
   check_x_weight("add_rms_norm", x, weight);
   FATHOM_CHECK(eps > 0 && std::isfinite(eps), "add_rms_norm: eps must be positive and finite, got ", eps);

@@ -36,6 +36,13 @@ AddRmsNormOutput add_rms_norm_forward(const Tensor& residual, const Tensor& x, c
 // bench/results/2026-12-05_decode_defaults_h100.md).
 Fusion add_rms_norm_choice();
 void set_add_rms_norm_choice(Fusion choice);
+// The rows fused takes the one pass at: one (a batch-1 decoding step; the residual step inside a GEMM launch repeats
+// its sums there, skinny_matmul.h), or at least kAddRmsNormOnePassMinRows. Between, add then rms_norm: the one pass
+// runs a block a row, and at 8 rows of 2048 (the Llama-3.2-1B shape decoding a batch of 8 on an H100) it made a step
+// 2.1-2.4% slower than the add and the norm's launch (bench/results/2026-12-07_pre_norm_hand_on_h100.md; other
+// counts below the bound follow unmeasured). The bound is about one row an SM.
+constexpr int64_t kAddRmsNormOnePassMinRows = 128;
+bool add_rms_norm_takes_one_pass(int64_t rows);
 // dweight_dtype: the weight gradient's dtype, the weight's when absent. F32 for a BF16 weight is mixed
 // precision's fp32 weight gradient (summed in f32 either way; CUDA only, like every BF16 input).
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,

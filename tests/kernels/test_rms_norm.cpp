@@ -136,7 +136,7 @@ TEST(RmsNorm, BadInputsAreErrors) {
 }
 
 // The pre-norm residual step: the kernel's sum and norm are add's and rms_norm's, and the autograd op
-// gives the same values with gradients recorded (two ops) and without (one pass).
+// gives the same values with gradients recorded (two ops) and without (the one pass where it takes it).
 TEST(RmsNorm, AddThenNormIsTheAddFollowedByTheNorm) {
   const Tensor r = random_tensor({3, 5, 12}, DType::f32, 60), x = random_tensor({3, 5, 12}, DType::f32, 61);
   const Tensor w = random_tensor({12}, DType::f32, 62);
@@ -161,6 +161,17 @@ TEST(RmsNorm, AddThenNormIsTheAddFollowedByTheNorm) {
     EXPECT_EQ(y0.value().to_vector<float>(), out.normed.y.to_vector<float>());
   }
   expect_error([&] { add_rms_norm_forward(r.narrow(0, 2), x, w, 1e-6); }, {"add_rms_norm: residual", "must match x"});
+  // fused takes the one pass at one row and at many, not at the few rows between (kernels/rms_norm/rms_norm.h).
+  {
+    AddRmsNormScope fused(Fusion::fused);
+    EXPECT_TRUE(add_rms_norm_takes_one_pass(1));
+    EXPECT_FALSE(add_rms_norm_takes_one_pass(2));
+    EXPECT_FALSE(add_rms_norm_takes_one_pass(kAddRmsNormOnePassMinRows - 1));
+    EXPECT_TRUE(add_rms_norm_takes_one_pass(kAddRmsNormOnePassMinRows));
+    AddRmsNormScope separate(Fusion::separate);
+    EXPECT_FALSE(add_rms_norm_takes_one_pass(1));
+    EXPECT_FALSE(add_rms_norm_takes_one_pass(kAddRmsNormOnePassMinRows));
+  }
   expect_error([&] { add_rms_norm_forward(r, x, w, 0.0); }, {"add_rms_norm: eps"});
   expect_error([&] { add_rms_norm_forward(r, x, random_tensor({11}, DType::f32, 64), 1e-6); },
                {"add_rms_norm: weight", "[12]"});
