@@ -144,9 +144,9 @@ std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind
   bool records = residual.requires_grad() || x.requires_grad() || norm_weight.requires_grad();
   for (const Variable* w : weights) records = records || w->requires_grad();
   // The cheap refusals first: evaluation's many rows allocate nothing here.
-  // Pre-norm, the launch adds as add_rms_norm's one pass does: not where the separate add and norm are chosen.
+  // Pre-norm, the launch adds as add_rms_norm's one pass does: only where add_rms_norm takes that pass.
   if ((records && GradMode::enabled()) || !x.device().is_cuda() || residual_step_in_gemm_choice() != Fusion::fused ||
-      (kind == ResidualStep::pre_norm && add_rms_norm_choice() != Fusion::fused) || x.dtype() != DType::bf16 ||
+      (kind == ResidualStep::pre_norm && !add_rms_norm_takes_one_pass(x.shape().rows())) || x.dtype() != DType::bf16 ||
       residual.shape() != x.shape() || x.shape().rows() > kResidualStepMaxRows)
     return std::nullopt;
   const int64_t M = x.shape().rows(), K = x.shape().last();

@@ -30,7 +30,7 @@ std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variabl
 // A block's residual step and the linears of what the next sublayer reads, in one
 // skinny_matmul_after_residual_step launch (kernels/matmul/skinny_matmul.h) where nothing records a gradient,
 // the rows are a decoding step's on a GPU that the launch takes, the skinny GEMM's policy takes each product and
-// residual_step_in_gemm_choice() is fused (pre-norm also add_rms_norm_choice(), whose one pass it repeats):
+// residual_step_in_gemm_choice() is fused (pre-norm also add_rms_norm_takes_one_pass, whose one pass it repeats):
 // {h, the linears' outputs}, bit for bit what residual_rms_norm (or add_rms_norm) and linear_each give.
 // Otherwise nothing, and the caller runs those.
 struct ResidualProjections {

@@ -56,7 +56,8 @@ def main():
         else:
             distinct = len(set(ids[:n]))
             note = "; a repetition, which checks little" if distinct <= REPETITION_MAX_DISTINCT else ""
-            print(f"AGREE: {what}: {n} greedy tokens equal ({distinct} distinct ids{note})")
+            ids_word = "id" if distinct == 1 else "ids"
+            print(f"AGREE: {what}: {n} greedy tokens equal ({distinct} distinct {ids_word}{note})")
     return 0 if all_agree else 1
 
 

@@ -2,8 +2,9 @@
 // taken. Post-norm (OLMo2) the stream is then residual + norm(out); pre-norm (Llama) residual + out, no norm of its
 // own, and the next block's input norm reads it. The next block takes that step inside its q/k/v launch
 // (skinny_matmul_after_residual_step; pre-norm together with its input norm) where it can, and otherwise as its own
-// launch (take), the one the block would have run. Post-norm the bits are the same either way; pre-norm the launch
-// sums the norm's squares in add_rms_norm's order, the next norm launch in rms_norm's.
+// launch (take, the one the block would have run; a pre-norm block with its input norm through add_rms_norm). Post-norm
+// the bits are the same either way; pre-norm the launch and add_rms_norm's one pass at one row sum the norm's squares
+// in add_rms_norm's order, the block-by-block path's norm launch in rms_norm's.
 #pragma once
 
 #include "kernels/runtime/kernel_choice.h"

@@ -39,10 +39,15 @@ def main():
     reference = ids_row(128, 1, varied) + ids_row(128, 8, repeated)
     result = run(reference, reference)
     want = ['AGREE: peer vs fathom, m context 128 batch 1: 40 greedy tokens equal (4 distinct ids)',
-            'AGREE: peer vs fathom, m context 128 batch 8: 40 greedy tokens equal (1 distinct ids; a repetition, '
+            'AGREE: peer vs fathom, m context 128 batch 8: 40 greedy tokens equal (1 distinct id; a repetition, '
             'which checks little)']
     if result.stdout.splitlines() != want or result.returncode != 0:
         failures.append(f'agreement: got {result.stdout!r}, exit {result.returncode}')
+    # Two distinct ids are still a repetition; three are not.
+    for ids, want_note in (([4, 6] * 20, True), ([4, 6, 8] * 14, False)):
+        result = run(ids_row(128, 1, ids), ids_row(128, 1, ids))
+        if ('a repetition' in result.stdout) != want_note or result.returncode != 0:
+            failures.append(f'{len(set(ids))} distinct ids: got {result.stdout!r}, exit {result.returncode}')
 
     differing = varied[:17] + [3] + varied[18:]
     result = run(reference, ids_row(128, 1, differing) + ids_row(128, 8, repeated))

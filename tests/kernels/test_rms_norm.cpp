@@ -161,7 +161,16 @@ TEST(RmsNorm, AddThenNormIsTheAddFollowedByTheNorm) {
     EXPECT_EQ(y0.value().to_vector<float>(), out.normed.y.to_vector<float>());
   }
   expect_error([&] { add_rms_norm_forward(r.narrow(0, 2), x, w, 1e-6); }, {"add_rms_norm: residual", "must match x"});
-  // fused takes the one pass at one row and at many, not at the few rows between (kernels/rms_norm/rms_norm.h).
+  // fused takes the one pass at one row and at many, not at the few rows between (kernels/rms_norm/rms_norm.h);
+  // either way the values are the add's and the norm's.
+  {
+    const Tensor r1 = random_tensor({1, 12}, DType::f32, 65), x1 = random_tensor({1, 12}, DType::f32, 66);
+    AddRmsNormScope fused(Fusion::fused);
+    NoGrad no_grad;
+    const auto [h1, y1] = add_rms_norm(Variable(r1), Variable(x1), Variable(w), 1e-6);
+    EXPECT_EQ(h1.value().to_vector<float>(), add(r1, x1).to_vector<float>());
+    EXPECT_EQ(y1.value().to_vector<float>(), rms_norm_forward(add(r1, x1), w, 1e-6).y.to_vector<float>());
+  }
   {
     AddRmsNormScope fused(Fusion::fused);
     EXPECT_TRUE(add_rms_norm_takes_one_pass(1));

@@ -211,6 +211,7 @@ TEST(DecodeStep, AResidualStepHandedOnDecodesAsTheBlocksOwn) {
               pre_next.forward(pre_out.take(), inputs, LayerReport()).value().to_vector<float>());
     // A stream of the other norm placement is refused, not misread.
     expect_error([&] { pre_next.forward_stream(out, inputs, LayerReport()); }, {"post-norm stream", "pre-norm block"});
+    expect_error([&] { next.forward_stream(pre_out, inputs, LayerReport()); }, {"pre-norm stream", "post-norm block"});
   }
   fathom::test::ResidualStepAcrossLayersScope own(Fusion::separate);
   EXPECT_TRUE(block.forward_stream({.x = Variable(x)}, inputs, LayerReport()).taken());

@@ -378,10 +378,11 @@ void expect_handed_on_pre_norm_step_close(const std::string& name, const ModelCo
 // launch's one row) and 3 (where the next block takes it as its own launch), a dsla hybrid (whose dsla layer takes it
 // so, and hands its own on to the attention after it) and MoDA with an attention-side writer (which reads the stream
 // the launch writes; captured or not).
-// Pre-norm the q/k/v launch takes it with the next block's input norm, summing the norm's squares in add_rms_norm's
-// order where the block-by-block path's norm launch sums them in rms_norm's: Llama-style logits at batch 1 within
-// bf16 rounding of that path's. Where the launch does not take it (batch 3; MoDA's attention-side writer, which
-// reads the normalised stream) the add and the norm launch run as before: no bit changes.
+// Pre-norm the next block takes it with its input norm in add_rms_norm's order at one row (inside the q/k/v launch,
+// or in the one pass where the launch does not take it: MoDA's attention-side writer reads the normalised stream),
+// where the block-by-block path's norm launch sums the squares in rms_norm's order: Llama-style logits at batch 1
+// within bf16 rounding of that path's, and bit for bit at batch 3 (the add, then the norm, either way). The q/k/v
+// launch changes no bit against the one pass (FATHOM_RESIDUAL_STEP_IN_GEMM off against on, the step handed on).
 TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
@@ -399,8 +400,13 @@ TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
                                                               /*must_capture=*/false);
   expect_handed_on_pre_norm_step_close(model_name(true, 1), gpu_small("pre", false), 1, 5);
   expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(model_name(true, 3), gpu_small("pre", false), 3, 5);
-  expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("pre-norm moda/B1", gpu_small("pre", false, moda), 1, 5,
-                                                              /*must_capture=*/false);
+  expect_handed_on_pre_norm_step_close("pre-norm moda/B1", gpu_small("pre", false, moda), 1, 5);
+  {
+    ResidualStepAcrossLayersScope across(Fusion::fused);
+    expect_fusion_changes_no_bit<ResidualStepScope>("llama/B1, handed on", gpu_small("pre", false), 1, 5);
+    expect_fusion_changes_no_bit<ResidualStepScope>("pre-norm moda/B1, handed on", gpu_small("pre", false, moda), 1,
+                                                    5, /*must_capture=*/false);
+  }
   // The q/k/v launch takes the step at all, and the block that asks it gives its own bits: a stream handed on
   // by the first block.
   GpuModel m(gpu_small("post", true), kSeed);
