@@ -8,6 +8,10 @@ For every model, cell (batch, context) and variant other than the baseline, the 
 gives the change of the step time, 100 (variant / baseline - 1) %, and the table shows their mean with its 95% t
 interval over the rounds (none from one round). Rows without a round in their label (the peers') are left out.
 Rounds of one call only: between calls the machine and the baseline move. Standard library only.
+
+A run whose own copy-bandwidth measurement (the 'copy GB/s' column bench_generate writes once per run) falls below
+--disturbed-below times the median of the runs read shared the GPU with something else (a peer process left running,
+say): its rounds are left out of the pairing, and a line after the table names them, unless --keep-disturbed.
 """
 import argparse
 import os
@@ -19,12 +23,13 @@ from stats import one_sample_interval  # noqa: E402
 
 LABEL = re.compile(r"^(\S+) (.+) r(\d+)$")
 # Columns of a row (generate_bench_common.COLUMNS): system, label, batch, context, ..., decode ms/step.
-LABEL_COLUMN, BATCH_COLUMN, CONTEXT_COLUMN, STEP_COLUMN = 1, 2, 3, 6
+LABEL_COLUMN, BATCH_COLUMN, CONTEXT_COLUMN, STEP_COLUMN, COPY_COLUMN = 1, 2, 3, 6, 10
 
 
 def read_rounds(paths):
-    """{(model, variant): {(batch, context): {round: ms}}} from the files' labelled rows; fails on a repeated round."""
-    rounds = {}
+    """{(model, variant): {(batch, context): {round: ms}}} from the files' labelled rows, and {(model, variant, round):
+    copy GB/s} of the runs that wrote one; fails on a repeated round."""
+    rounds, copies = {}, {}
     for path in paths:
         if not os.path.exists(path):
             raise SystemExit(f"compare_rounds: no file {path}")
@@ -47,13 +52,29 @@ def read_rounds(paths):
                 raise SystemExit(f"compare_rounds: {model} {variant} round {round_number} at batch {cell[0]}, context "
                                  f"{cell[1]} appears twice")
             by_round[round_number] = ms
+            try:
+                copies.setdefault((model, variant, round_number), float(cells[COPY_COLUMN]))
+            except (IndexError, ValueError):
+                pass  # a row without the column: its run is never judged disturbed
     if not rounds:
         raise SystemExit(f"compare_rounds: no rows labelled '<model> <variant> r<N>' in {', '.join(paths)}")
-    return rounds
+    return rounds, copies
 
 
-def comparisons(rounds, baseline):
-    """Each table row: model, cell, variant, the paired baseline and variant times, the interval of the change (%)."""
+def disturbed_runs(copies, fraction):
+    """The median copy bandwidth of the runs (None without any), and {(model, variant, round): copy GB/s} of those
+    below fraction times it."""
+    if not copies:
+        return None, {}
+    ordered = sorted(copies.values())
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+    return median, {run: gbs for run, gbs in copies.items() if gbs < fraction * median}
+
+
+def comparisons(rounds, baseline, left_out=()):
+    """Each table row: model, cell, variant, the paired baseline and variant times, the interval of the change (%);
+    a round either side of which is in left_out (model, variant, round) is not paired."""
     rows = []
     for model in dict.fromkeys(m for m, _ in rounds):
         variants = [v for m, v in rounds if m == model]
@@ -65,7 +86,8 @@ def comparisons(rounds, baseline):
             if variant == baseline:
                 continue
             for cell, by_round in rounds[(model, variant)].items():
-                shared = sorted(set(by_round) & set(base.get(cell, {})))
+                shared = sorted(r for r in set(by_round) & set(base.get(cell, {}))
+                                if (model, variant, r) not in left_out and (model, baseline, r) not in left_out)
                 if not shared:
                     continue
                 before = [base[cell][r] for r in shared]
@@ -89,11 +111,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+")
     parser.add_argument("--baseline", required=True, help="the variant the others are set against, e.g. off")
+    parser.add_argument("--disturbed-below", type=float, default=0.9,
+                        help="a run whose copy bandwidth is below this fraction of the median is left out (0.9)")
+    parser.add_argument("--keep-disturbed", action="store_true", help="pair every round, disturbed or not")
     args = parser.parse_args()
-    rows = comparisons(read_rounds(args.files), args.baseline)
+    rounds, copies = read_rounds(args.files)
+    median, disturbed = disturbed_runs(copies, args.disturbed_below)
+    if args.keep_disturbed:
+        disturbed = {}
+    rows = comparisons(rounds, args.baseline, disturbed)
     if not rows:
         raise SystemExit(f"compare_rounds: no variant shares a cell and a round with the baseline '{args.baseline}'")
     print(table(rows, args.baseline))
+    if disturbed:
+        runs = ", ".join(f"{m} {v} r{r} ({gbs:.0f} GB/s)" for (m, v, r), gbs in sorted(disturbed.items()))
+        print(f"\nLeft out, their copy bandwidth below {args.disturbed_below} of the median "
+              f"({median:.0f} GB/s): {runs}; --keep-disturbed pairs them.")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/compare_rounds.py on generate.md rows whose answers are known: the change of each round paired with the
 baseline's same round, its mean and 95% t interval, rounds only one side ran left out, one round without an interval,
-the peers' unlabelled rows ignored; and its refusals (no baseline, no labelled rows, a round twice). Standard library
+the peers' unlabelled rows ignored, a run of low copy bandwidth left out and named (or kept when asked); and its
+refusals (no baseline, no labelled rows, a round twice). Standard library
 only.
   python3 tests/bench/test_compare_rounds.py
 """
@@ -14,8 +15,8 @@ from script_check import BENCH, run_script, verdict  # noqa: E402
 SCRIPT = BENCH / 'compare_rounds.py'
 
 
-def row(label, batch, context, ms, system='fathom generate'):
-    return f'| {system} | {label} | {batch} | {context} | 40 | 1.0 | {ms} | 1 | 1.0 | 1.0 | 3000.0 | 10.0 |'
+def row(label, batch, context, ms, system='fathom generate', copy=3000.0):
+    return f'| {system} | {label} | {batch} | {context} | 40 | 1.0 | {ms} | 1 | 1.0 | 1.0 | {copy} | 10.0 |'
 
 
 def run(rows, *flags):
@@ -43,6 +44,22 @@ def main():
     if result.returncode != 0 or lines[2:] != want:
         failures.append(f'the table: rc {result.returncode}, got\n{result.stdout}{result.stderr}\nexpected\n'
                         + '\n'.join(want))
+
+    # A run whose copy bandwidth fell below 0.9 of the median (round 2 of the lever, at 1200 GB/s against 3000)
+    # is left out and named; --keep-disturbed pairs it again.
+    disturbed = [row('m off r1', 1, 128, 1.0), row('m off r2', 1, 128, 1.0), row('m off r3', 1, 128, 1.0),
+                 row('m lever r1', 1, 128, 0.98), row('m lever r2', 1, 128, 2.5, copy=1200.0),
+                 row('m lever r3', 1, 128, 0.96)]
+    result = run(disturbed, '--baseline', 'off')
+    want = ['| m | 1 / 128 | lever | 1.000 1.000 | 0.980 0.960 | -3.0% | -15.7% to +9.7% | 2 |', '',
+            'Left out, their copy bandwidth below 0.9 of the median (3000 GB/s): m lever r2 (1200 GB/s); '
+            '--keep-disturbed pairs them.']
+    if result.returncode != 0 or result.stdout.splitlines()[2:] != want:
+        failures.append(f'a disturbed run: rc {result.returncode}, got\n{result.stdout}{result.stderr}expected\n'
+                        + '\n'.join(want))
+    result = run(disturbed, '--baseline', 'off', '--keep-disturbed')
+    if result.returncode != 0 or '| 3 |' not in result.stdout or 'Left out' in result.stdout:
+        failures.append(f'--keep-disturbed: rc {result.returncode}, got\n{result.stdout}{result.stderr}')
 
     for what, bad_rows, flags, message in [
             ('no baseline', rows, ('--baseline', 'on'), "m has no rows of the baseline 'on' (its variants: off, "
