@@ -16,6 +16,7 @@ say): its rounds are left out of the pairing, and a line after the table names t
 import argparse
 import os
 import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "tables"))
@@ -66,9 +67,7 @@ def disturbed_runs(copies, fraction):
     below fraction times it."""
     if not copies:
         return None, {}
-    ordered = sorted(copies.values())
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+    median = statistics.median(copies.values())
     return median, {run: gbs for run, gbs in copies.items() if gbs < fraction * median}
 
 

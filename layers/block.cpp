@@ -53,11 +53,11 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
   // launch keeps the normalised stream to itself, so not where that writer reads it.
   FATHOM_CHECK(in.taken() || (in.norm == nullptr) == pre_norm_, "block: a ", pre_norm_ ? "post" : "pre",
                "-norm stream handed on untaken to a ", pre_norm_ ? "pre" : "post", "-norm block");
+  const ResidualStep step_kind = pre_norm_ ? ResidualStep::pre_norm : ResidualStep::post_norm;
   Variable x, attn_in, attn_out;
   if (!in.taken() && (!pre_norm_ || !(write && attn_depth_kv_)))
-    if (auto stepped = mixer_->forward_after_residual_step(pre_norm_ ? ResidualStep::pre_norm : ResidualStep::post_norm,
-                                                           in.residual, in.out, pre_norm_ ? attn_norm_ : *in.norm,
-                                                           mixer_inputs, report))
+    if (auto stepped = mixer_->forward_after_residual_step(step_kind, in.residual, in.out,
+                                                           pre_norm_ ? attn_norm_ : *in.norm, mixer_inputs, report))
       std::tie(x, attn_out) = *stepped;
   // Otherwise the step as its own launch; pre-norm with the input norm through add_rms_norm, whose one pass at one
   // row sums as the q/k/v launch does (and which at a few rows adds, then normalises).
@@ -69,7 +69,10 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
   }
   // Sublayer inputs: the normalised stream in pre-norm (none needed where the q/k/v launch normalised it), the
   // stream itself in post-norm.
-  if (!pre_norm_ || (!attn_out.defined() && !attn_in.defined())) attn_in = pre_norm_ ? attn_norm_.forward(x) : x;
+  if (!pre_norm_)
+    attn_in = x;
+  else if (!attn_in.defined() && !attn_out.defined())
+    attn_in = attn_norm_.forward(x);
   if (!attn_out.defined()) attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the
@@ -77,8 +80,7 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
   const RMSNorm& step_norm = pre_norm_ ? ffn_norm_ : attn_norm_;
   std::optional<std::pair<Variable, Variable>> stepped;
   if (!(write && ffn_depth_kv_))
-    stepped = mlp_.forward_after_residual_step(pre_norm_ ? ResidualStep::pre_norm : ResidualStep::post_norm, x,
-                                               attn_out, step_norm);
+    stepped = mlp_.forward_after_residual_step(step_kind, x, attn_out, step_norm);
   Variable h, ffn_out;
   if (stepped) {
     std::tie(h, ffn_out) = *stepped;
