@@ -1,4 +1,5 @@
 // linear: y = x W^T over the last dim of x; leading dims are flattened into GEMM rows.
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -137,9 +138,13 @@ std::optional<Variable> fused_swiglu_projection(const Variable& x, const Variabl
   return Variable(std::move(y));
 }
 
-std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
-                                                               const Variable& x, const Variable& norm_weight,
-                                                               double eps, std::span<const Variable* const> weights) {
+namespace {
+
+// The residual step's operands and the weights' values where one launch may take the step and the products of
+// `weights` (project_after_residual_step's conditions), else nothing.
+std::optional<std::pair<ResidualStepInputs, std::vector<Tensor>>> residual_step_launch(
+    ResidualStep kind, const Variable& residual, const Variable& x, const Variable& norm_weight, double eps,
+    std::span<const Variable* const> weights) {
   FATHOM_CHECK(residual.defined() && x.defined() && norm_weight.defined(), "residual step: undefined input");
   bool records = residual.requires_grad() || x.requires_grad() || norm_weight.requires_grad();
   for (const Variable* w : weights) records = records || w->requires_grad();
@@ -158,6 +163,18 @@ std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind
     return std::nullopt;
   for (const Tensor& w : ws)
     if (!use_skinny_matmul(step.x, false, w, true, DType::bf16, 1.0, 0.0)) return std::nullopt;
+  return std::pair{step, std::move(ws)};
+}
+
+}  // namespace
+
+std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                               const Variable& x, const Variable& norm_weight,
+                                                               double eps, std::span<const Variable* const> weights) {
+  auto launch = residual_step_launch(kind, residual, x, norm_weight, eps, weights);
+  if (!launch) return std::nullopt;
+  const auto& [step, ws] = *launch;
+  const int64_t M = step.x.dim(0);
   ResidualProjections out;
   std::vector<Tensor> ys2d;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -166,10 +183,27 @@ std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind
     out.ys.emplace_back(std::move(y));
   }
   Tensor h = Tensor::empty(x.shape(), DType::bf16, x.device());
-  Tensor h2d = h.view({M, K});
+  Tensor h2d = h.view(step.x.shape());
   skinny_matmul_after_residual_step(step, ws, ys2d, h2d);
   out.h = Variable(std::move(h));
   return out;
+}
+
+std::optional<ResidualProjections> swiglu_projection_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                                         const Variable& x,
+                                                                         const Variable& norm_weight, double eps,
+                                                                         const Variable& gate, const Variable& up) {
+  if (swiglu_projection_choice() != Fusion::fused || gate.shape() != up.shape()) return std::nullopt;
+  const Variable* weights[] = {&gate, &up};
+  auto launch = residual_step_launch(kind, residual, x, norm_weight, eps, weights);
+  if (!launch) return std::nullopt;
+  const auto& [step, ws] = *launch;
+  Tensor y = linear_output(x, gate, DType::bf16);
+  Tensor y2d = y.view({step.x.dim(0), gate.dim(0)});
+  Tensor h = Tensor::empty(x.shape(), DType::bf16, x.device());
+  Tensor h2d = h.view(step.x.shape());
+  skinny_swiglu_after_residual_step(step, ws[0], ws[1], y2d, h2d);
+  return ResidualProjections{Variable(std::move(h)), {Variable(std::move(y))}};
 }
 
 Variable linear_wide(const Variable& x, const Variable& weight) {

@@ -40,6 +40,13 @@ struct ResidualProjections {
 std::optional<ResidualProjections> project_after_residual_step(ResidualStep kind, const Variable& residual,
                                                                const Variable& x, const Variable& norm_weight,
                                                                double eps, std::span<const Variable* const> weights);
+// The same for an MLP's gate and up with SwiGLU of the two (swiglu_projection_choice() fused too): one
+// skinny_swiglu_after_residual_step launch, {h, {swiglu(in gate^T, in up^T)}}, bit for bit what the step's launch
+// and fused_swiglu_projection give; otherwise nothing.
+std::optional<ResidualProjections> swiglu_projection_after_residual_step(ResidualStep kind, const Variable& residual,
+                                                                         const Variable& x,
+                                                                         const Variable& norm_weight, double eps,
+                                                                         const Variable& gate, const Variable& up);
 // The same with the output in at least F32 (F32 for BF16 x; the GEMM's f32 accumulation unrounded):
 // MoD's router and predictor logits, whose ranking and threshold must not see bf16 ties.
 Variable linear_wide(const Variable& x, const Variable& weight);

@@ -29,8 +29,14 @@ std::optional<std::pair<Variable, Variable>> MLP::forward_after_residual_step(Re
                                                                               const Variable& residual,
                                                                               const Variable& x,
                                                                               const RMSNorm& norm) const {
-  // Asked-for SwiGLU in gate/up's launch (forward's first path) is the other use of that launch: it wins.
-  if (swiglu_projection_choice() == Fusion::fused) return std::nullopt;
+  // SwiGLU in gate/up's launch asked for (forward's first path): the step, the products and SwiGLU in one launch.
+  if (swiglu_projection_choice() == Fusion::fused) {
+    if (gate_proj_.fp8() || up_proj_.fp8()) return std::nullopt;
+    std::optional<ResidualProjections> step = swiglu_projection_after_residual_step(
+        kind, residual, x, norm.weight(), norm.eps(), gate_proj_.weight(), up_proj_.weight());
+    if (!step) return std::nullopt;
+    return std::pair{step->h, down_proj_.forward(step->ys[0])};
+  }
   std::optional<ResidualProjections> step =
       project_each_after_residual_step(kind, residual, x, norm, {&up_proj_, &gate_proj_});  // forward's order
   if (!step) return std::nullopt;

@@ -16,8 +16,8 @@ class MLP : public Module {
   Variable forward(const Variable& x) const;
   // The block's residual step (`norm` joining sublayer output x to `residual`) and forward of what it gives
   // the MLP, with the step inside the gate/up launch where a decoding step allows (autograd/ops.h
-  // project_after_residual_step; not with FATHOM_SWIGLU_PROJECTION=fused, whose launch that is): {h, the MLP's
-  // output}; otherwise nothing, and the caller runs both.
+  // project_after_residual_step; with FATHOM_SWIGLU_PROJECTION=fused, swiglu_projection_after_residual_step, SwiGLU
+  // in that launch too): {h, the MLP's output}; otherwise nothing, and the caller runs both.
   std::optional<std::pair<Variable, Variable>> forward_after_residual_step(ResidualStep kind, const Variable& residual,
                                                                            const Variable& x,
                                                                            const RMSNorm& norm) const;

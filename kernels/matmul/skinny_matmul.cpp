@@ -177,31 +177,62 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   on_device("skinny_swiglu", device, FATHOM_KERNEL(skinny_swiglu), x, gate, up, y);
 }
 
+namespace {
+
+// The residual step's operands and h checked for op; the step's tensors and h, for common_device.
+std::vector<const Tensor*> check_step(const char* op, const ResidualStepInputs& step, const Tensor& h) {
+  const Tensor &r = step.residual, &x = step.x, &w = step.weight;
+  FATHOM_CHECK(r.defined() && x.defined() && w.defined() && h.defined(), op, ": undefined operand");
+  FATHOM_CHECK(
+      x.rank() == 2 && r.shape() == x.shape() && h.shape() == x.shape() && w.rank() == 1 && w.dim(0) == x.dim(1), op,
+      ": residual, x and h must be [M, K] and the norm's weight [K], got residual ", describe(r), ", x ", describe(x),
+      ", h ", describe(h), ", weight ", describe(w));
+  for (const Tensor* t : {&r, &w, &h})
+    FATHOM_CHECK(t->dtype() == DType::bf16, op, ": the step's tensors must be BF16, got ", describe(*t));
+  FATHOM_CHECK(step.eps > 0 && std::isfinite(step.eps), op, ": eps must be positive and finite, got ", step.eps);
+  FATHOM_CHECK(!h.shares_storage_with(r) && !h.shares_storage_with(x) && !h.shares_storage_with(w), op,
+               ": h must not share storage with the step's inputs");
+  return {&r, &w, &h};
+}
+
+// An output of the products that follow a step: BF16, sharing no storage with h or the step's inputs.
+void check_step_output(const char* op, const ResidualStepInputs& step, const Tensor& h, const Tensor& y, size_t i) {
+  FATHOM_CHECK(y.dtype() == DType::bf16, op, ": the outputs must be BF16, got ", describe(y));
+  FATHOM_CHECK(!y.shares_storage_with(h) && !y.shares_storage_with(step.residual) && !y.shares_storage_with(step.weight),
+               op, ": output ", i, " shares storage with h or the step's inputs");
+}
+
+void check_fits(const char* op, const Device& device, const ResidualStepInputs& step, std::span<const Tensor> ws) {
+  FATHOM_CHECK(device.is_cpu() || residual_step_fits(step, ws), op, ": ", describe(step.x),
+               " does not fit the CUDA launch (residual_step_fits); run the step and the products instead");
+}
+
+}  // namespace
+
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h) {
   constexpr const char* kOp = "skinny_matmul_after_residual_step";
-  const Tensor &r = step.residual, &x = step.x, &w = step.weight;
-  FATHOM_CHECK(r.defined() && x.defined() && w.defined() && h.defined(), kOp, ": undefined operand");
-  FATHOM_CHECK(
-      x.rank() == 2 && r.shape() == x.shape() && h.shape() == x.shape() && w.rank() == 1 && w.dim(0) == x.dim(1), kOp,
-      ": residual, x and h must be [M, K] and the norm's weight [K], got residual ", describe(r), ", x ", describe(x),
-      ", h ", describe(h), ", weight ", describe(w));
-  for (const Tensor* t : {&r, &w, static_cast<const Tensor*>(&h)})
-    FATHOM_CHECK(t->dtype() == DType::bf16, kOp, ": the step's tensors must be BF16, got ", describe(*t));
-  FATHOM_CHECK(step.eps > 0 && std::isfinite(step.eps), kOp, ": eps must be positive and finite, got ", step.eps);
-  FATHOM_CHECK(!h.shares_storage_with(r) && !h.shares_storage_with(x) && !h.shares_storage_with(w), kOp,
-               ": h must not share storage with the step's inputs");
-  std::vector<const Tensor*> operands = check_group(kOp, x, ws, ys);
-  for (size_t i = 0; i < ys.size(); ++i) {
-    FATHOM_CHECK(ys[i].dtype() == DType::bf16, kOp, ": the outputs must be BF16, got ", describe(ys[i]));
-    FATHOM_CHECK(!ys[i].shares_storage_with(h) && !ys[i].shares_storage_with(r) && !ys[i].shares_storage_with(w), kOp,
-                 ": output ", i, " shares storage with h or the step's inputs");
-  }
-  operands.insert(operands.end(), {&r, &w, &h});
+  std::vector<const Tensor*> operands = check_step(kOp, step, h);
+  const std::vector<const Tensor*> products = check_group(kOp, step.x, ws, ys);
+  for (size_t i = 0; i < ys.size(); ++i) check_step_output(kOp, step, h, ys[i], i);
+  operands.insert(operands.end(), products.begin(), products.end());
   const Device device = common_device(kOp, operands);
-  FATHOM_CHECK(device.is_cpu() || residual_step_fits(step, ws), kOp, ": ", describe(x),
-               " does not fit the CUDA launch (residual_step_fits); run the step and the products instead");
+  check_fits(kOp, device, step, ws);
   on_device(kOp, device, FATHOM_KERNEL(skinny_matmul_after_residual_step), step, ws, ys, h);
+}
+
+void skinny_swiglu_after_residual_step(const ResidualStepInputs& step, const Tensor& gate, const Tensor& up, Tensor& y,
+                                       Tensor& h) {
+  constexpr const char* kOp = "skinny_swiglu_after_residual_step";
+  std::vector<const Tensor*> operands = check_step(kOp, step, h);
+  check_product(kOp, step.x, gate, y);
+  check_product(kOp, step.x, up, y);
+  check_step_output(kOp, step, h, y, 0);
+  operands.insert(operands.end(), {&step.x, &gate, &up, &y});
+  const Device device = common_device(kOp, operands);
+  const Tensor ws[2] = {gate, up};
+  check_fits(kOp, device, step, ws);
+  on_device(kOp, device, FATHOM_KERNEL(skinny_swiglu_after_residual_step), step, gate, up, y, h);
 }
 
 bool residual_step_fits(const ResidualStepInputs& step, std::span<const Tensor> ws) {

@@ -144,10 +144,11 @@ struct ResidualStepArgs {
 };
 
 // The step's rows into `staged` [M, K] (what the next sublayer reads), h by CTA 0; M <= kResidualStepMaxRows,
-// 256 < K <= kResidualStepMaxWidth, K a multiple of 8, a CTA of kThreads. Each row's sum of squares is added as
-// the norm kernel adds it: the threads' partial sums in their order, then block_sum's warp_sum, warp
-// partials, warp_sum. Every load goes out before the first is used, and each thread keeps its share of the
-// rows in registers through the barrier: one round trip to L2.
+// 256 < K <= kResidualStepMaxWidth, K a multiple of 8. The CTA's first kThreads threads do the work (a gated CTA's
+// other half only meets the barriers), so each row's sum of squares is added as the norm kernel adds it: the
+// threads' partial sums in their order, then block_sum's warp_sum, warp partials, warp_sum. Every load goes out
+// before the first is used, and each thread keeps its share of the rows in registers through the barrier: one
+// round trip to L2.
 template <Step kStep>
 __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, int M, int K) {
   constexpr int kMaxRows = int(kResidualStepMaxRows);
@@ -158,7 +159,9 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
   using P = Pack<__nv_bfloat16, kWidth>;
   __shared__ float warp_sums[kMaxRows][kWarps];
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const auto column = [&](int i) { return (tid + i * kThreads) * kWidth; };
+  const bool works = tid < kThreads;
+  // Past K for the threads that do no work, so every loop below leaves at once.
+  const auto column = [&](int i) { return works ? (tid + i * kThreads) * kWidth : K; };
   P r[kMaxRows][kPer], x[kMaxRows][kPer], w[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -187,7 +190,7 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
       }
     }
     ss = warp_sum(ss);
-    if (lane == 0) warp_sums[m][warp] = ss;
+    if (lane == 0 && works) warp_sums[m][warp] = ss;
   }
   __syncthreads();
   const bool writes_h = blockIdx.x == 0;
@@ -233,12 +236,13 @@ struct SkinnyGroup {
 
 // kTiles 8-token tiles cover the M <= 8 kTiles rows of x; Out is y's element type. kGated: the group is
 // (gate, up) with one output, silu(x gate^T) * x up^T ("SwiGLU" above); a CTA's row_tiles tiles of each.
-// kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0).
+// kStep: x is not read but made by the residual step ("Residual step" above; one tile, kVector, K % kChunk 0); with
+// kGated too, the step then SwiGLU of gate/up in one launch.
 // kClustered: the CTAs of a cluster, group.split_ctas of them, split K for one tile ("K across CTAs" above).
 template <int kTiles, bool kVector, typename Out, bool kGated, Step kStep, bool kClustered = false>
 __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restrict__ x, const SkinnyGroup<Out>& group,
                                                    int M, int K, const ResidualStepArgs& step) {
-  static_assert(kStep == Step::none || (kTiles == 1 && kVector && !kGated), "the step's launch: one tile, 16 bytes");
+  static_assert(kStep == Step::none || (kTiles == 1 && kVector), "the step's launch: one tile, 16 bytes");
   static_assert(!kClustered || (!kGated && kStep == Step::none), "K across CTAs: plain one-weight launches");
   if constexpr (kClustered) cluster_arrive_relaxed();  // this CTA has started (cluster.cuh)
   constexpr bool kStaged = kStep != Step::none;
@@ -408,6 +412,14 @@ __global__ void __launch_bounds__(kThreads, 4)
   skinny_matmul_body<1, true, __nv_bfloat16, false, kStep>(step.x, group, M, K, step);
 }
 
+// The same for gate/up and SwiGLU ("SwiGLU" above): 16 warps a CTA, two CTAs an SM for the same 64 registers a thread.
+template <Step kStep>
+__global__ void __launch_bounds__(cta_threads(true), 2)
+    skinny_swiglu_step_kernel(const __grid_constant__ SkinnyGroup<__nv_bfloat16> group, int M, int K,
+                              const __grid_constant__ ResidualStepArgs step) {
+  skinny_matmul_body<1, true, __nv_bfloat16, true, kStep>(step.x, group, M, K, step);
+}
+
 // Tiles of 16 rows per CTA: double while that still leaves kMinCtasPerSm CTAs per SM, or while the
 // splits would outnumber K's chunks (a short K gives split-K nothing to share).
 int pick_row_tiles(int64_t N, int64_t K, int sm_count) {
@@ -458,10 +470,15 @@ void launch(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys, b
   const auto run = [&](auto kernel, int threads) {
     launch_kernel(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), 0, stream, xp, group, M, K);
   };
-  if constexpr (kStep != Step::none)
-    launch_kernel(skinny_matmul_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)),
-                  M * K * int(sizeof(__nv_bfloat16)), stream, group, M, K, step);
-  else if (gated)
+  const int staged_bytes = M * K * int(sizeof(__nv_bfloat16));
+  if constexpr (kStep != Step::none) {
+    if (gated)
+      launch_kernel(skinny_swiglu_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(cta_threads(true))),
+                    staged_bytes, stream, group, M, K, step);
+    else
+      launch_kernel(skinny_matmul_step_kernel<kStep>, dim3(unsigned(ctas)), dim3(unsigned(kThreads)), staged_bytes,
+                    stream, group, M, K, step);
+  } else if (gated)
     vector ? run(skinny_matmul_kernel<kTiles, true, Out, true>, cta_threads(true))
            : run(skinny_matmul_kernel<kTiles, false, Out, true>, cta_threads(true));
   else if (group.split_ctas > 1)
@@ -514,6 +531,20 @@ void run_products(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor>
   if (!w_run.empty()) launch_for_dtype(x, w_run, y_run, false);
 }
 
+// The step, then the products (gated: SwiGLU of ws = gate, up into ys[0]). residual_step_fits held (the front checked
+// it): one row of at most kResidualStepMaxWidth, 16-byte rows, no empty weight.
+void launch_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
+                                bool gated, Tensor& h) {
+  const ResidualStepArgs args{
+      static_cast<const __nv_bfloat16*>(step.residual.raw()), static_cast<const __nv_bfloat16*>(step.x.raw()),
+      static_cast<const __nv_bfloat16*>(step.weight.raw()), static_cast<__nv_bfloat16*>(h.raw()), float(step.eps)};
+  cudaStream_t stream = stream_for(step.x.device());
+  if (step.kind == ResidualStep::post_norm)
+    launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, gated, stream, args);
+  else
+    launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, gated, stream, args);
+}
+
 }  // namespace
 
 void skinny_matmul_grouped(const Tensor& x, std::span<const Tensor> ws, std::span<Tensor> ys) {
@@ -524,16 +555,13 @@ void skinny_matmul(const Tensor& x, const Tensor& w, Tensor& y) { run_products(x
 
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h) {
-  // residual_step_fits held (the front checked it): one row of at most kResidualStepMaxWidth, 16-byte rows, no
-  // empty weight.
-  const ResidualStepArgs args{
-      static_cast<const __nv_bfloat16*>(step.residual.raw()), static_cast<const __nv_bfloat16*>(step.x.raw()),
-      static_cast<const __nv_bfloat16*>(step.weight.raw()), static_cast<__nv_bfloat16*>(h.raw()), float(step.eps)};
-  cudaStream_t stream = stream_for(step.x.device());
-  if (step.kind == ResidualStep::post_norm)
-    launch<1, __nv_bfloat16, Step::post_norm>(step.x, ws, ys, false, stream, args);
-  else
-    launch<1, __nv_bfloat16, Step::pre_norm>(step.x, ws, ys, false, stream, args);
+  launch_after_residual_step(step, ws, ys, false, h);
+}
+
+void skinny_swiglu_after_residual_step(const ResidualStepInputs& step, const Tensor& gate, const Tensor& up, Tensor& y,
+                                       Tensor& h) {
+  const Tensor ws[2] = {gate, up};
+  launch_after_residual_step(step, ws, {&y, 1}, true, h);
 }
 
 void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor& y) {

@@ -87,6 +87,13 @@ constexpr int64_t kResidualStepMaxWidth = 2048;
 // and outputs; the CUDA launch takes what residual_step_fits says it takes.
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h);
+// The residual step, then skinny_swiglu of what the next sublayer reads into y [M, F], with h written: on CUDA one
+// launch, the gated CTAs of skinny_swiglu beginning with the step (skinny_matmul.cu, "SwiGLU"), so y and h equal the
+// step's kernel's and skinny_swiglu's, bit for bit, and a decoding step's MLP takes one launch fewer than the step's
+// launch and skinny_swiglu. On the CPU the step, then skinny_swiglu. BF16 operands and output; the CUDA launch takes
+// what residual_step_fits says of {gate, up}.
+void skinny_swiglu_after_residual_step(const ResidualStepInputs& step, const Tensor& gate, const Tensor& up, Tensor& y,
+                                       Tensor& h);
 // Whether CUDA's single launch takes these operands: M <= kResidualStepMaxRows, K over 256 (where the norm kernel
 // takes its 16-byte layout), a multiple of 32 (the staged products have no partial chunk) and at most
 // kResidualStepMaxWidth, 16-byte aligned rows, no
@@ -156,5 +163,8 @@ FATHOM_BACKENDS(SkinnyMatmulGroupedKernel, skinny_matmul_grouped)
 using SkinnyMatmulAfterResidualStepKernel = void(const ResidualStepInputs& step, std::span<const Tensor> ws,
                                                  std::span<Tensor> ys, Tensor& h);
 FATHOM_BACKENDS(SkinnyMatmulAfterResidualStepKernel, skinny_matmul_after_residual_step)
+using SkinnySwigluAfterResidualStepKernel = void(const ResidualStepInputs& step, const Tensor& gate, const Tensor& up,
+                                                 Tensor& y, Tensor& h);
+FATHOM_BACKENDS(SkinnySwigluAfterResidualStepKernel, skinny_swiglu_after_residual_step)
 
 }  // namespace fathom

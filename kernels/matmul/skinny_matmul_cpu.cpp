@@ -28,21 +28,32 @@ void skinny_swiglu(const Tensor& x, const Tensor& gate, const Tensor& up, Tensor
   y.copy_from(cpu::swiglu_forward(g.to(DType::f32), u.to(DType::f32)).to(y.dtype()));
 }
 
+namespace {
+
 // The step in f32 on the BF16 values, rounded where the CUDA kernels round (h; pre-norm also the sum before
-// its norm and the normalised input), then the products.
+// its norm): h, and what the next sublayer reads (rounded to BF16).
+Tensor residual_step(const ResidualStepInputs& step, Tensor& h) {
+  const Tensor r = step.residual.to(DType::f32), x = step.x.to(DType::f32), w = step.weight.to(DType::f32);
+  if (step.kind == ResidualStep::post_norm) {
+    Tensor in = fathom::rms_norm_forward(x, w, step.eps, r).y.to(DType::bf16);
+    h.copy_from(in);
+    return in;
+  }
+  const Tensor sum = fathom::add(r, x).to(DType::bf16);
+  h.copy_from(sum);
+  return fathom::rms_norm_forward(sum.to(DType::f32), w, step.eps).y.to(DType::bf16);
+}
+
+}  // namespace
+
 void skinny_matmul_after_residual_step(const ResidualStepInputs& step, std::span<const Tensor> ws, std::span<Tensor> ys,
                                        Tensor& h) {
-  const Tensor r = step.residual.to(DType::f32), x = step.x.to(DType::f32), w = step.weight.to(DType::f32);
-  Tensor in;
-  if (step.kind == ResidualStep::post_norm) {
-    in = fathom::rms_norm_forward(x, w, step.eps, r).y.to(DType::bf16);
-    h.copy_from(in);
-  } else {
-    const Tensor sum = fathom::add(r, x).to(DType::bf16);
-    h.copy_from(sum);
-    in = fathom::rms_norm_forward(sum.to(DType::f32), w, step.eps).y.to(DType::bf16);
-  }
-  cpu::skinny_matmul_grouped(in, ws, ys);
+  cpu::skinny_matmul_grouped(residual_step(step, h), ws, ys);
+}
+
+void skinny_swiglu_after_residual_step(const ResidualStepInputs& step, const Tensor& gate, const Tensor& up, Tensor& y,
+                                       Tensor& h) {
+  cpu::skinny_swiglu(residual_step(step, h), gate, up, y);
 }
 
 }  // namespace fathom::cpu

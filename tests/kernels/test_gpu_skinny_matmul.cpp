@@ -406,6 +406,39 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
                 Tensor::empty({0, 8}, DType::bf16, kGpu), none);
 }
 
+// The residual step and SwiGLU of gate/up in one launch against the step's launch and skinny_swiglu of its output
+// (the two launches a decoding step's MLP takes without it), bit for bit, h and y (NaN-filled); and against the CPU.
+// The widths of AfterAResidualStepGivesTheStepKernelsAndTheProductsBits, gate and up of one shape.
+TEST(GpuSkinnyMatmul, SwigluAfterAResidualStepGivesTheStepAndSwigluBits) {
+  FATHOM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const auto& [k, f] : {std::pair<int64_t, int64_t>{2048, 8192}, {2048, 37}, {768, 3072}, {288, 16}})
+    for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+      const std::string what = label(1, k, f, kind == ResidualStep::post_norm ? " post-norm" : " pre-norm");
+      const GpuInput r = random_input({1, k}, DType::bf16, seed++), x = random_input({1, k}, DType::bf16, seed++),
+                     w = random_input({k}, DType::bf16, seed++, 0.5, 1.5);
+      const GpuInput gate = random_input({f, k}, DType::bf16, seed++), up = random_input({f, k}, DType::bf16, seed++);
+      const ResidualStepInputs step{kind, r.gpu, x.gpu, w.gpu, 1e-5};
+      Tensor y = nan_output(1, f, DType::bf16), h = nan_output(1, k, DType::bf16);
+      skinny_swiglu_after_residual_step(step, gate.gpu, up.gpu, y, h);
+      // The step's launch for h, the step's kernel for the input, then skinny_swiglu of it.
+      const Tensor in = kind == ResidualStep::post_norm ? rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y
+                                                        : add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5).normed.y;
+      Tensor want_h = nan_output(1, k, DType::bf16), unused[1] = {nan_output(1, f, DType::bf16)};
+      skinny_matmul_after_residual_step(step, {&gate.gpu, 1}, unused, want_h);
+      Tensor want = nan_output(1, f, DType::bf16);
+      skinny_swiglu(in, gate.gpu, up.gpu, want);
+      EXPECT_TRUE(bitwise_equal(h, want_h)) << what << ": h";
+      EXPECT_TRUE(bitwise_equal(y, want)) << what << ": SwiGLU";
+      Tensor cpu_y = Tensor::empty({1, f}, DType::bf16), cpu_h = Tensor::empty({1, k}, DType::bf16);
+      skinny_swiglu_after_residual_step(
+          {kind, r.cpu.to(DType::bf16), x.cpu.to(DType::bf16), w.cpu.to(DType::bf16), 1e-5}, gate.cpu.to(DType::bf16),
+          up.cpu.to(DType::bf16), cpu_y, cpu_h);
+      EXPECT_GPU_CLOSE(h, cpu_h.to(DType::f32), DType::bf16, what + ": h against the CPU");
+      EXPECT_GPU_CLOSE(y, cpu_y.to(DType::f32), DType::bf16, what + ": SwiGLU against the CPU");
+    }
+}
+
 // The residual step inside the products' launch against the step's own kernel (rms_norm_forward with a
 // residual post-norm, add_rms_norm_forward pre-norm) and the grouped products of its output, bit for bit,
 // h and every output (NaN-filled, so none is left unwritten); and against the CPU. One row (the launch's

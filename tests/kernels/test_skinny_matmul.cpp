@@ -9,6 +9,7 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/skinny_matmul.h"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/swiglu/swiglu.h"
 #include "tests/support/kernel_choice_scope.h"
 #include "tests/support/op_test_util.h"
 
@@ -204,6 +205,38 @@ TEST(SkinnyMatmul, AfterAResidualStepIsTheStepThenTheProducts) {
     for (int i = 0; i < 2; ++i)
       expect_close(ys[i].to(DType::f32), skinny_matmul(in, ws[i], DType::bf16).to(DType::f32), 0, 0);
   }
+}
+
+// The gated form: the same step, then skinny_swiglu of what it gives, and h as the ungated form writes it.
+TEST(SkinnyMatmul, SwigluAfterAResidualStepIsTheStepThenSwiglu) {
+  const int64_t M = 2, K = 48, F = 9;
+  const Tensor r = random_tensor({M, K}, DType::bf16, 6), x = random_tensor({M, K}, DType::bf16, 7),
+               w = random_tensor({K}, DType::bf16, 8);
+  const Tensor gate = random_tensor({F, K}, DType::bf16, 9), up = random_tensor({F, K}, DType::bf16, 10);
+  for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
+    Tensor y = Tensor::empty({M, F}, DType::bf16), h = Tensor::empty({M, K}, DType::bf16);
+    skinny_swiglu_after_residual_step({kind, r, x, w, 1e-5}, gate, up, y, h);
+    const Tensor ws[2] = {gate, up};
+    Tensor products[2] = {Tensor::empty({M, F}, DType::bf16), Tensor::empty({M, F}, DType::bf16)};
+    Tensor want_h = Tensor::empty({M, K}, DType::bf16);
+    skinny_matmul_after_residual_step({kind, r, x, w, 1e-5}, ws, products, want_h);
+    expect_close(h.to(DType::f32), want_h.to(DType::f32), 0, 0);
+    const Tensor want = swiglu_forward(products[0].to(DType::f32), products[1].to(DType::f32)).to(DType::bf16);
+    expect_close(y.to(DType::f32), want.to(DType::f32), 0, 0);
+  }
+  Tensor y = Tensor::empty({M, F}, DType::bf16), h = Tensor::empty({M, K}, DType::bf16);
+  expect_error(
+      [&] {
+        skinny_swiglu_after_residual_step({ResidualStep::post_norm, r, x, w, 1e-5}, gate,
+                                          random_tensor({F + 1, K}, DType::bf16, 11), y, h);
+      },
+      {"skinny_swiglu_after_residual_step", "should be [2, 10]"});
+  Tensor wide = y.to(DType::f32);
+  expect_error(
+      [&] {
+        skinny_swiglu_after_residual_step({ResidualStep::post_norm, r, x, w, 1e-5}, gate, up, wide, h);
+      },
+      {"skinny_swiglu_after_residual_step", "the outputs must be BF16"});
 }
 
 TEST(SkinnyMatmul, AfterAResidualStepBadArgumentsNameTheProblem) {

@@ -287,20 +287,32 @@ std::string model_name(bool llama, int64_t B) {
 }  // namespace
 
 // The MLP's gate, up and SwiGLU in one launch (skinny_swiglu) change no bit of a decoding step against the
-// grouped products and the SwiGLU kernel, at batch 1 and 3, OLMo2 and Llama-style.
+// grouped products and the SwiGLU kernel, at batch 1 and 3, OLMo2 and Llama-style: with the block's residual step
+// in its own launch, and in that launch too (skinny_swiglu_after_residual_step at batch 1, against the step in
+// gate/up's launch, then the SwiGLU kernel).
 TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
-  ResidualStepScope own_step(Fusion::separate);  // the other use of gate/up's launch, left out
-  for (const bool llama : {true, false})
-    for (const int64_t B : {1, 3})
-      expect_fusion_changes_no_bit<SwigluProjectionScope>(
-          model_name(llama, B), llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
+  AddRmsNormScope one_pass(Fusion::fused);
+  for (const Fusion step_in_gemm : {Fusion::separate, Fusion::fused}) {
+    ResidualStepScope step(step_in_gemm);
+    const std::string where = step_in_gemm == Fusion::fused ? ", the step in the launch" : "";
+    for (const bool llama : {true, false})
+      for (const int64_t B : {1, 3})
+        expect_fusion_changes_no_bit<SwigluProjectionScope>(
+            model_name(llama, B) + where, llama ? gpu_small("pre", false) : gpu_small("post", true), B, 5);
+  }
   // The fused path is taken at all: a decoding step's MLP input gets one.
   NoGrad no_grad;
   SwigluProjectionScope on(Fusion::fused);
   const GpuInput x = random_input({1, 1, 64}, DType::bf16, 5), w = random_input({96, 64}, DType::bf16, 6);
   EXPECT_TRUE(fused_swiglu_projection(Variable(x.gpu), Variable(w.gpu), Variable(w.gpu)).has_value());
+  ResidualStepScope step_in_gemm(Fusion::fused);
+  const GpuInput r = random_input({1, 1, 384}, DType::bf16, 7), g = random_input({384}, DType::bf16, 8),
+                 gate = random_input({96, 384}, DType::bf16, 9);
+  EXPECT_TRUE(swiglu_projection_after_residual_step(ResidualStep::post_norm, Variable(r.gpu), Variable(r.gpu),
+                                                    Variable(g.gpu), 1e-5, Variable(gate.gpu), Variable(gate.gpu))
+                  .has_value());
 }
 
 // The decode prologue inside attention's split kernel (FATHOM_PROLOGUE_IN_ATTENTION) changes no bit of a
