@@ -20,7 +20,9 @@ namespace {
 constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL", SkinnyMatmulPolicy::automatic,
                                                            parse_usage);
 // Unset: separate. The fused launch took the 190M's batch-1 step from 0.467 to 0.449 ms but the 1B's from
-// 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed.
+// 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed. Those
+// runs gave the residual step a launch of its own where SwiGLU was fused; skinny_swiglu_after_residual_step, which
+// keeps it in the fused launch, has not been measured yet.
 constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
                                                          parse_fusion);
 // Unset: fused. Its GPU tests passed and it took the Llama shape's batch-1 step from 1.445 to 1.409 ms on an H100;

@@ -51,6 +51,8 @@
 // packs post-norm, add_rms_norm's element loop pre-norm) and with their roundings (rms_norm_math.cuh), stages
 // what the next sublayer reads in shared memory, and CTA 0 writes h. The products then read x from shared
 // memory. Each CTA repeats a few kilobytes of the step's reads, from L2, in place of a launch and a dependency.
+// skinny_swiglu_after_residual_step is the gated form: a SwiGLU CTA's first 256 threads do the step (so its sums
+// keep the norm kernel's order) while the other 256 wait at its barriers, then all 16 warps read the staged row.
 //
 // K across CTAs (FATHOM_SKINNY_SPLIT_K_CTAS, skinny_matmul.h). A one-weight launch too narrow for two CTAs of its own
 // rows an SM (o_proj and down_proj while decoding: 128 tiles at d 2048, 48 at 768) may give each tile a thread-block
@@ -149,7 +151,7 @@ struct ResidualStepArgs {
 // threads' partial sums in their order, then block_sum's warp_sum, warp partials, warp_sum. Every load goes out
 // before the first is used, and each thread keeps its share of the rows in registers through the barrier: one
 // round trip to L2.
-template <Step kStep>
+template <Step kStep, bool kGated>
 __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, int M, int K) {
   constexpr int kMaxRows = int(kResidualStepMaxRows);
   // Post-norm: 16-byte packs tid, tid + kThreads, ... (rms_norm_forward_kernel<256, 8>); pre-norm: elements
@@ -159,7 +161,7 @@ __device__ void residual_step(const ResidualStepArgs& s, __nv_bfloat16* staged, 
   using P = Pack<__nv_bfloat16, kWidth>;
   __shared__ float warp_sums[kMaxRows][kWarps];
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const bool works = tid < kThreads;
+  const bool works = !kGated || tid < kThreads;
   // Past K for the threads that do no work, so every loop below leaves at once.
   const auto column = [&](int i) { return works ? (tid + i * kThreads) * kWidth : K; };
   P r[kMaxRows][kPer], x[kMaxRows][kPer], w[kPer];
@@ -295,7 +297,7 @@ __device__ __forceinline__ void skinny_matmul_body(const __nv_bfloat16* __restri
   if constexpr (kStaged) {  // x is made here, into shared memory
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     const auto* staged = reinterpret_cast<__nv_bfloat16*>(staged_bytes);
-    residual_step<kStep>(step, const_cast<__nv_bfloat16*>(staged), M, K);
+    residual_step<kStep, kGated>(step, const_cast<__nv_bfloat16*>(staged), M, K);
     x_row[0] = staged + int64_t(min(g, M - 1)) * K;
   }
   // x's eight elements at k: from the staged rows, or through the read-only path.

@@ -408,11 +408,13 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
 
 // The residual step and SwiGLU of gate/up in one launch against the step's launch and skinny_swiglu of its output
 // (the two launches a decoding step's MLP takes without it), bit for bit, h and y (NaN-filled); and against the CPU.
-// The widths of AfterAResidualStepGivesTheStepKernelsAndTheProductsBits, gate and up of one shape.
+// The widths of AfterAResidualStepGivesTheStepKernelsAndTheProductsBits, gate and up of one shape, and a width of 16384
+// at K 384, whose CTAs take two tiles of each weight (four splits of K a tile, not eight).
 TEST(GpuSkinnyMatmul, SwigluAfterAResidualStepGivesTheStepAndSwigluBits) {
   FATHOM_REQUIRE_GPU();
   uint64_t seed = 500;
-  for (const auto& [k, f] : {std::pair<int64_t, int64_t>{2048, 8192}, {2048, 37}, {768, 3072}, {288, 16}})
+  for (const auto& [k, f] :
+       {std::pair<int64_t, int64_t>{2048, 8192}, {2048, 37}, {768, 3072}, {288, 16}, {384, 16384}})
     for (const ResidualStep kind : {ResidualStep::post_norm, ResidualStep::pre_norm}) {
       const std::string what = label(1, k, f, kind == ResidualStep::post_norm ? " post-norm" : " pre-norm");
       const GpuInput r = random_input({1, k}, DType::bf16, seed++), x = random_input({1, k}, DType::bf16, seed++),

@@ -246,22 +246,33 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
 
 namespace {
 
+// c's model and two decoding states of batch B that have read the same 12-token prompt, with room for `room` more
+// positions: one for each of two paths to compare.
+struct PromptedTwice {
+  PromptedTwice(const ModelConfig& c, int64_t B, int64_t room)
+      : m(c, kSeed),
+        first(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)),
+        second(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)) {
+    NoGrad no_grad;
+    std::vector<int32_t> prompt(size_t(B * 12));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
+    const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
+    m.model.decode(prompt_ids, first);
+    m.model.decode(prompt_ids, second);
+  }
+  GpuModel m;
+  DecodeState first, second;
+};
+
 // Greedy decoding steps of c at batch B after a 12-token prompt: a graphed run with Scope(kOn) in force (the
 // fused path) against an eager run with Scope(kOff), the logits bit for bit at every step; the graphed run must
 // have been captured where must_capture.
 template <typename Scope, auto kOff = Fusion::separate, auto kOn = Fusion::fused>
 void expect_fusion_changes_no_bit(const std::string& name, const ModelConfig& c, int64_t B, int steps,
                                   bool must_capture = true) {
-  GpuModel m(c, kSeed);
+  PromptedTwice run(c, B, steps + 8);
   NoGrad no_grad;
-  std::vector<int32_t> prompt(size_t(B * 12));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
-  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
-  DecodeState separate = m.model.start_decoding(B, 12 + steps + 8, DType::bf16, kGpu);
-  DecodeState fused = m.model.start_decoding(B, 12 + steps + 8, DType::bf16, kGpu);
-  m.model.decode(prompt_ids, separate);
-  m.model.decode(prompt_ids, fused);
-  DecodeStep by_separate(m.model, separate, true, false), by_fused(m.model, fused, true, true);
+  DecodeStep by_separate(run.m.model, run.first, true, false), by_fused(run.m.model, run.second, true, true);
   std::vector<int32_t> next(size_t(B), 40);
   for (int s = 0; s < steps; ++s) {
     Tensor logits;
@@ -293,7 +304,6 @@ std::string model_name(bool llama, int64_t B) {
 TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
-  AddRmsNormScope one_pass(Fusion::fused);
   for (const Fusion step_in_gemm : {Fusion::separate, Fusion::fused}) {
     ResidualStepScope step(step_in_gemm);
     const std::string where = step_in_gemm == Fusion::fused ? ", the step in the launch" : "";
@@ -361,46 +371,58 @@ namespace {
 // last residual step taken by the block (separate) and handed on (fused): the logits within bf16 rounding of each
 // other at every step.
 void expect_handed_on_pre_norm_step_close(const std::string& name, const ModelConfig& c, int64_t B, int steps) {
-  GpuModel m(c, kSeed);
+  PromptedTwice run(c, B, steps);
   NoGrad no_grad;
-  std::vector<int32_t> prompt(size_t(B * 12));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
-  const Tensor prompt_ids = Tensor::from_vector(prompt, {B, 12}).to(kGpu);
-  DecodeState separate = m.model.start_decoding(B, 12 + steps, DType::bf16, kGpu);
-  DecodeState fused = m.model.start_decoding(B, 12 + steps, DType::bf16, kGpu);
-  m.model.decode(prompt_ids, separate);
-  m.model.decode(prompt_ids, fused);
   for (int s = 0; s < steps; ++s) {
     const Tensor ids = Tensor::full({B, 1}, double((s * 37 + 3) % 257), DType::i32).to(kGpu);
     Tensor want;
     {
       ResidualStepAcrossLayersScope off(Fusion::separate);
-      want = host_copy(m.model.decode(ids, separate).value());
+      want = host_copy(run.m.model.decode(ids, run.first).value());
     }
     ResidualStepAcrossLayersScope on(Fusion::fused);
-    expect_close(host_copy(m.model.decode(ids, fused).value()), want, 2e-2, 2e-2, name + ": logits at step " +
-                                                                                      std::to_string(s));
+    expect_close(host_copy(run.m.model.decode(ids, run.second).value()), want, 2e-2, 2e-2,
+                 name + ": logits at step " + std::to_string(s));
   }
 }
 
 }  // namespace
 
-// A block's last residual step handed on to the next block (FATHOM_RESIDUAL_STEP_ACROSS_LAYERS).
-// Post-norm it changes no bit of a decoding step against the block's own norm launch: OLMo2 at batch 1 (the q/k/v
-// launch's one row) and 3 (where the next block takes it as its own launch), a dsla hybrid (whose dsla layer takes it
-// so, and hands its own on to the attention after it) and MoDA with an attention-side writer (which reads the stream
-// the launch writes; captured or not).
-// Pre-norm the next block takes it with its input norm in add_rms_norm's order at one row (inside the q/k/v launch,
-// or in the one pass where the launch does not take it: MoDA's attention-side writer reads the normalised stream),
-// where the block-by-block path's norm launch sums the squares in rms_norm's order: Llama-style logits at batch 1
-// within bf16 rounding of that path's, and bit for bit at batch 3 (the add, then the norm, either way). The q/k/v
-// launch changes no bit against the one pass (FATHOM_RESIDUAL_STEP_IN_GEMM off against on, the step handed on).
-TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
+namespace {
+
+// The choices the tests of a step handed across layers hold: the skinny GEMM, the step inside the q/k/v launch, the
+// one-pass add_rms_norm, SwiGLU apart.
+struct AcrossLayersChoices {
+  SkinnyPolicyScope skinny{SkinnyMatmulPolicy::automatic};
+  ResidualStepScope in_gemm{Fusion::fused};
+  AddRmsNormScope one_pass{Fusion::fused};
+  SwigluProjectionScope separate_swiglu{Fusion::separate};
+};
+
+// A stream handed on by the first block of c's model, for x [1, 1, 384] at position 0.
+struct HandedStream {
+  explicit HandedStream(const ModelConfig& c) : m(c, kSeed) {
+    NoGrad no_grad;
+    handed = m.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
+  }
+  const Block* next() const { return dynamic_cast<const Block*>(m.model.blocks()[1].get()); }
+  GpuModel m;
+  GpuInput x = random_input({1, 1, 384}, DType::bf16, 11);
+  Tensor positions = Tensor::from_vector(std::vector<int32_t>{0}, {1}).to(kGpu);
+  MixerInputs inputs{positions};
+  LayerStream handed;
+};
+
+}  // namespace
+
+// A block's last residual step handed on to the next block (FATHOM_RESIDUAL_STEP_ACROSS_LAYERS), post-norm: it changes
+// no bit of a decoding step against the block's own norm launch: OLMo2 at batch 1 (the q/k/v launch's one row) and 3
+// (where the next block takes it as its own launch), a dsla hybrid (whose dsla layer takes it so, and hands its own on
+// to the attention after it) and MoDA with an attention-side writer (which reads the stream the launch writes;
+// captured or not). And the q/k/v launch takes the step at all, the block that asks it giving its own bits.
+TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBitPostNorm) {
   FATHOM_REQUIRE_GPU();
-  SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
-  ResidualStepScope in_gemm(Fusion::fused);
-  AddRmsNormScope one_pass(Fusion::fused);
-  SwigluProjectionScope separate_swiglu(Fusion::separate);
+  AcrossLayersChoices choices;
   for (const int64_t B : {1, 3})
     expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(model_name(false, B), gpu_small("post", true), B, 5);
   ModelConfig hybrid = gpu_small("post", true);
@@ -410,47 +432,49 @@ TEST(GpuDecodeStep, TheResidualStepAcrossLayersChangesNoBit) {
   const MoDAConfig moda{.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader};
   expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>("moda/B1", gpu_small("post", true, moda), 1, 5,
                                                               /*must_capture=*/false);
+  ResidualStepAcrossLayersScope on(Fusion::fused);
+  const HandedStream h(gpu_small("post", true));
+  NoGrad no_grad;
+  ASSERT_FALSE(h.handed.taken());
+  ASSERT_NE(h.next(), nullptr);
+  const auto stepped = h.next()->mixer().forward_after_residual_step(ResidualStep::post_norm, h.handed.residual,
+                                                                     h.handed.out, *h.handed.norm, h.inputs,
+                                                                     LayerReport());
+  ASSERT_TRUE(stepped.has_value());
+  EXPECT_TRUE(bitwise_equal(stepped->first.value(), h.handed.take().value()));
+  EXPECT_TRUE(bitwise_equal(h.next()->forward_stream(h.handed, h.inputs, LayerReport()).take().value(),
+                            h.next()->forward(h.handed.take(), h.inputs, LayerReport()).value()));
+}
+
+// The same step pre-norm: the next block takes it with its input norm in add_rms_norm's order at one row (inside the
+// q/k/v launch, or in the one pass where the launch does not take it: MoDA's attention-side writer reads the
+// normalised stream), where the block-by-block path's norm launch sums the squares in rms_norm's order: Llama-style
+// logits at batch 1 within bf16 rounding of that path's, and bit for bit at batch 3 (the add, then the norm, either
+// way). The q/k/v launch changes no bit against the one pass (FATHOM_RESIDUAL_STEP_IN_GEMM off against on, the step
+// handed on), and takes the step at all, its stream the add's.
+TEST(GpuDecodeStep, ThePreNormResidualStepAcrossLayersStaysWithinRounding) {
+  FATHOM_REQUIRE_GPU();
+  AcrossLayersChoices choices;
+  const MoDAConfig moda{.variant = MoDAVariant::extra_attn_kv_ffn_kv, .depth_key = DepthKey::reader};
   expect_handed_on_pre_norm_step_close(model_name(true, 1), gpu_small("pre", false), 1, 5);
   expect_fusion_changes_no_bit<ResidualStepAcrossLayersScope>(model_name(true, 3), gpu_small("pre", false), 3, 5);
   expect_handed_on_pre_norm_step_close("pre-norm moda/B1", gpu_small("pre", false, moda), 1, 5);
-  {
-    ResidualStepAcrossLayersScope across(Fusion::fused);
-    expect_fusion_changes_no_bit<ResidualStepScope>("llama/B1, handed on", gpu_small("pre", false), 1, 5);
-    expect_fusion_changes_no_bit<ResidualStepScope>("pre-norm moda/B1, handed on", gpu_small("pre", false, moda), 1,
-                                                    5, /*must_capture=*/false);
-  }
-  // The q/k/v launch takes the step at all, and the block that asks it gives its own bits: a stream handed on
-  // by the first block.
-  GpuModel m(gpu_small("post", true), kSeed);
+  ResidualStepAcrossLayersScope across(Fusion::fused);
+  expect_fusion_changes_no_bit<ResidualStepScope>("llama/B1, handed on", gpu_small("pre", false), 1, 5);
+  expect_fusion_changes_no_bit<ResidualStepScope>("pre-norm moda/B1, handed on", gpu_small("pre", false, moda), 1, 5,
+                                                  /*must_capture=*/false);
+  const HandedStream h(gpu_small("pre", false));
   NoGrad no_grad;
-  ResidualStepAcrossLayersScope on(Fusion::fused);
-  const GpuInput x = random_input({1, 1, 384}, DType::bf16, 11);
-  const Tensor positions = Tensor::from_vector(std::vector<int32_t>{0}, {1}).to(kGpu);
-  const MixerInputs inputs{positions};
-  const LayerStream handed = m.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
-  ASSERT_FALSE(handed.taken());
-  const auto* next = dynamic_cast<const Block*>(m.model.blocks()[1].get());
-  ASSERT_NE(next, nullptr);
-  const auto stepped = next->mixer().forward_after_residual_step(ResidualStep::post_norm, handed.residual, handed.out,
-                                                                 *handed.norm, inputs, LayerReport());
-  ASSERT_TRUE(stepped.has_value());
-  EXPECT_TRUE(bitwise_equal(stepped->first.value(), handed.take().value()));
-  EXPECT_TRUE(bitwise_equal(next->forward_stream(handed, inputs, LayerReport()).take().value(),
-                            next->forward(handed.take(), inputs, LayerReport()).value()));
-  // Pre-norm: the launch takes the step with an input norm, its stream the add's.
-  GpuModel pre(gpu_small("pre", false), kSeed);
-  const LayerStream pre_handed = pre.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
-  ASSERT_FALSE(pre_handed.taken());
-  const auto* pre_next = dynamic_cast<const Block*>(pre.model.blocks()[1].get());
-  ASSERT_NE(pre_next, nullptr);
+  ASSERT_FALSE(h.handed.taken());
+  ASSERT_NE(h.next(), nullptr);
   const RMSNorm input_norm(384, 1e-5);
   ParameterArena norm_arena(input_norm, kGpu);
   norm_arena.enable_compute_copy(DType::bf16);
   norm_arena.initialise(kSeed);
-  const auto pre_stepped = pre_next->mixer().forward_after_residual_step(
-      ResidualStep::pre_norm, pre_handed.residual, pre_handed.out, input_norm, inputs, LayerReport());
-  ASSERT_TRUE(pre_stepped.has_value());
-  EXPECT_TRUE(bitwise_equal(pre_stepped->first.value(), pre_handed.take().value()));
+  const auto stepped = h.next()->mixer().forward_after_residual_step(ResidualStep::pre_norm, h.handed.residual,
+                                                                     h.handed.out, input_norm, h.inputs, LayerReport());
+  ASSERT_TRUE(stepped.has_value());
+  EXPECT_TRUE(bitwise_equal(stepped->first.value(), h.handed.take().value()));
 }
 
 namespace {
