@@ -53,6 +53,15 @@ DEVICE=${DEVICE:-cuda}
 PEERS=${PEERS-gpt-fast hf}
 LEVERS=${LEVERS:-cublas skinny skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster skinny+fused+dependent+inside+cluster+splitk skinny+fused+dependent+inside+cluster+splitk+prefetch}
 
+# A peer cut by its time limit can leave processes running (the reference script, or torch's compile workers, which
+# start sessions of their own that the time limit's signal does not reach); they would share the GPU and the CPUs
+# with every run after it. Stops any whose command line names the script or the compile workers.
+stop_leftovers() {
+  pkill -f "$1" 2> /dev/null
+  pkill -f torch._inductor.compile_worker 2> /dev/null
+  return 0
+}
+
 # The environment of a decoding lever, each set explicitly: cuBLASLt and the separate ops, the skinny GEMM
 # with its grouped projections, that with the fused decode prologue and pre-norm residual step, that with
 # the step's kernels launched as dependent launches (kernels/runtime/dependent_launch.h), and that with the
@@ -158,6 +167,7 @@ YAML
       TORCHINDUCTOR_CACHE_DIR=$work/inductor timeout 360 python3 bench/gpt_fast_reference.py "$run-hf" \
         --gpt-fast "$gpt_fast" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --tuning "$TUNING" \
         --tokens-out "$OUT/tokens_gptfast_$size.txt" 2> "$OUT/gptfast_$size.err" | tee -a "$md"
+      stop_leftovers bench/gpt_fast_reference.py
       python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_gptfast_$size.txt" \
         --names fathom gpt-fast --label "$size" --min-tokens 32 >> "$agreement"
     else
@@ -168,11 +178,13 @@ YAML
   if [[ " $PEERS " == *" hf "* ]]; then
     timeout 300 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" \
       --tokens-out "$OUT/tokens_hf_$size.txt" 2> "$OUT/hf_$size.err" | tee -a "$md"
+    stop_leftovers bench/hf_generate_reference.py
     python3 bench/compare_generate_tokens.py "$OUT/tokens_fathom_$size.txt" "$OUT/tokens_hf_$size.txt" \
       --names fathom HF --label "$size" --min-tokens 32 >> "$agreement"
     if [ "${HF_COMPILE:-0}" = 1 ]; then
       timeout 400 python3 bench/hf_generate_reference.py "$run-hf" "${grid[@]}" --label "$size" --repeats "${REPEATS:-3}" --compile \
         2> "$OUT/hf_compile_$size.err" | tee -a "$md"
+      stop_leftovers bench/hf_generate_reference.py
     fi
   fi
 done
