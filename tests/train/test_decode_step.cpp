@@ -11,6 +11,7 @@
 #include "layers/mod_config.h"
 #include "layers/parameter_arena.h"
 #include "tests/support/kernel_choice_scope.h"
+#include "tests/support/norm_gains.h"
 #include "tests/support/op_test_util.h"
 #include "tests/support/test_support.h"
 #include "train/generate/decode_step.h"
@@ -33,19 +34,6 @@ struct HostModel {
   Decoder model;
   ParameterArena arena;
 };
-
-// Every norm's gain set away from its initial 1, so that a path normalising with the wrong norm shows.
-void randomise_norm_gains(const Decoder& model) {
-  uint64_t seed = 70;
-  for (const Parameter& p : model.parameters())
-    if (p.name.find("norm") != std::string::npos) {
-      Variable gain = p.var;
-      const Shape& shape = gain.value().shape();
-      std::vector<float> values = fathom::test::random_tensor(shape, DType::f32, seed++).to_vector<float>();
-      for (float& v : values) v += 1.f;
-      gain.value().copy_from(Tensor::from_vector(values, shape));
-    }
-}
 
 // Decoding steps of two prompts of ragged lengths, each read alone and taken into the batch: the last logits of
 // three token steps, in order.
@@ -235,7 +223,7 @@ TEST(DecodeStep, AResidualStepHandedOnDecodesAsTheBlocksOwn) {
   hybrid.layers = {"attention", "dsla", "attention"};
   for (const auto& [name, c] : {std::pair{"olmo2", small()}, {"llama", llama}, {"dsla hybrid", hybrid}}) {
     HostModel m(c);
-    randomise_norm_gains(m.model);
+    fathom::test::randomise_norm_gains(m.model);
     const auto decode_steps = [&](Fusion choice) {
       fathom::test::ResidualStepAcrossLayersScope scope(choice);
       return ragged_step_logits(m.model);

@@ -25,6 +25,7 @@
 #include "tests/support/gpu_generation_models.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
+#include "tests/support/norm_gains.h"
 #include "train/generate/decode_step.h"
 #include "train/generate/generator.h"
 
@@ -246,13 +247,16 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
 
 namespace {
 
-// c's model and two decoding states of batch B that have read the same 12-token prompt, with room for `room` more
-// positions: one for each of two paths to compare.
+// c's model, its norm gains away from 1 (so that a path taking the wrong norm shows), and two decoding states of
+// batch B that have read the same 12-token prompt, with room for `room` more positions: one for each of two paths to
+// compare.
 struct PromptedTwice {
   PromptedTwice(const ModelConfig& c, int64_t B, int64_t room)
       : m(c, kSeed),
         first(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)),
         second(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)) {
+    randomise_norm_gains(m.model);
+    m.arena.refresh_compute_copy();
     NoGrad no_grad;
     std::vector<int32_t> prompt(size_t(B * 12));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
