@@ -9,18 +9,20 @@
 
 namespace fathom::test {
 
-// Every parameter of `model` whose name holds "norm" (block norms, QK-norms, the final norm) set to 1 plus a uniform
-// draw from [-1, 1), seeded from 70 up, wherever it lives; a model with a compute copy must refresh it afterwards.
+// A gain vector set to 1 plus a uniform draw from [-1, 1) of `seed`, wherever it lives.
+inline void randomise_gain(Variable gain, uint64_t seed) {  // a handle: the copy shares the parameter's value
+  const Shape& shape = gain.value().shape();
+  std::vector<float> values = random_tensor(shape, DType::f32, seed).to_vector<float>();
+  for (float& v : values) v += 1.f;
+  gain.value().copy_from(Tensor::from_vector(values, shape));
+}
+
+// Every parameter of `model` whose name holds "norm" (block norms, QK-norms, the final norm) so set, seeded from 70
+// up; a model with a compute copy must refresh it afterwards.
 inline void randomise_norm_gains(const Module& model) {
   uint64_t seed = 70;
   for (const Parameter& p : model.parameters())
-    if (p.name.find("norm") != std::string::npos) {
-      Variable gain = p.var;
-      const Shape& shape = gain.value().shape();
-      std::vector<float> values = random_tensor(shape, DType::f32, seed++).to_vector<float>();
-      for (float& v : values) v += 1.f;
-      gain.value().copy_from(Tensor::from_vector(values, shape));
-    }
+    if (p.name.find("norm") != std::string::npos) randomise_gain(p.var, seed++);
 }
 
 }  // namespace fathom::test

@@ -308,6 +308,7 @@ std::string model_name(bool llama, int64_t B) {
 TEST(GpuDecodeStep, TheFusedSwigluProjectionChangesNoBit) {
   FATHOM_REQUIRE_GPU();
   SkinnyPolicyScope skinny(SkinnyMatmulPolicy::automatic);
+  AddRmsNormScope one_pass(Fusion::fused);  // the pre-norm step's launch repeats the one pass
   for (const Fusion step_in_gemm : {Fusion::separate, Fusion::fused}) {
     ResidualStepScope step(step_in_gemm);
     const std::string where = step_in_gemm == Fusion::fused ? ", the step in the launch" : "";
@@ -403,9 +404,11 @@ struct AcrossLayersChoices {
   SwigluProjectionScope separate_swiglu{Fusion::separate};
 };
 
-// A stream handed on by the first block of c's model, for x [1, 1, 384] at position 0.
+// A stream handed on by the first block of c's model (its norm gains away from 1), for x [1, 1, 384] at position 0.
 struct HandedStream {
   explicit HandedStream(const ModelConfig& c) : m(c, kSeed) {
+    randomise_norm_gains(m.model);
+    m.arena.refresh_compute_copy();
     NoGrad no_grad;
     handed = m.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
   }
@@ -475,6 +478,8 @@ TEST(GpuDecodeStep, ThePreNormResidualStepAcrossLayersStaysWithinRounding) {
   ParameterArena norm_arena(input_norm, kGpu);
   norm_arena.enable_compute_copy(DType::bf16);
   norm_arena.initialise(kSeed);
+  randomise_gain(input_norm.weight(), 90);
+  norm_arena.refresh_compute_copy();
   const auto stepped = h.next()->mixer().forward_after_residual_step(ResidualStep::pre_norm, h.handed.residual,
                                                                      h.handed.out, input_norm, h.inputs, LayerReport());
   ASSERT_TRUE(stepped.has_value());
