@@ -406,8 +406,9 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
                 Tensor::empty({0, 8}, DType::bf16, kGpu), none);
 }
 
-// The residual step and SwiGLU of gate/up in one launch against the step's launch and skinny_swiglu of its output
-// (the two launches a decoding step's MLP takes without it), bit for bit, h and y (NaN-filled); and against the CPU.
+// The residual step and SwiGLU of gate/up in one launch against the step's kernel and skinny_swiglu of its output
+// (the step launch's bits, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits), bit for bit, h and y
+// (NaN-filled); and against the CPU.
 // The widths of AfterAResidualStepGivesTheStepKernelsAndTheProductsBits, gate and up of one shape, and a width of 16384
 // at K 384, whose CTAs take two tiles of each weight (four splits of K a tile, not eight).
 TEST(GpuSkinnyMatmul, SwigluAfterAResidualStepGivesTheStepAndSwigluBits) {
@@ -423,11 +424,16 @@ TEST(GpuSkinnyMatmul, SwigluAfterAResidualStepGivesTheStepAndSwigluBits) {
       const ResidualStepInputs step{kind, r.gpu, x.gpu, w.gpu, 1e-5};
       Tensor y = nan_output(1, f, DType::bf16), h = nan_output(1, k, DType::bf16);
       skinny_swiglu_after_residual_step(step, gate.gpu, up.gpu, y, h);
-      // The step's launch for h, the step's kernel for the input, then skinny_swiglu of it.
-      const Tensor in = kind == ResidualStep::post_norm ? rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y
-                                                        : add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5).normed.y;
-      Tensor want_h = nan_output(1, k, DType::bf16), unused[1] = {nan_output(1, f, DType::bf16)};
-      skinny_matmul_after_residual_step(step, {&gate.gpu, 1}, unused, want_h);
+      // The step's kernel (h, and the input it gives the MLP), then skinny_swiglu of that input.
+      Tensor want_h, in;
+      if (kind == ResidualStep::post_norm) {
+        want_h = rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y;
+        in = want_h;
+      } else {
+        AddRmsNormOutput out = add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5);
+        want_h = out.sum;
+        in = out.normed.y;
+      }
       Tensor want = nan_output(1, f, DType::bf16);
       skinny_swiglu(in, gate.gpu, up.gpu, want);
       EXPECT_TRUE(bitwise_equal(h, want_h)) << what << ": h";
