@@ -6,6 +6,7 @@
 #include "layers/decoder.h"
 #include "layers/parameter_arena.h"
 #include "tests/support/gpu_test_util.h"
+#include "tests/support/norm_gains.h"
 
 namespace fathom::test {
 
@@ -23,11 +24,14 @@ inline ModelConfig gpu_small(const std::string& norm, bool qk_norm, MoDAConfig m
   return c;
 }
 
-// A model on the GPU, its weights initialised from `seed`, with the bf16 copy the layers read.
+// A model on the GPU, its weights initialised from `seed` and its norm gains away from 1 (randomise_norm_gains, so
+// that a path normalising with the wrong norm shows), with the bf16 copy the layers read.
 struct GpuModel {
   GpuModel(const ModelConfig& c, uint64_t seed) : model(c), arena(model, kGpu) {
     arena.enable_compute_copy(DType::bf16);
     arena.initialise(seed);
+    randomise_norm_gains(model);
+    arena.refresh_compute_copy();
   }
   Decoder model;
   ParameterArena arena;

@@ -247,7 +247,7 @@ TEST(GpuDecodeStep, DependentLaunchesChangeNoBit) {
 
 namespace {
 
-// c's model, its norm gains away from 1 (so that a path taking the wrong norm shows), and two decoding states of
+// c's model (its norm gains away from 1, as GpuModel sets them) and two decoding states of
 // batch B that have read the same 12-token prompt, with room for `room` more positions: one for each of two paths to
 // compare.
 struct PromptedTwice {
@@ -255,8 +255,6 @@ struct PromptedTwice {
       : m(c, kSeed),
         first(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)),
         second(m.model.start_decoding(B, 12 + room, DType::bf16, kGpu)) {
-    randomise_norm_gains(m.model);
-    m.arena.refresh_compute_copy();
     NoGrad no_grad;
     std::vector<int32_t> prompt(size_t(B * 12));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 41 + 5) % 257);
@@ -407,8 +405,6 @@ struct AcrossLayersChoices {
 // A stream handed on by the first block of c's model (its norm gains away from 1), for x [1, 1, 384] at position 0.
 struct HandedStream {
   explicit HandedStream(const ModelConfig& c) : m(c, kSeed) {
-    randomise_norm_gains(m.model);
-    m.arena.refresh_compute_copy();
     NoGrad no_grad;
     handed = m.model.blocks()[0]->forward_stream({.x = Variable(x.gpu)}, inputs, LayerReport());
   }

@@ -19,6 +19,7 @@
 #include "tests/support/gpu_generation_models.h"
 #include "tests/support/gpu_test_util.h"
 #include "tests/support/kernel_choice_scope.h"
+#include "tests/support/norm_gains.h"
 #include "train/generate/decode_step.h"
 #include "train/generate/generator.h"
 #include "train/generate/persistent_step.h"
@@ -96,6 +97,7 @@ TEST(GpuPersistentDecode, StepsMatchTheCpuDecoderAndTheLayerByLayerStep) {
     Decoder cpu_model(c.config);
     ParameterArena cpu_arena(cpu_model, Device::cpu());
     cpu_arena.initialise(kSeed);
+    randomise_norm_gains(cpu_model);  // as GpuModel sets the GPU model's
     NoGrad no_grad;
     const int64_t capacity = c.prompt + c.steps + 1;
     DecodeState layered = m.model.start_decoding(1, capacity, DType::bf16, kGpu);
