@@ -21,8 +21,9 @@ constinit KernelChoice<SkinnyMatmulPolicy> policy_in_force("FATHOM_SKINNY_MATMUL
                                                            parse_usage);
 // Unset: separate. The fused launch took the 190M's batch-1 step from 0.467 to 0.449 ms but the 1B's from
 // 1.438 to 1.488 on an H100 (bench/results/2026-12-06_decode_levers_h100.md), so it is asked for, not assumed. Those
-// runs gave the residual step a launch of its own where SwiGLU was fused; skinny_swiglu_after_residual_step, which
-// keeps it in the fused launch, has not been measured yet.
+// runs gave the residual step a launch of its own where SwiGLU was fused; with it in the fused launch
+// (skinny_swiglu_after_residual_step) no cell moved clear of zero at 190M, 1B or the Llama shape, batch 1 to 32
+// (bench/results/2026-12-07_gated_step_swiglu_and_gpt_fast_h100.md), so the default stays.
 constinit KernelChoice<SwigluProjection> swiglu_in_force("FATHOM_SWIGLU_PROJECTION", SwigluProjection::separate,
                                                          parse_fusion);
 // Unset: fused. Its GPU tests passed and it took the Llama shape's batch-1 step from 1.445 to 1.409 ms on an H100;

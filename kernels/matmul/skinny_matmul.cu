@@ -42,8 +42,9 @@
 // to BF16, as the products would be stored, then gates them as the SwiGLU kernel does. The output is
 // SwiGLU's of the two products bit for bit, with one launch fewer a layer and neither product written.
 // It is asked for (FATHOM_SWIGLU_PROJECTION=fused), not the default: on an H100 it made the 190M's
-// batch-1 decoding step 4% faster and the 1B's 3% slower. Not for want of registers: at one 8-token tile
-// ptxas gives the 16-warp CTA 58 per thread against the 8-warp kernel's 64, with no spills; the cause is open.
+// batch-1 decoding step 4% faster and the 1B's 3% slower, and with the residual step inside it (below) it changed no
+// model's step clear of the spread. Not for want of registers: at one 8-token tile ptxas gives the 16-warp CTA 58 per
+// thread against the 8-warp kernel's 64, with no spills.
 //
 // Residual step. skinny_matmul_after_residual_step begins with a block's residual step (the norm that joins a
 // sublayer's output to the stream) instead of reading x: after the wait every CTA computes the step's M rows
