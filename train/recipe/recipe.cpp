@@ -568,7 +568,7 @@ Recipe RecipeReader::resolve() const {
   }
   // The default kind everywhere (attention) is spelt one way, so equal models compare equal.
   std::vector<std::string>& layers = recipe.model.layers;
-  const std::string& default_kind = ModelConfig{}.layer_kind(0);
+  const std::string default_kind = ModelConfig{}.layer_kind(0);  // a copy: the config is a temporary
   if (std::all_of(layers.begin(), layers.end(), [&](const std::string& kind) { return kind == default_kind; }))
     layers.clear();
   return recipe;
