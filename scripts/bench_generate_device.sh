@@ -11,11 +11,12 @@
 # Sizes: olmo2_190M, olmo2_1B (fathom's ladder) and llama3_1B, Llama-3.2-1B's shape (d 2048, 16 layers,
 # GQA 32/8, FFN 8192, vocab 128256, tied head, RoPE theta 500000 with llama3 scaling). Each is trained by
 # fathom for TRAIN_STEPS steps on the quickstart corpus (dolma2 tokenizer) from its random init, so that its
-# greedy choices are decisive (a random model's near-ties would flip between bf16 kernels) and vary (models trained 30
-# steps repeated one id in every cell of bench/results/2026-12-07_gated_step_swiglu_and_gpt_fast_h100.md, which checks
-# little), and exported with `fathom export --format hf` as the one folder all three systems read (fathom as hf:DIR);
-# the run's checkpoints, about 14 GB at 1B with the optimizer's state, are removed once the export is written. The prompt of
-# context C is Moby Dick's dolma2 ids cut at C. Grid: context CONTEXTS x batch BATCHES, NEW_TOKENS new tokens.
+# greedy choices are decisive (a random model's near-ties would flip between bf16 kernels) and vary (models trained
+# 30 steps repeated one id in every cell of bench/results/2026-12-07_gated_step_swiglu_and_gpt_fast_h100.md, which
+# checks little), and exported with `fathom export --format hf` as the one folder all three systems read (fathom as
+# hf:DIR); the run's checkpoints, about 14 GB at 1B with the optimizer's state, are removed once the export is
+# written. The prompt of context C is Moby Dick's dolma2 ids cut at C. Grid: context CONTEXTS x batch BATCHES,
+# NEW_TOKENS new tokens.
 # Greedy agreement: each peer's first NEW_TOKENS ids per context and batch against fathom's
 # (bench/compare_generate_tokens.py: AGREE, or DISAGREE at the first differing position).
 #
@@ -24,8 +25,8 @@
 #   Needs .ref/gpt-fast.tar.gz (cp ../shared/reference/gpt-fast.tar.gz .ref/; .ref/ is ignored) for the
 #   gpt-fast rows; without it they are left out and said so.
 # Environment: NEW_TOKENS (40, at least 32 for the agreement check), CONTEXTS (128,4096), BATCHES (1,8,32),
-#   TRAIN_STEPS (200; about 10 s at 1B on an H100), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny skinny+fused skinny+fused+dependent
-#   skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster
+#   TRAIN_STEPS (200; about 10 s at 1B on an H100), REPEATS (fathom 5, peers 3), LEVERS (cublas skinny
+#   skinny+fused skinny+fused+dependent skinny+fused+dependent+inside skinny+fused+dependent+inside+cluster
 #   skinny+fused+dependent+inside+cluster+splitk skinny+fused+dependent+inside+cluster+splitk+prefetch: fathom's
 #   decoding kernels, one row set each; the first is the one
 #   the peers' tokens are checked against),
