@@ -406,6 +406,24 @@ TEST(GpuSkinnyMatmul, SwigluOfTheProductsBitForBit) {
                 Tensor::empty({0, 8}, DType::bf16, kGpu), none);
 }
 
+namespace {
+
+// A residual step by its own kernel (rms_norm_forward with a residual post-norm, add_rms_norm_forward pre-norm): h,
+// and the input it gives the next sublayer.
+struct SteppedByItsKernel {
+  Tensor h, in;
+};
+SteppedByItsKernel step_by_its_kernel(const ResidualStepInputs& step) {
+  if (step.kind == ResidualStep::post_norm) {
+    const Tensor h = rms_norm_forward(step.x, step.weight, step.eps, step.residual).y;
+    return {h, h};
+  }
+  const AddRmsNormOutput out = add_rms_norm_forward(step.residual, step.x, step.weight, step.eps);
+  return {out.sum, out.normed.y};
+}
+
+}  // namespace
+
 // The residual step and SwiGLU of gate/up in one launch against the step's kernel and skinny_swiglu of its output
 // (the step launch's bits, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits), bit for bit, h and y
 // (NaN-filled); and against the CPU.
@@ -425,15 +443,7 @@ TEST(GpuSkinnyMatmul, SwigluAfterAResidualStepGivesTheStepAndSwigluBits) {
       Tensor y = nan_output(1, f, DType::bf16), h = nan_output(1, k, DType::bf16);
       skinny_swiglu_after_residual_step(step, gate.gpu, up.gpu, y, h);
       // The step's kernel (h, and the input it gives the MLP), then skinny_swiglu of that input.
-      Tensor want_h, in;
-      if (kind == ResidualStep::post_norm) {
-        want_h = rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y;
-        in = want_h;
-      } else {
-        AddRmsNormOutput out = add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5);
-        want_h = out.sum;
-        in = out.normed.y;
-      }
+      const auto [want_h, in] = step_by_its_kernel(step);
       Tensor want = nan_output(1, f, DType::bf16);
       skinny_swiglu(in, gate.gpu, up.gpu, want);
       EXPECT_TRUE(bitwise_equal(h, want_h)) << what << ": h";
@@ -475,15 +485,7 @@ TEST(GpuSkinnyMatmul, AfterAResidualStepGivesTheStepKernelsAndTheProductsBits) {
       Tensor h = nan_output(s.m, s.k, DType::bf16);
       skinny_matmul_after_residual_step(step, ws, ys, h);
       // The step's kernel, then the grouped products.
-      Tensor want_h, in;
-      if (kind == ResidualStep::post_norm) {
-        want_h = rms_norm_forward(x.gpu, w.gpu, 1e-5, r.gpu).y;
-        in = want_h;
-      } else {
-        AddRmsNormOutput out = add_rms_norm_forward(r.gpu, x.gpu, w.gpu, 1e-5);
-        want_h = out.sum;
-        in = out.normed.y;
-      }
+      const auto [want_h, in] = step_by_its_kernel(step);
       Tensor want_ys[2] = {nan_output(s.m, s.n0, DType::bf16), nan_output(s.m, s.n1, DType::bf16)};
       skinny_matmul_grouped(in, ws, want_ys);
       EXPECT_TRUE(bitwise_equal(h, want_h)) << what << ": h";
