@@ -59,20 +59,16 @@ LayerStream Block::run(const LayerStream& in, const MixerInputs& inputs, const L
     if (auto stepped = mixer_->forward_after_residual_step(step_kind, in.residual, in.out,
                                                            pre_norm_ ? attn_norm_ : *in.norm, mixer_inputs, report))
       std::tie(x, attn_out) = *stepped;
-  // Otherwise the step as its own launch; pre-norm with the input norm through add_rms_norm, whose one pass at one
-  // row sums as the q/k/v launch does (and which at a few rows adds, then normalises).
+  // Otherwise the step as its own launch; pre-norm with the input norm (LayerStream::take_normed, which at a few rows
+  // adds, then normalises). Sublayer inputs: the normalised stream in pre-norm (none needed where the q/k/v launch
+  // normalised it), the stream itself in post-norm.
   if (!x.defined()) {
-    if (pre_norm_ && !in.taken())
-      std::tie(x, attn_in) = attn_norm_.forward_after_add(in.residual, in.out);
+    if (pre_norm_)
+      std::tie(x, attn_in) = in.take_normed(attn_norm_);
     else
       x = in.take();
   }
-  // Sublayer inputs: the normalised stream in pre-norm (none needed where the q/k/v launch normalised it), the
-  // stream itself in post-norm.
-  if (!pre_norm_)
-    attn_in = x;
-  else if (!attn_in.defined() && !attn_out.defined())
-    attn_in = attn_norm_.forward(x);
+  if (!pre_norm_) attn_in = x;
   if (!attn_out.defined()) attn_out = mixer_->forward(attn_in, mixer_inputs, report);
   if (write && attn_depth_kv_) attn_depth_kv_->write(*depth, attn_in, inputs);
   // The residual step, in the MLP's first launch where a decoding step allows it and nothing else reads the

@@ -208,10 +208,8 @@ Variable Decoder::decode(const Tensor& ids, DecodeState& state) const {
   }
   for (int64_t& n : state.lengths) n += T;
   advance_positions(state.device_lengths, T);
-  // A pre-norm stream handed on untaken: its last add inside the final norm's launch, as a block's input norm takes
-  // it (add_rms_norm's one pass at one row), one launch a step fewer.
-  if (!h.taken() && h.norm == nullptr) return model_.norm.forward_after_add(h.residual, h.out).second;
-  return model_.norm.forward(h.take());
+  // A pre-norm stream handed on untaken: its last add inside the final norm's launch, one launch a step fewer.
+  return h.take_normed(model_.norm).second;
 }
 
 std::vector<LayerCost> Decoder::layer_costs(int64_t seq_len) const {

@@ -7,6 +7,8 @@
 // in add_rms_norm's order, the block-by-block path's norm launch in rms_norm's.
 #pragma once
 
+#include <utility>
+
 #include "kernels/runtime/kernel_choice.h"
 #include "layers/rms_norm.h"
 
@@ -20,6 +22,9 @@ struct LayerStream {
   bool taken() const { return !residual.defined(); }
   // The stream: x, or the step as its own launch (RMSNorm::forward_onto post-norm, add pre-norm).
   Variable take() const;
+  // The stream and norm(stream). A pre-norm step not yet taken goes into the norm's launch (RMSNorm::forward_after_add:
+  // add_rms_norm's one pass at one row, summed as the q/k/v launch sums); otherwise take(), then the norm.
+  std::pair<Variable, Variable> take_normed(const RMSNorm& next_norm) const;
 };
 
 // Whether a decoding block hands its last residual step on to the next layer (fused) or takes it itself
